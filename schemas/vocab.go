@@ -1,0 +1,160 @@
+// Package schemas holds the wire and record types that hedgerow's processes
+// exchange over NATS and publish as sanitized records, together with the JSON
+// Schema files that define them. It is the bottom of the dependency graph:
+// every other package may import it; it imports none of them.
+package schemas
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Role says why an attempt was launched.
+type Role string
+
+const (
+	// RolePrimary is the first attempt of a hedge group.
+	RolePrimary Role = "primary"
+	// RoleHedge is a duplicate launched while an earlier attempt is still running.
+	RoleHedge Role = "hedge"
+	// RoleReplacement is launched at once after a transient failure of an attempt.
+	RoleReplacement Role = "replacement"
+)
+
+// ErrorScope says how far a failure reaches; the hedge engine acts on the scope,
+// never on the order in which failures arrive (DESIGN §4 rule 4).
+type ErrorScope string
+
+const (
+	// ScopeNone marks a result that is not a failure.
+	ScopeNone ErrorScope = "none"
+	// ScopeGroup is a permanent failure of the shared request (invalid request,
+	// context too long, input policy): it ends the whole group.
+	ScopeGroup ErrorScope = "group"
+	// ScopeRoute is a permanent failure local to one route (auth, missing model,
+	// bad route config): the route is quarantined, only that attempt ends.
+	ScopeRoute ErrorScope = "route"
+	// ScopeTransient is a failure of one attempt that another attempt may not
+	// share (5xx, timeout, reset, busy, lost heartbeats, invalid output).
+	ScopeTransient ErrorScope = "transient"
+	// ScopePushback is a provider asking for less load (429 with Retry-After,
+	// 529 overloaded): the route is paused and no hedge is sent towards it.
+	ScopePushback ErrorScope = "pushback"
+)
+
+// StatusClass is the coarse, sanitized class of an attempt's outcome.
+type StatusClass string
+
+const (
+	StatusOK              StatusClass = "ok"
+	StatusInvalidRequest  StatusClass = "invalid_request"
+	StatusAuth            StatusClass = "auth"
+	StatusNotFound        StatusClass = "not_found"
+	StatusRateLimited     StatusClass = "rate_limited"
+	StatusOverloaded      StatusClass = "overloaded"
+	StatusServerError     StatusClass = "server_error"
+	StatusTimeout         StatusClass = "timeout"
+	StatusCanceled        StatusClass = "canceled"
+	StatusContractInvalid StatusClass = "contract_invalid"
+	StatusBusy            StatusClass = "busy"
+	StatusNoResponders    StatusClass = "no_responders"
+	StatusLost            StatusClass = "lost" // no accept, heartbeats stopped, or a chunk gap
+)
+
+// ErrorCode is a stable error returned to the caller when a group fails.
+type ErrorCode string
+
+const (
+	ErrDeadlineExceeded ErrorCode = "deadline_exceeded"
+	ErrAlreadyCommitted ErrorCode = "already_committed"
+	ErrInvalidRequest   ErrorCode = "invalid_request"
+	ErrRouteFailed      ErrorCode = "route_failed"      // a route-local permanent failure with no route left
+	ErrAllRoutesFailed  ErrorCode = "all_routes_failed" // every attempt failed transiently, none left to try
+	ErrNoRoute          ErrorCode = "no_route"          // admission found no healthy route
+	ErrBudgetExhausted  ErrorCode = "budget_exhausted"  // the attempt ledger or spend ceiling refused the primary
+	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
+	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+)
+
+// Usage is the work an attempt consumed, in provider usage units (tokens).
+// Estimated is set when the figure is not the provider's own report, e.g. a
+// cancelled attempt settled at its elapsed decode time (DESIGN §7).
+type Usage struct {
+	InputUnits  int64 `json:"input_units"`
+	OutputUnits int64 `json:"output_units"`
+	Estimated   bool  `json:"estimated,omitempty"`
+}
+
+// Add returns the sum of two usages; the sum is estimated if either part is.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputUnits:  u.InputUnits + o.InputUnits,
+		OutputUnits: u.OutputUnits + o.OutputUnits,
+		Estimated:   u.Estimated || o.Estimated,
+	}
+}
+
+// CommitKind names where in an attempt's output a winner may be elected.
+type CommitKind string
+
+const (
+	// CommitFirstToken elects at the first content or tool-call token of a
+	// well-formed stream: the default for streaming requests.
+	CommitFirstToken CommitKind = "first_token"
+	// CommitTokens elects once N output tokens have arrived.
+	CommitTokens CommitKind = "tokens"
+	// CommitComplete elects only on a complete, validated answer: always used
+	// for non-streaming requests and for contracts that need the whole answer.
+	CommitComplete CommitKind = "complete"
+)
+
+// CommitPoint is a CommitKind with its token count; its text form is
+// "first_token", "tokens:N" or "complete".
+type CommitPoint struct {
+	Kind   CommitKind
+	Tokens int // only for CommitTokens, ≥ 1
+}
+
+// Commit points without parameters.
+var (
+	FirstToken = CommitPoint{Kind: CommitFirstToken}
+	Complete   = CommitPoint{Kind: CommitComplete}
+)
+
+// ParseCommitPoint parses the text form of a commit point.
+func ParseCommitPoint(s string) (CommitPoint, error) {
+	switch {
+	case s == string(CommitFirstToken):
+		return FirstToken, nil
+	case s == string(CommitComplete):
+		return Complete, nil
+	case strings.HasPrefix(s, "tokens:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "tokens:"))
+		if err != nil || n < 1 {
+			return CommitPoint{}, fmt.Errorf("commit point %q: token count must be a positive integer", s)
+		}
+		return CommitPoint{Kind: CommitTokens, Tokens: n}, nil
+	}
+	return CommitPoint{}, fmt.Errorf("commit point %q: want first_token, tokens:N or complete", s)
+}
+
+func (c CommitPoint) String() string {
+	if c.Kind == CommitTokens {
+		return "tokens:" + strconv.Itoa(c.Tokens)
+	}
+	return string(c.Kind)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (c CommitPoint) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (c *CommitPoint) UnmarshalText(b []byte) error {
+	p, err := ParseCommitPoint(string(b))
+	if err != nil {
+		return err
+	}
+	*c = p
+	return nil
+}
