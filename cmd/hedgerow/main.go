@@ -1,0 +1,59 @@
+// Command hedgerow is the one binary of the hedgerow project: gateway,
+// workers, the embedded all-in-one server, the simulator and its tools.
+// This package only wires subcommands; the logic lives in the packages it calls.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hedgerow",
+		Short: "Delayed, bounded, cancellable hedged requests for LLM APIs",
+		Long: `hedgerow cuts the tail latency of LLM API calls: it sends one primary attempt,
+launches one duplicate on an equivalent route only when the primary is slower than
+the cohort's measured delay and every budget allows it, commits the first valid
+result and cancels the rest.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd())
+	root.AddCommand(newConfigCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the hedgerow version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "hedgerow %s\n", version)
+			return err
+		},
+	}
+}
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "hedgerow:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCoder is an error that carries its own process exit code.
+type exitCoder interface{ ExitCode() int }
+
+func exitCode(err error) int {
+	if ec, ok := err.(exitCoder); ok {
+		return ec.ExitCode()
+	}
+	return 1
+}
