@@ -1,0 +1,178 @@
+package hedge
+
+import (
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Action is something the driver must do for the group.
+type Action interface{ isAction() }
+
+// Admit asks the driver to admit the group: one attempt slot from the user
+// action's ledger, a spend reservation and a primary route. Answer with Admitted.
+type Admit struct{}
+
+// Launch sends an attempt to Route. Deadline is absolute and Remaining is the
+// time left when it was launched: workers bound the upstream call by whichever
+// ends first, so clock skew between hosts cannot extend the group.
+type Launch struct {
+	Attempt     int
+	Route       string
+	Role        schemas.Role
+	Deadline    time.Time
+	Remaining   time.Duration
+	Reservation ReservationID
+}
+
+// ArmTimer asks for TimerFired{Kind, Attempt} at At. Timers are never
+// cancelled: the engine ignores those that no longer matter.
+type ArmTimer struct {
+	Kind    TimerKind
+	Attempt int
+	At      time.Time
+}
+
+// AskHedgeBudget asks whether another attempt may launch, and where. A hedge
+// takes a duplicate-rate token; a replacement does not. The route must differ
+// from Exclude unless SameRoute allows reusing one. Answer with HedgeBudgetDecided.
+type AskHedgeBudget struct {
+	Attempt   int // the number the new attempt will have
+	Role      schemas.Role
+	Exclude   []string
+	SameRoute bool
+}
+
+// Elect asks the winner gate to elect Attempt. Answer with GateDecided.
+type Elect struct{ Attempt int }
+
+// Cancel tells the worker running Attempt to stop. A cancel decided before the
+// worker's Accept is sent when the Accept arrives.
+type Cancel struct {
+	Attempt int
+	Reason  CancelReason
+}
+
+// CancelReason says why an attempt was cancelled.
+type CancelReason string
+
+const (
+	CancelLostRace   CancelReason = "lost_race"   // another attempt committed
+	CancelDeadline   CancelReason = "deadline"    // the group's deadline passed
+	CancelCallerGone CancelReason = "caller_gone" // the caller went away
+	CancelGroupError CancelReason = "group_error" // a group-scoped failure ended the group
+	CancelTimeout    CancelReason = "timeout"     // the policy's per-try timeout
+	CancelInvalid    CancelReason = "invalid"     // the stream broke the contract
+)
+
+// Commit makes Attempt the group's winner. Gate is the winner gate's value.
+type Commit struct {
+	Attempt int
+	Gate    string
+}
+
+// Fail ends the group with one stable error.
+type Fail struct {
+	Error schemas.ErrorCode
+	Scope schemas.ErrorScope
+	// Holder names the group that committed the user action (already_committed).
+	Holder string
+}
+
+// Release returns an unused reservation whole.
+type Release struct{ Reservation ReservationID }
+
+// Settle charges an attempt's reservation with its usage. Usage.Estimated is
+// set when the figure is an estimate rather than the provider's report.
+type Settle struct {
+	Attempt     int
+	Reservation ReservationID
+	Usage       schemas.Usage
+}
+
+// ClearGate removes this group's gate claim for Attempt (compare-and-delete):
+// the group claimed the gate but did not commit.
+type ClearGate struct {
+	Attempt int
+	Gate    string
+}
+
+// RouteMark says how a route is to be marked for everyone.
+type RouteMark string
+
+const (
+	MarkPushback   RouteMark = "pushback"
+	MarkQuarantine RouteMark = "quarantine"
+)
+
+// MarkRoute marks a route in pushback or quarantine for TTL.
+type MarkRoute struct {
+	Route string
+	Mark  RouteMark
+	TTL   time.Duration
+}
+
+// HedgeSuppressed records that a hedge or replacement was considered and not
+// launched. Suppression is a load decision, not an error.
+type HedgeSuppressed struct {
+	Role   schemas.Role
+	Reason string
+}
+
+// AttemptEnded is an attempt's one terminal record.
+type AttemptEnded struct {
+	Attempt              int
+	Route                string
+	Role                 schemas.Role
+	Outcome              Outcome
+	Status               schemas.StatusClass
+	Scope                schemas.ErrorScope
+	ContractValid        bool
+	CancellationSent     bool
+	CancellationObserved bool
+	Elapsed              time.Duration
+	FirstByte            time.Duration // zero when none arrived
+	Usage                schemas.Usage
+}
+
+// Outcome is how an attempt ended, from the group's point of view.
+type Outcome string
+
+const (
+	OutcomeWinner        Outcome = "winner"
+	OutcomeLoserCanceled Outcome = "loser_canceled" // cancelled and stopped (or presumed stopped)
+	OutcomeLoserLate     Outcome = "loser_late"     // completed after the group was decided
+	OutcomeFailed        Outcome = "failed"         // ended by its own failure
+	OutcomeCanceled      Outcome = "canceled"       // cancelled by deadline, caller or group error
+)
+
+// GroupEnded is the group's summary record, emitted once, last.
+type GroupEnded struct {
+	Committed         bool
+	Winner            int // 0 when none
+	Error             schemas.ErrorCode
+	Scope             schemas.ErrorScope
+	Attempts          int
+	HedgeLaunched     bool
+	HedgeSuppressed   string // the first suppression reason, if any
+	LoserFinishedLate bool
+	Usage             schemas.Usage
+	// Latency is from Start to Commit or Fail.
+	Latency time.Duration
+}
+
+func (Admit) isAction()           {}
+func (Launch) isAction()          {}
+func (ArmTimer) isAction()        {}
+func (AskHedgeBudget) isAction()  {}
+func (Elect) isAction()           {}
+func (Cancel) isAction()          {}
+func (Commit) isAction()          {}
+func (Fail) isAction()            {}
+func (Release) isAction()         {}
+func (Settle) isAction()          {}
+func (ClearGate) isAction()       {}
+func (MarkRoute) isAction()       {}
+func (HedgeSuppressed) isAction() {}
+func (AttemptEnded) isAction()    {}
+func (GroupEnded) isAction()      {}

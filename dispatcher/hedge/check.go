@@ -1,0 +1,246 @@
+package hedge
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Checker asserts the engine's invariants (DESIGN §4) over one group's events
+// and actions, independently of the engine's own bookkeeping. Property tests,
+// the fuzz target and the simulator run every group through one.
+//
+// Safety invariants are checked at every Step: at most one Commit; no Commit
+// after Fail (nor Fail after Commit); Commit only of an attempt that was valid
+// at the commit point and won the gate; at most MaxAttempts launches; no Launch
+// after the outcome or past the deadline; no attempt ends twice; no reservation
+// is settled or released twice, nor one that was never granted; nothing after
+// the group record. Finish checks liveness for a group that is done: every
+// launched attempt ended exactly once, every granted reservation was settled
+// or released, and every won gate claim was committed or cleared.
+type Checker struct {
+	policy      Policy
+	started     bool
+	streaming   bool
+	needsWhole  bool
+	deadline    time.Time
+	commits     int
+	fails       int
+	launched    int
+	ended       map[int]int
+	valid       map[int]bool
+	reserved    map[ReservationID]int // granted → times settled or released
+	admitAsked  bool
+	budgetAsked bool
+	electAsked  map[int]bool
+	wonGate     map[int]string
+	gateEnded   map[int]int // won claims committed or cleared
+	groupEnded  bool
+}
+
+// NewChecker returns a checker for a group run with policy.
+func NewChecker(policy Policy) *Checker {
+	return &Checker{
+		policy:     policy,
+		ended:      map[int]int{},
+		valid:      map[int]bool{},
+		reserved:   map[ReservationID]int{},
+		electAsked: map[int]bool{},
+		wonGate:    map[int]string{},
+		gateEnded:  map[int]int{},
+	}
+}
+
+func (c *Checker) commitPoint() schemas.CommitPoint {
+	if !c.streaming || c.needsWhole {
+		return schemas.Complete
+	}
+	return c.policy.CommitPoint
+}
+
+// Step checks one event and the actions the engine returned for it.
+func (c *Checker) Step(now time.Time, ev Event, actions []Action) error {
+	if err := c.observeEvent(now, ev); err != nil {
+		return err
+	}
+	for _, act := range actions {
+		if err := c.observeAction(now, act); err != nil {
+			return fmt.Errorf("after %T: %w", ev, err)
+		}
+	}
+	return nil
+}
+
+func (c *Checker) grant(res ReservationID) error {
+	if _, dup := c.reserved[res]; dup {
+		return fmt.Errorf("reservation %q granted twice", res)
+	}
+	c.reserved[res] = 0
+	return nil
+}
+
+func (c *Checker) observeEvent(now time.Time, ev Event) error {
+	switch e := ev.(type) {
+	case Start:
+		if !c.started {
+			c.started = true
+			c.streaming = e.Streaming
+			c.needsWhole = e.NeedsCompleteAnswer
+			c.deadline = now.Add(c.policy.Deadline)
+		}
+	case Admitted:
+		if c.admitAsked {
+			c.admitAsked = false
+			if e.Allowed {
+				return c.grant(e.Reservation)
+			}
+		}
+	case HedgeBudgetDecided:
+		if c.budgetAsked {
+			c.budgetAsked = false
+			if e.Allowed {
+				return c.grant(e.Reservation)
+			}
+		}
+	case GateDecided:
+		if c.electAsked[e.Attempt] {
+			delete(c.electAsked, e.Attempt)
+			if e.Won {
+				c.wonGate[e.Attempt] = e.Gate
+			}
+		}
+	case Progress:
+		cp := c.commitPoint()
+		ready := (cp.Kind == schemas.CommitFirstToken && e.FirstToken) ||
+			(cp.Kind == schemas.CommitTokens && e.Tokens >= cp.Tokens)
+		if ready && e.Valid {
+			c.valid[e.Attempt] = true
+		}
+	case Result:
+		if (e.Scope == schemas.ScopeNone || e.Scope == "") && e.Status == schemas.StatusOK && e.Valid {
+			c.valid[e.Attempt] = true
+		}
+	}
+	return nil
+}
+
+func (c *Checker) observeAction(now time.Time, act Action) error {
+	if c.groupEnded {
+		return fmt.Errorf("%T emitted after the group record", act)
+	}
+	switch a := act.(type) {
+	case Admit:
+		c.admitAsked = true
+	case AskHedgeBudget:
+		if c.budgetAsked {
+			return fmt.Errorf("second AskHedgeBudget while one is unanswered")
+		}
+		c.budgetAsked = true
+	case Elect:
+		if !c.valid[a.Attempt] {
+			return fmt.Errorf("Elect of attempt %d, which was never valid at the commit point", a.Attempt)
+		}
+		c.electAsked[a.Attempt] = true
+	case Launch:
+		c.launched++
+		switch {
+		case c.commits > 0 || c.fails > 0:
+			return fmt.Errorf("Launch of attempt %d after the outcome", a.Attempt)
+		case !now.Before(c.deadline):
+			return fmt.Errorf("Launch of attempt %d at or past the deadline", a.Attempt)
+		case c.launched > c.policy.MaxAttempts:
+			return fmt.Errorf("Launch of attempt %d: more than max_attempts %d", a.Attempt, c.policy.MaxAttempts)
+		case a.Attempt != c.launched:
+			return fmt.Errorf("Launch numbered %d, want %d", a.Attempt, c.launched)
+		case !a.Deadline.Equal(c.deadline):
+			return fmt.Errorf("Launch carries deadline %v, want the group's %v", a.Deadline, c.deadline)
+		case a.Remaining != c.deadline.Sub(now):
+			return fmt.Errorf("Launch carries remaining %v, want %v", a.Remaining, c.deadline.Sub(now))
+		}
+	case Commit:
+		c.commits++
+		switch {
+		case c.commits > 1:
+			return fmt.Errorf("second Commit (attempt %d)", a.Attempt)
+		case c.fails > 0:
+			return fmt.Errorf("Commit of attempt %d after Fail", a.Attempt)
+		case !c.valid[a.Attempt]:
+			return fmt.Errorf("Commit of attempt %d, which was never valid at the commit point", a.Attempt)
+		}
+		gate, won := c.wonGate[a.Attempt]
+		if !won || gate != a.Gate {
+			return fmt.Errorf("Commit of attempt %d without its won gate claim", a.Attempt)
+		}
+		c.gateEnded[a.Attempt]++
+	case Fail:
+		c.fails++
+		if c.fails > 1 || c.commits > 0 {
+			return fmt.Errorf("Fail(%s) after the outcome was decided", a.Error)
+		}
+	case ClearGate:
+		if _, won := c.wonGate[a.Attempt]; !won {
+			return fmt.Errorf("ClearGate of attempt %d, which holds no claim", a.Attempt)
+		}
+		c.gateEnded[a.Attempt]++
+		if c.gateEnded[a.Attempt] > 1 {
+			return fmt.Errorf("gate claim of attempt %d committed or cleared twice", a.Attempt)
+		}
+	case Settle:
+		return c.endReservation(a.Reservation)
+	case Release:
+		return c.endReservation(a.Reservation)
+	case AttemptEnded:
+		c.ended[a.Attempt]++
+		if a.Attempt < 1 || a.Attempt > c.launched {
+			return fmt.Errorf("terminal record of attempt %d, never launched", a.Attempt)
+		}
+		if c.ended[a.Attempt] > 1 {
+			return fmt.Errorf("attempt %d has two terminal records", a.Attempt)
+		}
+	case GroupEnded:
+		c.groupEnded = true
+		if c.commits+c.fails != 1 {
+			return fmt.Errorf("group record with %d commits and %d fails", c.commits, c.fails)
+		}
+	}
+	return nil
+}
+
+func (c *Checker) endReservation(res ReservationID) error {
+	n, ok := c.reserved[res]
+	if !ok {
+		return fmt.Errorf("reservation %q settled or released but never granted", res)
+	}
+	if n > 0 {
+		return fmt.Errorf("reservation %q settled or released twice", res)
+	}
+	c.reserved[res] = 1
+	return nil
+}
+
+// Finish checks what must hold once the group reported Done.
+func (c *Checker) Finish() error {
+	if !c.groupEnded {
+		return fmt.Errorf("group never emitted its group record")
+	}
+	for n := 1; n <= c.launched; n++ {
+		if c.ended[n] != 1 {
+			return fmt.Errorf("attempt %d has %d terminal records, want 1", n, c.ended[n])
+		}
+	}
+	for res, n := range c.reserved {
+		if n != 1 {
+			return fmt.Errorf("reservation %q was never settled or released", res)
+		}
+	}
+	for n := range c.wonGate {
+		if c.gateEnded[n] != 1 {
+			return fmt.Errorf("won gate claim of attempt %d neither committed nor cleared", n)
+		}
+	}
+	if c.admitAsked || c.budgetAsked || len(c.electAsked) > 0 {
+		return fmt.Errorf("done with a question unanswered")
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package hedge
+
+import (
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Event is something that happened to a group: a request arriving, a worker
+// report, a timer, or the answer to a question the engine asked.
+type Event interface{ isEvent() }
+
+// ReservationID names a budget reservation; the engine treats it as opaque and
+// only promises to settle or release each one exactly once.
+type ReservationID string
+
+// Start begins a group. It must be the first event.
+type Start struct {
+	// Streaming is true when the caller streams; non-streaming requests always
+	// commit at the complete answer.
+	Streaming bool
+	// NeedsCompleteAnswer is true when the contract can only be judged on the
+	// whole answer (JSON schema, complete finish reason, required fields): the
+	// commit point moves to complete.
+	NeedsCompleteAnswer bool
+	// HedgeEligible says whether this group may hedge at all: idempotent
+	// operation class, inside the rollout fraction, not a control group, at least
+	// two eligible routes (or same-route hedging), guardrail not disabling it.
+	HedgeEligible bool
+	// NotEligibleReason is recorded as the hedge's suppression reason when
+	// HedgeEligible is false (e.g. "control", "rollout", "guardrail").
+	NotEligibleReason string
+	// HedgeDelay is the cohort's current delay, already clamped by the estimator.
+	HedgeDelay time.Duration
+	// InputUnits is the estimated input size, billed for every attempt that
+	// reached a provider when the provider's own report is missing.
+	InputUnits int64
+	// DecodeTokensPerSecond is the cohort's decode rate, used to estimate the
+	// output billed to a cancelled attempt (DESIGN §7).
+	DecodeTokensPerSecond float64
+}
+
+// Admitted answers Admit.
+type Admitted struct {
+	Allowed bool
+	// Reason says why admission was refused; Error is the stable error the group
+	// fails with (ErrBudgetExhausted, ErrNoRoute, ErrRateLimited...).
+	Reason string
+	Error  schemas.ErrorCode
+	// Route is the primary's route and Reservation its spend reservation.
+	Route       string
+	Reservation ReservationID
+}
+
+// TimerKind names the engine's timers.
+type TimerKind string
+
+const (
+	TimerHedge       TimerKind = "hedge"
+	TimerDeadline    TimerKind = "deadline"
+	TimerAccept      TimerKind = "accept"       // per attempt: no Accept in time
+	TimerHeartbeat   TimerKind = "heartbeat"    // per attempt: heartbeats stopped before the first byte
+	TimerAttempt     TimerKind = "attempt"      // per attempt: the policy's per-try timeout
+	TimerCancelGrace TimerKind = "cancel_grace" // per attempt: no report after a cancel
+)
+
+// TimerFired reports that a timer armed by ArmTimer reached its time.
+type TimerFired struct {
+	Kind    TimerKind
+	Attempt int // 0 for group timers (hedge, deadline)
+}
+
+// Accepted reports the worker's Accept of an attempt.
+type Accepted struct{ Attempt int }
+
+// Busy reports that the worker refused an attempt at its in-flight limit.
+type Busy struct{ Attempt int }
+
+// Heartbeat reports a worker heartbeat before the attempt's first byte.
+type Heartbeat struct{ Attempt int }
+
+// FirstByte reports the provider's first byte for an attempt.
+type FirstByte struct{ Attempt int }
+
+// Progress reports streamed output of an attempt. Tokens is cumulative;
+// FirstToken is true once a content or tool-call token has arrived; Valid is
+// the arbiter's verdict on the stream so far (well-formed, contract-valid).
+type Progress struct {
+	Attempt    int
+	Tokens     int
+	FirstToken bool
+	Valid      bool
+}
+
+// Result reports how an attempt ended on the worker's side.
+type Result struct {
+	Attempt int
+	Status  schemas.StatusClass
+	// Scope is ScopeNone for an answer; otherwise it decides what the failure
+	// reaches (DESIGN §4 rule 4).
+	Scope schemas.ErrorScope
+	// Valid is the arbiter's verdict on the complete answer at the commit point.
+	Valid bool
+	Usage schemas.Usage
+	// RetryAfter is the provider's pushback period (zero: the policy's default).
+	RetryAfter time.Duration
+	// Error is the stable error a group-scoped failure ends the group with.
+	Error schemas.ErrorCode
+}
+
+// CancelObserved reports that a cancelled attempt stopped, with the usage the
+// worker saw (possibly partial).
+type CancelObserved struct {
+	Attempt int
+	Usage   schemas.Usage
+}
+
+// HedgeBudgetDecided answers AskHedgeBudget.
+type HedgeBudgetDecided struct {
+	Allowed     bool
+	Reason      string // why it was refused: "duplicate_rate", "spend", "no_route", "budget_unavailable"...
+	Route       string
+	Reservation ReservationID
+}
+
+// GateDecided answers Elect with the winner gate's decision.
+type GateDecided struct {
+	Attempt int
+	Won     bool
+	// Gate is the gate value (group/attempt/epoch) that travels with a winner.
+	Gate string
+	// Holder names the group that holds the gate when Won is false.
+	Holder string
+}
+
+// CallerGone reports that the caller went away: everything is cancelled, and
+// nothing falls back.
+type CallerGone struct{}
+
+func (Start) isEvent()              {}
+func (Admitted) isEvent()           {}
+func (TimerFired) isEvent()         {}
+func (Accepted) isEvent()           {}
+func (Busy) isEvent()               {}
+func (Heartbeat) isEvent()          {}
+func (FirstByte) isEvent()          {}
+func (Progress) isEvent()           {}
+func (Result) isEvent()             {}
+func (CancelObserved) isEvent()     {}
+func (HedgeBudgetDecided) isEvent() {}
+func (GateDecided) isEvent()        {}
+func (CallerGone) isEvent()         {}

@@ -1,0 +1,823 @@
+package hedge
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+type phase int
+
+const (
+	phaseNew       phase = iota // waiting for Start
+	phaseAdmitting              // Admit asked, waiting for Admitted
+	phaseRunning                // attempts may launch; no outcome yet
+	phaseDecided                // Commit or Fail emitted; only recording from here on
+)
+
+type attemptState int
+
+const (
+	attemptRunning    attemptState = iota
+	attemptFinished                // a valid answer arrived; waiting for its election
+	attemptCancelling              // cancel sent; waiting for its report or the grace timer
+	attemptEnded                   // terminal record written
+)
+
+// attempt is the engine's view of one launched attempt.
+type attempt struct {
+	n           int
+	route       string
+	role        schemas.Role
+	reservation ReservationID
+	launchedAt  time.Time
+	state       attemptState
+
+	accepted      bool
+	lastHeartbeat time.Time
+	firstByteAt   time.Time // zero until the first byte
+	tokens        int
+	candidate     bool // valid at the commit point, waiting to be elected
+	contractValid bool
+	cancelSent    bool
+	cancelReason  CancelReason
+
+	// What a finished attempt reported, kept until its election is decided.
+	finishedStatus schemas.StatusClass
+	finishedUsage  schemas.Usage
+}
+
+func (a *attempt) reachedProvider(u schemas.Usage) bool {
+	return a.accepted || !a.firstByteAt.IsZero() || u.InputUnits > 0 || u.OutputUnits > 0
+}
+
+// Group is the hedge engine for one hedge group. It is not safe for
+// concurrent use: a driver steps one group from one goroutine (or under a lock).
+type Group struct {
+	policy Policy
+	start  Start
+
+	phase       phase
+	now         time.Time
+	startedAt   time.Time
+	deadline    time.Time
+	commitPoint schemas.CommitPoint
+
+	attempts []*attempt
+	// admitPending is set while Admit is unanswered.
+	admitPending bool
+	// askPending is set while an AskHedgeBudget is unanswered; askRole is its role.
+	askPending bool
+	askRole    schemas.Role
+	// electing is the attempt whose Elect is unanswered (0: none).
+	electing int
+
+	hedgeConsidered bool   // the hedge timer fired (one hedge per group)
+	hedgeLaunched   bool   // a hedge attempt was launched
+	suppressed      string // first suppression reason, for the group record
+	pushbackSeen    bool   // a route pushed back: no more load than the primary path needs
+	lastFailScope   schemas.ErrorScope
+
+	committed   bool
+	winner      int
+	stopReason  CancelReason // why attempts were stopped when the group failed
+	failErr     schemas.ErrorCode
+	failScope   schemas.ErrorScope
+	decidedAt   time.Time
+	loserLate   bool
+	totalUsage  schemas.Usage
+	groupEnded  bool
+	pendingActs []Action
+}
+
+// New returns a group that waits for Start. It fails only on an invalid policy.
+func New(policy Policy) (*Group, error) {
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	return &Group{policy: policy}, nil
+}
+
+// Done reports whether the group needs nothing more: its outcome is decided,
+// every attempt has its terminal record, every question was answered and the
+// group record was emitted.
+func (g *Group) Done() bool { return g.groupEnded }
+
+// Deadline is the group's absolute deadline (zero before Start).
+func (g *Group) Deadline() time.Time { return g.deadline }
+
+// CommitPoint is the effective commit point (known after Start).
+func (g *Group) CommitPoint() schemas.CommitPoint { return g.commitPoint }
+
+// Step feeds one event that happened at now and returns the actions to take,
+// in order. Time never goes backwards: an earlier now is treated as the latest
+// seen. Events that make no sense in the group's state (an unknown attempt, a
+// second answer, anything before Start) are ignored.
+func (g *Group) Step(now time.Time, ev Event) []Action {
+	if now.Before(g.now) {
+		now = g.now
+	}
+	g.now = now
+	g.pendingActs = nil
+
+	if g.phase == phaseNew {
+		if s, ok := ev.(Start); ok {
+			g.onStart(s)
+		}
+		return g.flush()
+	}
+	// One absolute deadline: whatever the event, a group past it is failed first.
+	if (g.phase == phaseRunning || g.phase == phaseAdmitting) && !now.Before(g.deadline) {
+		g.fail(schemas.ErrDeadlineExceeded, schemas.ScopeNone, "", CancelDeadline)
+	}
+
+	switch e := ev.(type) {
+	case Admitted:
+		g.onAdmitted(e)
+	case TimerFired:
+		g.onTimer(e)
+	case Accepted:
+		if a := g.live(e.Attempt); a != nil {
+			g.onAccepted(a)
+		}
+	case Busy:
+		if a := g.live(e.Attempt); a != nil && !a.accepted {
+			g.attemptFailed(a, schemas.StatusBusy, schemas.ScopeTransient, "", 0, schemas.Usage{})
+		}
+	case Heartbeat:
+		if a := g.live(e.Attempt); a != nil {
+			a.lastHeartbeat = now
+		}
+	case FirstByte:
+		if a := g.live(e.Attempt); a != nil && a.firstByteAt.IsZero() {
+			a.firstByteAt = now
+			a.accepted = true
+		}
+	case Progress:
+		if a := g.live(e.Attempt); a != nil {
+			g.onProgress(a, e)
+		}
+	case Result:
+		if a := g.live(e.Attempt); a != nil {
+			g.onResult(a, e)
+		}
+	case CancelObserved:
+		if a := g.attempt(e.Attempt); a != nil && a.state == attemptCancelling {
+			g.endCancelled(a, e.Usage, true, false)
+		}
+	case HedgeBudgetDecided:
+		g.onBudget(e)
+	case GateDecided:
+		g.onGate(e)
+	case CallerGone:
+		if g.phase != phaseDecided {
+			g.fail(schemas.ErrCanceled, schemas.ScopeNone, "", CancelCallerGone)
+		} else if g.committed {
+			// The caller left a committed stream: stop the winner too, no fallback.
+			if w := g.attempt(g.winner); w != nil && w.state == attemptRunning {
+				g.cancel(w, CancelCallerGone)
+			}
+		}
+	}
+	return g.flush()
+}
+
+func (g *Group) emit(a ...Action) { g.pendingActs = append(g.pendingActs, a...) }
+
+// flush returns the actions of this step, ending with the group record when
+// the group became done.
+func (g *Group) flush() []Action {
+	if !g.groupEnded && g.phase == phaseDecided && !g.admitPending && !g.askPending && g.electing == 0 {
+		all := true
+		for _, a := range g.attempts {
+			if a.state != attemptEnded {
+				all = false
+				break
+			}
+		}
+		if all {
+			g.groupEnded = true
+			g.emit(GroupEnded{
+				Committed:         g.committed,
+				Winner:            g.winner,
+				Error:             g.failErr,
+				Scope:             g.failScope,
+				Attempts:          len(g.attempts),
+				HedgeLaunched:     g.hedgeLaunched,
+				HedgeSuppressed:   g.suppressed,
+				LoserFinishedLate: g.loserLate,
+				Usage:             g.totalUsage,
+				Latency:           g.decidedAt.Sub(g.startedAt),
+			})
+		}
+	}
+	out := g.pendingActs
+	g.pendingActs = nil
+	return out
+}
+
+func (g *Group) attempt(n int) *attempt {
+	if n < 1 || n > len(g.attempts) {
+		return nil
+	}
+	return g.attempts[n-1]
+}
+
+// live returns attempt n if it has not ended.
+func (g *Group) live(n int) *attempt {
+	if a := g.attempt(n); a != nil && a.state != attemptEnded {
+		return a
+	}
+	return nil
+}
+
+func (g *Group) remaining() time.Duration { return g.deadline.Sub(g.now) }
+
+func (g *Group) running() int {
+	n := 0
+	for _, a := range g.attempts {
+		if a.state == attemptRunning || a.state == attemptFinished {
+			n++
+		}
+	}
+	return n
+}
+
+// Rule 1: admit first, then the primary.
+func (g *Group) onStart(s Start) {
+	g.start = s
+	g.startedAt = g.now
+	g.deadline = g.now.Add(g.policy.Deadline)
+	g.commitPoint = g.policy.CommitPoint
+	if !s.Streaming || s.NeedsCompleteAnswer {
+		g.commitPoint = schemas.Complete
+	}
+	g.phase = phaseAdmitting
+	g.admitPending = true
+	g.emit(Admit{})
+}
+
+func (g *Group) onAdmitted(e Admitted) {
+	if !g.admitPending {
+		return // not asked: a driver's duplicate, ignored
+	}
+	g.admitPending = false
+	if g.phase != phaseAdmitting {
+		// Decided while admission was in flight (deadline, caller gone).
+		if e.Allowed {
+			g.emit(Release{Reservation: e.Reservation})
+		}
+		return
+	}
+	if !e.Allowed {
+		code := e.Error
+		if code == "" {
+			code = schemas.ErrBudgetExhausted
+		}
+		g.suppressed = "not_admitted"
+		g.decide(false, code, schemas.ScopeGroup, "")
+		return
+	}
+	g.phase = phaseRunning
+	g.emit(ArmTimer{Kind: TimerDeadline, At: g.deadline})
+	g.launch(schemas.RolePrimary, e.Route, e.Reservation)
+
+	switch {
+	case !g.start.HedgeEligible:
+		g.suppressed = g.start.NotEligibleReason
+		if g.suppressed == "" {
+			g.suppressed = "not_eligible"
+		}
+	case g.start.HedgeDelay < 0 || g.startedAt.Add(g.start.HedgeDelay).After(g.deadline.Add(-g.policy.MinUsefulTime)):
+		g.suppressed = "delay_past_deadline"
+	default:
+		g.emit(ArmTimer{Kind: TimerHedge, At: g.startedAt.Add(g.start.HedgeDelay)})
+	}
+}
+
+func (g *Group) launch(role schemas.Role, route string, res ReservationID) {
+	a := &attempt{
+		n:             len(g.attempts) + 1,
+		route:         route,
+		role:          role,
+		reservation:   res,
+		launchedAt:    g.now,
+		lastHeartbeat: g.now,
+	}
+	g.attempts = append(g.attempts, a)
+	if role == schemas.RoleHedge {
+		g.hedgeLaunched = true
+	}
+	g.emit(Launch{Attempt: a.n, Route: route, Role: role, Deadline: g.deadline, Remaining: g.remaining(), Reservation: res})
+	g.emit(ArmTimer{Kind: TimerAccept, Attempt: a.n, At: g.now.Add(g.policy.AcceptTimeout)})
+	if g.policy.AttemptTimeout > 0 {
+		g.emit(ArmTimer{Kind: TimerAttempt, Attempt: a.n, At: g.now.Add(g.policy.AttemptTimeout)})
+	}
+}
+
+func (g *Group) onTimer(e TimerFired) {
+	switch e.Kind {
+	case TimerHedge:
+		g.onHedgeTimer()
+	case TimerDeadline:
+		// Before the decision, the deadline check in Step has already failed the
+		// group. After a commit, a streaming winner still running is stopped:
+		// the deadline covers the whole user action.
+		if g.committed && !g.now.Before(g.deadline) {
+			if w := g.attempt(g.winner); w != nil && w.state == attemptRunning {
+				g.cancel(w, CancelDeadline)
+			}
+		}
+	case TimerAccept:
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted {
+			// No worker took it in time; it may still be queued somewhere, so it is
+			// cancelled as well, but nothing more is waited for.
+			g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
+			a.cancelSent = true
+			g.attemptFailed(a, schemas.StatusLost, schemas.ScopeTransient, "", 0, schemas.Usage{})
+		}
+	case TimerHeartbeat:
+		a := g.live(e.Attempt)
+		if a == nil || a.state != attemptRunning || !a.firstByteAt.IsZero() || g.policy.HeartbeatTimeout == 0 {
+			return
+		}
+		if silent := g.now.Sub(a.lastHeartbeat); silent < g.policy.HeartbeatTimeout {
+			g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: a.lastHeartbeat.Add(g.policy.HeartbeatTimeout)})
+			return
+		}
+		g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
+		a.cancelSent = true
+		g.attemptFailed(a, schemas.StatusLost, schemas.ScopeTransient, "", 0, schemas.Usage{})
+	case TimerAttempt:
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && a.n == g.winner) {
+			g.cancel(a, CancelTimeout)
+			g.lastFailScope = schemas.ScopeTransient
+			g.afterFailure(schemas.ScopeTransient)
+		}
+	case TimerCancelGrace:
+		if a := g.live(e.Attempt); a != nil && a.state == attemptCancelling {
+			g.endCancelled(a, schemas.Usage{}, false, false)
+		}
+	}
+}
+
+// Rule 2: the hedge trigger and the gates it re-checks.
+func (g *Group) onHedgeTimer() {
+	if g.phase != phaseRunning || g.hedgeConsidered {
+		return
+	}
+	g.hedgeConsidered = true
+	if reason := g.hedgeBlocked(); reason != "" {
+		g.suppress(schemas.RoleHedge, reason)
+		return
+	}
+	g.ask(schemas.RoleHedge)
+}
+
+// hedgeBlocked says why a hedge may not be asked for now, or "".
+func (g *Group) hedgeBlocked() string {
+	running := 0
+	for _, a := range g.attempts {
+		if a.state == attemptFinished || a.candidate {
+			return "valid_result"
+		}
+		if a.state != attemptRunning {
+			continue
+		}
+		running++
+		if g.policy.Trigger == TriggerFirstByte && !a.firstByteAt.IsZero() {
+			return "not_stalled"
+		}
+	}
+	switch {
+	case g.electing != 0:
+		return "valid_result"
+	case running == 0:
+		return "nothing_to_hedge"
+	case g.askPending:
+		return "replacement_pending"
+	case g.pushbackSeen:
+		return "pushback"
+	case g.remaining() < g.policy.MinUsefulTime:
+		return "no_time"
+	case len(g.attempts) >= g.policy.MaxAttempts:
+		return "no_slot"
+	}
+	return ""
+}
+
+func (g *Group) ask(role schemas.Role) {
+	g.askPending = true
+	g.askRole = role
+	exclude := make([]string, 0, len(g.attempts))
+	for _, a := range g.attempts {
+		exclude = append(exclude, a.route)
+	}
+	g.emit(AskHedgeBudget{Attempt: len(g.attempts) + 1, Role: role, Exclude: exclude, SameRoute: g.policy.SameRouteHedging})
+}
+
+func (g *Group) suppress(role schemas.Role, reason string) {
+	if g.suppressed == "" {
+		g.suppressed = reason
+	}
+	g.emit(HedgeSuppressed{Role: role, Reason: reason})
+}
+
+func (g *Group) onBudget(e HedgeBudgetDecided) {
+	if !g.askPending {
+		return // not asked: a driver's duplicate, ignored
+	}
+	g.askPending = false
+	role := g.askRole
+	if !e.Allowed {
+		reason := e.Reason
+		if reason == "" {
+			reason = "budget"
+		}
+		if g.phase == phaseRunning {
+			g.suppress(role, reason)
+			g.failIfNothingLeft()
+		}
+		return
+	}
+	// A budget granted after the outcome, or after the reason for it went away,
+	// is released, never leaked.
+	var blocked string
+	switch {
+	case g.phase != phaseRunning:
+		blocked = "decided"
+	case role == schemas.RoleHedge:
+		blocked = g.hedgeBlocked()
+	case g.remaining() < g.policy.MinUsefulTime:
+		blocked = "no_time"
+	case len(g.attempts) >= g.policy.MaxAttempts:
+		blocked = "no_slot"
+	}
+	if blocked != "" {
+		g.emit(Release{Reservation: e.Reservation})
+		if g.phase == phaseRunning {
+			g.suppress(role, blocked)
+			g.failIfNothingLeft()
+		}
+		return
+	}
+	g.launch(role, e.Route, e.Reservation)
+}
+
+func (g *Group) onAccepted(a *attempt) {
+	if a.accepted {
+		return
+	}
+	a.accepted = true
+	a.lastHeartbeat = g.now
+	if a.state == attemptRunning && a.firstByteAt.IsZero() && g.policy.HeartbeatTimeout > 0 {
+		g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: g.now.Add(g.policy.HeartbeatTimeout)})
+	}
+}
+
+// Rule 3: validity at the commit point, for streamed output.
+func (g *Group) onProgress(a *attempt, e Progress) {
+	if e.Tokens > a.tokens {
+		a.tokens = e.Tokens
+	}
+	a.accepted = true
+	if a.state != attemptRunning || g.phase != phaseRunning || a.candidate {
+		return
+	}
+	if !e.Valid {
+		// A malformed or contract-breaking stream never wins; the others go on.
+		g.cancel(a, CancelInvalid)
+		g.lastFailScope = schemas.ScopeTransient
+		g.afterFailure(schemas.ScopeTransient)
+		return
+	}
+	var ready bool
+	switch g.commitPoint.Kind {
+	case schemas.CommitFirstToken:
+		ready = e.FirstToken
+	case schemas.CommitTokens:
+		ready = e.Tokens >= g.commitPoint.Tokens
+	}
+	if ready {
+		a.candidate = true
+		a.contractValid = true
+		g.tryElect()
+	}
+}
+
+func (g *Group) onResult(a *attempt, e Result) {
+	scope := e.Scope
+	if scope == "" {
+		scope = schemas.ScopeNone
+	}
+	if a.state == attemptCancelling {
+		g.endCancelled(a, e.Usage, true, scope == schemas.ScopeNone && e.Status == schemas.StatusOK)
+		return
+	}
+	if a.state == attemptFinished {
+		return // a second result for an answer already in: ignore
+	}
+	if g.committed && a.n == g.winner {
+		// The committed stream finished (or broke after its commit point: the
+		// runtime ends the caller's stream with an error event, never with
+		// bytes of another attempt).
+		out := OutcomeWinner
+		g.endAttempt(a, out, e.Status, scope, e.Usage, false)
+		return
+	}
+	if g.phase != phaseRunning {
+		// Only the winner runs after a decision; anything else is a late record.
+		g.endAttempt(a, OutcomeLoserLate, e.Status, scope, e.Usage, false)
+		return
+	}
+	if scope == schemas.ScopeNone && e.Status == schemas.StatusOK {
+		if !e.Valid {
+			// Rule 3: a truncated, malformed or schema-failing answer never wins.
+			g.lastFailScope = schemas.ScopeTransient
+			g.endAttempt(a, OutcomeFailed, schemas.StatusContractInvalid, schemas.ScopeTransient, e.Usage, false)
+			g.afterFailure(schemas.ScopeTransient)
+			return
+		}
+		a.state = attemptFinished
+		a.candidate = true
+		a.contractValid = true
+		a.finishedStatus = e.Status
+		a.finishedUsage = e.Usage
+		g.tryElect()
+		return
+	}
+	if scope == schemas.ScopeNone {
+		scope = schemas.ScopeTransient // a failure status without a scope is treated as transient
+	}
+	g.attemptFailed(a, e.Status, scope, e.Error, e.RetryAfter, e.Usage)
+}
+
+// Rule 4: the error's scope decides, never the arrival order.
+func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope schemas.ErrorScope, code schemas.ErrorCode, retryAfter time.Duration, usage schemas.Usage) {
+	g.endAttempt(a, OutcomeFailed, status, scope, usage, false)
+	if g.phase != phaseRunning {
+		return
+	}
+	g.lastFailScope = scope
+	if g.policy.FailFast {
+		if code == "" {
+			code = failCode(scope)
+		}
+		g.fail(code, scope, "", CancelGroupError)
+		return
+	}
+	switch scope {
+	case schemas.ScopeGroup:
+		if code == "" {
+			code = schemas.ErrInvalidRequest
+		}
+		g.fail(code, scope, "", CancelGroupError)
+		return
+	case schemas.ScopeRoute:
+		g.emit(MarkRoute{Route: a.route, Mark: MarkQuarantine, TTL: g.policy.QuarantineTTL})
+	case schemas.ScopePushback:
+		ttl := retryAfter
+		if ttl <= 0 {
+			ttl = g.policy.PushbackTTL
+		}
+		g.emit(MarkRoute{Route: a.route, Mark: MarkPushback, TTL: ttl})
+		g.pushbackSeen = true
+	}
+	g.afterFailure(scope)
+}
+
+// afterFailure launches a replacement at once when slot, time and budget allow
+// (gRPC's non-fatal rule), or ends the group when nothing is left to wait for.
+func (g *Group) afterFailure(scope schemas.ErrorScope) {
+	if g.phase != phaseRunning || g.askPending {
+		return
+	}
+	// After pushback no more load than the primary path needs: a replacement
+	// only when no attempt is left running.
+	if scope == schemas.ScopePushback && g.running() > 0 {
+		g.suppress(schemas.RoleReplacement, "pushback")
+		return
+	}
+	switch {
+	case len(g.attempts) >= g.policy.MaxAttempts:
+		g.suppressIfNothingLeft("no_slot")
+	case g.remaining() < g.policy.MinUsefulTime:
+		g.suppressIfNothingLeft("no_time")
+	default:
+		g.ask(schemas.RoleReplacement)
+	}
+}
+
+func (g *Group) suppressIfNothingLeft(reason string) {
+	if g.running() == 0 && g.electing == 0 {
+		g.suppress(schemas.RoleReplacement, reason)
+	}
+	g.failIfNothingLeft()
+}
+
+// failIfNothingLeft fails the group when no attempt can still produce a winner.
+func (g *Group) failIfNothingLeft() {
+	if g.phase != phaseRunning || g.running() > 0 || g.askPending || g.electing != 0 {
+		return
+	}
+	scope := g.lastFailScope
+	if scope == "" {
+		scope = schemas.ScopeTransient
+	}
+	g.fail(failCode(scope), scope, "", CancelGroupError)
+}
+
+func failCode(scope schemas.ErrorScope) schemas.ErrorCode {
+	switch scope {
+	case schemas.ScopeRoute:
+		return schemas.ErrRouteFailed
+	case schemas.ScopePushback:
+		return schemas.ErrRateLimited
+	case schemas.ScopeGroup:
+		return schemas.ErrInvalidRequest
+	}
+	return schemas.ErrAllRoutesFailed
+}
+
+// tryElect asks the gate about the first candidate when no election is pending.
+func (g *Group) tryElect() {
+	if g.electing != 0 || g.phase != phaseRunning {
+		return
+	}
+	for _, a := range g.attempts {
+		if a.candidate && (a.state == attemptRunning || a.state == attemptFinished) {
+			g.electing = a.n
+			g.emit(Elect{Attempt: a.n})
+			return
+		}
+	}
+}
+
+func (g *Group) onGate(e GateDecided) {
+	if e.Attempt == 0 || e.Attempt != g.electing {
+		return
+	}
+	g.electing = 0
+	a := g.attempt(e.Attempt)
+	a.candidate = false
+	stillValid := a.state == attemptRunning || a.state == attemptFinished
+	switch {
+	case e.Won && (g.phase != phaseRunning || !stillValid):
+		// Claimed but will not commit: give the claim back (compare-and-delete).
+		g.emit(ClearGate{Attempt: a.n, Gate: e.Gate})
+		if g.phase == phaseRunning {
+			g.tryElect()
+			g.failIfNothingLeft()
+		} else {
+			g.stop(a, g.stopReason)
+		}
+	case e.Won:
+		g.commit(a, e.Gate)
+	case g.phase == phaseRunning:
+		// Another group of this user action committed: every attempt of this
+		// group would lose the same gate.
+		g.fail(schemas.ErrAlreadyCommitted, schemas.ScopeGroup, e.Holder, CancelLostRace)
+	default:
+		g.stop(a, g.stopReason)
+	}
+}
+
+func (g *Group) commit(w *attempt, gate string) {
+	g.committed = true
+	g.winner = w.n
+	g.decidedAt = g.now
+	g.phase = phaseDecided
+	g.emit(Commit{Attempt: w.n, Gate: gate})
+	for _, a := range g.attempts {
+		if a != w {
+			g.stop(a, CancelLostRace)
+		}
+	}
+	if w.state == attemptFinished {
+		g.endAttempt(w, OutcomeWinner, w.finishedStatus, schemas.ScopeNone, w.finishedUsage, false)
+	}
+}
+
+// fail decides the group's failure and stops every attempt.
+func (g *Group) fail(code schemas.ErrorCode, scope schemas.ErrorScope, holder string, reason CancelReason) {
+	if g.phase == phaseDecided {
+		return
+	}
+	g.decide(false, code, scope, holder)
+	g.stopReason = reason
+	for _, a := range g.attempts {
+		g.stop(a, reason)
+	}
+}
+
+func (g *Group) decide(committed bool, code schemas.ErrorCode, scope schemas.ErrorScope, holder string) {
+	g.phase = phaseDecided
+	g.committed = committed
+	g.failErr = code
+	g.failScope = scope
+	g.decidedAt = g.now
+	g.emit(Fail{Error: code, Scope: scope, Holder: holder})
+}
+
+// stop cancels a running attempt, or ends a finished one that will not win.
+func (g *Group) stop(a *attempt, reason CancelReason) {
+	switch a.state {
+	case attemptRunning:
+		g.cancel(a, reason)
+	case attemptFinished:
+		g.endAttempt(a, OutcomeLoserLate, a.finishedStatus, schemas.ScopeNone, a.finishedUsage, false)
+	}
+}
+
+func (g *Group) cancel(a *attempt, reason CancelReason) {
+	a.state = attemptCancelling
+	a.candidate = false
+	a.cancelSent = true
+	a.cancelReason = reason
+	g.emit(Cancel{Attempt: a.n, Reason: reason})
+	g.emit(ArmTimer{Kind: TimerCancelGrace, Attempt: a.n, At: g.now.Add(g.policy.CancelGrace)})
+}
+
+// endCancelled writes the terminal record of a cancelled attempt. Its usage is
+// max(reported, elapsed decode × cohort rate): cancellation is no proof that
+// nothing more was billed (DESIGN §7).
+func (g *Group) endCancelled(a *attempt, reported schemas.Usage, observed, completed bool) {
+	usage := reported
+	status := schemas.StatusCanceled
+	switch a.cancelReason {
+	case CancelInvalid:
+		status = schemas.StatusContractInvalid
+	case CancelTimeout:
+		status = schemas.StatusTimeout
+	}
+	if completed {
+		status = schemas.StatusOK
+	} else {
+		usage = g.estimateCancelled(a, reported)
+	}
+	outcome := OutcomeCanceled
+	if g.committed && a.n != g.winner {
+		outcome = OutcomeLoserCanceled
+		if completed {
+			outcome = OutcomeLoserLate
+		}
+	}
+	g.endAttempt(a, outcome, status, schemas.ScopeNone, usage, observed)
+}
+
+func (g *Group) estimateCancelled(a *attempt, reported schemas.Usage) schemas.Usage {
+	if !a.reachedProvider(reported) {
+		return reported
+	}
+	est := reported
+	if est.InputUnits < g.start.InputUnits {
+		est.InputUnits = g.start.InputUnits
+		est.Estimated = true
+	}
+	if !a.firstByteAt.IsZero() && g.start.DecodeTokensPerSecond > 0 {
+		decoded := int64(g.now.Sub(a.firstByteAt).Seconds() * g.start.DecodeTokensPerSecond)
+		if decoded > est.OutputUnits {
+			est.OutputUnits = decoded
+			est.Estimated = true
+		}
+	}
+	return est
+}
+
+// endAttempt writes an attempt's one terminal record and settles or releases
+// its reservation.
+func (g *Group) endAttempt(a *attempt, outcome Outcome, status schemas.StatusClass, scope schemas.ErrorScope, usage schemas.Usage, observed bool) {
+	if a.state == attemptEnded {
+		panic(fmt.Sprintf("hedge: attempt %d ended twice", a.n)) // an engine bug, never input
+	}
+	a.state = attemptEnded
+	a.candidate = false
+	if a.reachedProvider(usage) {
+		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage})
+	} else {
+		g.emit(Release{Reservation: a.reservation})
+	}
+	g.totalUsage = g.totalUsage.Add(usage)
+	if outcome == OutcomeLoserLate {
+		g.loserLate = true
+	}
+	var firstByte time.Duration
+	if !a.firstByteAt.IsZero() {
+		firstByte = a.firstByteAt.Sub(a.launchedAt)
+	}
+	g.emit(AttemptEnded{
+		Attempt:              a.n,
+		Route:                a.route,
+		Role:                 a.role,
+		Outcome:              outcome,
+		Status:               status,
+		Scope:                scope,
+		ContractValid:        a.contractValid,
+		CancellationSent:     a.cancelSent,
+		CancellationObserved: observed,
+		Elapsed:              g.now.Sub(a.launchedAt),
+		FirstByte:            firstByte,
+		Usage:                usage,
+	})
+}
