@@ -1,0 +1,170 @@
+// Package arbiter decides which attempt of a user action may win: it judges
+// an attempt's output against the request's contract at the commit point
+// (Validate) and elects exactly one winner per user action through a gate
+// (Gate, LocalGate). It holds no network code of its own; the Redis gate
+// that makes the election unique across replicas implements the same Gate.
+package arbiter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// ErrInvalidContract is returned by NewContract when the contract cannot be
+// built: an empty required field name or a JSON schema that does not compile.
+var ErrInvalidContract = errors.New("invalid contract")
+
+// contractSchemaURL names the contract's schema inside its private compiler.
+// It is a URN, not a path, so no file or network location is ever consulted
+// and none appears in validation reasons.
+const contractSchemaURL = "urn:hedgerow:contract"
+
+// ContractSpec is the configured form of a contract, as read from a pool's
+// configuration.
+type ContractSpec struct {
+	// RequireComplete demands a complete finish reason (see CompleteFinish):
+	// a truncated or filtered answer never wins.
+	RequireComplete bool
+	// RequiredFields are top-level keys the answer's JSON content must have.
+	RequiredFields []string
+	// JSONSchema is the raw JSON Schema (draft 2020-12 unless it declares
+	// $schema) that the answer's JSON content must satisfy; empty for none.
+	JSONSchema []byte
+}
+
+// Contract is what a result must satisfy to be allowed to win. A nil
+// *Contract is the empty contract: any well-formed, successful attempt that
+// reaches the commit point is valid. A Contract is immutable and safe for
+// concurrent use.
+type Contract struct {
+	requireComplete bool
+	requiredFields  []string
+	schema          *jsonschema.Schema
+}
+
+// NewContract builds a contract from its spec, compiling the JSON schema once
+// so that validating results on the request path never parses it again.
+// External $refs are refused: a contract schema must be self-contained.
+func NewContract(spec ContractSpec) (*Contract, error) {
+	c := &Contract{requireComplete: spec.RequireComplete}
+	seen := make(map[string]bool, len(spec.RequiredFields))
+	for i, f := range spec.RequiredFields {
+		if f == "" {
+			return nil, fmt.Errorf("%w: required field %d is empty", ErrInvalidContract, i)
+		}
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		c.requiredFields = append(c.requiredFields, f)
+	}
+	if len(bytes.TrimSpace(spec.JSONSchema)) > 0 {
+		sch, err := compileSchema(spec.JSONSchema)
+		if err != nil {
+			return nil, fmt.Errorf("%w: json schema: %w", ErrInvalidContract, err)
+		}
+		c.schema = sch
+	}
+	return c, nil
+}
+
+func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	comp := jsonschema.NewCompiler()
+	comp.DefaultDraft(jsonschema.Draft2020)
+	// An empty scheme map refuses every external reference (file, http):
+	// validating a result must never touch the filesystem or the network.
+	comp.UseLoader(jsonschema.SchemeURLLoader{})
+	if err := comp.AddResource(contractSchemaURL, doc); err != nil {
+		return nil, fmt.Errorf("add resource: %w", err)
+	}
+	sch, err := comp.Compile(contractSchemaURL)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	return sch, nil
+}
+
+// NeedsComplete reports whether the contract can only be judged on the whole
+// answer (complete finish reason, required fields or a JSON schema).
+func (c *Contract) NeedsComplete() bool {
+	if c == nil {
+		return false
+	}
+	return c.requireComplete || len(c.requiredFields) > 0 || c.schema != nil
+}
+
+// RequireComplete reports whether the contract demands a complete finish reason.
+func (c *Contract) RequireComplete() bool { return c != nil && c.requireComplete }
+
+// RequiredFields returns a copy of the top-level keys the answer must have.
+func (c *Contract) RequiredFields() []string {
+	if c == nil {
+		return nil
+	}
+	return append([]string(nil), c.requiredFields...)
+}
+
+// HasSchema reports whether the contract carries a JSON schema.
+func (c *Contract) HasSchema() bool { return c != nil && c.schema != nil }
+
+// CommitPoint returns the commit point that applies to one request (DESIGN §4
+// rule 3): non-streaming requests and contracts that need the whole answer
+// commit at complete; otherwise the requested point stands. A zero requested
+// point means the streaming default, first_token; tokens:N with N < 1 is read
+// as tokens:1; an unknown kind falls back to complete, the strictest point,
+// so a bad value can only delay a commit, never let an unjudged answer win.
+func (c *Contract) CommitPoint(requested schemas.CommitPoint, streaming bool) schemas.CommitPoint {
+	if !streaming || c.NeedsComplete() {
+		return schemas.Complete
+	}
+	switch requested.Kind {
+	case "", schemas.CommitFirstToken:
+		return schemas.FirstToken
+	case schemas.CommitTokens:
+		if requested.Tokens < 1 {
+			return schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 1}
+		}
+		return requested
+	case schemas.CommitComplete:
+		return schemas.Complete
+	default:
+		return schemas.Complete
+	}
+}
+
+// completeFinish lists the finish reasons that mean the model ended its
+// answer on its own. OpenAI-compatible and Anthropic spellings are both
+// listed so adapters may pass the provider's reason through unchanged.
+var completeFinish = map[string]bool{
+	"stop":          true, // OpenAI
+	"tool_calls":    true, // OpenAI
+	"function_call": true, // OpenAI, legacy
+	"end_turn":      true, // Anthropic
+	"stop_sequence": true, // Anthropic
+	"tool_use":      true, // Anthropic
+}
+
+// knownIncompleteFinish lists finish reasons that end an answer early; they
+// may be named in a verdict's reason. Any other reason is reported as unknown.
+var knownIncompleteFinish = map[string]bool{
+	"length":         true, // OpenAI: max_tokens reached
+	"max_tokens":     true, // Anthropic
+	"content_filter": true, // OpenAI
+	"refusal":        true, // Anthropic
+	"pause_turn":     true, // Anthropic
+}
+
+// CompleteFinish reports whether a finish reason means the answer is whole:
+// "stop", "tool_calls", "end_turn" and their equivalents. Truncation
+// ("length", "max_tokens"), filtering ("content_filter") and any reason this
+// package does not know are not complete: unknown reasons fail closed.
+func CompleteFinish(reason string) bool { return completeFinish[reason] }

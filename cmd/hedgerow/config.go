@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+)
+
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Work with hedgerow configuration files",
+	}
+	cmd.AddCommand(newConfigCheckCmd())
+	return cmd
+}
+
+func newConfigCheckCmd() *cobra.Command {
+	var role string
+	cmd := &cobra.Command{
+		Use:   "check FILE",
+		Short: "Validate a configuration file and print every problem",
+		Long: `check loads FILE as a process of the given role would, including the
+environment variables holding the secrets that role needs, and prints every
+problem, one per line as file:line: path: message, or "ok".`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := config.ParseRole(role)
+			if err != nil {
+				return err
+			}
+			_, err = config.Load(args[0], r, os.LookupEnv)
+			var problems config.Problems
+			switch {
+			case errors.As(err, &problems):
+				for _, p := range problems {
+					if _, werr := fmt.Fprintln(cmd.OutOrStdout(), p); werr != nil {
+						return werr
+					}
+				}
+				return invalidConfigError{file: args[0], count: len(problems)}
+			case err != nil:
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), "ok")
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&role, "role", string(config.RoleServe), "role to check for: serve, gateway or worker")
+	return cmd
+}
+
+// invalidConfigError reports that config check found problems; they have
+// already been printed, so the error only summarises them.
+type invalidConfigError struct {
+	file  string
+	count int
+}
+
+func (e invalidConfigError) Error() string {
+	noun := "problems"
+	if e.count == 1 {
+		noun = "problem"
+	}
+	return fmt.Sprintf("config check: %s has %d %s", e.file, e.count, noun)
+}
+
+// ExitCode makes the process exit with 1, as linters do when they find problems.
+func (e invalidConfigError) ExitCode() int { return 1 }

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runConfigCheck(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"config", "check"}, args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestConfigCheckPrintsOKForTheExample(t *testing.T) {
+	example := filepath.Join("..", "..", "deploy", "examples", "local.yaml")
+	for _, role := range []string{"serve", "gateway", "worker"} {
+		t.Run(role, func(t *testing.T) {
+			out, err := runConfigCheck(t, example, "--role", role)
+			if err != nil {
+				t.Fatalf("config check: %v\n%s", err, out)
+			}
+			if out != "ok\n" {
+				t.Fatalf("output = %q, want \"ok\\n\"", out)
+			}
+		})
+	}
+}
+
+func TestConfigCheckPrintsEveryProblemAndExitsNonZero(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	src := `routes:
+  - name: Bad.Name
+    provider: openai
+    base_url: http://127.0.0.1:9101
+    model: m
+pools:
+  general:
+    routes: [missing]
+policies:
+  default:
+    max_attempts: 7
+    unknown_key: 1
+`
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runConfigCheck(t, path)
+	if err == nil {
+		t.Fatalf("config check succeeded on a bad file:\n%s", out)
+	}
+	ec, ok := err.(exitCoder)
+	if !ok || ec.ExitCode() == 0 {
+		t.Fatalf("error %v carries no non-zero exit code", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, want := range []string{
+		path + ":2: routes[0].name:",
+		path + ":8: pools.general.routes[0]:",
+		path + ":11: policies.default.max_attempts:",
+		path + ":12: policies.default.unknown_key:",
+	} {
+		found := false
+		for _, l := range lines {
+			found = found || strings.HasPrefix(l, want)
+		}
+		if !found {
+			t.Errorf("no output line starting %q in:\n%s", want, out)
+		}
+	}
+	if len(lines) != 4 {
+		t.Errorf("want 4 problem lines, got %d:\n%s", len(lines), out)
+	}
+}
+
+func TestConfigCheckRefusesAnUnknownRole(t *testing.T) {
+	example := filepath.Join("..", "..", "deploy", "examples", "local.yaml")
+	if _, err := runConfigCheck(t, example, "--role", "router"); err == nil {
+		t.Fatal("config check accepted role router")
+	}
+}

@@ -1,0 +1,692 @@
+package hedge
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// harness steps one group at millisecond offsets and checks every step with a Checker.
+type harness struct {
+	t   *testing.T
+	g   *Group
+	chk *Checker
+	t0  time.Time
+}
+
+func newHarness(t *testing.T, p Policy) *harness {
+	t.Helper()
+	g, err := New(p)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &harness{t: t, g: g, chk: NewChecker(p), t0: time.Unix(1_800_000_000, 0)}
+}
+
+func (h *harness) at(ms int, ev Event) []Action {
+	h.t.Helper()
+	now := h.t0.Add(time.Duration(ms) * time.Millisecond)
+	acts := h.g.Step(now, ev)
+	if err := h.chk.Step(now, ev, acts); err != nil {
+		h.t.Fatalf("invariant broken at %dms: %v", ms, err)
+	}
+	return acts
+}
+
+// streamingStart is an eligible streaming group with a 1 s hedge delay.
+var streamingStart = Start{Streaming: true, HedgeEligible: true, HedgeDelay: time.Second, InputUnits: 100, DecodeTokensPerSecond: 100}
+
+// launched starts a group and admits its primary on route "a".
+func (h *harness) launched(s Start) []Action {
+	h.t.Helper()
+	h.at(0, s)
+	return h.at(1, Admitted{Allowed: true, Route: "a", Reservation: "r1"})
+}
+
+// hedged starts a group, fires the hedge timer at 1 s and grants a hedge on route "b".
+func (h *harness) hedged(s Start) {
+	h.t.Helper()
+	h.launched(s)
+	h.at(2, Accepted{Attempt: 1})
+	if _, ok := find[AskHedgeBudget](h.at(1000, TimerFired{Kind: TimerHedge})); !ok {
+		h.t.Fatal("hedge timer did not ask for a hedge budget")
+	}
+	if _, ok := find[Launch](h.at(1001, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})); !ok {
+		h.t.Fatal("granted hedge was not launched")
+	}
+	h.at(1002, Accepted{Attempt: 2})
+}
+
+func find[T Action](acts []Action) (T, bool) {
+	for _, a := range acts {
+		if v, ok := a.(T); ok {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func all[T Action](acts []Action) []T {
+	var out []T
+	for _, a := range acts {
+		if v, ok := a.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func has[T Action](acts []Action) bool { _, ok := find[T](acts); return ok }
+
+func timerAt(acts []Action, kind TimerKind) (time.Time, bool) {
+	for _, a := range all[ArmTimer](acts) {
+		if a.Kind == kind {
+			return a.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func TestPolicyValidateRejectsOutOfRangeFields(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Policy)
+	}{
+		{"max attempts above the hard cap", func(p *Policy) { p.MaxAttempts = 5 }},
+		{"max attempts below one", func(p *Policy) { p.MaxAttempts = 0 }},
+		{"unknown trigger", func(p *Policy) { p.Trigger = "sometimes" }},
+		{"no deadline", func(p *Policy) { p.Deadline = 0 }},
+		{"min useful time not below the deadline", func(p *Policy) { p.MinUsefulTime = p.Deadline }},
+		{"token commit point without tokens", func(p *Policy) { p.CommitPoint = schemas.CommitPoint{Kind: schemas.CommitTokens} }},
+		{"no accept timeout", func(p *Policy) { p.AcceptTimeout = 0 }},
+	}
+	if err := DefaultPolicy().Validate(); err != nil {
+		t.Fatalf("default policy invalid: %v", err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			tc.change(&p)
+			if _, err := New(p); !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("New = %v, want ErrInvalidPolicy", err)
+			}
+		})
+	}
+}
+
+// Rule 1: admit first (ledger, reservation, primary route), then the primary;
+// one absolute deadline; the hedge timer only for hedge-eligible cohorts.
+func TestRule1AdmissionComesBeforeThePrimary(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	acts := h.at(0, streamingStart)
+	if len(acts) != 1 || !has[Admit](acts) {
+		t.Fatalf("Start = %v, want only Admit", acts)
+	}
+	acts = h.at(5, Admitted{Allowed: true, Route: "a", Reservation: "r1"})
+	l, ok := find[Launch](acts)
+	if !ok || l.Attempt != 1 || l.Role != schemas.RolePrimary || l.Route != "a" || l.Reservation != "r1" {
+		t.Fatalf("Admitted = %v, want Launch of the primary on a with r1", acts)
+	}
+}
+
+func TestRule1RefusedAdmissionFailsWithoutLaunching(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.at(0, streamingStart)
+	acts := h.at(1, Admitted{Allowed: false, Reason: "attempts", Error: schemas.ErrBudgetExhausted})
+	if has[Launch](acts) {
+		t.Fatal("launched after a refused admission")
+	}
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrBudgetExhausted {
+		t.Fatalf("want Fail(budget_exhausted), got %v", acts)
+	}
+	if !h.g.Done() {
+		t.Fatal("group not done after a refused admission")
+	}
+}
+
+func TestRule1EveryAttemptCarriesTheAbsoluteDeadlineAndItsRemainingTime(t *testing.T) {
+	p := DefaultPolicy()
+	p.Deadline = 10 * time.Second
+	h := newHarness(t, p)
+	acts := h.launched(streamingStart)
+	deadline := h.t0.Add(10 * time.Second)
+	if at, ok := timerAt(acts, TimerDeadline); !ok || !at.Equal(deadline) {
+		t.Fatalf("deadline timer at %v, want Start+deadline %v", at, deadline)
+	}
+	primary, _ := find[Launch](acts)
+	if !primary.Deadline.Equal(deadline) || primary.Remaining != deadline.Sub(h.t0.Add(time.Millisecond)) {
+		t.Fatalf("primary carries %v/%v", primary.Deadline, primary.Remaining)
+	}
+	h.at(1000, TimerFired{Kind: TimerHedge})
+	hedge, _ := find[Launch](h.at(1500, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"}))
+	if !hedge.Deadline.Equal(deadline) || hedge.Remaining != 8500*time.Millisecond {
+		t.Fatalf("hedge carries %v/%v, want the same deadline and 8.5s remaining", hedge.Deadline, hedge.Remaining)
+	}
+}
+
+func TestRule1HedgeTimerIsArmedOnlyForEligibleCohorts(t *testing.T) {
+	tests := []struct {
+		name       string
+		start      Start
+		wantTimer  bool
+		suppressed string
+	}{
+		{"eligible cohort arms the timer at start plus delay", streamingStart, true, ""},
+		{"control group runs primary-only", Start{Streaming: true, HedgeEligible: false, NotEligibleReason: "control", HedgeDelay: time.Second}, false, "control"},
+		{"delay past the deadline arms nothing", Start{Streaming: true, HedgeEligible: true, HedgeDelay: time.Minute}, false, "delay_past_deadline"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, DefaultPolicy())
+			acts := h.launched(tc.start)
+			at, armed := timerAt(acts, TimerHedge)
+			if armed != tc.wantTimer {
+				t.Fatalf("hedge timer armed = %v, want %v", armed, tc.wantTimer)
+			}
+			if armed && !at.Equal(h.t0.Add(tc.start.HedgeDelay)) {
+				t.Fatalf("hedge timer at %v, want Start + delay", at)
+			}
+			if !armed {
+				h.at(10, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
+				h.at(11, GateDecided{Attempt: 1, Won: true, Gate: "g"})
+				rec, _ := find[GroupEnded](h.at(12, CancelObserved{}))
+				_ = rec
+			}
+		})
+	}
+}
+
+// Rule 2: the hedge trigger and the gates re-checked when it fires.
+func TestRule2HedgeTriggerDecidesWhatCountsAsAStall(t *testing.T) {
+	tests := []struct {
+		name      string
+		trigger   Trigger
+		firstByte bool
+		wantAsk   bool
+	}{
+		{"first_byte trigger hedges a primary without its first byte", TriggerFirstByte, false, true},
+		{"first_byte trigger leaves a long answer alone once bytes flow", TriggerFirstByte, true, false},
+		{"total trigger hedges any primary without a valid result", TriggerTotal, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			p.Trigger = tc.trigger
+			p.CommitPoint = schemas.Complete
+			h := newHarness(t, p)
+			h.launched(streamingStart)
+			h.at(2, Accepted{Attempt: 1})
+			if tc.firstByte {
+				h.at(500, FirstByte{Attempt: 1})
+			}
+			acts := h.at(1000, TimerFired{Kind: TimerHedge})
+			if got := has[AskHedgeBudget](acts); got != tc.wantAsk {
+				t.Fatalf("asked for a hedge = %v, want %v (%v)", got, tc.wantAsk, acts)
+			}
+			if !tc.wantAsk {
+				s, ok := find[HedgeSuppressed](acts)
+				if !ok || s.Reason != "not_stalled" {
+					t.Fatalf("want suppression not_stalled, got %v", acts)
+				}
+			}
+		})
+	}
+}
+
+func TestRule2HedgeLaunchesOnlyWhenEveryGateAllows(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy func(*Policy)
+		before func(h *harness)
+		budget *HedgeBudgetDecided
+		reason string
+	}{
+		{name: "not enough time left", policy: func(p *Policy) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond }, reason: "delay_past_deadline"},
+		{name: "no attempt slot", policy: func(p *Policy) { p.MaxAttempts = 1 }, reason: "no_slot"},
+		{name: "duplicate-rate budget refuses", budget: &HedgeBudgetDecided{Allowed: false, Reason: "duplicate_rate"}, reason: "duplicate_rate"},
+		{name: "spend ceiling refuses", budget: &HedgeBudgetDecided{Allowed: false, Reason: "spend"}, reason: "spend"},
+		{name: "no other eligible route", budget: &HedgeBudgetDecided{Allowed: false, Reason: "no_route"}, reason: "no_route"},
+		{name: "a valid result already arrived", policy: func(p *Policy) { p.Trigger = TriggerTotal }, before: func(h *harness) {
+			h.at(900, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+		}, reason: "valid_result"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			h := newHarness(t, p)
+			acts := h.launched(streamingStart)
+			if _, armed := timerAt(acts, TimerHedge); !armed {
+				if s := h.g.suppressed; s != tc.reason {
+					t.Fatalf("no hedge timer, suppression %q, want %q", s, tc.reason)
+				}
+				return
+			}
+			h.at(2, Accepted{Attempt: 1})
+			if tc.before != nil {
+				tc.before(h)
+			}
+			acts = h.at(1000, TimerFired{Kind: TimerHedge})
+			if tc.budget != nil {
+				if !has[AskHedgeBudget](acts) {
+					t.Fatalf("no budget asked: %v", acts)
+				}
+				acts = h.at(1001, *tc.budget)
+			}
+			if has[Launch](acts) {
+				t.Fatalf("hedge launched although %s", tc.name)
+			}
+			s, ok := find[HedgeSuppressed](acts)
+			if !ok || s.Reason != tc.reason || s.Role != schemas.RoleHedge {
+				t.Fatalf("suppression = %+v, want hedge %q", s, tc.reason)
+			}
+		})
+	}
+}
+
+func TestRule2HedgeAsksForADifferentRoute(t *testing.T) {
+	for _, same := range []bool{false, true} {
+		p := DefaultPolicy()
+		p.SameRouteHedging = same
+		h := newHarness(t, p)
+		h.launched(streamingStart)
+		ask, ok := find[AskHedgeBudget](h.at(1000, TimerFired{Kind: TimerHedge}))
+		if !ok || !slices.Equal(ask.Exclude, []string{"a"}) || ask.Role != schemas.RoleHedge || ask.SameRoute != same {
+			t.Fatalf("ask = %+v, want hedge excluding the primary's route a, same-route %v", ask, same)
+		}
+	}
+}
+
+func TestRule2BudgetGrantedAfterAWinnerIsReleased(t *testing.T) {
+	p := DefaultPolicy()
+	p.Trigger = TriggerTotal
+	p.CommitPoint = schemas.Complete
+	h := newHarness(t, p)
+	h.launched(streamingStart)
+	h.at(1000, TimerFired{Kind: TimerHedge})
+	h.at(1001, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 10, OutputUnits: 5}})
+	h.at(1002, GateDecided{Attempt: 1, Won: true, Gate: "g1"})
+	acts := h.at(1003, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "late"})
+	if r, ok := find[Release](acts); !ok || r.Reservation != "late" || has[Launch](acts) {
+		t.Fatalf("late grant = %v, want Release(late) and no Launch", acts)
+	}
+	if !h.g.Done() {
+		t.Fatal("group not done")
+	}
+	if err := h.chk.Finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rule 3: only a contract-valid result may win, judged at the commit point.
+func TestRule3OnlyAResultValidAtTheCommitPointIsElected(t *testing.T) {
+	tokens3 := schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 3}
+	tests := []struct {
+		name      string
+		commit    schemas.CommitPoint
+		start     Start
+		event     Event
+		wantElect bool
+	}{
+		{"first_token elects at the first content token", schemas.FirstToken, streamingStart, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true}, true},
+		{"first_token waits while only a role chunk arrived", schemas.FirstToken, streamingStart, Progress{Attempt: 1, Tokens: 0, FirstToken: false, Valid: true}, false},
+		{"tokens:N waits below N", tokens3, streamingStart, Progress{Attempt: 1, Tokens: 2, FirstToken: true, Valid: true}, false},
+		{"tokens:N elects at N", tokens3, streamingStart, Progress{Attempt: 1, Tokens: 3, FirstToken: true, Valid: true}, true},
+		{"complete never elects on progress", schemas.Complete, streamingStart, Progress{Attempt: 1, Tokens: 50, FirstToken: true, Valid: true}, false},
+		{"complete elects a valid complete answer", schemas.Complete, streamingStart, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true}, true},
+		{"non-streaming always commits at complete", schemas.FirstToken, Start{Streaming: false, HedgeEligible: true, HedgeDelay: time.Second}, Progress{Attempt: 1, Tokens: 5, FirstToken: true, Valid: true}, false},
+		{"a contract needing the whole answer moves the commit point to complete", schemas.FirstToken, Start{Streaming: true, NeedsCompleteAnswer: true, HedgeEligible: true, HedgeDelay: time.Second}, Progress{Attempt: 1, Tokens: 5, FirstToken: true, Valid: true}, false},
+		{"a malformed stream is never elected", schemas.FirstToken, streamingStart, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: false}, false},
+		{"a truncated or schema-failing answer is never elected", schemas.Complete, streamingStart, Result{Attempt: 1, Status: schemas.StatusOK, Valid: false}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			p.CommitPoint = tc.commit
+			h := newHarness(t, p)
+			h.launched(tc.start)
+			h.at(2, Accepted{Attempt: 1})
+			h.at(3, FirstByte{Attempt: 1})
+			acts := h.at(4, tc.event)
+			if got := has[Elect](acts); got != tc.wantElect {
+				t.Fatalf("elected = %v, want %v (%v)", got, tc.wantElect, acts)
+			}
+		})
+	}
+}
+
+func TestRule3InvalidAnswerLosesAndTheOtherAttemptKeepsRunning(t *testing.T) {
+	p := DefaultPolicy()
+	p.CommitPoint = schemas.Complete
+	p.MaxAttempts = 2
+	h := newHarness(t, p)
+	h.hedged(streamingStart)
+	acts := h.at(1500, Result{Attempt: 1, Status: schemas.StatusOK, Valid: false, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 1000}})
+	if has[Elect](acts) || has[Cancel](acts) || has[Fail](acts) {
+		t.Fatalf("invalid answer = %v, want no election, no cancel, no failure", acts)
+	}
+	rec, _ := find[AttemptEnded](acts)
+	if rec.Status != schemas.StatusContractInvalid || rec.ContractValid {
+		t.Fatalf("record = %+v, want contract_invalid", rec)
+	}
+	if !has[Elect](h.at(1600, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true})) {
+		t.Fatal("the hedge's valid answer was not elected")
+	}
+}
+
+func TestRule3FirstValidIsElectedThenCommittedThenTheOthersCancelled(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1100, FirstByte{Attempt: 2})
+	if e, ok := find[Elect](h.at(1101, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})); !ok || e.Attempt != 2 {
+		t.Fatal("hedge's first token not elected")
+	}
+	// The primary's first token arrives while the election is pending: it waits.
+	if has[Elect](h.at(1102, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})) {
+		t.Fatal("two elections at once")
+	}
+	acts := h.at(1103, GateDecided{Attempt: 2, Won: true, Gate: "g/2/7"})
+	c, ok := find[Commit](acts)
+	if !ok || c.Attempt != 2 || c.Gate != "g/2/7" {
+		t.Fatalf("Commit = %v", acts)
+	}
+	cancels := all[Cancel](acts)
+	if len(cancels) != 1 || cancels[0].Attempt != 1 || cancels[0].Reason != CancelLostRace {
+		t.Fatalf("cancels = %v, want the primary cancelled as the race's loser", cancels)
+	}
+}
+
+func TestRule3EveryAttemptLosingTheElectionEndsAlreadyCommitted(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	acts := h.at(1101, GateDecided{Attempt: 1, Won: false, Holder: "group-x"})
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrAlreadyCommitted || f.Holder != "group-x" {
+		t.Fatalf("lost election = %v, want Fail(already_committed) naming the holder", acts)
+	}
+	if len(all[Cancel](acts)) != 2 {
+		t.Fatalf("want both attempts cancelled, got %v", all[Cancel](acts))
+	}
+}
+
+// Rule 4: the error's scope decides, never the arrival order.
+func TestRule4ErrorScopeDecidesWhatAFailureReaches(t *testing.T) {
+	tests := []struct {
+		name        string
+		result      Result
+		wantFail    schemas.ErrorCode
+		wantMark    RouteMark
+		wantMarkTTL time.Duration
+		wantAsk     bool
+	}{
+		{name: "group-scoped permanent error cancels all with one stable error",
+			result:   Result{Attempt: 2, Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup, Error: schemas.ErrInvalidRequest},
+			wantFail: schemas.ErrInvalidRequest},
+		{name: "route-local permanent error quarantines the route and ends only that attempt",
+			result:   Result{Attempt: 2, Status: schemas.StatusAuth, Scope: schemas.ScopeRoute},
+			wantMark: MarkQuarantine, wantMarkTTL: time.Minute, wantAsk: true},
+		{name: "transient error launches a replacement at once",
+			result:  Result{Attempt: 2, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient},
+			wantAsk: true},
+		{name: "pushback pauses the route until Retry-After and adds no load",
+			result:   Result{Attempt: 2, Status: schemas.StatusRateLimited, Scope: schemas.ScopePushback, RetryAfter: 7 * time.Second},
+			wantMark: MarkPushback, wantMarkTTL: 7 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			p.MaxAttempts = 3
+			h := newHarness(t, p)
+			h.hedged(streamingStart)
+			acts := h.at(1200, tc.result)
+			f, failed := find[Fail](acts)
+			if (tc.wantFail != "") != failed || (failed && f.Error != tc.wantFail) {
+				t.Fatalf("Fail = %v, want %q", acts, tc.wantFail)
+			}
+			if tc.wantFail != "" {
+				if c, ok := find[Cancel](acts); !ok || c.Attempt != 1 {
+					t.Fatalf("the primary was not cancelled: %v", acts)
+				}
+			} else if has[Cancel](acts) {
+				t.Fatalf("a %s failure cancelled another attempt: %v", tc.result.Scope, acts)
+			}
+			m, marked := find[MarkRoute](acts)
+			if (tc.wantMark != "") != marked || (marked && (m.Mark != tc.wantMark || m.Route != "b" || m.TTL != tc.wantMarkTTL)) {
+				t.Fatalf("MarkRoute = %+v, want %q on b for %v", m, tc.wantMark, tc.wantMarkTTL)
+			}
+			ask, asked := find[AskHedgeBudget](acts)
+			if asked != tc.wantAsk {
+				t.Fatalf("replacement asked = %v, want %v", asked, tc.wantAsk)
+			}
+			if asked && (ask.Role != schemas.RoleReplacement || !slices.Equal(ask.Exclude, []string{"a", "b"})) {
+				t.Fatalf("ask = %+v, want a replacement away from a and b", ask)
+			}
+		})
+	}
+}
+
+func TestRule4ArrivalOrderDoesNotChangeTheOutcome(t *testing.T) {
+	routeErr := Result{Attempt: 1, Status: schemas.StatusAuth, Scope: schemas.ScopeRoute}
+	answer := Result{Attempt: 2, Status: schemas.StatusOK, Valid: true}
+	for _, order := range [][]Result{{routeErr, answer}, {answer, routeErr}} {
+		p := DefaultPolicy()
+		p.CommitPoint = schemas.Complete
+		h := newHarness(t, p)
+		h.hedged(streamingStart)
+		h.at(1200, order[0])
+		h.at(1201, order[1])
+		acts := h.at(1202, GateDecided{Attempt: 2, Won: true, Gate: "g"})
+		if c, ok := find[Commit](acts); !ok || c.Attempt != 2 {
+			t.Fatalf("order %v: want the hedge committed, got %v", order, acts)
+		}
+	}
+}
+
+func TestRule4BusyMissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
+	tests := []struct {
+		name   string
+		events func(h *harness) []Action
+		status schemas.StatusClass
+		// started: the worker had accepted, so its reservation is settled, not released.
+		started bool
+	}{
+		{"a busy worker", func(h *harness) []Action { return h.at(10, Busy{Attempt: 1}) }, schemas.StatusBusy, false},
+		{"no accept within the accept timeout", func(h *harness) []Action { return h.at(250, TimerFired{Kind: TimerAccept, Attempt: 1}) }, schemas.StatusLost, false},
+		{"heartbeats stop before the first byte", func(h *harness) []Action {
+			h.at(10, Accepted{Attempt: 1})
+			h.at(400, Heartbeat{Attempt: 1})
+			// The timer armed at accept fires early relative to the last heartbeat: it re-arms.
+			if acts := h.at(1010, TimerFired{Kind: TimerHeartbeat, Attempt: 1}); has[AttemptEnded](acts) {
+				h.t.Fatal("heartbeat timer ended an attempt that beat 610ms ago")
+			}
+			return h.at(1400, TimerFired{Kind: TimerHeartbeat, Attempt: 1})
+		}, schemas.StatusLost, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, DefaultPolicy())
+			h.launched(streamingStart)
+			acts := tc.events(h)
+			rec, ok := find[AttemptEnded](acts)
+			if !ok || rec.Status != tc.status || rec.Scope != schemas.ScopeTransient {
+				t.Fatalf("record = %+v, want %s transient", rec, tc.status)
+			}
+			_, released := find[Release](acts)
+			_, settled := find[Settle](acts)
+			if released == tc.started || settled != tc.started {
+				t.Fatalf("started=%v: released=%v settled=%v, want an unstarted attempt released and a started one settled", tc.started, released, settled)
+			}
+			if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleReplacement {
+				t.Fatalf("no replacement asked: %v", acts)
+			}
+		})
+	}
+}
+
+// Rule 5: the deadline, records after the outcome, CallerGone, gate clearing.
+func TestRule5DeadlineCancelsEveryAttemptAndFails(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	acts := h.at(30_000, TimerFired{Kind: TimerDeadline})
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrDeadlineExceeded {
+		t.Fatalf("deadline = %v", acts)
+	}
+	if c := all[Cancel](acts); len(c) != 2 || c[0].Reason != CancelDeadline {
+		t.Fatalf("cancels = %v", c)
+	}
+}
+
+func TestRule5AnyEventPastTheDeadlineFailsTheGroupFirst(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.launched(streamingStart)
+	// The deadline timer is late; a valid answer arriving after the deadline must not win.
+	acts := h.at(30_001, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
+	if has[Elect](acts) || has[Commit](acts) {
+		t.Fatalf("answer past the deadline elected: %v", acts)
+	}
+	if f, ok := find[Fail](acts); !ok || f.Error != schemas.ErrDeadlineExceeded {
+		t.Fatalf("want deadline_exceeded, got %v", acts)
+	}
+}
+
+func TestRule5AfterTheOutcomeEventsOnlyRecord(t *testing.T) {
+	p := DefaultPolicy()
+	p.CommitPoint = schemas.Complete
+	h := newHarness(t, p)
+	h.hedged(streamingStart)
+	h.at(1100, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 30}})
+	h.at(1101, GateDecided{Attempt: 2, Won: true, Gate: "g"})
+	acts := h.at(1300, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 30}})
+	for _, a := range acts {
+		switch a.(type) {
+		case Settle, AttemptEnded, GroupEnded:
+		default:
+			t.Fatalf("late completion produced %T; want only records", a)
+		}
+	}
+	rec, _ := find[AttemptEnded](acts)
+	if rec.Outcome != OutcomeLoserLate || rec.Usage.OutputUnits != 30 {
+		t.Fatalf("late loser recorded as %+v", rec)
+	}
+	g, ok := find[GroupEnded](acts)
+	if !ok || !g.LoserFinishedLate || !g.HedgeLaunched || g.Winner != 2 || g.Usage.OutputUnits != 60 {
+		t.Fatalf("group record = %+v", g)
+	}
+}
+
+func TestRule5CancelledAttemptsNeverTriggerALaunch(t *testing.T) {
+	p := DefaultPolicy()
+	p.MaxAttempts = 4
+	h := newHarness(t, p)
+	h.hedged(streamingStart)
+	h.at(1100, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})
+	h.at(1101, GateDecided{Attempt: 2, Won: true, Gate: "g"})
+	// The cancelled primary then fails in every way: nothing launches.
+	for _, ev := range []Event{
+		Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient},
+		TimerFired{Kind: TimerHedge},
+		TimerFired{Kind: TimerAccept, Attempt: 1},
+	} {
+		if acts := h.at(1200, ev); has[Launch](acts) || has[AskHedgeBudget](acts) {
+			t.Fatalf("%T after cancel asked for more work: %v", ev, acts)
+		}
+	}
+}
+
+func TestRule5CallerGoneCancelsEverythingWithoutFallback(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	acts := h.at(1100, CallerGone{})
+	if f, ok := find[Fail](acts); !ok || f.Error != schemas.ErrCanceled {
+		t.Fatalf("CallerGone = %v", acts)
+	}
+	if len(all[Cancel](acts)) != 2 {
+		t.Fatalf("want both attempts cancelled: %v", acts)
+	}
+	if acts := h.at(1200, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient}); has[AskHedgeBudget](acts) {
+		t.Fatal("a failure after CallerGone asked for a replacement")
+	}
+}
+
+func TestRule5AGateClaimThatDidNotCommitIsCleared(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.launched(streamingStart)
+	h.at(500, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	h.at(501, CallerGone{}) // decided while the election is in flight
+	acts := h.at(502, GateDecided{Attempt: 1, Won: true, Gate: "g/1/3"})
+	if c, ok := find[ClearGate](acts); !ok || c.Gate != "g/1/3" || has[Commit](acts) {
+		t.Fatalf("won claim after the outcome = %v, want ClearGate and no Commit", acts)
+	}
+}
+
+func TestCancelledAttemptIsSettledAtItsEstimatedDecode(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1010, FirstByte{Attempt: 1})
+	h.at(1011, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	h.at(1012, GateDecided{Attempt: 1, Won: true, Gate: "g"})
+	// The hedge's first byte came at 1.1 s; it reports 5 tokens when its cancel
+	// is observed at 2.1 s, but 1 s of decode at 100 tokens/s bills about 100.
+	h.at(1100, FirstByte{Attempt: 2})
+	acts := h.at(2100, CancelObserved{Attempt: 2, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 5}})
+	s, _ := find[Settle](acts)
+	if s.Usage.OutputUnits != 100 || !s.Usage.Estimated || s.Reservation != "r2" {
+		t.Fatalf("settle = %+v, want 100 estimated output units on r2", s)
+	}
+	rec, _ := find[AttemptEnded](acts)
+	if rec.Outcome != OutcomeLoserCanceled || !rec.CancellationSent || !rec.CancellationObserved {
+		t.Fatalf("record = %+v", rec)
+	}
+}
+
+func TestCancelGraceEndsAnAttemptThatNeverReports(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1011, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	h.at(1012, GateDecided{Attempt: 1, Won: true, Gate: "g"})
+	acts := h.at(3012, TimerFired{Kind: TimerCancelGrace, Attempt: 2})
+	rec, ok := find[AttemptEnded](acts)
+	if !ok || rec.CancellationObserved || !rec.CancellationSent {
+		t.Fatalf("grace expiry = %v, want a record with the cancel unobserved", acts)
+	}
+	if s, ok := find[Settle](acts); !ok || !s.Usage.Estimated || s.Usage.InputUnits != 100 {
+		t.Fatalf("settle = %+v, want the estimated input billed", s)
+	}
+}
+
+func TestFailFastEndsTheGroupWithTheFirstFailure(t *testing.T) {
+	p := DefaultPolicy()
+	p.FailFast = true
+	h := newHarness(t, p)
+	h.hedged(streamingStart)
+	acts := h.at(1100, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+	if f, ok := find[Fail](acts); !ok || f.Error != schemas.ErrAllRoutesFailed {
+		t.Fatalf("want the first failure to end the group: %v", acts)
+	}
+}
+
+func TestAttemptTimeoutCancelsAndReplaces(t *testing.T) {
+	p := DefaultPolicy()
+	p.AttemptTimeout = 3 * time.Second
+	h := newHarness(t, p)
+	acts := h.launched(Start{Streaming: true, HedgeDelay: time.Second})
+	if at, ok := timerAt(acts, TimerAttempt); !ok || !at.Equal(h.t0.Add(3001*time.Millisecond)) {
+		t.Fatalf("attempt timer = %v", at)
+	}
+	acts = h.at(3001, TimerFired{Kind: TimerAttempt, Attempt: 1})
+	if c, ok := find[Cancel](acts); !ok || c.Reason != CancelTimeout {
+		t.Fatalf("want the slow try cancelled: %v", acts)
+	}
+	if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleReplacement {
+		t.Fatalf("want a replacement asked: %v", acts)
+	}
+}

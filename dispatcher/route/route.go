@@ -1,0 +1,426 @@
+// Package route picks the route an attempt goes to (DESIGN §5): the primary
+// by power-of-two-choices over healthy routes, a hedge on a different route,
+// preferring another provider or region. It is pure: the caller passes the
+// time and the random source, so the live dispatcher and the simulator make
+// the same choices from the same inputs.
+package route
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Label keys the hedge choice compares to spread duplicates across failure
+// domains.
+const (
+	LabelProvider = "provider"
+	LabelRegion   = "region"
+)
+
+// DefaultHalfLife is the latency EWMA's half-life when Config.HalfLife is
+// zero: a sample's weight halves every 10 s, so a route that degrades (the
+// simulator's degraded episodes last minutes) is seen within seconds while
+// single outliers are smoothed.
+const DefaultHalfLife = 10 * time.Second
+
+// staleHalfLives is how many half-lives without a sample make a route's
+// latency estimate count as missing: after 8 its newest sample weighs under
+// 1/256 and says more about the past than about the route now.
+const staleHalfLives = 8
+
+var (
+	// ErrUnknownRoute is returned for a route name the Picker was not built with.
+	ErrUnknownRoute = errors.New("unknown route")
+	// ErrNotAcquired is returned by Release for a route with nothing in flight.
+	ErrNotAcquired = errors.New("route has no attempt in flight")
+)
+
+// Route is one configured upstream route.
+type Route struct {
+	// Name is the route's subject-safe name.
+	Name string
+	// Labels describe the route's failure domain, e.g. LabelProvider and
+	// LabelRegion; a missing label never counts as different.
+	Labels map[string]string
+}
+
+// State is a route's health as shared through the budgets store.
+type State uint8
+
+const (
+	// Healthy routes may be picked.
+	Healthy State = iota
+	// Pushback marks a route that asked for less load (429 Retry-After,
+	// 529) until a time: no attempt is sent to it before then.
+	Pushback
+	// Quarantined marks a route with a route-local permanent failure (auth,
+	// missing model) until a time.
+	Quarantined
+)
+
+func (s State) String() string {
+	switch s {
+	case Healthy:
+		return "healthy"
+	case Pushback:
+		return "pushback"
+	case Quarantined:
+		return "quarantined"
+	default:
+		return fmt.Sprintf("State(%d)", uint8(s))
+	}
+}
+
+// Config tunes a Picker.
+type Config struct {
+	// HalfLife is the half-life of the latency EWMA; zero means DefaultHalfLife.
+	HalfLife time.Duration
+}
+
+// Picker holds what route choice needs per route: in-flight attempts, recent
+// latency and health. It is safe for concurrent use; the *rand.Rand passed
+// to the Pick methods is not, so each caller brings its own.
+type Picker struct {
+	halfLife time.Duration
+
+	mu     sync.Mutex
+	routes map[string]*routeState
+}
+
+type routeState struct {
+	route    Route
+	inFlight int
+	state    State
+	until    time.Time
+
+	// The latency estimate is a time-decayed mean: every sample's weight
+	// halves each half-life, so mean = wsum / weight. Unlike a per-sample
+	// EWMA it fades at the same pace whether a route sees one request a
+	// minute or a thousand a second.
+	weight   float64
+	wsum     float64 // Σ weight × latency in seconds
+	lastSeen time.Time
+}
+
+// NewPicker returns a Picker for the given routes, all healthy, idle and
+// without latency data.
+func NewPicker(routes []Route, cfg Config) (*Picker, error) {
+	if cfg.HalfLife < 0 {
+		return nil, fmt.Errorf("route picker: half-life %v must not be negative", cfg.HalfLife)
+	}
+	if cfg.HalfLife == 0 {
+		cfg.HalfLife = DefaultHalfLife
+	}
+	p := &Picker{halfLife: cfg.HalfLife, routes: make(map[string]*routeState, len(routes))}
+	for _, r := range routes {
+		if r.Name == "" {
+			return nil, errors.New("route picker: route without a name")
+		}
+		if _, dup := p.routes[r.Name]; dup {
+			return nil, fmt.Errorf("route picker: route %q listed twice", r.Name)
+		}
+		labels := make(map[string]string, len(r.Labels))
+		for k, v := range r.Labels {
+			labels[k] = v
+		}
+		p.routes[r.Name] = &routeState{route: Route{Name: r.Name, Labels: labels}}
+	}
+	return p, nil
+}
+
+func (p *Picker) lookup(name string) (*routeState, error) {
+	rs, ok := p.routes[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownRoute, name)
+	}
+	return rs, nil
+}
+
+// SetState records a route's health, as synced from the budgets store's
+// shared route flags. until bounds Pushback and Quarantined (the route is
+// healthy again from then on) and is ignored for Healthy.
+func (p *Picker) SetState(name string, s State, until time.Time) error {
+	if s > Quarantined {
+		return fmt.Errorf("route %q: invalid state %v", name, s)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	rs.state, rs.until = s, until
+	if s == Healthy {
+		rs.until = time.Time{}
+	}
+	return nil
+}
+
+// Observe feeds one attempt's latency on a route into its estimate. The
+// caller should measure the same thing on every route of a pool (time to
+// first byte for streaming requests) so that scores compare.
+func (p *Picker) Observe(name string, latency time.Duration, now time.Time) error {
+	if latency < 0 {
+		return fmt.Errorf("route %q: negative latency %v", name, latency)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	d := p.decay(rs, now)
+	rs.weight = rs.weight*d + 1
+	rs.wsum = rs.wsum*d + latency.Seconds()
+	if now.After(rs.lastSeen) {
+		rs.lastSeen = now
+	}
+	return nil
+}
+
+// decay is the factor by which a route's sample weights have shrunk since
+// its last sample. A clock that steps backwards decays nothing.
+func (p *Picker) decay(rs *routeState, now time.Time) float64 {
+	dt := now.Sub(rs.lastSeen)
+	if rs.weight == 0 || dt <= 0 {
+		return 1
+	}
+	return math.Exp2(-dt.Seconds() / p.halfLife.Seconds())
+}
+
+// latency returns the route's recent latency in seconds, or ok=false when it
+// has no sample or only stale ones.
+func (p *Picker) latency(rs *routeState, now time.Time) (float64, bool) {
+	if rs.weight == 0 {
+		return 0, false
+	}
+	if rs.weight*p.decay(rs, now) < math.Exp2(-staleHalfLives) {
+		return 0, false
+	}
+	return rs.wsum / rs.weight, true
+}
+
+// Acquire counts one more attempt in flight on a route; call Release when it
+// ends. The count feeds the primary's score.
+func (p *Picker) Acquire(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	rs.inFlight++
+	return nil
+}
+
+// Release ends one in-flight attempt counted by Acquire.
+func (p *Picker) Release(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	if rs.inFlight == 0 {
+		return fmt.Errorf("release %q: %w", name, ErrNotAcquired)
+	}
+	rs.inFlight--
+	return nil
+}
+
+// Stats is a snapshot of one route, for metrics (route_state) and tests.
+type Stats struct {
+	InFlight int
+	// Latency is the recent latency estimate; HasLatency is false when the
+	// route has no fresh sample.
+	Latency    time.Duration
+	HasLatency bool
+	// State is the state in force at the time asked: an expired pushback or
+	// quarantine reads Healthy.
+	State State
+	Until time.Time
+}
+
+// Stats returns a snapshot of a route at now.
+func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{InFlight: rs.inFlight}
+	if l, ok := p.latency(rs, now); ok {
+		st.Latency, st.HasLatency = time.Duration(l*float64(time.Second)), true
+	}
+	if !rs.healthy(now) {
+		st.State, st.Until = rs.state, rs.until
+	}
+	return st, nil
+}
+
+// healthy reports whether the route may receive an attempt at now.
+func (rs *routeState) healthy(now time.Time) bool {
+	return rs.state == Healthy || !now.Before(rs.until)
+}
+
+// PickPrimary picks the primary's route from a pool: among healthy routes
+// (not quarantined, not in pushback at now) it draws two at random and takes
+// the one with the lower score, (in-flight + 1) × recent latency. A route
+// without fresh latency data is scored at the median latency of the pool's
+// routes that have it, so it is neither starved nor flooded; when none has
+// data every route shares one neutral latency and in-flight alone decides.
+// ok is false when no route of the pool is healthy.
+func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cands := p.eligible(pool, nil, now)
+	return p.twoChoices(cands, pool, now, rng)
+}
+
+// PickHedge picks a hedge's route from a pool: a healthy route not in
+// exclude (the routes this group already used), preferring, in order, one
+// whose provider label differs from every excluded route's, then one whose
+// region label differs from every excluded route's, then any other. Only if
+// no such route exists and sameRouteAllowed is set may an excluded healthy
+// route be reused. Within the preferred set the choice is power-of-two-
+// choices as for the primary. ok is false when nothing is eligible.
+func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand, sameRouteAllowed bool) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cands := p.eligible(pool, exclude, now)
+	if len(cands) == 0 {
+		if !sameRouteAllowed {
+			return "", false
+		}
+		var used []*routeState
+		for _, rs := range p.eligible(pool, nil, now) {
+			if slices.Contains(exclude, rs.route.Name) {
+				used = append(used, rs)
+			}
+		}
+		return p.twoChoices(used, pool, now, rng)
+	}
+	excluded := make([]*routeState, 0, len(exclude))
+	for _, name := range exclude {
+		if rs, ok := p.routes[name]; ok {
+			excluded = append(excluded, rs)
+		}
+	}
+	for _, key := range []string{LabelProvider, LabelRegion} {
+		var diverse []*routeState
+		for _, rs := range cands {
+			if differsFromAll(rs, excluded, key) {
+				diverse = append(diverse, rs)
+			}
+		}
+		if len(diverse) > 0 {
+			return p.twoChoices(diverse, pool, now, rng)
+		}
+	}
+	return p.twoChoices(cands, pool, now, rng)
+}
+
+// differsFromAll reports whether rs carries label key with a value that no
+// excluded route shares. A route without the label is never "different":
+// nothing is known about its failure domain.
+func differsFromAll(rs *routeState, excluded []*routeState, key string) bool {
+	v := rs.route.Labels[key]
+	if v == "" {
+		return false
+	}
+	for _, e := range excluded {
+		if ev := e.route.Labels[key]; ev == "" || ev == v {
+			return false
+		}
+	}
+	return true
+}
+
+// eligible returns the pool's known, healthy routes not in exclude, in pool
+// order (so that a seeded rng makes the same choice every run), each once.
+// p.mu must be held.
+func (p *Picker) eligible(pool, exclude []string, now time.Time) []*routeState {
+	out := make([]*routeState, 0, len(pool))
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || !rs.healthy(now) || slices.Contains(exclude, name) || slices.Contains(pool[:i], name) {
+			continue
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// twoChoices draws two distinct candidates and returns the lower-scored one;
+// a tie goes to the first draw, which is itself uniform. Without a random
+// source it degrades to the best-scored candidate, first in pool order on
+// ties, rather than failing. p.mu must be held.
+func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, rng *rand.Rand) (string, bool) {
+	switch len(cands) {
+	case 0:
+		return "", false
+	case 1:
+		return cands[0].route.Name, true
+	}
+	prior := p.poolMedian(pool, now)
+	if rng == nil {
+		best := cands[0]
+		for _, rs := range cands[1:] {
+			if p.score(rs, prior, now) < p.score(best, prior, now) {
+				best = rs
+			}
+		}
+		return best.route.Name, true
+	}
+	i := rng.IntN(len(cands))
+	j := rng.IntN(len(cands) - 1)
+	if j >= i {
+		j++
+	}
+	a, b := cands[i], cands[j]
+	if p.score(b, prior, now) < p.score(a, prior, now) {
+		return b.route.Name, true
+	}
+	return a.route.Name, true
+}
+
+// score is (in-flight + 1) × recent latency: the expected wait behind the
+// route's current load.
+func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
+	l, ok := p.latency(rs, now)
+	if !ok {
+		l = prior
+	}
+	return float64(rs.inFlight+1) * l
+}
+
+// poolMedian is the median fresh latency over the pool's routes, whatever
+// their health, or 1 (second) when none has data; with no data at all the
+// value is shared by every route and so only breaks no ties. p.mu must be held.
+func (p *Picker) poolMedian(pool []string, now time.Time) float64 {
+	ls := make([]float64, 0, len(pool))
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || slices.Contains(pool[:i], name) {
+			continue
+		}
+		if l, ok := p.latency(rs, now); ok {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return 1
+	}
+	slices.Sort(ls)
+	n := len(ls)
+	if n%2 == 1 {
+		return ls[n/2]
+	}
+	return (ls[n/2-1] + ls[n/2]) / 2
+}

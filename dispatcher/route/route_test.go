@@ -1,0 +1,463 @@
+package route
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }
+
+func newTestPicker(t *testing.T, routes ...Route) *Picker {
+	t.Helper()
+	p, err := NewPicker(routes, Config{HalfLife: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("NewPicker: %v", err)
+	}
+	return p
+}
+
+func plain(names ...string) []Route {
+	rs := make([]Route, len(names))
+	for i, n := range names {
+		rs[i] = Route{Name: n}
+	}
+	return rs
+}
+
+func labelled(name, provider, region string) Route {
+	return Route{Name: name, Labels: map[string]string{LabelProvider: provider, LabelRegion: region}}
+}
+
+// shares runs n picks and returns how often each route was chosen.
+func shares(t *testing.T, n int, pick func(rng *rand.Rand) (string, bool)) map[string]int {
+	t.Helper()
+	rng := seeded(42)
+	got := make(map[string]int)
+	for range n {
+		name, ok := pick(rng)
+		if !ok {
+			t.Fatal("pick found no route")
+		}
+		got[name]++
+	}
+	return got
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPickPrimaryNeverPicksQuarantinedOrPushbackRoutesUntilTheyExpire(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	mustDo(t, p.SetState("a", Quarantined, t0.Add(time.Minute)))
+	mustDo(t, p.SetState("b", Pushback, t0.Add(30*time.Second)))
+
+	tests := []struct {
+		name string
+		now  time.Time
+		want []string // routes that must all appear, and nothing else
+	}{
+		{"both flags in force", t0, []string{"c"}},
+		{"just before pushback ends", t0.Add(30*time.Second - time.Nanosecond), []string{"c"}},
+		{"pushback expired", t0.Add(30 * time.Second), []string{"b", "c"}},
+		{"quarantine expired too", t0.Add(time.Minute), []string{"a", "b", "c"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shares(t, 600, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, tt.now, rng) })
+			if len(got) != len(tt.want) {
+				t.Fatalf("picked %v, want exactly %v", got, tt.want)
+			}
+			for _, w := range tt.want {
+				if got[w] == 0 {
+					t.Fatalf("picked %v, want %s among them", got, w)
+				}
+			}
+		})
+	}
+
+	mustDo(t, p.SetState("c", Quarantined, t0.Add(time.Hour)))
+	mustDo(t, p.SetState("a", Healthy, time.Time{}))
+	if name, ok := p.PickPrimary(pool, t0, seeded(1)); !ok || name != "a" {
+		t.Fatalf("after clearing a's quarantine picked %q, %v; want a", name, ok)
+	}
+}
+
+func TestPickPrimaryPrefersTheLessLoadedOfTwoWithoutExcludingOthers(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c", "d")...)
+	pool := []string{"a", "b", "c", "d"}
+	for _, name := range pool {
+		mustDo(t, p.Observe(name, 500*time.Millisecond, t0))
+	}
+	for _, name := range []string{"b", "c", "d"} {
+		for range 3 {
+			mustDo(t, p.Acquire(name))
+		}
+	}
+	const n = 8000
+	got := shares(t, n, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+	// a wins every draw it is in: P = 1 - (3/4)(2/3) = 1/2.
+	if share := float64(got["a"]) / n; math.Abs(share-0.5) > 0.03 {
+		t.Fatalf("idle route share %.3f, want ≈ 0.5 (%v)", share, got)
+	}
+	for _, name := range []string{"b", "c", "d"} {
+		if got[name] == 0 || got[name] >= got["a"] {
+			t.Fatalf("loaded route %s picked %d times, want some but fewer than a's %d", name, got[name], got["a"])
+		}
+	}
+}
+
+func TestPickPrimaryPrefersTheFasterRoute(t *testing.T) {
+	p := newTestPicker(t, plain("fast", "mid", "slow")...)
+	pool := []string{"fast", "mid", "slow"}
+	mustDo(t, p.Observe("fast", 100*time.Millisecond, t0))
+	mustDo(t, p.Observe("mid", 500*time.Millisecond, t0))
+	mustDo(t, p.Observe("slow", 2*time.Second, t0))
+	const n = 6000
+	got := shares(t, n, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+	if share := float64(got["fast"]) / n; math.Abs(share-2.0/3) > 0.03 {
+		t.Fatalf("fast route share %.3f, want ≈ 2/3 (%v)", share, got)
+	}
+	if got["mid"] == 0 || got["slow"] != 0 {
+		t.Fatalf("picks %v: the middle route wins against the slowest, the slowest never wins a pair", got)
+	}
+}
+
+func TestPickPrimaryWeighsLatencyByInFlight(t *testing.T) {
+	// fast is 4× faster but has 7 in flight: (7+1)×0.1 = 0.8 > (0+1)×0.4.
+	p := newTestPicker(t, plain("fast", "idle")...)
+	mustDo(t, p.Observe("fast", 100*time.Millisecond, t0))
+	mustDo(t, p.Observe("idle", 400*time.Millisecond, t0))
+	for range 7 {
+		mustDo(t, p.Acquire("fast"))
+	}
+	got := shares(t, 100, func(rng *rand.Rand) (string, bool) { return p.PickPrimary([]string{"fast", "idle"}, t0, rng) })
+	if got["idle"] != 100 {
+		t.Fatalf("picks %v, want the idle route every time", got)
+	}
+}
+
+func TestPickPrimaryScoresRoutesWithoutDataAtThePoolMedian(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "new")...)
+	pool := []string{"a", "b", "new"}
+	mustDo(t, p.Observe("a", 100*time.Millisecond, t0))
+	mustDo(t, p.Observe("b", 300*time.Millisecond, t0))
+	// new is scored at the median, 200 ms: it beats b and loses to a.
+	got := shares(t, 3000, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+	if got["b"] != 0 || got["new"] == 0 || got["a"] <= got["new"] {
+		t.Fatalf("picks %v: want a most, new sometimes (wins only against b), b never", got)
+	}
+}
+
+func TestPickPrimaryWithoutAnyLatencyDataDecidesOnInFlight(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b")...)
+	mustDo(t, p.Acquire("a"))
+	name, ok := p.PickPrimary([]string{"a", "b"}, t0, seeded(3))
+	if !ok || name != "b" {
+		t.Fatalf("picked %q, %v; want the idle route b", name, ok)
+	}
+}
+
+func TestObserveDecaysOldSamplesByTheHalfLife(t *testing.T) {
+	p := newTestPicker(t, plain("a")...)
+	mustDo(t, p.Observe("a", time.Second, t0))
+	mustDo(t, p.Observe("a", 3*time.Second, t0.Add(10*time.Second))) // one half-life later
+	st, err := p.Stats("a", t0.Add(10*time.Second))
+	mustDo(t, err)
+	want := (0.5*1 + 1*3) / 1.5 // the older sample weighs half
+	if !st.HasLatency || math.Abs(st.Latency.Seconds()-want) > 1e-6 {
+		t.Fatalf("latency %v (has=%v), want %.4fs", st.Latency, st.HasLatency, want)
+	}
+
+	// Many samples at one instant weigh equally.
+	mustDo(t, p.Observe("a", time.Second, t0.Add(time.Hour)))
+	mustDo(t, p.Observe("a", 2*time.Second, t0.Add(time.Hour)))
+	st, _ = p.Stats("a", t0.Add(time.Hour))
+	if math.Abs(st.Latency.Seconds()-1.5) > 0.01 {
+		t.Fatalf("latency %v after an hour's gap, want ≈ 1.5s from the fresh samples", st.Latency)
+	}
+}
+
+func TestLatencyGoesStaleAfterEightHalfLives(t *testing.T) {
+	p := newTestPicker(t, plain("a")...)
+	mustDo(t, p.Observe("a", time.Second, t0))
+	tests := []struct {
+		after time.Duration
+		want  bool
+	}{
+		{0, true},
+		{79 * time.Second, true},
+		{80 * time.Second, true}, // exactly 1/256 left
+		{81 * time.Second, false},
+	}
+	for _, tt := range tests {
+		st, err := p.Stats("a", t0.Add(tt.after))
+		mustDo(t, err)
+		if st.HasLatency != tt.want {
+			t.Errorf("after %v HasLatency = %v, want %v", tt.after, st.HasLatency, tt.want)
+		}
+	}
+}
+
+func TestPickHedgeAvoidsRoutesTheGroupAlreadyUsed(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	got := shares(t, 600, func(rng *rand.Rand) (string, bool) {
+		return p.PickHedge(pool, []string{"a"}, t0, rng, true)
+	})
+	if got["a"] != 0 || got["b"] == 0 || got["c"] == 0 {
+		t.Fatalf("hedge picks %v, want b and c only", got)
+	}
+}
+
+func TestPickHedgePrefersAnotherProviderThenAnotherRegion(t *testing.T) {
+	routes := []Route{
+		labelled("oai-us", "openai", "us"),
+		labelled("oai-us2", "openai", "us"),
+		labelled("oai-eu", "openai", "eu"),
+		labelled("ant-us", "anthropic", "us"),
+		{Name: "bare"}, // no labels: never counted as different
+	}
+	pool := []string{"oai-us", "oai-us2", "oai-eu", "ant-us", "bare"}
+	tests := []struct {
+		name        string
+		quarantined []string
+		load        map[string]int
+		want        string
+	}{
+		{"another provider wins even when busier", nil, map[string]int{"ant-us": 20}, "ant-us"},
+		{"another region when no other provider is healthy", []string{"ant-us"}, nil, "oai-eu"},
+		{"any other route when labels cannot differ", []string{"ant-us", "oai-eu"}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, routes...)
+			for _, q := range tt.quarantined {
+				mustDo(t, p.SetState(q, Quarantined, t0.Add(time.Minute)))
+			}
+			for name, n := range tt.load {
+				for range n {
+					mustDo(t, p.Acquire(name))
+				}
+			}
+			got := shares(t, 400, func(rng *rand.Rand) (string, bool) {
+				return p.PickHedge(pool, []string{"oai-us"}, t0, rng, false)
+			})
+			if tt.want != "" {
+				if got[tt.want] != 400 {
+					t.Fatalf("hedge picks %v, want %s every time", got, tt.want)
+				}
+				return
+			}
+			if got["oai-us2"] == 0 || got["bare"] == 0 || len(got) != 2 {
+				t.Fatalf("hedge picks %v, want both remaining healthy routes", got)
+			}
+		})
+	}
+}
+
+func TestPickHedgeReusesAnExcludedRouteOnlyWhenSameRouteAllowed(t *testing.T) {
+	tests := []struct {
+		name        string
+		pool        []string
+		quarantined []string
+		allowed     bool
+		want        string
+		wantOK      bool
+	}{
+		{"single route, same-route hedging off", []string{"a"}, nil, false, "", false},
+		{"single route, same-route hedging on", []string{"a"}, nil, true, "a", true},
+		{"other route quarantined, off", []string{"a", "b"}, []string{"b"}, false, "", false},
+		{"other route quarantined, on", []string{"a", "b"}, []string{"b"}, true, "a", true},
+		{"other route healthy wins over same route", []string{"a", "b"}, nil, true, "b", true},
+		{"excluded route itself unhealthy", []string{"a"}, []string{"a"}, true, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain("a", "b")...)
+			for _, q := range tt.quarantined {
+				mustDo(t, p.SetState(q, Pushback, t0.Add(time.Second)))
+			}
+			name, ok := p.PickHedge(tt.pool, []string{"a"}, t0, seeded(7), tt.allowed)
+			if name != tt.want || ok != tt.wantOK {
+				t.Fatalf("PickHedge = %q, %v; want %q, %v", name, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestPicksOnEmptyOrUnhealthyPoolsReturnNotOK(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b")...)
+	mustDo(t, p.SetState("a", Quarantined, t0.Add(time.Minute)))
+	mustDo(t, p.SetState("b", Pushback, t0.Add(time.Minute)))
+	tests := []struct {
+		name string
+		pool []string
+	}{
+		{"nil pool", nil},
+		{"empty pool", []string{}},
+		{"unknown routes only", []string{"x", "y"}},
+		{"all unhealthy", []string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if name, ok := p.PickPrimary(tt.pool, t0, seeded(1)); ok {
+				t.Fatalf("PickPrimary = %q, want not ok", name)
+			}
+			if name, ok := p.PickHedge(tt.pool, nil, t0, seeded(1), true); ok {
+				t.Fatalf("PickHedge = %q, want not ok", name)
+			}
+			if name, ok := p.PickHedge(tt.pool, tt.pool, t0, nil, true); ok {
+				t.Fatalf("PickHedge without rng = %q, want not ok", name)
+			}
+		})
+	}
+}
+
+func TestPicksWithoutARandomSourceTakeTheBestScore(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	mustDo(t, p.Observe("a", time.Second, t0))
+	mustDo(t, p.Observe("b", 200*time.Millisecond, t0))
+	mustDo(t, p.Observe("c", 300*time.Millisecond, t0))
+	if name, ok := p.PickPrimary([]string{"a", "b", "c"}, t0, nil); !ok || name != "b" {
+		t.Fatalf("PickPrimary(nil rng) = %q, %v; want b", name, ok)
+	}
+}
+
+func TestPicksAreReproducibleFromTheSeed(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c", "d", "e")...)
+	pool := []string{"a", "b", "c", "d", "e", "a"} // a duplicate entry counts once
+	run := func() []string {
+		rng := seeded(99)
+		var out []string
+		for range 50 {
+			name, _ := p.PickPrimary(pool, t0, rng)
+			out = append(out, name)
+		}
+		return out
+	}
+	first, second := run(), run()
+	for i := range first {
+		if first[i] != second[i] {
+			t.Fatalf("pick %d differs between runs with one seed: %s vs %s", i, first[i], second[i])
+		}
+	}
+}
+
+func TestPickerRejectsBadInput(t *testing.T) {
+	tests := []struct {
+		name    string
+		routes  []Route
+		cfg     Config
+		wantErr bool
+	}{
+		{"valid", plain("a", "b"), Config{}, false},
+		{"unnamed route", []Route{{}}, Config{}, true},
+		{"duplicate route", plain("a", "a"), Config{}, true},
+		{"negative half-life", plain("a"), Config{HalfLife: -time.Second}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := NewPicker(tt.routes, tt.cfg); (err != nil) != tt.wantErr {
+				t.Fatalf("NewPicker err = %v, want error %v", err, tt.wantErr)
+			}
+		})
+	}
+
+	p := newTestPicker(t, plain("a")...)
+	for name, err := range map[string]error{
+		"Acquire unknown":  p.Acquire("x"),
+		"Release unknown":  p.Release("x"),
+		"Observe unknown":  p.Observe("x", time.Second, t0),
+		"SetState unknown": p.SetState("x", Healthy, t0),
+	} {
+		if !errors.Is(err, ErrUnknownRoute) {
+			t.Errorf("%s = %v, want ErrUnknownRoute", name, err)
+		}
+	}
+	if _, err := p.Stats("x", t0); !errors.Is(err, ErrUnknownRoute) {
+		t.Errorf("Stats unknown = %v, want ErrUnknownRoute", err)
+	}
+	if err := p.Release("a"); !errors.Is(err, ErrNotAcquired) {
+		t.Errorf("Release without Acquire = %v, want ErrNotAcquired", err)
+	}
+	if err := p.Observe("a", -time.Second, t0); err == nil {
+		t.Error("Observe accepted a negative latency")
+	}
+	if err := p.SetState("a", State(9), t0); err == nil {
+		t.Error("SetState accepted an unknown state")
+	}
+}
+
+func TestStatsReportsStateInForceAndInFlight(t *testing.T) {
+	p := newTestPicker(t, plain("a")...)
+	mustDo(t, p.Acquire("a"))
+	mustDo(t, p.Acquire("a"))
+	mustDo(t, p.Release("a"))
+	until := t0.Add(time.Minute)
+	mustDo(t, p.SetState("a", Pushback, until))
+	st, err := p.Stats("a", t0)
+	mustDo(t, err)
+	if st.InFlight != 1 || st.State != Pushback || !st.Until.Equal(until) || st.HasLatency {
+		t.Fatalf("Stats = %+v, want 1 in flight, pushback until %v, no latency", st, until)
+	}
+	if st, _ := p.Stats("a", until); st.State != Healthy {
+		t.Fatalf("Stats after expiry = %+v, want healthy", st)
+	}
+	if Quarantined.String() != "quarantined" || State(7).String() != "State(7)" {
+		t.Fatal("State.String misnames a state")
+	}
+}
+
+func TestPickerIsSafeForConcurrentUse(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := seeded(uint64(w))
+			for i := range 500 {
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				name, ok := p.PickPrimary(pool, now, rng)
+				if !ok {
+					t.Error("no route picked")
+					return
+				}
+				if err := p.Acquire(name); err != nil {
+					t.Error(err)
+					return
+				}
+				_ = p.Observe(name, time.Duration(rng.IntN(500))*time.Millisecond, now)
+				if _, ok := p.PickHedge(pool, []string{name}, now, rng, false); !ok {
+					t.Error("no hedge route picked")
+				}
+				if err := p.Release(name); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, name := range pool {
+		if st, _ := p.Stats(name, t0); st.InFlight != 0 {
+			t.Fatalf("route %s left %d in flight after balanced acquire/release", name, st.InFlight)
+		}
+	}
+}

@@ -1,0 +1,676 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// minimal is the smallest valid configuration; tests append sections to it.
+const minimal = `routes:
+  - name: a
+    provider: openai
+    base_url: http://127.0.0.1:9101
+    model: m
+  - name: b
+    provider: anthropic
+    base_url: http://127.0.0.1:9102
+    model: m
+pools:
+  general:
+    routes: [a, b]
+`
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(vars map[string]string) LookupEnv {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+// parse loads src as test.yaml and returns its problems (nil when valid).
+func parse(t *testing.T, src string, role Role, env LookupEnv) (*Config, Problems) {
+	t.Helper()
+	c, err := Parse("test.yaml", []byte(src), role, env)
+	if err == nil {
+		return c, nil
+	}
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("Parse error is %T (%v), want Problems", err, err)
+	}
+	if c != nil {
+		t.Fatalf("Parse returned a config together with problems")
+	}
+	return nil, ps
+}
+
+// wantProblem fails unless ps has a problem at path whose message contains msg.
+func wantProblem(t *testing.T, ps Problems, path, msg string) Problem {
+	t.Helper()
+	for _, p := range ps {
+		if p.Path == path && strings.Contains(p.Message, msg) {
+			return p
+		}
+	}
+	t.Fatalf("no problem at %s containing %q; got:\n%v", path, msg, ps)
+	return Problem{}
+}
+
+func wantNoProblems(t *testing.T, ps Problems) {
+	t.Helper()
+	if len(ps) > 0 {
+		t.Fatalf("want no problems, got:\n%v", ps)
+	}
+}
+
+func TestMinimalConfigLoadsForServe(t *testing.T) {
+	_, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestProblemNamesFileLineAndPath(t *testing.T) {
+	src := minimal + `policies:
+  default:
+    delay:
+      quantile: 1.2
+`
+	_, ps := parse(t, src, RoleServe, noEnv)
+	if len(ps) != 1 {
+		t.Fatalf("want exactly one problem, got:\n%v", ps)
+	}
+	const want = "test.yaml:16: policies.default.delay.quantile: 1.2 is outside (0,1)"
+	if got := ps[0].String(); got != want {
+		t.Fatalf("problem = %q, want %q", got, want)
+	}
+	if ps.Error() != want {
+		t.Fatalf("Problems.Error() = %q, want %q", ps.Error(), want)
+	}
+}
+
+func TestUnknownKeyIsAProblemAnywhere(t *testing.T) {
+	cases := []struct {
+		name, src, path string
+	}{
+		{"top level", minimal + "metrics: {}\n", "metrics"},
+		{"in a section", minimal + "http:\n  listn: 127.0.0.1:1\n", "http.listn"},
+		{"in a list item", strings.Replace(minimal, "    model: m\n", "    model: m\n    modle: x\n", 1), "routes[0].modle"},
+		{"in a pool contract", minimal + "    contract: {required: [x]}\n", "pools.general.contract.required"},
+		{"deep in a policy", minimal + "policies:\n  default:\n    delay:\n      qantile: 0.9\n", "policies.default.delay.qantile"},
+		{"in a tenant", minimal + "tenants:\n  t:\n    api_keys: [k]\n", "tenants.t.api_keys"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			p := wantProblem(t, ps, tc.path, "unknown key")
+			if p.Line == 0 {
+				t.Fatalf("unknown key problem has no line: %v", p)
+			}
+		})
+	}
+}
+
+func TestPoolNamingMissingRouteIsAProblem(t *testing.T) {
+	src := strings.Replace(minimal, "routes: [a, b]", "routes: [a, z]", 1)
+	_, ps := parse(t, src, RoleServe, noEnv)
+	p := wantProblem(t, ps, "pools.general.routes[1]", `no route is named "z"`)
+	if p.Line != 12 {
+		t.Fatalf("line = %d, want 12", p.Line)
+	}
+}
+
+func TestRouteAndPoolNamesMustBeSubjectTokens(t *testing.T) {
+	cases := []struct {
+		name, src, path string
+	}{
+		{"route with a dot", strings.Replace(minimal, "name: a", "name: a.b", 1), "routes[0].name"},
+		{"route in capitals", strings.Replace(minimal, "name: a", "name: A", 1), "routes[0].name"},
+		{"route with a space", strings.Replace(minimal, "name: a", "name: 'a b'", 1), "routes[0].name"},
+		{"route without a name", strings.Replace(minimal, "name: a", "name: ''", 1), "routes[0].name"},
+		{"pool with a wildcard", strings.Replace(minimal, "  general:", "  gen*:", 1), "pools.gen*"},
+		{"pool with a greater-than", strings.Replace(minimal, "  general:", "  'gen>':", 1), "pools.gen>"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			wantProblem(t, ps, tc.path, "[a-z0-9_-]+")
+		})
+	}
+}
+
+func TestDelayQuantileMustBeInsideOpenUnitInterval(t *testing.T) {
+	for _, q := range []string{"0", "1", "1.2", "-0.5", ".nan"} {
+		t.Run(q, func(t *testing.T) {
+			_, ps := parse(t, minimal+"policies:\n  default:\n    delay: {quantile: "+q+"}\n", RoleServe, noEnv)
+			wantProblem(t, ps, "policies.default.delay.quantile", "outside (0,1)")
+		})
+	}
+	_, ps := parse(t, minimal+"policies:\n  default:\n    delay: {quantile: 0.5}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestMinDelayAboveMaxDelayIsAProblem(t *testing.T) {
+	_, ps := parse(t, minimal+"policies:\n  default:\n    delay: {min: 2s, max: 1s}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.default.delay.min", "greater than delay.max 1s")
+
+	_, ps = parse(t, minimal+"policies:\n  default:\n    delay: {min: 1s, max: 1s, initial: 1s}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestInitialDelayMustLieBetweenMinAndMax(t *testing.T) {
+	_, ps := parse(t, minimal+"policies:\n  default:\n    delay: {min: 100ms, max: 2s, initial: 5s}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.default.delay.initial", "outside delay.min..delay.max")
+}
+
+func TestMaxAttemptsMustBeBetweenOneAndFour(t *testing.T) {
+	cases := []struct {
+		value string
+		ok    bool
+	}{{"0", false}, {"-1", false}, {"1", true}, {"4", true}, {"5", false}}
+	for _, tc := range cases {
+		t.Run(tc.value, func(t *testing.T) {
+			_, ps := parse(t, minimal+"policies:\n  default:\n    max_attempts: "+tc.value+"\n", RoleServe, noEnv)
+			if tc.ok {
+				wantNoProblems(t, ps)
+				return
+			}
+			wantProblem(t, ps, "policies.default.max_attempts", "outside [1,4]")
+		})
+	}
+}
+
+func TestRolloutAndControlFractionsMustBeInUnitInterval(t *testing.T) {
+	cases := []struct {
+		key, value string
+		ok         bool
+	}{
+		{"rollout_fraction", "0", true},
+		{"rollout_fraction", "1", true},
+		{"rollout_fraction", "1.5", false},
+		{"rollout_fraction", "-0.1", false},
+		{"control_fraction", "0", true},
+		{"control_fraction", "0.5", true},
+		{"control_fraction", "2", false},
+		{"control_fraction", "-1", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
+			_, ps := parse(t, minimal+"policies:\n  default:\n    "+tc.key+": "+tc.value+"\n", RoleServe, noEnv)
+			if tc.ok {
+				wantNoProblems(t, ps)
+				return
+			}
+			wantProblem(t, ps, "policies.default."+tc.key, "outside [0,1]")
+		})
+	}
+}
+
+func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
+	withKey := strings.Replace(minimal, "    model: m\n", "    model: m\n    api_key_env: ROUTE_A_KEY\n", 1) +
+		"nats:\n  urls: [nats://127.0.0.1:4222]\n"
+	withRedis := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
+		"redis:\n  url: redis://127.0.0.1:6379\n  password_env: REDIS_PASSWORD\n"
+	withRedisPasswordButNoURL := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
+		"redis:\n  password_env: REDIS_PASSWORD\n"
+
+	cases := []struct {
+		name string
+		src  string
+		role Role
+		env  map[string]string
+		path string // empty: no problem expected
+	}{
+		{"worker needs the route key", withKey, RoleWorker, nil, "routes[0].api_key_env"},
+		{"serve needs the route key", withKey, RoleServe, nil, "routes[0].api_key_env"},
+		{"an empty route key counts as missing", withKey, RoleWorker, map[string]string{"ROUTE_A_KEY": ""}, "routes[0].api_key_env"},
+		{"gateway never needs the route key", withKey, RoleGateway, nil, ""},
+		{"worker with the route key set", withKey, RoleWorker, map[string]string{"ROUTE_A_KEY": "k"}, ""},
+		{"gateway needs the redis password", withRedis, RoleGateway, nil, "redis.password_env"},
+		{"serve needs the redis password", withRedis, RoleServe, nil, "redis.password_env"},
+		{"worker does not use redis", withRedis, RoleWorker, nil, ""},
+		{"gateway with the redis password set", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p"}, ""},
+		{"no redis url means no redis password needed", withRedisPasswordButNoURL, RoleServe, nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, tc.role, envOf(tc.env))
+			if tc.path == "" {
+				wantNoProblems(t, ps)
+				return
+			}
+			p := wantProblem(t, ps, tc.path, "is not set")
+			for _, v := range tc.env {
+				if v != "" && strings.Contains(p.Message, v) {
+					t.Fatalf("problem %q reveals a secret value", p)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretEnvNameMustBeAVariableName(t *testing.T) {
+	src := strings.Replace(minimal, "    model: m\n", "    model: m\n    api_key_env: sk-live-123\n", 1)
+	_, ps := parse(t, src, RoleGateway, noEnv)
+	wantProblem(t, ps, "routes[0].api_key_env", "not an environment variable name")
+}
+
+func TestExternalNATSIsRequiredForGatewayAndWorker(t *testing.T) {
+	for _, role := range []Role{RoleGateway, RoleWorker} {
+		_, ps := parse(t, minimal, role, noEnv)
+		wantProblem(t, ps, "nats.urls", "at least one URL")
+	}
+	_, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestBadDurationIsAProblem(t *testing.T) {
+	for _, v := range []string{"fast", "30", "[1s]"} {
+		t.Run(v, func(t *testing.T) {
+			_, ps := parse(t, minimal+"policies:\n  default:\n    deadline: "+v+"\n", RoleServe, noEnv)
+			wantProblem(t, ps, "policies.default.deadline", "duration")
+		})
+	}
+}
+
+func TestDecodeProblemIsReportedOnceWithoutFollowOnProblems(t *testing.T) {
+	_, ps := parse(t, minimal+"policies:\n  default:\n    deadline: soon\n", RoleServe, noEnv)
+	if len(ps) != 1 {
+		t.Fatalf("want only the decode problem, got:\n%v", ps)
+	}
+}
+
+func TestUnknownProviderIsAProblem(t *testing.T) {
+	_, ps := parse(t, strings.Replace(minimal, "provider: openai", "provider: azure", 1), RoleServe, noEnv)
+	wantProblem(t, ps, "routes[0].provider", `"azure": want openai or anthropic`)
+}
+
+func TestBadCommitPointIsAProblem(t *testing.T) {
+	for _, v := range []string{"tokens:0", "tokens:x", "last_token"} {
+		t.Run(v, func(t *testing.T) {
+			_, ps := parse(t, minimal+"policies:\n  default:\n    commit_point: "+v+"\n", RoleServe, noEnv)
+			wantProblem(t, ps, "policies.default.commit_point", "commit point")
+		})
+	}
+	c, ps := parse(t, minimal+"policies:\n  default:\n    commit_point: tokens:16\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := c.Policies["default"].CommitPoint; got != (schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 16}) {
+		t.Fatalf("commit point = %v, want tokens:16", got)
+	}
+}
+
+func TestBadTriggerIsAProblem(t *testing.T) {
+	_, ps := parse(t, minimal+"policies:\n  default:\n    trigger: ttfb\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.default.trigger", "want first_byte or total")
+}
+
+func TestDuplicateRouteNameIsAProblem(t *testing.T) {
+	_, ps := parse(t, strings.Replace(minimal, "name: b", "name: a", 1), RoleServe, noEnv)
+	wantProblem(t, ps, "routes[1].name", `"a" is already the name of routes[0]`)
+}
+
+func TestDuplicateMappingKeyIsAProblem(t *testing.T) {
+	_, ps := parse(t, minimal+"http:\n  listen: 127.0.0.1:1\n  listen: 127.0.0.1:2\n", RoleServe, noEnv)
+	wantProblem(t, ps, "http.listen", "appears more than once")
+}
+
+func TestBodyLimitOverMaxPayloadIsAProblem(t *testing.T) {
+	cases := []struct {
+		name, src string
+		ok        bool
+	}{
+		{"over the payload", "nats: {max_payload: 1MiB}\nhttp: {body_limit: 2MiB}\n", false},
+		{"eats the headroom", "nats: {max_payload: 1MiB}\nhttp: {body_limit: 1MiB}\n", false},
+		{"leaves the headroom", "nats: {max_payload: 1MiB}\nhttp: {body_limit: 960KiB}\n", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+tc.src, RoleServe, noEnv)
+			if tc.ok {
+				wantNoProblems(t, ps)
+				return
+			}
+			wantProblem(t, ps, "http.body_limit", "must fit in nats.max_payload")
+		})
+	}
+}
+
+func TestWriteTimeoutShorterThanADeadlineIsAProblem(t *testing.T) {
+	_, ps := parse(t, minimal+"http: {write_timeout: 10s}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "http.write_timeout", "policies.default.deadline 30s")
+}
+
+func TestHedgingNeedsAnIdempotentClass(t *testing.T) {
+	_, ps := parse(t, minimal+"policies:\n  writes:\n    idempotent: false\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.writes.idempotent", "only idempotent operation classes may hedge")
+
+	_, ps = parse(t, minimal+"policies:\n  writes:\n    idempotent: false\n    hedge: false\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestTenantKeysMustBeHashesAndAreNeverEchoed(t *testing.T) {
+	const plaintext = "sk-very-secret"
+	_, ps := parse(t, minimal+"tenants:\n  acme:\n    api_key_hashes: ["+plaintext+"]\n", RoleGateway, noEnv)
+	p := wantProblem(t, ps, "tenants.acme.api_key_hashes[0]", "sha256")
+	if strings.Contains(p.String(), plaintext) {
+		t.Fatalf("problem %q echoes the key", p)
+	}
+}
+
+func TestOneKeyHashMayBelongToOneTenantOnly(t *testing.T) {
+	h := HashAPIKey("k")
+	src := minimal + "tenants:\n  a:\n    api_key_hashes: [" + h + "]\n  b:\n    api_key_hashes: [" + h + "]\n"
+	_, ps := parse(t, src, RoleServe, noEnv)
+	wantProblem(t, ps, "tenants.b.api_key_hashes[0]", `already a key of tenant "a"`)
+}
+
+func TestHashAPIKeyFindsItsTenant(t *testing.T) {
+	src := minimal + "tenants:\n  acme:\n    api_key_hashes: [" + HashAPIKey("secret") + "]\n"
+	c, ps := parse(t, src, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if name, ok := c.TenantByKeyHash(HashAPIKey("secret")); !ok || name != "acme" {
+		t.Fatalf("TenantByKeyHash = %q, %v; want acme, true", name, ok)
+	}
+	if _, ok := c.TenantByKeyHash(HashAPIKey("other")); ok {
+		t.Fatalf("TenantByKeyHash found a tenant for an unknown key")
+	}
+}
+
+func TestEveryProblemIsReportedInOnePassSortedByLine(t *testing.T) {
+	src := `nats:
+  max_payload: 1MiB
+routes:
+  - name: A
+    provider: azure
+    base_url: 127.0.0.1
+    model: m
+pools:
+  general:
+    routes: [nope]
+policies:
+  default:
+    max_attempts: 9
+    delay: {quantile: 2}
+    bogus: 1
+`
+	_, ps := parse(t, src, RoleServe, noEnv)
+	for _, path := range []string{
+		"routes[0].name", "routes[0].provider", "routes[0].base_url", "pools.general.routes[0]",
+		"policies.default.max_attempts", "policies.default.delay.quantile", "policies.default.bogus",
+	} {
+		wantProblem(t, ps, path, "")
+	}
+	for i := 1; i < len(ps); i++ {
+		if ps[i].Line < ps[i-1].Line {
+			t.Fatalf("problems not sorted by line:\n%v", ps)
+		}
+	}
+}
+
+func TestInvalidYAMLIsAProblemWithItsLine(t *testing.T) {
+	_, ps := parse(t, "routes:\n  - name: a\n   bad: [\n", RoleServe, noEnv)
+	if len(ps) != 1 || ps[0].Line == 0 || !strings.Contains(ps[0].Message, "invalid YAML") {
+		t.Fatalf("want one invalid YAML problem with a line, got:\n%v", ps)
+	}
+}
+
+func TestEmptyFileIsAProblem(t *testing.T) {
+	_, ps := parse(t, "# nothing\n", RoleServe, noEnv)
+	wantProblem(t, ps, "", "empty")
+}
+
+func TestWrongKindIsAProblem(t *testing.T) {
+	cases := []struct{ name, src, path, msg string }{
+		{"list for a mapping", minimal + "http: [a]\n", "http", "want a mapping"},
+		{"mapping for a list", minimal + "nats: {urls: {a: b}}\n", "nats.urls", "want a list"},
+		{"string for a bool", minimal + "policies: {default: {hedge: maybe}}\n", "policies.default.hedge", "want true or false"},
+		{"string for a number", minimal + "policies: {default: {control_fraction: lots}}\n", "policies.default.control_fraction", "want a number"},
+		{"bad byte size", minimal + "nats: {max_payload: 8 megs}\n", "nats.max_payload", "not a byte size"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			wantProblem(t, ps, tc.path, tc.msg)
+		})
+	}
+}
+
+func TestDefaultsFillOnlyKeysTheFileLeavesOut(t *testing.T) {
+	src := minimal + `policies:
+  default:
+    hedge: false
+    control_fraction: 0
+    delay: {quantile: 0.9}
+  chat: ~
+`
+	c, ps := parse(t, src, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	def, chat := c.Policies["default"], c.Policies["chat"]
+	if chat == nil {
+		t.Fatalf("a null policy entry was dropped")
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"explicit false kept", def.Hedge, false},
+		{"explicit zero kept", def.ControlFraction, 0.0},
+		{"explicit quantile kept", def.Delay.Quantile, 0.9},
+		{"sibling defaulted", def.Delay.Min, 20 * time.Millisecond},
+		{"hedge defaulted", chat.Hedge, true},
+		{"control fraction defaulted", chat.ControlFraction, 0.02},
+		{"max attempts defaulted", chat.MaxAttempts, 2},
+		{"deadline defaulted", chat.Deadline, 30 * time.Second},
+		{"accept timeout defaulted", chat.AcceptTimeout, 250 * time.Millisecond},
+		{"commit point defaulted", chat.CommitPoint, schemas.FirstToken},
+		{"trigger defaulted", chat.Trigger, TriggerFirstByte},
+		{"duplicate ceiling defaulted", chat.DuplicateRate.Ceiling, 0.05},
+		{"max payload defaulted", c.NATS.MaxPayload, 8 * ByteSize(1<<20)},
+		{"body limit defaulted", c.HTTP.BodyLimit, 4 * ByteSize(1<<20)},
+		{"listen defaulted", c.HTTP.Listen, "127.0.0.1:8080"},
+		{"route in-flight defaulted", c.Routes[0].MaxInflight, 64},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
+		}
+	}
+}
+
+func TestDefaultPolicyIsAddedWhenTheFileHasNone(t *testing.T) {
+	c, ps := parse(t, minimal+"policies:\n  chat: {max_attempts: 3}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	def := c.PolicyFor("")
+	if def == nil || def != c.Policies[DefaultPolicy] {
+		t.Fatalf("PolicyFor(\"\") = %v, want the default policy", def)
+	}
+	if def.MaxAttempts != 2 || def.Delay.Quantile != 0.95 {
+		t.Fatalf("added default policy lacks defaults: %+v", def)
+	}
+	if got := c.PolicyFor("chat").MaxAttempts; got != 3 {
+		t.Fatalf("PolicyFor(chat).MaxAttempts = %d, want 3", got)
+	}
+	if c.PolicyFor("unknown") != def {
+		t.Fatalf("PolicyFor of an unknown class is not the default policy")
+	}
+}
+
+func TestDefaultsTableNamesRealFieldsOfTheRightType(t *testing.T) {
+	c := &Config{
+		Routes:   []*Route{{}},
+		Pools:    map[string]*Pool{"p": {}},
+		Policies: map[string]*Policy{"x": {}},
+		Tenants:  map[string]*Tenant{"t": {}},
+	}
+	if err := applyDefaults(c, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Policies["x"].Guardrail.ProbeInterval != 10*time.Minute || c.Tenants["t"].SpendWindow != 24*time.Hour {
+		t.Fatalf("defaults not applied to map entries: %+v", c)
+	}
+}
+
+func TestAnchorsAndMergeKeysAreHonoured(t *testing.T) {
+	src := minimal + `policies:
+  default: &base
+    max_attempts: 3
+    delay: {quantile: 0.9}
+  chat:
+    <<: *base
+    max_attempts: 4
+`
+	c, ps := parse(t, src, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := c.Policies["chat"]; got.MaxAttempts != 4 || got.Delay.Quantile != 0.9 {
+		t.Fatalf("chat = max_attempts %d quantile %v; want 4 (explicit) and 0.9 (merged)", got.MaxAttempts, got.Delay.Quantile)
+	}
+}
+
+func TestJSONSchemaContractInlineOrFromFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "answer.json"), []byte(`{"type":"object","required":["a"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, schema, msg string // msg empty: valid
+	}{
+		{"inline", "{type: object, required: [a]}", ""},
+		{"file relative to the config", "answer.json", ""},
+		{"missing file", "missing.json", "read schema"},
+		{"inline schema that does not compile", "{type: objectx}", "does not compile"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := minimal + "    contract:\n      json_schema: " + tc.schema + "\n"
+			c, err := Parse(filepath.Join(dir, "test.yaml"), []byte(src), RoleServe, noEnv)
+			if tc.msg == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				ct := c.Pools["general"].Contract
+				if len(ct.JSONSchema.Document) == 0 || !ct.NeedsComplete() {
+					t.Fatalf("contract %+v: want a schema that needs a complete answer", ct)
+				}
+				return
+			}
+			var ps Problems
+			if !errors.As(err, &ps) {
+				t.Fatalf("want Problems, got %v", err)
+			}
+			p := wantProblem(t, ps, "pools.general.contract.json_schema", tc.msg)
+			if strings.Contains(p.String(), "\n") {
+				t.Fatalf("problem spans several lines: %q", p)
+			}
+		})
+	}
+}
+
+func TestContractNeedsCompleteOnlyForWholeAnswerChecks(t *testing.T) {
+	cases := []struct {
+		name string
+		c    Contract
+		want bool
+	}{
+		{"empty", Contract{}, false},
+		{"complete finish reason", Contract{RequireComplete: true}, true},
+		{"required fields", Contract{RequiredFields: []string{"a"}}, true},
+		{"schema", Contract{JSONSchema: JSONSchema{Document: []byte(`{}`)}}, true},
+	}
+	for _, tc := range cases {
+		if got := tc.c.NeedsComplete(); got != tc.want {
+			t.Errorf("%s: NeedsComplete = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRedisTLSOptionsNeedTLS(t *testing.T) {
+	_, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n  tls: {insecure_skip_verify: true}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "redis.tls", "need tls.enabled")
+
+	_, ps = parse(t, minimal+"redis:\n  url: rediss://127.0.0.1:6379\n  tls: {insecure_skip_verify: true}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+}
+
+func TestRedisURLMustNotHoldCredentials(t *testing.T) {
+	_, ps := parse(t, minimal+"redis:\n  url: redis://u:hunter2@127.0.0.1:6379\n", RoleServe, noEnv)
+	p := wantProblem(t, ps, "redis.url", "must not hold credentials")
+	if strings.Contains(p.String(), "hunter2") {
+		t.Fatalf("problem %q echoes the password", p)
+	}
+}
+
+func TestByteSizeParsesPlainAndSuffixedSizes(t *testing.T) {
+	cases := []struct {
+		in   string
+		want ByteSize
+		ok   bool
+	}{
+		{"1048576", 1 << 20, true},
+		{"512KiB", 512 << 10, true},
+		{"8MiB", 8 << 20, true},
+		{"1GiB", 1 << 30, true},
+		{"10B", 10, true},
+		{"8MB", 0, false},
+		{"-1", 0, false},
+		{"MiB", 0, false},
+	}
+	for _, tc := range cases {
+		got, err := ParseByteSize(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseByteSize(%q) = %v, %v; want %v, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	if s := (8 * ByteSize(1<<20)).String(); s != "8MiB" {
+		t.Errorf("String() = %q, want 8MiB", s)
+	}
+}
+
+func TestParseRoleRefusesUnknownRoles(t *testing.T) {
+	for _, r := range []string{"serve", "gateway", "worker"} {
+		if _, err := ParseRole(r); err != nil {
+			t.Errorf("ParseRole(%q): %v", r, err)
+		}
+	}
+	if _, err := ParseRole("router"); err == nil {
+		t.Errorf("ParseRole(router) succeeded")
+	}
+	if _, err := Parse("x.yaml", []byte(minimal), Role("router"), noEnv); err == nil {
+		t.Errorf("Parse accepted an unknown role")
+	}
+}
+
+func TestLoadOfAMissingFileIsAPlainError(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "absent.yaml"), RoleServe, noEnv)
+	var ps Problems
+	if err == nil || errors.As(err, &ps) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Load of a missing file = %v; want a wrapped os.ErrNotExist", err)
+	}
+}
+
+// TestExampleConfigsLoadForEveryRole loads every file in deploy/examples for
+// every role, with every environment variable it names set.
+func TestExampleConfigsLoadForEveryRole(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "examples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no example configs found")
+	}
+	allSet := func(string) (string, bool) { return "set-by-test", true }
+	for _, f := range files {
+		for _, role := range []Role{RoleServe, RoleGateway, RoleWorker} {
+			t.Run(filepath.Base(f)+"/"+string(role), func(t *testing.T) {
+				if _, err := Load(f, role, allSet); err != nil {
+					t.Fatalf("%v", err)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,377 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// maxNATSPayload is the largest max_payload a NATS server accepts.
+const maxNATSPayload ByteSize = 64 << 20
+
+var (
+	// subjectToken is what route, pool, policy and tenant names must match:
+	// they become NATS subject tokens, Redis key parts and metric labels.
+	subjectToken = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	envVarName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	keyHash      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+// validator checks a decoded, defaulted Config and reports every problem.
+type validator struct {
+	*reporter
+	cfg  *Config
+	dir  string // directory of the file, for relative paths
+	role Role
+	env  LookupEnv
+}
+
+func (v *validator) validate() {
+	v.nats()
+	v.redis()
+	v.http()
+	v.routes()
+	v.pools()
+	for _, name := range slices.Sorted(maps.Keys(v.cfg.Policies)) {
+		v.policy("policies."+name, name, v.cfg.Policies[name])
+	}
+	v.tenants()
+}
+
+func (v *validator) nats() {
+	n := v.cfg.NATS
+	for i, u := range n.URLs {
+		p := indexPath("nats.urls", i)
+		parsed, err := url.Parse(u)
+		switch {
+		case err != nil:
+			v.addf(p, "%q is not a URL", u)
+		case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, parsed.Scheme) || parsed.Host == "":
+			v.addf(p, "%q: want nats://, tls://, ws:// or wss:// with a host", u)
+		}
+	}
+	if v.role.NeedsExternalNATS() && len(n.URLs) == 0 {
+		v.addf("nats.urls", "role %s connects to an external NATS cluster and needs at least one URL", v.role)
+	}
+	if n.Listen != "" {
+		v.hostPort("nats.listen", n.Listen)
+	}
+	if n.MaxPayload <= 0 || n.MaxPayload > maxNATSPayload {
+		v.addf("nats.max_payload", "%v is outside (0, %v]", n.MaxPayload, maxNATSPayload)
+	}
+}
+
+func (v *validator) redis() {
+	r := v.cfg.Redis
+	tlsOn := r.TLS.Enabled
+	if r.URL != "" {
+		u, err := url.Parse(r.URL)
+		switch {
+		case err != nil:
+			v.addf("redis.url", "not a URL: %v", err)
+		case u.Scheme != "redis" && u.Scheme != "rediss" || u.Host == "":
+			v.addf("redis.url", "want redis:// or rediss:// with a host, got %q", r.URL)
+		case u.User != nil:
+			v.addf("redis.url", "must not hold credentials; use redis.username and redis.password_env")
+		default:
+			tlsOn = tlsOn || u.Scheme == "rediss"
+		}
+	}
+	if !tlsOn && (r.TLS.CAFile != "" || r.TLS.InsecureSkipVerify) {
+		v.addf("redis.tls", "ca_file and insecure_skip_verify need tls.enabled: true or a rediss:// URL")
+	}
+	if r.TLS.CAFile != "" && !filepath.IsAbs(r.TLS.CAFile) {
+		v.cfg.Redis.TLS.CAFile = filepath.Join(v.dir, r.TLS.CAFile)
+	}
+	used := r.URL != "" && v.role.UsesRedis()
+	if used && r.TLS.CAFile != "" {
+		if _, err := os.Stat(v.cfg.Redis.TLS.CAFile); err != nil {
+			v.addf("redis.tls.ca_file", "%v", err)
+		}
+	}
+	v.secret("redis.password_env", r.PasswordEnv, used, "role %s connects to redis with it", v.role)
+}
+
+func (v *validator) http() {
+	h := v.cfg.HTTP
+	v.hostPort("http.listen", h.Listen)
+	if room := v.cfg.NATS.MaxPayload - PayloadHeadroom; h.BodyLimit <= 0 || h.BodyLimit > room {
+		v.addf("http.body_limit", "%v is outside (0, %v]: a request must fit in nats.max_payload %v with %v for the attempt envelope",
+			h.BodyLimit, max(room, 0), v.cfg.NATS.MaxPayload, PayloadHeadroom)
+	}
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"read_timeout", h.ReadTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
+		if t.d < 0 {
+			v.addf("http."+t.key, "%v is negative", t.d)
+		}
+	}
+	if h.WriteTimeout > 0 {
+		for _, name := range slices.Sorted(maps.Keys(v.cfg.Policies)) {
+			if d := v.cfg.Policies[name].Deadline; d > h.WriteTimeout {
+				v.addf("http.write_timeout", "%v is shorter than policies.%s.deadline %v: responses would be cut off", h.WriteTimeout, name, d)
+			}
+		}
+	}
+}
+
+func (v *validator) routes() {
+	if len(v.cfg.Routes) == 0 {
+		v.addf("routes", "at least one route is needed")
+	}
+	first := map[string]int{}
+	for i, r := range v.cfg.Routes {
+		p := indexPath("routes", i)
+		if v.token(p+".name", r.Name) {
+			if j, dup := first[r.Name]; dup {
+				v.addf(p+".name", "%q is already the name of routes[%d]", r.Name, j)
+			} else {
+				first[r.Name] = i
+			}
+		}
+		switch r.Provider {
+		case ProviderOpenAI, ProviderAnthropic:
+		case "":
+			v.addf(p+".provider", "is required (openai or anthropic)")
+		default:
+			v.addf(p+".provider", "%q: want openai or anthropic", r.Provider)
+		}
+		if r.BaseURL == "" {
+			v.addf(p+".base_url", "is required")
+		} else if u, err := url.Parse(r.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.addf(p+".base_url", "%q: want an absolute http:// or https:// URL", r.BaseURL)
+		}
+		if r.Model == "" {
+			v.addf(p+".model", "is required")
+		}
+		if r.MaxInflight < 1 {
+			v.addf(p+".max_inflight", "%d is less than 1", r.MaxInflight)
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			if k == "" || r.Labels[k] == "" {
+				v.addf(p+".labels", "label %q: keys and values must not be empty", k)
+			}
+		}
+		v.secret(p+".api_key_env", r.APIKeyEnv, v.role.CallsProviders(),
+			"role %s calls route %q with it", v.role, r.Name)
+	}
+}
+
+func (v *validator) pools() {
+	if len(v.cfg.Pools) == 0 {
+		v.addf("pools", "at least one pool is needed")
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.cfg.Pools)) {
+		pool, p := v.cfg.Pools[name], "pools."+name
+		v.token(p, name)
+		if len(pool.Routes) == 0 {
+			v.addf(p+".routes", "a pool needs at least one route")
+		}
+		seen := map[string]bool{}
+		for i, rn := range pool.Routes {
+			rp := indexPath(p+".routes", i)
+			if _, ok := v.cfg.Route(rn); !ok {
+				v.addf(rp, "no route is named %q", rn)
+			}
+			if seen[rn] {
+				v.addf(rp, "route %q is listed twice", rn)
+			}
+			seen[rn] = true
+		}
+		fields := map[string]bool{}
+		for i, f := range pool.Contract.RequiredFields {
+			if f == "" {
+				v.addf(indexPath(p+".contract.required_fields", i), "must not be empty")
+			} else if fields[f] {
+				v.addf(indexPath(p+".contract.required_fields", i), "%q is listed twice", f)
+			}
+			fields[f] = true
+		}
+		if err := pool.Contract.JSONSchema.resolve(v.dir, p); err != nil {
+			v.addf(p+".contract.json_schema", "%v", err)
+		}
+	}
+}
+
+func (v *validator) policy(p, name string, pol *Policy) {
+	v.token(p, name)
+	v.fraction(p+".rollout_fraction", pol.RolloutFraction)
+	v.fraction(p+".control_fraction", pol.ControlFraction)
+	if pol.Hedge && !pol.Idempotent {
+		v.addf(p+".idempotent", "is false while hedge is true: only idempotent operation classes may hedge; set hedge: false")
+	}
+	if pol.Trigger != TriggerFirstByte && pol.Trigger != TriggerTotal {
+		v.addf(p+".trigger", "%q: want first_byte or total", pol.Trigger)
+	}
+	if pol.MaxAttempts < 1 || pol.MaxAttempts > MaxAttemptsCap {
+		v.addf(p+".max_attempts", "%d is outside [1,%d]", pol.MaxAttempts, MaxAttemptsCap)
+	}
+	if pol.Deadline <= 0 {
+		v.addf(p+".deadline", "%v must be positive", pol.Deadline)
+	}
+	// The commit point is checked while decoding (schemas.ParseCommitPoint);
+	// a zero one only comes from code that bypassed Load.
+	if pol.CommitPoint.Kind == "" {
+		v.addf(p+".commit_point", "is required (%s, tokens:N or %s)", schemas.FirstToken, schemas.Complete)
+	}
+	v.beforeDeadline(p+".min_useful_time", pol.MinUsefulTime, pol.Deadline, true)
+	v.beforeDeadline(p+".accept_timeout", pol.AcceptTimeout, pol.Deadline, false)
+	v.positive(p+".heartbeat_interval", pol.HeartbeatInterval)
+	if pol.HeartbeatTimeout <= pol.HeartbeatInterval {
+		v.addf(p+".heartbeat_timeout", "%v is not longer than heartbeat_interval %v", pol.HeartbeatTimeout, pol.HeartbeatInterval)
+	}
+
+	d, dp := pol.Delay, p+".delay"
+	v.openUnit(dp+".quantile", d.Quantile)
+	if d.Min > d.Max {
+		v.addf(dp+".min", "%v is greater than delay.max %v", d.Min, d.Max)
+	} else if d.Initial < d.Min || d.Initial > d.Max {
+		v.addf(dp+".initial", "%v is outside delay.min..delay.max [%v,%v]", d.Initial, d.Min, d.Max)
+	}
+	v.beforeDeadline(dp+".min", d.Min, pol.Deadline, true)
+	if d.WarmupSamples < 0 {
+		v.addf(dp+".warmup_samples", "%d is negative", d.WarmupSamples)
+	}
+	v.positive(dp+".window", d.Window)
+	if d.Slots < 1 {
+		v.addf(dp+".slots", "%d is less than 1", d.Slots)
+	} else if d.Window > 0 && d.Window/time.Duration(d.Slots) < time.Second {
+		v.addf(dp+".slots", "%d slots make slots of %v; a slot must span at least 1s", d.Slots, d.Window/time.Duration(d.Slots))
+	}
+
+	b, bp := pol.DuplicateRate, p+".duplicate_rate"
+	if b.Ceiling <= 0 || b.Ceiling > 1 {
+		v.addf(bp+".ceiling", "%v is outside (0,1]; to stop hedging set hedge: false", b.Ceiling)
+	}
+	if b.Capacity <= 0 {
+		v.addf(bp+".capacity", "%v must be positive", b.Capacity)
+	}
+	if b.InitialFill < 0 || b.InitialFill > b.Capacity {
+		v.addf(bp+".initial_fill", "%v is outside [0, capacity %v]", b.InitialFill, b.Capacity)
+	}
+	if b.PoolFloor < 0 || b.PoolFloor > b.Capacity {
+		v.addf(bp+".pool_floor", "%v is outside [0, capacity %v]", b.PoolFloor, b.Capacity)
+	}
+
+	s, sp := pol.Spend, p+".spend"
+	if s.PerUserAction < 0 {
+		v.addf(sp+".per_user_action", "%d is negative", s.PerUserAction)
+	}
+	if s.PerTenantWindow < 0 {
+		v.addf(sp+".per_tenant_window", "%d is negative", s.PerTenantWindow)
+	}
+	v.positive(sp+".window", s.Window)
+
+	g, gp := pol.Guardrail, p+".guardrail"
+	v.openUnit(gp+".quantile", g.Quantile)
+	if g.MinControlSamples < 1 {
+		v.addf(gp+".min_control_samples", "%d is less than 1", g.MinControlSamples)
+	}
+	if g.MinGain < 0 || g.MinGain >= 1 {
+		v.addf(gp+".min_gain", "%v is outside [0,1)", g.MinGain)
+	}
+	v.fraction(gp+".max_error_rate_increase", g.MaxErrorRateIncrease)
+	v.positive(gp+".probe_interval", g.ProbeInterval)
+}
+
+func (v *validator) tenants() {
+	owner := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(v.cfg.Tenants)) {
+		t, p := v.cfg.Tenants[name], "tenants."+name
+		v.token(p, name)
+		if len(t.APIKeyHashes) == 0 {
+			v.addf(p+".api_key_hashes", "a tenant needs at least one API key hash")
+		}
+		for i, h := range t.APIKeyHashes {
+			hp := indexPath(p+".api_key_hashes", i)
+			switch {
+			case !keyHash.MatchString(h):
+				// Never echo the value: it may be a plaintext key.
+				v.addf(hp, "want \"sha256:\" and 64 lowercase hex digits (hedgerow never takes plaintext keys)")
+			case owner[h] != "":
+				v.addf(hp, "the same hash is already a key of tenant %q", owner[h])
+			default:
+				owner[h] = name
+			}
+		}
+		if t.SpendLimit < 0 {
+			v.addf(p+".spend_limit", "%d is negative", t.SpendLimit)
+		}
+		v.positive(p+".spend_window", t.SpendWindow)
+	}
+}
+
+// secret checks the name of an environment variable holding a secret and,
+// when the role needs it, that the variable is set and not empty. The value
+// is never reported.
+func (v *validator) secret(path, name string, needed bool, why string, args ...any) {
+	if name == "" {
+		return
+	}
+	if !envVarName.MatchString(name) {
+		v.addf(path, "%q is not an environment variable name", name)
+		return
+	}
+	if !needed {
+		return
+	}
+	if val, ok := v.env(name); !ok || val == "" {
+		v.addf(path, "environment variable %s is not set, but %s", name, fmt.Sprintf(why, args...))
+	}
+}
+
+// token checks that a name is a NATS-subject-safe token.
+func (v *validator) token(path, name string) bool {
+	if !subjectToken.MatchString(name) {
+		if name == "" {
+			v.addf(path, "a name is required ([a-z0-9_-]+)")
+		} else {
+			v.addf(path, "name %q is not a NATS-subject-safe token ([a-z0-9_-]+)", name)
+		}
+		return false
+	}
+	return true
+}
+
+func (v *validator) hostPort(path, addr string) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		v.addf(path, "%q is not a host:port address", addr)
+	}
+}
+
+func (v *validator) fraction(path string, f float64) {
+	if !(f >= 0 && f <= 1) {
+		v.addf(path, "%v is outside [0,1]", f)
+	}
+}
+
+func (v *validator) openUnit(path string, f float64) {
+	if !(f > 0 && f < 1) {
+		v.addf(path, "%v is outside (0,1)", f)
+	}
+}
+
+func (v *validator) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.addf(path, "%v must be positive", d)
+	}
+}
+
+// beforeDeadline checks 0 ≤ d < deadline (0 < d when zero is not allowed).
+func (v *validator) beforeDeadline(path string, d, deadline time.Duration, zeroOK bool) {
+	switch {
+	case d < 0 || (d == 0 && !zeroOK):
+		v.addf(path, "%v must be positive", d)
+	case deadline > 0 && d >= deadline:
+		v.addf(path, "%v is not shorter than the deadline %v", d, deadline)
+	}
+}

@@ -1,0 +1,98 @@
+package schemas
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Attempt asks a worker to run one attempt of a hedge group. The dispatcher
+// publishes it on hedgerow.attempt.<route>; the worker answers on ReplyInbox
+// with Accept or Busy, then heartbeats, chunks and one AttemptResult.
+type Attempt struct {
+	V       int    `json:"v"`
+	GroupID string `json:"group_id"`
+	// UserActionID is the opaque id of the user action the group serves; see
+	// UserActionID for how it is derived.
+	UserActionID   string `json:"user_action_id"`
+	Attempt        int    `json:"attempt"` // 1-based within the group
+	Role           Role   `json:"role"`
+	Route          string `json:"route"`
+	OperationClass string `json:"operation_class"`
+	ModelClass     string `json:"model_class"`
+	// DeadlineUnixMs is the user action's absolute deadline. RemainingMs is
+	// the budget left when the attempt was sent; a worker stops at whichever
+	// comes first (see EffectiveDeadline), so a clock running behind the
+	// dispatcher's cannot extend the deadline.
+	DeadlineUnixMs int64       `json:"deadline_unix_ms"`
+	RemainingMs    int64       `json:"remaining_ms"`
+	CommitPoint    CommitPoint `json:"commit_point"`
+	ReplyInbox     string      `json:"reply_inbox"`
+	Request        ChatRequest `json:"request"`
+}
+
+// EffectiveDeadline is the instant the worker must give up: the earlier of
+// the absolute deadline and received + RemainingMs, where received is the
+// worker's clock when the attempt arrived.
+func (a Attempt) EffectiveDeadline(received time.Time) time.Time {
+	abs := time.UnixMilli(a.DeadlineUnixMs)
+	rel := received.Add(time.Duration(a.RemainingMs) * time.Millisecond)
+	if rel.Before(abs) {
+		return rel
+	}
+	return abs
+}
+
+// Kind names the attempt's schema.
+func (Attempt) Kind() string { return KindAttempt }
+
+// MarshalJSON writes the attempt with its major version.
+func (a Attempt) MarshalJSON() ([]byte, error) {
+	type wire Attempt
+	w := wire(a)
+	w.V = stampVersion(a.V)
+	return json.Marshal(w)
+}
+
+// CancelReason says why the dispatcher cancels an attempt. The values are
+// those of the hedge engine's cancel reasons (dispatcher/hedge), so the
+// runtime converts one to the other directly.
+type CancelReason string
+
+const (
+	// CancelLostRace: another attempt of the group committed.
+	CancelLostRace CancelReason = "lost_race"
+	// CancelAlreadyCommitted: another group of the same user action won the gate.
+	CancelAlreadyCommitted CancelReason = "already_committed"
+	// CancelDeadline: the user action's deadline passed.
+	CancelDeadline CancelReason = "deadline"
+	// CancelCallerGone: the caller disconnected or gave up.
+	CancelCallerGone CancelReason = "caller_gone"
+	// CancelGroupError: a group-scoped permanent error ended the group.
+	CancelGroupError CancelReason = "group_error"
+	// CancelTimeout: the policy's per-try timeout passed, or the attempt went
+	// silent (no accept, heartbeats lost).
+	CancelTimeout CancelReason = "timeout"
+	// CancelInvalid: the attempt's stream broke the contract (a chunk gap,
+	// contract-invalid output).
+	CancelInvalid CancelReason = "invalid"
+)
+
+// Cancel tells a worker, on the control inbox its Accept named, to stop an
+// attempt and report what it had consumed.
+type Cancel struct {
+	V       int          `json:"v"`
+	GroupID string       `json:"group_id"`
+	Attempt int          `json:"attempt"`
+	Reason  CancelReason `json:"reason"`
+}
+
+// Kind names the cancel's schema.
+func (Cancel) Kind() string { return KindCancel }
+
+// MarshalJSON writes the cancel with its major version.
+func (c Cancel) MarshalJSON() ([]byte, error) {
+	type wire Cancel
+	w := wire(c)
+	w.V = stampVersion(c.V)
+	return json.Marshal(w)
+}

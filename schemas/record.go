@@ -1,0 +1,211 @@
+package schemas
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Record events, the "event" field of the sanitized records published on
+// hedgerow.events.attempt and hedgerow.events.group.
+const (
+	EventAttemptComplete = "hedge_attempt_complete"
+	EventGroupComplete   = "hedge_group_complete"
+)
+
+// Outcome is how one launched attempt ended relative to its group. A hedge
+// that was never launched has no attempt record; its suppression reason is
+// on the group record.
+type Outcome string
+
+const (
+	// OutcomeWinner: the attempt was elected and committed.
+	OutcomeWinner Outcome = "winner"
+	// OutcomeLoserCanceled: another attempt won and this one stopped on the
+	// cancel (the worker observed it before completing).
+	OutcomeLoserCanceled Outcome = "loser_canceled"
+	// OutcomeLoserLate: another attempt won, but this one completed anyway,
+	// after the commit or despite the cancel: recorded, never committed.
+	OutcomeLoserLate Outcome = "loser_late"
+	// OutcomeLostElection: a valid result that lost the winner gate to
+	// another group of the same user action.
+	OutcomeLostElection Outcome = "lost_election"
+	// OutcomeFailed: the attempt ended with its own error (any scope).
+	OutcomeFailed Outcome = "failed"
+	// OutcomeCanceled: cancelled because the group ended without a winner
+	// (deadline, caller gone, group-scoped error).
+	OutcomeCanceled Outcome = "canceled"
+)
+
+// GroupOutcome is how a hedge group ended.
+type GroupOutcome string
+
+// The group outcomes.
+const (
+	GroupCommitted GroupOutcome = "committed"
+	GroupFailed    GroupOutcome = "failed" // see the record's ErrorCode
+)
+
+// CostBand is a coarse bucket of an attempt's or group's cost, so records
+// show spend without exact per-request prices.
+type CostBand string
+
+// The cost bands, from the cost in usage units (input + 4 × output at the
+// pinned list-price ratio); the thresholds belong to the recorder's config.
+const (
+	CostLow    CostBand = "low"
+	CostMedium CostBand = "medium"
+	CostHigh   CostBand = "high"
+)
+
+// GuardrailDecision is what the cohort's hedging guardrail decided for a group.
+type GuardrailDecision string
+
+const (
+	// GuardrailAllow: hedging enabled for the cohort.
+	GuardrailAllow GuardrailDecision = "allow"
+	// GuardrailDisable: the guardrail disabled hedging (flat gain, rising
+	// errors, or a breached duplicate or spend ceiling).
+	GuardrailDisable GuardrailDecision = "disable"
+	// GuardrailProbe: hedging is disabled but this group probes re-enabling it.
+	GuardrailProbe GuardrailDecision = "probe"
+	// GuardrailControl: the group is in the primary-only control fraction.
+	GuardrailControl GuardrailDecision = "control"
+	// GuardrailIneligible: the cohort is not hedge-eligible (non-idempotent
+	// operation, outside the rollout fraction, fewer than two routes).
+	GuardrailIneligible GuardrailDecision = "ineligible"
+)
+
+// Reporter names who published a record. Workers publish their attempt's
+// record so late losers' usage is captured without the dispatcher waiting;
+// the dispatcher publishes group records; the simulator publishes both in
+// virtual time.
+type Reporter string
+
+// The reporters.
+const (
+	ReporterWorker     Reporter = "worker"
+	ReporterDispatcher Reporter = "dispatcher"
+	ReporterSimulator  Reporter = "simulator"
+)
+
+// AttemptRecord is the sanitized record of one launched attempt (DESIGN §9).
+// It carries no prompt, output, header, credential or user identifier:
+// UserActionID is the gateway's opaque derived id and PromptFingerprint a
+// keyed hash.
+type AttemptRecord struct {
+	V         int       `json:"v"`
+	Event     string    `json:"event"` // EventAttemptComplete; set by MarshalJSON when empty
+	EventTime time.Time `json:"event_time"`
+	Reporter  Reporter  `json:"reporter"`
+
+	UserActionID   string      `json:"user_action_id"`
+	HedgeGroupID   string      `json:"hedge_group_id"`
+	Attempt        int         `json:"attempt"`
+	Role           Role        `json:"role"`
+	Route          string      `json:"route"`
+	RouteClass     string      `json:"route_class"` // the pool of equivalent routes
+	OperationClass string      `json:"operation_class"`
+	ModelClass     string      `json:"model_class"`
+	CommitPoint    CommitPoint `json:"commit_point"`
+	WorkerID       string      `json:"worker_id,omitempty"`
+
+	HedgeDelayMs      *int64 `json:"hedge_delay_ms,omitempty"` // absent: no hedge timer armed
+	OverallDeadlineMs int64  `json:"overall_deadline_ms"`
+	ElapsedMs         int64  `json:"elapsed_ms"`
+	FirstByteMs       *int64 `json:"first_byte_ms,omitempty"` // absent: no first byte
+
+	Outcome              Outcome     `json:"outcome"`
+	StatusClass          StatusClass `json:"status_class"`
+	ErrorScope           ErrorScope  `json:"error_scope"`
+	HTTPStatus           int         `json:"http_status,omitempty"`
+	ContractValid        bool        `json:"contract_valid"`
+	CancellationSent     bool        `json:"cancellation_sent"`
+	CancellationObserved bool        `json:"cancellation_observed"`
+
+	UsageInputUnits     int64    `json:"usage_input_units"`
+	UsageOutputUnits    int64    `json:"usage_output_units"`
+	UsageEstimated      bool     `json:"usage_estimated"`
+	CostBand            CostBand `json:"cost_band"`
+	DuplicateRateWindow float64  `json:"duplicate_rate_window"` // cohort's hedges per primary, rolling window
+	PromptFingerprint   string   `json:"prompt_fingerprint"`
+}
+
+// Kind names the record's schema.
+func (AttemptRecord) Kind() string { return KindAttemptRecord }
+
+// MarshalJSON writes the record with its major version and event.
+func (r AttemptRecord) MarshalJSON() ([]byte, error) {
+	type wire AttemptRecord
+	w := wire(r)
+	w.V = stampVersion(r.V)
+	if w.Event == "" {
+		w.Event = EventAttemptComplete
+	}
+	return json.Marshal(w)
+}
+
+// GroupRecord is the sanitized summary of one hedge group (DESIGN §9): the
+// attempt record's group-level fields plus whether a hedge launched, which
+// attempt won, whether a loser finished late, total usage of all attempts,
+// the terminal error and the guardrail decision.
+type GroupRecord struct {
+	V         int       `json:"v"`
+	Event     string    `json:"event"` // EventGroupComplete; set by MarshalJSON when empty
+	EventTime time.Time `json:"event_time"`
+	Reporter  Reporter  `json:"reporter"`
+
+	UserActionID   string      `json:"user_action_id"`
+	HedgeGroupID   string      `json:"hedge_group_id"`
+	RouteClass     string      `json:"route_class"`
+	OperationClass string      `json:"operation_class"`
+	ModelClass     string      `json:"model_class"`
+	CommitPoint    CommitPoint `json:"commit_point"`
+	Stream         bool        `json:"stream"`
+
+	HedgeDelayMs      *int64 `json:"hedge_delay_ms,omitempty"`
+	OverallDeadlineMs int64  `json:"overall_deadline_ms"`
+	ElapsedMs         int64  `json:"elapsed_ms"`
+	FirstByteMs       *int64 `json:"first_byte_ms,omitempty"` // the committed stream's
+
+	Outcome     GroupOutcome `json:"outcome"`
+	StatusClass StatusClass  `json:"status_class"` // the winner's, or the terminal failure's
+	ErrorCode   ErrorCode    `json:"error_code,omitempty"`
+	ErrorScope  ErrorScope   `json:"error_scope"`
+
+	Attempts              int    `json:"attempts"` // launched, primary included
+	HedgeLaunched         bool   `json:"hedge_launched"`
+	HedgeSuppressedReason string `json:"hedge_suppressed_reason,omitempty"`
+	WinnerAttempt         int    `json:"winner_attempt,omitempty"`
+	WinnerRole            Role   `json:"winner_role,omitempty"`
+	WinnerRoute           string `json:"winner_route,omitempty"`
+	GateEpoch             int64  `json:"gate_epoch,omitempty"`
+	LoserFinishedLate     bool   `json:"loser_finished_late"`
+
+	UsageInputUnits     int64             `json:"usage_input_units"` // all attempts
+	UsageOutputUnits    int64             `json:"usage_output_units"`
+	UsageEstimated      bool              `json:"usage_estimated"`
+	CostBand            CostBand          `json:"cost_band"`
+	DuplicateRateWindow float64           `json:"duplicate_rate_window"`
+	PromptFingerprint   string            `json:"prompt_fingerprint"`
+	GuardrailDecision   GuardrailDecision `json:"guardrail_decision"`
+}
+
+// Kind names the record's schema.
+func (GroupRecord) Kind() string { return KindGroupRecord }
+
+// MarshalJSON writes the record with its major version and event.
+func (r GroupRecord) MarshalJSON() ([]byte, error) {
+	type wire GroupRecord
+	w := wire(r)
+	w.V = stampVersion(r.V)
+	if w.Event == "" {
+		w.Event = EventGroupComplete
+	}
+	return json.Marshal(w)
+}
+
+// Millis converts d to whole milliseconds for the optional *_ms fields.
+func Millis(d time.Duration) *int64 {
+	ms := d.Milliseconds()
+	return &ms
+}

@@ -1,0 +1,243 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrMalformedRequest is matched by every error ChatRequest.Validate returns;
+// front doors map it to the caller-facing ErrorCode ErrInvalidRequest.
+var ErrMalformedRequest = errors.New("malformed request")
+
+// MessageRole is the author of one message of a conversation.
+type MessageRole string
+
+// The message roles of the OpenAI chat shape; adapters map them to their
+// provider's (Anthropic takes system and developer text as its system prompt).
+const (
+	MessageSystem    MessageRole = "system"
+	MessageDeveloper MessageRole = "developer"
+	MessageUser      MessageRole = "user"
+	MessageAssistant MessageRole = "assistant"
+	MessageTool      MessageRole = "tool"
+)
+
+// ChatRequest is the provider-neutral canonical request: what the caller
+// asked for, independent of the route that will serve it. Front doors build
+// it from an OpenAI-style body; worker adapters translate it to a provider's
+// wire format. Workers always stream from the provider; Stream says only
+// whether the caller receives a stream. Fields a provider does not support
+// are dropped by its adapter, never guessed.
+//
+// Fields whose shape differs between providers (tools, tool_choice,
+// response_format, tool-call lists) are kept as raw JSON in the OpenAI shape,
+// so the gateway passes them through without a lossy model of its own.
+type ChatRequest struct {
+	// Model is the user-facing model name the caller asked for; the route
+	// decides the upstream model. Optional: the model class may come from
+	// the submit request instead.
+	Model    string    `json:"model,omitempty"`
+	Messages []Message `json:"messages"`
+	// MaxTokens caps output tokens; 0 means the caller set no cap (budgets
+	// then reserve the cohort's P95 output).
+	MaxTokens        int             `json:"max_tokens,omitempty"`
+	Temperature      *float64        `json:"temperature,omitempty"`
+	TopP             *float64        `json:"top_p,omitempty"`
+	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty"`
+	Seed             *int64          `json:"seed,omitempty"`
+	Stop             []string        `json:"stop,omitempty"`
+	Tools            json.RawMessage `json:"tools,omitempty"`           // array of tool definitions
+	ToolChoice       json.RawMessage `json:"tool_choice,omitempty"`     // string or object
+	ResponseFormat   json.RawMessage `json:"response_format,omitempty"` // object
+	Stream           bool            `json:"stream,omitempty"`
+}
+
+// Message is one turn of the conversation.
+//
+// Content is raw JSON holding one of: a string; an array of content parts
+// (objects with a "type", e.g. {"type":"text","text":"..."} or image parts,
+// passed through as given); or null/absent, allowed only for an assistant
+// message that carries tool calls. Use TextContent to build the common case
+// and Parts or Text to read it without caring which form was sent.
+type Message struct {
+	Role       MessageRole     `json:"role"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"` // array, assistant messages only
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+}
+
+// ContentPart is one element of a message's content. Raw is the part exactly
+// as sent, so adapters can pass through part types they know (images) that
+// ContentPart does not model.
+type ContentPart struct {
+	Type string
+	Text string // set for "text" parts
+	Raw  json.RawMessage
+}
+
+// TextContent encodes s as a message's string content.
+func TextContent(s string) json.RawMessage {
+	b, _ := json.Marshal(s) // a string always marshals
+	return b
+}
+
+// Parts returns the message's content as parts: string content becomes one
+// text part, absent or null content no parts.
+func (m Message) Parts() ([]ContentPart, error) {
+	raw := bytes.TrimSpace(m.Content)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("%w: content: %v", ErrMalformedRequest, err)
+		}
+		return []ContentPart{{Type: "text", Text: s, Raw: raw}}, nil
+	case '[':
+		var elems []json.RawMessage
+		if err := json.Unmarshal(raw, &elems); err != nil {
+			return nil, fmt.Errorf("%w: content: %v", ErrMalformedRequest, err)
+		}
+		parts := make([]ContentPart, 0, len(elems))
+		for i, e := range elems {
+			var head struct {
+				Type string           `json:"type"`
+				Text *json.RawMessage `json:"text"`
+			}
+			if err := json.Unmarshal(e, &head); err != nil {
+				return nil, fmt.Errorf("%w: content[%d]: want an object: %v", ErrMalformedRequest, i, err)
+			}
+			if head.Type == "" {
+				return nil, fmt.Errorf("%w: content[%d]: part has no type", ErrMalformedRequest, i)
+			}
+			p := ContentPart{Type: head.Type, Raw: e}
+			if head.Type == "text" {
+				if head.Text == nil || json.Unmarshal(*head.Text, &p.Text) != nil {
+					return nil, fmt.Errorf("%w: content[%d]: text part needs a string \"text\"", ErrMalformedRequest, i)
+				}
+			}
+			parts = append(parts, p)
+		}
+		return parts, nil
+	}
+	return nil, fmt.Errorf("%w: content must be a string, an array of parts or null", ErrMalformedRequest)
+}
+
+// Text concatenates the message's text parts, for adapters and estimators
+// that need only the text.
+func (m Message) Text() (string, error) {
+	parts, err := m.Parts()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// Validate reports obvious malformation that every route would reject, so
+// the gateway can fail the group at once instead of spending attempts on it.
+// Errors match ErrMalformedRequest.
+func (r ChatRequest) Validate() error {
+	if len(r.Messages) == 0 {
+		return fmt.Errorf("%w: no messages", ErrMalformedRequest)
+	}
+	if r.MaxTokens < 0 {
+		return fmt.Errorf("%w: max_tokens %d is negative", ErrMalformedRequest, r.MaxTokens)
+	}
+	if err := checkRange("temperature", r.Temperature, 0, 2); err != nil {
+		return err
+	}
+	if err := checkRange("top_p", r.TopP, 0, 1); err != nil {
+		return err
+	}
+	if err := checkRange("presence_penalty", r.PresencePenalty, -2, 2); err != nil {
+		return err
+	}
+	if err := checkRange("frequency_penalty", r.FrequencyPenalty, -2, 2); err != nil {
+		return err
+	}
+	for i, s := range r.Stop {
+		if s == "" {
+			return fmt.Errorf("%w: stop[%d] is empty", ErrMalformedRequest, i)
+		}
+	}
+	if err := checkRawKind("tools", r.Tools, '['); err != nil {
+		return err
+	}
+	if err := checkRawKind("tool_choice", r.ToolChoice, '"', '{'); err != nil {
+		return err
+	}
+	if err := checkRawKind("response_format", r.ResponseFormat, '{'); err != nil {
+		return err
+	}
+	for i, m := range r.Messages {
+		if err := m.validate(); err != nil {
+			return fmt.Errorf("messages[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (m Message) validate() error {
+	switch m.Role {
+	case MessageSystem, MessageDeveloper, MessageUser, MessageAssistant, MessageTool:
+	case "":
+		return fmt.Errorf("%w: no role", ErrMalformedRequest)
+	default:
+		return fmt.Errorf("%w: unknown role %q", ErrMalformedRequest, m.Role)
+	}
+	if err := checkRawKind("tool_calls", m.ToolCalls, '['); err != nil {
+		return err
+	}
+	hasToolCalls := len(m.ToolCalls) > 0 && !isNull(m.ToolCalls)
+	if hasToolCalls && m.Role != MessageAssistant {
+		return fmt.Errorf("%w: only assistant messages carry tool_calls", ErrMalformedRequest)
+	}
+	if m.Role == MessageTool && m.ToolCallID == "" {
+		return fmt.Errorf("%w: tool message needs tool_call_id", ErrMalformedRequest)
+	}
+	if len(m.Content) == 0 || isNull(m.Content) {
+		if m.Role == MessageAssistant && hasToolCalls {
+			return nil
+		}
+		return fmt.Errorf("%w: no content", ErrMalformedRequest)
+	}
+	if _, err := m.Parts(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkRange(name string, v *float64, lo, hi float64) error {
+	if v != nil && !(*v >= lo && *v <= hi) {
+		return fmt.Errorf("%w: %s %v outside [%v, %v]", ErrMalformedRequest, name, *v, lo, hi)
+	}
+	return nil
+}
+
+// checkRawKind accepts absent or null raw JSON, or valid JSON whose first
+// byte is one of the wanted opening characters.
+func checkRawKind(name string, raw json.RawMessage, want ...byte) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || isNull(raw) {
+		return nil
+	}
+	if !json.Valid(raw) || bytes.IndexByte(want, raw[0]) < 0 {
+		return fmt.Errorf("%w: %s has the wrong JSON type", ErrMalformedRequest, name)
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
