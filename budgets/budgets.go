@@ -1,0 +1,456 @@
+// Package budgets holds the ceilings that bound a user action across every
+// dispatcher replica (DESIGN §7): the attempt ledger of each user action, the
+// duplicate-rate bucket of each cohort with a floor per pool, spend ceilings
+// per user action and per tenant window, route pushback and quarantine flags,
+// and route in-flight leases.
+//
+// Everything sits behind one Store interface with two implementations: Memory
+// for a single replica (and the simulator, on virtual time) and a Redis store
+// (package budgets/redisstore) for many. Both must pass the conformance suite
+// in budgets/storetest.
+//
+// The interface is coarse on purpose. Each request-path call (Admit for a
+// primary, ReserveExtra for a hedge or replacement) carries everything the
+// decision needs, including the bucket configuration, so a Redis store can
+// make it one pipelined batch and needs no configuration of its own. Keys fall
+// into one hash tag per entity — {ua:<id>} for the ledger and the user action's
+// spend, {pool:<pool>} for the cohort buckets and the pool floor,
+// {tenant:<id>} for the tenant's spend window, {route:<name>} for route flags
+// and leases. A decision that spans several entities takes from them in that
+// order and, when a later entity refuses, gives back what the earlier ones
+// granted: a decision never commits in part. Microtokens, TenantWindowStart and
+// the Validate functions are shared so every implementation rounds, aligns and
+// refuses alike.
+//
+// A denial is a result (Allowed false with a Reason), never an error. Errors
+// mean the request was malformed (ErrInvalidRequest), the reservation is not
+// live (ErrUnknownReservation), the context ended, or the store could not be
+// reached; the caller then suppresses hedges and lets primaries go on.
+package budgets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Store is the shared budget state of every dispatcher replica. Implementations
+// must be safe for concurrent use.
+type Store interface {
+	// Admit decides on a user action's primary attempt: it takes an attempt
+	// slot from the user action's ledger, reserves the attempt's estimated
+	// spend against the user action's and the tenant's ceilings, and deposits
+	// the cohort's ratio into its duplicate-rate bucket. On denial nothing is
+	// kept or deposited; the reason is the first refusal in the order
+	// attempts, spend_user_action, spend_tenant.
+	Admit(ctx context.Context, req AdmitRequest) (Admission, error)
+
+	// ReserveExtra decides on a hedge or a replacement: the target route must
+	// be neither in pushback nor quarantined; then it takes an attempt slot,
+	// one token of the cohort's duplicate-rate bucket (or, when that is
+	// empty, of the pool's floor), and a spend reservation. On denial
+	// nothing is kept; the reason is the first refusal in the order
+	// route_quarantined, route_pushback, attempts, duplicate_rate,
+	// spend_user_action, spend_tenant. A store that spans several servers may
+	// let a concurrent decision glimpse a grant that is then compensated (a
+	// spurious denial there), never one that stays.
+	ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error)
+
+	// Settle ends a live reservation with the attempt's actual usage: the
+	// reserved units are replaced by the used ones, so an unused remainder
+	// returns to the ceilings and over-use is charged. It returns
+	// ErrUnknownReservation, changing nothing, if the reservation is unknown,
+	// already ended or expired.
+	Settle(ctx context.Context, id ReservationID, usage schemas.Usage) error
+
+	// Release ends a live reservation whose grant never launched an attempt
+	// (e.g. a hedge budget granted after a winner arrived): the spend, the
+	// attempt slot and the bucket token are all given back. An attempt
+	// that launched is Settled instead, even with zero usage. It returns
+	// ErrUnknownReservation, changing nothing, if the reservation is unknown,
+	// already ended or expired.
+	Release(ctx context.Context, id ReservationID) error
+
+	// MarkRoute flags a route as in pushback or quarantined for ttl, for every
+	// replica. A flag that is already set keeps the later of its two expiries;
+	// pushback and quarantine expire independently.
+	MarkRoute(ctx context.Context, route string, state RouteState, ttl time.Duration) error
+
+	// RouteStates reports the current state of each named route; a route
+	// without a live flag is RouteHealthy, and quarantine outranks pushback.
+	RouteStates(ctx context.Context, routes []string) (map[string]RouteState, error)
+
+	// AcquireLease records that holder has an attempt in flight on route until
+	// ttl from now; acquiring again with the same holder renews the lease, so a
+	// live holder renews and a dead one's lease expires.
+	AcquireLease(ctx context.Context, route, holder string, ttl time.Duration) error
+
+	// ReleaseLease ends holder's lease on route. Releasing a lease that is
+	// absent or expired is not an error: the attempt is not in flight either way.
+	ReleaseLease(ctx context.Context, route, holder string) error
+
+	// InFlight counts the live leases of each named route.
+	InFlight(ctx context.Context, routes []string) (map[string]int, error)
+}
+
+// ErrUnknownReservation is returned by Settle and Release for a reservation that
+// is not live: never granted, already settled or released, or expired. The call
+// changes nothing, which makes settling exactly-once.
+var ErrUnknownReservation = errors.New("budgets: unknown reservation")
+
+// ErrInvalidRequest wraps every validation failure of a request, so callers can
+// tell a programming or configuration error from an unavailable store.
+var ErrInvalidRequest = errors.New("budgets: invalid request")
+
+// ReservationID names one live reservation. It is opaque: an implementation may
+// encode in it the entities the reservation spans (the Redis store does, so a
+// settle needs no lookup round trip).
+type ReservationID string
+
+// Reason says why a decision was denied. Its values are stable: they label the
+// hedges_suppressed_total metric and the suppression records.
+type Reason string
+
+const (
+	// ReasonNone is the reason of an allowed decision.
+	ReasonNone Reason = ""
+	// ReasonAttempts: the user action's attempt ledger is full.
+	ReasonAttempts Reason = "attempts"
+	// ReasonSpendUserAction: the reservation would exceed the user action's spend ceiling.
+	ReasonSpendUserAction Reason = "spend_user_action"
+	// ReasonSpendTenant: the reservation would exceed the tenant's ceiling for the current window.
+	ReasonSpendTenant Reason = "spend_tenant"
+	// ReasonDuplicateRate: neither the cohort's duplicate-rate bucket nor the pool's floor holds a token.
+	ReasonDuplicateRate Reason = "duplicate_rate"
+	// ReasonRoutePushback: the target route asked for less load (429/529) and its pushback has not expired.
+	ReasonRoutePushback Reason = "route_pushback"
+	// ReasonRouteQuarantined: the target route failed with a route-local permanent error and is quarantined.
+	ReasonRouteQuarantined Reason = "route_quarantined"
+)
+
+// IsSpend reports whether the reason is one of the spend ceilings.
+func (r Reason) IsSpend() bool { return r == ReasonSpendUserAction || r == ReasonSpendTenant }
+
+// RouteState is the shared condition of a route.
+type RouteState string
+
+const (
+	// RouteHealthy: no live flag; the route may take primaries and hedges.
+	RouteHealthy RouteState = "healthy"
+	// RoutePushback: the provider asked for less load (Retry-After, overloaded);
+	// no hedge or replacement is sent towards it until the flag expires.
+	RoutePushback RouteState = "pushback"
+	// RouteQuarantined: a route-local permanent failure (auth, missing model,
+	// bad route config); the route takes no attempts until the flag expires.
+	RouteQuarantined RouteState = "quarantined"
+)
+
+// TokenSource says where an extra attempt's duplicate-rate token came from.
+type TokenSource string
+
+const (
+	// TokenNone: no token was taken (a replacement, or a denial).
+	TokenNone TokenSource = ""
+	// TokenCohort: the token came from the cohort's duplicate-rate bucket.
+	TokenCohort TokenSource = "cohort"
+	// TokenFloor: the cohort's bucket was empty and the pool's floor paid.
+	TokenFloor TokenSource = "floor"
+)
+
+// AttemptPolicy bounds the attempts of one user action, across its hedge
+// groups and the caller's retries.
+type AttemptPolicy struct {
+	// Max is the number of attempt slots in the user action's ledger (≥ 1).
+	Max int
+	// TTL is how long the ledger outlives its last grant; it should cover the
+	// user action's deadline plus the caller's retry horizon. The user action
+	// also lives as long as any of its reservations. Once it expires the user
+	// action starts again with an empty ledger and no spend.
+	TTL time.Duration
+}
+
+// SpendPolicy is what one attempt is estimated to cost and the ceilings it
+// counts against. Units are provider usage units: input plus output tokens.
+type SpendPolicy struct {
+	// InputUnits is the request's input size.
+	InputUnits int64
+	// OutputUnits is the output estimate: max_tokens, or the cohort's P95
+	// output when the request sets no max_tokens.
+	OutputUnits int64
+	// UserActionCeiling caps the units of all attempts of the user action; 0
+	// means no ceiling.
+	UserActionCeiling int64
+	// TenantCeiling caps the tenant's units per TenantWindow; 0 means no
+	// ceiling (and the tenant's spend is not tracked).
+	TenantCeiling int64
+	// TenantWindow is the length of the tenant's fixed spend windows, aligned
+	// to the Unix epoch at millisecond resolution. A reservation counts in the
+	// window it was made in, and so does its settlement.
+	TenantWindow time.Duration
+	// ReservationTTL bounds how long the reservation lives if its holder never
+	// settles or releases it (the holder died); the reserved units then return
+	// to the ceilings. Cover the deadline plus the cancellation lag.
+	ReservationTTL time.Duration
+}
+
+// Units is the number of units the policy reserves.
+func (p SpendPolicy) Units() int64 { return p.InputUnits + p.OutputUnits }
+
+// DuplicateBucket configures a cohort's duplicate-rate bucket: each primary
+// deposits Ratio tokens (the allowed extra attempts per primary), each hedge
+// or replacement takes one, and the level never exceeds Capacity. A bucket
+// starts at InitialFill and is forgotten after BucketIdleTTL without use.
+type DuplicateBucket struct {
+	Ratio       float64
+	Capacity    float64
+	InitialFill float64
+	// ReplacementReserve is the level a hedge must leave in the bucket: the
+	// tokens below it are kept for replacements, which serve the primary
+	// path, so a burst of hedges cannot starve the retry of a failed attempt.
+	ReplacementReserve float64
+}
+
+// FloorBucket configures a pool's floor: a token bucket, full when created,
+// that refills continuously, so a low-traffic cohort whose own bucket never
+// fills can still hedge now and then. A zero Capacity disables the floor.
+type FloorBucket struct {
+	Capacity        float64
+	RefillPerSecond float64
+}
+
+// BucketIdleTTL is how long a duplicate-rate bucket or pool floor is kept
+// without being used; after that it starts again from its initial fill.
+const BucketIdleTTL = 24 * time.Hour
+
+// maxTokens bounds bucket capacities so that their fixed-point form (millionths
+// of a token, see microtokens) stays exact in int64 and in a Lua double.
+const maxTokens = 1e9
+
+// AdmitRequest asks for a user action's primary attempt.
+type AdmitRequest struct {
+	// UserAction identifies the user action; its ledger and spend are shared
+	// by all its hedge groups and the caller's retries.
+	UserAction string
+	// Tenant identifies the tenant whose window ceiling applies; required when
+	// Spend.TenantCeiling is set.
+	Tenant string
+	// Pool is the pool of equivalent routes the cohort belongs to; the
+	// cohort's bucket lives with the pool's floor.
+	Pool string
+	// Cohort identifies the duplicate-rate bucket the primary deposits into.
+	Cohort   string
+	Attempts AttemptPolicy
+	Spend    SpendPolicy
+	Bucket   DuplicateBucket
+}
+
+// Validate reports the first problem that makes the request unusable, wrapped
+// in ErrInvalidRequest.
+func (r AdmitRequest) Validate() error {
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("admit request: %w", err)
+	}
+	return nil
+}
+
+func (r AdmitRequest) validate() error {
+	if r.UserAction == "" {
+		return invalid("user action is empty")
+	}
+	if r.Pool == "" || r.Cohort == "" {
+		return invalid("pool and cohort are required")
+	}
+	if err := r.Attempts.validate(); err != nil {
+		return err
+	}
+	if err := r.Spend.validate(r.Tenant); err != nil {
+		return err
+	}
+	return r.Bucket.validate()
+}
+
+// ExtraRequest asks for a hedge or a replacement attempt of a user action.
+type ExtraRequest struct {
+	// Role is schemas.RoleHedge or schemas.RoleReplacement. Both take a
+	// duplicate-rate token: the ceiling bounds every attempt beyond the
+	// primary, as gRPC's retry throttling and retry budgets do, so that a
+	// burst of failures cannot turn into a burst of extra load.
+	Role       schemas.Role
+	UserAction string
+	Tenant     string
+	// Route is the route the attempt would be sent to.
+	Route    string
+	Pool     string
+	Cohort   string
+	Attempts AttemptPolicy
+	Spend    SpendPolicy
+	// Bucket and Floor pay for the attempt.
+	Bucket DuplicateBucket
+	Floor  FloorBucket
+}
+
+// Validate reports the first problem that makes the request unusable, wrapped
+// in ErrInvalidRequest.
+func (r ExtraRequest) Validate() error {
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("extra request: %w", err)
+	}
+	return nil
+}
+
+func (r ExtraRequest) validate() error {
+	if r.Role != schemas.RoleHedge && r.Role != schemas.RoleReplacement {
+		return invalid(fmt.Sprintf("role %q is neither hedge nor replacement", r.Role))
+	}
+	if r.UserAction == "" {
+		return invalid("user action is empty")
+	}
+	if r.Route == "" {
+		return invalid("route is empty")
+	}
+	if err := r.Attempts.validate(); err != nil {
+		return err
+	}
+	if err := r.Spend.validate(r.Tenant); err != nil {
+		return err
+	}
+	if r.Pool == "" || r.Cohort == "" {
+		return invalid("an extra attempt needs its pool and cohort")
+	}
+	if err := r.Bucket.validate(); err != nil {
+		return err
+	}
+	return r.Floor.validate()
+}
+
+// Admission is the decision on a primary attempt.
+type Admission struct {
+	Allowed bool
+	// Reason says why the primary was denied; ReasonNone when allowed.
+	Reason Reason
+	// Reservation must be settled or released exactly once when allowed.
+	Reservation ReservationID
+	// AttemptsUsed is the number of ledger slots taken, this one included.
+	AttemptsUsed int
+	// ReservedUnits is the spend held by the reservation.
+	ReservedUnits int64
+}
+
+// Grant is the decision on a hedge or replacement attempt.
+type Grant struct {
+	Allowed bool
+	// Reason says why the attempt was denied; ReasonNone when allowed.
+	Reason Reason
+	// Reservation must be settled or released exactly once when allowed.
+	Reservation ReservationID
+	// AttemptsUsed is the number of ledger slots taken, this one included.
+	AttemptsUsed int
+	// ReservedUnits is the spend held by the reservation.
+	ReservedUnits int64
+	// Token says which bucket paid for the attempt.
+	Token TokenSource
+}
+
+// ValidateRouteMark reports whether MarkRoute may set state for ttl.
+func ValidateRouteMark(route string, state RouteState, ttl time.Duration) error {
+	if route == "" {
+		return invalid("mark route: route is empty")
+	}
+	if state != RoutePushback && state != RouteQuarantined {
+		return invalid(fmt.Sprintf("mark route %q: state %q is neither pushback nor quarantined", route, state))
+	}
+	if ttl <= 0 {
+		return invalid(fmt.Sprintf("mark route %q: ttl %v is not positive", route, ttl))
+	}
+	return nil
+}
+
+// ValidateLease reports whether AcquireLease may lease route to holder for ttl.
+func ValidateLease(route, holder string, ttl time.Duration) error {
+	if route == "" || holder == "" {
+		return invalid("lease: route and holder are required")
+	}
+	if ttl <= 0 {
+		return invalid(fmt.Sprintf("lease of %q: ttl %v is not positive", route, ttl))
+	}
+	return nil
+}
+
+// ValidateUsage reports whether usage can settle a reservation.
+func ValidateUsage(usage schemas.Usage) error {
+	if usage.InputUnits < 0 || usage.OutputUnits < 0 {
+		return invalid(fmt.Sprintf("settle: negative usage %+v", usage))
+	}
+	return nil
+}
+
+func (p AttemptPolicy) validate() error {
+	if p.Max < 1 {
+		return invalid(fmt.Sprintf("attempts: max %d is below 1", p.Max))
+	}
+	if p.TTL <= 0 {
+		return invalid(fmt.Sprintf("attempts: ledger ttl %v is not positive", p.TTL))
+	}
+	return nil
+}
+
+func (p SpendPolicy) validate(tenant string) error {
+	switch {
+	case p.InputUnits < 0 || p.OutputUnits < 0:
+		return invalid(fmt.Sprintf("spend: negative estimate (input %d, output %d)", p.InputUnits, p.OutputUnits))
+	case p.UserActionCeiling < 0 || p.TenantCeiling < 0:
+		return invalid("spend: negative ceiling")
+	case p.ReservationTTL <= 0:
+		return invalid(fmt.Sprintf("spend: reservation ttl %v is not positive", p.ReservationTTL))
+	case p.TenantCeiling > 0 && tenant == "":
+		return invalid("spend: a tenant ceiling needs a tenant")
+	case p.TenantCeiling > 0 && p.TenantWindow < time.Millisecond:
+		return invalid(fmt.Sprintf("spend: tenant window %v is below 1ms", p.TenantWindow))
+	}
+	return nil
+}
+
+func (b DuplicateBucket) validate() error {
+	switch {
+	case !(b.Ratio >= 0 && b.Ratio <= maxTokens):
+		return invalid(fmt.Sprintf("duplicate bucket: ratio %v is outside [0, %g]", b.Ratio, float64(maxTokens)))
+	case !(b.Capacity >= 0 && b.Capacity <= maxTokens):
+		return invalid(fmt.Sprintf("duplicate bucket: capacity %v is outside [0, %g]", b.Capacity, float64(maxTokens)))
+	case !(b.InitialFill >= 0 && b.InitialFill <= b.Capacity):
+		return invalid(fmt.Sprintf("duplicate bucket: initial fill %v is outside [0, capacity %v]", b.InitialFill, b.Capacity))
+	case !(b.ReplacementReserve >= 0 && b.ReplacementReserve <= b.Capacity):
+		return invalid(fmt.Sprintf("duplicate bucket: replacement reserve %v is outside [0, capacity %v]", b.ReplacementReserve, b.Capacity))
+	}
+	return nil
+}
+
+func (f FloorBucket) validate() error {
+	switch {
+	case !(f.Capacity >= 0 && f.Capacity <= maxTokens):
+		return invalid(fmt.Sprintf("floor bucket: capacity %v is outside [0, %g]", f.Capacity, float64(maxTokens)))
+	case !(f.RefillPerSecond >= 0 && f.RefillPerSecond <= maxTokens):
+		return invalid(fmt.Sprintf("floor bucket: refill %v/s is outside [0, %g]", f.RefillPerSecond, float64(maxTokens)))
+	}
+	return nil
+}
+
+func invalid(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidRequest, msg) }
+
+// Microtokens converts a bucket quantity to millionths of a token. Buckets keep
+// integer levels so that many small deposits (a ratio of 0.05 twenty times)
+// add up to exactly one token in every implementation.
+func Microtokens(tokens float64) int64 { return int64(tokens*1e6 + 0.5) }
+
+// TenantWindowStart returns the start, in Unix milliseconds, of the fixed
+// tenant window of length window that contains now.
+func TenantWindowStart(now time.Time, window time.Duration) int64 {
+	ms, w := now.UnixMilli(), window.Milliseconds()
+	start := ms / w * w
+	if ms < 0 && ms%w != 0 {
+		start -= w
+	}
+	return start
+}

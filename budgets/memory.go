@@ -1,0 +1,635 @@
+package budgets
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// sweepInterval is how often, in clock time, Memory forgets entities whose
+// expiry has passed. Expiry itself is exact at every call; the sweep only
+// bounds memory held for entities nobody asks about again.
+const sweepInterval = time.Minute
+
+// Memory is a Store for a single replica: all state sits behind one mutex, so
+// every decision is atomic and the compensation of a denied decision is never
+// observed by another caller. Time comes from the clock given to NewMemory and
+// expiry is evaluated lazily against it, which lets the simulator run Memory on
+// virtual time and tests advance time without sleeping.
+type Memory struct {
+	now func() time.Time
+
+	mu           sync.Mutex
+	seq          uint64
+	userActions  map[string]*userAction
+	tenants      map[tenantWindowKey]*tenantAccount
+	buckets      map[cohortKey]*duplicateBucket
+	floors       map[string]*floorBucket
+	routes       map[string]*routeFlags
+	leases       map[string]map[string]time.Time // route → holder → expiry
+	reservations map[ReservationID]*reservation
+	byExpiry     reservationQueue
+	nextSweep    time.Time
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty Memory store reading time from now; a nil now
+// means time.Now.
+func NewMemory(now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{
+		now:          now,
+		userActions:  make(map[string]*userAction),
+		tenants:      make(map[tenantWindowKey]*tenantAccount),
+		buckets:      make(map[cohortKey]*duplicateBucket),
+		floors:       make(map[string]*floorBucket),
+		routes:       make(map[string]*routeFlags),
+		leases:       make(map[string]map[string]time.Time),
+		reservations: make(map[ReservationID]*reservation),
+	}
+}
+
+// userAction is one user action's attempt ledger and spend, which share a
+// lifetime (and, in Redis, a hash tag).
+type userAction struct {
+	attempts int
+	spend    spendAccount
+	expires  time.Time
+}
+
+// spendAccount holds settled units and units reserved by live reservations.
+type spendAccount struct {
+	settled  int64
+	reserved int64
+}
+
+// fits reports whether units more can be reserved under ceiling (0: none).
+func (a *spendAccount) fits(units, ceiling int64) bool {
+	return ceiling == 0 || a.settled+a.reserved+units <= ceiling
+}
+
+type tenantWindowKey struct {
+	tenant string
+	start  int64 // Unix ms
+	length time.Duration
+}
+
+// tenantAccount is one tenant's spend in one window, kept until the window
+// ends. A reservation that outlives the window holds the account itself, so
+// its settlement still lands in the window it was made in.
+type tenantAccount struct {
+	spendAccount
+	expires time.Time
+}
+
+type cohortKey struct{ pool, cohort string }
+
+// duplicateBucket holds a cohort's duplicate-rate tokens in microtokens.
+type duplicateBucket struct {
+	level, capacity int64
+	used            time.Time
+}
+
+func (b *duplicateBucket) put(microtokens int64) {
+	b.level = min(b.capacity, b.level+microtokens)
+}
+
+// floorBucket is a pool's refilling token bucket, in microtokens.
+type floorBucket struct {
+	level, capacity int64
+	refillPerSecond float64 // microtokens
+	refilled        time.Time
+	used            time.Time
+}
+
+// refill adds the tokens earned since the last refill. The refill time only
+// moves on when at least one microtoken was earned, so that frequent touches
+// at a slow rate do not round every increment away.
+func (f *floorBucket) refill(now time.Time) {
+	if f.level >= f.capacity {
+		f.level, f.refilled = f.capacity, now
+		return
+	}
+	earned := int64(now.Sub(f.refilled).Seconds() * f.refillPerSecond)
+	if earned > 0 {
+		f.level, f.refilled = min(f.capacity, f.level+earned), now
+	}
+}
+
+type routeFlags struct {
+	pushbackUntil, quarantineUntil time.Time
+}
+
+func (f *routeFlags) state(now time.Time) RouteState {
+	switch {
+	case now.Before(f.quarantineUntil):
+		return RouteQuarantined
+	case now.Before(f.pushbackUntil):
+		return RoutePushback
+	}
+	return RouteHealthy
+}
+
+// reservation is a live spend reservation together with what its decision
+// took, so that Release can give it all back.
+type reservation struct {
+	id      ReservationID
+	units   int64
+	expires time.Time
+	ua      *userAction
+	tenant  *tenantAccount   // nil without a tenant ceiling
+	bucket  *duplicateBucket // the hedge token's source, if any
+	floor   *floorBucket
+	index   int // in byExpiry
+}
+
+// claim collects what a decision has taken so far and how to give it back.
+type claim struct {
+	ua     *userAction
+	tenant *tenantAccount
+	bucket *duplicateBucket
+	floor  *floorBucket
+	units  int64
+	undo   []func()
+}
+
+func (c *claim) compensate() {
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		c.undo[i]()
+	}
+	c.undo = nil
+}
+
+// Admit implements Store.
+func (m *Memory) Admit(ctx context.Context, req AdmitRequest) (Admission, error) {
+	if err := ctx.Err(); err != nil {
+		return Admission{}, fmt.Errorf("budgets: admit: %w", err)
+	}
+	if err := req.Validate(); err != nil {
+		return Admission{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	c := &claim{}
+	if reason := m.takeSlot(c, req.UserAction, req.Attempts, now); reason != ReasonNone {
+		return Admission{Reason: reason}, nil
+	}
+	if reason := m.reserveSpend(c, req.Tenant, req.Spend, now); reason != ReasonNone {
+		c.compensate()
+		return Admission{Reason: reason}, nil
+	}
+	m.duplicateBucket(req.Pool, req.Cohort, req.Bucket, now).put(Microtokens(req.Bucket.Ratio))
+	res := m.commit(c, req.Attempts, req.Spend, now)
+	return Admission{
+		Allowed:       true,
+		Reservation:   res.id,
+		AttemptsUsed:  c.ua.attempts,
+		ReservedUnits: res.units,
+	}, nil
+}
+
+// ReserveExtra implements Store.
+func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, fmt.Errorf("budgets: reserve extra: %w", err)
+	}
+	if err := req.Validate(); err != nil {
+		return Grant{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	if flags, ok := m.routes[req.Route]; ok {
+		switch flags.state(now) {
+		case RouteQuarantined:
+			return Grant{Reason: ReasonRouteQuarantined}, nil
+		case RoutePushback:
+			return Grant{Reason: ReasonRoutePushback}, nil
+		}
+	}
+	c := &claim{}
+	if reason := m.takeSlot(c, req.UserAction, req.Attempts, now); reason != ReasonNone {
+		return Grant{Reason: reason}, nil
+	}
+	token := m.takeToken(c, req, now)
+	if token == TokenNone {
+		c.compensate()
+		return Grant{Reason: ReasonDuplicateRate}, nil
+	}
+	if reason := m.reserveSpend(c, req.Tenant, req.Spend, now); reason != ReasonNone {
+		c.compensate()
+		return Grant{Reason: reason}, nil
+	}
+	res := m.commit(c, req.Attempts, req.Spend, now)
+	return Grant{
+		Allowed:       true,
+		Reservation:   res.id,
+		AttemptsUsed:  c.ua.attempts,
+		ReservedUnits: res.units,
+		Token:         token,
+	}, nil
+}
+
+// takeSlot takes one slot from the user action's ledger.
+func (m *Memory) takeSlot(c *claim, id string, p AttemptPolicy, now time.Time) Reason {
+	ua := m.userActions[id]
+	if ua == nil || !now.Before(ua.expires) {
+		ua = &userAction{}
+		m.userActions[id] = ua
+	}
+	if ua.attempts >= p.Max {
+		return ReasonAttempts
+	}
+	ua.attempts++
+	c.ua = ua
+	c.undo = append(c.undo, func() { ua.attempts-- })
+	return ReasonNone
+}
+
+// takeToken takes an extra attempt's token from the cohort's bucket or, when that
+// holds less than one (a hedge: less than one above the replacement
+// reserve), from the pool's floor.
+func (m *Memory) takeToken(c *claim, req ExtraRequest, now time.Time) TokenSource {
+	const one = 1_000_000
+	need := int64(one)
+	if req.Role == schemas.RoleHedge {
+		need += Microtokens(req.Bucket.ReplacementReserve)
+	}
+	if b := m.duplicateBucket(req.Pool, req.Cohort, req.Bucket, now); b.level >= need {
+		b.level -= one
+		c.bucket = b
+		c.undo = append(c.undo, func() { b.put(one) })
+		return TokenCohort
+	}
+	if req.Floor.Capacity == 0 {
+		return TokenNone
+	}
+	f := m.floorBucket(req.Pool, req.Floor, now)
+	if f.level < one {
+		return TokenNone
+	}
+	f.level -= one
+	c.floor = f
+	c.undo = append(c.undo, func() { f.level = min(f.capacity, f.level+one) })
+	return TokenFloor
+}
+
+// reserveSpend reserves the policy's units against the user action's ceiling
+// and then the tenant's window ceiling.
+func (m *Memory) reserveSpend(c *claim, tenant string, p SpendPolicy, now time.Time) Reason {
+	units := p.Units()
+	ua := c.ua
+	if !ua.spend.fits(units, p.UserActionCeiling) {
+		return ReasonSpendUserAction
+	}
+	ua.spend.reserved += units
+	c.units = units
+	c.undo = append(c.undo, func() { ua.spend.reserved -= units })
+	if p.TenantCeiling == 0 {
+		return ReasonNone
+	}
+	start := TenantWindowStart(now, p.TenantWindow)
+	key := tenantWindowKey{tenant: tenant, start: start, length: p.TenantWindow}
+	acct := m.tenants[key]
+	if acct == nil {
+		acct = &tenantAccount{expires: time.UnixMilli(start).Add(p.TenantWindow)}
+		m.tenants[key] = acct
+	}
+	if !acct.fits(units, p.TenantCeiling) {
+		return ReasonSpendTenant
+	}
+	acct.reserved += units
+	c.tenant = acct
+	c.undo = append(c.undo, func() { acct.reserved -= units })
+	return ReasonNone
+}
+
+// commit turns an accepted claim into a live reservation and extends the user
+// action's lifetime so that it outlives the reservation.
+func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time) *reservation {
+	m.seq++
+	res := &reservation{
+		id:      ReservationID("mem-" + strconv.FormatUint(m.seq, 10)),
+		units:   c.units,
+		expires: now.Add(p.ReservationTTL),
+		ua:      c.ua,
+		tenant:  c.tenant,
+		bucket:  c.bucket,
+		floor:   c.floor,
+	}
+	c.ua.expires = latest(c.ua.expires, now.Add(a.TTL), res.expires)
+	m.reservations[res.id] = res
+	heap.Push(&m.byExpiry, res)
+	return res
+}
+
+// duplicateBucket returns the cohort's bucket, created at its initial fill,
+// with the request's capacity applied.
+func (m *Memory) duplicateBucket(pool, cohort string, cfg DuplicateBucket, now time.Time) *duplicateBucket {
+	key := cohortKey{pool: pool, cohort: cohort}
+	b := m.buckets[key]
+	if b == nil || !now.Before(b.used.Add(BucketIdleTTL)) {
+		b = &duplicateBucket{level: Microtokens(cfg.InitialFill)}
+		m.buckets[key] = b
+	}
+	b.capacity = Microtokens(cfg.Capacity)
+	b.level = min(b.level, b.capacity)
+	b.used = now
+	return b
+}
+
+// floorBucket returns the pool's floor, created full, refilled up to now with
+// the request's configuration applied.
+func (m *Memory) floorBucket(pool string, cfg FloorBucket, now time.Time) *floorBucket {
+	f := m.floors[pool]
+	if f == nil || !now.Before(f.used.Add(BucketIdleTTL)) {
+		f = &floorBucket{level: Microtokens(cfg.Capacity), refilled: now}
+		m.floors[pool] = f
+	}
+	f.capacity = Microtokens(cfg.Capacity)
+	f.refillPerSecond = cfg.RefillPerSecond * 1e6
+	f.refill(now)
+	f.used = now
+	return f
+}
+
+// Settle implements Store.
+func (m *Memory) Settle(ctx context.Context, id ReservationID, usage schemas.Usage) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("budgets: settle %s: %w", id, err)
+	}
+	if err := ValidateUsage(usage); err != nil {
+		return fmt.Errorf("settle %s: %w", id, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.advance()
+
+	res, ok := m.reservations[id]
+	if !ok {
+		return fmt.Errorf("settle %s: %w", id, ErrUnknownReservation)
+	}
+	used := usage.InputUnits + usage.OutputUnits
+	res.ua.spend.reserved -= res.units
+	res.ua.spend.settled += used
+	if res.tenant != nil {
+		res.tenant.reserved -= res.units
+		res.tenant.settled += used
+	}
+	m.end(res)
+	return nil
+}
+
+// Release implements Store.
+func (m *Memory) Release(ctx context.Context, id ReservationID) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("budgets: release %s: %w", id, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	res, ok := m.reservations[id]
+	if !ok {
+		return fmt.Errorf("release %s: %w", id, ErrUnknownReservation)
+	}
+	const one = 1_000_000
+	res.ua.spend.reserved -= res.units
+	res.ua.attempts--
+	if res.tenant != nil {
+		res.tenant.reserved -= res.units
+	}
+	if res.bucket != nil {
+		res.bucket.put(one)
+	}
+	if res.floor != nil {
+		res.floor.refill(now)
+		res.floor.level = min(res.floor.capacity, res.floor.level+one)
+	}
+	m.end(res)
+	return nil
+}
+
+// end forgets a reservation that was settled, released or expired.
+func (m *Memory) end(res *reservation) {
+	delete(m.reservations, res.id)
+	heap.Remove(&m.byExpiry, res.index)
+}
+
+// MarkRoute implements Store.
+func (m *Memory) MarkRoute(ctx context.Context, route string, state RouteState, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("budgets: mark route %s: %w", route, err)
+	}
+	if err := ValidateRouteMark(route, state, ttl); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	flags := m.routes[route]
+	if flags == nil {
+		flags = &routeFlags{}
+		m.routes[route] = flags
+	}
+	until := now.Add(ttl)
+	if state == RouteQuarantined {
+		flags.quarantineUntil = latest(flags.quarantineUntil, until)
+	} else {
+		flags.pushbackUntil = latest(flags.pushbackUntil, until)
+	}
+	return nil
+}
+
+// RouteStates implements Store.
+func (m *Memory) RouteStates(ctx context.Context, routes []string) (map[string]RouteState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("budgets: route states: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	states := make(map[string]RouteState, len(routes))
+	for _, r := range routes {
+		states[r] = RouteHealthy
+		if flags, ok := m.routes[r]; ok {
+			states[r] = flags.state(now)
+		}
+	}
+	return states, nil
+}
+
+// AcquireLease implements Store.
+func (m *Memory) AcquireLease(ctx context.Context, route, holder string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("budgets: acquire lease on %s: %w", route, err)
+	}
+	if err := ValidateLease(route, holder, ttl); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	holders := m.leases[route]
+	if holders == nil {
+		holders = make(map[string]time.Time)
+		m.leases[route] = holders
+	}
+	holders[holder] = now.Add(ttl)
+	return nil
+}
+
+// ReleaseLease implements Store.
+func (m *Memory) ReleaseLease(ctx context.Context, route, holder string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("budgets: release lease on %s: %w", route, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.advance()
+
+	if holders := m.leases[route]; holders != nil {
+		delete(holders, holder)
+		if len(holders) == 0 {
+			delete(m.leases, route)
+		}
+	}
+	return nil
+}
+
+// InFlight implements Store.
+func (m *Memory) InFlight(ctx context.Context, routes []string) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("budgets: in flight: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.advance()
+
+	counts := make(map[string]int, len(routes))
+	for _, r := range routes {
+		n := 0
+		for _, expires := range m.leases[r] {
+			if now.Before(expires) {
+				n++
+			}
+		}
+		counts[r] = n
+	}
+	return counts, nil
+}
+
+// advance reads the clock and applies every expiry up to now: expired
+// reservations return their units to the ceilings they were held against,
+// and, once per sweepInterval, entities past their lifetime are forgotten.
+// The caller holds m.mu.
+func (m *Memory) advance() time.Time {
+	now := m.now()
+	for len(m.byExpiry) > 0 && !now.Before(m.byExpiry[0].expires) {
+		res := m.byExpiry[0]
+		res.ua.spend.reserved -= res.units
+		if res.tenant != nil {
+			res.tenant.reserved -= res.units
+		}
+		m.end(res)
+	}
+	if now.Before(m.nextSweep) {
+		return now
+	}
+	m.nextSweep = now.Add(sweepInterval)
+	for id, ua := range m.userActions {
+		if !now.Before(ua.expires) {
+			delete(m.userActions, id)
+		}
+	}
+	for key, acct := range m.tenants {
+		if !now.Before(acct.expires) {
+			delete(m.tenants, key)
+		}
+	}
+	for key, b := range m.buckets {
+		if !now.Before(b.used.Add(BucketIdleTTL)) {
+			delete(m.buckets, key)
+		}
+	}
+	for pool, f := range m.floors {
+		if !now.Before(f.used.Add(BucketIdleTTL)) {
+			delete(m.floors, pool)
+		}
+	}
+	for route, flags := range m.routes {
+		if flags.state(now) == RouteHealthy {
+			delete(m.routes, route)
+		}
+	}
+	for route, holders := range m.leases {
+		for holder, expires := range holders {
+			if !now.Before(expires) {
+				delete(holders, holder)
+			}
+		}
+		if len(holders) == 0 {
+			delete(m.leases, route)
+		}
+	}
+	return now
+}
+
+// entities reports how many user actions, tenant windows, buckets, floors,
+// flagged routes, leased routes and reservations Memory holds; tests use it to
+// check that forgotten entities are really gone.
+func (m *Memory) entities() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.userActions) + len(m.tenants) + len(m.buckets) + len(m.floors) +
+		len(m.routes) + len(m.leases) + len(m.reservations)
+}
+
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
+}
+
+// reservationQueue orders live reservations by expiry (container/heap).
+type reservationQueue []*reservation
+
+func (q reservationQueue) Len() int           { return len(q) }
+func (q reservationQueue) Less(i, j int) bool { return q[i].expires.Before(q[j].expires) }
+func (q reservationQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index = i
+	q[j].index = j
+}
+
+func (q *reservationQueue) Push(x any) {
+	res := x.(*reservation)
+	res.index = len(*q)
+	*q = append(*q, res)
+}
+
+func (q *reservationQueue) Pop() any {
+	old := *q
+	res := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return res
+}

@@ -1,0 +1,371 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+func testDenialCompensatesEarlierReservations(f *fixture) {
+	// Each case is denied by a later entity after earlier ones granted, then
+	// proves with a follow-up that the earlier grants were given back: the
+	// follow-up only passes if the slot (max 1), the token (a bucket of one)
+	// and the user action's spend are all still there.
+	tests := []struct {
+		name  string
+		deny  func(f *fixture, k key) budgets.Reason
+		want  budgets.Reason
+		check func(f *fixture, k key)
+	}{
+		{
+			name: "tenant refuses a primary: slot and user-action spend return",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.primary(100)
+				req.Spend.UserActionCeiling, req.Spend.TenantCeiling = 100, 50
+				return f.admit(req).Reason
+			},
+			want: budgets.ReasonSpendTenant,
+			check: func(f *fixture, k key) {
+				req := k.primary(100)
+				req.Spend.UserActionCeiling = 100
+				a := f.admit(req)
+				f.wantAttempt(k.name+": primary", a.Reason, a.AttemptsUsed, budgets.TokenNone, budgets.TokenNone)
+			},
+		},
+		{
+			name: "user action refuses a primary: slot returns and nothing is deposited",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.primary(100)
+				req.Bucket = budgets.DuplicateBucket{Ratio: 1, Capacity: 10}
+				req.Spend.UserActionCeiling = 50
+				return f.admit(req).Reason
+			},
+			want: budgets.ReasonSpendUserAction,
+			check: func(f *fixture, k key) {
+				if n := f.hedgesIn(k, budgets.DuplicateBucket{Ratio: 1, Capacity: 10}, 3); n != 0 {
+					f.t.Errorf("%s: %d hedges granted from the refused primary's deposit, want 0", k.name, n)
+				}
+				a := f.admit(k.primary(100))
+				f.wantAttempt(k.name+": primary", a.Reason, a.AttemptsUsed, budgets.TokenNone, budgets.TokenNone)
+			},
+		},
+		{
+			name: "tenant refuses a hedge: slot, token and user-action spend return",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Spend.UserActionCeiling, req.Spend.TenantCeiling = 100, 50
+				return f.extra(req).Reason
+			},
+			want: budgets.ReasonSpendTenant,
+			check: func(f *fixture, k key) {
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Spend.UserActionCeiling = 100
+				g := f.extra(req)
+				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
+			},
+		},
+		{
+			name: "user action refuses a hedge: slot and cohort token return",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Spend.UserActionCeiling = 50
+				return f.extra(req).Reason
+			},
+			want: budgets.ReasonSpendUserAction,
+			check: func(f *fixture, k key) {
+				g := f.extra(k.hedge(100, budgets.FloorBucket{}))
+				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
+			},
+		},
+		{
+			name: "user action refuses a hedge: the floor token returns",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
+				req.Bucket.InitialFill = 0
+				req.Spend.UserActionCeiling = 50
+				return f.extra(req).Reason
+			},
+			want: budgets.ReasonSpendUserAction,
+			check: func(f *fixture, k key) {
+				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
+				req.Bucket.InitialFill = 0
+				g := f.extra(req)
+				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenFloor)
+			},
+		},
+		{
+			name: "duplicate rate refuses a hedge: the slot returns",
+			deny: func(f *fixture, k key) budgets.Reason {
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Bucket.InitialFill = 0
+				return f.extra(req).Reason
+			},
+			want: budgets.ReasonDuplicateRate,
+			check: func(f *fixture, k key) {
+				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
+				req.Role = schemas.RoleReplacement
+				g := f.extra(req)
+				f.wantAttempt(k.name+": replacement", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenFloor)
+			},
+		},
+		{
+			name: "a route in pushback refuses before anything is taken",
+			deny: func(f *fixture, k key) budgets.Reason {
+				f.mark(k.route, budgets.RoutePushback, longTTL)
+				return f.extra(k.hedge(100, budgets.FloorBucket{})).Reason
+			},
+			want: budgets.ReasonRoutePushback,
+			check: func(f *fixture, k key) {
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Route = k.route + "-other"
+				g := f.extra(req)
+				f.wantAttempt(k.name+": hedge elsewhere", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
+			},
+		},
+	}
+	for i, tt := range tests {
+		k := key{
+			name:   tt.name,
+			ua:     f.fresh("ua"),
+			tenant: f.fresh("tenant"),
+			pool:   fmt.Sprintf("pool-%d", i),
+			cohort: fmt.Sprintf("cohort-%d", i),
+			route:  fmt.Sprintf("route-%d", i),
+		}
+		if got := tt.deny(f, k); got != tt.want {
+			f.t.Errorf("%s: denied with %q, want %q", tt.name, got, tt.want)
+			continue
+		}
+		tt.check(f, k)
+	}
+}
+
+// key names the entities of one compensation case: one user action with a
+// single attempt slot, a cohort bucket holding one token, its own tenant.
+type key struct{ name, ua, tenant, pool, cohort, route string }
+
+func (k key) primary(n int64) budgets.AdmitRequest {
+	req := primary(k.ua)
+	req.Tenant, req.Pool, req.Cohort = k.tenant, k.pool, k.cohort
+	req.Attempts.Max = 1
+	req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+	units(&req.Spend, n)
+	return req
+}
+
+func (k key) hedge(n int64, floor budgets.FloorBucket) budgets.ExtraRequest {
+	req := hedge(k.ua)
+	req.Tenant, req.Pool, req.Cohort, req.Route = k.tenant, k.pool, k.cohort, k.route
+	req.Attempts.Max = 1
+	req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+	req.Floor = floor
+	units(&req.Spend, n)
+	return req
+}
+
+// hedgesIn counts the hedges k's cohort grants to other user actions.
+func (f *fixture) hedgesIn(k key, bucket budgets.DuplicateBucket, limit int) int {
+	f.t.Helper()
+	for n := 0; n <= limit; n++ {
+		req := hedge(f.fresh("other"))
+		req.Pool, req.Cohort, req.Bucket = k.pool, k.cohort, bucket
+		if g := f.extra(req); !g.Allowed {
+			return n
+		}
+	}
+	return limit
+}
+
+func (f *fixture) wantAttempt(what string, reason budgets.Reason, used int, token, wantToken budgets.TokenSource) {
+	f.t.Helper()
+	if reason != budgets.ReasonNone || used != 1 || token != wantToken {
+		f.t.Errorf("%s: reason %q, %d attempts used, token %q; want allowed as the first attempt with token %q",
+			what, reason, used, token, wantToken)
+	}
+}
+
+func (f *fixture) mark(route string, state budgets.RouteState, ttl time.Duration) {
+	f.t.Helper()
+	if err := f.store.MarkRoute(f.ctx, route, state, ttl); err != nil {
+		f.t.Fatalf("MarkRoute(%s, %s, %v): %v", route, state, ttl, err)
+	}
+}
+
+func (f *fixture) wantStates(step string, want map[string]budgets.RouteState) {
+	f.t.Helper()
+	routes := make([]string, 0, len(want))
+	for r := range want {
+		routes = append(routes, r)
+	}
+	got, err := f.store.RouteStates(f.ctx, routes)
+	if err != nil {
+		f.t.Fatalf("%s: RouteStates: %v", step, err)
+	}
+	for r, w := range want {
+		if got[r] != w {
+			f.t.Errorf("%s: route %s is %q, want %q", step, r, got[r], w)
+		}
+	}
+}
+
+func testPushbackSuppressesRouteUntilTTL(f *fixture) {
+	f.mark(routeB, budgets.RoutePushback, shortTTL)
+	f.wantStates("just marked", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RoutePushback})
+
+	steps := []struct {
+		name    string
+		advance time.Duration
+		role    schemas.Role
+		route   string
+		want    budgets.Reason
+	}{
+		{"hedge towards the pushed-back route", 0, schemas.RoleHedge, routeB, budgets.ReasonRoutePushback},
+		{"replacement towards the pushed-back route", 0, schemas.RoleReplacement, routeB, budgets.ReasonRoutePushback},
+		{"hedge towards another route", 0, schemas.RoleHedge, routeA, budgets.ReasonNone},
+		{"hedge before the ttl", shortTTL / 3, schemas.RoleHedge, routeB, budgets.ReasonRoutePushback},
+	}
+	for _, s := range steps {
+		f.clock.Advance(s.advance)
+		req := extra(s.role, f.fresh("ua"))
+		req.Route = s.route
+		req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+		req.Floor = budgets.FloorBucket{Capacity: 10}
+		f.wantGrant(s.name, f.extra(req), s.want)
+	}
+
+	// A shorter second pushback does not cut the first one short.
+	f.mark(routeB, budgets.RoutePushback, shortTTL/6)
+	f.clock.Advance(shortTTL / 3) // two thirds of the first ttl have passed
+	f.wantStates("after a shorter second mark expired", map[string]budgets.RouteState{routeB: budgets.RoutePushback})
+
+	f.clock.Advance(shortTTL / 2)
+	f.wantStates("after the ttl", map[string]budgets.RouteState{routeB: budgets.RouteHealthy})
+	req := hedge(f.fresh("ua"))
+	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	f.wantGrant("hedge after the ttl", f.extra(req), budgets.ReasonNone)
+}
+
+func testQuarantineExpires(f *fixture) {
+	f.mark(routeB, budgets.RouteQuarantined, shortTTL)
+	f.mark(routeB, budgets.RoutePushback, 2*shortTTL)
+	f.wantStates("quarantine outranks pushback", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RouteQuarantined})
+	req := replacement(f.fresh("ua"))
+	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	f.wantGrant("replacement towards a quarantined route", f.extra(req), budgets.ReasonRouteQuarantined)
+
+	f.clock.Advance(shortTTL / 3)
+	f.wantStates("before the quarantine ttl", map[string]budgets.RouteState{routeB: budgets.RouteQuarantined})
+	f.clock.Advance(shortTTL)
+	f.wantStates("the quarantine expired, the pushback not", map[string]budgets.RouteState{routeB: budgets.RoutePushback})
+	f.clock.Advance(shortTTL)
+	f.wantStates("both expired", map[string]budgets.RouteState{routeB: budgets.RouteHealthy})
+	req.UserAction = f.fresh("ua")
+	f.wantGrant("replacement after both expired", f.extra(req), budgets.ReasonNone)
+}
+
+func testLeaseOfDeadHolderExpires(f *fixture) {
+	lease := func(route, holder string) {
+		f.t.Helper()
+		if err := f.store.AcquireLease(f.ctx, route, holder, shortTTL); err != nil {
+			f.t.Fatalf("AcquireLease(%s, %s): %v", route, holder, err)
+		}
+	}
+	release := func(route, holder string) {
+		f.t.Helper()
+		if err := f.store.ReleaseLease(f.ctx, route, holder); err != nil {
+			f.t.Fatalf("ReleaseLease(%s, %s): %v", route, holder, err)
+		}
+	}
+	wantInFlight := func(step string, want map[string]int) {
+		f.t.Helper()
+		got, err := f.store.InFlight(f.ctx, []string{routeA, routeB})
+		if err != nil {
+			f.t.Fatalf("%s: InFlight: %v", step, err)
+		}
+		for r, w := range want {
+			if got[r] != w {
+				f.t.Errorf("%s: %d in flight on %s, want %d", step, got[r], r, w)
+			}
+		}
+	}
+
+	lease(routeA, "live")
+	lease(routeA, "dead")
+	lease(routeA, "done")
+	lease(routeB, "other")
+	wantInFlight("three leases on a, one on b", map[string]int{routeA: 3, routeB: 1})
+	release(routeA, "done")
+	release(routeA, "done") // releasing twice is harmless
+	release(routeA, "never-leased")
+	wantInFlight("after a release", map[string]int{routeA: 2, routeB: 1})
+
+	f.clock.Advance(shortTTL * 2 / 3)
+	lease(routeA, "live") // the live holder renews; the dead one cannot
+	f.clock.Advance(shortTTL * 2 / 3)
+	wantInFlight("the dead holder's lease expired", map[string]int{routeA: 1, routeB: 0})
+	f.clock.Advance(shortTTL)
+	wantInFlight("the renewed lease expired too", map[string]int{routeA: 0, routeB: 0})
+}
+
+func testInvalidRequestIsAnError(f *fixture) {
+	admits := []struct {
+		name  string
+		spoil func(*budgets.AdmitRequest)
+	}{
+		{"no user action", func(r *budgets.AdmitRequest) { r.UserAction = "" }},
+		{"no cohort", func(r *budgets.AdmitRequest) { r.Cohort = "" }},
+		{"zero max attempts", func(r *budgets.AdmitRequest) { r.Attempts.Max = 0 }},
+		{"no ledger ttl", func(r *budgets.AdmitRequest) { r.Attempts.TTL = 0 }},
+		{"negative estimate", func(r *budgets.AdmitRequest) { r.Spend.OutputUnits = -1 }},
+		{"no reservation ttl", func(r *budgets.AdmitRequest) { r.Spend.ReservationTTL = 0 }},
+		{"tenant ceiling without tenant", func(r *budgets.AdmitRequest) { r.Tenant, r.Spend.TenantCeiling = "", 10 }},
+		{"tenant ceiling without window", func(r *budgets.AdmitRequest) { r.Spend.TenantCeiling, r.Spend.TenantWindow = 10, 0 }},
+		{"initial fill above capacity", func(r *budgets.AdmitRequest) { r.Bucket.InitialFill = 11 }},
+		{"negative ratio", func(r *budgets.AdmitRequest) { r.Bucket.Ratio = -0.1 }},
+	}
+	for _, tt := range admits {
+		req := primary("ua-invalid")
+		tt.spoil(&req)
+		if _, err := f.store.Admit(f.ctx, req); !errors.Is(err, budgets.ErrInvalidRequest) {
+			f.t.Errorf("Admit with %s: %v, want ErrInvalidRequest", tt.name, err)
+		}
+	}
+	extras := []struct {
+		name  string
+		spoil func(*budgets.ExtraRequest)
+	}{
+		{"primary role", func(r *budgets.ExtraRequest) { r.Role = schemas.RolePrimary }},
+		{"no route", func(r *budgets.ExtraRequest) { r.Route = "" }},
+		{"hedge without pool", func(r *budgets.ExtraRequest) { r.Pool = "" }},
+		{"negative floor refill", func(r *budgets.ExtraRequest) { r.Floor.RefillPerSecond = -1 }},
+	}
+	for _, tt := range extras {
+		req := hedge("ua-invalid")
+		tt.spoil(&req)
+		if _, err := f.store.ReserveExtra(f.ctx, req); !errors.Is(err, budgets.ErrInvalidRequest) {
+			f.t.Errorf("ReserveExtra with %s: %v, want ErrInvalidRequest", tt.name, err)
+		}
+	}
+	if err := f.store.MarkRoute(f.ctx, routeA, budgets.RouteHealthy, time.Second); !errors.Is(err, budgets.ErrInvalidRequest) {
+		f.t.Errorf("MarkRoute healthy: %v, want ErrInvalidRequest", err)
+	}
+	if err := f.store.AcquireLease(f.ctx, routeA, "", time.Second); !errors.Is(err, budgets.ErrInvalidRequest) {
+		f.t.Errorf("AcquireLease without holder: %v, want ErrInvalidRequest", err)
+	}
+
+	// None of the invalid requests took a slot, and an invalid settle leaves
+	// the reservation live.
+	req := primary("ua-invalid")
+	req.Attempts.Max = 1
+	a := f.admit(req)
+	if !a.Allowed || a.AttemptsUsed != 1 {
+		f.t.Errorf("first valid admission after invalid ones: %+v, want the first slot", a)
+	}
+	if err := f.store.Settle(f.ctx, a.Reservation, schemas.Usage{OutputUnits: -5}); !errors.Is(err, budgets.ErrInvalidRequest) {
+		f.t.Errorf("Settle with negative usage: %v, want ErrInvalidRequest", err)
+	}
+	f.settle(a.Reservation, 5)
+}

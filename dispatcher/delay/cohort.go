@@ -1,0 +1,68 @@
+package delay
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Cohort is the class of requests that share one latency distribution: what
+// is known when a request arrives, before any attempt runs. Hedge delays,
+// control samples and guardrail decisions are all kept per cohort, so a short
+// code completion never waits on the tail of a long conversational answer.
+type Cohort struct {
+	// Operation is the policy's operation class (e.g. "chat").
+	Operation string
+	// Model is the pool's model class (e.g. "gpt4o").
+	Model string
+	// Stream says whether the caller asked for a streamed answer.
+	Stream bool
+	// MaxTokens is the max_tokens bucket from MaxTokensBucket, not the raw value,
+	// so that cohorts stay few and each one gathers samples quickly.
+	MaxTokens int
+}
+
+// NewCohort builds the cohort of a request, bucketing its raw max_tokens.
+func NewCohort(operation, model string, stream bool, maxTokens int) Cohort {
+	return Cohort{Operation: operation, Model: model, Stream: stream, MaxTokens: MaxTokensBucket(maxTokens)}
+}
+
+// maxTokensBuckets are the upper bounds of the max_tokens buckets. Powers of
+// four rather than two: output length drives the total latency roughly
+// linearly, and coarser buckets keep each cohort warm on modest traffic.
+var maxTokensBuckets = [...]int{64, 256, 1024, 4096, 16384, 65536}
+
+// MaxTokensBucket maps a request's max_tokens to its cohort bucket: 0 when
+// unset (≤ 0), else the smallest bound in 64, 256, 1024, 4096, 16384, 65536
+// that is ≥ maxTokens; anything larger shares the last bucket.
+func MaxTokensBucket(maxTokens int) int {
+	if maxTokens <= 0 {
+		return 0
+	}
+	for _, b := range maxTokensBuckets {
+		if maxTokens <= b {
+			return b
+		}
+	}
+	return maxTokensBuckets[len(maxTokensBuckets)-1]
+}
+
+// Key is the cohort's stable string form, e.g. "chat/gpt4o/stream/mt1024",
+// used as a map key, a Redis key part and a record field. Class names are
+// path-escaped so that a '/' inside one cannot make two cohorts collide.
+func (c Cohort) Key() string {
+	var b strings.Builder
+	b.WriteString(url.PathEscape(c.Operation))
+	b.WriteByte('/')
+	b.WriteString(url.PathEscape(c.Model))
+	if c.Stream {
+		b.WriteString("/stream/mt")
+	} else {
+		b.WriteString("/nostream/mt")
+	}
+	b.WriteString(strconv.Itoa(c.MaxTokens))
+	return b.String()
+}
+
+// String returns Key, so cohorts print readably in logs and test failures.
+func (c Cohort) String() string { return c.Key() }

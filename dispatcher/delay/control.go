@@ -1,0 +1,39 @@
+package delay
+
+import (
+	"hash/fnv"
+	"math"
+)
+
+// DefaultControlFraction is the share of groups run primary-only as the live
+// baseline when a policy sets none.
+const DefaultControlFraction = 0.02
+
+// IsControl reports whether a group whose uniform draw is u (in [0, 1)) is a
+// control group — run primary-only, never hedged — given the control
+// fraction. The draw comes from the caller (a seeded rng in the simulator,
+// UniformFromID in the live runtime) so that the choice is reproducible. A
+// fraction outside [0, 1] is clamped; a NaN draw is never control.
+func IsControl(u, fraction float64) bool {
+	if math.IsNaN(u) || math.IsNaN(fraction) {
+		return false
+	}
+	return u < math.Min(math.Max(fraction, 0), 1)
+}
+
+// UniformFromID maps an ID (e.g. the hedge group ID) to a uniform draw in
+// [0, 1). Every replica computes the same draw for the same group, so a
+// group's control status survives retries and replica changes. FNV-1a alone
+// mixes sequential IDs poorly in its high bits, so its result goes through
+// the splitmix64 finalizer before the top 53 bits become the draw.
+func UniformFromID(id string) float64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id)) // hash.Hash writes never fail
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}

@@ -1,0 +1,377 @@
+package fakellm
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+// minFlushInterval is the least real time between two writes of a stream.
+// Tokens due within it go out together: at a time scale of 0.02 the model's
+// 7.7 ms inter-token latency is 154 µs of real time, and one write per
+// token would measure the server's syscalls rather than the model. A token
+// is therefore sent up to this much after its model time says.
+const minFlushInterval = time.Millisecond
+
+const systemFingerprint = "fp_hedgerow_fakellm"
+
+// handleChat answers POST /v1/chat/completions as the drawn attempt says.
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-s.closed:
+		writeError(w, http.StatusServiceUnavailable, errTypeServer, errCodeShuttingDown, "", "The server is shutting down.")
+		return
+	default:
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		s.stats.invalid()
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, errTypeInvalidRequest, errCodeBodyTooLarge, "",
+				fmt.Sprintf("The request body is larger than %d bytes.", s.maxBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidBody, "",
+			fmt.Sprintf("The request body could not be read: %v", err))
+		return
+	}
+	p, err := parseChat(body)
+	if err != nil {
+		s.stats.invalid()
+		re := &requestError{code: errCodeInvalidParams, message: err.Error()}
+		errors.As(err, &re)
+		writeError(w, http.StatusBadRequest, errTypeInvalidRequest, re.code, re.param, re.message)
+		return
+	}
+
+	start := s.now()
+	req := s.gen.Request(p.requestID)
+	finish := "stop"
+	if p.maxTokens > 0 && req.OutputTokens > p.maxTokens {
+		req.OutputTokens, finish = p.maxTokens, "length"
+	}
+	number := int(s.attempts.Add(1))
+	att, err := s.provider.Attempt(req, number, s.modelSince(start))
+	if err != nil {
+		// A parsed request always makes a valid attempt; this is a bug.
+		writeError(w, http.StatusInternalServerError, errTypeServer, "", "", fmt.Sprintf("drawing the attempt: %v", err))
+		return
+	}
+	ex := &exchange{
+		s: s, w: w, ctx: r.Context(), att: att, p: p, start: start, finish: finish,
+		id:    fmt.Sprintf("chatcmpl-%016x-r%d-a%d", p.requestID, s.route, number),
+		model: cmp.Or(p.model, s.modelID),
+	}
+	s.stats.begin()
+	defer s.record(ex)
+	ex.run()
+}
+
+// exchange is one chat request in progress: the drawn attempt and what has
+// been sent for it so far.
+type exchange struct {
+	s      *Server
+	w      http.ResponseWriter
+	ctx    context.Context
+	att    workload.Attempt
+	p      chatParams
+	id     string
+	model  string
+	start  time.Time // when the attempt reached the provider
+	finish string    // the finish_reason of a complete answer
+
+	status     int       // HTTP status sent; 0 until one is
+	firstByte  time.Time // when the first body byte was written
+	sent       int       // output tokens written
+	end        EndReason // empty: completed
+	disconnect time.Time // when the client or Close ended it
+}
+
+func (ex *exchange) run() {
+	att := &ex.att
+	switch att.Outcome {
+	case workload.OutcomeOK:
+		if ex.p.stream {
+			ex.stream()
+		} else {
+			ex.complete()
+		}
+	case workload.OutcomeServerError:
+		if ex.waitFor(att.End) {
+			ex.writeError(http.StatusInternalServerError, errTypeServer, "",
+				"The server had an error while processing your request. Sorry about that!")
+		}
+	case workload.OutcomeRateLimited:
+		if ex.waitFor(att.End) {
+			ex.rateLimited()
+		}
+	case workload.OutcomeHang:
+		// Nothing is sent: the client's deadline or a hedge has to end it.
+		if ex.waitFor(ex.s.hangCap) {
+			ex.end = EndHangCapped
+			ex.writeError(http.StatusGatewayTimeout, errTypeTimeout, errCodeHangCapped,
+				fmt.Sprintf("The provider sent nothing within %v of model time.", ex.s.hangCap))
+		}
+	default:
+		ex.writeError(http.StatusInternalServerError, errTypeServer, "", fmt.Sprintf("unknown drawn outcome %v", att.Outcome))
+	}
+}
+
+// elapsed returns the model time from the attempt's start to real instant t.
+func (ex *exchange) elapsed(t time.Time) time.Duration {
+	return max(ex.s.scale.Model(t.Sub(ex.start)), 0)
+}
+
+// waitFor waits until model time at into the attempt; false means the
+// exchange was ended meanwhile (and is recorded as such).
+func (ex *exchange) waitFor(at time.Duration) bool {
+	wait := ex.s.scale.Real(at)
+	if wait == workload.Never {
+		return ex.waitReal(nil)
+	}
+	return ex.waitReal(time.NewTimer(ex.start.Add(wait).Sub(ex.s.now())))
+}
+
+// waitUntil waits until real instant t, as waitFor.
+func (ex *exchange) waitUntil(t time.Time) bool {
+	return ex.waitReal(time.NewTimer(t.Sub(ex.s.now())))
+}
+
+// waitReal waits for timer to fire (nil: forever) unless the client goes
+// away or the server closes first, which it records and reports as false.
+func (ex *exchange) waitReal(timer *time.Timer) bool {
+	var fired <-chan time.Time
+	if timer != nil {
+		defer timer.Stop()
+		fired = timer.C
+	}
+	// An exchange already ended must not win against an expired timer.
+	select {
+	case <-ex.ctx.Done():
+		ex.stop(EndDisconnected)
+		return false
+	case <-ex.s.closed:
+		ex.stop(EndShutdown)
+		return false
+	default:
+	}
+	select {
+	case <-fired:
+		return true
+	case <-ex.ctx.Done():
+		ex.stop(EndDisconnected)
+	case <-ex.s.closed:
+		ex.stop(EndShutdown)
+	}
+	return false
+}
+
+// stop records that the exchange ended early; on shutdown, a client that
+// has been sent nothing gets a clear 503 rather than an empty reply.
+func (ex *exchange) stop(reason EndReason) {
+	ex.end, ex.disconnect = reason, ex.s.now()
+	if reason == EndShutdown && ex.status == 0 {
+		ex.writeError(http.StatusServiceUnavailable, errTypeServer, errCodeShuttingDown, "The server is shutting down.")
+	}
+}
+
+func (ex *exchange) writeError(status int, typ, code, message string) {
+	ex.status = status
+	writeError(ex.w, status, typ, code, "", message)
+}
+
+// rateLimited answers 429. Retry-After is in real seconds, rounded up,
+// because clients wait in real time; since whole seconds are far too
+// coarse under a time scale, retry-after-ms (which the official OpenAI SDKs
+// read first) carries the real wait to the millisecond.
+func (ex *exchange) rateLimited() {
+	wait := ex.s.scale.Real(ex.att.RetryAfter)
+	h := ex.w.Header()
+	h.Set("Retry-After", strconv.FormatInt(ceilDiv(wait, time.Second), 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(ceilDiv(wait, time.Millisecond), 10))
+	ex.writeError(http.StatusTooManyRequests, errTypeRateLimit, errCodeRateLimit,
+		fmt.Sprintf("Rate limit reached for route %d of %s. Please try again in %v.", ex.s.route, ex.s.workload, wait))
+}
+
+// ceilDiv returns d/unit rounded up, at least 1 for a positive d.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+// complete answers a non-streaming request once the whole answer exists.
+func (ex *exchange) complete() {
+	if !ex.waitFor(ex.att.End) {
+		return
+	}
+	n := ex.att.Request.OutputTokens
+	var text strings.Builder
+	for k := 1; k <= n; k++ {
+		text.WriteString(fillerToken(ex.p.requestID, k))
+	}
+	ex.status, ex.firstByte, ex.sent = http.StatusOK, ex.s.now(), n
+	writeJSON(ex.w, http.StatusOK, chatCompletion{
+		ID:                ex.id,
+		Object:            "chat.completion",
+		Created:           ex.start.Unix(),
+		Model:             ex.model,
+		SystemFingerprint: systemFingerprint,
+		Choices: []choice{{
+			Message:      responseMessage{Role: "assistant", Content: text.String()},
+			FinishReason: ex.finish,
+		}},
+		Usage: newUsage(ex.att.Request.InputTokens, n),
+	})
+}
+
+// stream answers a streaming request: headers and the role chunk at the
+// first byte, then the tokens as the model produces them, several per write
+// when they fall within minFlushInterval of each other.
+func (ex *exchange) stream() {
+	att := &ex.att
+	if !ex.waitFor(att.FirstByte) {
+		return
+	}
+	h := ex.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	ex.w.WriteHeader(http.StatusOK)
+	ex.status = http.StatusOK
+	rc := http.NewResponseController(ex.w)
+
+	var buf bytes.Buffer
+	empty := ""
+	ex.appendChunk(&buf, []chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}}, nil)
+	n := att.Request.OutputTokens
+	for {
+		// Progress by at least one token per wake, whatever the clock says.
+		due := min(max(att.TokensBy(ex.elapsed(ex.s.now())), ex.sent+1), n)
+		for k := ex.sent + 1; k <= due; k++ {
+			word := fillerToken(ex.p.requestID, k)
+			ex.appendChunk(&buf, []chunkChoice{{Delta: delta{Content: &word}}}, nil)
+		}
+		if due == n {
+			ex.appendChunk(&buf, []chunkChoice{{FinishReason: &ex.finish}}, nil)
+			if ex.p.includeUsage {
+				ex.appendChunk(&buf, []chunkChoice{}, newUsage(att.Request.InputTokens, n))
+			}
+			buf.WriteString("data: [DONE]\n\n")
+		}
+		_, err := ex.w.Write(buf.Bytes())
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			ex.stop(EndDisconnected)
+			return
+		}
+		buf.Reset()
+		if ex.firstByte.IsZero() {
+			ex.firstByte = ex.s.now()
+		}
+		ex.sent = due
+		if due == n {
+			return
+		}
+		next := ex.start.Add(ex.s.scale.Real(att.TokenTime(due + 1)))
+		if earliest := ex.s.now().Add(minFlushInterval); next.Before(earliest) {
+			next = earliest
+		}
+		if !ex.waitUntil(next) {
+			return
+		}
+	}
+}
+
+// appendChunk appends one server-sent event holding a chunk.
+func (ex *exchange) appendChunk(buf *bytes.Buffer, choices []chunkChoice, u *usage) {
+	c := chatCompletionChunk{
+		ID:                ex.id,
+		Object:            "chat.completion.chunk",
+		Created:           ex.start.Unix(),
+		Model:             ex.model,
+		SystemFingerprint: systemFingerprint,
+		Choices:           choices,
+	}
+	if ex.p.includeUsage {
+		c.Usage = json.RawMessage("null")
+		if u != nil {
+			raw, err := json.Marshal(u)
+			if err != nil {
+				raw = json.RawMessage("null") // a struct of ints always marshals
+			}
+			c.Usage = raw
+		}
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return // only plain fields; cannot fail
+	}
+	buf.WriteString("data: ")
+	buf.Write(data)
+	buf.WriteString("\n\n")
+}
+
+// record stores the exchange's record with what the provider bills for it.
+func (s *Server) record(ex *exchange) {
+	att := &ex.att
+	rec := Record{
+		RequestID:    ex.p.requestID,
+		Attempt:      att.Number,
+		Route:        att.Route,
+		StartUnixMs:  ex.start.UnixMilli(),
+		EndUnixMs:    s.now().UnixMilli(),
+		ModelStartMs: millis(att.Start),
+		Outcome:      att.Outcome.String(),
+		Degraded:     att.Degraded,
+		Stalled:      att.Stalled,
+		Stream:       ex.p.stream,
+		Status:       ex.status,
+		End:          cmp.Or(ex.end, EndCompleted),
+		OutputTokens: att.Request.OutputTokens,
+		TokensSent:   ex.sent,
+	}
+	if att.Outcome == workload.OutcomeOK {
+		rec.FirstByteModelMs = ptr(millis(att.FirstByte))
+		if rec.End == EndCompleted {
+			rec.FinishReason = ex.finish
+		}
+	}
+	if !ex.firstByte.IsZero() {
+		rec.FirstByteRealMs = ptr(millis(ex.firstByte.Sub(ex.start)))
+	}
+	disconnectAt := workload.Never
+	if rec.End == EndDisconnected || rec.End == EndShutdown {
+		disconnectAt = ex.elapsed(ex.disconnect)
+		rec.DisconnectUnixMs = ptr(ex.disconnect.UnixMilli())
+		rec.DisconnectModelMs = ptr(millis(disconnectAt))
+	}
+	billed := att.BilledUsage(disconnectAt)
+	rec.BilledInputTokens = billed.InputUnits
+	// A provider bills at least what it sent, whatever a skewed injected
+	// clock makes of the disconnect time.
+	rec.BilledOutputTokens = max(billed.OutputUnits, int64(ex.sent))
+
+	rec = s.stats.finish(rec)
+	if s.onRecord != nil {
+		s.onRecord(rec)
+	}
+}
+
+// millis returns d in fractional milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func ptr[T any](v T) *T { return &v }

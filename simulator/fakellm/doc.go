@@ -1,0 +1,21 @@
+// Package fakellm is an OpenAI-compatible chat completions server whose
+// latencies, token counts, errors, hangs and degraded episodes come from the
+// seeded workload models of DESIGN §11 (package simulator/workload), played
+// in real time through a TimeScale.
+//
+// One Server plays one route of a model. Every route of a run must use the
+// same workload and Seed: the request id is derived from the canonical body
+// (messages and the output cap), so a hedge of a request sent to another
+// route draws the same output length and content but its own latency, as
+// a real duplicate would.
+//
+// Times have two clocks. Model time is what the workload draws (first byte,
+// token arrivals, error delays, Retry-After, the cancellation lag); the
+// server waits the real equivalent, model × TimeScale. Records in /stats keep
+// both: wall-clock timestamps (unix milliseconds) for joining with a load
+// generator's own, and model times for checking against the draw.
+//
+// Token counts are the workload's, not the prompt's: prompt_tokens is the
+// request's drawn input size, and the answer is deterministic filler, one
+// word per token, identical on every route.
+package fakellm

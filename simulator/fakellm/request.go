@@ -1,0 +1,96 @@
+package fakellm
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+// chatParams is a validated chat request: what the draw and the answer need.
+type chatParams struct {
+	model     string
+	requestID uint64
+	// maxTokens is the effective output cap; 0 means none.
+	maxTokens    int
+	stream       bool
+	includeUsage bool
+}
+
+// requestError is a request the server refuses with 400, naming the
+// parameter at fault when there is one.
+type requestError struct {
+	param, code, message string
+}
+
+func (e *requestError) Error() string { return e.message }
+
+// canonicalKey is what identifies a request across routes: the
+// conversation and the output cap, which decide the answer, and nothing
+// that differs between copies of one request (model name, stream flag,
+// sampling parameters). Marshalling it compacts raw content, so the same
+// conversation sent with different whitespace gets the same id.
+type canonicalKey struct {
+	Messages  []schemas.Message `json:"messages"`
+	MaxTokens int               `json:"max_tokens"`
+}
+
+// parseChat decodes and validates a chat completions body.
+func parseChat(body []byte) (chatParams, error) {
+	var req chatCompletionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return chatParams{}, &requestError{code: errCodeInvalidBody,
+			message: fmt.Sprintf("We could not parse the JSON body of your request: %v", err)}
+	}
+	if len(req.Messages) == 0 {
+		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
+			message: "messages must be a non-empty array of messages."}
+	}
+	if err := req.ChatRequest.Validate(); err != nil {
+		return chatParams{}, &requestError{code: errCodeInvalidParams, message: err.Error()}
+	}
+	if m := req.MaxCompletionTokens; m != nil && *m < 0 {
+		return chatParams{}, &requestError{param: "max_completion_tokens", code: errCodeInvalidParams,
+			message: fmt.Sprintf("max_completion_tokens %d is negative.", *m)}
+	}
+	if n := req.N; n != nil && *n != 1 {
+		return chatParams{}, &requestError{param: "n", code: errCodeInvalidParams,
+			message: fmt.Sprintf("n is %d; this server produces exactly one choice, so n must be 1.", *n)}
+	}
+	limit := req.MaxTokens
+	if m := req.MaxCompletionTokens; m != nil && *m > 0 && (limit == 0 || *m < limit) {
+		limit = *m
+	}
+	key, err := json.Marshal(canonicalKey{Messages: req.Messages, MaxTokens: limit})
+	if err != nil {
+		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
+			message: fmt.Sprintf("messages could not be encoded: %v", err)}
+	}
+	return chatParams{
+		model:        req.Model,
+		requestID:    workload.RequestIDFromKey(key),
+		maxTokens:    limit,
+		stream:       req.Stream,
+		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+	}, nil
+}
+
+// fillerWords make the deterministic answer text: token k of a request is
+// one word, chosen from the request id so every route says the same thing.
+var fillerWords = [...]string{
+	"the", "hedge", "row", "keeps", "a", "quiet", "watch", "over", "slow",
+	"replies", "and", "every", "second", "copy", "waits", "its", "turn",
+	"while", "budgets", "hold", "tokens", "arrive", "in", "order", "as",
+	"first", "valid", "answer", "wins", "late", "losers", "pay",
+}
+
+// fillerToken returns token k (1-based) of a request's answer; tokens after
+// the first carry their leading space, as real tokenizers' words do.
+func fillerToken(requestID uint64, k int) string {
+	w := fillerWords[(requestID+uint64(k))%uint64(len(fillerWords))]
+	if k == 1 {
+		return w
+	}
+	return " " + w
+}

@@ -1,0 +1,105 @@
+// Package upstream runs one attempt of a chat request against one provider
+// route: the worker's only door to a provider. An Upstream makes exactly one
+// HTTP request per call and never retries on its own — retries, hedges and
+// replacements are the hedge engine's decisions, and a hidden retry would be
+// load that no duplicate-rate or spend ceiling could see (DESIGN §4, §7).
+//
+// The OpenAI adapter speaks the Chat Completions API of OpenAI and of the
+// servers compatible with it (the simulator, vLLM and others). It always
+// streams from the provider, with stream_options.include_usage set, even when
+// the caller wants a single answer: the stream makes the first byte and each
+// token observable, which the hedge trigger and the first_token commit point
+// need, and its final chunk carries the provider's own usage report.
+//
+// # Streams
+//
+// The adapter reads Server-Sent Events: "data:" lines (several form one
+// event, joined by newlines), comments such as ": ping" (ignored, they are
+// keep-alives), blank lines ending an event, and "data: [DONE]" ending the
+// stream. Each event is a chat.completion.chunk; only choice 0 is read, since
+// the adapter never asks for n > 1. An event of type "error", or a chunk with
+// an "error" object, is a provider error sent after the 200 and is classified
+// like an HTTP error (below, the "mid-stream" column).
+//
+// A stream is well-formed (Outcome.WellFormed) when every chunk parsed, choice
+// 0 carried a finish_reason and "[DONE]" arrived. What goes wrong decides the
+// result:
+//   - a finish_reason then the end of the body without "[DONE]": the answer is
+//     complete, so Stream returns it with no error but WellFormed=false, and the
+//     arbiter decides whether the contract accepts it;
+//   - the body ends, or the connection breaks, before any finish_reason: the
+//     stream was cut mid-way, a transient server_error (timeout if the context's
+//     deadline passed; canceled if the caller cancelled);
+//   - a chunk that is not valid JSON or not a chunk, or a line longer than
+//     MaxEventBytes: a transient server_error; the adapter stops reading a
+//     stream it can no longer trust.
+//
+// # Tokens and usage
+//
+// Delta.Tokens counts one token per chunk that carries content, a refusal or
+// tool-call fragments: OpenAI streams about one token per chunk, and the
+// figure only feeds commit points of the form tokens:N and progress estimates.
+// When a chunk carries its own running usage (servers with continuous usage
+// statistics), the increase of completion_tokens is used instead.
+//
+// Outcome.Usage is the provider's final usage chunk when one arrived
+// (prompt_tokens, completion_tokens). Otherwise — the stream was cut,
+// cancelled, or the provider sent none — it is estimated and flagged: output
+// units are the counted tokens, input units are the last reported
+// prompt_tokens or else the request body's length in bytes divided by four, a
+// deliberate over-estimate, since spend ceilings must not under-count.
+// Rejected requests (any non-2xx answer) and connections that were never
+// established report zero usage: providers do not bill them.
+//
+// # Error classification
+//
+// Every error Stream returns is an *Error whose Scope tells the hedge engine
+// how far the failure reaches (DESIGN §4 rule 4):
+//
+//	HTTP status / condition                  Status           Scope
+//	400, 413, 422 (invalid_request_error,    invalid_request  group
+//	  context_length_exceeded, and input
+//	  policy codes content_filter /
+//	  content_policy_violation)
+//	any status with code model_not_found     not_found        route
+//	401, 402, 403                            auth             route
+//	404, 405                                 not_found        route
+//	other 4xx                                invalid_request  route
+//	3xx (redirects are never followed)       not_found        route
+//	200 that is not an event stream          server_error     route
+//	408                                      timeout          transient
+//	409, 500, 502, other 5xx                 server_error     transient
+//	504                                      timeout          transient
+//	503 without Retry-After                  server_error     transient
+//	503 with Retry-After or retry-after-ms   overloaded       pushback
+//	429                                      rate_limited     pushback
+//	429 with code insufficient_quota         rate_limited     route
+//	529                                      overloaded       pushback
+//	connection refused / reset / early EOF,  server_error     transient
+//	  stream cut before finish_reason,
+//	  malformed chunk
+//	transport timeout, context deadline      timeout          transient
+//	context cancelled by the caller          canceled         none
+//
+// A quota that is used up (insufficient_quota) is a billing state, not load:
+// waiting for Retry-After would not cure it, so the route is quarantined
+// instead of paused. A 503 that names a time to come back is the provider
+// asking for less load, which the engine must not answer with a hedge.
+//
+// Mid-stream errors carry no status, so their error type or code decides:
+// invalid_request_error and the input codes above are group-scoped;
+// authentication_error and permission_error are route auth; rate_limit_error
+// and rate_limit_exceeded are pushback rate_limited; overloaded_error and
+// server_is_overloaded are pushback overloaded; anything else is a transient
+// server_error.
+//
+// Retry-After is read from retry-after-ms (milliseconds, OpenAI's precise
+// form) when present, else from Retry-After as delay-seconds or an HTTP date
+// measured against the injected clock; values beyond MaxRetryAfter are
+// clamped so that a garbled header cannot park a route for days.
+//
+// Error messages are built from the status, the provider's error type and
+// code and its short error message, passed through schemas.SanitizeMessage
+// with the configured API key redacted. Request and response bodies,
+// headers and keys never appear in them.
+package upstream

@@ -1,0 +1,319 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// maxErrorBody bounds how much of an error answer is read: enough for any
+// provider's error object, not enough for a misrouted page to cost memory.
+const maxErrorBody = 64 << 10
+
+// Config configures a provider adapter for one route.
+type Config struct {
+	// BaseURL is the API root including its version path, as the OpenAI SDKs
+	// take it: "https://api.openai.com/v1" or "http://127.0.0.1:9101/v1". The
+	// adapter appends "/chat/completions".
+	BaseURL string
+	// Model is the route's upstream model name; it replaces the model the
+	// caller asked for. Empty keeps the request's model.
+	Model string
+	// APIKey is sent as "Authorization: Bearer <key>" when not empty. The
+	// worker reads it from the environment variable the route names.
+	APIKey string
+	// Client overrides the HTTP client, e.g. to share a transport between
+	// routes. It must not retry; the adapter disables redirects on its copy.
+	// Nil uses a client of the adapter's own. Its Timeout should be 0: the
+	// context bounds each call.
+	Client *http.Client
+	// Now is the clock that turns a Retry-After date into a duration; nil
+	// uses time.Now.
+	Now func() time.Time
+}
+
+// OpenAI is the Upstream of an OpenAI-compatible Chat Completions endpoint.
+// It is safe for concurrent use.
+type OpenAI struct {
+	endpoint string
+	model    string
+	key      string
+	client   *http.Client
+	now      func() time.Time
+}
+
+var _ Upstream = (*OpenAI)(nil)
+
+// NewOpenAI returns an adapter for the route cfg describes.
+func NewOpenAI(cfg Config) (*OpenAI, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("openai adapter: base_url %q: want an absolute http:// or https:// URL", cfg.BaseURL)
+	}
+	var client http.Client
+	if cfg.Client != nil {
+		client = *cfg.Client
+	} else {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// A worker keeps up to max_inflight attempts open to one host.
+		t.MaxIdleConnsPerHost = 64
+		client.Transport = t
+	}
+	// A redirected POST would be a second request the engine never sees.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &OpenAI{
+		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		model:    cfg.Model,
+		key:      cfg.APIKey,
+		client:   &client,
+		now:      now,
+	}, nil
+}
+
+// CloseIdleConnections closes the adapter's idle provider connections, for
+// a worker shutting down.
+func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
+
+// Stream implements Upstream with one streaming POST to {base_url}/chat/completions.
+//
+// The request is sent once. The only resend the Go transport may make is of
+// a request it could not write at all to a reused idle connection, which the
+// provider therefore never saw.
+func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
+	if sink == nil {
+		sink = discard{}
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, transportError(ctx, err) // nothing was sent
+	}
+	body, err := o.requestBody(req)
+	if err != nil {
+		return Outcome{}, &Error{
+			Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
+			Message: "request cannot be encoded for the provider", cause: err,
+		}
+	}
+	// The request has its own context so that a stream which stays open
+	// after [DONE] can be cut without failing the attempt.
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, o.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return Outcome{}, &Error{
+			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
+			Message: "provider request cannot be built", cause: err,
+		}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	if o.key != "" {
+		hreq.Header.Set("Authorization", "Bearer "+o.key)
+	}
+	// Input units to settle if the provider's usage report never arrives.
+	inputEstimate := int64(len(body)+3) / 4
+
+	resp, err := o.client.Do(hreq)
+	if err != nil {
+		out := Outcome{}
+		if !neverConnected(err) {
+			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
+		}
+		return out, transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode/100 != 2 {
+		return Outcome{}, o.statusError(resp)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+		return Outcome{}, o.unstreamedAnswer(resp)
+	}
+	sink.FirstByte()
+
+	acc := newAccumulator(sink, inputEstimate)
+	events := newEventReader(resp.Body)
+	for {
+		ev, err := events.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return acc.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
+			}
+			return acc.outcome(), transportError(ctx, err)
+		}
+		if ev.data == "[DONE]" {
+			acc.done = true
+			drainAfterDone(resp.Body, cancelReq)
+			break
+		}
+		if ev.typ == "error" {
+			return acc.outcome(), o.streamError([]byte(ev.data))
+		}
+		errObj, err := acc.chunk([]byte(ev.data))
+		if err != nil {
+			return acc.outcome(), malformed(err)
+		}
+		if errObj != nil {
+			return acc.outcome(), o.streamError(errObj)
+		}
+	}
+	out := acc.outcome()
+	if out.FinishReason == "" {
+		return out, &Error{
+			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
+			Message: "stream ended before a finish reason",
+		}
+	}
+	return out, nil
+}
+
+// Reading a body to its end lets the transport keep the connection for the
+// next attempt, which saves a TLS handshake on the latency path. After
+// [DONE] a provider should end the body at once; the drain waits at most
+// drainWait and reads at most drainLimit bytes before giving up on reuse.
+const (
+	drainWait  = 50 * time.Millisecond
+	drainLimit = 4 << 10
+)
+
+// drainAfterDone reads what follows [DONE], cancelling the request (which
+// closes the connection) if the provider does not end the body promptly.
+func drainAfterDone(body io.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(drainWait, cancel)
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
+}
+
+// statusError classifies a non-2xx answer from its status, error body and
+// headers.
+func (o *OpenAI) statusError(resp *http.Response) *Error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	ae, _ := parseAPIError(raw)
+	status, scope, wait := classifyStatus(resp.StatusCode, ae, resp.Header, o.now())
+	return &Error{
+		Status: status, Scope: scope, HTTPStatus: resp.StatusCode, RetryAfter: wait,
+		Message: errorMessage(resp.StatusCode, ae, o.key),
+	}
+}
+
+// unstreamedAnswer handles a 2xx JSON body where a stream was asked for:
+// either a provider error wrapped in a success status, or an endpoint that
+// ignores stream: true, which is a route that cannot serve hedged attempts.
+func (o *OpenAI) unstreamedAnswer(resp *http.Response) *Error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if ae, ok := parseAPIError(raw); ok {
+		status, scope, _ := classifyStatus(0, ae, resp.Header, o.now())
+		return &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, ae, o.key)}
+	}
+	return &Error{
+		Status: schemas.StatusServerError, Scope: schemas.ScopeRoute, HTTPStatus: resp.StatusCode,
+		Message: "provider answered with JSON instead of an event stream",
+	}
+}
+
+// streamError classifies an error object sent inside a 200 stream.
+func (o *OpenAI) streamError(data []byte) *Error {
+	ae, ok := parseAPIError(data)
+	if !ok {
+		// An error event whose data is not an error object still ends the
+		// stream; say nothing of its text.
+		return &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "error event in stream"}
+	}
+	status, scope, _ := classifyStatus(0, ae, nil, o.now())
+	return &Error{Status: status, Scope: scope, Message: errorMessage(0, ae, o.key)}
+}
+
+// malformed is the error of a stream that stopped being parseable.
+func malformed(cause error) *Error {
+	return &Error{
+		Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
+		Message: "malformed stream chunk", cause: cause,
+	}
+}
+
+// chatCompletionRequest is the Chat Completions request body. Messages use
+// schemas.Message as is: it already has OpenAI's JSON shape.
+type chatCompletionRequest struct {
+	Model            string            `json:"model"`
+	Messages         []schemas.Message `json:"messages"`
+	MaxTokens        int               `json:"max_tokens,omitempty"`
+	Temperature      *float64          `json:"temperature,omitempty"`
+	TopP             *float64          `json:"top_p,omitempty"`
+	PresencePenalty  *float64          `json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float64          `json:"frequency_penalty,omitempty"`
+	Seed             *int64            `json:"seed,omitempty"`
+	Stop             []string          `json:"stop,omitempty"`
+	Tools            json.RawMessage   `json:"tools,omitempty"`
+	ToolChoice       json.RawMessage   `json:"tool_choice,omitempty"`
+	ResponseFormat   json.RawMessage   `json:"response_format,omitempty"`
+	Stream           bool              `json:"stream"`
+	StreamOptions    streamOptions     `json:"stream_options"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// requestBody translates the canonical request. max_tokens is sent as
+// max_tokens, which OpenAI still accepts for chat models and compatible
+// servers all read; JSON nulls in raw fields are dropped, since some
+// servers reject an explicit null where they accept an absent field.
+func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
+	if req == nil {
+		return nil, errors.New("no request")
+	}
+	model := o.model
+	if model == "" {
+		model = req.Model
+	}
+	msgs := make([]schemas.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		m.Content = dropNull(m.Content)
+		m.ToolCalls = dropNull(m.ToolCalls)
+		msgs[i] = m
+	}
+	body, err := json.Marshal(chatCompletionRequest{
+		Model:            model,
+		Messages:         msgs,
+		MaxTokens:        req.MaxTokens,
+		Temperature:      req.Temperature,
+		TopP:             req.TopP,
+		PresencePenalty:  req.PresencePenalty,
+		FrequencyPenalty: req.FrequencyPenalty,
+		Seed:             req.Seed,
+		Stop:             req.Stop,
+		Tools:            dropNull(req.Tools),
+		ToolChoice:       dropNull(req.ToolChoice),
+		ResponseFormat:   dropNull(req.ResponseFormat),
+		Stream:           true,
+		StreamOptions:    streamOptions{IncludeUsage: true},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode chat completion request: %w", err)
+	}
+	return body, nil
+}
+
+func dropNull(raw json.RawMessage) json.RawMessage {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil
+	}
+	return raw
+}

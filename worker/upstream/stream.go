@@ -1,0 +1,218 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// chatCompletionChunk is the part of a chat.completion.chunk the adapter
+// reads. Error is set instead when a provider reports a failure inside the
+// stream.
+type chatCompletionChunk struct {
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content   *string         `json:"content"`
+			Refusal   *string         `json:"refusal"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// toolCallDelta is one tool-call fragment of a chunk.
+type toolCallDelta struct {
+	Index    *int   `json:"index"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// toolCall is an accumulated tool call, in the shape of an assistant
+// message's tool_calls entry.
+type toolCall struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function toolCallFunction `json:"function"`
+}
+
+type toolCallFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// accumulator folds a stream's chunks into an Outcome and forwards each
+// chunk's output to the sink.
+type accumulator struct {
+	sink          Sink
+	inputEstimate int64 // input units if the provider never reports them
+
+	content   strings.Builder
+	refusal   strings.Builder
+	calls     map[int]*toolCall
+	arguments map[int]*strings.Builder
+	finish    string
+	tokens    int64 // output tokens counted from deltas
+
+	// running usage, from the final usage chunk or continuous statistics
+	promptTokens     int64
+	completionTokens int64
+	sawPrompt        bool
+	finalUsage       bool
+
+	done bool // [DONE] arrived
+}
+
+func newAccumulator(sink Sink, inputEstimate int64) *accumulator {
+	return &accumulator{sink: sink, inputEstimate: inputEstimate}
+}
+
+// chunk folds one event's data into the outcome. It returns the error
+// object of an error chunk, or an error if the data is not a chunk.
+func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
+	var c chatCompletionChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("decode chunk: %w", err)
+	}
+	if e := dropNull(c.Error); e != nil {
+		return data, nil
+	}
+	if c.Usage != nil {
+		a.promptTokens, a.sawPrompt = c.Usage.PromptTokens, true
+		if len(c.Choices) == 0 {
+			a.finalUsage = true
+		}
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue // never asked for n > 1
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			a.finish = *ch.FinishReason
+		}
+		var d Delta
+		if ch.Delta.Content != nil {
+			d.Content = *ch.Delta.Content
+			a.content.WriteString(d.Content)
+		}
+		refusal := ""
+		if ch.Delta.Refusal != nil {
+			refusal = *ch.Delta.Refusal
+			a.refusal.WriteString(refusal)
+		}
+		if calls := dropNull(ch.Delta.ToolCalls); calls != nil {
+			if err := a.mergeToolCalls(calls); err != nil {
+				return nil, err
+			}
+			d.ToolCalls = calls
+		}
+		if d.Content == "" && d.ToolCalls == nil && refusal == "" {
+			continue // role-only or empty delta: no output
+		}
+		d.Tokens = 1
+		if c.Usage != nil && c.Usage.CompletionTokens >= a.completionTokens {
+			// Continuous usage statistics: trust the provider's count.
+			d.Tokens = int(c.Usage.CompletionTokens - a.completionTokens)
+		}
+		a.tokens += int64(d.Tokens)
+		if d.Content != "" || d.ToolCalls != nil {
+			a.sink.Delta(d)
+		}
+	}
+	if c.Usage != nil {
+		a.completionTokens = c.Usage.CompletionTokens
+	}
+	return nil, nil
+}
+
+// mergeToolCalls joins tool-call fragments by index: the first fragment of a
+// call names its id, type and function; later ones add argument text.
+func (a *accumulator) mergeToolCalls(raw json.RawMessage) error {
+	var frags []toolCallDelta
+	if err := json.Unmarshal(raw, &frags); err != nil {
+		return fmt.Errorf("decode tool_calls delta: %w", err)
+	}
+	if a.calls == nil {
+		a.calls = make(map[int]*toolCall)
+		a.arguments = make(map[int]*strings.Builder)
+	}
+	for _, f := range frags {
+		if f.Index == nil {
+			return errors.New("tool_calls delta without index")
+		}
+		i := *f.Index
+		call, ok := a.calls[i]
+		if !ok {
+			call = &toolCall{}
+			a.calls[i] = call
+			a.arguments[i] = &strings.Builder{}
+		}
+		if call.ID == "" {
+			call.ID = f.ID
+		}
+		if call.Type == "" {
+			call.Type = f.Type
+		}
+		if call.Function.Name == "" {
+			call.Function.Name = f.Function.Name
+		}
+		a.arguments[i].WriteString(f.Function.Arguments)
+	}
+	return nil
+}
+
+// outcome is the attempt's result so far.
+func (a *accumulator) outcome() Outcome {
+	out := Outcome{
+		FinishReason: a.finish,
+		Content:      a.content.String(),
+		Refusal:      a.refusal.String(),
+		ToolCalls:    a.toolCalls(),
+		WellFormed:   a.finish != "" && a.done,
+	}
+	if a.finalUsage {
+		out.Usage = schemas.Usage{InputUnits: a.promptTokens, OutputUnits: a.completionTokens}
+		return out
+	}
+	out.Usage = schemas.Usage{InputUnits: a.inputEstimate, OutputUnits: a.tokens, Estimated: true}
+	if a.sawPrompt {
+		out.Usage.InputUnits = a.promptTokens
+	}
+	return out
+}
+
+// toolCalls renders the accumulated calls ordered by index.
+func (a *accumulator) toolCalls() json.RawMessage {
+	if len(a.calls) == 0 {
+		return nil
+	}
+	idx := make([]int, 0, len(a.calls))
+	for i := range a.calls {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	calls := make([]toolCall, len(idx))
+	for n, i := range idx {
+		calls[n] = *a.calls[i]
+		calls[n].Function.Arguments = a.arguments[i].String()
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(calls) // strings and ints always encode
+	return bytes.TrimRight(b.Bytes(), "\n")
+}

@@ -1,0 +1,114 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Upstream runs one attempt of a chat request against one provider route.
+type Upstream interface {
+	// Stream sends req to the provider once and reports the answer to sink
+	// as it arrives: FirstByte once, then one Delta per content or tool-call
+	// chunk, in order, on the calling goroutine. ctx bounds the whole call;
+	// cancelling it closes the provider connection. A nil sink discards the
+	// progress, for callers that want only the Outcome.
+	//
+	// The Outcome is returned with every error too: it holds what arrived
+	// before the failure and the usage to settle for it. A non-nil error is
+	// always an *Error.
+	Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error)
+}
+
+// Sink receives an attempt's progress while Stream runs. Its methods are
+// called from Stream's goroutine and must not block for long: the provider
+// connection is not read while they run.
+type Sink interface {
+	// FirstByte reports that the provider answered with a success status:
+	// the response headers arrived, which is the first-byte moment the hedge
+	// trigger measures. It is not called for error statuses.
+	FirstByte()
+	// Delta reports one chunk of output.
+	Delta(Delta)
+}
+
+// Delta is the output of one provider chunk.
+type Delta struct {
+	// Content is the text this chunk added; empty for a tool-call chunk.
+	Content string
+	// ToolCalls is the chunk's raw tool-call deltas in the OpenAI shape: an
+	// array of {index, id, type, function:{name, arguments}} fragments, of
+	// which only index is always present. Nil when the chunk has none.
+	ToolCalls json.RawMessage
+	// Tokens is the number of output tokens this chunk is counted as (see
+	// the package documentation).
+	Tokens int
+}
+
+// Outcome is what one attempt produced and consumed.
+type Outcome struct {
+	// FinishReason is the provider's reason for stopping ("stop", "length",
+	// "tool_calls", "content_filter", ...); empty if none arrived.
+	FinishReason string
+	// Usage is the provider's usage report, or an estimate flagged Estimated
+	// when the stream did not deliver one.
+	Usage schemas.Usage
+	// Content is the accumulated answer text, for callers that did not ask
+	// for a stream and for contract validation.
+	Content string
+	// Refusal is the accumulated text of a model's refusal, which OpenAI
+	// streams apart from the content; it is never delivered as a Delta.
+	Refusal string
+	// ToolCalls is the accumulated tool calls as an OpenAI message carries
+	// them: an array of {id, type, function:{name, arguments}} with the
+	// argument fragments joined, ordered by index. Nil when there were none.
+	ToolCalls json.RawMessage
+	// WellFormed reports that every chunk parsed, a finish reason arrived
+	// and the stream ended with [DONE].
+	WellFormed bool
+}
+
+// MaxRetryAfter bounds the Retry-After an Error reports.
+const MaxRetryAfter = 24 * time.Hour
+
+// Error is a failed attempt, classified for the hedge engine. Status and
+// Scope say what happened and how far it reaches; Message is safe to record.
+type Error struct {
+	// Status is the coarse class of the failure.
+	Status schemas.StatusClass
+	// Scope is how far the failure reaches: group, route, transient,
+	// pushback, or none for a cancellation by the caller.
+	Scope schemas.ErrorScope
+	// HTTPStatus is the provider's status; 0 when no response arrived or the
+	// error came inside a 200 stream.
+	HTTPStatus int
+	// RetryAfter is how long the provider asked to be left alone; 0 when it
+	// did not say.
+	RetryAfter time.Duration
+	// Message is a sanitized, bounded description: the provider's error
+	// type, code and short message at most, never a body, header or key.
+	Message string
+
+	// cause is the underlying transport or decoding error, for errors.Is
+	// (e.g. context.Canceled); it is not part of Error's text.
+	cause error
+}
+
+// Error returns the status class, scope and sanitized message.
+func (e *Error) Error() string {
+	return fmt.Sprintf("upstream %s (%s): %s", e.Status, e.Scope, e.Message)
+}
+
+// Unwrap returns the underlying cause, if any, so callers can match
+// context.Canceled or network errors with errors.Is. Its text may name the
+// endpoint URL; log Error's own text instead.
+func (e *Error) Unwrap() error { return e.cause }
+
+// discard is the Sink of callers that want only the Outcome.
+type discard struct{}
+
+func (discard) FirstByte()  {}
+func (discard) Delta(Delta) {}
