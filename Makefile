@@ -23,5 +23,13 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test ./dispatcher/hedge/ -run '^$$' -fuzz FuzzEngine -fuzztime $(FUZZTIME)
 
+# The main job for now: every strategy on the gpt4o streaming workload and on the
+# mixed workload (200,000 requests each, pinned conditions), with a CDF plot of each.
+simulate: build
+	$(BIN) simulate --workload gpt4o --stream --requests 200000 --seed 1 --plot bin/simulate-gpt4o.png
+	@echo
+	$(BIN) simulate --workload mixed --requests 200000 --seed 1 --plot bin/simulate-mixed.png
+	@echo "plots: bin/simulate-gpt4o.png bin/simulate-mixed.png"
+
 clean:
 	rm -rf bin

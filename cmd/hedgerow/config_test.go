@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,13 +9,7 @@ import (
 
 func runConfigCheck(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(append([]string{"config", "check"}, args...))
-	err := root.Execute()
-	return out.String(), err
+	return runRoot(t, append([]string{"config", "check"}, args...)...)
 }
 
 func TestConfigCheckPrintsOKForTheExample(t *testing.T) {

@@ -26,6 +26,7 @@ result and cancels the rest.`,
 	}
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newConfigCmd())
+	root.AddCommand(newSimulateCmd())
 	return root
 }
 

@@ -111,7 +111,7 @@ func DefaultGuardrailConfig() GuardrailConfig {
 		MinHedgedSamples:  500,
 		MinRelativeGain:   0.05,
 		ErrorRateMargin:   0.01,
-		ErrorZ:            2.326,
+		ErrorZ:            3.09,
 		CoolDown:          5 * time.Minute,
 		ProbePeriod:       5 * time.Minute,
 		Window:            30 * time.Minute,
@@ -370,13 +370,16 @@ func (g *Guardrail) gainHolds(s GuardrailStats) bool {
 	return float64(s.HedgedUpper) <= (1-g.cfg.MinRelativeGain)*float64(s.ControlLower)
 }
 
-// gainIsFlat says the measured gain is below MinRelativeGain: the hedged
-// quantile is above (1 − MinRelativeGain) × the control quantile. It uses the
-// point estimates, which at the sample floor already separate a real tail
-// gain (P99 halved on the gpt4o model) from none; the intervals would need
-// tens of thousands of control groups to show flatness.
+// gainIsFlat says flatness is shown. The hedged arm holds most groups, so
+// its quantile is taken as known; the small control arm's interval carries
+// the uncertainty. Flat means the hedged quantile lies above (1 −
+// MinRelativeGain) × the control's upper bound: even the slowest control
+// tail the data allow would make the gain smaller than the minimum. A point
+// estimate of the control tail is not enough: at a thousand control groups a
+// P99 read from a fat tail moves by half its value between windows, and a
+// guardrail acting on that noise switches off hedging that pays.
 func (g *Guardrail) gainIsFlat(s GuardrailStats) bool {
-	return float64(s.HedgedQuantile) > (1-g.cfg.MinRelativeGain)*float64(s.ControlQuantile)
+	return float64(s.HedgedQuantile) > (1-g.cfg.MinRelativeGain)*float64(s.ControlUpper)
 }
 
 func (gc *guardCohort) decision(s GuardrailStats) GuardrailDecision {

@@ -218,20 +218,26 @@ type Delay struct {
 }
 
 // DuplicateRate configures a cohort's duplicate-rate bucket (DESIGN §7): each
-// primary deposits Ceiling tokens and each hedge takes one, so over time
-// hedges stay at or below Ceiling × primaries.
+// primary deposits Ceiling tokens and each hedge or replacement takes one, so
+// over time extra attempts stay at or below Ceiling × primaries, and in any
+// stretch of time at most Capacity above it.
 type DuplicateRate struct {
-	// Ceiling is the largest share of hedges per primary, in (0,1]; it is
-	// also the ratio a primary deposits.
+	// Ceiling is the largest share of extra attempts per primary, in (0,1];
+	// it is also the ratio a primary deposits.
 	Ceiling float64 `yaml:"ceiling"`
-	// Capacity is the most tokens the bucket holds, bounding hedge bursts.
+	// Capacity is the most tokens the bucket holds, bounding bursts.
 	Capacity float64 `yaml:"capacity"`
 	// InitialFill is the bucket's content when it is created.
 	InitialFill float64 `yaml:"initial_fill"`
-	// PoolFloor is the per-pool floor of DESIGN §7: tokens a pool may spend
-	// on hedges beyond what its primaries deposited, so a pool with little
-	// traffic can still hedge now and then. At most Capacity; zero disables it.
+	// ReplacementReserve is the level a hedge must leave in the bucket for
+	// replacements, which serve the primary path. At most Capacity.
+	ReplacementReserve float64 `yaml:"replacement_reserve"`
+	// PoolFloor is the capacity of the per-pool floor of DESIGN §7: tokens a
+	// pool may spend beyond what its primaries deposited, so a pool with
+	// little traffic can still hedge now and then. Zero disables it.
 	PoolFloor float64 `yaml:"pool_floor"`
+	// PoolFloorRefill is how many floor tokens return per second.
+	PoolFloorRefill float64 `yaml:"pool_floor_refill"`
 }
 
 // Spend configures spend ceilings in usage units (DESIGN §7); zero means no

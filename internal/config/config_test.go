@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -462,15 +463,15 @@ func TestDefaultsFillOnlyKeysTheFileLeavesOut(t *testing.T) {
 		{"explicit false kept", def.Hedge, false},
 		{"explicit zero kept", def.ControlFraction, 0.0},
 		{"explicit quantile kept", def.Delay.Quantile, 0.9},
-		{"sibling defaulted", def.Delay.Min, 20 * time.Millisecond},
+		{"sibling defaulted", def.Delay.Min, delay.DefaultConfig().Min},
 		{"hedge defaulted", chat.Hedge, true},
-		{"control fraction defaulted", chat.ControlFraction, 0.02},
+		{"control fraction defaulted", chat.ControlFraction, delay.DefaultControlFraction},
 		{"max attempts defaulted", chat.MaxAttempts, 2},
 		{"deadline defaulted", chat.Deadline, 30 * time.Second},
 		{"accept timeout defaulted", chat.AcceptTimeout, 250 * time.Millisecond},
 		{"commit point defaulted", chat.CommitPoint, schemas.FirstToken},
 		{"trigger defaulted", chat.Trigger, TriggerFirstByte},
-		{"duplicate ceiling defaulted", chat.DuplicateRate.Ceiling, 0.05},
+		{"duplicate ceiling defaulted", chat.DuplicateRate.Ceiling, 0.08},
 		{"max payload defaulted", c.NATS.MaxPayload, 8 * ByteSize(1<<20)},
 		{"body limit defaulted", c.HTTP.BodyLimit, 4 * ByteSize(1<<20)},
 		{"listen defaulted", c.HTTP.Listen, "127.0.0.1:8080"},
@@ -511,7 +512,7 @@ func TestDefaultsTableNamesRealFieldsOfTheRightType(t *testing.T) {
 	if err := applyDefaults(c, func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
-	if c.Policies["x"].Guardrail.ProbeInterval != 10*time.Minute || c.Tenants["t"].SpendWindow != 24*time.Hour {
+	if c.Policies["x"].Guardrail.ProbeInterval != delay.DefaultGuardrailConfig().CoolDown || c.Tenants["t"].SpendWindow != 24*time.Hour {
 		t.Fatalf("defaults not applied to map entries: %+v", c)
 	}
 }
@@ -672,5 +673,24 @@ func TestExampleConfigsLoadForEveryRole(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestDefaultPolicyConvertsToValidEngineEstimatorGuardrailAndBuckets(t *testing.T) {
+	p := Defaults()
+	if err := p.Engine().Validate(); err != nil {
+		t.Errorf("engine policy: %v", err)
+	}
+	if _, err := delay.NewEstimator(p.DelayConfig()); err != nil {
+		t.Errorf("delay config: %v", err)
+	}
+	if _, err := delay.NewGuardrail(p.GuardrailConfig()); err != nil {
+		t.Errorf("guardrail config: %v", err)
+	}
+	if b := p.DuplicateBucket(); b.Ratio != p.DuplicateRate.Ceiling || b.ReplacementReserve > b.Capacity {
+		t.Errorf("bucket %+v does not follow duplicate_rate %+v", b, p.DuplicateRate)
+	}
+	if got, want := p.Engine().Deadline, p.Deadline; got != want {
+		t.Errorf("engine deadline %v, want the policy's %v", got, want)
 	}
 }

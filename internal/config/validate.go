@@ -258,8 +258,14 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	if b.InitialFill < 0 || b.InitialFill > b.Capacity {
 		v.addf(bp+".initial_fill", "%v is outside [0, capacity %v]", b.InitialFill, b.Capacity)
 	}
-	if b.PoolFloor < 0 || b.PoolFloor > b.Capacity {
-		v.addf(bp+".pool_floor", "%v is outside [0, capacity %v]", b.PoolFloor, b.Capacity)
+	if b.ReplacementReserve < 0 || b.ReplacementReserve > b.Capacity {
+		v.addf(bp+".replacement_reserve", "%v is outside [0, capacity %v]", b.ReplacementReserve, b.Capacity)
+	}
+	if b.PoolFloor < 0 {
+		v.addf(bp+".pool_floor", "%v is negative", b.PoolFloor)
+	}
+	if b.PoolFloorRefill < 0 {
+		v.addf(bp+".pool_floor_refill", "%v is negative", b.PoolFloorRefill)
 	}
 
 	s, sp := pol.Spend, p+".spend"

@@ -1,0 +1,186 @@
+package simulator
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+// durationWindow is the width of the windows max_window_duplicate_rate is taken over.
+const durationWindow = 10 * time.Second
+
+// StrategyResult is one strategy's figures over the whole run. Latency is the
+// time to the first committed token (--stream) or to the complete committed
+// answer; a failed group counts at the deadline.
+type StrategyResult struct {
+	Name string  `json:"name"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Mean float64 `json:"mean_ms"`
+	// DuplicateRate is attempts beyond the first (hedges and replacements) per group.
+	DuplicateRate float64 `json:"duplicate_rate"`
+	// ExtraTokensRatio and ExtraCostRatio compare what attempts that did not
+	// win were billed with what winners were billed; input is billed for every
+	// attempt that reached a provider, output including the cancellation lag.
+	ExtraTokensRatio float64 `json:"extra_tokens_ratio"`
+	ExtraCostRatio   float64 `json:"extra_cost_ratio"`
+	DeadlineMissRate float64 `json:"deadline_miss_rate"`
+	ErrorRate        float64 `json:"error_rate"`
+	// MaxWindowDuplicateRate is the worst DuplicateRate over the run's full
+	// 10-second windows: extra attempts launched in the window per group
+	// arriving in it, the extra load a provider sees.
+	MaxWindowDuplicateRate float64 `json:"max_window_duplicate_rate"`
+
+	// Groups is how many groups finished, each checked against the engine's
+	// invariants; Latencies are their latencies in ms, sorted, for plots.
+	Groups    int       `json:"-"`
+	Latencies []float64 `json:"-"`
+}
+
+// accumulator gathers one strategy's per-group figures.
+type accumulator struct {
+	latencies                  []float64
+	groups, extras             int
+	deadlineMisses, errors     int
+	winnerTokens, extraTokens  float64
+	winnerCost, extraCost      float64
+	windowGroups, windowExtras map[int64]int
+	lastArrival                time.Duration
+}
+
+func newAccumulator(requests int) *accumulator {
+	return &accumulator{
+		latencies:    make([]float64, 0, requests),
+		windowGroups: map[int64]int{},
+		windowExtras: map[int64]int{},
+	}
+}
+
+// endGroup accounts a finished group: its latency, attempts and billed usage.
+func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
+	acc := r.acc
+	latency := r.cond.Deadline
+	if rec.Committed {
+		latency = g.commitAt - g.arrival
+	}
+	latency = r.cond.LatencyAtDeadline(latency, !rec.Committed)
+	acc.latencies = append(acc.latencies, float64(latency)/float64(time.Millisecond))
+	acc.groups++
+	extras := max(len(g.attempts)-1, 0)
+	acc.extras += extras
+	acc.windowGroups[int64(g.arrival/durationWindow)]++
+	acc.lastArrival = max(acc.lastArrival, g.arrival)
+	switch {
+	case rec.Committed:
+	case rec.Error == schemas.ErrDeadlineExceeded:
+		acc.deadlineMisses++
+	default:
+		acc.errors++
+	}
+	for i, sa := range g.attempts {
+		billed := sa.draw.BilledUsage(sa.stopAt)
+		tokens := float64(billed.InputUnits + billed.OutputUnits)
+		cost := r.cond.Cost(billed)
+		if rec.Committed && rec.Winner == i+1 {
+			acc.winnerTokens += tokens
+			acc.winnerCost += cost
+		} else {
+			acc.extraTokens += tokens
+			acc.extraCost += cost
+		}
+	}
+	if r.guardrail != nil {
+		_ = r.guardrail.ObserveGroup(g.cohort, r.at(), g.arm, r.triggerLatency(g, rec), !rec.Committed)
+	}
+	if r.estimator != nil && !r.strat.observeGroup && !rec.Committed {
+		r.observeSuperseded(g, 0)
+	}
+}
+
+func (acc *accumulator) result(name string, cond workload.Conditions) StrategyResult {
+	slices.Sort(acc.latencies)
+	res := StrategyResult{Name: name, Groups: acc.groups, Latencies: acc.latencies}
+	n := float64(acc.groups)
+	if acc.groups == 0 {
+		return res
+	}
+	var sum float64
+	for _, l := range acc.latencies {
+		sum += l
+	}
+	res.Mean = sum / n
+	res.P50 = quantile(acc.latencies, 0.50)
+	res.P90 = quantile(acc.latencies, 0.90)
+	res.P99 = quantile(acc.latencies, 0.99)
+	res.P999 = quantile(acc.latencies, 0.999)
+	res.DuplicateRate = float64(acc.extras) / n
+	res.DeadlineMissRate = float64(acc.deadlineMisses) / n
+	res.ErrorRate = float64(acc.errors) / n
+	if acc.winnerTokens > 0 {
+		res.ExtraTokensRatio = acc.extraTokens / acc.winnerTokens
+	}
+	if acc.winnerCost > 0 {
+		res.ExtraCostRatio = acc.extraCost / acc.winnerCost
+	}
+	// Only full windows: the last one, cut short by the end of arrivals, is
+	// too small a sample to call a worst case.
+	last := int64(acc.lastArrival / durationWindow)
+	for w, groups := range acc.windowGroups {
+		if w >= last || groups == 0 {
+			continue
+		}
+		res.MaxWindowDuplicateRate = max(res.MaxWindowDuplicateRate, float64(acc.windowExtras[w])/float64(groups))
+	}
+	return res
+}
+
+// quantile is the nearest-rank quantile of sorted values.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// WriteTable prints the report as an aligned table.
+func (rep *Report) WriteTable(w io.Writer) error {
+	mode := "complete answer"
+	if rep.Stream {
+		mode = "first committed token"
+	}
+	fmt.Fprintf(w, "workload %s, %d requests, seed %d, latency to the %s (failed groups at the %v deadline)\n\n",
+		rep.Workload, rep.Requests, rep.Seed, mode, rep.Conditions.Deadline)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmean ms\tdup rate\tmax 10s dup\textra tokens\textra cost\tdeadline miss\terrors\t")
+	for _, s := range rep.Strategies {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.4f\t%.4f\t\n",
+			s.Name, s.P50, s.P90, s.P99, s.P999, s.Mean, s.DuplicateRate, s.MaxWindowDuplicateRate,
+			s.ExtraTokensRatio, s.ExtraCostRatio, s.DeadlineMissRate, s.ErrorRate)
+	}
+	return tw.Flush()
+}
+
+// triggerLatency is the group's latency as the hedge trigger measures it:
+// time to the winner's first byte for the first_byte trigger, the group
+// latency for total. The guardrail judges hedging on what hedging targets; a
+// cohort whose tail is long answers would otherwise read "flat" and lose the
+// hedges that rescue its stalls.
+func (r *runner) triggerLatency(g *simGroup, rec hedge.GroupEnded) time.Duration {
+	if !rec.Committed {
+		return r.cond.Deadline
+	}
+	if r.strat.policy.Trigger == hedge.TriggerFirstByte {
+		w := g.attempts[rec.Winner-1]
+		return w.start + w.draw.FirstByte + workerLatency - g.arrival
+	}
+	return g.commitAt - g.arrival
+}

@@ -1,0 +1,552 @@
+package simulator
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+// epoch is virtual time zero. Any fixed instant works; this one keeps
+// tenant windows and gate TTLs away from the Unix epoch's edge cases.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// simRoutes is the number of equivalent routes when a model does not fix it.
+const simRoutes = 3
+
+// workerLatency is the dispatcher↔worker message delay of the simulated wire.
+const workerLatency = time.Millisecond
+
+const pool = "general"
+
+// progressBatch is how many finished groups each progress report covers.
+const progressBatch = 1000
+
+// item is one scheduled happening: an event for a group's engine, or an arrival.
+type item struct {
+	at      time.Duration
+	seq     uint64
+	g       *simGroup // nil for an arrival
+	attempt int       // for worker reports: dropped once the attempt stopped
+	ev      hedge.Event
+	arrival uint64 // the request id of an arrival (g is nil)
+}
+
+type eventQueue []item
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(item)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}
+
+// simAttempt is the simulated worker and provider side of one attempt.
+type simAttempt struct {
+	route    int
+	role     schemas.Role
+	start    time.Duration
+	draw     workload.Attempt
+	stopped  bool          // cancelled, or its report was delivered
+	stopAt   time.Duration // model time the provider saw the disconnect
+	finished bool          // ran to its End
+}
+
+// simGroup is one request's hedge group.
+type simGroup struct {
+	id       string
+	arrival  time.Duration
+	req      workload.Request
+	eng      *hedge.Group
+	chk      *hedge.Checker
+	attempts []*simAttempt
+	cohort   delay.Cohort
+	arm      delay.Arm
+	commitAt time.Duration
+	failed   bool
+	errCode  schemas.ErrorCode
+}
+
+// runner simulates one strategy over the whole workload on virtual time.
+type runner struct {
+	strat     strategy
+	cond      workload.Conditions
+	stream    bool
+	gen       *workload.Generator
+	providers []*workload.Provider
+	routes    []string
+	queue     eventQueue
+	seq       uint64
+	now       time.Duration
+	rng       *rand.Rand
+	store     *budgets.Memory
+	estimator *delay.Estimator
+	guardrail *delay.Guardrail
+	picker    *route.Picker
+	gate      *arbiter.LocalGate
+	nextRes   int
+	acc       *accumulator
+	model     string
+}
+
+func newRunner(strat strategy, o Options, cond workload.Conditions) (*runner, error) {
+	model, err := workload.ByName(o.Workload)
+	if err != nil {
+		return nil, err
+	}
+	gen, err := workload.NewGenerator(model, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	n := gen.Routes()
+	if n == 0 {
+		n = simRoutes
+	}
+	r := &runner{
+		strat:  strat,
+		cond:   cond,
+		stream: o.Stream,
+		gen:    gen,
+		rng:    rand.New(rand.NewPCG(o.Seed, 0x5eed_0f_70_7e)),
+		acc:    newAccumulator(o.Requests),
+		model:  o.Workload,
+	}
+	defs := make([]route.Route, n)
+	for i := range n {
+		p, err := gen.Provider(i, workload.RateLimit{})
+		if err != nil {
+			return nil, err
+		}
+		r.providers = append(r.providers, p)
+		r.routes = append(r.routes, "route-"+strconv.Itoa(i))
+		defs[i] = route.Route{Name: r.routes[i], Labels: map[string]string{route.LabelProvider: "provider-" + strconv.Itoa(i)}}
+	}
+	clock := func() time.Time { return epoch.Add(r.now) }
+	if strat.routeAware {
+		if r.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+			return nil, err
+		}
+	}
+	if strat.budget == budgetStore {
+		r.store = budgets.NewMemory(clock)
+	}
+	if strat.delay == delayEstimated {
+		if r.estimator, err = delay.NewEstimator(strat.delayConfig); err != nil {
+			return nil, err
+		}
+	}
+	if strat.guardrail {
+		if r.guardrail, err = delay.NewGuardrail(strat.guardrailConfig); err != nil {
+			return nil, err
+		}
+	}
+	if r.gate, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: 2 * cond.Deadline, Now: clock}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *runner) at() time.Time { return epoch.Add(r.now) }
+
+func (r *runner) schedule(at time.Duration, g *simGroup, attempt int, ev hedge.Event) {
+	r.seq++
+	heap.Push(&r.queue, item{at: at, seq: r.seq, g: g, attempt: attempt, ev: ev})
+}
+
+// run simulates every request and returns the strategy's figures.
+func (r *runner) run(requests int, seed uint64, progress func(int)) (StrategyResult, error) {
+	arrivals, err := workload.NewArrivals(r.cond.ArrivalRate, seed)
+	if err != nil {
+		return StrategyResult{}, err
+	}
+	// Arrivals are generated lazily, one ahead, so the queue stays small.
+	pending := requests
+	nextArrival := func() {
+		if pending == 0 {
+			return
+		}
+		pending--
+		a := arrivals.Next()
+		r.seq++
+		heap.Push(&r.queue, item{at: a.At, seq: r.seq, arrival: a.ID})
+	}
+	nextArrival()
+	for r.queue.Len() > 0 {
+		it := heap.Pop(&r.queue).(item)
+		r.now = it.at
+		if it.g == nil {
+			if err := r.arrive(it.arrival); err != nil {
+				return StrategyResult{}, err
+			}
+			nextArrival()
+			continue
+		}
+		g := it.g
+		if it.attempt > 0 {
+			sa := g.attempts[it.attempt-1]
+			if sa.stopped {
+				continue // the worker stopped: its later reports never happen
+			}
+			if err := r.observeReport(g, sa, it.ev); err != nil {
+				return StrategyResult{}, err
+			}
+		}
+		if err := r.step(g, it.ev); err != nil {
+			return StrategyResult{}, err
+		}
+		if g.eng.Done() {
+			if err := g.chk.Finish(); err != nil {
+				return StrategyResult{}, fmt.Errorf("strategy %s, group %s: %w", r.strat.name, g.id, err)
+			}
+			if progress != nil && r.acc.groups%progressBatch == 0 {
+				progress(progressBatch)
+			}
+		}
+	}
+	if progress != nil {
+		progress(r.acc.groups % progressBatch)
+	}
+	if r.acc.groups != requests {
+		return StrategyResult{}, fmt.Errorf("strategy %s: %d of %d groups finished", r.strat.name, r.acc.groups, requests)
+	}
+	return r.acc.result(r.strat.name, r.cond), nil
+}
+
+func (r *runner) arrive(id uint64) error {
+	g := &simGroup{
+		id:      "g" + strconv.FormatUint(id, 10),
+		arrival: r.now,
+		req:     r.gen.Request(id),
+		cohort:  delay.NewCohort("chat", r.model, r.stream, 0),
+	}
+	if r.strat.globalCohort {
+		g.cohort = delay.NewCohort("all", "all", false, 0)
+	}
+	var err error
+	if g.eng, err = hedge.New(r.strat.policy); err != nil {
+		return err
+	}
+	g.chk = hedge.NewChecker(r.strat.policy)
+	start := hedge.Start{
+		Streaming:             r.stream,
+		HedgeEligible:         r.strat.delay != delayNone,
+		NotEligibleReason:     "strategy",
+		InputUnits:            int64(g.req.InputTokens),
+		DecodeTokensPerSecond: 130,
+	}
+	switch r.strat.delay {
+	case delayFixed:
+		start.HedgeDelay = r.strat.fixed
+	case delayEstimated:
+		start.HedgeDelay = r.estimator.Delay(g.cohort, r.at(), r.cond.Deadline).Value
+	}
+	g.arm = delay.ArmHedged
+	if r.strat.controlFraction > 0 && delay.IsControl(delay.UniformFromID(g.id), r.strat.controlFraction) {
+		g.arm = delay.ArmControl
+		start.HedgeEligible, start.NotEligibleReason = false, "control"
+	} else if r.guardrail != nil && start.HedgeEligible {
+		if d := r.guardrail.Decide(g.cohort, r.at()); !d.HedgingAllowed() {
+			start.HedgeEligible, start.NotEligibleReason = false, "guardrail"
+		}
+	}
+	return r.step(g, start)
+}
+
+// step feeds one event to a group's engine, checks the invariants and
+// carries out the actions.
+func (r *runner) step(g *simGroup, ev hedge.Event) error {
+	now := r.at()
+	acts := g.eng.Step(now, ev)
+	if err := g.chk.Step(now, ev, acts); err != nil {
+		return fmt.Errorf("strategy %s, group %s: invariant broken: %w", r.strat.name, g.id, err)
+	}
+	for _, act := range acts {
+		if err := r.do(g, act); err != nil {
+			return fmt.Errorf("strategy %s, group %s, %T: %w", r.strat.name, g.id, act, err)
+		}
+	}
+	return nil
+}
+
+func (r *runner) newReservation() hedge.ReservationID {
+	r.nextRes++
+	return hedge.ReservationID("sim-" + strconv.Itoa(r.nextRes))
+}
+
+func (r *runner) spend(g *simGroup) budgets.SpendPolicy {
+	return budgets.SpendPolicy{
+		InputUnits:     int64(g.req.InputTokens),
+		OutputUnits:    int64(r.gen.Model().MaxOutputTokens),
+		ReservationTTL: 2 * r.cond.Deadline,
+	}
+}
+
+func (r *runner) attemptPolicy() budgets.AttemptPolicy {
+	return budgets.AttemptPolicy{Max: r.strat.policy.MaxAttempts, TTL: 2 * r.cond.Deadline}
+}
+
+// do carries out one engine action.
+func (r *runner) do(g *simGroup, act hedge.Action) error {
+	ctx := context.Background()
+	switch a := act.(type) {
+	case hedge.Admit:
+		route, ok := r.pickPrimary()
+		if !ok {
+			r.schedule(r.now, g, 0, hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute})
+			return nil
+		}
+		res := r.newReservation()
+		if r.store != nil {
+			adm, err := r.store.Admit(ctx, budgets.AdmitRequest{
+				UserAction: g.id, Pool: pool, Cohort: g.cohort.Key(),
+				Attempts: r.attemptPolicy(), Spend: r.spend(g), Bucket: r.strat.bucket,
+			})
+			if err != nil {
+				return err
+			}
+			if !adm.Allowed {
+				r.schedule(r.now, g, 0, hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted})
+				return nil
+			}
+			res = hedge.ReservationID(adm.Reservation)
+		}
+		r.schedule(r.now, g, 0, hedge.Admitted{Allowed: true, Route: route, Reservation: res})
+	case hedge.AskHedgeBudget:
+		r.schedule(r.now, g, 0, r.decideExtra(ctx, g, a))
+	case hedge.Launch:
+		r.launch(g, a)
+	case hedge.ArmTimer:
+		r.schedule(a.At.Sub(epoch), g, 0, hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt})
+	case hedge.Cancel:
+		sa := g.attempts[a.Attempt-1]
+		if !sa.stopped {
+			sa.stopped = true
+			sa.stopAt = r.now + workerLatency - sa.start
+			reported := schemas.Usage{InputUnits: int64(g.req.InputTokens), OutputUnits: int64(sa.draw.TokensBy(sa.stopAt))}
+			if sa.draw.Outcome == workload.OutcomeRateLimited {
+				reported = schemas.Usage{}
+			}
+			r.schedule(r.now+2*workerLatency, g, 0, hedge.CancelObserved{Attempt: a.Attempt, Usage: reported})
+		}
+	case hedge.Elect:
+		claim, err := r.gate.Claim(ctx, g.id, g.id, a.Attempt)
+		if err != nil {
+			return err
+		}
+		r.schedule(r.now, g, 0, hedge.GateDecided{Attempt: a.Attempt, Won: claim.Won, Gate: claim.Value, Holder: claim.Holder})
+	case hedge.ClearGate:
+		return r.gate.Clear(ctx, arbiter.Claim{UserAction: g.id, Group: g.id, Attempt: a.Attempt, Won: true, Value: a.Gate})
+	case hedge.Commit:
+		g.commitAt = r.now
+		r.observeCommit(g, a.Attempt)
+	case hedge.Fail:
+		g.failed, g.errCode = true, a.Error
+	case hedge.Settle:
+		if r.store != nil {
+			return r.store.Settle(ctx, budgets.ReservationID(a.Reservation), a.Usage)
+		}
+	case hedge.Release:
+		if r.store != nil {
+			return r.store.Release(ctx, budgets.ReservationID(a.Reservation))
+		}
+	case hedge.MarkRoute:
+		state, rs := budgets.RoutePushback, route.Pushback
+		if a.Mark == hedge.MarkQuarantine {
+			state, rs = budgets.RouteQuarantined, route.Quarantined
+		}
+		if r.store != nil {
+			if err := r.store.MarkRoute(ctx, a.Route, state, a.TTL); err != nil {
+				return err
+			}
+		}
+		if r.picker != nil {
+			return r.picker.SetState(a.Route, rs, r.at().Add(a.TTL))
+		}
+	case hedge.AttemptEnded:
+		sa := g.attempts[a.Attempt-1]
+		if !sa.stopped {
+			sa.stopped = true
+			sa.stopAt = r.now - sa.start
+		}
+		if r.picker != nil {
+			return r.picker.Release(r.routes[sa.route])
+		}
+	case hedge.GroupEnded:
+		r.endGroup(g, a)
+	}
+	return nil
+}
+
+func (r *runner) pickPrimary() (string, bool) {
+	if r.picker != nil {
+		return r.picker.PickPrimary(r.routes, r.at(), r.rng)
+	}
+	return r.routes[r.rng.IntN(len(r.routes))], true
+}
+
+// decideExtra answers AskHedgeBudget: a route, then the budget.
+func (r *runner) decideExtra(ctx context.Context, g *simGroup, a hedge.AskHedgeBudget) hedge.HedgeBudgetDecided {
+	var target string
+	if r.picker != nil {
+		var ok bool
+		if target, ok = r.picker.PickHedge(r.routes, a.Exclude, r.at(), r.rng, a.SameRoute); !ok {
+			return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
+		}
+	} else if r.strat.budget == budgetStore {
+		target = r.routes[r.rng.IntN(len(r.routes))] // no route awareness: any route, the same one too
+	} else {
+		target = r.otherRoute(a.Exclude)
+	}
+	if r.store == nil {
+		return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: r.newReservation()}
+	}
+	grant, err := r.store.ReserveExtra(ctx, budgets.ExtraRequest{
+		Role: a.Role, UserAction: g.id, Route: target, Pool: pool, Cohort: g.cohort.Key(),
+		Attempts: r.attemptPolicy(), Spend: r.spend(g), Bucket: r.strat.bucket, Floor: r.strat.floor,
+	})
+	if err != nil {
+		// The store is down: the optional duplicate fails closed.
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
+	}
+	if !grant.Allowed {
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
+	}
+	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
+}
+
+// otherRoute draws a route not in exclude, or any route when all are.
+func (r *runner) otherRoute(exclude []string) string {
+	free := make([]string, 0, len(r.routes))
+	for _, name := range r.routes {
+		used := false
+		for _, e := range exclude {
+			if e == name {
+				used = true
+			}
+		}
+		if !used {
+			free = append(free, name)
+		}
+	}
+	if len(free) == 0 {
+		free = r.routes
+	}
+	return free[r.rng.IntN(len(free))]
+}
+
+func (r *runner) routeIndex(name string) int {
+	for i, n := range r.routes {
+		if n == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// launch draws the attempt from the route's provider and schedules what its
+// worker will report.
+func (r *runner) launch(g *simGroup, l hedge.Launch) {
+	idx := r.routeIndex(l.Route)
+	start := r.now + workerLatency
+	draw, err := r.providers[idx].Attempt(g.req, l.Attempt, start)
+	if err != nil {
+		// Invalid arguments are a simulator bug: surface it as a hang so the
+		// invariant checker and the figures still see a consistent group.
+		draw = workload.Attempt{Outcome: workload.OutcomeHang, FirstByte: workload.Never, End: workload.Never}
+	}
+	sa := &simAttempt{route: idx, role: l.Role, start: start, draw: draw}
+	if l.Role != schemas.RolePrimary {
+		r.acc.windowExtras[int64(r.now/durationWindow)]++
+	}
+	g.attempts = append(g.attempts, sa)
+	if r.picker != nil {
+		_ = r.picker.Acquire(l.Route)
+	}
+	n := l.Attempt
+	r.schedule(start+workerLatency, g, n, hedge.Accepted{Attempt: n})
+	report := func(after time.Duration, ev hedge.Event) {
+		r.schedule(start+after+workerLatency, g, n, ev)
+	}
+	switch draw.Outcome {
+	case workload.OutcomeOK:
+		report(draw.FirstByte, hedge.FirstByte{Attempt: n})
+		report(draw.FirstByte, hedge.Progress{Attempt: n, Tokens: 1, FirstToken: true, Valid: true})
+		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: true, Usage: draw.BilledUsage(workload.Never)})
+	case workload.OutcomeServerError:
+		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Usage: draw.BilledUsage(workload.Never)})
+	case workload.OutcomeRateLimited:
+		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusRateLimited, Scope: schemas.ScopePushback, RetryAfter: draw.RetryAfter})
+	case workload.OutcomeHang:
+		// Nothing arrives: the deadline or a cancel ends it.
+	}
+}
+
+// observeReport updates what the dispatcher learns from a worker report
+// before the engine sees it: route latency, the delay estimator's samples,
+// and whether the attempt ran to its end.
+func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) error {
+	switch e := ev.(type) {
+	case hedge.FirstByte:
+		ttft := r.now - (sa.start - workerLatency)
+		if r.picker != nil {
+			if err := r.picker.Observe(r.routes[sa.route], ttft, r.at()); err != nil {
+				return err
+			}
+		}
+		if r.estimator != nil && !r.strat.observeGroup && e.Attempt == 1 && sa.role == schemas.RolePrimary {
+			return r.estimator.ObservePrimary(g.cohort, r.at(), ttft)
+		}
+	case hedge.Result:
+		sa.finished = true
+		sa.stopped = true
+		sa.stopAt = workload.Never
+	}
+	return nil
+}
+
+// observeCommit feeds the estimator what a commit reveals: a naive quantile
+// hedger's group latency, or hedgerow's censored sample of a primary that
+// was superseded before its first byte.
+func (r *runner) observeCommit(g *simGroup, winner int) {
+	if r.estimator == nil {
+		return
+	}
+	if r.strat.observeGroup {
+		_ = r.estimator.ObservePrimary(g.cohort, r.at(), r.now-g.arrival)
+		return
+	}
+	r.observeSuperseded(g, winner)
+}
+
+func (r *runner) observeSuperseded(g *simGroup, winner int) {
+	if winner == 1 || len(g.attempts) == 0 {
+		return
+	}
+	primary := g.attempts[0]
+	if primary.finished || primary.draw.FirstByte < r.now-primary.start {
+		return // it produced a first byte (or an answer): its exact sample is already in
+	}
+	if primary.draw.Outcome == workload.OutcomeServerError || primary.draw.Outcome == workload.OutcomeRateLimited {
+		return // fast errors are not latency samples
+	}
+	_, _ = r.estimator.ObserveSuperseded(g.cohort, r.at(), r.now-(primary.start-workerLatency))
+}

@@ -1,0 +1,123 @@
+package simulator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+// Strategy names, DESIGN §11.
+const (
+	StrategyNone           = "none"
+	StrategyFanout2        = "fanout2"
+	StrategyTimeoutRetry   = "timeout-retry"
+	StrategyFixedDelay     = "fixed-delay"
+	StrategyQuantileBudget = "quantile-budget"
+	StrategyHedgerow       = "hedgerow"
+)
+
+// StrategyNames lists every strategy in the order reports show them.
+func StrategyNames() []string {
+	return []string{StrategyNone, StrategyFanout2, StrategyTimeoutRetry, StrategyFixedDelay, StrategyQuantileBudget, StrategyHedgerow}
+}
+
+// delayMode says where a strategy's hedge delay comes from.
+type delayMode int
+
+const (
+	delayNone      delayMode = iota // never hedges
+	delayFixed                      // a constant
+	delayEstimated                  // dispatcher/delay estimator (per cohort or one global)
+)
+
+// budgetMode says which ceilings a strategy's extra attempts must pass.
+type budgetMode int
+
+const (
+	budgetNone  budgetMode = iota // every extra attempt allowed
+	budgetStore                   // budgets.Store duplicate-rate bucket
+)
+
+// strategy is one way of running the same workload. Every strategy is the
+// same engine (dispatcher/hedge) with a different policy and driver choices:
+// what differs between gateways is configuration, not mechanism.
+type strategy struct {
+	name   string
+	policy hedge.Policy
+	delay  delayMode
+	fixed  time.Duration
+	// delayConfig configures the estimator when delay is delayEstimated;
+	// globalCohort pools every request into one cohort (no cohorts).
+	delayConfig  delay.Config
+	globalCohort bool
+	// observeGroup feeds the estimator each committed group's latency rather
+	// than the primary's own time to first byte (a naive quantile hedger).
+	observeGroup bool
+	budget       budgetMode
+	bucket       budgets.DuplicateBucket
+	floor        budgets.FloorBucket
+	// routeAware picks routes by power of two choices, honouring pushback and
+	// quarantine; otherwise routes are drawn uniformly, the same one allowed.
+	routeAware bool
+	// guardrail and controlFraction enable the live baseline and guardrail.
+	guardrail       bool
+	guardrailConfig delay.GuardrailConfig
+	controlFraction float64
+}
+
+func newStrategy(name string, cond workload.Conditions) (strategy, error) {
+	p := hedge.DefaultPolicy()
+	p.Deadline = cond.Deadline
+	// Simulated workers neither die nor stall before accepting: the timers
+	// that detect those are exercised by the live runtime's tests instead.
+	p.HeartbeatTimeout = 0
+	p.CancelGrace = time.Second
+	s := strategy{name: name, policy: p}
+	switch name {
+	case StrategyNone:
+		s.policy.MaxAttempts = 1
+	case StrategyFanout2:
+		s.policy.Trigger = hedge.TriggerTotal
+		s.delay, s.fixed = delayFixed, 0
+	case StrategyTimeoutRetry:
+		s.policy.AttemptTimeout = 3 * time.Second
+	case StrategyFixedDelay:
+		s.policy.Trigger = hedge.TriggerTotal
+		s.policy.FailFast = true
+		s.delay, s.fixed = delayFixed, time.Second
+	case StrategyQuantileBudget:
+		s.policy.Trigger = hedge.TriggerTotal
+		s.delay = delayEstimated
+		s.delayConfig = delay.Config{Quantile: 0.95, Min: 0, Max: cond.Deadline, Initial: time.Second, WarmupSamples: 20, Window: 30 * time.Second, Slots: 6}
+		s.globalCohort = true
+		s.observeGroup = true
+		s.budget = budgetStore
+		s.bucket = budgets.DuplicateBucket{Ratio: 0.20, Capacity: 20, InitialFill: 5}
+	case StrategyHedgerow:
+		// This project's defaults: exactly what a configuration that sets
+		// nothing runs, pinned conditions aside.
+		d := config.Defaults()
+		s.policy = d.Engine()
+		s.policy.Deadline = cond.Deadline
+		s.policy.HeartbeatTimeout = 0
+		s.policy.CancelGrace = p.CancelGrace
+		s.delay = delayEstimated
+		s.delayConfig = d.DelayConfig()
+		s.guardrailConfig = d.GuardrailConfig()
+		s.budget = budgetStore
+		s.bucket = d.DuplicateBucket()
+		s.floor = d.FloorBucket()
+		s.routeAware = true
+		s.guardrail = d.Guardrail.Enabled
+		s.controlFraction = d.ControlFraction
+	default:
+		return strategy{}, fmt.Errorf("unknown strategy %q (want one of %s)", name, strings.Join(StrategyNames(), ", "))
+	}
+	return s, s.policy.Validate()
+}
