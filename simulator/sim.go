@@ -488,9 +488,16 @@ func (r *runner) launch(g *simGroup, l hedge.Launch) {
 	}
 	switch draw.Outcome {
 	case workload.OutcomeOK:
+		// The arbiter judges the simulated output as it judges live output:
+		// a well-formed stream whose first token arrived, then a complete
+		// answer with a complete finish reason.
+		cp := g.eng.CommitPoint()
+		first := arbiter.Validate(nil, cp, arbiter.Observation{WellFormed: true, Tokens: 1, FirstToken: true})
+		done := arbiter.Validate(nil, cp, arbiter.Observation{Status: schemas.StatusOK, WellFormed: true, Tokens: g.req.OutputTokens,
+			FirstToken: true, Done: true, FinishReason: "stop"})
 		report(draw.FirstByte, hedge.FirstByte{Attempt: n})
-		report(draw.FirstByte, hedge.Progress{Attempt: n, Tokens: 1, FirstToken: true, Valid: true})
-		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: true, Usage: draw.BilledUsage(workload.Never)})
+		report(draw.FirstByte, hedge.Progress{Attempt: n, Tokens: 1, FirstToken: true, Valid: first.Valid || !first.Ready})
+		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: done.Valid, Usage: draw.BilledUsage(workload.Never)})
 	case workload.OutcomeServerError:
 		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Usage: draw.BilledUsage(workload.Never)})
 	case workload.OutcomeRateLimited:
