@@ -7,7 +7,7 @@ import (
 
 // Attempt asks a worker to run one attempt of a hedge group. The dispatcher
 // publishes it on hedgerow.attempt.<route>; the worker answers on ReplyInbox
-// with Accept or Busy, then heartbeats, chunks and one AttemptResult.
+// with Accept or Busy, then heartbeats, FirstByte, chunks and one AttemptResult.
 type Attempt struct {
 	V       int    `json:"v"`
 	GroupID string `json:"group_id"`

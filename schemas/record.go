@@ -34,6 +34,11 @@ const (
 	// OutcomeCanceled: cancelled because the group ended without a winner
 	// (deadline, caller gone, group-scoped error).
 	OutcomeCanceled Outcome = "canceled"
+	// OutcomeCompleted: reported by a worker only, for an attempt that ran
+	// to a complete answer with no cancel reaching it. A worker cannot know
+	// whether its answer won; the dispatcher's record of the same attempt
+	// says winner, loser_late or lost_election.
+	OutcomeCompleted Outcome = "completed"
 )
 
 // GroupOutcome is how a hedge group ended.

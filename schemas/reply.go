@@ -15,12 +15,13 @@ const (
 	ReplyAccept    ReplyType = "accept"
 	ReplyBusy      ReplyType = "busy"
 	ReplyHeartbeat ReplyType = "heartbeat"
+	ReplyFirstByte ReplyType = "first_byte"
 	ReplyChunk     ReplyType = "chunk"
 	ReplyResult    ReplyType = "result"
 )
 
 // Reply is one message on an attempt's reply inbox: *Accept, *Busy,
-// *Heartbeat, *Chunk or *AttemptResult.
+// *Heartbeat, *FirstByte, *Chunk or *AttemptResult.
 type Reply interface {
 	// ReplyType is the message's "type" on the wire.
 	ReplyType() ReplyType
@@ -53,6 +54,18 @@ type Heartbeat struct {
 	GroupID string `json:"group_id"`
 	Attempt int    `json:"attempt"`
 	Seq     int64  `json:"seq"`
+}
+
+// FirstByte says the provider has started answering with a success status:
+// the moment the first_byte hedge trigger measures, which can come well
+// before the first content token (a role-only chunk, keep-alives). It is
+// sent at most once, ends the heartbeats and precedes every Chunk.
+// ElapsedMs is measured by the worker from the attempt's arrival.
+type FirstByte struct {
+	V         int    `json:"v"`
+	GroupID   string `json:"group_id"`
+	Attempt   int    `json:"attempt"`
+	ElapsedMs int64  `json:"elapsed_ms"`
 }
 
 // Chunk carries coalesced output of a streaming attempt. Seq counts chunks
@@ -112,6 +125,9 @@ func (*Busy) ReplyType() ReplyType { return ReplyBusy }
 func (*Heartbeat) ReplyType() ReplyType { return ReplyHeartbeat }
 
 // ReplyType implements Reply.
+func (*FirstByte) ReplyType() ReplyType { return ReplyFirstByte }
+
+// ReplyType implements Reply.
 func (*Chunk) ReplyType() ReplyType { return ReplyChunk }
 
 // ReplyType implements Reply.
@@ -127,6 +143,9 @@ func (m *Busy) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
 func (m *Heartbeat) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
 
 // AttemptRef implements Reply.
+func (m *FirstByte) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
+
+// AttemptRef implements Reply.
 func (m *Chunk) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
 
 // AttemptRef implements Reply.
@@ -140,6 +159,9 @@ func (Busy) Kind() string { return KindBusy }
 
 // Kind names the message's schema.
 func (Heartbeat) Kind() string { return KindHeartbeat }
+
+// Kind names the message's schema.
+func (FirstByte) Kind() string { return KindFirstByte }
 
 // Kind names the message's schema.
 func (Chunk) Kind() string { return KindChunk }
@@ -182,6 +204,16 @@ func (m Heartbeat) MarshalJSON() ([]byte, error) {
 }
 
 // MarshalJSON writes the message with its version and type.
+func (m FirstByte) MarshalJSON() ([]byte, error) {
+	type wire FirstByte
+	return json.Marshal(struct {
+		V    int       `json:"v"`
+		Type ReplyType `json:"type"`
+		wire
+	}{stampVersion(m.V), ReplyFirstByte, wire(m)})
+}
+
+// MarshalJSON writes the message with its version and type.
 func (m Chunk) MarshalJSON() ([]byte, error) {
 	type wire Chunk
 	return json.Marshal(struct {
@@ -221,6 +253,8 @@ func DecodeReply(data []byte) (Reply, error) {
 		r = new(Busy)
 	case ReplyHeartbeat:
 		r = new(Heartbeat)
+	case ReplyFirstByte:
+		r = new(FirstByte)
 	case ReplyChunk:
 		r = new(Chunk)
 	case ReplyResult:

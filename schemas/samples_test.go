@@ -78,6 +78,11 @@ func samples() []sample {
 			Heartbeat{V: Version, GroupID: "hg_042", Attempt: 2, Seq: 9},
 		},
 		{
+			KindFirstByte,
+			FirstByte{GroupID: "g1", Attempt: 1},
+			FirstByte{V: Version, GroupID: "hg_042", Attempt: 2, ElapsedMs: 1190},
+		},
+		{
 			KindChunk,
 			Chunk{GroupID: "g1", Attempt: 1, Seq: 1},
 			Chunk{V: Version, GroupID: "hg_042", Attempt: 2, Seq: 1, Delta: "The image shows",

@@ -196,7 +196,7 @@ func TestSchemaEnumsMatchGoConstants(t *testing.T) {
 	}
 	t.Run("ReplyType", func(t *testing.T) {
 		var types []string
-		for _, k := range []string{KindAccept, KindBusy, KindHeartbeat, KindChunk, KindAttemptResult} {
+		for _, k := range []string{KindAccept, KindBusy, KindHeartbeat, KindFirstByte, KindChunk, KindAttemptResult} {
 			props := schemaDoc(t, k+".schema.json")["properties"].(map[string]any)
 			types = append(types, props["type"].(map[string]any)["const"].(string))
 		}

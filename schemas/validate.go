@@ -21,6 +21,7 @@ const (
 	KindAccept         = "accept"
 	KindBusy           = "busy"
 	KindHeartbeat      = "heartbeat"
+	KindFirstByte      = "first_byte"
 	KindChunk          = "chunk"
 	KindAttemptResult  = "attempt_result"
 	KindCancel         = "cancel"
@@ -33,8 +34,8 @@ const (
 // Kinds lists every kind Validate knows, in a fixed order.
 func Kinds() []string {
 	return []string{
-		KindChatRequest, KindAttempt, KindAccept, KindBusy, KindHeartbeat, KindChunk,
-		KindAttemptResult, KindCancel, KindSubmitRequest, KindSubmitResponse,
+		KindChatRequest, KindAttempt, KindAccept, KindBusy, KindHeartbeat, KindFirstByte,
+		KindChunk, KindAttemptResult, KindCancel, KindSubmitRequest, KindSubmitResponse,
 		KindAttemptRecord, KindGroupRecord,
 	}
 }

@@ -27,6 +27,10 @@ result and cancels the rest.`,
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newConfigCmd())
 	root.AddCommand(newSimulateCmd())
+	root.AddCommand(newServeCmd())
+	root.AddCommand(newGatewayCmd())
+	root.AddCommand(newWorkerCmd())
+	root.AddCommand(newFakeLLMCmd())
 	return root
 }
 

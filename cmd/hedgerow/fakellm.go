@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/simulator/fakellm"
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+func newFakeLLMCmd() *cobra.Command {
+	var (
+		flags  processFlags
+		listen string
+		cfg    fakellm.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "fakellm [--listen ADDR] [--workload NAME] [--seed S] [--time-scale X] [--route N]",
+		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
+		Long: `fakellm plays one route of a seeded workload model (DESIGN §11) in real time:
+POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
+Every route of one run must share --workload and --seed and play a different --route, so a
+hedged duplicate draws the same answer with its own latency. --time-scale is real seconds per
+model second (0.1 runs the model ten times faster than real time).
+
+Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := flags.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			f, err := node.StartFakeLLM(listen, cfg, log)
+			if err != nil {
+				return err
+			}
+			log.Info("fakellm serving", "http", "http://"+f.Addr().String(), "workload", cfg.Workload,
+				"route", cfg.Route, "seed", cfg.Seed, "time_scale", cfg.TimeScale)
+			return flags.runUntilDone(ctx, f, log)
+		},
+	}
+	flags.add(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:9101", "address to listen on")
+	f.StringVar(&cfg.Workload, "workload", workload.GPT4o, "workload model: "+strings.Join(workload.Names(), ", "))
+	f.Uint64Var(&cfg.Seed, "seed", 1, "workload seed, shared by every route of a run")
+	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "real seconds per model second")
+	f.IntVar(&cfg.Route, "route", 0, "which route of the model to play (0..2)")
+	f.StringVar(&cfg.ModelID, "model", "", "model id /v1/models lists (default: the workload's name)")
+	return cmd
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/node"
+)
+
+// processFlags are the flags every long-running process takes.
+type processFlags struct {
+	configPath      string
+	logLevel        string
+	shutdownTimeout time.Duration
+}
+
+func (f *processFlags) add(cmd *cobra.Command, withConfig bool) {
+	if withConfig {
+		cmd.Flags().StringVar(&f.configPath, "config", "", "configuration file (required)")
+		_ = cmd.MarkFlagRequired("config")
+	}
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second,
+		"how long a graceful stop (SIGINT, SIGTERM) may take before in-flight work is cut")
+}
+
+// logger returns a text logger on the command's standard error.
+func (f *processFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
+}
+
+// loadConfig loads the --config file for role and prints its problems, one
+// per line as config check does, to standard error.
+func (f *processFlags) loadConfig(cmd *cobra.Command, role config.Role) (*config.Config, error) {
+	cfg, err := config.Load(f.configPath, role, os.LookupEnv)
+	var problems config.Problems
+	switch {
+	case errors.As(err, &problems):
+		for _, p := range problems {
+			if _, werr := fmt.Fprintln(cmd.ErrOrStderr(), p); werr != nil {
+				return nil, werr
+			}
+		}
+		return nil, invalidConfigError{file: f.configPath, count: len(problems)}
+	case err != nil:
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// process is a started node: it runs until stopped or until it fails.
+type process interface {
+	Failed() <-chan error
+	Stop(ctx context.Context) error
+}
+
+// signalContext is the command's context, ended by SIGINT or SIGTERM.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
+// runUntilDone waits for ctx to end (a signal) or p to fail, then stops p
+// gracefully within the shutdown timeout.
+func (f *processFlags) runUntilDone(ctx context.Context, p process, log *slog.Logger) error {
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping", "timeout", f.shutdownTimeout)
+	case failed = <-p.Failed():
+		log.Error("failed, stopping", "err", failed)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if err := errors.Join(failed, p.Stop(stopCtx)); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newServeCmd() *cobra.Command {
+	var flags processFlags
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE",
+		Short: "Run gateway and workers in one process around an embedded NATS server",
+		Long: `serve runs everything in one process: an embedded NATS server (in-process only,
+unless nats.listen is set so workers of other processes can join), one worker per
+configured route and the gateway's OpenAI-compatible HTTP front door on http.listen,
+with budgets and the winner gate in memory. SIGINT or SIGTERM stops it gracefully.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := flags.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg, err := flags.loadConfig(cmd, config.RoleServe)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			s, err := node.StartServe(cfg, node.Options{Logger: log})
+			if err != nil {
+				return err
+			}
+			nats := s.NATSURL()
+			if nats == "" {
+				nats = "in-process"
+			}
+			log.Info("serving", "http", "http://"+s.HTTPAddr().String(), "nats", nats, "routes", len(cfg.Routes))
+			return flags.runUntilDone(ctx, s, log)
+		},
+	}
+	flags.add(cmd, true)
+	return cmd
+}

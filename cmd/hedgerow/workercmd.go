@@ -1,0 +1,60 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/node"
+)
+
+func newWorkerCmd() *cobra.Command {
+	var (
+		flags         processFlags
+		urls, routes  []string
+		metricsListen string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker --config FILE [--nats URL,...] [--route NAME,...]",
+		Short: "Run workers that call the providers, against an external NATS cluster",
+		Long: `worker runs one worker per route (all configured routes, or those named by --route)
+on an external NATS cluster. Workers hold the provider keys, read from the environment
+variables the routes name. SIGINT or SIGTERM stops taking attempts at once and lets
+those in flight finish within the drain grace.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := flags.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg, err := flags.loadConfig(cmd, config.RoleWorker)
+			if err != nil {
+				return err
+			}
+			if len(urls) > 0 {
+				cfg.NATS.URLs = urls
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			nc, err := node.Connect(cfg.NATS.URLs, "hedgerow-worker", log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			w, err := node.StartWorkers(cfg, nc, node.Options{Logger: log, Routes: routes, MetricsListen: metricsListen})
+			if err != nil {
+				return err
+			}
+			attrs := []any{"routes", w.Routes(), "nats", nc.ConnectedUrlRedacted()}
+			if a := w.MetricsAddr(); a != nil {
+				attrs = append(attrs, "metrics", "http://"+a.String()+"/metrics")
+			}
+			log.Info("workers serving", attrs...)
+			return flags.runUntilDone(ctx, w, log)
+		},
+	}
+	flags.add(cmd, true)
+	cmd.Flags().StringSliceVar(&urls, "nats", nil, "NATS servers, comma-separated (overrides nats.urls)")
+	cmd.Flags().StringSliceVar(&routes, "route", nil, "routes to serve, comma-separated (default: all)")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "address to serve GET /metrics on (default: none)")
+	return cmd
+}

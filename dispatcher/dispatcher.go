@@ -1,0 +1,270 @@
+// Package dispatcher is hedgerow's gateway: it runs each request as a hedge
+// group — the pure engine of dispatcher/hedge fed by real events — over NATS
+// to stateless workers, with budgets, the winner gate, delay estimation and
+// route choice at its edges, and serves the front doors callers use.
+package dispatcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Subjects of the wire (DESIGN §8).
+const (
+	AttemptSubjectPrefix = "hedgerow.attempt."
+	AttemptRecordSubject = "hedgerow.events.attempt"
+	GroupRecordSubject   = "hedgerow.events.group"
+)
+
+// Config wires a Dispatcher to its edges.
+type Config struct {
+	// Conn is the NATS connection attempts are published on.
+	Conn *nats.Conn
+	// Store holds the shared budgets; Gate elects winners.
+	Store budgets.Store
+	Gate  arbiter.Gate
+	// Config is the loaded configuration: routes, pools, policies.
+	Config *config.Config
+	// Secret keys the user action ids and prompt fingerprints derived from
+	// callers' data, so records never carry the data itself.
+	Secret []byte
+	// Registerer receives the dispatcher's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Dispatcher runs hedge groups. It is safe for concurrent use.
+type Dispatcher struct {
+	nc        *nats.Conn
+	store     budgets.Store
+	gate      arbiter.Gate
+	cfg       *config.Config
+	secret    []byte
+	log       *slog.Logger
+	now       func() time.Time
+	id        string
+	picker    *route.Picker
+	contracts map[string]*arbiter.Contract
+	classes   map[string]*class
+	metrics   *metrics
+
+	rngMu sync.Mutex
+	rng   *mrand.Rand
+
+	mu      sync.Mutex
+	closed  bool
+	groups  sync.WaitGroup
+	nextSeq uint64
+}
+
+// class is the per-operation-class state: its policy and its estimators.
+type class struct {
+	name      string
+	policy    *config.Policy
+	estimator *delay.Estimator
+	guardrail *delay.Guardrail
+}
+
+// New builds a Dispatcher from its configuration.
+func New(c Config) (*Dispatcher, error) {
+	if c.Conn == nil || c.Store == nil || c.Gate == nil || c.Config == nil {
+		return nil, errors.New("dispatcher: Conn, Store, Gate and Config are required")
+	}
+	d := &Dispatcher{
+		nc: c.Conn, store: c.Store, gate: c.Gate, cfg: c.Config, secret: c.Secret,
+		log: c.Logger, now: c.Now,
+		contracts: map[string]*arbiter.Contract{},
+		classes:   map[string]*class{},
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	var seed [16]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("dispatcher: seed: %w", err)
+	}
+	d.id = hex.EncodeToString(seed[:6])
+	d.rng = mrand.New(mrand.NewPCG(beUint64(seed[:8]), beUint64(seed[8:])))
+	if len(d.secret) == 0 {
+		d.secret = seed[:]
+	}
+	routes := make([]route.Route, 0, len(c.Config.Routes))
+	for _, r := range c.Config.Routes {
+		routes = append(routes, route.Route{Name: r.Name, Labels: r.Labels})
+	}
+	var err error
+	if d.picker, err = route.NewPicker(routes, route.Config{}); err != nil {
+		return nil, fmt.Errorf("dispatcher: routes: %w", err)
+	}
+	for name, p := range c.Config.Pools {
+		spec := arbiter.ContractSpec{RequireComplete: p.Contract.RequireComplete, RequiredFields: p.Contract.RequiredFields,
+			JSONSchema: p.Contract.JSONSchema.Document}
+		if d.contracts[name], err = arbiter.NewContract(spec); err != nil {
+			return nil, fmt.Errorf("dispatcher: pool %s contract: %w", name, err)
+		}
+	}
+	for name, p := range c.Config.Policies {
+		cl := &class{name: name, policy: p}
+		if cl.estimator, err = delay.NewEstimator(p.DelayConfig()); err != nil {
+			return nil, fmt.Errorf("dispatcher: policy %s: %w", name, err)
+		}
+		if cl.guardrail, err = delay.NewGuardrail(p.GuardrailConfig()); err != nil {
+			return nil, fmt.Errorf("dispatcher: policy %s: %w", name, err)
+		}
+		d.classes[name] = cl
+	}
+	if d.metrics, err = newMetrics(c.Registerer); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func beUint64(b []byte) uint64 {
+	var v uint64
+	for _, x := range b {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+// Submission is one request of one user action.
+type Submission struct {
+	// Operation names the policy; empty means the default policy.
+	Operation string
+	// Pool is the model class: the pool of equivalent routes.
+	Pool string
+	// Tenant and IdempotencyKey identify the user action; an empty key makes
+	// a fresh one. Neither is ever recorded: both are hashed.
+	Tenant         string
+	IdempotencyKey string
+	// Deadline overrides the policy's deadline when positive (never longer).
+	Deadline time.Duration
+	Request  schemas.ChatRequest
+}
+
+// Response is a committed answer.
+type Response struct {
+	UserActionID string
+	GroupID      string
+	Content      string
+	ToolCalls    []byte
+	FinishReason string
+	// Usage is the winner's, as far as known when the response was returned.
+	Usage       schemas.Usage
+	Attempts    int
+	Hedged      bool
+	Winner      int
+	WinnerRoute string
+	Gate        string
+}
+
+// Delta is a piece of the committed stream.
+type Delta struct {
+	Content   string
+	ToolCalls []byte
+}
+
+// Sink receives the committed stream of a streaming submission, in order.
+// An error from Delta means the caller went away: the group is cancelled.
+type Sink interface {
+	Delta(Delta) error
+}
+
+// CommitSink is a Sink that also wants to know of the commit before the first
+// delta, e.g. to send the winner's route and gate value as response headers.
+type CommitSink interface {
+	Sink
+	Committed(*Response)
+}
+
+// GroupError is the one stable error a failed group returns.
+type GroupError struct {
+	// Group is the failed group's id, as its records name it.
+	Group string
+	Code  schemas.ErrorCode
+	Scope schemas.ErrorScope
+	// Holder is the gate value of the committed winner (already_committed).
+	Holder string
+	// Streamed is set when the failure came after bytes reached the caller.
+	Streamed bool
+}
+
+func (e *GroupError) Error() string {
+	if e.Holder != "" {
+		return fmt.Sprintf("%s (committed by %s)", e.Code, e.Holder)
+	}
+	return string(e.Code)
+}
+
+// Errors of the submission itself, before any group runs.
+var (
+	ErrUnknownPool  = errors.New("unknown model")
+	ErrBadRequest   = errors.New("invalid request")
+	ErrShuttingDown = errors.New("dispatcher is shutting down")
+)
+
+// Pools lists the model classes callers may name.
+func (d *Dispatcher) Pools() []string {
+	out := make([]string, 0, len(d.cfg.Pools))
+	for name := range d.cfg.Pools {
+		out = append(out, name)
+	}
+	return out
+}
+
+// Submit runs one hedge group for sub and returns the committed answer. A
+// streaming submission (sub.Request.Stream) hands the committed stream to
+// sink as it arrives and returns when it ends. Cancelling ctx cancels the
+// group with no fallback. The group itself lives on until its late losers
+// are recorded.
+func (d *Dispatcher) Submit(ctx context.Context, sub Submission, sink Sink) (*Response, error) {
+	g, err := d.newGroup(sub)
+	if err != nil {
+		return nil, err
+	}
+	return g.serve(ctx, sink)
+}
+
+// Close stops taking submissions and waits, bounded by ctx, for the groups
+// in flight to finish.
+func (d *Dispatcher) Close(ctx context.Context) error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	done := make(chan struct{})
+	go func() { d.groups.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("dispatcher: groups still in flight: %w", ctx.Err())
+	}
+}
+
+func (d *Dispatcher) uniform() float64 {
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return d.rng.Float64()
+}

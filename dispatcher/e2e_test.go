@@ -1,0 +1,217 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// twoRoutes starts providers a and b sharing one script.
+func twoRoutes(t *testing.T, sc *script) (*cluster, map[string]*provider) {
+	t.Helper()
+	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+	return newCluster(t, []string{"a", "b"}, ps, ""), ps
+}
+
+func TestStalledPrimaryIsHedgedAfterTheDelayAndTheLoserCancelled(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		name := map[bool]string{false: "non-streaming", true: "streaming"}[stream]
+		t.Run(name, func(t *testing.T) {
+			c, ps := twoRoutes(t, newScript(behaviour{words: 5}, behaviour{hang: true}))
+			var got strings.Builder
+			start := time.Now()
+			resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(stream)}, sinkFunc(func(d Delta) error {
+				got.WriteString(d.Content)
+				return nil
+			}))
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if elapsed := time.Since(start); elapsed < 100*time.Millisecond {
+				t.Fatalf("answered after %v: the hedge must wait for the 100ms delay", elapsed)
+			}
+			if !resp.Hedged || resp.Winner != 2 || resp.Attempts != 2 {
+				t.Fatalf("response %+v, want the hedge (attempt 2) to win", resp)
+			}
+			primary := map[string]string{"a": "b", "b": "a"}[resp.WinnerRoute]
+			waitGone(t, ps[primary]) // the loser's upstream connection was closed
+			text := resp.Content
+			if stream {
+				text = got.String()
+			}
+			if !strings.HasPrefix(text, resp.WinnerRoute+"0 ") || strings.Contains(text, primary+"0") {
+				t.Fatalf("answer %q mixes routes or is not the winner's (%s)", text, resp.WinnerRoute)
+			}
+			recs := c.attemptRecords(resp.GroupID, 2)
+			if recs[1].Outcome != schemas.OutcomeLoserCanceled || !recs[1].CancellationSent || recs[2].Outcome != schemas.OutcomeWinner {
+				t.Fatalf("records %+v / %+v", recs[1], recs[2])
+			}
+			g := c.groupRecord(resp.GroupID)
+			if g.Outcome != schemas.GroupCommitted || !g.HedgeLaunched || g.WinnerAttempt != 2 {
+				t.Fatalf("group record %+v", g)
+			}
+		})
+	}
+}
+
+func TestDeadlineFailsTheGroupWithAStableError(t *testing.T) {
+	c, _ := twoRoutes(t, newScript(behaviour{hang: true}))
+	start := time.Now()
+	_, err := c.d.Submit(context.Background(), Submission{Pool: "general", Deadline: 400 * time.Millisecond, Request: chat(false)}, nil)
+	var ge *GroupError
+	if !errors.As(err, &ge) || ge.Code != schemas.ErrDeadlineExceeded {
+		t.Fatalf("Submit = %v, want deadline_exceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed < 400*time.Millisecond || elapsed > 2*time.Second {
+		t.Fatalf("failed after %v, want at the 400ms deadline", elapsed)
+	}
+}
+
+func TestNoRespondersFailsOnlyThatAttempt(t *testing.T) {
+	// Route "dark" has no worker: an attempt there gets no responders at once
+	// and a replacement goes to route a.
+	ps := map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 3}))}
+	c := newCluster(t, []string{"dark", "a"}, ps, "")
+	for range 6 {
+		resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
+		if err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		if resp.WinnerRoute != "a" {
+			t.Fatalf("won on %s", resp.WinnerRoute)
+		}
+	}
+}
+
+func TestCallerGoneCancelsEveryAttemptWithoutFallback(t *testing.T) {
+	c, ps := twoRoutes(t, newScript(behaviour{hang: true}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.d.Submit(ctx, Submission{Pool: "general", Request: chat(true)}, nil)
+		done <- err
+	}()
+	// The primary and, after the delay, the hedge both reach a provider.
+	waitArrived(t, ps["a"])
+	waitArrived(t, ps["b"])
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit = %v, want context.Canceled", err)
+	}
+	waitGone(t, ps["a"])
+	waitGone(t, ps["b"])
+	var g schemas.GroupRecord
+	select {
+	case g = <-c.groups:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no group record")
+	}
+	if g.ErrorCode != schemas.ErrCanceled || g.Attempts != 2 {
+		t.Fatalf("group record %+v, want canceled after 2 attempts and no third", g)
+	}
+}
+
+type sinkFunc func(Delta) error
+
+func (f sinkFunc) Delta(d Delta) error { return f(d) }
+
+func TestMisbehavingWorkersFailOnlyTheirAttempt(t *testing.T) {
+	tests := []struct {
+		name       string
+		misbehave  func(fw *fakeWorker, a schemas.Attempt)
+		wantStatus schemas.StatusClass
+	}{
+		{"a busy worker", func(fw *fakeWorker, a schemas.Attempt) {
+			fw.send(a, schemas.Busy{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake"})
+		}, schemas.StatusBusy},
+		{"a worker that never accepts", func(fw *fakeWorker, a schemas.Attempt) {}, schemas.StatusLost},
+		{"a worker whose heartbeats stop", func(fw *fakeWorker, a schemas.Attempt) {
+			fw.accept(a)
+			fw.send(a, schemas.Heartbeat{GroupID: a.GroupID, Attempt: a.Attempt, Seq: 1})
+		}, schemas.StatusLost},
+		{"a stream with a sequence gap", func(fw *fakeWorker, a schemas.Attempt) {
+			fw.accept(a)
+			fw.send(a, schemas.FirstByte{GroupID: a.GroupID, Attempt: a.Attempt})
+			fw.send(a, schemas.Chunk{GroupID: a.GroupID, Attempt: a.Attempt, Seq: 2, Delta: "x", Tokens: 1, CumulativeTokens: 1, First: true})
+		}, schemas.StatusLost},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// The hedge delay is longer than the accept and heartbeat
+			// timeouts, so what replaces the attempt is a replacement.
+			c := newCluster(t, []string{"a", "b"}, nil, `
+  patient:
+    control_fraction: 0
+    delay: {initial: 5s, min: 10ms, warmup_samples: 1000000}
+    accept_timeout: 250ms
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 300ms
+`)
+			startFakeWorker(t, c, []string{"a", "b"}, func(fw *fakeWorker, a schemas.Attempt) {
+				if a.Attempt == 1 {
+					tc.misbehave(fw, a)
+					return
+				}
+				fw.answer(a, "replacement answer")
+			})
+			resp, err := c.d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: chat(true)}, nil)
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if resp.Winner != 2 || resp.Hedged {
+				t.Fatalf("response %+v, want the replacement (attempt 2) to win", resp)
+			}
+			recs := c.attemptRecords(resp.GroupID, 2)
+			if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != tc.wantStatus || recs[1].ErrorScope != schemas.ScopeTransient {
+				t.Fatalf("attempt 1 record %+v, want failed %s transient", recs[1], tc.wantStatus)
+			}
+		})
+	}
+}
+
+func TestLateResultIsRecordedNotCommitted(t *testing.T) {
+	c := newCluster(t, []string{"a", "b"}, nil, "")
+	release := make(chan struct{})
+	fw := startFakeWorker(t, c, []string{"a", "b"}, func(fw *fakeWorker, a schemas.Attempt) {
+		if a.Attempt == 2 {
+			fw.answer(a, "the hedge's answer")
+			return
+		}
+		// The primary stalls past the delay, is cancelled, and completes anyway.
+		fw.accept(a)
+		<-release
+		fw.send(a, schemas.AttemptResult{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", StatusClass: schemas.StatusOK,
+			ErrorScope: schemas.ScopeNone, FinishReason: "stop", Content: "the primary's answer", Usage: schemas.Usage{InputUnits: 10, OutputUnits: 7}})
+	})
+	resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if resp.Winner != 2 || resp.Content != "the hedge's answer" {
+		t.Fatalf("response %+v, want the hedge's answer", resp)
+	}
+	select {
+	case cancel := <-fw.cancels:
+		if cancel.Attempt != 1 || cancel.Reason != schemas.CancelReason("lost_race") {
+			t.Fatalf("cancel %+v, want attempt 1 lost_race", cancel)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the primary was never cancelled")
+	}
+	close(release)
+	recs := c.attemptRecords(resp.GroupID, 2)
+	if recs[1].Outcome != schemas.OutcomeLoserLate || recs[1].UsageOutputUnits != 7 {
+		t.Fatalf("primary record %+v, want a late loser with its usage", recs[1])
+	}
+	if g := c.groupRecord(resp.GroupID); !g.LoserFinishedLate || g.WinnerAttempt != 2 || g.UsageOutputUnits != 10 {
+		t.Fatalf("group record %+v", g)
+	}
+}

@@ -1,0 +1,716 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// localReservation prefixes the ids of reservations made while the budget
+// store was unreachable: the primary went on, and nothing is settled for it.
+const localReservation = "local:"
+
+// attemptState is the driver's view of one launched attempt: what the wire
+// told it, beyond what the engine keeps.
+type attemptState struct {
+	n            int
+	route        string
+	role         schemas.Role
+	launchedAt   time.Time
+	controlInbox string
+	cancel       *schemas.Cancel // decided before the Accept named the inbox
+	lastSeq      int64
+	tokens       int
+	firstToken   bool
+	chunks       []schemas.Chunk // buffered until the commit decides
+	content      strings.Builder
+	result       *schemas.AttemptResult
+	firstByte    time.Duration
+	workerID     string
+}
+
+// delivery is what the group hands to the caller's goroutine: the commit
+// of a stream, a piece of it, or the final answer or error.
+type delivery struct {
+	commit *Response
+	delta  *Delta
+	resp   *Response
+	err    error
+}
+
+// group drives one hedge group: the engine, fed by real events.
+type group struct {
+	d         *Dispatcher
+	sub       Submission
+	class     *class
+	pool      *config.Pool
+	routes    []string
+	contract  *arbiter.Contract
+	cohort    delay.Cohort
+	arm       delay.Arm
+	guard     schemas.GuardrailDecision
+	eng       *hedge.Group
+	id        string
+	ua        string
+	print     string
+	inbox     string
+	sub_      *nats.Subscription
+	events    chan any // hedge.Event or inboundEvent
+	finished  chan struct{}
+	out       chan delivery
+	gone      chan struct{} // closed when the caller stopped reading out
+	attempts  []*attemptState
+	start     time.Time
+	deadline  time.Duration
+	delay     time.Duration
+	armed     bool
+	winner    int
+	gateValue string
+	delivered bool // the caller got its final delivery
+	streamed  bool // bytes of the committed stream reached the caller
+}
+
+// inboundEvent wraps a wire message for the group's loop.
+type inboundEvent struct {
+	attempt int
+	msg     *nats.Msg
+}
+
+func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.nextSeq++
+	seq := d.nextSeq
+	d.mu.Unlock()
+	if closed {
+		return nil, ErrShuttingDown
+	}
+	if err := sub.Request.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	pool := d.cfg.Pools[sub.Pool]
+	if pool == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, sub.Pool)
+	}
+	cl := d.classes[sub.Operation]
+	if cl == nil {
+		cl = d.classes[config.DefaultPolicy]
+	}
+	g := &group{
+		d: d, sub: sub, class: cl, pool: pool, routes: pool.Routes,
+		contract: d.contracts[sub.Pool],
+		cohort:   delay.NewCohort(cl.name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
+		id:       d.id + "-" + strconv.FormatUint(seq, 36),
+		events:   make(chan any, 64),
+		finished: make(chan struct{}),
+		out:      make(chan delivery, 64),
+		gone:     make(chan struct{}),
+		start:    d.now(),
+	}
+	if sub.IdempotencyKey != "" {
+		g.ua = schemas.UserActionID(d.secret, sub.Tenant, sub.IdempotencyKey)
+	} else {
+		g.ua = schemas.UserActionID(d.secret, sub.Tenant, g.id)
+	}
+	g.print, _ = sub.Request.Fingerprint(d.secret)
+	policy := cl.policy.Engine()
+	if sub.Deadline > 0 && sub.Deadline < policy.Deadline {
+		policy.Deadline = sub.Deadline
+		if policy.MinUsefulTime >= policy.Deadline {
+			policy.MinUsefulTime = 0
+		}
+	}
+	g.deadline = policy.Deadline
+	var err error
+	if g.eng, err = hedge.New(policy); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	g.inbox = nats.NewInbox()
+	if g.sub_, err = d.nc.Subscribe(g.inbox+".*", g.onMsg); err != nil {
+		return nil, fmt.Errorf("dispatcher: subscribe reply inbox: %w", err)
+	}
+	return g, nil
+}
+
+// onMsg runs on the subscription's goroutine: it only hands the message on.
+func (g *group) onMsg(m *nats.Msg) {
+	n, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+	if err != nil {
+		return
+	}
+	g.post(inboundEvent{attempt: n, msg: m})
+}
+
+// post hands an engine event or a wire message to the group's loop, unless
+// the group is over.
+func (g *group) post(ev any) {
+	select {
+	case g.events <- ev:
+	case <-g.finished:
+	}
+}
+
+// serve starts the group and relays its deliveries to the caller.
+func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
+	g.d.groups.Add(1)
+	go g.loop()
+	defer close(g.gone)
+	g.post(g.startEvent())
+	for {
+		select {
+		case dl := <-g.out:
+			switch {
+			case dl.commit != nil:
+				if c, ok := sink.(CommitSink); ok {
+					c.Committed(dl.commit)
+				}
+			case dl.delta != nil:
+				if sink == nil {
+					continue
+				}
+				if err := sink.Delta(*dl.delta); err != nil {
+					g.post(hedge.CallerGone{})
+					return nil, fmt.Errorf("dispatcher: caller went away: %w", err)
+				}
+			case dl.err != nil:
+				return nil, dl.err
+			default:
+				return dl.resp, nil
+			}
+		case <-ctx.Done():
+			g.post(hedge.CallerGone{})
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (g *group) startEvent() hedge.Start {
+	p := g.class.policy
+	s := hedge.Start{
+		Streaming:             g.sub.Request.Stream,
+		NeedsCompleteAnswer:   g.contract.NeedsComplete(),
+		InputUnits:            estimateInput(g.sub.Request),
+		DecodeTokensPerSecond: 50,
+	}
+	now := g.d.now()
+	d := g.class.estimator.Delay(g.cohort, now, g.deadline)
+	s.HedgeDelay = d.Value
+	g.delay = d.Value
+	g.arm = delay.ArmHedged
+	g.guard = schemas.GuardrailAllow
+	switch {
+	case !p.Hedge || !p.Idempotent:
+		s.NotEligibleReason, g.guard = "policy", schemas.GuardrailIneligible
+	case len(g.routes) < 2 && !p.SameRouteHedging:
+		s.NotEligibleReason, g.guard = "single_route", schemas.GuardrailIneligible
+	case delay.IsControl(delay.UniformFromID(g.id), p.ControlFraction):
+		s.NotEligibleReason, g.guard, g.arm = "control", schemas.GuardrailControl, delay.ArmControl
+	case delay.UniformFromID(g.id+"/rollout") >= p.RolloutFraction:
+		s.NotEligibleReason, g.guard = "rollout", schemas.GuardrailIneligible
+	default:
+		s.HedgeEligible = true
+		if p.Guardrail.Enabled {
+			dec := g.class.guardrail.Decide(g.cohort, now)
+			switch {
+			case !dec.HedgingAllowed():
+				s.HedgeEligible, s.NotEligibleReason, g.guard = false, "guardrail", schemas.GuardrailDisable
+			case dec.State == delay.StateProbing:
+				g.guard = schemas.GuardrailProbe
+			}
+			g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(dec.Stats.TailGainRatio)
+		}
+	}
+	g.armed = s.HedgeEligible
+	return s
+}
+
+// estimateInput is a coarse token count of the prompt (4 bytes a token),
+// used only when a provider reports no usage for a cancelled attempt.
+func estimateInput(r schemas.ChatRequest) int64 {
+	n := 0
+	for _, m := range r.Messages {
+		n += len(m.Content)
+	}
+	return int64(n/4 + 1)
+}
+
+// loop owns the engine: every event is stepped here and nowhere else.
+func (g *group) loop() {
+	defer g.d.groups.Done()
+	defer close(g.finished)
+	defer func() { _ = g.sub_.Unsubscribe() }()
+	for !g.eng.Done() {
+		ev := <-g.events
+		g.handle(ev)
+	}
+}
+
+// handle steps one event and carries out what it leads to, including the
+// answers the driver gives at once (admission, budgets, elections).
+func (g *group) handle(input any) {
+	var first hedge.Event
+	switch in := input.(type) {
+	case inboundEvent:
+		first = g.translate(in)
+	case hedge.Event:
+		first = in
+	}
+	if first == nil {
+		return
+	}
+	queue := []hedge.Event{first}
+	for len(queue) > 0 {
+		ev := queue[0]
+		queue = queue[1:]
+		for _, act := range g.eng.Step(g.d.now(), ev) {
+			if next := g.do(act); next != nil {
+				queue = append(queue, next)
+			}
+		}
+	}
+}
+
+func (g *group) attempt(n int) *attemptState {
+	if n < 1 || n > len(g.attempts) {
+		return nil
+	}
+	return g.attempts[n-1]
+}
+
+// translate turns a wire message into an engine event (nil: none).
+func (g *group) translate(in inboundEvent) hedge.Event {
+	a := g.attempt(in.attempt)
+	if a == nil {
+		return nil
+	}
+	if in.msg.Header != nil && in.msg.Header.Get("Status") == "503" {
+		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}
+	}
+	reply, err := schemas.DecodeReply(in.msg.Data)
+	if err != nil {
+		g.d.log.Warn("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
+		return nil
+	}
+	now := g.d.now()
+	switch m := reply.(type) {
+	case *schemas.Accept:
+		a.controlInbox, a.workerID = m.ControlInbox, m.WorkerID
+		if a.cancel != nil {
+			g.publishCancel(a, *a.cancel)
+			a.cancel = nil
+		}
+		return hedge.Accepted{Attempt: a.n}
+	case *schemas.Busy:
+		return hedge.Busy{Attempt: a.n}
+	case *schemas.Heartbeat:
+		return hedge.Heartbeat{Attempt: a.n}
+	case *schemas.FirstByte:
+		a.firstByte = now.Sub(a.launchedAt)
+		_ = g.d.picker.Observe(a.route, a.firstByte, now)
+		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
+		if a.role == schemas.RolePrimary && g.class.policy.Trigger == config.TriggerFirstByte {
+			_ = g.class.estimator.ObservePrimary(g.cohort, now, a.firstByte)
+		}
+		return hedge.FirstByte{Attempt: a.n}
+	case *schemas.Chunk:
+		if m.Seq != a.lastSeq+1 {
+			return g.lost(a, "chunk sequence gap")
+		}
+		a.lastSeq = m.Seq
+		a.tokens = int(m.CumulativeTokens)
+		a.firstToken = a.firstToken || m.First
+		a.content.WriteString(m.Delta)
+		if g.winner == a.n {
+			g.deliverChunk(*m)
+		} else {
+			a.chunks = append(a.chunks, *m)
+		}
+		v := arbiter.Validate(g.contract, g.eng.CommitPoint(), arbiter.Observation{WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken})
+		return hedge.Progress{Attempt: a.n, Tokens: a.tokens, FirstToken: a.firstToken, Valid: v.Valid || !v.Ready}
+	case *schemas.AttemptResult:
+		if m.LastSeq != a.lastSeq {
+			return g.lost(a, "result after a chunk gap")
+		}
+		a.result = m
+		usage := m.Usage
+		if m.StatusClass == schemas.StatusCanceled && m.CancellationObserved {
+			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
+		}
+		if g.class.policy.Trigger == config.TriggerTotal && a.role == schemas.RolePrimary && m.StatusClass == schemas.StatusOK {
+			_ = g.class.estimator.ObservePrimary(g.cohort, now, now.Sub(a.launchedAt))
+		}
+		content := m.Content
+		if content == "" {
+			content = a.content.String()
+		}
+		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken || content != "",
+			Done: true, FinishReason: m.FinishReason, Content: []byte(content)}
+		if len(m.ToolCalls) > 0 && content == "" {
+			obs.Content = m.ToolCalls
+		}
+		v := arbiter.Validate(g.contract, schemas.Complete, obs)
+		return hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
+			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond, Error: groupCode(m)}
+	}
+	return nil
+}
+
+// groupCode is the stable error a group-scoped failure ends the group with.
+func groupCode(m *schemas.AttemptResult) schemas.ErrorCode {
+	if m.ErrorScope == schemas.ScopeGroup {
+		return schemas.ErrInvalidRequest
+	}
+	return ""
+}
+
+// lost fails an attempt whose stream broke on the wire; its worker may still
+// be running, so it is told to stop.
+func (g *group) lost(a *attemptState, why string) hedge.Event {
+	g.d.log.Warn("attempt lost", "group", g.id, "attempt", a.n, "why", why)
+	g.sendCancel(a, hedge.CancelInvalid)
+	return hedge.Result{Attempt: a.n, Status: schemas.StatusLost, Scope: schemas.ScopeTransient}
+}
+
+// do carries out one action; it returns the engine's next event when the
+// driver answers at once.
+func (g *group) do(act hedge.Action) hedge.Event {
+	ctx := context.Background()
+	d := g.d
+	switch a := act.(type) {
+	case hedge.Admit:
+		return g.admit(ctx)
+	case hedge.Launch:
+		g.launch(a)
+	case hedge.ArmTimer:
+		ev := hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}
+		time.AfterFunc(max(a.At.Sub(d.now()), 0), func() { g.post(ev) })
+	case hedge.AskHedgeBudget:
+		return g.askBudget(ctx, a)
+	case hedge.Elect:
+		claim, err := d.gate.Claim(ctx, g.ua, g.id, a.Attempt)
+		if err != nil {
+			d.metrics.gateDegraded.Inc()
+			return hedge.GateDecided{Attempt: a.Attempt, Won: true, Gate: arbiter.GateValue{Group: g.id, Attempt: a.Attempt}.String()}
+		}
+		return hedge.GateDecided{Attempt: a.Attempt, Won: claim.Won, Gate: claim.Value, Holder: claim.Holder}
+	case hedge.ClearGate:
+		if err := d.gate.Clear(ctx, arbiter.Claim{UserAction: g.ua, Group: g.id, Attempt: a.Attempt, Won: true, Value: a.Gate}); err != nil {
+			d.log.Warn("gate claim not cleared", "group", g.id, "err", err)
+		}
+	case hedge.Cancel:
+		if at := g.attempt(a.Attempt); at != nil {
+			g.sendCancel(at, a.Reason)
+		}
+	case hedge.Commit:
+		g.commit(a)
+	case hedge.Fail:
+		d.metrics.groups.WithLabelValues(string(a.Error)).Inc()
+		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed}})
+	case hedge.Settle:
+		if !strings.HasPrefix(string(a.Reservation), localReservation) {
+			if err := d.store.Settle(ctx, budgets.ReservationID(a.Reservation), a.Usage); err != nil {
+				d.log.Warn("settle failed", "group", g.id, "err", err)
+			}
+		}
+	case hedge.Release:
+		if !strings.HasPrefix(string(a.Reservation), localReservation) {
+			if err := d.store.Release(ctx, budgets.ReservationID(a.Reservation)); err != nil {
+				d.log.Warn("release failed", "group", g.id, "err", err)
+			}
+		}
+	case hedge.MarkRoute:
+		state, rs := budgets.RoutePushback, route.Pushback
+		if a.Mark == hedge.MarkQuarantine {
+			state, rs = budgets.RouteQuarantined, route.Quarantined
+		}
+		if err := d.store.MarkRoute(ctx, a.Route, state, a.TTL); err != nil {
+			d.log.Warn("route mark failed", "route", a.Route, "err", err)
+		}
+		_ = d.picker.SetState(a.Route, rs, d.now().Add(a.TTL))
+		d.metrics.routeState.WithLabelValues(a.Route, string(state)).Inc()
+	case hedge.HedgeSuppressed:
+		d.metrics.suppressed.WithLabelValues(a.Reason).Inc()
+	case hedge.AttemptEnded:
+		g.attemptEnded(a)
+	case hedge.GroupEnded:
+		g.groupEnded(a)
+	}
+	return nil
+}
+
+func (g *group) admit(ctx context.Context) hedge.Event {
+	d := g.d
+	g.syncRouteStates(ctx)
+	d.rngMu.Lock()
+	primary, ok := d.picker.PickPrimary(g.routes, d.now(), d.rng)
+	d.rngMu.Unlock()
+	if !ok {
+		return hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute}
+	}
+	p := g.class.policy
+	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
+		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:    g.spend(),
+		Bucket:   p.DuplicateBucket(),
+	})
+	switch {
+	case err != nil:
+		// The primary goes on without the store; hedges will be refused.
+		d.log.Warn("budget store unavailable at admission", "err", err)
+		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
+	case !adm.Allowed:
+		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
+	}
+	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
+}
+
+func (g *group) spend() budgets.SpendPolicy {
+	p := g.class.policy
+	out := int64(g.sub.Request.MaxTokens)
+	if out == 0 {
+		out = 1024
+	}
+	s := budgets.SpendPolicy{
+		InputUnits:        estimateInput(g.sub.Request),
+		OutputUnits:       out,
+		UserActionCeiling: p.Spend.PerUserAction,
+		TenantCeiling:     p.Spend.PerTenantWindow,
+		TenantWindow:      p.Spend.Window,
+		ReservationTTL:    2 * g.deadline,
+	}
+	if s.TenantCeiling > 0 && g.sub.Tenant == "" {
+		s.TenantCeiling = 0
+	}
+	return s
+}
+
+// syncRouteStates copies the shared pushback and quarantine flags of the
+// pool's routes into the local picker.
+func (g *group) syncRouteStates(ctx context.Context) {
+	states, err := g.d.store.RouteStates(ctx, g.routes)
+	if err != nil {
+		return
+	}
+	now := g.d.now()
+	for name, st := range states {
+		switch st {
+		case budgets.RoutePushback:
+			_ = g.d.picker.SetState(name, route.Pushback, now.Add(time.Second))
+		case budgets.RouteQuarantined:
+			_ = g.d.picker.SetState(name, route.Quarantined, now.Add(time.Second))
+		}
+	}
+}
+
+func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Event {
+	d := g.d
+	g.syncRouteStates(ctx)
+	d.rngMu.Lock()
+	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
+	d.rngMu.Unlock()
+	if !ok {
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
+	}
+	p := g.class.policy
+	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
+		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:    g.spend(),
+		Bucket:   p.DuplicateBucket(),
+		Floor:    p.FloorBucket(),
+	})
+	switch {
+	case err != nil:
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
+	case !grant.Allowed:
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
+	}
+	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
+}
+
+func (g *group) launch(l hedge.Launch) {
+	d := g.d
+	a := &attemptState{n: l.Attempt, route: l.Route, role: l.Role, launchedAt: d.now()}
+	g.attempts = append(g.attempts, a)
+	_ = d.picker.Acquire(l.Route)
+	d.metrics.attempts.WithLabelValues(string(l.Role)).Inc()
+	if l.Role == schemas.RoleHedge {
+		d.metrics.hedges.Inc()
+	}
+	msg := schemas.Attempt{
+		GroupID: g.id, UserActionID: g.ua, Attempt: l.Attempt, Role: l.Role, Route: l.Route,
+		OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		DeadlineUnixMs: l.Deadline.UnixMilli(), RemainingMs: max(l.Remaining.Milliseconds(), 1),
+		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
+		Request: g.sub.Request,
+	}
+	data, err := json.Marshal(msg)
+	if err == nil {
+		err = d.nc.PublishMsg(&nats.Msg{Subject: AttemptSubjectPrefix + l.Route, Reply: msg.ReplyInbox, Data: data})
+	}
+	if err != nil {
+		d.log.Warn("attempt not published", "group", g.id, "route", l.Route, "err", err)
+		g.post(hedge.Result{Attempt: l.Attempt, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient})
+	}
+}
+
+func (g *group) sendCancel(a *attemptState, reason hedge.CancelReason) {
+	c := schemas.Cancel{GroupID: g.id, Attempt: a.n, Reason: schemas.CancelReason(reason)}
+	if a.controlInbox == "" {
+		a.cancel = &c // sent when the Accept names the control inbox
+		return
+	}
+	g.publishCancel(a, c)
+}
+
+func (g *group) publishCancel(a *attemptState, c schemas.Cancel) {
+	g.d.log.Debug("cancel", "group", g.id, "attempt", a.n, "inbox", a.controlInbox)
+	data, err := json.Marshal(c)
+	if err == nil {
+		err = g.d.nc.Publish(a.controlInbox, data)
+	}
+	if err != nil {
+		g.d.log.Warn("cancel not sent", "group", g.id, "attempt", a.n, "err", err)
+	}
+}
+
+func (g *group) commit(c hedge.Commit) {
+	d := g.d
+	g.winner, g.gateValue = c.Attempt, c.Gate
+	a := g.attempt(c.Attempt)
+	d.metrics.wins.WithLabelValues(string(a.role)).Inc()
+	d.metrics.groups.WithLabelValues("committed").Inc()
+	d.metrics.groupDuration.Observe(d.now().Sub(g.start).Seconds())
+	if g.sub.Request.Stream {
+		g.send(delivery{commit: g.response(a)})
+	}
+	for _, ch := range a.chunks {
+		g.deliverChunk(ch)
+	}
+	a.chunks = nil
+	if !g.sub.Request.Stream || a.result != nil {
+		g.finish(delivery{resp: g.response(a)})
+	}
+}
+
+func (g *group) response(a *attemptState) *Response {
+	r := &Response{
+		UserActionID: g.ua, GroupID: g.id, Attempts: len(g.attempts), Hedged: g.hedged(),
+		Winner: a.n, WinnerRoute: a.route, Gate: g.gateValue,
+	}
+	if a.result != nil {
+		r.FinishReason, r.Usage, r.ToolCalls = a.result.FinishReason, a.result.Usage, a.result.ToolCalls
+		r.Content = a.result.Content
+		if r.Content == "" && !g.sub.Request.Stream {
+			r.Content = a.content.String()
+		}
+	}
+	return r
+}
+
+func (g *group) hedged() bool {
+	for _, a := range g.attempts {
+		if a.role == schemas.RoleHedge {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *group) deliverChunk(ch schemas.Chunk) {
+	if g.delivered || !g.sub.Request.Stream {
+		return
+	}
+	g.streamed = true
+	g.send(delivery{delta: &Delta{Content: ch.Delta, ToolCalls: ch.ToolCalls}})
+}
+
+// send hands a delivery to the caller; a slow caller slows its own group's
+// stream (backpressure), a departed one is skipped.
+func (g *group) send(dl delivery) {
+	select {
+	case g.out <- dl:
+	case <-g.gone:
+	}
+}
+
+// finish hands the caller its one final delivery.
+func (g *group) finish(dl delivery) {
+	if g.delivered {
+		return
+	}
+	g.delivered = true
+	g.send(dl)
+}
+
+func (g *group) attemptEnded(e hedge.AttemptEnded) {
+	d := g.d
+	a := g.attempt(e.Attempt)
+	_ = d.picker.Release(a.route)
+	if e.Outcome == hedge.OutcomeWinner && g.sub.Request.Stream {
+		// The committed stream ended: success, or a failure after its commit
+		// point, which ends the caller's stream with an error, never with
+		// bytes of another attempt.
+		if e.Status == schemas.StatusOK {
+			g.finish(delivery{resp: g.response(a)})
+		} else {
+			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
+		}
+	}
+	if e.Outcome == hedge.OutcomeLoserLate {
+		d.metrics.late.Inc()
+	}
+	if e.CancellationSent {
+		d.metrics.cancellations.WithLabelValues(strconv.FormatBool(e.CancellationObserved)).Inc()
+	}
+	d.metrics.usage.WithLabelValues(string(e.Role), "input").Add(float64(e.Usage.InputUnits))
+	d.metrics.usage.WithLabelValues(string(e.Role), "output").Add(float64(e.Usage.OutputUnits))
+	g.publish(AttemptRecordSubject, g.attemptRecord(a, e))
+}
+
+func (g *group) groupEnded(e hedge.GroupEnded) {
+	d := g.d
+	now := d.now()
+	// The censoring rule: a primary superseded before its first byte is a
+	// lower bound of its latency, recorded when it is at least the delay.
+	if p := g.attempt(1); p != nil && p.firstByte == 0 && g.class.policy.Trigger == config.TriggerFirstByte &&
+		(e.Committed && e.Winner != 1 || e.Error == schemas.ErrDeadlineExceeded) {
+		_, _ = g.class.estimator.ObserveSuperseded(g.cohort, now, now.Sub(p.launchedAt))
+	}
+	latency := g.deadline
+	if e.Committed {
+		latency = e.Latency
+		if w := g.attempt(e.Winner); w != nil && g.class.policy.Trigger == config.TriggerFirstByte && w.firstByte > 0 {
+			latency = w.launchedAt.Sub(g.start) + w.firstByte
+		}
+	}
+	_ = g.class.guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	if g.armed {
+		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
+	}
+	g.publish(GroupRecordSubject, g.groupRecord(e))
+}
+
+func (g *group) publish(subject string, rec any) {
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = g.d.nc.Publish(subject, data)
+	}
+	if err != nil {
+		g.d.log.Warn("record not published", "subject", subject, "err", err)
+	}
+}

@@ -1,0 +1,415 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/worker"
+	"github.com/hedgerow/hedgerow/worker/upstream"
+)
+
+// behaviour is what a scripted provider does with one request.
+type behaviour struct {
+	firstByte time.Duration // wait before the first byte
+	hang      bool          // never answer; hold until the client goes away
+	words     int           // content tokens, one per chunk
+	status    int           // non-200: answer this error at once
+}
+
+// script hands out behaviours in request order, across every provider that
+// shares it, then its default.
+type script struct {
+	mu   sync.Mutex
+	next []behaviour
+	dflt behaviour
+	// every > 0 makes every every-th request after next behave as everyBehaviour.
+	every          int
+	everyBehaviour behaviour
+	taken          int
+}
+
+func newScript(dflt behaviour, next ...behaviour) *script { return &script{dflt: dflt, next: next} }
+
+func (s *script) take() behaviour {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.next) == 0 {
+		s.taken++
+		if s.every > 0 && s.taken%s.every == 0 {
+			return s.everyBehaviour
+		}
+		return s.dflt
+	}
+	b := s.next[0]
+	s.next = s.next[1:]
+	return b
+}
+
+// provider is a real OpenAI-compatible HTTP server whose answers a script
+// decides; it reports every request whose client went away.
+type provider struct {
+	srv     *httptest.Server
+	script  *script
+	arrived chan string // the route of every request, as it arrives
+	gone    chan string // the route of a request whose client disconnected
+	route   string
+}
+
+func newProvider(t *testing.T, route string, sc *script) *provider {
+	p := &provider{script: sc, arrived: make(chan string, 1024), gone: make(chan string, 64), route: route}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
+	// Read the request as a provider does: net/http notices a client going
+	// away only once the body has been consumed.
+	_, _ = io.Copy(io.Discard, r.Body)
+	notify(p.arrived, p.route)
+	b := p.script.take()
+	if b.status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		if b.status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
+		w.WriteHeader(b.status)
+		fmt.Fprintf(w, `{"error":{"message":"scripted","type":"server_error","code":null}}`)
+		return
+	}
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-r.Context().Done():
+			notify(p.gone, p.route)
+			return false
+		}
+	}
+	if b.hang {
+		<-r.Context().Done()
+		notify(p.gone, p.route)
+		return
+	}
+	if !wait(b.firstByte) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	chunk := func(delta, finish string) {
+		fr := "null"
+		if finish != "" {
+			fr = `"` + finish + `"`
+		}
+		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":%s}]}\n\n", delta, fr)
+		fl.Flush()
+	}
+	words := max(b.words, 1)
+	for i := range words {
+		chunk(fmt.Sprintf("%s%d ", p.route, i), "")
+	}
+	chunk("", "stop")
+	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", words, words+10)
+	fl.Flush()
+}
+
+// cluster is an in-process hedgerow: a NATS server, workers per route and a
+// dispatcher, all on loopback.
+type cluster struct {
+	t       *testing.T
+	ns      *server.Server
+	nc      *nats.Conn
+	d       *Dispatcher
+	workers []*worker.Worker
+	records chan schemas.AttemptRecord
+	groups  chan schemas.GroupRecord
+}
+
+func startNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+func connect(t *testing.T, ns *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatalf("nats connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// policyYAML is a test policy: a short known hedge delay (the estimator is
+// kept cold), no control groups, and quick timeouts.
+const policyYAML = `
+policies:
+  default:
+    control_fraction: 0
+    delay: {initial: 100ms, min: 10ms, warmup_samples: 1000000}
+    deadline: 3s
+    min_useful_time: 50ms
+    accept_timeout: 250ms
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 300ms
+    duplicate_rate: {ceiling: 1, capacity: 10, initial_fill: 10}
+`
+
+// newCluster starts NATS, one worker per provider (routes without a provider
+// get no worker) and a dispatcher with pool "general" over routes.
+func newCluster(t *testing.T, routes []string, providers map[string]*provider, extraYAML string) *cluster {
+	t.Helper()
+	ns := startNATS(t)
+	c := &cluster{t: t, ns: ns, nc: connect(t, ns),
+		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
+	var y strings.Builder
+	y.WriteString("routes:\n")
+	for _, r := range routes {
+		url := "http://127.0.0.1:1/v1"
+		if p := providers[r]; p != nil {
+			url = p.srv.URL + "/v1"
+		}
+		fmt.Fprintf(&y, "  - {name: %s, provider: openai, base_url: %q, model: m, labels: {provider: %s}}\n", r, url, r)
+	}
+	fmt.Fprintf(&y, "pools:\n  general:\n    routes: [%s]\n", strings.Join(routes, ", "))
+	y.WriteString(policyYAML + extraYAML)
+	cfg, err := config.Parse("test.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, y.String())
+	}
+	for _, r := range cfg.Routes {
+		p := providers[r.Name]
+		if p == nil {
+			continue
+		}
+		up, err := upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: connect(t, ns), HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c.workers = append(c.workers, w)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = w.Stop(ctx)
+		})
+	}
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.d, err = New(Config{Conn: connect(t, ns), Store: budgets.NewMemory(nil), Gate: gate, Config: cfg, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.d.Close(ctx); err != nil {
+			t.Errorf("dispatcher close: %v", err)
+		}
+	})
+	sub := func(subject string, f func([]byte)) {
+		s, err := c.nc.Subscribe(subject, func(m *nats.Msg) { f(m.Data) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Unsubscribe() })
+	}
+	sub(AttemptRecordSubject, func(b []byte) {
+		var r schemas.AttemptRecord
+		if json.Unmarshal(b, &r) == nil {
+			select {
+			case c.records <- r:
+			default: // nobody is reading records this many
+			}
+		}
+	})
+	sub(GroupRecordSubject, func(b []byte) {
+		var r schemas.GroupRecord
+		if json.Unmarshal(b, &r) == nil {
+			select {
+			case c.groups <- r:
+			default:
+			}
+		}
+	})
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func chat(stream bool) schemas.ChatRequest {
+	return schemas.ChatRequest{Messages: []schemas.Message{{Role: "user", Content: json.RawMessage(`"hello"`)}}, Stream: stream, MaxTokens: 50}
+}
+
+// groupRecord waits for the group record of group id.
+func (c *cluster) groupRecord(id string) schemas.GroupRecord {
+	c.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-c.groups:
+			if r.HedgeGroupID == id {
+				return r
+			}
+		case <-timeout:
+			c.t.Fatalf("no group record for %s", id)
+		}
+	}
+}
+
+// attemptRecords waits for n dispatcher records of group id.
+func (c *cluster) attemptRecords(id string, n int) map[int]schemas.AttemptRecord {
+	c.t.Helper()
+	out := map[int]schemas.AttemptRecord{}
+	timeout := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case r := <-c.records:
+			if r.HedgeGroupID == id && r.Reporter == schemas.ReporterDispatcher {
+				out[r.Attempt] = r
+			}
+		case <-timeout:
+			c.t.Fatalf("got %d of %d attempt records for %s", len(out), n, id)
+		}
+	}
+	return out
+}
+
+// notify records an event for tests that wait on it; a full channel means
+// nobody is waiting for that many, so the rest are dropped.
+func notify(ch chan string, route string) {
+	select {
+	case ch <- route:
+	default:
+	}
+}
+
+func waitArrived(t *testing.T, p *provider) {
+	t.Helper()
+	select {
+	case <-p.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no request reached the %s provider", p.route)
+	}
+}
+
+func waitGone(t *testing.T, p *provider) {
+	t.Helper()
+	select {
+	case <-p.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the %s provider's connection was never closed", p.route)
+	}
+}
+
+// testLogger logs to stderr when HEDGEROW_TEST_LOG is set, else nowhere.
+func testLogger() *slog.Logger {
+	if os.Getenv("HEDGEROW_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// fakeWorker plays the worker side of the wire for some routes, so a test can
+// make an attempt misbehave in ways a real worker does not: answer Busy,
+// never accept, stop its heartbeats, or finish after it was cancelled.
+type fakeWorker struct {
+	t       *testing.T
+	nc      *nats.Conn
+	inbox   string
+	cancels chan schemas.Cancel
+}
+
+// startFakeWorker serves routes with handle, called once per attempt on its
+// own goroutine.
+func startFakeWorker(t *testing.T, c *cluster, routes []string, handle func(fw *fakeWorker, a schemas.Attempt)) *fakeWorker {
+	t.Helper()
+	fw := &fakeWorker{t: t, nc: connect(t, c.ns), inbox: nats.NewInbox(), cancels: make(chan schemas.Cancel, 16)}
+	cs, err := fw.nc.Subscribe(fw.inbox, func(m *nats.Msg) {
+		var cancel schemas.Cancel
+		if schemas.Decode(m.Data, &cancel) == nil {
+			fw.cancels <- cancel
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, r := range routes {
+		s, err := fw.nc.QueueSubscribe(AttemptSubjectPrefix+r, "hedgerow-worker-"+r, func(m *nats.Msg) {
+			var a schemas.Attempt
+			if schemas.Decode(m.Data, &a) != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); handle(fw, a) }()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Unsubscribe() })
+	}
+	if err := fw.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wg.Wait(); _ = cs.Unsubscribe() })
+	return fw
+}
+
+func (fw *fakeWorker) send(a schemas.Attempt, msg any) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		fw.t.Error(err)
+		return
+	}
+	_ = fw.nc.Publish(a.ReplyInbox, data)
+}
+
+func (fw *fakeWorker) accept(a schemas.Attempt) {
+	fw.send(a, schemas.Accept{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", ControlInbox: fw.inbox})
+}
+
+// answer accepts and completes an attempt at once with a valid answer.
+func (fw *fakeWorker) answer(a schemas.Attempt, content string) {
+	fw.accept(a)
+	fw.send(a, schemas.FirstByte{GroupID: a.GroupID, Attempt: a.Attempt})
+	fw.send(a, schemas.AttemptResult{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", StatusClass: schemas.StatusOK,
+		ErrorScope: schemas.ScopeNone, FinishReason: "stop", Content: content, Usage: schemas.Usage{InputUnits: 10, OutputUnits: 3}})
+}

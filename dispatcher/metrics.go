@@ -1,0 +1,73 @@
+package dispatcher
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+)
+
+// metrics are the dispatcher's part of DESIGN §9, prefix hedgerow_.
+type metrics struct {
+	groups        *prometheus.CounterVec
+	groupDuration prometheus.Histogram
+	firstByte     prometheus.Histogram
+	attempts      *prometheus.CounterVec
+	hedges        prometheus.Counter
+	suppressed    *prometheus.CounterVec
+	wins          *prometheus.CounterVec
+	hedgeDelay    prometheus.Histogram
+	usage         *prometheus.CounterVec
+	late          prometheus.Counter
+	cancellations *prometheus.CounterVec
+	routeState    *prometheus.CounterVec
+	gateDegraded  prometheus.Counter
+	tailGain      *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	latency := prometheus.ExponentialBuckets(0.01, 1.6, 20)
+	m := &metrics{
+		groups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_groups_total",
+			Help: "Hedge groups ended, by outcome (committed or the stable error)."}, []string{"outcome"}),
+		groupDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_group_duration_seconds",
+			Help: "Time from a group's start to its commit.", Buckets: latency}),
+		firstByte: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_first_byte_seconds",
+			Help: "Time from an attempt's launch to the provider's first byte.", Buckets: latency}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_attempts_total",
+			Help: "Attempts launched, by role."}, []string{"role"}),
+		hedges: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_hedges_launched_total",
+			Help: "Hedges launched."}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_hedges_suppressed_total",
+			Help: "Hedges and replacements considered and not launched, by reason."}, []string{"reason"}),
+		wins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_wins_total",
+			Help: "Committed winners, by role."}, []string{"role"}),
+		hedgeDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_hedge_delay_seconds",
+			Help: "Hedge delays armed.", Buckets: latency}),
+		usage: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_usage_units_total",
+			Help: "Usage units of every attempt, winners and losers, by role and kind."}, []string{"role", "kind"}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_late_completions_total",
+			Help: "Losers that completed after their group was decided."}),
+		cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_cancellations_total",
+			Help: "Cancels sent, by whether the worker confirmed them."}, []string{"observed"}),
+		routeState: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_state",
+			Help: "Routes marked in pushback or quarantine."}, []string{"route", "state"}),
+		gateDegraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_degraded_total",
+			Help: "Elections decided locally because the shared gate was unreachable."}),
+		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
+			Help: "Control over hedged latency at the guardrail's quantile, per cohort."}, []string{"cohort"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.tailGain} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func parseGate(v string) (arbiter.GateValue, error) { return arbiter.ParseGateValue(v) }

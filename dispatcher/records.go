@@ -1,0 +1,106 @@
+package dispatcher
+
+import (
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// costBand buckets an amount of usage units (input + 4 × output, DESIGN §11's
+// list-price ratio) so records show spend without prices.
+func costBand(u schemas.Usage) schemas.CostBand {
+	switch c := u.InputUnits + 4*u.OutputUnits; {
+	case c < 2_000:
+		return schemas.CostLow
+	case c < 20_000:
+		return schemas.CostMedium
+	}
+	return schemas.CostHigh
+}
+
+func millis(d interface{ Milliseconds() int64 }) *int64 {
+	v := d.Milliseconds()
+	return &v
+}
+
+func (g *group) hedgeDelayMs() *int64 {
+	if !g.armed {
+		return nil
+	}
+	return millis(g.delay)
+}
+
+// attemptRecord is the dispatcher's sanitized record of one attempt: no
+// prompt, output, header, credential or user identifier.
+func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.AttemptRecord {
+	r := schemas.AttemptRecord{
+		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
+		UserActionID: g.ua, HedgeGroupID: g.id, Attempt: e.Attempt, Role: e.Role, Route: e.Route,
+		RouteClass: g.sub.Pool, OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		CommitPoint: g.eng.CommitPoint(), WorkerID: a.workerID,
+		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(),
+		ElapsedMs: e.Elapsed.Milliseconds(),
+		Outcome:   schemas.Outcome(e.Outcome), StatusClass: e.Status, ErrorScope: e.Scope,
+		ContractValid: e.ContractValid, CancellationSent: e.CancellationSent, CancellationObserved: e.CancellationObserved,
+		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
+		CostBand: costBand(e.Usage), PromptFingerprint: g.print,
+	}
+	if e.FirstByte > 0 {
+		r.FirstByteMs = millis(e.FirstByte)
+	}
+	if a.result != nil {
+		r.HTTPStatus = a.result.HTTPStatus
+	}
+	if r.StatusClass == "" {
+		r.StatusClass = schemas.StatusCanceled
+	}
+	return r
+}
+
+// groupRecord is the sanitized summary of the group.
+func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
+	r := schemas.GroupRecord{
+		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
+		UserActionID: g.ua, HedgeGroupID: g.id, RouteClass: g.sub.Pool, OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		CommitPoint: g.eng.CommitPoint(), Stream: g.sub.Request.Stream,
+		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(), ElapsedMs: e.Latency.Milliseconds(),
+		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,
+		LoserFinishedLate: e.LoserFinishedLate,
+		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
+		CostBand: costBand(e.Usage), PromptFingerprint: g.print, GuardrailDecision: g.guard,
+		ErrorScope: e.Scope,
+	}
+	if r.ErrorScope == "" {
+		r.ErrorScope = schemas.ScopeNone
+	}
+	if e.Committed {
+		r.Outcome, r.StatusClass = schemas.GroupCommitted, schemas.StatusOK
+		r.WinnerAttempt = e.Winner
+		if w := g.attempt(e.Winner); w != nil {
+			r.WinnerRole, r.WinnerRoute = w.role, w.route
+			if w.firstByte > 0 {
+				r.FirstByteMs = millis(w.launchedAt.Sub(g.start) + w.firstByte)
+			}
+		}
+		if gv, err := parseGate(g.gateValue); err == nil {
+			r.GateEpoch = gv.Epoch
+		}
+	} else {
+		r.Outcome, r.ErrorCode = schemas.GroupFailed, e.Error
+		r.StatusClass = statusOfError(e.Error)
+	}
+	return r
+}
+
+func statusOfError(code schemas.ErrorCode) schemas.StatusClass {
+	switch code {
+	case schemas.ErrDeadlineExceeded:
+		return schemas.StatusTimeout
+	case schemas.ErrCanceled, schemas.ErrAlreadyCommitted:
+		return schemas.StatusCanceled
+	case schemas.ErrInvalidRequest:
+		return schemas.StatusInvalidRequest
+	case schemas.ErrRateLimited:
+		return schemas.StatusRateLimited
+	}
+	return schemas.StatusServerError
+}

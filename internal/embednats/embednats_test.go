@@ -1,0 +1,141 @@
+package embednats
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testPayload = 1 << 20
+
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// roundTrip checks that a request on nc reaches a responder on responder.
+func roundTrip(t *testing.T, responder, nc *nats.Conn) {
+	t.Helper()
+	sub, err := responder.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := responder.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := nc.Request("echo", []byte("ping"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if string(reply.Data) != "ping" {
+		t.Fatalf("reply %q, want ping", reply.Data)
+	}
+}
+
+func TestInProcessServerOpensNoPortAndConnectsThroughMemory(t *testing.T) {
+	s := start(t, Config{MaxPayload: testPayload})
+	if url := s.ClientURL(); url != "" {
+		t.Fatalf("ClientURL = %q, want empty for an in-process server", url)
+	}
+	a, err := s.Connect("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := s.Connect("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	roundTrip(t, a, b)
+}
+
+func TestListeningServerAcceptsTCPClients(t *testing.T) {
+	s := start(t, Config{Listen: "127.0.0.1:0", MaxPayload: testPayload})
+	url := s.ClientURL()
+	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":0") {
+		t.Fatalf("ClientURL = %q, want a bound loopback address", url)
+	}
+	tcp, err := nats.Connect(url, nats.Name("tcp"))
+	if err != nil {
+		t.Fatalf("tcp connect: %v", err)
+	}
+	defer tcp.Close()
+	mem, err := s.Connect("mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	roundTrip(t, mem, tcp)
+}
+
+func TestServerAnnouncesTheConfiguredMaxPayload(t *testing.T) {
+	for _, payload := range []int64{256 << 10, 8 << 20} {
+		s := start(t, Config{MaxPayload: payload})
+		nc, err := s.Connect("probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nc.MaxPayload(); got != payload || s.MaxPayload() != payload {
+			t.Errorf("max payload: client sees %d, server reports %d, want %d", got, s.MaxPayload(), payload)
+		}
+		if err := nc.Publish("big", make([]byte, payload+1)); !errors.Is(err, nats.ErrMaxPayload) {
+			t.Errorf("publishing %d bytes: %v, want ErrMaxPayload", payload+1, err)
+		}
+		nc.Close()
+		s.Shutdown()
+	}
+}
+
+func TestStartRefusesBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"zero max payload", Config{}},
+		{"max payload beyond the server's ceiling", Config{MaxPayload: 65 << 20}},
+		{"listen without a port", Config{Listen: "127.0.0.1", MaxPayload: testPayload}},
+		{"listen with a bad port", Config{Listen: "127.0.0.1:http", MaxPayload: testPayload}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Start(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Start: %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestStartReportsAnAddressInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = Start(Config{Listen: ln.Addr().String(), MaxPayload: testPayload})
+	if err == nil || !strings.Contains(err.Error(), "listen") {
+		t.Fatalf("Start on a busy address: %v, want a listen error", err)
+	}
+}
+
+func TestShutdownIsIdempotent(t *testing.T) {
+	s, err := Start(Config{MaxPayload: testPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	s.Shutdown()
+}

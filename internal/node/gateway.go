@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/internal/config"
+)
+
+// Errors of StartGateway that callers may branch on.
+var (
+	// ErrRedisNotSupported: redis.url is set, but the Redis budgets and
+	// winner gate are not built yet; a gateway must not silently fall back
+	// to memory, which is correct only for one replica.
+	ErrRedisNotSupported = errors.New("redis is not supported yet")
+	// ErrPayloadTooSmall: the NATS server takes smaller messages than
+	// nats.max_payload, so a request at the body limit would not fit in an
+	// attempt (DESIGN §8).
+	ErrPayloadTooSmall = errors.New("NATS max_payload too small")
+)
+
+// Gateway is a running gateway: a dispatcher behind the HTTP front door.
+type Gateway struct {
+	d    *dispatcher.Dispatcher
+	http *httpServer
+}
+
+// StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
+// http.listen: in-memory budgets and winner gate, the dispatcher, and its
+// OpenAI-compatible front door (dispatcher.NewHTTPHandler) with the
+// configured body limit, tenants and timeouts. Its metrics go to reg, which
+// GET /metrics serves (nil: a registry of its own).
+func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options) (*Gateway, error) {
+	if cfg == nil || nc == nil {
+		return nil, errors.New("gateway: a config and a NATS connection are required")
+	}
+	if cfg.Redis.URL != "" {
+		return nil, fmt.Errorf("gateway: %w: leave redis.url empty to run one replica with in-memory budgets", ErrRedisNotSupported)
+	}
+	if err := checkPayload(cfg, nc); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	log := o.logger()
+	if reg == nil {
+		var err error
+		if reg, err = newRegistry(); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: gateTTL(cfg)})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: winner gate: %w", err)
+	}
+	secret, err := o.fingerprintKey()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{
+		Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Config: cfg,
+		Secret: secret, Registerer: reg, Logger: log.With("component", "dispatcher"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{d: d}
+	hopts := dispatcher.HTTPOptions{
+		Conn:      nc,
+		Pools:     dispatcher.PoolRoutes(cfg),
+		Gatherer:  reg,
+		BodyLimit: int64(cfg.HTTP.BodyLimit),
+		Logger:    log.With("component", "http"),
+	}
+	// With no tenants the front door asks for no key (local use); with
+	// some, every caller must present one of theirs.
+	if len(cfg.Tenants) > 0 {
+		hopts.TenantByKeyHash = cfg.TenantByKeyHash
+	}
+	api, err := dispatcher.NewHTTPHandler(d, hopts)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
+	g.http, err = serveHTTP(cfg.HTTP.Listen, &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: cfg.HTTP.ReadTimeout,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
+		WriteTimeout:      cfg.HTTP.WriteTimeout,
+		IdleTimeout:       cfg.HTTP.IdleTimeout,
+	}, log)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
+	return g, nil
+}
+
+// checkPayload refuses a NATS server that takes smaller messages than the
+// configuration says the cluster takes.
+func checkPayload(cfg *config.Config, nc *nats.Conn) error {
+	got := config.ByteSize(nc.MaxPayload())
+	if got >= cfg.NATS.MaxPayload {
+		return nil
+	}
+	return fmt.Errorf("%w: the NATS server takes messages of up to %v, nats.max_payload is %v "+
+		"(http.body_limit %v plus %v for the attempt envelope must fit): raise max_payload on the NATS servers, "+
+		"or lower nats.max_payload and http.body_limit", ErrPayloadTooSmall, got, cfg.NATS.MaxPayload,
+		cfg.HTTP.BodyLimit, config.PayloadHeadroom)
+}
+
+// gateTTL keeps a won claim at least twice the longest deadline, so a late
+// claim of the slowest user action still finds its winner.
+func gateTTL(cfg *config.Config) time.Duration {
+	ttl := arbiter.DefaultGateTTL
+	for _, p := range cfg.Policies {
+		ttl = max(ttl, 2*p.Deadline)
+	}
+	return ttl
+}
+
+// Addr is the address the HTTP front door listens on.
+func (g *Gateway) Addr() net.Addr { return g.http.Addr() }
+
+// Failed delivers an error if the HTTP server stops on its own.
+func (g *Gateway) Failed() <-chan error { return g.http.failed }
+
+// Stop shuts the gateway down within ctx: the front door stops accepting
+// and lets requests in flight finish, then the dispatcher stops taking
+// submissions and waits for its groups (late losers included).
+func (g *Gateway) Stop(ctx context.Context) error {
+	return errors.Join(g.http.shutdown(ctx), g.closeDispatcher(ctx))
+}
+
+func (g *Gateway) closeDispatcher(ctx context.Context) error {
+	if err := g.d.Close(ctx); err != nil {
+		return fmt.Errorf("gateway: close dispatcher: %w", err)
+	}
+	return nil
+}

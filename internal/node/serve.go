@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/worker"
+)
+
+// Serve is a running `hedgerow serve`: an embedded NATS server, a worker
+// per route and a gateway, in one process.
+type Serve struct {
+	nats    *embednats.Server
+	conns   []*nats.Conn
+	workers *worker.Pool
+	gateway *Gateway
+}
+
+// StartServe starts the embedded NATS server (in-process only unless
+// nats.listen is set, with nats.max_payload), the workers and the gateway,
+// in that order, so the first request finds its workers. Gateway and workers
+// have a connection each and share one fingerprint key and one metrics
+// registry, served by the gateway.
+func StartServe(cfg *config.Config, o Options) (*Serve, error) {
+	if cfg == nil {
+		return nil, errors.New("serve: a config is required")
+	}
+	log := o.logger()
+	ns, err := embednats.Start(embednats.Config{
+		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s := &Serve{nats: ns}
+	fail := func(err error) (*Serve, error) {
+		return nil, errors.Join(fmt.Errorf("serve: %w", err), unwind(s.Stop))
+	}
+	key, err := o.fingerprintKey()
+	if err != nil {
+		return fail(err)
+	}
+	o.FingerprintKey = key
+	workerConn, err := s.connect("hedgerow-serve-workers", log)
+	if err != nil {
+		return fail(err)
+	}
+	gatewayConn, err := s.connect("hedgerow-serve-gateway", log)
+	if err != nil {
+		return fail(err)
+	}
+	reg, err := newRegistry()
+	if err != nil {
+		return fail(err)
+	}
+	m := worker.NewMetrics()
+	if s.workers, err = worker.StartPool(cfg, workerConn, o.env(), worker.PoolOptions{
+		Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
+	}); err != nil {
+		return fail(err)
+	}
+	if s.gateway, err = StartGateway(cfg, gatewayConn, reg, o); err != nil {
+		return fail(err)
+	}
+	if err := m.Register(reg); err != nil {
+		return fail(fmt.Errorf("worker metrics: %w", err))
+	}
+	return s, nil
+}
+
+// connect opens an in-process connection that Stop closes.
+func (s *Serve) connect(name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := s.nats.Connect(name, connOptions(log)...)
+	if err != nil {
+		return nil, err
+	}
+	s.conns = append(s.conns, nc)
+	return nc, nil
+}
+
+// HTTPAddr is the address the HTTP front door listens on.
+func (s *Serve) HTTPAddr() net.Addr { return s.gateway.Addr() }
+
+// NATSURL is the URL other processes' workers can join at, or empty when
+// the embedded server is in-process only.
+func (s *Serve) NATSURL() string { return s.nats.ClientURL() }
+
+// Failed delivers an error if the HTTP server stops on its own.
+func (s *Serve) Failed() <-chan error { return s.gateway.Failed() }
+
+// Stop shuts everything down within ctx, front to back: the gateway (HTTP,
+// then dispatcher), the workers, the connections, the NATS server.
+func (s *Serve) Stop(ctx context.Context) error {
+	var errs []error
+	if s.gateway != nil {
+		errs = append(errs, s.gateway.Stop(ctx))
+	}
+	if s.workers != nil {
+		errs = append(errs, s.workers.Stop(ctx))
+	}
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.nats.Shutdown()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,370 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/worker/upstream"
+)
+
+// attemptRun is one attempt from Accept to AttemptResult. It is the
+// upstream.Sink of its call: Stream reports the first byte and deltas on
+// the run's goroutine while the pacer goroutine sends heartbeats and flushes
+// chunks that waited CoalesceDelay; mu orders the two, so the reply inbox
+// sees one sequence.
+type attemptRun struct {
+	w        *Worker
+	att      schemas.Attempt
+	key      attemptKey
+	received time.Time
+	stream   bool // the caller wants chunks
+
+	ctx          context.Context
+	cancel       context.CancelCauseFunc
+	stopDeadline context.CancelFunc
+
+	// Guarded by w.mu: the dispatcher's cancel, if one came.
+	cancelAt     time.Time
+	cancelReason schemas.CancelReason
+
+	// arm tells the pacer that output is waiting to be flushed.
+	arm chan struct{}
+
+	mu           sync.Mutex
+	done         bool // the result is being sent: nothing more on the inbox
+	firstByteAt  time.Time
+	heartbeats   int64
+	seq          int64 // last chunk sent
+	firstToken   bool  // the chunk with the first token has been sent
+	cumTokens    int64
+	pend         pendingChunk
+	pendingSince time.Time // real time of the first unflushed output
+}
+
+// pendingChunk is output not yet sent as a Chunk.
+type pendingChunk struct {
+	content   strings.Builder
+	toolCalls []json.RawMessage
+	tokens    int64
+}
+
+func (p *pendingChunk) empty() bool {
+	return p.content.Len() == 0 && len(p.toolCalls) == 0 && p.tokens == 0
+}
+
+func (p *pendingChunk) add(d upstream.Delta) {
+	p.content.WriteString(d.Content)
+	p.toolCalls = appendToolCalls(p.toolCalls, d.ToolCalls)
+	p.tokens += int64(d.Tokens)
+}
+
+func (p *pendingChunk) reset() {
+	p.content.Reset()
+	p.toolCalls = nil
+	p.tokens = 0
+}
+
+// appendToolCalls appends the fragments of one chunk's tool-call array, so
+// that a coalesced Chunk carries every fragment in order.
+func appendToolCalls(dst []json.RawMessage, raw json.RawMessage) []json.RawMessage {
+	if !hasToolCalls(raw) {
+		return dst
+	}
+	var frags []json.RawMessage
+	if err := json.Unmarshal(raw, &frags); err != nil {
+		// The adapter hands arrays; anything else travels as one fragment.
+		return append(dst, raw)
+	}
+	return append(dst, frags...)
+}
+
+func hasToolCalls(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte("[]"))
+}
+
+func newAttemptRun(w *Worker, att schemas.Attempt, received time.Time) *attemptRun {
+	base, cancel := context.WithCancelCause(context.Background())
+	// A relative timeout, measured from receipt on this worker's clock: a
+	// clock running behind the dispatcher's cannot extend the deadline.
+	budget := att.EffectiveDeadline(received).Sub(received)
+	ctx, stop := context.WithTimeoutCause(base, budget, errDeadline)
+	return &attemptRun{
+		w: w, att: att, key: attemptKey{att.GroupID, att.Attempt}, received: received,
+		stream: att.Request.Stream,
+		ctx:    ctx, cancel: cancel, stopDeadline: stop,
+		arm: make(chan struct{}, 1),
+	}
+}
+
+// run calls the upstream, then reports the result and the record.
+func (r *attemptRun) run() {
+	defer r.w.runs.Done()
+	defer r.stopDeadline()
+	defer r.cancel(nil)
+
+	var (
+		out      upstream.Outcome
+		err      error
+		ended    error // why the context had ended when the call returned
+		called   bool
+		returned time.Time
+	)
+	if r.ctx.Err() == nil {
+		called = true
+		stopPacer, pacerDone := make(chan struct{}), make(chan struct{})
+		go r.pace(stopPacer, pacerDone)
+		out, err = r.w.cfg.Upstream.Stream(r.ctx, &r.att.Request, r)
+		returned = r.w.cfg.Now()
+		if r.ctx.Err() != nil {
+			ended = context.Cause(r.ctx)
+		}
+		r.mu.Lock()
+		r.flushLocked(false)
+		r.done = true
+		r.mu.Unlock()
+		close(stopPacer)
+		<-pacerDone
+	} else {
+		returned = r.w.cfg.Now()
+		ended = context.Cause(r.ctx)
+		err = ended
+	}
+	cancelAt, reason := r.w.finish(r)
+
+	res, ue := r.result(out, err, ended)
+	if res.StatusClass == schemas.StatusOK && !r.stream {
+		res.Content, res.ToolCalls = out.Content, out.ToolCalls
+	}
+	r.publishResult(res)
+	r.publishRecord(res, out.Usage, cancelAt, reason)
+
+	m := r.w.metrics
+	m.answered(r.w.cfg.Route, res.StatusClass)
+	if !cancelAt.IsZero() {
+		latency := time.Duration(-1)
+		if called && !returned.Before(cancelAt) {
+			latency = returned.Sub(cancelAt)
+		}
+		m.cancelled(res.CancellationObserved, latency)
+	}
+	attrs := []any{"group_id", r.att.GroupID, "attempt", r.att.Attempt, "status", res.StatusClass,
+		"scope", res.ErrorScope, "elapsed_ms", res.ElapsedMs}
+	if ue != nil {
+		attrs = append(attrs, "http_status", ue.HTTPStatus, "error", ue.Message)
+	}
+	r.w.log.Debug("attempt ended", attrs...)
+}
+
+// result builds the AttemptResult from the call's outcome and error. ended,
+// when set, is why the attempt's context had ended as the call returned (or
+// before it was made): a cancel, the deadline, the shutdown or a lost reply
+// inbox, which explains a failure better than the adapter's view of a
+// closed connection can.
+func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.AttemptResult, *upstream.Error) {
+	res := schemas.AttemptResult{
+		GroupID: r.att.GroupID, Attempt: r.att.Attempt, WorkerID: r.w.cfg.WorkerID,
+		StatusClass: schemas.StatusOK, ErrorScope: schemas.ScopeNone,
+		FinishReason: out.FinishReason,
+		LastSeq:      r.seq,
+		Usage:        out.Usage,
+		ElapsedMs:    max(r.w.cfg.Now().Sub(r.received).Milliseconds(), 0),
+	}
+	if !r.firstByteAt.IsZero() {
+		res.FirstByteMs = schemas.Millis(max(r.firstByteAt.Sub(r.received), 0))
+		res.HTTPStatus = 200 // FirstByte is reported only for a success status
+	}
+	var ue *upstream.Error
+	errors.As(err, &ue)
+	if ue != nil && ue.HTTPStatus != 0 {
+		res.HTTPStatus = ue.HTTPStatus
+	}
+	switch {
+	case err == nil:
+		// A complete answer stands even if a cancel or the deadline came as
+		// it completed: the dispatcher records a late loser as such.
+		return res, nil
+	case ended != nil:
+		// The call was never made, or it stopped because the context ended.
+		res.FinishReason = ""
+		switch {
+		case errors.Is(ended, errCancelled):
+			res.StatusClass, res.ErrorScope, res.CancellationObserved = schemas.StatusCanceled, schemas.ScopeNone, true
+		case errors.Is(ended, errDeadline):
+			res.StatusClass, res.ErrorScope = schemas.StatusTimeout, schemas.ScopeTransient
+		case errors.Is(ended, errReplyLost):
+			res.StatusClass, res.ErrorScope = schemas.StatusLost, schemas.ScopeTransient
+		default: // errShutdown
+			res.StatusClass, res.ErrorScope = schemas.StatusCanceled, schemas.ScopeTransient
+		}
+		res.ErrorMessage = ended.Error()
+		return res, ue
+	}
+	res.FinishReason = ""
+	if ue == nil { // the Upstream contract says this cannot happen
+		res.StatusClass, res.ErrorScope = schemas.StatusServerError, schemas.ScopeTransient
+		res.ErrorMessage = "upstream returned an unclassified error"
+		return res, nil
+	}
+	res.StatusClass, res.ErrorScope = ue.Status, ue.Scope
+	if res.ErrorScope == schemas.ScopeNone && res.StatusClass != schemas.StatusOK {
+		res.ErrorScope = schemas.ScopeTransient
+	}
+	if ue.RetryAfter > 0 {
+		res.RetryAfterMs = max(ue.RetryAfter.Milliseconds(), 1)
+	}
+	res.ErrorMessage = schemas.SanitizeMessage(ue.Message)
+	return res, ue
+}
+
+func (r *attemptRun) publishResult(res schemas.AttemptResult) {
+	err := r.w.publishReply(r.att.ReplyInbox, res)
+	if errors.Is(err, nats.ErrMaxPayload) && (res.Content != "" || res.ToolCalls != nil) {
+		// The answer does not fit a NATS message: report the failure rather
+		// than leave the dispatcher waiting for a result that never comes.
+		res.Content, res.ToolCalls = "", nil
+		res.StatusClass, res.ErrorScope = schemas.StatusServerError, schemas.ScopeTransient
+		res.ErrorMessage = "answer exceeds the NATS max payload"
+		_ = r.w.publishReply(r.att.ReplyInbox, res)
+	}
+}
+
+// FirstByte implements upstream.Sink.
+func (r *attemptRun) FirstByte() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.firstByteLocked()
+}
+
+func (r *attemptRun) firstByteLocked() {
+	if !r.firstByteAt.IsZero() {
+		return
+	}
+	r.firstByteAt = r.w.cfg.Now()
+	r.send(schemas.FirstByte{
+		GroupID: r.att.GroupID, Attempt: r.att.Attempt,
+		ElapsedMs: max(r.firstByteAt.Sub(r.received).Milliseconds(), 0),
+	})
+}
+
+// Delta implements upstream.Sink: the chunk holding the first content or
+// tool-call token goes out at once, as it is the default commit point; later
+// output waits for CoalesceTokens tokens or CoalesceDelay.
+func (r *attemptRun) Delta(d upstream.Delta) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.firstByteLocked() // the adapter reports it first; never send a chunk without it
+	r.cumTokens += int64(d.Tokens)
+	if !r.stream {
+		return
+	}
+	wasEmpty := r.pend.empty()
+	r.pend.add(d)
+	isToken := d.Content != "" || hasToolCalls(d.ToolCalls)
+	switch {
+	case isToken && !r.firstToken:
+		r.firstToken = true
+		r.flushLocked(true)
+	case r.pend.tokens >= int64(r.w.cfg.CoalesceTokens):
+		r.flushLocked(false)
+	case wasEmpty && !r.pend.empty():
+		r.pendingSince = time.Now()
+		select {
+		case r.arm <- struct{}{}:
+		default: // the pacer has a signal to read already
+		}
+	}
+}
+
+// flushLocked sends the pending output as the next Chunk.
+func (r *attemptRun) flushLocked(first bool) {
+	if r.pend.empty() || r.done {
+		return
+	}
+	r.seq++
+	c := schemas.Chunk{
+		GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.seq,
+		Delta:  r.pend.content.String(),
+		Tokens: r.pend.tokens, CumulativeTokens: r.cumTokens,
+		First: first,
+	}
+	if len(r.pend.toolCalls) > 0 {
+		raw, err := json.Marshal(r.pend.toolCalls)
+		if err == nil {
+			c.ToolCalls = raw
+		}
+	}
+	r.pend.reset()
+	r.send(c)
+}
+
+// send publishes one progress message; if the reply inbox is unreachable,
+// the attempt stops, since nobody would see its answer.
+func (r *attemptRun) send(m json.Marshaler) {
+	if err := r.w.publishReply(r.att.ReplyInbox, m); err != nil {
+		r.cancel(errReplyLost)
+	}
+}
+
+// heartbeat sends the next heartbeat; false once the first byte has made
+// heartbeats unnecessary.
+func (r *attemptRun) heartbeat() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || !r.firstByteAt.IsZero() {
+		return false
+	}
+	r.heartbeats++
+	r.send(schemas.Heartbeat{GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.heartbeats})
+	return true
+}
+
+// pace runs beside the upstream call: heartbeats until the first byte, and
+// the flush of output that has waited CoalesceDelay.
+func (r *attemptRun) pace(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	hb := time.NewTicker(r.w.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	beats := hb.C
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-beats:
+			if !r.heartbeat() {
+				hb.Stop()
+				beats = nil
+			}
+		case <-r.arm:
+			r.flushWhenDue(flush)
+		case <-flush.C:
+			r.flushWhenDue(flush)
+		}
+	}
+}
+
+// flushWhenDue flushes pending output that has waited CoalesceDelay, or sets
+// t for when it will have.
+func (r *attemptRun) flushWhenDue(t *time.Timer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || r.pend.empty() {
+		return
+	}
+	if wait := time.Until(r.pendingSince.Add(r.w.cfg.CoalesceDelay)); wait > 0 {
+		t.Reset(wait)
+		return
+	}
+	r.flushLocked(false)
+}

@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/worker/upstream"
+)
+
+// Defaults of the optional Config fields.
+const (
+	// DefaultMaxInflight bounds the attempts one worker runs at once.
+	DefaultMaxInflight = 64
+	// DefaultHeartbeatInterval is a fifth of the dispatcher's default
+	// heartbeat timeout (1 s), so three lost heartbeats in a row still do
+	// not trip it, and below the default accept timeout (250 ms).
+	DefaultHeartbeatInterval = 200 * time.Millisecond
+	// DefaultCoalesceTokens and DefaultCoalesceDelay bound a chunk: it is
+	// sent once it holds this many tokens, or this long after its first
+	// token, whichever comes first (DESIGN §8).
+	DefaultCoalesceTokens = 16
+	DefaultCoalesceDelay  = 5 * time.Millisecond
+	// DefaultDrainGrace is how long Stop lets in-flight attempts finish;
+	// it leaves room within a typical 30 s termination grace period.
+	DefaultDrainGrace = 20 * time.Second
+)
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("invalid worker config")
+
+// routePattern is the NATS-subject-safe token a route name must be (DESIGN §8).
+var routePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// idPattern is the schema's opaque identifier, which a worker id must be to
+// appear in Accept and records.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// Config configures a Worker for one route.
+type Config struct {
+	// Route is the route this worker serves; it names the attempt subject
+	// and queue group. Required.
+	Route string
+	// Upstream runs attempts against the route's provider. Required. If it
+	// also has a CloseIdleConnections method, Stop calls it.
+	Upstream upstream.Upstream
+	// Conn is the NATS connection; the worker does not close it. Required.
+	Conn *nats.Conn
+	// WorkerID names the worker in Accept, results and records; empty
+	// generates "<route>-<random hex>".
+	WorkerID string
+	// MaxInflight is how many attempts the worker runs at once; an attempt
+	// beyond it is answered Busy. 0 means DefaultMaxInflight.
+	MaxInflight int
+	// HeartbeatInterval is the period of heartbeats before the first byte.
+	// 0 means DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// CoalesceTokens and CoalesceDelay bound a chunk (see the package
+	// documentation). 0 means the defaults.
+	CoalesceTokens int
+	CoalesceDelay  time.Duration
+	// DrainGrace is how long Stop waits for in-flight attempts before
+	// cancelling them. 0 means DefaultDrainGrace.
+	DrainGrace time.Duration
+	// Now is the clock for elapsed times, deadlines and record times; nil
+	// means time.Now. Timers (heartbeats, coalescing, the upstream
+	// deadline) run on real time for the durations this clock measures.
+	Now func() time.Time
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics are the Prometheus collectors to count into; several workers
+	// of one process share one (see NewMetrics). Nil counts into
+	// collectors no registry sees.
+	Metrics *Metrics
+	// FingerprintKey is the deployment secret keying the prompt
+	// fingerprint of records (schemas.PromptFingerprint); it must be the
+	// dispatcher's for records to correlate. Empty uses a random key of
+	// this worker, so fingerprints never leak an unkeyed hash.
+	FingerprintKey []byte
+	// CostBand buckets an attempt's usage for its record; nil uses
+	// DefaultCostBand.
+	CostBand func(schemas.Usage) schemas.CostBand
+}
+
+// withDefaults validates c and returns it with its defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case !routePattern.MatchString(c.Route):
+		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidConfig, c.Route, routePattern)
+	case c.Upstream == nil:
+		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidConfig, c.Route)
+	case c.Conn == nil:
+		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidConfig, c.Route)
+	case c.MaxInflight < 0, c.HeartbeatInterval < 0, c.CoalesceTokens < 0, c.CoalesceDelay < 0, c.DrainGrace < 0:
+		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidConfig, c.Route)
+	}
+	if c.WorkerID == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return c, fmt.Errorf("generate worker id: %w", err)
+		}
+		c.WorkerID = c.Route + "-" + hex.EncodeToString(b[:])
+	}
+	if !idPattern.MatchString(c.WorkerID) {
+		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidConfig, c.WorkerID, idPattern)
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.CoalesceTokens == 0 {
+		c.CoalesceTokens = DefaultCoalesceTokens
+	}
+	if c.CoalesceDelay == 0 {
+		c.CoalesceDelay = DefaultCoalesceDelay
+	}
+	if c.DrainGrace == 0 {
+		c.DrainGrace = DefaultDrainGrace
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if len(c.FingerprintKey) == 0 {
+		c.FingerprintKey = make([]byte, 32)
+		if _, err := rand.Read(c.FingerprintKey); err != nil {
+			return c, fmt.Errorf("generate fingerprint key: %w", err)
+		}
+	}
+	if c.CostBand == nil {
+		c.CostBand = DefaultCostBand
+	}
+	return c, nil
+}
+
+// Thresholds of DefaultCostBand, in cost units (input + 4 × output).
+const (
+	CostMediumFrom = 4_000
+	CostHighFrom   = 40_000
+)
+
+// DefaultCostBand buckets usage at the pinned list-price ratio (input × 1 +
+// output × 4, DESIGN §11): low below CostMediumFrom, high from CostHighFrom.
+// With the workload's median request (≈750 input, ≈150 output tokens) a
+// single attempt is low; a long answer to a long prompt is medium.
+func DefaultCostBand(u schemas.Usage) schemas.CostBand {
+	cost := u.InputUnits + 4*u.OutputUnits
+	switch {
+	case cost >= CostHighFrom:
+		return schemas.CostHigh
+	case cost >= CostMediumFrom:
+		return schemas.CostMedium
+	}
+	return schemas.CostLow
+}

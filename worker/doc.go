@@ -1,0 +1,58 @@
+// Package worker is hedgerow's stateless attempt runner: it takes attempts of
+// one route from NATS, runs each against the route's provider through an
+// upstream.Upstream, and reports progress and the outcome to the dispatcher
+// that sent it (DESIGN §2, §8).
+//
+// # Subjects
+//
+// A Worker subscribes to AttemptSubject(route) in the queue group
+// QueueGroup(route), so each attempt reaches one worker of the route, and to
+// one control inbox of its own, named in every Accept, on which the
+// dispatcher sends Cancels. It registers the NATS micro service ServiceName
+// with the route in its metadata, so readiness checks can ping
+// $SRV.PING.hedgerow-worker, and publishes each attempt's sanitized
+// schemas.AttemptRecord on AttemptEventsSubject.
+//
+// # One attempt on the reply inbox
+//
+// Every message of an attempt is published from one goroutine at a time on
+// one connection, so the dispatcher receives them in this order:
+//
+//	Busy                                   (at the in-flight limit, or stopping)
+//	Accept, Heartbeat*, FirstByte?, Chunk*, AttemptResult
+//
+// Accept is sent as soon as the attempt is decoded. Heartbeats (Seq from 1)
+// follow every HeartbeatInterval until the provider's first byte; FirstByte
+// is sent once, when the provider answers with a success status. Chunks
+// (streaming callers only) have Seq from 1 without gaps: the chunk holding
+// the first content or tool-call token is sent at once with First set, later
+// output is coalesced until CoalesceTokens tokens or CoalesceDelay after the
+// first unflushed token. AttemptResult ends the attempt and carries LastSeq,
+// so a lost trailing chunk shows as a gap. A non-streaming caller gets no
+// chunks: its whole answer is in the AttemptResult.
+//
+// # Cancels
+//
+// A Cancel for a running attempt cancels its upstream call at once (the
+// adapter closes the provider connection) and the attempt reports
+// status canceled with cancellation_observed set and the usage it observed;
+// estimating what the provider billed after the disconnect is the
+// dispatcher's job (budgets.EstimateCancelled). A Cancel for an attempt the
+// worker has not seen yet is remembered for PendingCancelTTL: if the attempt
+// arrives within it, the worker accepts it and reports it cancelled at once,
+// without calling the provider. A Cancel for an attempt that already ended
+// is ignored.
+//
+// # Deadlines and shutdown
+//
+// An attempt's upstream call is bounded by Attempt.EffectiveDeadline, the
+// earlier of the absolute deadline and the remaining budget measured on the
+// worker's clock; reaching it reports status timeout, scope transient.
+// Stop stops taking work at once — attempts still queued in the client are
+// answered Busy so the dispatcher replaces them elsewhere — lets in-flight
+// attempts finish within DrainGrace, then cancels the rest, which report
+// status canceled with scope transient (the dispatcher may replace them).
+//
+// Nothing about an attempt outlives it but a remembered early Cancel. No
+// prompt, output, header or key is logged, recorded or used as a metric label.
+package worker

@@ -1,0 +1,100 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Reasons an attempt message is dropped without an answer, the "reason"
+// label of hedgerow_worker_dropped_total.
+const (
+	DropVersion   = "version"   // a major version this worker does not speak
+	DropMalformed = "malformed" // not an attempt, or no group, number or reply inbox
+	DropDuplicate = "duplicate" // the same group and attempt is already running here
+)
+
+// Metrics are the worker's Prometheus collectors (DESIGN §9). One Metrics is
+// shared by every worker of a process, so that several routes can run in one
+// process against one registry; the route is a label.
+type Metrics struct {
+	attempts      *prometheus.CounterVec
+	inflight      *prometheus.GaugeVec
+	dropped       *prometheus.CounterVec
+	cancellations *prometheus.CounterVec
+	cancelLatency prometheus.Histogram
+}
+
+// NewMetrics returns unregistered collectors; register them with Register
+// or Collectors.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_worker_attempts_total",
+			Help: "Attempts a worker answered, by route and status class (busy: refused at the in-flight limit or while stopping).",
+		}, []string{"route", "status"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hedgerow_worker_inflight",
+			Help: "Attempts a worker is running.",
+		}, []string{"route"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_worker_dropped_total",
+			Help: "Attempt messages a worker dropped without an answer: version, malformed or duplicate.",
+		}, []string{"route", "reason"}),
+		cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_worker_cancellations_total",
+			Help: "Cancels a worker received for attempts it took, by whether the attempt stopped on it (true) or completed anyway (false).",
+		}, []string{"observed"}),
+		cancelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hedgerow_cancel_latency_seconds",
+			Help:    "Time from a worker receiving a cancel to its upstream call returning.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms … ~16 s
+		}),
+	}
+}
+
+// Collectors returns the collectors, for callers that register them
+// themselves.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency}
+}
+
+// Register registers every collector with reg.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	var errs []error
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("register worker metrics: %w", err)
+	}
+	return nil
+}
+
+func (m *Metrics) answered(route string, status schemas.StatusClass) {
+	m.attempts.WithLabelValues(route, string(status)).Inc()
+}
+
+func (m *Metrics) drop(route, reason string) {
+	m.dropped.WithLabelValues(route, reason).Inc()
+}
+
+func (m *Metrics) setInflight(route string, n int) {
+	m.inflight.WithLabelValues(route).Set(float64(n))
+}
+
+// cancelled counts a cancel the worker received for an attempt it took;
+// latency is negative when the upstream call had already returned.
+func (m *Metrics) cancelled(observed bool, latency time.Duration) {
+	m.cancellations.WithLabelValues(strconv.FormatBool(observed)).Inc()
+	if latency >= 0 {
+		m.cancelLatency.Observe(latency.Seconds())
+	}
+}

@@ -1,0 +1,385 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Subjects and names of the wire (DESIGN §8).
+const (
+	// ServiceName is the NATS micro service every worker registers.
+	ServiceName = "hedgerow-worker"
+	// ServiceVersion is the micro service's version: the wire's major
+	// version as semver.
+	ServiceVersion = "1.0.0"
+	// AttemptEventsSubject carries the workers' sanitized attempt records.
+	AttemptEventsSubject = "hedgerow.events.attempt"
+)
+
+// AttemptSubject is the subject the dispatcher publishes a route's attempts on.
+func AttemptSubject(route string) string { return "hedgerow.attempt." + route }
+
+// QueueGroup is the queue group of a route's workers: each attempt reaches
+// one of them.
+func QueueGroup(route string) string { return "hedgerow-worker-" + route }
+
+// Errors of the Worker's lifecycle.
+var (
+	ErrStarted    = errors.New("worker already started")
+	ErrNotStarted = errors.New("worker not started")
+)
+
+// Causes of an attempt's context ending, which decide the status it reports.
+var (
+	errCancelled = errors.New("cancelled by the dispatcher")
+	errDeadline  = errors.New("attempt deadline reached")
+	errShutdown  = errors.New("worker shutting down")
+	errReplyLost = errors.New("reply inbox unreachable")
+)
+
+type lifecycle int
+
+const (
+	created lifecycle = iota
+	started
+	stopping
+	stopped
+)
+
+// Worker runs the attempts of one route. It holds no state about an attempt
+// beyond the attempt's own lifetime, except a briefly remembered early
+// Cancel (PendingCancelTTL). Create it with New, then Start and Stop it once.
+type Worker struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu          sync.Mutex
+	state       lifecycle
+	running     map[attemptKey]*attemptRun
+	pending     *pendingCancels
+	idle        chan struct{} // closed when stopping and nothing runs
+	attemptSub  *nats.Subscription
+	attemptDone <-chan nats.SubStatus
+	controlSub  *nats.Subscription
+	controlDone <-chan nats.SubStatus
+	svc         micro.Service
+	runs        sync.WaitGroup // one per attempt goroutine
+
+	controlInbox string
+
+	// testHookDrained, when set, is called once Stop has closed the attempt
+	// subscription: no attempt is taken after it.
+	testHookDrained func()
+}
+
+// New validates cfg and returns a worker that is not yet subscribed.
+func New(cfg Config) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg:     cfg,
+		log:     cfg.Logger.With("route", cfg.Route, "worker_id", cfg.WorkerID),
+		metrics: cfg.Metrics,
+		running: make(map[attemptKey]*attemptRun),
+		pending: newPendingCancels(),
+	}, nil
+}
+
+// ID returns the worker's id, as Accept and records name it.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// ControlInbox returns the subject the worker takes Cancels on; empty until
+// Start.
+func (w *Worker) ControlInbox() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.controlInbox
+}
+
+// Start subscribes to the control inbox, then to the route's attempts, and
+// registers the micro service, in that order, so that every Accept names an
+// inbox that is already listened on.
+func (w *Worker) Start() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != created {
+		return ErrStarted
+	}
+	nc := w.cfg.Conn
+	inbox := nc.NewInbox()
+	csub, err := nc.Subscribe(inbox, w.handleControl)
+	if err != nil {
+		return fmt.Errorf("worker %s: subscribe control inbox: %w", w.cfg.WorkerID, err)
+	}
+	asub, err := nc.QueueSubscribe(AttemptSubject(w.cfg.Route), QueueGroup(w.cfg.Route), w.handleAttempt)
+	if err != nil {
+		_ = csub.Unsubscribe()
+		return fmt.Errorf("worker %s: subscribe %s: %w", w.cfg.WorkerID, AttemptSubject(w.cfg.Route), err)
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "hedgerow attempt worker",
+		Metadata: map[string]string{
+			"route":        w.cfg.Route,
+			"worker_id":    w.cfg.WorkerID,
+			"subject":      AttemptSubject(w.cfg.Route),
+			"queue_group":  QueueGroup(w.cfg.Route),
+			"max_inflight": strconv.Itoa(w.cfg.MaxInflight),
+			"wire_version": strconv.Itoa(schemas.Version),
+		},
+	})
+	if err != nil {
+		_ = asub.Unsubscribe()
+		_ = csub.Unsubscribe()
+		return fmt.Errorf("worker %s: register micro service %s: %w", w.cfg.WorkerID, ServiceName, err)
+	}
+	// Return only once the server has the subscriptions: an attempt sent
+	// after Start reaches this worker, and a readiness ping is answered.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		_ = asub.Unsubscribe()
+		_ = csub.Unsubscribe()
+		return fmt.Errorf("worker %s: flush subscriptions: %w", w.cfg.WorkerID, err)
+	}
+	// Ask for the closed status before anything can close them.
+	w.attemptDone = asub.StatusChanged(nats.SubscriptionClosed)
+	w.controlDone = csub.StatusChanged(nats.SubscriptionClosed)
+	w.controlSub, w.attemptSub, w.svc, w.controlInbox = csub, asub, svc, inbox
+	w.state = started
+	w.metrics.setInflight(w.cfg.Route, 0)
+	w.log.Info("worker started", "subject", AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
+	return nil
+}
+
+// Stop is the worker's SIGTERM: it stops taking attempts at once (the
+// attempt subscription is drained, and attempts still queued in the client
+// are answered Busy so the dispatcher replaces them elsewhere), stops the
+// micro service so readiness fails, lets in-flight attempts finish within
+// DrainGrace, then cancels the rest, which report status canceled with
+// scope transient. Cancels are honoured until the last attempt ends. When
+// Stop returns nil no goroutine of the worker is left; ctx bounds the whole
+// wait, and on its expiry Stop cancels what runs and returns ctx's error.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != started {
+		st := w.state
+		w.mu.Unlock()
+		if st == created {
+			return ErrNotStarted
+		}
+		return nil
+	}
+	w.state = stopping
+	w.idle = make(chan struct{})
+	if len(w.running) == 0 {
+		close(w.idle)
+	}
+	w.mu.Unlock()
+
+	// The service first, so that readiness fails no later than the last
+	// attempt is taken; its unsubscriptions reach the server before the
+	// drain's flush does.
+	var errs []error
+	if err := w.svc.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stop micro service: %w", err))
+	}
+	if err := w.attemptSub.Drain(); err != nil {
+		// A closed connection closed the subscription too, silently.
+		errs = append(errs, fmt.Errorf("drain attempt subscription: %w", err))
+	} else if err := waitClosed(ctx, w.attemptDone); err != nil {
+		w.cancelAll(errShutdown)
+		return errors.Join(append(errs, fmt.Errorf("wait for attempt subscription to drain: %w", err))...)
+	}
+	// A drained subscription closes only after its last callback returned:
+	// every attempt delivered to this worker has been answered.
+	if w.testHookDrained != nil {
+		w.testHookDrained()
+	}
+
+	grace := time.NewTimer(w.cfg.DrainGrace)
+	select {
+	case <-w.idle:
+	case <-grace.C:
+		w.log.Warn("drain grace over, cancelling attempts", "grace", w.cfg.DrainGrace)
+	case <-ctx.Done():
+	}
+	grace.Stop()
+	w.cancelAll(errShutdown)
+
+	done := make(chan struct{})
+	go func() {
+		w.runs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Join(append(errs, fmt.Errorf("wait for cancelled attempts: %w", ctx.Err()))...)
+	}
+
+	if err := w.controlSub.Drain(); err != nil {
+		errs = append(errs, fmt.Errorf("drain control subscription: %w", err))
+	} else if err := waitClosed(ctx, w.controlDone); err != nil {
+		errs = append(errs, fmt.Errorf("wait for control subscription to drain: %w", err))
+	}
+	if err := flush(ctx, w.cfg.Conn); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		errs = append(errs, fmt.Errorf("flush results: %w", err))
+	}
+	if c, ok := w.cfg.Upstream.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	w.mu.Lock()
+	w.state = stopped
+	w.mu.Unlock()
+	w.log.Info("worker stopped")
+	return errors.Join(errs...)
+}
+
+// flush waits for the server to have everything published so far, within
+// ctx's deadline or else the client's default flush timeout.
+func flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); ok {
+		return nc.FlushWithContext(ctx)
+	}
+	return nc.Flush()
+}
+
+// waitClosed waits for a subscription's closed status, or ctx.
+func waitClosed(ctx context.Context, closed <-chan nats.SubStatus) error {
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *Worker) cancelAll(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.running {
+		r.cancel(cause)
+	}
+}
+
+// handleAttempt answers one attempt message. It runs on the attempt
+// subscription's goroutine, one message at a time, and returns at once:
+// the attempt itself runs on a goroutine of its own.
+func (w *Worker) handleAttempt(msg *nats.Msg) {
+	received := w.cfg.Now()
+
+	var att schemas.Attempt
+	if err := schemas.Decode(msg.Data, &att); err != nil {
+		reason := DropMalformed
+		if errors.Is(err, schemas.ErrUnsupportedVersion) {
+			reason = DropVersion
+		}
+		w.metrics.drop(w.cfg.Route, reason)
+		w.log.Warn("attempt dropped", "reason", reason, "error", err)
+		return
+	}
+	if att.GroupID == "" || att.Attempt < 1 || att.ReplyInbox == "" {
+		w.metrics.drop(w.cfg.Route, DropMalformed)
+		w.log.Warn("attempt dropped", "reason", DropMalformed, "group_id", att.GroupID, "attempt", att.Attempt)
+		return
+	}
+	key := attemptKey{att.GroupID, att.Attempt}
+
+	w.mu.Lock()
+	if _, dup := w.running[key]; dup {
+		w.mu.Unlock()
+		w.metrics.drop(w.cfg.Route, DropDuplicate)
+		w.log.Warn("attempt dropped", "reason", DropDuplicate, "group_id", att.GroupID, "attempt", att.Attempt)
+		return
+	}
+	if w.state != started || len(w.running) >= w.cfg.MaxInflight {
+		w.mu.Unlock()
+		w.publishReply(att.ReplyInbox, schemas.Busy{GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID})
+		w.metrics.answered(w.cfg.Route, schemas.StatusBusy)
+		return
+	}
+	early, cancelled := w.pending.take(key, received)
+	r := newAttemptRun(w, att, received)
+	w.running[key] = r
+	w.metrics.setInflight(w.cfg.Route, len(w.running))
+	if cancelled {
+		r.cancelAt, r.cancelReason = early.at, early.reason
+		r.cancel(errCancelled)
+	}
+	w.runs.Add(1)
+	w.mu.Unlock()
+
+	if err := w.publishReply(att.ReplyInbox, schemas.Accept{
+		GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID, ControlInbox: w.controlInbox,
+	}); err != nil {
+		r.cancel(errReplyLost)
+	}
+	// Published after the Accept, so every later message follows it.
+	go r.run()
+}
+
+// handleControl applies a Cancel from the control inbox.
+func (w *Worker) handleControl(msg *nats.Msg) {
+	now := w.cfg.Now()
+	var c schemas.Cancel
+	if err := schemas.Decode(msg.Data, &c); err != nil {
+		w.log.Warn("control message dropped", "error", err)
+		return
+	}
+	key := attemptKey{c.GroupID, c.Attempt}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.running[key]
+	if !ok {
+		w.pending.add(key, c.Reason, now)
+		return
+	}
+	if r.cancelAt.IsZero() {
+		r.cancelAt, r.cancelReason = now, c.Reason
+		r.cancel(errCancelled)
+	}
+}
+
+// finish removes an ended attempt and returns what cancel it had received.
+func (w *Worker) finish(r *attemptRun) (cancelAt time.Time, reason schemas.CancelReason) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.running, r.key)
+	w.metrics.setInflight(w.cfg.Route, len(w.running))
+	if w.state == stopping && len(w.running) == 0 {
+		select {
+		case <-w.idle:
+		default:
+			close(w.idle)
+		}
+	}
+	return r.cancelAt, r.cancelReason
+}
+
+// publishReply publishes one message on an attempt's reply inbox.
+func (w *Worker) publishReply(inbox string, m json.Marshaler) error {
+	data, err := m.MarshalJSON()
+	if err == nil {
+		err = w.cfg.Conn.Publish(inbox, data)
+	}
+	if err != nil {
+		w.log.Warn("reply not published", "error", err)
+		return fmt.Errorf("publish reply: %w", err)
+	}
+	return nil
+}
