@@ -82,6 +82,38 @@ type class struct {
 	policy    *config.Policy
 	estimator *delay.Estimator
 	guardrail *delay.Guardrail
+
+	decodeMu   sync.Mutex
+	decodeRate float64 // output tokens per second of completed attempts, smoothed
+}
+
+// initialDecodeRate is assumed until a class has completed an attempt; it
+// only sizes the usage estimate of cancelled attempts (DESIGN §7).
+const initialDecodeRate = 100
+
+// observeDecode folds a completed attempt's decode rate into the class's.
+func (c *class) observeDecode(tokens int64, decode time.Duration) {
+	if tokens < 2 || decode <= 0 {
+		return
+	}
+	rate := float64(tokens) / decode.Seconds()
+	c.decodeMu.Lock()
+	defer c.decodeMu.Unlock()
+	if c.decodeRate == 0 {
+		c.decodeRate = rate
+		return
+	}
+	c.decodeRate += 0.05 * (rate - c.decodeRate)
+}
+
+// decodeTokensPerSecond is the class's current decode rate.
+func (c *class) decodeTokensPerSecond() float64 {
+	c.decodeMu.Lock()
+	defer c.decodeMu.Unlock()
+	if c.decodeRate == 0 {
+		return initialDecodeRate
+	}
+	return c.decodeRate
 }
 
 // New builds a Dispatcher from its configuration.

@@ -203,7 +203,7 @@ func (g *group) startEvent() hedge.Start {
 		Streaming:             g.sub.Request.Stream,
 		NeedsCompleteAnswer:   g.contract.NeedsComplete(),
 		InputUnits:            estimateInput(g.sub.Request),
-		DecodeTokensPerSecond: 50,
+		DecodeTokensPerSecond: g.class.decodeTokensPerSecond(),
 	}
 	now := g.d.now()
 	d := g.class.estimator.Delay(g.cohort, now, g.deadline)
@@ -670,6 +670,9 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 		} else {
 			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
 		}
+	}
+	if e.Status == schemas.StatusOK && e.FirstByte > 0 && !e.Usage.Estimated {
+		g.class.observeDecode(e.Usage.OutputUnits, e.Elapsed-e.FirstByte)
 	}
 	if e.Outcome == hedge.OutcomeLoserLate {
 		d.metrics.late.Inc()

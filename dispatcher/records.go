@@ -5,18 +5,6 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// costBand buckets an amount of usage units (input + 4 × output, DESIGN §11's
-// list-price ratio) so records show spend without prices.
-func costBand(u schemas.Usage) schemas.CostBand {
-	switch c := u.InputUnits + 4*u.OutputUnits; {
-	case c < 2_000:
-		return schemas.CostLow
-	case c < 20_000:
-		return schemas.CostMedium
-	}
-	return schemas.CostHigh
-}
-
 func millis(d interface{ Milliseconds() int64 }) *int64 {
 	v := d.Milliseconds()
 	return &v
@@ -42,7 +30,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 		Outcome:   schemas.Outcome(e.Outcome), StatusClass: e.Status, ErrorScope: e.Scope,
 		ContractValid: e.ContractValid, CancellationSent: e.CancellationSent, CancellationObserved: e.CancellationObserved,
 		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
-		CostBand: costBand(e.Usage), PromptFingerprint: g.print,
+		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.print,
 	}
 	if e.FirstByte > 0 {
 		r.FirstByteMs = millis(e.FirstByte)
@@ -66,7 +54,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,
 		LoserFinishedLate: e.LoserFinishedLate,
 		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
-		CostBand: costBand(e.Usage), PromptFingerprint: g.print, GuardrailDecision: g.guard,
+		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.print, GuardrailDecision: g.guard,
 		ErrorScope: e.Scope,
 	}
 	if r.ErrorScope == "" {

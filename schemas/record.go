@@ -62,6 +62,28 @@ const (
 	CostHigh   CostBand = "high"
 )
 
+// Thresholds of CostBandOf, in cost units (input + 4 × output).
+const (
+	CostMediumFrom = 4_000
+	CostHighFrom   = 40_000
+)
+
+// CostBandOf buckets usage at the pinned list-price ratio (input × 1 +
+// output × 4, DESIGN §11): low below CostMediumFrom, high from CostHighFrom.
+// With the workload's median request (≈750 input, ≈150 output tokens) a
+// single attempt is low; a long answer to a long prompt is medium. Workers
+// and dispatchers band with it alike, so their records agree.
+func CostBandOf(u Usage) CostBand {
+	cost := u.InputUnits + 4*u.OutputUnits
+	switch {
+	case cost >= CostHighFrom:
+		return CostHigh
+	case cost >= CostMediumFrom:
+		return CostMedium
+	}
+	return CostLow
+}
+
 // GuardrailDecision is what the cohort's hedging guardrail decided for a group.
 type GuardrailDecision string
 

@@ -453,3 +453,20 @@ func TestRecordsHaveNoFieldForPromptOutputOrCredentials(t *testing.T) {
 		}
 	}
 }
+
+func TestCostBandWeighsOutputFourTimes(t *testing.T) {
+	for _, tc := range []struct {
+		u    Usage
+		want CostBand
+	}{
+		{Usage{}, CostLow},
+		{Usage{InputUnits: 750, OutputUnits: 150}, CostLow},
+		{Usage{InputUnits: 0, OutputUnits: CostMediumFrom / 4}, CostMedium},
+		{Usage{InputUnits: CostMediumFrom - 1}, CostLow},
+		{Usage{InputUnits: CostHighFrom - 4, OutputUnits: 1}, CostHigh},
+	} {
+		if got := CostBandOf(tc.u); got != tc.want {
+			t.Errorf("CostBandOf(%+v) = %s, want %s", tc.u, got, tc.want)
+		}
+	}
+}

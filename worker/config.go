@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
@@ -84,9 +83,6 @@ type Config struct {
 	// dispatcher's for records to correlate. Empty uses a random key of
 	// this worker, so fingerprints never leak an unkeyed hash.
 	FingerprintKey []byte
-	// CostBand buckets an attempt's usage for its record; nil uses
-	// DefaultCostBand.
-	CostBand func(schemas.Usage) schemas.CostBand
 }
 
 // withDefaults validates c and returns it with its defaults filled in.
@@ -141,29 +137,5 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("generate fingerprint key: %w", err)
 		}
 	}
-	if c.CostBand == nil {
-		c.CostBand = DefaultCostBand
-	}
 	return c, nil
-}
-
-// Thresholds of DefaultCostBand, in cost units (input + 4 × output).
-const (
-	CostMediumFrom = 4_000
-	CostHighFrom   = 40_000
-)
-
-// DefaultCostBand buckets usage at the pinned list-price ratio (input × 1 +
-// output × 4, DESIGN §11): low below CostMediumFrom, high from CostHighFrom.
-// With the workload's median request (≈750 input, ≈150 output tokens) a
-// single attempt is low; a long answer to a long prompt is medium.
-func DefaultCostBand(u schemas.Usage) schemas.CostBand {
-	cost := u.InputUnits + 4*u.OutputUnits
-	switch {
-	case cost >= CostHighFrom:
-		return schemas.CostHigh
-	case cost >= CostMediumFrom:
-		return schemas.CostMedium
-	}
-	return schemas.CostLow
 }

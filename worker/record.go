@@ -46,7 +46,7 @@ func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usag
 		UsageInputUnits:      usage.InputUnits,
 		UsageOutputUnits:     usage.OutputUnits,
 		UsageEstimated:       usage.Estimated,
-		CostBand:             cfg.CostBand(usage),
+		CostBand:             schemas.CostBandOf(usage),
 		PromptFingerprint:    fp,
 	}
 	data, err := rec.MarshalJSON()

@@ -174,20 +174,3 @@ func TestCoalescedToolCallFragmentsKeepTheirOrder(t *testing.T) {
 		t.Errorf("coalesced %s (%d tokens), want %s (3)", got, p.tokens, want)
 	}
 }
-
-func TestDefaultCostBandWeighsOutputFourTimes(t *testing.T) {
-	for _, tc := range []struct {
-		u    schemas.Usage
-		want schemas.CostBand
-	}{
-		{schemas.Usage{}, schemas.CostLow},
-		{schemas.Usage{InputUnits: 750, OutputUnits: 150}, schemas.CostLow},
-		{schemas.Usage{InputUnits: 0, OutputUnits: CostMediumFrom / 4}, schemas.CostMedium},
-		{schemas.Usage{InputUnits: CostMediumFrom - 1}, schemas.CostLow},
-		{schemas.Usage{InputUnits: CostHighFrom - 4, OutputUnits: 1}, schemas.CostHigh},
-	} {
-		if got := DefaultCostBand(tc.u); got != tc.want {
-			t.Errorf("DefaultCostBand(%+v) = %s, want %s", tc.u, got, tc.want)
-		}
-	}
-}
