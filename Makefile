@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test lint fuzz simulate clean
+.PHONY: build test lint fuzz simulate demo clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -30,6 +30,11 @@ simulate: build
 	@echo
 	$(BIN) simulate --workload mixed --requests 200000 --seed 1 --plot bin/simulate-mixed.png
 	@echo "plots: bin/simulate-gpt4o.png bin/simulate-mixed.png"
+
+# The main job: the live system (serve, three fake routes, NATS, workers) under a
+# Poisson load, once primary-only and once hedged, side by side.
+demo: build
+	$(BIN) demo
 
 clean:
 	rm -rf bin

@@ -63,6 +63,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 	if e.Committed {
 		r.Outcome, r.StatusClass = schemas.GroupCommitted, schemas.StatusOK
 		r.WinnerAttempt = e.Winner
+		r.CommittedUnixMs = g.start.Add(e.Latency).UnixMilli()
 		if w := g.attempt(e.Winner); w != nil {
 			r.WinnerRole, r.WinnerRoute = w.role, w.route
 			if w.firstByte > 0 {

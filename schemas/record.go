@@ -193,6 +193,10 @@ type GroupRecord struct {
 	OverallDeadlineMs int64  `json:"overall_deadline_ms"`
 	ElapsedMs         int64  `json:"elapsed_ms"`
 	FirstByteMs       *int64 `json:"first_byte_ms,omitempty"` // the committed stream's
+	// CommittedUnixMs is the wall-clock instant of the commit, unix
+	// milliseconds; absent for a failed group. Losers' cancellations are
+	// measured from it (commit → upstream disconnect).
+	CommittedUnixMs int64 `json:"committed_unix_ms,omitempty"`
 
 	Outcome     GroupOutcome `json:"outcome"`
 	StatusClass StatusClass  `json:"status_class"` // the winner's, or the terminal failure's

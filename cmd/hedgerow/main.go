@@ -31,6 +31,7 @@ result and cancels the rest.`,
 	root.AddCommand(newGatewayCmd())
 	root.AddCommand(newWorkerCmd())
 	root.AddCommand(newFakeLLMCmd())
+	root.AddCommand(newDemoCmd())
 	return root
 }
 

@@ -1,0 +1,193 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// recorder is the independent subscriber of the attempt and group records:
+// its own NATS connection, counting what the records say, so double commits
+// are judged by the published record rather than by the code that prevents
+// them.
+type recorder struct {
+	nc   *nats.Conn
+	subs []*nats.Subscription
+
+	mu       sync.Mutex
+	groups   map[string][]schemas.GroupRecord   // by user action id
+	attempts map[string][]schemas.AttemptRecord // by hedge group id
+	nGroups  int
+	nAttempt int
+	bad      int           // records that did not decode
+	changed  chan struct{} // a group record arrived (capacity 1)
+}
+
+// startRecorder connects to url and subscribes to both record subjects,
+// returning once the server has registered the subscriptions.
+func startRecorder(url string) (*recorder, error) {
+	nc, err := nats.Connect(url, nats.Name("hedgerow-demo-recorder"))
+	if err != nil {
+		return nil, fmt.Errorf("recorder: connect to %s: %w", url, err)
+	}
+	r := &recorder{
+		nc: nc, groups: map[string][]schemas.GroupRecord{}, attempts: map[string][]schemas.AttemptRecord{},
+		changed: make(chan struct{}, 1),
+	}
+	for subject, handler := range map[string]nats.MsgHandler{
+		dispatcher.GroupRecordSubject:   r.onGroup,
+		dispatcher.AttemptRecordSubject: r.onAttempt,
+	} {
+		sub, err := nc.Subscribe(subject, handler)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("recorder: subscribe %s: %w", subject, err)
+		}
+		// Records must never be dropped as a slow consumer's.
+		if err := sub.SetPendingLimits(-1, -1); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("recorder: %w", err)
+		}
+		r.subs = append(r.subs, sub)
+	}
+	if err := nc.Flush(); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("recorder: flush subscriptions: %w", err)
+	}
+	return r, nil
+}
+
+func (r *recorder) onGroup(m *nats.Msg) {
+	var g schemas.GroupRecord
+	err := json.Unmarshal(m.Data, &g)
+	r.mu.Lock()
+	if err != nil {
+		r.bad++
+	} else {
+		r.groups[g.UserActionID] = append(r.groups[g.UserActionID], g)
+		r.nGroups++
+	}
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) onAttempt(m *nats.Msg) {
+	var a schemas.AttemptRecord
+	err := json.Unmarshal(m.Data, &a)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.bad++
+		return
+	}
+	r.attempts[a.HedgeGroupID] = append(r.attempts[a.HedgeGroupID], a)
+	r.nAttempt++
+}
+
+// waitGroups waits until every user action in uas has a group record, for
+// at most timeout; it returns how many are still missing.
+func (r *recorder) waitGroups(ctx context.Context, uas []string, timeout time.Duration) (int, error) {
+	limit := time.NewTimer(timeout)
+	defer limit.Stop()
+	for {
+		missing := r.missing(uas)
+		if missing == 0 {
+			return 0, nil
+		}
+		select {
+		case <-r.changed:
+		case <-limit.C:
+			return missing, nil
+		case <-ctx.Done():
+			return missing, ctx.Err()
+		}
+	}
+}
+
+func (r *recorder) missing(uas []string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ua := range uas {
+		if len(r.groups[ua]) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// group returns the first group record of a user action and how many of
+// its group records say committed.
+func (r *recorder) group(ua string) (first *schemas.GroupRecord, committed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gs := r.groups[ua]
+	for i := range gs {
+		if gs[i].Outcome == schemas.GroupCommitted {
+			committed++
+		}
+	}
+	if len(gs) == 0 {
+		return nil, 0
+	}
+	g := gs[0]
+	return &g, committed
+}
+
+// doubleCommits counts, over every record seen, the user actions with more
+// than one committed group record and the groups with more than one attempt
+// record saying winner.
+func (r *recorder) doubleCommits() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, gs := range r.groups {
+		committed := 0
+		for _, g := range gs {
+			if g.Outcome == schemas.GroupCommitted {
+				committed++
+			}
+		}
+		if committed > 1 {
+			n++
+		}
+	}
+	for _, as := range r.attempts {
+		winners := 0
+		for _, a := range as {
+			if a.Outcome == schemas.OutcomeWinner {
+				winners++
+			}
+		}
+		if winners > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// counts reports how many group and attempt records arrived, and how many
+// did not decode.
+func (r *recorder) counts() (groups, attempts, bad int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nGroups, r.nAttempt, r.bad
+}
+
+// close ends the subscriptions and closes the connection.
+func (r *recorder) close() {
+	for _, s := range r.subs {
+		_ = s.Unsubscribe()
+	}
+	r.nc.Close()
+}

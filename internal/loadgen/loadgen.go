@@ -1,0 +1,279 @@
+// Package loadgen is an open-loop load generator for hedgerow's
+// OpenAI-compatible HTTP front door (and any server that speaks it).
+//
+// Requests are sent at seeded Poisson arrival times whether or not earlier
+// ones have been answered — a closed loop would slow down exactly when the
+// server does and hide its tail (coordinated omission). Concurrency is bounded
+// only by a generous cap; a send the cap holds back is flagged, and every
+// latency is measured from when the request was due, not from when it went
+// out, so a held-back send still counts its wait.
+//
+// Each response is read to its end: a stream is parsed as server-sent events
+// for the time to its first content token and its total time; the
+// X-Hedgerow-* values are read from the headers or, when the server declared
+// them as trailers, from the trailers after the last event.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the optional Config fields.
+const (
+	DefaultPath        = "/v1/chat/completions"
+	DefaultMaxInFlight = 1024
+)
+
+// ErrInvalidConfig is wrapped by every error about the Config itself.
+var ErrInvalidConfig = errors.New("invalid load generator config")
+
+// Request is one request of a run: a JSON body and the headers that go with
+// it (e.g. X-Hedgerow-Operation, Idempotency-Key).
+type Request struct {
+	Body   []byte
+	Header http.Header
+}
+
+// Config describes one run.
+type Config struct {
+	// BaseURL is the server's root, e.g. "http://127.0.0.1:8080"; Path is
+	// appended to it (empty: DefaultPath).
+	BaseURL string
+	Path    string
+	// APIKey is sent as a bearer token when set.
+	APIKey string
+	// Requests are sent in order, one per arrival.
+	Requests []Request
+	// Rate is the mean of the Poisson arrivals, per second; Seed makes the
+	// gaps between them reproducible (see PoissonGaps).
+	Rate float64
+	Seed uint64
+	// Timeout is each request's client deadline, from when it is sent to the
+	// end of its response. Required: it is what bounds a run in time.
+	Timeout time.Duration
+	// MaxInFlight caps requests in flight (0: DefaultMaxInFlight); it is a
+	// safety bound, not a pacing mechanism.
+	MaxInFlight int
+	// Client sends the requests; nil means NewClient(MaxInFlight).
+	Client *http.Client
+	// Progress, when set, is told of every finished request, from the
+	// request's goroutine; it must not block.
+	Progress func(Result)
+	// OnCapWait, when set, is called when a due request has to wait for the
+	// in-flight cap, before it waits.
+	OnCapWait func(index int)
+	// Now is the clock; nil means time.Now. Waits use real timers.
+	Now func() time.Time
+}
+
+// Result is what one request measured. Durations are from when the request
+// was due (its arrival time), so a send held back by the cap counts its wait.
+type Result struct {
+	Index int
+	// Due and Sent are offsets from the start of the run.
+	Due  time.Duration
+	Sent time.Duration
+	// CapDelayed is set when the in-flight cap held the send back.
+	CapDelayed bool
+	// Status is the HTTP status; 0 when no response arrived.
+	Status int
+	// Err is why the request did not end in a complete answer: a transport
+	// error, a *StatusError, an error event in the stream, or ErrIncomplete.
+	Err error
+	// FirstToken is the time to the first content or tool-call token; zero
+	// when none arrived. Total is the time to the end of the response.
+	FirstToken time.Duration
+	Total      time.Duration
+	// Chunks counts the stream's events that carried content or tool calls.
+	Chunks int
+	Hedge  Hedge
+}
+
+// Hedge holds the X-Hedgerow-* values of a response: how the answer was won.
+type Hedge struct {
+	Attempts    int
+	Hedged      bool
+	WinnerRoute string
+	Gate        string
+	// FromTrailers is set when the values came as HTTP trailers.
+	FromTrailers bool
+}
+
+// Summary is the outcome of a run.
+type Summary struct {
+	// Start is when the run began; every Result's offsets count from it.
+	Start time.Time
+	// Results are indexed like Config.Requests; a request never sent (the
+	// run was cancelled first) has Status 0 and Err set.
+	Results []Result
+	// Sent counts the requests sent, CapDelayed those the cap held back.
+	Sent, CapDelayed int
+	// Elapsed is from Start until the last response ended.
+	Elapsed time.Duration
+}
+
+// PoissonGaps returns the n gaps between arrivals of a Poisson process of
+// the given rate (per second), the first measured from the start: a pure
+// function of the seed, so two runs with one seed send at the same offsets.
+func PoissonGaps(n int, rate float64, seed uint64) ([]time.Duration, error) {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return nil, fmt.Errorf("%w: rate %v per second must be finite and > 0", ErrInvalidConfig, rate)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: %d gaps", ErrInvalidConfig, n)
+	}
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	gaps := make([]time.Duration, n)
+	for i := range gaps {
+		gaps[i] = time.Duration(r.ExpFloat64() / rate * float64(time.Second))
+	}
+	return gaps, nil
+}
+
+// NewClient returns an HTTP client whose transport keeps up to maxInFlight
+// connections per host alive, so an open-loop run does not dial (and measure
+// a TCP handshake) for most requests. It sets no timeout of its own: each
+// request carries Config.Timeout.
+func NewClient(maxInFlight int) *http.Client {
+	if maxInFlight <= 0 {
+		maxInFlight = DefaultMaxInFlight
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxInFlight
+	t.MaxIdleConnsPerHost = maxInFlight
+	t.DisableCompression = true // a stream must not wait on a gzip buffer
+	return &http.Client{Transport: t}
+}
+
+// Run sends cfg.Requests at their Poisson arrival times and returns what each
+// measured once every response has ended. Cancelling ctx stops sending and
+// cancels the requests in flight; Run then returns the summary so far with
+// ctx's error.
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	target, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	gaps, err := PoissonGaps(len(cfg.Requests), cfg.Rate, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	g := &generator{cfg: cfg, url: target, now: cfg.Now, client: cfg.Client}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.client == nil {
+		// A client of its own leaves no idle connections behind.
+		g.client = NewClient(cfg.MaxInFlight)
+		defer g.client.CloseIdleConnections()
+	}
+	return g.run(ctx, gaps)
+}
+
+func (c Config) validate() (string, error) {
+	bad := func(format string, args ...any) (string, error) {
+		return "", fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("base URL %q: want an absolute http:// or https:// URL", c.BaseURL)
+	}
+	if c.Timeout <= 0 {
+		return bad("timeout %v: every request needs a client deadline", c.Timeout)
+	}
+	if c.MaxInFlight < 0 {
+		return bad("max in flight %d is negative", c.MaxInFlight)
+	}
+	path := c.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	return strings.TrimSuffix(c.BaseURL, "/") + "/" + strings.TrimPrefix(path, "/"), nil
+}
+
+// generator is one run in progress.
+type generator struct {
+	cfg    Config
+	url    string
+	now    func() time.Time
+	client *http.Client
+	start  time.Time
+}
+
+func (g *generator) run(ctx context.Context, gaps []time.Duration) (*Summary, error) {
+	limit := g.cfg.MaxInFlight
+	if limit == 0 {
+		limit = DefaultMaxInFlight
+	}
+	g.start = g.now()
+	sum := &Summary{Start: g.start, Results: make([]Result, len(g.cfg.Requests))}
+	slots := make(chan struct{}, limit)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var (
+		wg     sync.WaitGroup
+		due    time.Duration
+		runErr error
+	)
+	sent := 0
+schedule:
+	for i := range g.cfg.Requests {
+		due += gaps[i]
+		if wait := due - g.now().Sub(g.start); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				runErr = ctx.Err()
+				break schedule
+			}
+		}
+		delayed := false
+		select {
+		case slots <- struct{}{}:
+		default:
+			delayed = true
+			sum.CapDelayed++
+			if g.cfg.OnCapWait != nil {
+				g.cfg.OnCapWait(i)
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				runErr = ctx.Err()
+				break schedule
+			}
+		}
+		sent++
+		wg.Add(1)
+		go func(i int, due time.Duration, delayed bool) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			res := g.send(ctx, i, due)
+			res.CapDelayed = delayed
+			sum.Results[i] = res
+			if g.cfg.Progress != nil {
+				g.cfg.Progress(res)
+			}
+		}(i, due, delayed)
+	}
+	wg.Wait()
+	sum.Sent = sent
+	for i := sent; i < len(sum.Results); i++ {
+		sum.Results[i] = Result{Index: i, Err: fmt.Errorf("not sent: %w", runErr)}
+	}
+	sum.Elapsed = g.now().Sub(g.start)
+	if runErr != nil {
+		return sum, fmt.Errorf("load run stopped after %d of %d requests: %w", sent, len(g.cfg.Requests), runErr)
+	}
+	return sum, nil
+}
