@@ -72,6 +72,7 @@ type group struct {
 	finished  chan struct{}
 	out       chan delivery
 	gone      chan struct{} // closed when the caller stopped reading out
+	pending   []delivery    // for the caller, handed over after the event's actions
 	attempts  []*attemptState
 	start     time.Time
 	deadline  time.Duration
@@ -261,6 +262,7 @@ func (g *group) loop() {
 // handle steps one event and carries out what it leads to, including the
 // answers the driver gives at once (admission, budgets, elections).
 func (g *group) handle(input any) {
+	defer g.deliver()
 	var first hedge.Event
 	switch in := input.(type) {
 	case inboundEvent:
@@ -641,11 +643,21 @@ func (g *group) deliverChunk(ch schemas.Chunk) {
 
 // send hands a delivery to the caller; a slow caller slows its own group's
 // stream (backpressure), a departed one is skipped.
-func (g *group) send(dl delivery) {
-	select {
-	case g.out <- dl:
-	case <-g.gone:
+//
+// Deliveries wait until every action of the event was carried out, so the
+// cancels a commit decides go out before the caller is handed anything: a
+// slow caller must not delay stopping the losers.
+func (g *group) send(dl delivery) { g.pending = append(g.pending, dl) }
+
+// deliver hands the caller what this event produced, in order.
+func (g *group) deliver() {
+	for _, dl := range g.pending {
+		select {
+		case g.out <- dl:
+		case <-g.gone:
+		}
 	}
+	g.pending = g.pending[:0]
 }
 
 // finish hands the caller its one final delivery.

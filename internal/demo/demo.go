@@ -109,6 +109,10 @@ type Report struct {
 	// upstream disconnect over every loser of a committed group that the
 	// provider saw disconnect (both measured runs).
 	CancelLatencyP99Ms float64 `json:"cancel_latency_p99_ms"`
+	// CancelLatencyP50Ms and CancelLatencyMaxMs frame the P99: with a few
+	// hundred cancelled losers per run the P99 is close to the maximum.
+	CancelLatencyP50Ms float64 `json:"cancel_latency_p50_ms"`
+	CancelLatencyMaxMs float64 `json:"cancel_latency_max_ms"`
 	// LoserOutputTokens is the output the providers billed to attempts that
 	// did not win, the cancellation lag included (both measured runs).
 	LoserOutputTokens int64 `json:"loser_output_tokens"`

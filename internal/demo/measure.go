@@ -48,7 +48,9 @@ func (r *runner) report(runs []*run) *Report {
 	}
 	slices.Sort(cancels)
 	rep.CancelledLosers = len(cancels)
+	rep.CancelLatencyP50Ms = quantile(cancels, 0.50)
 	rep.CancelLatencyP99Ms = quantile(cancels, 0.99)
+	rep.CancelLatencyMaxMs = quantile(cancels, 1)
 	return rep
 }
 

@@ -44,8 +44,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "hedged P99 / primary-only P99:  %.3f  (target ≤ %g) %s\n", rep.P99Ratio(), TargetP99Ratio,
 		verdict(rep.P99Ratio() > 0 && rep.P99Ratio() <= TargetP99Ratio))
-	fmt.Fprintf(w, "cancel latency P99 (real ms):   %.1f  over %d cancelled losers, commit → upstream disconnect (target ≤ %g) %s\n",
-		rep.CancelLatencyP99Ms, rep.CancelledLosers, TargetCancelLatencyMs, verdict(rep.CancelLatencyP99Ms <= TargetCancelLatencyMs))
+	fmt.Fprintf(w, "cancel latency P99 (real ms):   %.1f  over %d cancelled losers, commit → upstream disconnect (target ≤ %g) %s; P50 %.1f, max %.1f\n",
+		rep.CancelLatencyP99Ms, rep.CancelledLosers, TargetCancelLatencyMs, verdict(rep.CancelLatencyP99Ms <= TargetCancelLatencyMs),
+		rep.CancelLatencyP50Ms, rep.CancelLatencyMaxMs)
 	fmt.Fprintf(w, "loser output tokens billed:     %d  (the fakes' billing, cancellation lag included)\n", rep.LoserOutputTokens)
 	fmt.Fprintf(w, "double commits:                 %d  (independent subscriber: %d group, %d attempt records, %d undecodable) %s\n",
 		rep.DoubleCommits, rep.GroupRecords, rep.AttemptRecords, rep.BadRecords, verdict(rep.DoubleCommits == 0 && rep.BadRecords == 0))
