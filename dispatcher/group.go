@@ -416,6 +416,16 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		if at := g.attempt(a.Attempt); at != nil {
 			g.sendCancel(at, a.Reason)
 		}
+		if a.Attempt == g.winner {
+			// The committed stream is stopped (its deadline passed, or its
+			// caller left): it ends now, with an error, never with bytes of
+			// another attempt.
+			code := schemas.ErrDeadlineExceeded
+			if a.Reason == hedge.CancelCallerGone {
+				code = schemas.ErrCanceled
+			}
+			g.finish(delivery{err: &GroupError{Group: g.id, Code: code, Streamed: g.streamed}})
+		}
 	case hedge.Commit:
 		g.commit(a)
 	case hedge.Fail:
