@@ -4,10 +4,15 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test lint fuzz simulate demo clean
+.PHONY: build nats-server test lint fuzz simulate demo clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
+
+# A nats-server for running gateway and worker processes against an external
+# cluster, built from the nats-server/v2 module pinned in go.mod (no system package).
+nats-server:
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
 test:
