@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/internal/demo"
@@ -33,28 +30,16 @@ of the records saw.
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !quiet && isTerminal(os.Stderr) {
-				bar := progressbar.NewOptions64(int64(opts.Warmup)+2*int64(opts.Requests),
-					progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("demo"),
-					progressbar.OptionShowCount(),
-					progressbar.OptionClearOnFinish(),
-				)
-				opts.Progress = func(n int) { _ = bar.Add(n) }
-				defer bar.Finish()
-			}
+			var done func()
+			opts.Progress, done = progress(int64(opts.Warmup)+2*int64(opts.Requests), "demo", quiet)
+			defer done()
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			rep, err := demo.Run(ctx, opts)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			return rep.WriteTable(cmd.OutOrStdout())
+			return printReport(cmd.OutOrStdout(), rep, asJSON)
 		},
 	}
 	f := cmd.Flags()

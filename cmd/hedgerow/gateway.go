@@ -21,20 +21,9 @@ reads provider keys. It refuses a NATS cluster whose max_payload is below nats.m
 and (for now) a configuration with redis.url set. SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := flags.logger(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			cfg, err := flags.loadConfig(cmd, config.RoleGateway)
-			if err != nil {
-				return err
-			}
-			if len(urls) > 0 {
-				cfg.NATS.URLs = urls
-			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			nc, err := node.Connect(cfg.NATS.URLs, "hedgerow-gateway", log)
+			cfg, nc, log, err := flags.connect(cmd, config.RoleGateway, urls, "hedgerow-gateway")
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/internal/config"
@@ -75,6 +76,27 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 
 // runUntilDone waits for ctx to end (a signal) or p to fail, then stops p
 // gracefully within the shutdown timeout.
+// connect loads the configuration for role, lets --nats urls override
+// nats.urls, and connects to the external cluster as name.
+func (f *processFlags) connect(cmd *cobra.Command, role config.Role, urls []string, name string) (*config.Config, *nats.Conn, *slog.Logger, error) {
+	log, err := f.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cfg, err := f.loadConfig(cmd, role)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(urls) > 0 {
+		cfg.NATS.URLs = urls
+	}
+	nc, err := node.Connect(cfg.NATS.URLs, name, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, nc, log, nil
+}
+
 func (f *processFlags) runUntilDone(ctx context.Context, p process, log *slog.Logger) error {
 	var failed error
 	select {

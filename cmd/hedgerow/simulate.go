@@ -1,12 +1,8 @@
 package main
 
 import (
-	"encoding/json"
-
-	"os"
 	"strings"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/simulator"
@@ -41,16 +37,9 @@ cost = input tokens × 1 + output tokens × 4, input billed for every attempt.`,
 			if len(names) == 0 {
 				names = simulator.StrategyNames()
 			}
-			if !quiet && isTerminal(os.Stderr) {
-				bar := progressbar.NewOptions64(int64(opts.Requests)*int64(len(names)),
-					progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("simulating"),
-					progressbar.OptionShowCount(),
-					progressbar.OptionClearOnFinish(),
-				)
-				opts.Progress = func(groups int) { _ = bar.Add(groups) }
-				defer bar.Finish()
-			}
+			var done func()
+			opts.Progress, done = progress(int64(opts.Requests)*int64(len(names)), "simulating", quiet)
+			defer done()
 			rep, err := simulator.Run(opts)
 			if err != nil {
 				return err
@@ -60,12 +49,7 @@ cost = input tokens × 1 + output tokens × 4, input billed for every attempt.`,
 					return err
 				}
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			return rep.WriteTable(cmd.OutOrStdout())
+			return printReport(cmd.OutOrStdout(), rep, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -78,10 +62,4 @@ cost = input tokens × 1 + output tokens × 4, input billed for every attempt.`,
 	f.StringVar(&plotPath, "plot", "", "also draw the latency CDFs to this file (.png, .svg or .pdf)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
-}
-
-// isTerminal reports whether f is a terminal, where a progress bar belongs.
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -22,20 +22,9 @@ variables the routes name. SIGINT or SIGTERM stops taking attempts at once and l
 those in flight finish within the drain grace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := flags.logger(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			cfg, err := flags.loadConfig(cmd, config.RoleWorker)
-			if err != nil {
-				return err
-			}
-			if len(urls) > 0 {
-				cfg.NATS.URLs = urls
-			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			nc, err := node.Connect(cfg.NATS.URLs, "hedgerow-worker", log)
+			cfg, nc, log, err := flags.connect(cmd, config.RoleWorker, urls, "hedgerow-worker")
 			if err != nil {
 				return err
 			}
