@@ -74,6 +74,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.stats.begin()
 	defer s.record(ex)
+	if s.onStart != nil {
+		s.onStart()
+	}
 	ex.run()
 }
 

@@ -51,8 +51,8 @@ type fakeServer struct {
 	fake    *fakellm.Server
 	http    *httptest.Server
 	records chan fakellm.Record
-	// arrived receives once per chat request as the handler starts, so a
-	// test can act on a request the server is holding.
+	// arrived receives once per chat request that reached the provider, so
+	// a test can act on a request the server is holding.
 	arrived chan struct{}
 }
 
@@ -60,15 +60,13 @@ func startServer(t *testing.T, cfg fakellm.Config) *fakeServer {
 	t.Helper()
 	fs := &fakeServer{records: make(chan fakellm.Record, 64), arrived: make(chan struct{}, 64)}
 	cfg.OnRecord = func(r fakellm.Record) { fs.records <- r }
+	cfg.OnStart = func() { fs.arrived <- struct{}{} }
 	fake, err := fakellm.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	fs.fake = fake
 	fs.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			fs.arrived <- struct{}{}
-		}
 		fake.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {

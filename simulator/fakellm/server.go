@@ -68,6 +68,10 @@ type Config struct {
 	// after /stats holds it, on the request's goroutine. In-process
 	// observers use it instead of polling; it must not block.
 	OnRecord func(Record)
+	// OnStart, when set, is called as a chat request reaches the provider
+	// (its attempt is drawn and it will end in a record), on the request's
+	// goroutine; it must not block.
+	OnStart func()
 }
 
 // Server is an OpenAI-compatible chat completions server playing one route
@@ -85,6 +89,7 @@ type Server struct {
 	maxBody  int64
 	now      func() time.Time
 	onRecord func(Record)
+	onStart  func()
 
 	began    time.Time    // model time 0
 	attempts atomic.Int64 // the attempt counter; numbers start at 1
@@ -136,6 +141,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:  cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		now:      cfg.Now,
 		onRecord: cfg.OnRecord,
+		onStart:  cfg.OnStart,
 		stats:    newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
 		closed:   make(chan struct{}),
 	}
