@@ -294,9 +294,3 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: groups still in flight: %w", ctx.Err())
 	}
 }
-
-func (d *Dispatcher) uniform() float64 {
-	d.rngMu.Lock()
-	defer d.rngMu.Unlock()
-	return d.rng.Float64()
-}

@@ -365,17 +365,9 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
 		return hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
-			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond, Error: groupCode(m)}
+			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
 	}
 	return nil
-}
-
-// groupCode is the stable error a group-scoped failure ends the group with.
-func groupCode(m *schemas.AttemptResult) schemas.ErrorCode {
-	if m.ErrorScope == schemas.ScopeGroup {
-		return schemas.ErrInvalidRequest
-	}
-	return ""
 }
 
 // lost fails an attempt whose stream broke on the wire; its worker may still

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/hedgerow/hedgerow/arbiter"
 )
 
 // metrics are the dispatcher's part of DESIGN §9, prefix hedgerow_.
@@ -69,5 +67,3 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
-
-func parseGate(v string) (arbiter.GateValue, error) { return arbiter.ParseGateValue(v) }

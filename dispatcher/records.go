@@ -1,20 +1,16 @@
 package dispatcher
 
 import (
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
 )
-
-func millis(d interface{ Milliseconds() int64 }) *int64 {
-	v := d.Milliseconds()
-	return &v
-}
 
 func (g *group) hedgeDelayMs() *int64 {
 	if !g.armed {
 		return nil
 	}
-	return millis(g.delay)
+	return schemas.Millis(g.delay)
 }
 
 // attemptRecord is the dispatcher's sanitized record of one attempt: no
@@ -33,7 +29,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.print,
 	}
 	if e.FirstByte > 0 {
-		r.FirstByteMs = millis(e.FirstByte)
+		r.FirstByteMs = schemas.Millis(e.FirstByte)
 	}
 	if a.result != nil {
 		r.HTTPStatus = a.result.HTTPStatus
@@ -67,10 +63,10 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		if w := g.attempt(e.Winner); w != nil {
 			r.WinnerRole, r.WinnerRoute = w.role, w.route
 			if w.firstByte > 0 {
-				r.FirstByteMs = millis(w.launchedAt.Sub(g.start) + w.firstByte)
+				r.FirstByteMs = schemas.Millis(w.launchedAt.Sub(g.start) + w.firstByte)
 			}
 		}
-		if gv, err := parseGate(g.gateValue); err == nil {
+		if gv, err := arbiter.ParseGateValue(g.gateValue); err == nil {
 			r.GateEpoch = gv.Epoch
 		}
 	} else {
