@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build nats-server test lint fuzz simulate demo clean
+.PHONY: build nats-server redis test lint fuzz simulate demo clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -14,8 +14,17 @@ build:
 nats-server:
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 
+# redis-server and redis-cli for the tests that start their own Redis (standalone and
+# cluster); installed from Debian's packages when missing.
+redis:
+	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then \
+		echo "installing redis-server and redis-tools"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; \
+	fi
+
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
-test:
+test: redis
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m ./...
 
