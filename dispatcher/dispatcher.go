@@ -66,9 +66,13 @@ type Dispatcher struct {
 	contracts map[string]*arbiter.Contract
 	classes   map[string]*class
 	metrics   *metrics
+	books     *bookkeeping
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
+
+	closeOnce sync.Once
+	closeDone chan struct{} // closed once groups and bookkeeping are done
 
 	mu      sync.Mutex
 	closed  bool
@@ -170,6 +174,7 @@ func New(c Config) (*Dispatcher, error) {
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
+	d.books = startBookkeeping(d)
 	return d, nil
 }
 
@@ -280,15 +285,17 @@ func (d *Dispatcher) Submit(ctx context.Context, sub Submission, sink Sink) (*Re
 }
 
 // Close stops taking submissions and waits, bounded by ctx, for the groups
-// in flight to finish.
+// in flight to finish and their settles to reach the store.
 func (d *Dispatcher) Close(ctx context.Context) error {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-	done := make(chan struct{})
-	go func() { d.groups.Wait(); close(done) }()
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		d.closeDone = make(chan struct{})
+		go func() { d.groups.Wait(); d.books.close(); close(d.closeDone) }()
+	})
 	select {
-	case <-done:
+	case <-d.closeDone:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("dispatcher: groups still in flight: %w", ctx.Err())

@@ -425,24 +425,30 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed}})
 	case hedge.Settle:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			if err := d.store.Settle(ctx, budgets.ReservationID(a.Reservation), a.Usage); err != nil {
-				d.log.Warn("settle failed", "group", g.id, "err", err)
-			}
+			d.books.later(func(ctx context.Context) {
+				if err := d.store.Settle(ctx, budgets.ReservationID(a.Reservation), a.Usage); err != nil {
+					d.log.Warn("settle failed", "group", g.id, "err", err)
+				}
+			})
 		}
 	case hedge.Release:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			if err := d.store.Release(ctx, budgets.ReservationID(a.Reservation)); err != nil {
-				d.log.Warn("release failed", "group", g.id, "err", err)
-			}
+			d.books.later(func(ctx context.Context) {
+				if err := d.store.Release(ctx, budgets.ReservationID(a.Reservation)); err != nil {
+					d.log.Warn("release failed", "group", g.id, "err", err)
+				}
+			})
 		}
 	case hedge.MarkRoute:
 		state, rs := budgets.RoutePushback, route.Pushback
 		if a.Mark == hedge.MarkQuarantine {
 			state, rs = budgets.RouteQuarantined, route.Quarantined
 		}
-		if err := d.store.MarkRoute(ctx, a.Route, state, a.TTL); err != nil {
-			d.log.Warn("route mark failed", "route", a.Route, "err", err)
-		}
+		d.books.later(func(ctx context.Context) {
+			if err := d.store.MarkRoute(ctx, a.Route, state, a.TTL); err != nil {
+				d.log.Warn("route mark failed", "route", a.Route, "err", err)
+			}
+		})
 		_ = d.picker.SetState(a.Route, rs, d.now().Add(a.TTL))
 		d.metrics.routeState.WithLabelValues(a.Route, string(state)).Inc()
 	case hedge.HedgeSuppressed:
@@ -457,7 +463,6 @@ func (g *group) do(act hedge.Action) hedge.Event {
 
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
-	g.syncRouteStates(ctx)
 	d.rngMu.Lock()
 	primary, ok := d.picker.PickPrimary(g.routes, d.now(), d.rng)
 	d.rngMu.Unlock()
@@ -502,27 +507,8 @@ func (g *group) spend() budgets.SpendPolicy {
 	return s
 }
 
-// syncRouteStates copies the shared pushback and quarantine flags of the
-// pool's routes into the local picker.
-func (g *group) syncRouteStates(ctx context.Context) {
-	states, err := g.d.store.RouteStates(ctx, g.routes)
-	if err != nil {
-		return
-	}
-	now := g.d.now()
-	for name, st := range states {
-		switch st {
-		case budgets.RoutePushback:
-			_ = g.d.picker.SetState(name, route.Pushback, now.Add(time.Second))
-		case budgets.RouteQuarantined:
-			_ = g.d.picker.SetState(name, route.Quarantined, now.Add(time.Second))
-		}
-	}
-}
-
 func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Event {
 	d := g.d
-	g.syncRouteStates(ctx)
 	d.rngMu.Lock()
 	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
 	d.rngMu.Unlock()
