@@ -54,11 +54,20 @@ type NATS struct {
 type Redis struct {
 	// URL is a redis:// or rediss:// URL; empty keeps budgets and the winner
 	// gate in memory, correct only for a single replica.
-	URL      string `yaml:"url"`
+	URL string `yaml:"url"`
+	// Cluster makes the URL's host the seed of a Redis Cluster; more seeds
+	// may follow as addr= query parameters.
+	Cluster  bool   `yaml:"cluster"`
 	Username string `yaml:"username"`
 	// PasswordEnv names the environment variable that holds the password.
 	PasswordEnv string   `yaml:"password_env"`
 	TLS         RedisTLS `yaml:"tls"`
+	// Timeout bounds every request-path call to Redis. When it passes the
+	// dispatcher degrades: hedges are suppressed (budget_unavailable),
+	// primaries go on, elections keep the local decision.
+	Timeout time.Duration `yaml:"timeout"`
+	// KeyPrefix starts every key, so deployments can share one Redis.
+	KeyPrefix string `yaml:"key_prefix"`
 }
 
 // RedisTLS configures TLS towards Redis.

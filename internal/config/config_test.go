@@ -606,6 +606,27 @@ func TestRedisURLMustNotHoldCredentials(t *testing.T) {
 	}
 }
 
+func TestRedisTimeoutAndKeyPrefixAreBounded(t *testing.T) {
+	tests := []struct {
+		name, redis, field, mentions string
+	}{
+		{"zero timeout never answers", "  timeout: 0s\n", "redis.timeout", "outside (0, 10s]"},
+		{"a minute-long timeout is no degraded mode", "  timeout: 1m\n", "redis.timeout", "outside (0, 10s]"},
+		{"a prefix with a brace would break hash tags", "  key_prefix: \"hr{x\"\n", "redis.key_prefix", "not a token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n"+tt.redis, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if cfg.Redis.Timeout != 100*time.Millisecond || cfg.Redis.KeyPrefix != "hr" {
+		t.Errorf("defaults: timeout %v, prefix %q; want 100ms, hr", cfg.Redis.Timeout, cfg.Redis.KeyPrefix)
+	}
+}
+
 func TestByteSizeParsesPlainAndSuffixedSizes(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -32,6 +32,9 @@ var (
 var defaults = []defaultSetting{
 	{"nats.max_payload", 8 * ByteSize(1<<20)},
 
+	{"redis.timeout", 100 * time.Millisecond},
+	{"redis.key_prefix", "hr"},
+
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},
 	{"http.read_timeout", 10 * time.Second},

@@ -85,6 +85,12 @@ func (v *validator) redis() {
 			tlsOn = tlsOn || u.Scheme == "rediss"
 		}
 	}
+	if r.Timeout <= 0 || r.Timeout > 10*time.Second {
+		v.addf("redis.timeout", "%v is outside (0, 10s]", r.Timeout)
+	}
+	if !subjectToken.MatchString(r.KeyPrefix) {
+		v.addf("redis.key_prefix", "%q is not a token of [a-z0-9_-]", r.KeyPrefix)
+	}
 	if !tlsOn && (r.TLS.CAFile != "" || r.TLS.InsecureSkipVerify) {
 		v.addf("redis.tls", "ca_file and insecure_skip_verify need tls.enabled: true or a rediss:// URL")
 	}
