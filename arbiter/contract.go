@@ -7,6 +7,7 @@ package arbiter
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -168,3 +169,49 @@ var knownIncompleteFinish = map[string]bool{
 // ("length", "max_tokens"), filtering ("content_filter") and any reason this
 // package does not know are not complete: unknown reasons fail closed.
 func CompleteFinish(reason string) bool { return completeFinish[reason] }
+
+// ErrInvalidResponseFormat is returned by WithResponseFormat for a
+// response_format the contract cannot honour; callers answer 400.
+var ErrInvalidResponseFormat = errors.New("invalid response_format")
+
+// WithResponseFormat adds the caller's OpenAI response_format to the pool's
+// contract: "json_schema" makes the answer's JSON satisfy the given schema,
+// "json_object" makes it a JSON object, and either requires a complete
+// answer — a truncated JSON document never wins. "text" and an absent
+// response_format leave the spec as it is; ok reports whether it changed.
+// The schema is compiled by NewContract, which reports one that does not
+// compile as ErrInvalidContract.
+func (s ContractSpec) WithResponseFormat(raw json.RawMessage) (spec ContractSpec, ok bool, err error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return s, false, nil
+	}
+	var rf struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	}
+	if err := json.Unmarshal(raw, &rf); err != nil {
+		return s, false, fmt.Errorf("%w: %v", ErrInvalidResponseFormat, err)
+	}
+	var schema []byte
+	switch rf.Type {
+	case "text":
+		return s, false, nil
+	case "json_object":
+		schema = []byte(`{"type":"object"}`)
+	case "json_schema":
+		if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
+			return s, false, fmt.Errorf("%w: json_schema.schema is required", ErrInvalidResponseFormat)
+		}
+		schema = rf.JSONSchema.Schema
+	default:
+		return s, false, fmt.Errorf("%w: type %q is not text, json_object or json_schema", ErrInvalidResponseFormat, rf.Type)
+	}
+	if len(s.JSONSchema) > 0 {
+		// Both must hold: the pool's schema and the caller's.
+		schema = []byte(`{"allOf":[` + string(s.JSONSchema) + `,` + string(schema) + `]}`)
+	}
+	s.JSONSchema, s.RequireComplete = schema, true
+	return s, true, nil
+}

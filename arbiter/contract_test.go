@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -117,5 +118,59 @@ func TestCompleteFinishAcceptsOnlyNaturalEnds(t *testing.T) {
 		if got := CompleteFinish(tt.reason); got != tt.want {
 			t.Errorf("CompleteFinish(%q) = %v, want %v", tt.reason, got, tt.want)
 		}
+	}
+}
+
+func TestResponseFormatBecomesPartOfTheContract(t *testing.T) {
+	pool := ContractSpec{RequiredFields: []string{"answer"}}
+	tests := []struct {
+		name    string
+		format  string
+		changed bool
+		wantErr error
+		valid   string // content that must pass, when changed
+		invalid string // content that must fail, when changed
+	}{
+		{name: "absent leaves the pool's contract", format: ``},
+		{name: "text leaves the pool's contract", format: `{"type":"text"}`},
+		{name: "json_object requires a JSON object with the pool's fields", format: `{"type":"json_object"}`, changed: true,
+			valid: `{"answer":1}`, invalid: `[1]`},
+		{name: "json_schema requires the caller's schema and the pool's fields", changed: true,
+			format: `{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"answer":{"type":"integer"}}}}}`,
+			valid:  `{"answer":1}`, invalid: `{"answer":"one"}`},
+		{name: "json_schema without a schema is refused", format: `{"type":"json_schema","json_schema":{"name":"x"}}`, wantErr: ErrInvalidResponseFormat},
+		{name: "an unknown type is refused", format: `{"type":"yaml"}`, wantErr: ErrInvalidResponseFormat},
+		{name: "malformed JSON is refused", format: `{"type":`, wantErr: ErrInvalidResponseFormat},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, changed, err := pool.WithResponseFormat(json.RawMessage(tt.format))
+			if !errors.Is(err, tt.wantErr) || changed != tt.changed {
+				t.Fatalf("WithResponseFormat = changed %v, err %v; want %v, %v", changed, err, tt.changed, tt.wantErr)
+			}
+			if !changed {
+				return
+			}
+			c, err := NewContract(spec)
+			if err != nil {
+				t.Fatalf("NewContract: %v", err)
+			}
+			if !c.RequireComplete() {
+				t.Error("a structured answer must be complete to win")
+			}
+			judge := func(content string) bool {
+				return Validate(c, schemas.Complete, Observation{Status: schemas.StatusOK, WellFormed: true, Tokens: 3,
+					FirstToken: true, Done: true, FinishReason: "stop", Content: []byte(content)}).Valid
+			}
+			if !judge(tt.valid) {
+				t.Errorf("%s judged invalid", tt.valid)
+			}
+			if judge(tt.invalid) {
+				t.Errorf("%s judged valid", tt.invalid)
+			}
+			if judge(`{"other":1}`) {
+				t.Error("the pool's required field was dropped")
+			}
+		})
 	}
 }

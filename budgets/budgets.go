@@ -17,7 +17,8 @@
 // spend, {pool:<pool>} for the cohort buckets and the pool floor,
 // {tenant:<id>} for the tenant's spend window, {route:<name>} for route flags
 // and leases. A decision that spans several entities takes from them in that
-// order and, when a later entity refuses, gives back what the earlier ones
+// order (or, as the Redis store does, from all at once, choosing the reason
+// in that order) and, when an entity refuses, gives back what the others
 // granted: a decision never commits in part. Microtokens, TenantWindowStart and
 // the Validate functions are shared so every implementation rounds, aligns and
 // refuses alike.
@@ -45,7 +46,10 @@ type Store interface {
 	// spend against the user action's and the tenant's ceilings, and deposits
 	// the cohort's ratio into its duplicate-rate bucket. On denial nothing is
 	// kept or deposited; the reason is the first refusal in the order
-	// attempts, spend_user_action, spend_tenant.
+	// attempts, spend_user_action, spend_tenant. A store that decides entity
+	// by entity may let concurrent decisions glimpse a part that is then
+	// given back, as for ReserveExtra; a hedge that spends a deposit about to
+	// be withdrawn leaves the bucket owing that token to later deposits.
 	Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 
 	// ReserveExtra decides on a hedge or a replacement: the target route must
@@ -54,7 +58,8 @@ type Store interface {
 	// empty, of the pool's floor), and a spend reservation. On denial
 	// nothing is kept; the reason is the first refusal in the order
 	// route_quarantined, route_pushback, attempts, duplicate_rate,
-	// spend_user_action, spend_tenant. A store that spans several servers may
+	// spend_user_action, spend_tenant. A store that decides entity by entity
+	// (the Redis store, whose entities may sit on different servers) may
 	// let a concurrent decision glimpse a grant that is then compensated (a
 	// spurious denial there), never one that stays.
 	ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error)

@@ -64,6 +64,7 @@ type Dispatcher struct {
 	id        string
 	picker    *route.Picker
 	contracts map[string]*arbiter.Contract
+	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
 	classes   map[string]*class
 	metrics   *metrics
 	books     *bookkeeping
@@ -129,6 +130,7 @@ func New(c Config) (*Dispatcher, error) {
 		nc: c.Conn, store: c.Store, gate: c.Gate, cfg: c.Config, secret: c.Secret,
 		log: c.Logger, now: c.Now,
 		contracts: map[string]*arbiter.Contract{},
+		specs:     map[string]arbiter.ContractSpec{},
 		classes:   map[string]*class{},
 	}
 	if d.log == nil {
@@ -160,6 +162,7 @@ func New(c Config) (*Dispatcher, error) {
 		if d.contracts[name], err = arbiter.NewContract(spec); err != nil {
 			return nil, fmt.Errorf("dispatcher: pool %s contract: %w", name, err)
 		}
+		d.specs[name] = spec
 	}
 	for name, p := range c.Config.Policies {
 		cl := &class{name: name, policy: p}
@@ -261,6 +264,17 @@ var (
 	ErrBadRequest   = errors.New("invalid request")
 	ErrShuttingDown = errors.New("dispatcher is shutting down")
 )
+
+// Estimators returns each operation class's hedge-delay estimator, keyed
+// by class name, so a sync loop can share their sketches with the other
+// replicas (dispatcher/sketchshare).
+func (d *Dispatcher) Estimators() map[string]*delay.Estimator {
+	out := make(map[string]*delay.Estimator, len(d.classes))
+	for name, cl := range d.classes {
+		out[name] = cl.estimator
+	}
+	return out
+}
 
 // Pools lists the model classes callers may name.
 func (d *Dispatcher) Pools() []string {

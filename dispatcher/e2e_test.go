@@ -215,3 +215,48 @@ func TestLateResultIsRecordedNotCommitted(t *testing.T) {
 		t.Fatalf("group record %+v", g)
 	}
 }
+
+// TestAnAnswerOutsideTheContractNeverWins: the hedge answers first but its
+// answer fails the request's response_format; the primary keeps running and
+// its valid answer is the one committed.
+func TestAnAnswerOutsideTheContractNeverWins(t *testing.T) {
+	const schema = `{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","required":["answer"],"properties":{"answer":{"type":"integer"}}}}}`
+	const valid = `{"answer":42}`
+	tests := []struct {
+		name  string
+		hedge behaviour
+	}{
+		{"schema-failing", behaviour{content: `{"answer":"forty-two"}`}},
+		{"truncated", behaviour{content: `{"answer":4`, finish: "length"}},
+		{"malformed", behaviour{content: `answer: 42`}},
+		{"incomplete finish", behaviour{content: valid, finish: "content_filter"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			slowValid := behaviour{firstByte: 400 * time.Millisecond, content: valid}
+			c, _ := twoRoutes(t, newScript(slowValid, slowValid, tt.hedge))
+			req := chat(false)
+			req.ResponseFormat = []byte(schema)
+			resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: req}, nil)
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if resp.Content != valid || resp.Winner == 2 {
+				t.Fatalf("committed attempt %d with %q; want the primary's %s", resp.Winner, resp.Content, valid)
+			}
+			if !resp.Hedged {
+				t.Fatal("the hedge was never launched: the test did not exercise the contract")
+			}
+		})
+	}
+}
+
+func TestAResponseFormatTheContractCannotHonourIsABadRequest(t *testing.T) {
+	c, _ := twoRoutes(t, newScript(behaviour{words: 1}))
+	req := chat(false)
+	req.ResponseFormat = []byte(`{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"no-such-type"}}}`)
+	_, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: req}, nil)
+	if !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("Submit = %v, want ErrBadRequest", err)
+	}
+}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,6 +91,31 @@ type inboundEvent struct {
 	msg     *nats.Msg
 }
 
+// contractFor is the pool's contract, with the request's response_format
+// added when it asks for JSON: an answer that does not parse or fails the
+// schema never wins, and another attempt may. A front door calls it to
+// refuse a response_format before submitting. Errors match ErrUnknownPool,
+// or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
+// arbiter.ErrInvalidContract (a schema that does not compile).
+func (d *Dispatcher) contractFor(pool string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
+	spec, ok := d.specs[pool]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
+	}
+	spec, changed, err := spec.WithResponseFormat(responseFormat)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if !changed {
+		return d.contracts[pool], nil
+	}
+	c, err := arbiter.NewContract(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: response_format: %w", ErrBadRequest, err)
+	}
+	return c, nil
+}
+
 func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	d.mu.Lock()
 	closed := d.closed
@@ -110,9 +136,13 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if cl == nil {
 		cl = d.classes[config.DefaultPolicy]
 	}
+	contract, err := d.contractFor(sub.Pool, sub.Request.ResponseFormat)
+	if err != nil {
+		return nil, err
+	}
 	g := &group{
 		d: d, sub: sub, class: cl, pool: pool, routes: pool.Routes,
-		contract: d.contracts[sub.Pool],
+		contract: contract,
 		cohort:   delay.NewCohort(cl.name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
 		events:   make(chan any, 64),
@@ -135,7 +165,6 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 		}
 	}
 	g.deadline = policy.Deadline
-	var err error
 	if g.eng, err = hedge.New(policy); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
@@ -395,8 +424,14 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		return g.askBudget(ctx, a)
 	case hedge.Elect:
 		claim, err := d.gate.Claim(ctx, g.ua, g.id, a.Attempt)
-		if err != nil {
+		switch {
+		case errors.Is(err, arbiter.ErrGateDegraded):
+			// The shared gate was unreachable: the local decision stands.
 			d.metrics.gateDegraded.Inc()
+			d.log.Warn("winner gate degraded to the local decision", "group", g.id, "err", err)
+		case err != nil:
+			d.metrics.gateDegraded.Inc()
+			d.log.Warn("winner gate failed; the group's own attempt wins", "group", g.id, "err", err)
 			return hedge.GateDecided{Attempt: a.Attempt, Won: true, Gate: arbiter.GateValue{Group: g.id, Attempt: a.Attempt}.String()}
 		}
 		return hedge.GateDecided{Attempt: a.Attempt, Won: claim.Won, Gate: claim.Value, Holder: claim.Holder}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,8 @@ type behaviour struct {
 	hang      bool          // never answer; hold until the client goes away
 	words     int           // content tokens, one per chunk
 	status    int           // non-200: answer this error at once
+	content   string        // when set, the whole answer, in one chunk
+	finish    string        // finish reason; empty means "stop"
 }
 
 // script hands out behaviours in request order, across every provider that
@@ -42,7 +45,10 @@ type script struct {
 	// every > 0 makes every every-th request after next behave as everyBehaviour.
 	every          int
 	everyBehaviour behaviour
-	taken          int
+	// cycle, when set, replaces dflt: requests after next take its
+	// behaviours in turn.
+	cycle []behaviour
+	taken int
 }
 
 func newScript(dflt behaviour, next ...behaviour) *script { return &script{dflt: dflt, next: next} }
@@ -54,6 +60,9 @@ func (s *script) take() behaviour {
 		s.taken++
 		if s.every > 0 && s.taken%s.every == 0 {
 			return s.everyBehaviour
+		}
+		if len(s.cycle) > 0 {
+			return s.cycle[s.taken%len(s.cycle)]
 		}
 		return s.dflt
 	}
@@ -124,10 +133,14 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	words := max(b.words, 1)
-	for i := range words {
-		chunk(fmt.Sprintf("%s%d ", p.route, i), "")
+	if b.content != "" {
+		chunk(b.content, "")
+	} else {
+		for i := range words {
+			chunk(fmt.Sprintf("%s%d ", p.route, i), "")
+		}
 	}
-	chunk("", "stop")
+	chunk("", cmp.Or(b.finish, "stop"))
 	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", words, words+10)
 	fl.Flush()
 }
@@ -142,6 +155,26 @@ type cluster struct {
 	workers []*worker.Worker
 	records chan schemas.AttemptRecord
 	groups  chan schemas.GroupRecord
+	cfg     *config.Config
+}
+
+// addDispatcher starts another dispatcher replica on the cluster's NATS
+// with the cluster's configuration and base's store, gate and registry.
+func (c *cluster) addDispatcher(base Config) *Dispatcher {
+	c.t.Helper()
+	base.Conn, base.Config, base.Logger = connect(c.t, c.ns), c.cfg, testLogger()
+	d, err := New(base)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Close(ctx); err != nil {
+			c.t.Errorf("dispatcher close: %v", err)
+		}
+	})
+	return d
 }
 
 func startNATS(t *testing.T) *server.Server {
@@ -184,7 +217,8 @@ policies:
 `
 
 // newCluster starts NATS, one worker per provider (routes without a provider
-// get no worker) and a dispatcher with pool "general" over routes.
+// get no worker) and a dispatcher with pool "general" over routes. Extra YAML
+// with its own policies replaces policyYAML.
 func newCluster(t *testing.T, routes []string, providers map[string]*provider, extraYAML string) *cluster {
 	t.Helper()
 	ns := startNATS(t)
@@ -200,7 +234,10 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 		fmt.Fprintf(&y, "  - {name: %s, provider: openai, base_url: %q, model: m, labels: {provider: %s}}\n", r, url, r)
 	}
 	fmt.Fprintf(&y, "pools:\n  general:\n    routes: [%s]\n", strings.Join(routes, ", "))
-	y.WriteString(policyYAML + extraYAML)
+	if !strings.Contains(extraYAML, "policies:") {
+		y.WriteString(policyYAML)
+	}
+	y.WriteString(extraYAML)
 	cfg, err := config.Parse("test.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, y.String())
@@ -228,21 +265,12 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 			_ = w.Stop(ctx)
 		})
 	}
+	c.cfg = cfg
 	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.d, err = New(Config{Conn: connect(t, ns), Store: budgets.NewMemory(nil), Gate: gate, Config: cfg, Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.d.Close(ctx); err != nil {
-			t.Errorf("dispatcher close: %v", err)
-		}
-	})
+	c.d = c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate})
 	sub := func(subject string, f func([]byte)) {
 		s, err := c.nc.Subscribe(subject, func(m *nats.Msg) { f(m.Data) })
 		if err != nil {

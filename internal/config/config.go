@@ -68,6 +68,11 @@ type Redis struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// KeyPrefix starts every key, so deployments can share one Redis.
 	KeyPrefix string `yaml:"key_prefix"`
+	// HashKeyEnv names the environment variable holding the key that hashes
+	// Idempotency-Keys into user action ids (and prompts into fingerprints).
+	// Every replica sharing the Redis needs the same key, or one user action
+	// gets a different id — and ledger and winner — on each replica.
+	HashKeyEnv string `yaml:"hash_key_env"`
 }
 
 // RedisTLS configures TLS towards Redis.

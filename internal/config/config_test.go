@@ -217,7 +217,7 @@ func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
 	withKey := strings.Replace(minimal, "    model: m\n", "    model: m\n    api_key_env: ROUTE_A_KEY\n", 1) +
 		"nats:\n  urls: [nats://127.0.0.1:4222]\n"
 	withRedis := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
-		"redis:\n  url: redis://127.0.0.1:6379\n  password_env: REDIS_PASSWORD\n"
+		"redis:\n  url: redis://127.0.0.1:6379\n  password_env: REDIS_PASSWORD\n  hash_key_env: HASH_KEY\n"
 	withRedisPasswordButNoURL := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
 		"redis:\n  password_env: REDIS_PASSWORD\n"
 
@@ -233,10 +233,11 @@ func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
 		{"an empty route key counts as missing", withKey, RoleWorker, map[string]string{"ROUTE_A_KEY": ""}, "routes[0].api_key_env"},
 		{"gateway never needs the route key", withKey, RoleGateway, nil, ""},
 		{"worker with the route key set", withKey, RoleWorker, map[string]string{"ROUTE_A_KEY": "k"}, ""},
-		{"gateway needs the redis password", withRedis, RoleGateway, nil, "redis.password_env"},
-		{"serve needs the redis password", withRedis, RoleServe, nil, "redis.password_env"},
+		{"gateway needs the redis password", withRedis, RoleGateway, map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}, "redis.password_env"},
+		{"serve needs the redis password", withRedis, RoleServe, map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}, "redis.password_env"},
+		{"gateway needs the shared hash key", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p"}, "redis.hash_key_env"},
 		{"worker does not use redis", withRedis, RoleWorker, nil, ""},
-		{"gateway with the redis password set", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p"}, ""},
+		{"gateway with the redis password and hash key set", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p", "HASH_KEY": "shared-hash-key-7f3a"}, ""},
 		{"no redis url means no redis password needed", withRedisPasswordButNoURL, RoleServe, nil, ""},
 	}
 	for _, tc := range cases {
@@ -594,7 +595,8 @@ func TestRedisTLSOptionsNeedTLS(t *testing.T) {
 	_, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n  tls: {insecure_skip_verify: true}\n", RoleServe, noEnv)
 	wantProblem(t, ps, "redis.tls", "need tls.enabled")
 
-	_, ps = parse(t, minimal+"redis:\n  url: rediss://127.0.0.1:6379\n  tls: {insecure_skip_verify: true}\n", RoleServe, noEnv)
+	_, ps = parse(t, minimal+"redis:\n  url: rediss://127.0.0.1:6379\n  hash_key_env: HASH_KEY\n  tls: {insecure_skip_verify: true}\n",
+		RoleServe, envOf(map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}))
 	wantNoProblems(t, ps)
 }
 
@@ -620,7 +622,7 @@ func TestRedisTimeoutAndKeyPrefixAreBounded(t *testing.T) {
 			wantProblem(t, ps, tt.field, tt.mentions)
 		})
 	}
-	cfg, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n", RoleServe, noEnv)
+	cfg, ps := parse(t, minimal+"redis:\n  url: redis://127.0.0.1:6379\n  hash_key_env: HASH_KEY\n", RoleServe, envOf(map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}))
 	wantNoProblems(t, ps)
 	if cfg.Redis.Timeout != 100*time.Millisecond || cfg.Redis.KeyPrefix != "hr" {
 		t.Errorf("defaults: timeout %v, prefix %q; want 100ms, hr", cfg.Redis.Timeout, cfg.Redis.KeyPrefix)

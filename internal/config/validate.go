@@ -104,6 +104,10 @@ func (v *validator) redis() {
 		}
 	}
 	v.secret("redis.password_env", r.PasswordEnv, used, "role %s connects to redis with it", v.role)
+	if used && r.HashKeyEnv == "" {
+		v.addf("redis.hash_key_env", "required with redis.url: replicas must share the key that turns an Idempotency-Key into a user action id")
+	}
+	v.secret("redis.hash_key_env", r.HashKeyEnv, used, "role %s hashes user action ids with it", v.role)
 }
 
 func (v *validator) http() {

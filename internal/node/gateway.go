@@ -12,17 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/arbiter"
-	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/config"
 )
 
 // Errors of StartGateway that callers may branch on.
 var (
-	// ErrRedisNotSupported: redis.url is set, but the Redis budgets and
-	// winner gate are not built yet; a gateway must not silently fall back
-	// to memory, which is correct only for one replica.
-	ErrRedisNotSupported = errors.New("redis is not supported yet")
 	// ErrPayloadTooSmall: the NATS server takes smaller messages than
 	// nats.max_payload, so a request at the body limit would not fit in an
 	// attempt (DESIGN §8).
@@ -31,21 +26,20 @@ var (
 
 // Gateway is a running gateway: a dispatcher behind the HTTP front door.
 type Gateway struct {
-	d    *dispatcher.Dispatcher
-	http *httpServer
+	d      *dispatcher.Dispatcher
+	shared *shared
+	http   *httpServer
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
-// http.listen: in-memory budgets and winner gate, the dispatcher, and its
+// http.listen: budgets and winner gate (in memory, or on Redis when
+// redis.url is set), the dispatcher, and its
 // OpenAI-compatible front door (dispatcher.NewHTTPHandler) with the
 // configured body limit, tenants and timeouts. Its metrics go to reg, which
 // GET /metrics serves (nil: a registry of its own).
 func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options) (*Gateway, error) {
 	if cfg == nil || nc == nil {
 		return nil, errors.New("gateway: a config and a NATS connection are required")
-	}
-	if cfg.Redis.URL != "" {
-		return nil, fmt.Errorf("gateway: %w: leave redis.url empty to run one replica with in-memory budgets", ErrRedisNotSupported)
 	}
 	if err := checkPayload(cfg, nc); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -57,22 +51,25 @@ func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: gateTTL(cfg)})
+	secret, err := o.fingerprintKey(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: winner gate: %w", err)
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	secret, err := o.fingerprintKey()
+	sh, err := openShared(cfg, log.With("component", "redis"))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	d, err := dispatcher.New(dispatcher.Config{
-		Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Config: cfg,
+		Conn: nc, Store: sh.store, Gate: sh.gate, Config: cfg,
 		Secret: secret, Registerer: reg, Logger: log.With("component", "dispatcher"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), sh.close())
 	}
-	g := &Gateway{d: d}
+	g := &Gateway{d: d, shared: sh}
+	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
 	hopts := dispatcher.HTTPOptions{
 		Conn:      nc,
 		Pools:     dispatcher.PoolRoutes(cfg),
@@ -138,9 +135,14 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	return errors.Join(g.http.shutdown(ctx), g.closeDispatcher(ctx))
 }
 
+// closeDispatcher stops the dispatcher, then what it shared with other
+// replicas: its last settles reach Redis before the client closes.
 func (g *Gateway) closeDispatcher(ctx context.Context) error {
 	if err := g.d.Close(ctx); err != nil {
-		return fmt.Errorf("gateway: close dispatcher: %w", err)
+		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.shared.close())
+	}
+	if err := g.shared.close(); err != nil {
+		return fmt.Errorf("gateway: close redis: %w", err)
 	}
 	return nil
 }

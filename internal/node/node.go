@@ -27,8 +27,8 @@ type Options struct {
 	Logger *slog.Logger
 	// FingerprintKey keys the prompt fingerprints and user action ids of
 	// records. Gateways and workers that should correlate must share it;
-	// nil draws a random key per process (serve shares its key between its
-	// gateway and workers).
+	// nil takes the key redis.hash_key_env names, or draws a random key per
+	// process (serve shares its key between its gateway and workers).
 	FingerprintKey []byte
 	// Routes limits a worker process to these routes; empty serves all.
 	Routes []string
@@ -111,9 +111,16 @@ func newRegistry() (*prometheus.Registry, error) {
 }
 
 // fingerprintKey returns o's key, or a fresh random one.
-func (o Options) fingerprintKey() ([]byte, error) {
+func (o Options) fingerprintKey(cfg *config.Config) ([]byte, error) {
 	if len(o.FingerprintKey) > 0 {
 		return o.FingerprintKey, nil
+	}
+	if name := cfg.Redis.HashKeyEnv; name != "" {
+		// Replicas sharing one Redis must hash an Idempotency-Key to the
+		// same user action id; config validation saw the variable set.
+		if v, ok := o.env()(name); ok && v != "" {
+			return []byte(v), nil
+		}
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {

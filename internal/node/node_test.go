@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
@@ -73,7 +75,7 @@ pools:
 policies:
   default: {control_fraction: 0, deadline: 5s, heartbeat_interval: 50ms}
 %s`, urlA, urlB, extra)
-	cfg, err := config.Parse("node.yaml", []byte(y), config.RoleServe, func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse("node.yaml", []byte(y), config.RoleServe, os.LookupEnv)
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, y)
 	}
@@ -203,7 +205,6 @@ func TestGatewayRefusesToStart(t *testing.T) {
 	}{
 		{"against a NATS server whose max_payload is below nats.max_payload", "", 1 << 20, ErrPayloadTooSmall,
 			"the NATS server takes messages of up to 1MiB, nats.max_payload is 8MiB"},
-		{"with redis.url set", "redis: {url: \"redis://127.0.0.1:6379/0\"}\n", 8 << 20, ErrRedisNotSupported, "redis.url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,6 +252,59 @@ func TestGatewayStartsAgainstALargeEnoughNATSServer(t *testing.T) {
 	defer stop(t, g)
 	if status, body := get(t, "http://"+g.Addr().String()+"/v1/models"); status != http.StatusOK || !strings.Contains(string(body), `"general"`) {
 		t.Fatalf("/v1/models: %d %s", status, body)
+	}
+}
+
+// TestServeWithRedisKeepsItsBudgetsAndWinnersThere: with redis.url set the
+// attempt ledger and the winner gate of a request live in Redis, where
+// another replica would find them.
+func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
+	rs := redistest.Start(t)
+	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
+	cfg := parse(t, fakeRoute(t, 0), fakeRoute(t, 1),
+		"redis: {url: \""+rs.URL()+"\", key_prefix: nodetest, hash_key_env: NODE_TEST_HASH_KEY}\n")
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	defer stop(t, s)
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if status, body := do(t, req); status != http.StatusOK {
+		t.Fatalf("chat completion: %d %s", status, body)
+	}
+	keys, err := rs.Client().Keys(t.Context(), "nodetest:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ledger, winner bool
+	for _, k := range keys {
+		gateKey := strings.HasSuffix(k, ":win") || strings.HasSuffix(k, ":epoch")
+		ledger = ledger || strings.Contains(k, "{ua:") && !gateKey
+		winner = winner || strings.HasSuffix(k, ":win")
+	}
+	if !ledger || !winner {
+		t.Fatalf("redis keys %q: want the user action's ledger and its winner", keys)
+	}
+	// The latency sketch of the request's cohort is shared too, at the
+	// sketch syncer's next tick (one a second).
+	deadline := time.Now().Add(wait)
+	for {
+		sketches, err := rs.Client().Keys(t.Context(), "nodetest:{sk:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sketches) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no shared latency sketch in redis after %v", wait)
+		}
+		time.Sleep(50 * time.Millisecond) // polling Redis: no event to wait on
 	}
 }
 

@@ -43,7 +43,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	fail := func(err error) (*Serve, error) {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), unwind(s.Stop))
 	}
-	key, err := o.fingerprintKey()
+	key, err := o.fingerprintKey(cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -27,7 +27,7 @@ type Workers struct {
 // on o.MetricsListen when set.
 func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error) {
 	log := o.logger()
-	key, err := o.fingerprintKey()
+	key, err := o.fingerprintKey(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}

@@ -1,0 +1,362 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrGateDegraded is wrapped by the errors of RedisGate when Redis did not
+// answer in time or failed. Claim then still returns a usable claim: the
+// local compare-and-swap's decision, which is authoritative for the groups
+// of this dispatcher. A caller that gets an error satisfying
+// errors.Is(err, ErrGateDegraded) keeps that claim and counts the election
+// as degraded; only errors without it (an invalid claim) leave no decision.
+var ErrGateDegraded = errors.New("redis gate degraded: local decision only")
+
+// DefaultRedisGateTimeout bounds one Claim or Clear, Redis round trip
+// included, when RedisGateConfig.Timeout is zero. A claim sits on the commit
+// path of a result, so it is kept short; a Redis slower than this counts as
+// down for that election.
+const DefaultRedisGateTimeout = 50 * time.Millisecond
+
+// MaxRedisGateTimeout is the largest RedisGateConfig.Timeout accepted: a
+// slow Redis must never hold a finished result back for long.
+const MaxRedisGateTimeout = time.Second
+
+// DefaultRedisGatePrefix starts every key of a RedisGate when
+// RedisGateConfig.Prefix is empty.
+const DefaultRedisGatePrefix = "hr"
+
+// RedisGateConfig configures a RedisGate.
+type RedisGateConfig struct {
+	// Prefix starts every key: <prefix>:{ua:<id>}:win and …:epoch. Empty
+	// means DefaultRedisGatePrefix. It must not contain '{' or '}', which
+	// would move the hash tag.
+	Prefix string
+	// TTL is how long Redis keeps a user action's winner and epoch after its
+	// last won claim; zero means DefaultGateTTL. Like LocalGate's, it must
+	// exceed the longest user action deadline.
+	TTL time.Duration
+	// Timeout bounds one Claim or Clear including the wait for Redis; zero
+	// means DefaultRedisGateTimeout, at most MaxRedisGateTimeout.
+	Timeout time.Duration
+	// Local is the in-process gate consulted first. Nil makes a private one
+	// with the same TTL. Passing a shared one lets other code of this
+	// dispatcher see the elections.
+	Local *LocalGate
+}
+
+// RedisGate is the winner gate shared by every replica of one Redis
+// (DESIGN §6). A claim first goes through the LocalGate — authoritative for
+// the groups this dispatcher owns; a local loss returns without asking Redis.
+// A local win is then confirmed by one Lua script that, atomically, either
+// finds the user action's current holder or increments the user action's
+// epoch and sets <prefix>:{ua:<id>}:win to "group/attempt/epoch" with
+// SET NX PX. Redis decides: the value it holds is the claim's Value, or the
+// Holder a losing claim learns. A Redis win replaces the local entry's value
+// with Redis', so later local claims of this replica lose at once to the
+// holder Redis names; a Redis loss releases the local entry, as the local
+// gate is authoritative only for this dispatcher's own groups.
+//
+// Claims of one user action on one RedisGate are serialised — they are rare
+// (a caller retry racing its original, or consecutive hedge attempts of one
+// group) — so that a local loser waits for the in-flight Redis answer, at
+// most Timeout, and names the holder Redis confirmed rather than a local
+// winner that Redis may overrule.
+//
+// Degraded operation: when Redis fails or does not answer within Timeout,
+// Claim returns the local decision together with an error wrapping
+// ErrGateDegraded; the local decision stands. Two replicas deciding locally
+// during an outage can each elect a winner for the same user action — the
+// gate never lets one group commit twice, but across replicas it is then
+// best-effort. The same holds across a Redis failover (or a restart without
+// persistence): replication is asynchronous, so the promoted server may have
+// lost a winner key — and its epoch key, so an epoch number can be issued
+// again — and a later claim from another replica can then win as well. The
+// local gate still holds within each replica, so no group ever commits
+// twice; effect executors that must act once per user action compare the
+// whole gate value (group/attempt/epoch), not the epoch alone (DESIGN §6).
+//
+// Timeout is enforced through the context, which go-redis honours on reads
+// only with ContextTimeoutEnabled, so NewRedisGate requires it of the
+// go-redis clients it can inspect.
+type RedisGate struct {
+	client  redis.UniversalClient
+	local   *LocalGate
+	prefix  string
+	ttlMS   int64
+	timeout time.Duration
+	locks   actionLocks
+}
+
+var _ Gate = (*RedisGate)(nil)
+
+// claimScript elects the winner of one user action. KEYS[1] is the winner
+// key, KEYS[2] the epoch key (same hash tag, same slot); ARGV[1] is the
+// claimant "group/attempt", ARGV[2] the TTL in milliseconds. It returns
+// {1, value} when the claimant holds the gate — newly, or again when its own
+// value is already there (idempotent re-claim, no new epoch) — and
+// {0, holder} when another claimant holds it. Group ids may contain '/', so
+// "own value" means the claimant's prefix followed by digits only.
+var claimScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+local mine = ARGV[1] .. '/'
+if cur then
+  if string.sub(cur, 1, #mine) == mine and string.find(cur, '^%d+$', #mine + 1) then
+    return {1, cur}
+  end
+  return {0, cur}
+end
+local epoch = redis.call('INCR', KEYS[2])
+local value = mine .. string.format('%d', epoch)
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  return redis.error_reply('gate key appeared inside the script')
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, value}
+`)
+
+// clearScript deletes the winner key KEYS[1] only if it still holds the
+// value ARGV[1]; it returns the number of keys deleted. The epoch key stays,
+// so the next winner's epoch is higher.
+var clearScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// NewRedisGate returns a gate over client, which may be a standalone,
+// cluster or failover client.
+func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate, error) {
+	if client == nil {
+		return nil, errors.New("redis gate: a client is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultRedisGatePrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("redis gate: prefix %q must not contain '{' or '}'", cfg.Prefix)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultGateTTL
+	}
+	if cfg.TTL < time.Millisecond {
+		return nil, fmt.Errorf("redis gate: ttl %v must be at least 1ms", cfg.TTL)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultRedisGateTimeout
+	}
+	if cfg.Timeout < 0 || cfg.Timeout > MaxRedisGateTimeout {
+		return nil, fmt.Errorf("redis gate: timeout %v not in (0, %v]", cfg.Timeout, MaxRedisGateTimeout)
+	}
+	if !contextTimeoutEnabled(client) {
+		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
+	}
+	local := cfg.Local
+	if local == nil {
+		var err error
+		if local, err = NewLocalGate(LocalGateConfig{TTL: cfg.TTL}); err != nil {
+			return nil, fmt.Errorf("redis gate: %w", err)
+		}
+	}
+	return &RedisGate{
+		client: client, local: local, prefix: cfg.Prefix,
+		ttlMS: cfg.TTL.Milliseconds(), timeout: cfg.Timeout,
+		locks: actionLocks{held: make(map[string]chan struct{})},
+	}, nil
+}
+
+// contextTimeoutEnabled reports whether a client honours context deadlines;
+// clients of unknown type are trusted.
+func contextTimeoutEnabled(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// Local returns the in-process gate consulted before Redis.
+func (g *RedisGate) Local() *LocalGate { return g.local }
+
+// Claim implements Gate. See RedisGate for how Redis and the local gate
+// combine; an error wrapping ErrGateDegraded comes with the local decision.
+func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt int) (Claim, error) {
+	if userAction == "" || group == "" || attempt < 0 {
+		return Claim{}, fmt.Errorf("%w: user action %q, group %q, attempt %d", ErrInvalidClaim, userAction, group, attempt)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	// If the wait for another claim of this user action times out, the
+	// claim goes on unserialised: the local CAS still decides, and a local
+	// win meets the expired context below and degrades.
+	release := g.locks.acquire(ctx, userAction)
+	defer release()
+
+	local, err := g.local.Claim(ctx, userAction, group, attempt)
+	if err != nil || !local.Won {
+		return local, err
+	}
+
+	res, err := claimScript.Run(ctx, g.client, g.keys(userAction), group+"/"+strconv.Itoa(attempt), g.ttlMS).Slice()
+	if err != nil {
+		return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, err)
+	}
+	won, holder, err := parseClaimReply(res)
+	if err != nil {
+		return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, err)
+	}
+	g.local.adopt(userAction, local.Value, holder, won)
+
+	c := Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: won, Epoch: holder.Epoch, Holder: holder.String()}
+	if won {
+		c.Value = c.Holder
+	}
+	return c, nil
+}
+
+// parseClaimReply reads claimScript's {won, holder}. A holder that does not
+// parse means something else wrote the key: that is a fault of the shared
+// gate, so the caller degrades to the local decision.
+func parseClaimReply(res []any) (bool, GateValue, error) {
+	if len(res) != 2 {
+		return false, GateValue{}, fmt.Errorf("claim script returned %d values, want 2", len(res))
+	}
+	flag, ok1 := res[0].(int64)
+	raw, ok2 := res[1].(string)
+	if !ok1 || !ok2 {
+		return false, GateValue{}, fmt.Errorf("claim script returned %T, %T; want integer, string", res[0], res[1])
+	}
+	holder, err := ParseGateValue(raw)
+	if err != nil {
+		return false, GateValue{}, fmt.Errorf("winner key holds a foreign value: %w", err)
+	}
+	return flag == 1, holder, nil
+}
+
+// Clear implements Gate: compare-and-delete in Redis, then in the local
+// gate. It returns ErrNotHolder only when neither held the claim's value.
+// When Redis fails the local entry is still cleared and the error wraps
+// ErrGateDegraded; the Redis key then lapses with its TTL, and until it
+// does, claims of other replicas for this user action lose to the cleared
+// claim.
+func (g *RedisGate) Clear(ctx context.Context, c Claim) error {
+	if c.UserAction == "" {
+		return fmt.Errorf("%w: clear without a user action", ErrInvalidClaim)
+	}
+	if !c.Won || c.Value == "" {
+		return fmt.Errorf("clear %s: %w", c.Group, ErrNotHolder)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	release := g.locks.acquire(ctx, c.UserAction)
+	defer release()
+
+	// Both are cleared whatever the other answers: a Redis failover may
+	// have lost the key while the local entry still holds it, or the local
+	// entry may have lapsed while Redis still holds the key.
+	deleted, redisErr := clearScript.Run(ctx, g.client, g.keys(c.UserAction)[:1], c.Value).Int64()
+	localErr := g.local.Clear(ctx, c)
+	switch {
+	case redisErr != nil:
+		return fmt.Errorf("gate clear %s: %w: %w", c.Group, ErrGateDegraded, redisErr)
+	case deleted == 0 && localErr != nil:
+		return fmt.Errorf("clear %s: %w", c.Group, ErrNotHolder)
+	}
+	return nil
+}
+
+// keys returns the winner and epoch keys of a user action; both carry the
+// hash tag {ua:<escaped id>} so one script can touch both in a cluster.
+func (g *RedisGate) keys(userAction string) []string {
+	tag := g.prefix + ":{ua:" + escapeKeyPart(userAction) + "}:"
+	return []string{tag + "win", tag + "epoch"}
+}
+
+// keyEscaper percent-encodes the characters that would end or restart a
+// hash tag, and '%' itself so that encoding stays one-to-one: two distinct
+// user action ids always give distinct keys.
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func escapeKeyPart(s string) string { return keyEscaper.Replace(s) }
+
+// adopt records Redis' decision on a claim that won the local gate with
+// localValue. A Redis win replaces the local value with Redis' (same group
+// and attempt, Redis' epoch), so later local claims lose at once to the
+// holder Redis names and a Clear with the Redis value finds it. A Redis loss
+// releases the local entry: the holder is another replica's group, for
+// which this gate is not authoritative, so later claims ask Redis again
+// instead of losing to a holder that replica may clear. An entry meanwhile
+// held by another value is left alone. The local epoch follows Redis', so
+// a local loser reports the holder's epoch.
+func (g *LocalGate) adopt(userAction, localValue string, holder GateValue, won bool) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweep(now)
+	e := g.actions[userAction]
+	if e == nil || !e.expires.After(now) {
+		if !won {
+			return
+		}
+		e = &gateEntry{}
+		g.actions[userAction] = e
+	}
+	if e.held && e.holder.String() != localValue {
+		return
+	}
+	e.epoch = holder.Epoch
+	if !won {
+		e.held, e.holder = false, GateValue{}
+		return
+	}
+	e.held, e.holder = true, holder
+	e.expires = now.Add(g.ttl)
+	g.expiry = append(g.expiry, expiryItem{userAction: userAction, expires: e.expires})
+}
+
+// actionLocks serialises the claims and clears of one user action on one
+// gate. An entry's channel is closed when its holder releases it.
+type actionLocks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+// acquire waits until no other operation on userAction is in flight here,
+// then holds it until release is called. If ctx ends first it stops waiting
+// and returns a release that does nothing.
+func (l *actionLocks) acquire(ctx context.Context, userAction string) (release func()) {
+	for {
+		l.mu.Lock()
+		busy, ok := l.held[userAction]
+		if !ok {
+			mine := make(chan struct{})
+			l.held[userAction] = mine
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.held, userAction)
+				l.mu.Unlock()
+				close(mine)
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return func() {}
+		}
+	}
+}

@@ -1,0 +1,375 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Results of takeScript.
+const (
+	takeGranted  = 0
+	takeAttempts = 1
+	takeCeiling  = 2
+)
+
+// decision is one request-path decision in the making: the reservation it
+// would create, the clock reading all its scripts share, and which entities
+// granted their part, so that a denial can give those parts back.
+type decision struct {
+	s     *Store
+	r     reservation
+	now   time.Time
+	nowMs int64
+	units int64
+
+	uaGranted     bool
+	tenantGranted bool
+	deposited     int64  // microtokens a primary added to its cohort's bucket
+	bucketKey     string // the cohort's bucket
+}
+
+func (s *Store) newDecision(userAction string, units int64) *decision {
+	now := s.now()
+	return &decision{
+		s:     s,
+		r:     reservation{nonce: newNonce(), ua: entityHash(userAction)},
+		now:   now,
+		nowMs: now.UnixMilli(),
+		units: units,
+	}
+}
+
+// takeAccounts queues the user action's take (slot and spend) and, with a
+// tenant ceiling, the tenant window's.
+func (d *decision) takeAccounts(ctx context.Context, b *batch, tenant string, a budgets.AttemptPolicy, p budgets.SpendPolicy) (ua, tn *scriptCall) {
+	resExp := d.nowMs + millisCeil(p.ReservationTTL)
+	ua = b.eval(ctx, takeScript, d.s.keys.userAction(d.r.ua),
+		d.nowMs, d.r.nonce, a.Max, d.units, p.UserActionCeiling, resExp, d.nowMs+millisCeil(a.TTL), graceMs)
+	if p.TenantCeiling == 0 {
+		return ua, nil
+	}
+	d.r.tenant = entityHash(tenant)
+	d.r.winLen = p.TenantWindow.Milliseconds()
+	d.r.winAt = budgets.TenantWindowStart(d.now, p.TenantWindow)
+	tn = b.eval(ctx, takeScript, d.s.keys.tenantWindow(d.r.tenant, d.r.winLen, d.r.winAt),
+		d.nowMs, d.r.nonce, 0, d.units, p.TenantCeiling, resExp, d.r.winAt+d.r.winLen, graceMs)
+	return ua, tn
+}
+
+// takeResult reads a takeScript reply.
+func takeResult(c *scriptCall) (code int64, attempts int, err error) {
+	if c == nil {
+		return takeGranted, 0, nil
+	}
+	v, err := c.cmd.Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 2 {
+		return 0, 0, fmt.Errorf("take script answered %v", v)
+	}
+	return v[0], int(v[1]), nil
+}
+
+// compensate gives back, in one more round trip, every part a denied or
+// failed decision was granted. Parts Redis did not answer for are left to
+// their expiry.
+func (d *decision) compensate(parent, ctx context.Context) error {
+	b := newBatch(d.s.client)
+	if d.uaGranted {
+		d.endUserAction(ctx, b, false, 0)
+	}
+	if d.tenantGranted {
+		d.endTenant(ctx, b, false, 0)
+	}
+	if d.deposited != 0 {
+		b.eval(ctx, withdrawScript, []string{d.bucketKey}, d.deposited)
+	}
+	if d.r.source != srcNone {
+		d.endToken(ctx, b, false)
+	}
+	d.s.send(parent, ctx, b)
+	var errs []error
+	for _, c := range b.calls {
+		if err := c.cmd.Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// endUserAction queues the end of the reservation's share of its user
+// action; a release gives back the attempt slot too.
+func (d *decision) endUserAction(ctx context.Context, b *batch, settle bool, used int64) *scriptCall {
+	return b.eval(ctx, endScript, d.s.keys.userAction(d.r.ua), d.nowMs, d.r.nonce, flag(settle), used, 1)
+}
+
+// endTenant queues the end of the reservation's share of its tenant window.
+func (d *decision) endTenant(ctx context.Context, b *batch, settle bool, used int64) *scriptCall {
+	return b.eval(ctx, endScript, d.s.keys.tenantWindow(d.r.tenant, d.r.winLen, d.r.winAt),
+		d.nowMs, d.r.nonce, flag(settle), used, 0)
+}
+
+// endToken queues the end of the reservation's duplicate-rate token.
+func (d *decision) endToken(ctx context.Context, b *batch, settle bool) *scriptCall {
+	source := d.s.keys.floor(d.r.pool)
+	if d.r.source == srcCohort {
+		source = d.s.keys.bucket(d.r.pool, d.r.cohort)
+	}
+	return b.eval(ctx, poolEndScript, []string{source, d.s.keys.poolTokens(d.r.pool)},
+		d.nowMs, d.r.nonce, d.r.source, flag(!settle), idleMs)
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Admit implements budgets.Store in one round trip: the user action's take,
+// the tenant's take and the cohort deposit are pipelined together; a denial
+// costs a second round trip that gives back what the others granted.
+func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Admission, error) {
+	if err := ended(ctx, "admit"); err != nil {
+		return budgets.Admission{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return budgets.Admission{}, err
+	}
+	if err := checkExact("admit request", req.Spend); err != nil {
+		return budgets.Admission{}, err
+	}
+	parent := ctx
+	ctx, cancel, err := s.start(ctx, "admit")
+	if err != nil {
+		return budgets.Admission{}, err
+	}
+	defer cancel()
+
+	d := s.newDecision(req.UserAction, req.Spend.Units())
+	d.bucketKey = s.keys.bucket(entityHash(req.Pool), entityHash(req.Cohort))
+	b := newBatch(s.client)
+	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
+	deposit := b.eval(ctx, depositScript, []string{d.bucketKey}, d.nowMs,
+		budgets.Microtokens(req.Bucket.InitialFill), budgets.Microtokens(req.Bucket.Capacity),
+		budgets.Microtokens(req.Bucket.Ratio), idleMs, graceMs)
+	s.send(parent, ctx, b)
+
+	uaCode, attempts, uaErr := takeResult(uaCall)
+	tenantCode, _, tenantErr := takeResult(tenantCall)
+	added, depositErr := deposit.cmd.Int64()
+	d.uaGranted = uaErr == nil && uaCode == takeGranted
+	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
+	if depositErr == nil {
+		d.deposited = added
+	}
+	if err := errors.Join(uaErr, tenantErr, depositErr); err != nil {
+		return budgets.Admission{}, d.fail(parent, ctx, "admit", err)
+	}
+
+	reason := budgets.ReasonNone
+	switch {
+	case uaCode == takeAttempts:
+		reason = budgets.ReasonAttempts
+	case uaCode == takeCeiling:
+		reason = budgets.ReasonSpendUserAction
+	case tenantCode != takeGranted:
+		reason = budgets.ReasonSpendTenant
+	}
+	if reason != budgets.ReasonNone {
+		if err := d.compensate(parent, ctx); err != nil {
+			return budgets.Admission{}, failure(parent, "admit: giving back a denied primary's grants", err)
+		}
+		return budgets.Admission{Reason: reason}, nil
+	}
+	return budgets.Admission{
+		Allowed:       true,
+		Reservation:   d.r.id(),
+		AttemptsUsed:  attempts,
+		ReservedUnits: d.units,
+	}, nil
+}
+
+// fail compensates what a decision whose batch partly failed was granted,
+// as far as the call's time allows, and returns err as a failure.
+func (d *decision) fail(parent, ctx context.Context, op string, err error) error {
+	if ctx.Err() == nil {
+		if cerr := d.compensate(parent, ctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("giving back the granted parts: %w", cerr))
+		}
+	}
+	return failure(parent, op, err)
+}
+
+// ReserveExtra implements budgets.Store in one round trip: the route's
+// flags, the user action's take, the pool's token and the tenant's take are
+// pipelined together; a denial costs a second round trip that gives back
+// what the others granted.
+func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (budgets.Grant, error) {
+	if err := ended(ctx, "reserve extra"); err != nil {
+		return budgets.Grant{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return budgets.Grant{}, err
+	}
+	if err := checkExact("extra request", req.Spend); err != nil {
+		return budgets.Grant{}, err
+	}
+	parent := ctx
+	ctx, cancel, err := s.start(ctx, "reserve extra")
+	if err != nil {
+		return budgets.Grant{}, err
+	}
+	defer cancel()
+
+	d := s.newDecision(req.UserAction, req.Spend.Units())
+	b := newBatch(s.client)
+	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p")
+	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
+	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Cohort)
+	const one = 1_000_000
+	need := int64(one)
+	if req.Role == schemas.RoleHedge {
+		need += budgets.Microtokens(req.Bucket.ReplacementReserve)
+	}
+	tokenCall := b.eval(ctx, poolTakeScript,
+		[]string{s.keys.bucket(poolHash, cohortHash), s.keys.floor(poolHash), s.keys.poolTokens(poolHash)},
+		d.nowMs, d.r.nonce,
+		budgets.Microtokens(req.Bucket.InitialFill), budgets.Microtokens(req.Bucket.Capacity), need,
+		budgets.Microtokens(req.Floor.Capacity), strconv.FormatFloat(req.Floor.RefillPerSecond*1e6, 'g', -1, 64),
+		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs)
+	s.send(parent, ctx, b)
+
+	uaCode, attempts, uaErr := takeResult(uaCall)
+	tenantCode, _, tenantErr := takeResult(tenantCall)
+	source, tokenErr := tokenCall.cmd.Int64()
+	d.uaGranted = uaErr == nil && uaCode == takeGranted
+	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
+	if tokenErr == nil && (source == srcCohort || source == srcFloor) {
+		d.r.source, d.r.pool, d.r.cohort = int(source), poolHash, cohortHash
+	}
+	flagVals, flagsErr := flags.Result()
+	if err := errors.Join(flagsErr, uaErr, tenantErr, tokenErr); err != nil {
+		return budgets.Grant{}, d.fail(parent, ctx, "reserve extra", err)
+	}
+
+	reason := budgets.ReasonNone
+	switch {
+	case d.nowMs < untilField(flagVals, 0):
+		reason = budgets.ReasonRouteQuarantined
+	case d.nowMs < untilField(flagVals, 1):
+		reason = budgets.ReasonRoutePushback
+	case uaCode == takeAttempts:
+		reason = budgets.ReasonAttempts
+	case d.r.source == srcNone:
+		reason = budgets.ReasonDuplicateRate
+	case uaCode == takeCeiling:
+		reason = budgets.ReasonSpendUserAction
+	case tenantCode != takeGranted:
+		reason = budgets.ReasonSpendTenant
+	}
+	if reason != budgets.ReasonNone {
+		if err := d.compensate(parent, ctx); err != nil {
+			return budgets.Grant{}, failure(parent, "reserve extra: giving back a denied attempt's grants", err)
+		}
+		return budgets.Grant{Reason: reason}, nil
+	}
+	token := budgets.TokenCohort
+	if d.r.source == srcFloor {
+		token = budgets.TokenFloor
+	}
+	return budgets.Grant{
+		Allowed:       true,
+		Reservation:   d.r.id(),
+		AttemptsUsed:  attempts,
+		ReservedUnits: d.units,
+		Token:         token,
+	}, nil
+}
+
+// untilField reads field i of an HMGET of route flags as Unix ms (0 when
+// absent or unreadable).
+func untilField(vals []any, i int) int64 {
+	if i >= len(vals) {
+		return 0
+	}
+	s, ok := vals[i].(string)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Settle implements budgets.Store in one round trip.
+func (s *Store) Settle(ctx context.Context, id budgets.ReservationID, usage schemas.Usage) error {
+	if err := ended(ctx, "settle"); err != nil {
+		return err
+	}
+	if err := budgets.ValidateUsage(usage); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	used := usage.InputUnits + usage.OutputUnits
+	if usage.InputUnits >= maxExact || usage.OutputUnits >= maxExact || used >= maxExact {
+		return fmt.Errorf("settle: %w: usage %+v reaches 2^53 units", budgets.ErrInvalidRequest, usage)
+	}
+	return s.end(ctx, "settle", id, true, used)
+}
+
+// Release implements budgets.Store in one round trip.
+func (s *Store) Release(ctx context.Context, id budgets.ReservationID) error {
+	if err := ended(ctx, "release"); err != nil {
+		return err
+	}
+	return s.end(ctx, "release", id, false, 0)
+}
+
+// end settles or releases every share of a reservation in one batch: the
+// user action's, the tenant window's and the token's. Each entity ends its
+// own share at most once; the user action's answer decides whether the
+// reservation was live.
+func (s *Store) end(ctx context.Context, op string, id budgets.ReservationID, settle bool, used int64) error {
+	r, ok := parseReservation(id)
+	if !ok {
+		return fmt.Errorf("redisstore: %s: %w", op, budgets.ErrUnknownReservation)
+	}
+	parent := ctx
+	ctx, cancel, err := s.start(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+
+	now := s.now()
+	d := &decision{s: s, r: r, now: now, nowMs: now.UnixMilli()}
+	b := newBatch(s.client)
+	ua := d.endUserAction(ctx, b, settle, used)
+	if r.tenant != "" {
+		d.endTenant(ctx, b, settle, used)
+	}
+	if r.source != srcNone {
+		d.endToken(ctx, b, settle)
+	}
+	s.send(parent, ctx, b)
+	var errs []error
+	for _, c := range b.calls {
+		errs = append(errs, c.cmd.Err())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return failure(parent, op+" reservation "+r.nonce, err)
+	}
+	if live, _ := ua.cmd.Int64(); live != 1 {
+		return fmt.Errorf("redisstore: %s reservation %s: %w", op, r.nonce, budgets.ErrUnknownReservation)
+	}
+	return nil
+}

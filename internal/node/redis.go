@@ -1,0 +1,196 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
+	"github.com/hedgerow/hedgerow/internal/config"
+)
+
+// shared is what replicas of one deployment share: the budget store and the
+// winner gate, in memory for a single replica or on Redis for many, and the
+// loop that shares latency sketches through Redis.
+type shared struct {
+	store  budgets.Store
+	gate   arbiter.Gate
+	client redis.UniversalClient // nil in memory
+	stop   func()                // stops background work; nil when there is none
+}
+
+// openShared builds the shared state of cfg: Redis when redis.url is set,
+// memory otherwise. An unreachable Redis is not fatal — the dispatcher runs
+// degraded (hedges suppressed, local elections) until it answers — but it is
+// logged, so a wrong address shows at start.
+func openShared(cfg *config.Config, log *slog.Logger) (*shared, error) {
+	gateTTL := gateTTL(cfg)
+	if cfg.Redis.URL == "" {
+		gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: gateTTL})
+		if err != nil {
+			return nil, fmt.Errorf("winner gate: %w", err)
+		}
+		return &shared{store: budgets.NewMemory(nil), gate: gate}, nil
+	}
+	client, err := redisClient(cfg.Redis, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*shared, error) { return nil, errors.Join(err, client.Close()) }
+	store, err := redisstore.New(client, redisstore.Options{Prefix: cfg.Redis.KeyPrefix, Timeout: cfg.Redis.Timeout})
+	if err != nil {
+		return fail(fmt.Errorf("redis budgets: %w", err))
+	}
+	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{
+		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, arbiter.MaxRedisGateTimeout),
+	})
+	if err != nil {
+		return fail(fmt.Errorf("redis winner gate: %w", err))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		log.Warn("redis does not answer yet; running degraded until it does", "err", err)
+	}
+	return &shared{store: store, gate: gate, client: client}, nil
+}
+
+// close stops the background work and closes the Redis client.
+func (s *shared) close() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.client == nil {
+		return nil
+	}
+	return s.client.Close()
+}
+
+// redisClient is a client of the Redis cfg names: a standalone server, or a
+// Redis Cluster seeded by the URL's host (and its addr= parameters) when
+// cluster is set. Calls never retry — a retry would outlast the timeout that
+// decides degraded mode — and honour their context's deadline.
+func redisClient(cfg config.Redis, getenv func(string) string) (redis.UniversalClient, error) {
+	tlsConfig, err := redisTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	password := ""
+	if cfg.PasswordEnv != "" {
+		password = getenv(cfg.PasswordEnv)
+	}
+	if cfg.Cluster {
+		opts, err := redis.ParseClusterURL(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis.url: %w", err)
+		}
+		opts.Username, opts.Password = cfg.Username, password
+		opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConfig, hostOf(opts.Addrs[0]))
+		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.DialTimeout = max(cfg.Timeout, time.Second)
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis.url: %w", err)
+	}
+	opts.Username, opts.Password = cfg.Username, password
+	opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConfig, hostOf(opts.Addr))
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	opts.DialTimeout = max(cfg.Timeout, time.Second)
+	return redis.NewClient(opts), nil
+}
+
+// redisTLS is the TLS configuration redis.tls asks for; nil when it asks for
+// none (a rediss:// URL still turns TLS on with the system's roots).
+func redisTLS(cfg config.Redis) (*tls.Config, error) {
+	if !cfg.TLS.Enabled && cfg.TLS.CAFile == "" && !cfg.TLS.InsecureSkipVerify {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLS.InsecureSkipVerify} //nolint:gosec // the operator's explicit choice
+	if cfg.TLS.CAFile != "" {
+		pem, err := os.ReadFile(cfg.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca_file %s: no PEM certificate in it", cfg.TLS.CAFile)
+		}
+	}
+	return tc, nil
+}
+
+// mergeTLS keeps the server name a rediss:// URL set (or the URL's host for
+// a redis:// URL with tls.enabled) and adds the configured roots and
+// verification choice.
+func mergeTLS(fromURL, configured *tls.Config, host string) *tls.Config {
+	if configured == nil {
+		return fromURL
+	}
+	configured.ServerName = host
+	if fromURL != nil {
+		configured.ServerName = fromURL.ServerName
+	}
+	return configured
+}
+
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
+// shareSketches starts the loop that shares d's latency sketches with the
+// other replicas through Redis, so every replica computes the same hedge
+// delay from the cluster's traffic (DESIGN §5). It does nothing in memory.
+func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log *slog.Logger) error {
+	if s.client == nil {
+		return nil
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("sketch sharing: replica id: %w", err)
+	}
+	var maxAge time.Duration
+	for _, p := range cfg.Policies {
+		maxAge = max(maxAge, p.DelayConfig().Window)
+	}
+	x, err := sketchshare.NewExchange(s.client, sketchshare.ExchangeConfig{
+		ReplicaID: hex.EncodeToString(id[:]), Prefix: cfg.Redis.KeyPrefix, MaxAge: maxAge,
+	})
+	if err != nil {
+		return fmt.Errorf("sketch sharing: %w", err)
+	}
+	estimators := map[string]sketchshare.Estimator{}
+	for name, e := range d.Estimators() {
+		estimators[name] = e
+	}
+	syncer, err := sketchshare.NewSyncer(x, estimators, sketchshare.SyncerConfig{Logger: log})
+	if err != nil {
+		return fmt.Errorf("sketch sharing: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); syncer.Run(ctx) }()
+	s.stop = func() { cancel(); <-done }
+	return nil
+}
