@@ -1,8 +1,8 @@
 // Package arbiter decides which attempt of a user action may win: it judges
 // an attempt's output against the request's contract at the commit point
 // (Validate) and elects exactly one winner per user action through a gate
-// (Gate, LocalGate). It holds no network code of its own; the Redis gate
-// that makes the election unique across replicas implements the same Gate.
+// (Gate): LocalGate within one dispatcher, and RedisGate, which makes the
+// election unique across the replicas that share one Redis.
 package arbiter
 
 import (

@@ -48,7 +48,7 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // redisClient is a client of rs that never retries and honours deadlines,
 // as the gateway builds it.
-func redisClient(t *testing.T, rs *redistest.Server) *redis.Client {
+func redisClient(t testing.TB, rs *redistest.Server) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
@@ -57,7 +57,7 @@ func redisClient(t *testing.T, rs *redistest.Server) *redis.Client {
 
 // redisShared is one replica's view of rs: a Redis store and gate under
 // prefix, as internal/node assembles them.
-func redisShared(t *testing.T, client redis.UniversalClient, prefix string) (budgets.Store, arbiter.Gate) {
+func redisShared(t testing.TB, client redis.UniversalClient, prefix string) (budgets.Store, arbiter.Gate) {
 	t.Helper()
 	store, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: time.Second})
 	if err != nil {

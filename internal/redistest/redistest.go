@@ -46,10 +46,12 @@ type Server struct {
 }
 
 // Start runs a standalone redis-server on a free loopback port and kills it
-// when the test ends.
-func Start(t testing.TB) *Server {
+// when the test ends. Extra arguments go to redis-server as they are, e.g.
+// "--user", "app", "on", ">secret", "~*", "+@all" for an ACL user (redis-server
+// joins the words after an option into one configuration line).
+func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := newServer(t)
+	s := newServer(t, extra...)
 	if err := s.start(); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
