@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -90,6 +92,56 @@ type class struct {
 
 	decodeMu   sync.Mutex
 	decodeRate float64 // output tokens per second of completed attempts, smoothed
+
+	outputMu sync.Mutex
+	outputs  map[string]*ddsketch.DDSketch // cohort key → output units of completed answers
+}
+
+const (
+	// initialOutputEstimate sizes the spend reservation of a request without
+	// max_tokens until its cohort has outputSamples completed answers.
+	initialOutputEstimate = 1024
+	outputSamples         = 20
+	// outputQuantile of a cohort's completed answers is the output estimate
+	// of a request without max_tokens (DESIGN §7).
+	outputQuantile = 0.95
+)
+
+// observeOutput records a completed answer's output units for its cohort.
+func (c *class) observeOutput(cohort string, units int64) {
+	if units <= 0 {
+		return
+	}
+	c.outputMu.Lock()
+	defer c.outputMu.Unlock()
+	sk := c.outputs[cohort]
+	if sk == nil {
+		var err error
+		if sk, err = ddsketch.NewDefaultDDSketch(0.01); err != nil {
+			return
+		}
+		if c.outputs == nil {
+			c.outputs = map[string]*ddsketch.DDSketch{}
+		}
+		c.outputs[cohort] = sk
+	}
+	_ = sk.Add(float64(units))
+}
+
+// outputEstimate is the P95 output of the cohort's completed answers, or
+// initialOutputEstimate until there are enough of them.
+func (c *class) outputEstimate(cohort string) int64 {
+	c.outputMu.Lock()
+	defer c.outputMu.Unlock()
+	sk := c.outputs[cohort]
+	if sk == nil || sk.GetCount() < outputSamples {
+		return initialOutputEstimate
+	}
+	q, err := sk.GetValueAtQuantile(outputQuantile)
+	if err != nil {
+		return initialOutputEstimate
+	}
+	return int64(math.Ceil(q))
 }
 
 // initialDecodeRate is assumed until a class has completed an attempt; it

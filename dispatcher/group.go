@@ -526,7 +526,7 @@ func (g *group) spend() budgets.SpendPolicy {
 	p := g.class.policy
 	out := int64(g.sub.Request.MaxTokens)
 	if out == 0 {
-		out = 1024
+		out = g.class.outputEstimate(g.cohort.Key())
 	}
 	s := budgets.SpendPolicy{
 		InputUnits:        estimateInput(g.sub.Request),
@@ -706,8 +706,11 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
 		}
 	}
-	if e.Status == schemas.StatusOK && e.FirstByte > 0 && !e.Usage.Estimated {
-		g.class.observeDecode(e.Usage.OutputUnits, e.Elapsed-e.FirstByte)
+	if e.Status == schemas.StatusOK && !e.Usage.Estimated {
+		if e.FirstByte > 0 {
+			g.class.observeDecode(e.Usage.OutputUnits, e.Elapsed-e.FirstByte)
+		}
+		g.class.observeOutput(g.cohort.Key(), e.Usage.OutputUnits)
 	}
 	if e.Outcome == hedge.OutcomeLoserLate {
 		d.metrics.late.Inc()
