@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,45 @@ func TestAResponseFormatTheContractCannotHonourIsABadRequest(t *testing.T) {
 	_, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: req}, nil)
 	if !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("Submit = %v, want ErrBadRequest", err)
+	}
+}
+
+// TestHedgedStreamCarriesOnlyTheAttemptWhoseFirstTokenCameFirst: with both
+// attempts running, the caller's stream is whole, in order, and from one
+// attempt — the hedge's when the primary stalls before its first token, the
+// primary's when its first token comes before the hedge's.
+func TestHedgedStreamCarriesOnlyTheAttemptWhoseFirstTokenCameFirst(t *testing.T) {
+	tests := []struct {
+		name       string
+		primary    behaviour
+		hedge      behaviour
+		wantWinner int
+	}{
+		{"primary stalls: the hedge's stream", behaviour{hang: true}, behaviour{words: 6}, 2},
+		{"primary's first token first: the primary's stream",
+			behaviour{firstByte: 150 * time.Millisecond, words: 6}, behaviour{firstByte: 600 * time.Millisecond, words: 6}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := twoRoutes(t, newScript(behaviour{words: 6}, tt.primary, tt.hedge))
+			var deltas []string
+			resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(true)}, sinkFunc(func(d Delta) error {
+				deltas = append(deltas, d.Content)
+				return nil
+			}))
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if !resp.Hedged || resp.Winner != tt.wantWinner {
+				t.Fatalf("hedged %v, winner %d; want a hedge and winner %d", resp.Hedged, resp.Winner, tt.wantWinner)
+			}
+			var want strings.Builder
+			for i := range 6 {
+				fmt.Fprintf(&want, "%s%d ", resp.WinnerRoute, i)
+			}
+			if got := strings.Join(deltas, ""); got != want.String() {
+				t.Fatalf("stream %q, want exactly the winner's %q", got, want.String())
+			}
+		})
 	}
 }
