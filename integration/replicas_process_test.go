@@ -1,0 +1,111 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/internal/redistest"
+)
+
+// TestTwoGatewayProcessesShareOneRedis runs two `hedgerow gateway` processes
+// configured with one redis.url and one hash key, a worker process and a
+// nats-server process. A user action (one Idempotency-Key) answered by the
+// first gateway is already committed for the second: the winner gate, the
+// attempt ledger and the user action's id are shared through Redis.
+func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
+	bins := buildBinaries(t)
+	dir := t.TempDir()
+	rs := redistest.Start(t)
+	natsURL := "nats://" + freeAddr(t)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port)
+	nc := waitNATS(t, natsURL)
+	p := newProvider(t, 10*time.Millisecond)
+
+	// The gateways read the hash key from their environment, as in production.
+	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
+	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: procs\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL())
+	writeConfig := func(name, listen string) string {
+		path := filepath.Join(dir, name+".yaml")
+		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
+	waitWorkers(t, nc, 1)
+	var gateways []string
+	for _, name := range []string{"gateway-1", "gateway-2"} {
+		addr := freeAddr(t)
+		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
+		gateways = append(gateways, "http://"+addr)
+	}
+	for _, g := range gateways {
+		waitFor(t, 15*time.Second, g+"/readyz to answer 200", func() bool {
+			resp, err := http.Get(g + "/readyz")
+			if err != nil {
+				return false
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
+
+	client := &http.Client{Timeout: processDeadline + 10*time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	chat := func(gateway, key string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(dispatcher.HeaderIdempotencyKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", gateway, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(body)
+	}
+
+	first, body := chat(gateways[0], "order-42")
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first gateway: %d %s", first.StatusCode, body)
+	}
+	gate := first.Header.Get(dispatcher.HeaderGate)
+	if gate == "" {
+		t.Fatalf("first gateway's answer carries no %s header", dispatcher.HeaderGate)
+	}
+	held, err := rs.Client().Keys(t.Context(), "procs:*:win").Result()
+	if err != nil || len(held) != 1 {
+		t.Fatalf("winner keys in redis: %q, %v; want one", held, err)
+	}
+	if v, err := rs.Client().Get(t.Context(), held[0]).Result(); err != nil || v != gate {
+		t.Fatalf("redis holds %q (%v), the answer's gate value is %q", v, err, gate)
+	}
+
+	second, body := chat(gateways[1], "order-42")
+	if second.StatusCode != http.StatusConflict || !strings.Contains(body, "already_committed") || !strings.Contains(body, gate) {
+		t.Fatalf("second gateway, same user action: %d %s; want 409 already_committed naming %s", second.StatusCode, body, gate)
+	}
+	other, body := chat(gateways[1], "order-43")
+	if other.StatusCode != http.StatusOK {
+		t.Fatalf("second gateway, another user action: %d %s", other.StatusCode, body)
+	}
+}
