@@ -209,9 +209,30 @@ func (s ContractSpec) WithResponseFormat(raw json.RawMessage) (spec ContractSpec
 		return s, false, fmt.Errorf("%w: type %q is not text, json_object or json_schema", ErrInvalidResponseFormat, rf.Type)
 	}
 	if len(s.JSONSchema) > 0 {
-		// Both must hold: the pool's schema and the caller's.
-		schema = []byte(`{"allOf":[` + string(s.JSONSchema) + `,` + string(schema) + `]}`)
+		// Both must hold: the pool's schema and the caller's. Each becomes
+		// a resource of its own, so a reference inside either ("#/$defs/x")
+		// still resolves within it once nested.
+		schema = []byte(`{"allOf":[` + string(withID(s.JSONSchema, "urn:hedgerow:contract:pool")) + `,` +
+			string(withID(schema, "urn:hedgerow:contract:request")) + `]}`)
 	}
 	s.JSONSchema, s.RequireComplete = schema, true
 	return s, true, nil
+}
+
+// withID gives a schema object an $id when it has none; anything else (a
+// boolean schema, or bytes NewContract will refuse) is returned as it is.
+func withID(schema []byte, id string) []byte {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(schema, &obj) != nil || obj == nil {
+		return schema
+	}
+	if _, has := obj["$id"]; has {
+		return schema
+	}
+	obj["$id"], _ = json.Marshal(id)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return schema
+	}
+	return out
 }

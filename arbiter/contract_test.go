@@ -122,7 +122,7 @@ func TestCompleteFinishAcceptsOnlyNaturalEnds(t *testing.T) {
 }
 
 func TestResponseFormatBecomesPartOfTheContract(t *testing.T) {
-	pool := ContractSpec{RequiredFields: []string{"answer"}}
+	pool := ContractSpec{RequiredFields: []string{"answer"}, JSONSchema: []byte(`{"$defs":{"n":{"type":"string"}},"type":"object"}`)}
 	tests := []struct {
 		name    string
 		format  string
@@ -137,6 +137,9 @@ func TestResponseFormatBecomesPartOfTheContract(t *testing.T) {
 			valid: `{"answer":1}`, invalid: `[1]`},
 		{name: "json_schema requires the caller's schema and the pool's fields", changed: true,
 			format: `{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"answer":{"type":"integer"}}}}}`,
+			valid:  `{"answer":1}`, invalid: `{"answer":"one"}`},
+		{name: "a caller's schema with local references nests under the pool's", changed: true,
+			format: `{"type":"json_schema","json_schema":{"name":"x","schema":{"$defs":{"n":{"type":"integer"}},"type":"object","properties":{"answer":{"$ref":"#/$defs/n"}}}}}`,
 			valid:  `{"answer":1}`, invalid: `{"answer":"one"}`},
 		{name: "json_schema without a schema is refused", format: `{"type":"json_schema","json_schema":{"name":"x"}}`, wantErr: ErrInvalidResponseFormat},
 		{name: "an unknown type is refused", format: `{"type":"yaml"}`, wantErr: ErrInvalidResponseFormat},

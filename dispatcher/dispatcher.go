@@ -301,6 +301,10 @@ type GroupError struct {
 	Holder string
 	// Streamed is set when the failure came after bytes reached the caller.
 	Streamed bool
+	// RetryAfter, when positive, is how long the caller should wait before
+	// a retry can succeed: the routes' pushback (rate_limited), or the rest
+	// of the tenant's spend window (budget_exhausted).
+	RetryAfter time.Duration
 }
 
 func (e *GroupError) Error() string {

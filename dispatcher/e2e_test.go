@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -299,5 +300,24 @@ func TestHedgedStreamCarriesOnlyTheAttemptWhoseFirstTokenCameFirst(t *testing.T)
 				t.Fatalf("stream %q, want exactly the winner's %q", got, want.String())
 			}
 		})
+	}
+}
+
+// TestATenantsOwnSpendLimitRefusesWithTheRestOfItsWindow: a tenant's
+// spend_limit applies across classes; a refused caller learns when the
+// window rolls over.
+func TestATenantsOwnSpendLimitRefusesWithTheRestOfItsWindow(t *testing.T) {
+	tenants := fmt.Sprintf("tenants:\n  small:\n    api_key_hashes: [%q]\n    spend_limit: 5\n    spend_window: 1h\n", config.HashAPIKey("k"))
+	c := newCluster(t, []string{"a", "b"}, map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 1}))}, tenants)
+	_, err := c.d.Submit(context.Background(), Submission{Pool: "general", Tenant: "small", Request: chat(false)}, nil)
+	var ge *GroupError
+	if !errors.As(err, &ge) || ge.Code != schemas.ErrBudgetExhausted {
+		t.Fatalf("Submit = %v, want budget_exhausted: the request's estimate exceeds the tenant's 5 units", err)
+	}
+	if ge.RetryAfter <= 0 || ge.RetryAfter > time.Hour {
+		t.Fatalf("RetryAfter = %v, want the rest of the hour-long window", ge.RetryAfter)
+	}
+	if _, err := c.d.Submit(context.Background(), Submission{Pool: "general", Tenant: "other", Request: chat(false)}, nil); err != nil {
+		t.Fatalf("a tenant without a limit: %v", err)
 	}
 }

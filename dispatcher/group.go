@@ -83,12 +83,34 @@ type group struct {
 	gateValue string
 	delivered bool // the caller got its final delivery
 	streamed  bool // bytes of the committed stream reached the caller
+	// retryAfter is the longest pause a route's failure asked for; denied
+	// is why the store refused the primary. Both size GroupError.RetryAfter.
+	retryAfter time.Duration
+	denied     budgets.Reason
 }
 
 // inboundEvent wraps a wire message for the group's loop.
 type inboundEvent struct {
 	attempt int
 	msg     *nats.Msg
+}
+
+// retryAfterFor is how long a caller should wait before retrying a group
+// that failed with code: the longest pause the routes asked for when they
+// all pushed back, the rest of the tenant's spend window when that refused
+// the primary, and 0 when waiting does not help.
+func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
+	switch {
+	case code == schemas.ErrRateLimited:
+		return max(g.retryAfter, time.Second)
+	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
+		if sp := g.spend(); sp.TenantWindow > 0 {
+			now := g.d.now()
+			end := time.UnixMilli(budgets.TenantWindowStart(now, sp.TenantWindow)).Add(sp.TenantWindow)
+			return end.Sub(now)
+		}
+	}
+	return 0
 }
 
 // contractFor is the pool's contract, with the request's response_format
@@ -393,6 +415,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			obs.Content = m.ToolCalls
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
+		g.retryAfter = max(g.retryAfter, time.Duration(m.RetryAfterMs)*time.Millisecond)
 		return hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
 			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
 	}
@@ -457,7 +480,8 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.commit(a)
 	case hedge.Fail:
 		d.metrics.groups.WithLabelValues(string(a.Error)).Inc()
-		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed}})
+		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed,
+			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
 			d.books.later(func(ctx context.Context) {
@@ -517,6 +541,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		d.log.Warn("budget store unavailable at admission", "err", err)
 		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
 	case !adm.Allowed:
+		g.denied = adm.Reason
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
 	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
@@ -535,6 +560,10 @@ func (g *group) spend() budgets.SpendPolicy {
 		TenantCeiling:     p.Spend.PerTenantWindow,
 		TenantWindow:      p.Spend.Window,
 		ReservationTTL:    2 * g.deadline,
+	}
+	if t := g.d.cfg.Tenants[g.sub.Tenant]; t != nil && t.SpendLimit > 0 {
+		// The tenant's own limit spans every class; it replaces the policy's.
+		s.TenantCeiling, s.TenantWindow = t.SpendLimit, t.SpendWindow
 	}
 	if s.TenantCeiling > 0 && g.sub.Tenant == "" {
 		s.TenantCeiling = 0
@@ -700,9 +729,14 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 		// The committed stream ended: success, or a failure after its commit
 		// point, which ends the caller's stream with an error, never with
 		// bytes of another attempt.
-		if e.Status == schemas.StatusOK {
+		switch {
+		case e.Status == schemas.StatusOK:
 			g.finish(delivery{resp: g.response(a)})
-		} else {
+		case e.Status == schemas.StatusTimeout || !d.now().Before(g.start.Add(g.deadline)):
+			// The worker enforces the attempt's deadline too, and may
+			// report it before the group's own timer fires.
+			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrDeadlineExceeded, Scope: e.Scope, Streamed: g.streamed}})
+		default:
 			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
 		}
 	}

@@ -2,12 +2,14 @@ package dispatcher
 
 import (
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -71,7 +73,8 @@ type HTTPOptions struct {
 	// envelope, which configuration validation checks.
 	BodyLimit int64
 	// TenantByKeyHash authenticates callers: it maps config.HashAPIKey of the
-	// bearer key to a tenant. Nil means no API key is required (local use).
+	// bearer key to a tenant (TenantKeyring builds it from the configured
+	// tenants). Nil means no API key is required (local use).
 	TenantByKeyHash func(hash string) (tenant string, ok bool)
 	// ReadyProbeWindow is how long a readiness check collects worker pings
 	// before it names the pools nobody answered for.
@@ -93,6 +96,42 @@ func PoolRoutes(cfg *config.Config) map[string][]string {
 		out[name] = slices.Clone(p.Routes)
 	}
 	return out
+}
+
+// TenantKeyring returns the tenant lookup HTTPOptions.TenantByKeyHash takes,
+// for the configured tenants. A lookup compares the presented hash with every
+// configured one in constant time and never stops early, so how long it takes
+// says nothing about how close a guess came. Nil or empty tenants give a
+// lookup that admits nobody.
+func TenantKeyring(tenants map[string]*config.Tenant) func(hash string) (string, bool) {
+	type key struct {
+		hash   []byte
+		tenant string
+	}
+	var keys []key
+	for _, name := range slices.Sorted(maps.Keys(tenants)) {
+		if tenants[name] == nil {
+			continue
+		}
+		for _, h := range tenants[name].APIKeyHashes {
+			keys = append(keys, key{hash: []byte(h), tenant: name})
+		}
+	}
+	return func(hash string) (string, bool) {
+		presented := []byte(hash)
+		found := -1
+		for i, k := range keys {
+			// Configured hashes are unique (configuration validation), so
+			// at most one matches; every one is compared regardless.
+			if subtle.ConstantTimeCompare(presented, k.hash) == 1 {
+				found = i
+			}
+		}
+		if found < 0 {
+			return "", false
+		}
+		return keys[found].tenant, true
+	}
 }
 
 // httpHandler is the OpenAI-compatible front door of one Dispatcher.
@@ -155,6 +194,7 @@ func NewHTTPHandler(d *Dispatcher, opts HTTPOptions) (http.Handler, error) {
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an OpenAI error object and not the mux's plain text.
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, h.chatCompletions))
+	h.mux.HandleFunc("/v1/messages", h.messages) // Anthropic Messages; answers its own method errors
 	h.mux.HandleFunc("/v1/models", only(http.MethodGet, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, h.getModel))
 	h.mux.HandleFunc("/healthz", only(http.MethodGet, h.healthz))
@@ -225,7 +265,9 @@ func (h *httpHandler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// submission reads the caller's request: its headers, then its body.
+// submission reads the caller's request: its key, its headers, then its
+// body. Everything a caller can get wrong is refused here, before a group
+// runs, with the offending parameter named.
 func (h *httpHandler) submission(w http.ResponseWriter, r *http.Request) (Submission, bool, *apiError) {
 	var sub Submission
 	tenant, aerr := h.authenticate(r)
@@ -233,20 +275,8 @@ func (h *httpHandler) submission(w http.ResponseWriter, r *http.Request) (Submis
 		return sub, false, aerr
 	}
 	sub.Tenant = tenant
-	if sub.IdempotencyKey = r.Header.Get(HeaderIdempotencyKey); len(sub.IdempotencyKey) > maxIdempotencyKeyLen {
-		return sub, false, invalidParam(HeaderIdempotencyKey, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderIdempotencyKey, maxIdempotencyKeyLen))
-	}
-	if sub.Operation = r.Header.Get(HeaderOperation); len(sub.Operation) > maxOperationLen {
-		return sub, false, invalidParam(HeaderOperation, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderOperation, maxOperationLen))
-	}
-	if v := r.Header.Get(HeaderDeadlineMs); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 {
-			return sub, false, invalidParam(HeaderDeadlineMs, "The "+HeaderDeadlineMs+" header must be a positive integer number of milliseconds.")
-		}
-		// The dispatcher never lengthens the policy's deadline, so a huge
-		// value only needs to stay clear of overflow.
-		sub.Deadline = time.Duration(min(ms, maxDeadline.Milliseconds())) * time.Millisecond
+	if aerr := h.readHedgeHeaders(r, &sub); aerr != nil {
+		return sub, false, aerr
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.BodyLimit))
 	if err != nil {
@@ -254,34 +284,75 @@ func (h *httpHandler) submission(w http.ResponseWriter, r *http.Request) (Submis
 			return sub, false, &apiError{status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
 				Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", h.opts.BodyLimit)}
 		}
-		return sub, false, &apiError{status: http.StatusBadRequest, Type: typeInvalidRequest,
+		return sub, false, &apiError{status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_body",
 			Message: "The request body could not be read."}
 	}
 	pool, req, includeUsage, aerr := parseChatRequest(body)
 	if aerr != nil {
 		return sub, false, aerr
 	}
+	if len(req.ResponseFormat) > 0 {
+		// The dispatcher judges answers by this contract; a schema that
+		// does not compile is the caller's to fix, so it is refused here
+		// with its parameter named rather than failing the group.
+		if _, err := h.d.contractFor(pool, req.ResponseFormat); err != nil {
+			return sub, false, responseFormatError(err)
+		}
+	}
 	sub.Pool, sub.Request = pool, req
 	return sub, includeUsage, nil
 }
 
-// authenticate maps the bearer key to its tenant when keys are required.
-// The key itself never appears in an answer or a log.
+// readHedgeHeaders reads the user action, the operation class and the
+// deadline the caller asked for.
+func (h *httpHandler) readHedgeHeaders(r *http.Request, sub *Submission) *apiError {
+	if sub.IdempotencyKey = r.Header.Get(HeaderIdempotencyKey); len(sub.IdempotencyKey) > maxIdempotencyKeyLen {
+		return invalidParam(HeaderIdempotencyKey, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderIdempotencyKey, maxIdempotencyKeyLen))
+	}
+	sub.Operation = r.Header.Get(HeaderOperation)
+	if len(sub.Operation) > maxOperationLen {
+		return invalidParam(HeaderOperation, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderOperation, maxOperationLen))
+	}
+	if sub.Operation != "" && h.d.cfg.Policies[sub.Operation] == nil {
+		// An unknown class would silently run under the default policy,
+		// with another deadline and hedging rule than the caller chose.
+		return invalidParam(HeaderOperation, "The "+HeaderOperation+" header names no configured operation class.")
+	}
+	if v := r.Header.Get(HeaderDeadlineMs); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			return invalidParam(HeaderDeadlineMs, "The "+HeaderDeadlineMs+" header must be a positive integer number of milliseconds.")
+		}
+		// The dispatcher never lengthens the policy's deadline, so a huge
+		// value only needs to stay clear of overflow.
+		sub.Deadline = time.Duration(min(ms, maxDeadline.Milliseconds())) * time.Millisecond
+	}
+	return nil
+}
+
+// authenticate maps the caller's API key to its tenant when keys are
+// required. The key itself never appears in an answer or a log.
 func (h *httpHandler) authenticate(r *http.Request) (string, *apiError) {
 	if h.opts.TenantByKeyHash == nil {
 		return "", nil
 	}
-	unauthorized := &apiError{status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key",
+	if key := presentedKey(r); key != "" {
+		if tenant, ok := h.opts.TenantByKeyHash(config.HashAPIKey(key)); ok {
+			return tenant, nil
+		}
+	}
+	return "", &apiError{status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", challenge: true,
 		Message: "A valid API key is required in the Authorization header as 'Bearer <key>'."}
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || strings.TrimSpace(key) == "" {
-		return "", unauthorized
+}
+
+// presentedKey is the caller's API key: the bearer token of the
+// Authorization header (the scheme in any case, as RFC 9110 allows), else
+// the x-api-key header Anthropic clients send.
+func presentedKey(r *http.Request) string {
+	if scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(token)
 	}
-	tenant, ok := h.opts.TenantByKeyHash(config.HashAPIKey(strings.TrimSpace(key)))
-	if !ok {
-		return "", unauthorized
-	}
-	return tenant, nil
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
 }
 
 // writeSubmitError answers a failure that came before any byte was sent.

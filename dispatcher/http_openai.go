@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -28,6 +30,10 @@ const (
 	codeInternal       = "internal_error"
 )
 
+// headerShouldRetry is the retry hint of the official OpenAI SDKs: "false"
+// stops their automatic retries of an answer no retry can change.
+const headerShouldRetry = "X-Should-Retry"
+
 // statusClientClosedRequest is nginx's 499: the client went away before the
 // answer. Nothing reaches the client; it is for access logs.
 const statusClientClosedRequest = 499
@@ -38,10 +44,16 @@ type apiError struct {
 	status     int
 	retryAfter string // Retry-After header, when the caller should wait
 	gate       string // X-Hedgerow-Gate of the committed winner (409)
-	Message    string
-	Type       string
-	Param      string
-	Code       string
+	// noRetry tells clients that retrying the same request cannot succeed
+	// (x-should-retry: false, which the official OpenAI SDKs obey): they
+	// retry 409 and 429 on their own otherwise.
+	noRetry bool
+	// challenge asks for credentials (WWW-Authenticate, with a 401).
+	challenge bool
+	Message   string
+	Type      string
+	Param     string
+	Code      string
 }
 
 func (e *apiError) MarshalJSON() ([]byte, error) {
@@ -70,6 +82,12 @@ func writeAPIError(w http.ResponseWriter, e *apiError) {
 	if e.gate != "" {
 		w.Header().Set(HeaderGate, e.gate)
 	}
+	if e.noRetry {
+		w.Header().Set(headerShouldRetry, "false")
+	}
+	if e.challenge {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hedgerow"`)
+	}
 	writeJSON(w, e.status, e)
 }
 
@@ -85,11 +103,13 @@ func modelNotFound() *apiError {
 // errorFor maps an error of Submit to its answer; nil means the caller went
 // away and nothing is to be written.
 //
-// Status choices: every route failing is 503, not 502 — the gateway itself
-// works and already retried across the pool, so the condition is "no
-// capacity now", which is what 503 tells clients and load balancers.
-// Budget exhaustion is 429 insufficient_quota without Retry-After: retrying
-// the same user action cannot succeed, only a tenant window may refill.
+// Status choices: every route failing transiently, or none being healthy, is
+// 503 — the gateway works and already retried across the pool, so the
+// condition is "no capacity now", which is what 503 tells clients and load
+// balancers. Every route failing permanently (its credentials, its model) is
+// 502: the upstreams answered, unusably, and a retry will not change that.
+// Budget exhaustion is 429 insufficient_quota with x-should-retry: false:
+// an automatic retry of the same request cannot refill a ceiling.
 func errorFor(err error) *apiError {
 	var ge *GroupError
 	switch {
@@ -110,6 +130,11 @@ func errorFor(err error) *apiError {
 		Message: "The gateway failed to serve the request."}
 }
 
+// retryAfterSeconds is a Retry-After header value: whole seconds, rounded up.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
+
 func groupErrorFor(ge *GroupError) *apiError {
 	code := string(ge.Code)
 	switch ge.Code {
@@ -119,17 +144,24 @@ func groupErrorFor(ge *GroupError) *apiError {
 		return &apiError{status: http.StatusGatewayTimeout, Type: typeTimeout, Code: code,
 			Message: "No valid answer arrived before the deadline."}
 	case schemas.ErrAlreadyCommitted:
-		return &apiError{status: http.StatusConflict, Type: typeInvalidRequest, Code: code, gate: ge.Holder,
+		return &apiError{status: http.StatusConflict, Type: typeInvalidRequest, Code: code, gate: ge.Holder, noRetry: true,
 			Message: "Another request of this user action (Idempotency-Key) already committed an answer: " + ge.Holder + "."}
 	case schemas.ErrRateLimited:
-		// The group does not carry the routes' Retry-After; one second is
-		// the shortest pause that sheds load.
-		return &apiError{status: http.StatusTooManyRequests, Type: typeRateLimit, Code: code, retryAfter: "1",
+		// The longest pause the routes asked for, at least a second.
+		return &apiError{status: http.StatusTooManyRequests, Type: typeRateLimit, Code: code, retryAfter: retryAfterSeconds(max(ge.RetryAfter, time.Second)),
 			Message: "Every route of the model is asking for less load; retry later."}
 	case schemas.ErrBudgetExhausted:
-		return &apiError{status: http.StatusTooManyRequests, Type: typeQuota, Code: code,
-			Message: "The attempt or spend budget of this user action or tenant is exhausted."}
-	case schemas.ErrAllRoutesFailed, schemas.ErrRouteFailed, schemas.ErrNoRoute:
+		if ge.RetryAfter > 0 {
+			// The tenant's spend window refused: a new window will not.
+			return &apiError{status: http.StatusTooManyRequests, Type: typeQuota, Code: code, retryAfter: retryAfterSeconds(ge.RetryAfter),
+				Message: "The tenant's spend budget for this window is exhausted; retry in the next window."}
+		}
+		return &apiError{status: http.StatusTooManyRequests, Type: typeQuota, Code: code, noRetry: true,
+			Message: "The attempt or spend budget of this user action is exhausted."}
+	case schemas.ErrRouteFailed:
+		return &apiError{status: http.StatusBadGateway, Type: typeServer, Code: code,
+			Message: "Every route of the model failed permanently (credentials or model at the provider)."}
+	case schemas.ErrAllRoutesFailed, schemas.ErrNoRoute:
 		return &apiError{status: http.StatusServiceUnavailable, Type: typeServer, Code: code,
 			Message: "No route of the model could produce a valid answer."}
 	case schemas.ErrInvalidRequest:
@@ -216,6 +248,24 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 	// stream_options without stream is ignored rather than refused: clients
 	// that always send it still work.
 	return pool, req, req.Stream && streamOptions.IncludeUsage, nil
+}
+
+// paramResponseSchema is where a request's JSON schema sits.
+const paramResponseSchema = "response_format.json_schema.schema"
+
+// responseFormatError answers a response_format the dispatcher's contract
+// cannot honour (Dispatcher.contractFor). Its texts are fixed: the
+// compiler's messages can quote the schema.
+func responseFormatError(err error) *apiError {
+	switch {
+	case errors.Is(err, ErrUnknownPool):
+		return modelNotFound()
+	case errors.Is(err, arbiter.ErrInvalidContract):
+		return invalidParam(paramResponseSchema,
+			"The JSON schema in 'response_format.json_schema.schema' is not a valid, self-contained JSON Schema (external $ref is not allowed).")
+	}
+	return invalidParam("response_format",
+		`'response_format' must be {"type":"text"}, {"type":"json_object"} or {"type":"json_schema","json_schema":{"name":...,"schema":{...}}}.`)
 }
 
 func parseStop(raw json.RawMessage) ([]string, error) {

@@ -119,6 +119,12 @@ func samples() []sample {
 				Attempts: 2, Hedged: true, WinnerAttempt: 2, WinnerRoute: "anthropic-west", Gate: gate},
 		},
 		{
+			KindSubmitChunk,
+			SubmitChunk{Seq: 1},
+			SubmitChunk{V: Version, Seq: 7, Delta: "A cat.",
+				ToolCalls: json.RawMessage(`[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":""}}]`)},
+		},
+		{
 			KindAttemptRecord,
 			AttemptRecord{EventTime: eventTime, Reporter: ReporterWorker, UserActionID: "ua_1", HedgeGroupID: "g1",
 				Attempt: 1, Role: RolePrimary, Route: "r1", RouteClass: "chat_equivalent", OperationClass: "chat",

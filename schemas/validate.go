@@ -27,6 +27,7 @@ const (
 	KindCancel         = "cancel"
 	KindSubmitRequest  = "submit_request"
 	KindSubmitResponse = "submit_response"
+	KindSubmitChunk    = "submit_chunk"
 	KindAttemptRecord  = "attempt_record"
 	KindGroupRecord    = "group_record"
 )
@@ -36,7 +37,7 @@ func Kinds() []string {
 	return []string{
 		KindChatRequest, KindAttempt, KindAccept, KindBusy, KindHeartbeat, KindFirstByte,
 		KindChunk, KindAttemptResult, KindCancel, KindSubmitRequest, KindSubmitResponse,
-		KindAttemptRecord, KindGroupRecord,
+		KindSubmitChunk, KindAttemptRecord, KindGroupRecord,
 	}
 }
 

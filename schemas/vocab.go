@@ -75,6 +75,10 @@ const (
 	ErrBudgetExhausted  ErrorCode = "budget_exhausted"  // the attempt ledger or spend ceiling refused the primary
 	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
 	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+	// Codes of the hedgerow.submit front door only, for failures before any
+	// group runs; never in a group record.
+	ErrUnknownModel ErrorCode = "unknown_model" // model_class names no pool
+	ErrUnavailable  ErrorCode = "unavailable"   // this replica cannot take the request now: retry
 )
 
 // Usage is the work an attempt consumed, in provider usage units (tokens).

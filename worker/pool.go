@@ -140,26 +140,31 @@ func shortestHeartbeat(cfg *config.Config) time.Duration {
 
 // newUpstream returns the provider adapter of route r.
 func newUpstream(r *config.Route, env config.LookupEnv) (upstream.Upstream, error) {
+	var key string
+	if r.APIKeyEnv != "" {
+		v, ok := env(r.APIKeyEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("route %s: %w: environment variable %s", r.Name, ErrMissingAPIKey, r.APIKeyEnv)
+		}
+		key = v
+	}
+	cfg := upstream.Config{BaseURL: r.BaseURL, Model: r.Model, APIKey: key}
+	var (
+		up  upstream.Upstream
+		err error
+	)
 	switch r.Provider {
 	case config.ProviderOpenAI:
-		var key string
-		if r.APIKeyEnv != "" {
-			v, ok := env(r.APIKeyEnv)
-			if !ok || v == "" {
-				return nil, fmt.Errorf("route %s: %w: environment variable %s", r.Name, ErrMissingAPIKey, r.APIKeyEnv)
-			}
-			key = v
-		}
-		up, err := upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model, APIKey: key})
-		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
-		}
-		return up, nil
+		up, err = upstream.NewOpenAI(cfg)
 	case config.ProviderAnthropic:
-		return nil, fmt.Errorf("route %s: %w: %s (use an OpenAI-compatible endpoint for now)", r.Name, ErrProviderNotSupported, r.Provider)
+		up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: cfg})
 	default:
 		return nil, fmt.Errorf("route %s: %w: %q", r.Name, ErrProviderNotSupported, r.Provider)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r.Name, err)
+	}
+	return up, nil
 }
 
 // Routes lists the routes the pool serves, in configuration order.

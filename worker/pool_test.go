@@ -28,12 +28,20 @@ import (
 const poolWait = 10 * time.Second
 
 // fakeRoute is a simulator route behind httptest that remembers the
-// Authorization header of every chat request.
+// Authorization header of every chat request and the x-api-key header of
+// every Messages request.
 type fakeRoute struct {
 	url string
 
-	mu    sync.Mutex
-	auths []string
+	mu      sync.Mutex
+	auths   []string
+	apiKeys []string
+}
+
+func (f *fakeRoute) xAPIKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.apiKeys)
 }
 
 func (f *fakeRoute) authorizations() []string {
@@ -59,11 +67,14 @@ func startFakeRoute(t *testing.T, n int) *fakeRoute {
 	}
 	f := &fakeRoute{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			f.mu.Lock()
+		f.mu.Lock()
+		switch r.URL.Path {
+		case "/v1/chat/completions":
 			f.auths = append(f.auths, r.Header.Get("Authorization"))
-			f.mu.Unlock()
+		case "/v1/messages":
+			f.apiKeys = append(f.apiKeys, r.Header.Get("X-Api-Key"))
 		}
+		f.mu.Unlock()
 		fake.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {
@@ -194,6 +205,28 @@ func TestPoolRunsOneWorkerPerRouteWithItsOwnKey(t *testing.T) {
 	}
 }
 
+func TestPoolServesAnthropicRoutesWithTheKeyInXAPIKey(t *testing.T) {
+	a := startFakeRoute(t, 0)
+	cfg := parse(t, fmt.Sprintf("{name: claude, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}",
+		strings.TrimSuffix(a.url, "/v1")))
+	nc := startNATSServer(t)
+	p, err := worker.StartPool(cfg, nc, env(map[string]string{"ROUTE_KEY": "sk-ant-route"}), worker.PoolOptions{})
+	if err != nil {
+		t.Fatalf("StartPool: %v", err)
+	}
+	defer stopPool(t, p)
+	res := run(t, nc, "claude")
+	if res.StatusClass != schemas.StatusOK || res.Content == "" || res.FinishReason != "stop" || res.Usage.Estimated || res.Usage.OutputUnits < 1 {
+		t.Errorf("result %+v, want a complete answer with the provider's usage", res)
+	}
+	if got := a.xAPIKeys(); !slices.Equal(got, []string{"sk-ant-route"}) {
+		t.Errorf("Messages requests carried x-api-key %q, want the key from ROUTE_KEY", got)
+	}
+	if got := a.authorizations(); len(got) != 0 {
+		t.Errorf("chat completions requests %q reached an anthropic route", got)
+	}
+}
+
 func TestPoolServesOnlyTheRoutesAskedFor(t *testing.T) {
 	a := startFakeRoute(t, 0)
 	cfg := parse(t,
@@ -228,8 +261,8 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 			map[string]string{"OTHER_KEY": "k"}, nil, worker.ErrMissingAPIKey, "route r: provider API key not set: environment variable ROUTE_KEY"},
 		{"api_key_env set but empty", fmt.Sprintf("{name: r, provider: openai, base_url: %q, model: m, api_key_env: ROUTE_KEY}", url),
 			map[string]string{"ROUTE_KEY": ""}, nil, worker.ErrMissingAPIKey, "ROUTE_KEY"},
-		{"anthropic provider", fmt.Sprintf("{name: r, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}", url),
-			map[string]string{"ROUTE_KEY": "k"}, nil, worker.ErrProviderNotSupported, "route r: provider not supported yet: anthropic"},
+		{"anthropic api_key_env unset", fmt.Sprintf("{name: r, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}", url),
+			nil, nil, worker.ErrMissingAPIKey, "route r: provider API key not set: environment variable ROUTE_KEY"},
 		{"route not configured", fmt.Sprintf("{name: r, provider: openai, base_url: %q, model: m}", url),
 			nil, []string{"r", "nope"}, worker.ErrUnknownRoute, `route "nope"`},
 	}

@@ -12,12 +12,13 @@ import (
 
 func newFakeLLMCmd() *cobra.Command {
 	var (
-		flags  processFlags
-		listen string
-		cfg    fakellm.Config
+		flags   processFlags
+		listen  string
+		cfg     fakellm.Config
+		instant int
 	)
 	cmd := &cobra.Command{
-		Use:   "fakellm [--listen ADDR] [--workload NAME] [--seed S] [--time-scale X] [--route N]",
+		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N]",
 		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
 		Long: `fakellm plays one route of a seeded workload model (DESIGN §11) in real time:
 POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
@@ -31,6 +32,12 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 			log, err := flags.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("instant") {
+				if cfg.Model, err = fakellm.InstantModel(instant); err != nil {
+					return err
+				}
+				cfg.Workload = fakellm.InstantName
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
@@ -51,5 +58,6 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "real seconds per model second")
 	f.IntVar(&cfg.Route, "route", 0, "which route of the model to play (0..2)")
 	f.StringVar(&cfg.ModelID, "model", "", "model id /v1/models lists (default: the workload's name)")
+	f.IntVar(&instant, "instant", 0, "instead of --workload, answer every request at once, never failing, with exactly N tokens (for hedgerow bench --compare-direct)")
 	return cmd
 }

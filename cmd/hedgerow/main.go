@@ -32,6 +32,7 @@ result and cancels the rest.`,
 	root.AddCommand(newWorkerCmd())
 	root.AddCommand(newFakeLLMCmd())
 	root.AddCommand(newDemoCmd())
+	root.AddCommand(newBenchCmd())
 	return root
 }
 

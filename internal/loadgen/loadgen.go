@@ -37,20 +37,33 @@ const (
 var ErrInvalidConfig = errors.New("invalid load generator config")
 
 // Request is one request of a run: a JSON body and the headers that go with
-// it (e.g. X-Hedgerow-Operation, Idempotency-Key).
+// it (e.g. X-Hedgerow-Operation, Idempotency-Key). Target indexes
+// Config.Targets; it is 0 when the run has one target.
 type Request struct {
 	Body   []byte
 	Header http.Header
+	Target int
+}
+
+// Target is where requests go: it sends one and reads its answer to the
+// end, filling in the result's Status, Err, FirstToken, Chunks and Hedge
+// (Run stamps the times). since returns the time elapsed since the request
+// was due. ctx carries the request's deadline (Config.Timeout).
+type Target interface {
+	Send(ctx context.Context, rq Request, since func() time.Duration, res *Result)
 }
 
 // Config describes one run.
 type Config struct {
 	// BaseURL is the server's root, e.g. "http://127.0.0.1:8080"; Path is
-	// appended to it (empty: DefaultPath).
+	// appended to it (empty: DefaultPath). Used when Targets is empty.
 	BaseURL string
 	Path    string
 	// APIKey is sent as a bearer token when set.
 	APIKey string
+	// Targets, when set, replace BaseURL: request i goes to
+	// Targets[Requests[i].Target] (see NewHTTPTarget, NewNATSTarget).
+	Targets []Target
 	// Requests are sent in order, one per arrival.
 	Requests []Request
 	// Rate is the mean of the Poisson arrivals, per second; Seed makes the
@@ -79,15 +92,19 @@ type Config struct {
 // was due (its arrival time), so a send held back by the cap counts its wait.
 type Result struct {
 	Index int
+	// Target is the request's Target.
+	Target int
 	// Due and Sent are offsets from the start of the run.
 	Due  time.Duration
 	Sent time.Duration
 	// CapDelayed is set when the in-flight cap held the send back.
 	CapDelayed bool
-	// Status is the HTTP status; 0 when no response arrived.
+	// Status is the HTTP status (for a NATS target, 200 or the status of its
+	// error answer); 0 when no response arrived.
 	Status int
 	// Err is why the request did not end in a complete answer: a transport
-	// error, a *StatusError, an error event in the stream, or ErrIncomplete.
+	// error, a *StatusError, an error event in the stream, a *client.Error,
+	// or ErrIncomplete.
 	Err error
 	// FirstToken is the time to the first content or tool-call token; zero
 	// when none arrived. Total is the time to the end of the response.
@@ -159,33 +176,41 @@ func NewClient(maxInFlight int) *http.Client {
 // cancels the requests in flight; Run then returns the summary so far with
 // ctx's error.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
-	target, err := cfg.validate()
-	if err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	gaps, err := PoissonGaps(len(cfg.Requests), cfg.Rate, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	g := &generator{cfg: cfg, url: target, now: cfg.Now, client: cfg.Client}
+	g := &generator{cfg: cfg, now: cfg.Now, targets: cfg.Targets}
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if g.client == nil {
-		// A client of its own leaves no idle connections behind.
-		g.client = NewClient(cfg.MaxInFlight)
-		defer g.client.CloseIdleConnections()
+	if len(g.targets) == 0 {
+		client := cfg.Client
+		if client == nil {
+			// A client of its own leaves no idle connections behind.
+			client = NewClient(cfg.MaxInFlight)
+			defer client.CloseIdleConnections()
+		}
+		t, err := NewHTTPTarget(cfg.BaseURL, cfg.Path, cfg.APIKey, client)
+		if err != nil {
+			return nil, err
+		}
+		g.targets = []Target{t}
+	}
+	for i, rq := range cfg.Requests {
+		if rq.Target < 0 || rq.Target >= len(g.targets) {
+			return nil, fmt.Errorf("%w: request %d names target %d of %d", ErrInvalidConfig, i, rq.Target, len(g.targets))
+		}
 	}
 	return g.run(ctx, gaps)
 }
 
-func (c Config) validate() (string, error) {
-	bad := func(format string, args ...any) (string, error) {
-		return "", fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("base URL %q: want an absolute http:// or https:// URL", c.BaseURL)
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	if c.Timeout <= 0 {
 		return bad("timeout %v: every request needs a client deadline", c.Timeout)
@@ -193,20 +218,39 @@ func (c Config) validate() (string, error) {
 	if c.MaxInFlight < 0 {
 		return bad("max in flight %d is negative", c.MaxInFlight)
 	}
-	path := c.Path
+	return nil
+}
+
+// httpTarget is an OpenAI-compatible chat completions endpoint.
+type httpTarget struct {
+	url    string
+	apiKey string
+	client *http.Client
+}
+
+// NewHTTPTarget returns the chat completions endpoint at baseURL + path
+// (empty: DefaultPath) as a Target, sending apiKey as a bearer token when
+// set, over client (nil: NewClient(DefaultMaxInFlight)).
+func NewHTTPTarget(baseURL, path, apiKey string, client *http.Client) (Target, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: base URL %q: want an absolute http:// or https:// URL", ErrInvalidConfig, baseURL)
+	}
 	if path == "" {
 		path = DefaultPath
 	}
-	return strings.TrimSuffix(c.BaseURL, "/") + "/" + strings.TrimPrefix(path, "/"), nil
+	if client == nil {
+		client = NewClient(DefaultMaxInFlight)
+	}
+	return &httpTarget{url: strings.TrimSuffix(baseURL, "/") + "/" + strings.TrimPrefix(path, "/"), apiKey: apiKey, client: client}, nil
 }
 
 // generator is one run in progress.
 type generator struct {
-	cfg    Config
-	url    string
-	now    func() time.Time
-	client *http.Client
-	start  time.Time
+	cfg     Config
+	targets []Target
+	now     func() time.Time
+	start   time.Time
 }
 
 func (g *generator) run(ctx context.Context, gaps []time.Duration) (*Summary, error) {

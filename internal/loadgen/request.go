@@ -63,31 +63,38 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// send sends request i, due at offset due, and reads its response to the end.
+// send sends request i, due at offset due, to its target and reads its
+// answer to the end.
 func (g *generator) send(ctx context.Context, i int, due time.Duration) (res Result) {
-	res = Result{Index: i, Due: due, Sent: g.now().Sub(g.start)}
+	rq := g.cfg.Requests[i]
+	res = Result{Index: i, Target: rq.Target, Due: due, Sent: g.now().Sub(g.start)}
 	since := func() time.Duration { return g.now().Sub(g.start) - due }
 	defer func() { res.Total = since() }()
-
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	rq := g.cfg.Requests[i]
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(rq.Body))
+	g.targets[rq.Target].Send(ctx, rq, since, &res)
+	return res
+}
+
+// Send posts the request and reads its answer: a stream as server-sent
+// events, anything else as one chat completion.
+func (t *httpTarget) Send(ctx context.Context, rq Request, since func() time.Duration, res *Result) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(rq.Body))
 	if err != nil {
 		res.Err = fmt.Errorf("build request: %w", err)
-		return res
+		return
 	}
 	for k, vs := range rq.Header {
 		req.Header[k] = append([]string(nil), vs...)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if g.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+g.cfg.APIKey)
+	if t.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+t.apiKey)
 	}
-	resp, err := g.client.Do(req)
+	resp, err := t.client.Do(req)
 	if err != nil {
 		res.Err = fmt.Errorf("send: %w", err)
-		return res
+		return
 	}
 	defer func() { _ = resp.Body.Close() }()
 	res.Status = resp.StatusCode
@@ -95,7 +102,7 @@ func (g *generator) send(ctx context.Context, i int, due time.Duration) (res Res
 
 	if resp.StatusCode != http.StatusOK {
 		res.Err = statusError(resp)
-		return res
+		return
 	}
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mediaType == "text/event-stream" {
@@ -112,7 +119,6 @@ func (g *generator) send(ctx context.Context, i int, due time.Duration) (res Res
 	if h := hedgeOf(resp.Trailer, true); h.Gate != "" || h.WinnerRoute != "" {
 		res.Hedge = h
 	}
-	return res
 }
 
 // hedgeOf reads the X-Hedgerow-* values of a header or trailer set.

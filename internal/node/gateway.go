@@ -24,11 +24,13 @@ var (
 	ErrPayloadTooSmall = errors.New("NATS max_payload too small")
 )
 
-// Gateway is a running gateway: a dispatcher behind the HTTP front door.
+// Gateway is a running gateway: a dispatcher behind the HTTP front door and
+// the NATS one (hedgerow.submit).
 type Gateway struct {
 	d      *dispatcher.Dispatcher
 	shared *shared
 	http   *httpServer
+	nats   *dispatcher.NATSService // the hedgerow.submit front door
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -78,9 +80,10 @@ func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		Logger:    log.With("component", "http"),
 	}
 	// With no tenants the front door asks for no key (local use); with
-	// some, every caller must present one of theirs.
+	// some, every caller must present one of theirs, compared in constant
+	// time.
 	if len(cfg.Tenants) > 0 {
-		hopts.TenantByKeyHash = cfg.TenantByKeyHash
+		hopts.TenantByKeyHash = dispatcher.TenantKeyring(cfg.Tenants)
 	}
 	api, err := dispatcher.NewHTTPHandler(d, hopts)
 	if err != nil {
@@ -95,6 +98,9 @@ func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	}, log)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
+	if g.nats, err = dispatcher.StartNATSService(d, nc, dispatcher.NATSServiceOptions{Logger: log.With("component", "nats-submit")}); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
 }
@@ -132,7 +138,11 @@ func (g *Gateway) Failed() <-chan error { return g.http.failed }
 // and lets requests in flight finish, then the dispatcher stops taking
 // submissions and waits for its groups (late losers included).
 func (g *Gateway) Stop(ctx context.Context) error {
-	return errors.Join(g.http.shutdown(ctx), g.closeDispatcher(ctx))
+	var stopNATS error
+	if g.nats != nil {
+		stopNATS = g.nats.Stop(ctx)
+	}
+	return errors.Join(g.http.shutdown(ctx), stopNATS, g.closeDispatcher(ctx))
 }
 
 // closeDispatcher stops the dispatcher, then what it shared with other

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,9 +26,22 @@ const systemFingerprint = "fp_hedgerow_fakellm"
 
 // handleChat answers POST /v1/chat/completions as the drawn attempt says.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.serveChat(w, r, chatCompletions{})
+}
+
+// handleMessages answers POST /v1/messages, Anthropic's Messages API, with
+// the same draw a chat completion of the same conversation gets.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	s.serveChat(w, r, messagesAPI{})
+}
+
+// serveChat answers one chat request in dialect d: the drawn attempt, its
+// timing and its billing are the dialect's business only in how they are
+// written.
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, d dialect) {
 	select {
 	case <-s.closed:
-		writeError(w, http.StatusServiceUnavailable, errTypeServer, errCodeShuttingDown, "", "The server is shutting down.")
+		d.writeError(w, http.StatusServiceUnavailable, errTypeServer, errCodeShuttingDown, "", "The server is shutting down.")
 		return
 	default:
 	}
@@ -37,20 +49,20 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.stats.invalid()
 		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, errTypeInvalidRequest, errCodeBodyTooLarge, "",
+			d.writeError(w, http.StatusRequestEntityTooLarge, errTypeInvalidRequest, errCodeBodyTooLarge, "",
 				fmt.Sprintf("The request body is larger than %d bytes.", s.maxBody))
 			return
 		}
-		writeError(w, http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidBody, "",
+		d.writeError(w, http.StatusBadRequest, errTypeInvalidRequest, errCodeInvalidBody, "",
 			fmt.Sprintf("The request body could not be read: %v", err))
 		return
 	}
-	p, err := parseChat(body)
+	p, err := d.parse(body, s.gen.Model().MaxOutputTokens)
 	if err != nil {
 		s.stats.invalid()
 		re := &requestError{code: errCodeInvalidParams, message: err.Error()}
 		errors.As(err, &re)
-		writeError(w, http.StatusBadRequest, errTypeInvalidRequest, re.code, re.param, re.message)
+		d.writeError(w, http.StatusBadRequest, errTypeInvalidRequest, re.code, re.param, re.message)
 		return
 	}
 
@@ -64,12 +76,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	att, err := s.provider.Attempt(req, number, s.modelSince(start))
 	if err != nil {
 		// A parsed request always makes a valid attempt; this is a bug.
-		writeError(w, http.StatusInternalServerError, errTypeServer, "", "", fmt.Sprintf("drawing the attempt: %v", err))
+		d.writeError(w, http.StatusInternalServerError, errTypeServer, "", "", fmt.Sprintf("drawing the attempt: %v", err))
 		return
 	}
 	ex := &exchange{
-		s: s, w: w, ctx: r.Context(), att: att, p: p, start: start, finish: finish,
-		id:    fmt.Sprintf("chatcmpl-%016x-r%d-a%d", p.requestID, s.route, number),
+		s: s, d: d, w: w, ctx: r.Context(), att: att, p: p, start: start, finish: finish,
+		id:    d.id(p.requestID, s.route, number),
 		model: cmp.Or(p.model, s.modelID),
 	}
 	s.stats.begin()
@@ -84,6 +96,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 // been sent for it so far.
 type exchange struct {
 	s      *Server
+	d      dialect
 	w      http.ResponseWriter
 	ctx    context.Context
 	att    workload.Attempt
@@ -91,7 +104,7 @@ type exchange struct {
 	id     string
 	model  string
 	start  time.Time // when the attempt reached the provider
-	finish string    // the finish_reason of a complete answer
+	finish string    // the canonical finish reason of a complete answer: stop or length
 
 	status     int       // HTTP status sent; 0 until one is
 	firstByte  time.Time // when the first body byte was written
@@ -190,7 +203,7 @@ func (ex *exchange) stop(reason EndReason) {
 
 func (ex *exchange) writeError(status int, typ, code, message string) {
 	ex.status = status
-	writeError(ex.w, status, typ, code, "", message)
+	ex.d.writeError(ex.w, status, typ, code, "", message)
 }
 
 // rateLimited answers 429. Retry-After is in real seconds, rounded up,
@@ -225,18 +238,7 @@ func (ex *exchange) complete() {
 		text.WriteString(fillerToken(ex.p.requestID, k))
 	}
 	ex.status, ex.firstByte, ex.sent = http.StatusOK, ex.s.now(), n
-	writeJSON(ex.w, http.StatusOK, chatCompletion{
-		ID:                ex.id,
-		Object:            "chat.completion",
-		Created:           ex.start.Unix(),
-		Model:             ex.model,
-		SystemFingerprint: systemFingerprint,
-		Choices: []choice{{
-			Message:      responseMessage{Role: "assistant", Content: text.String()},
-			FinishReason: ex.finish,
-		}},
-		Usage: newUsage(ex.att.Request.InputTokens, n),
-	})
+	writeJSON(ex.w, http.StatusOK, ex.d.completion(ex, text.String()))
 }
 
 // stream answers a streaming request: headers and the role chunk at the
@@ -256,22 +258,16 @@ func (ex *exchange) stream() {
 	rc := http.NewResponseController(ex.w)
 
 	var buf bytes.Buffer
-	empty := ""
-	ex.appendChunk(&buf, []chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}}, nil)
+	ex.d.streamStart(&buf, ex)
 	n := att.Request.OutputTokens
 	for {
 		// Progress by at least one token per wake, whatever the clock says.
 		due := min(max(att.TokensBy(ex.elapsed(ex.s.now())), ex.sent+1), n)
 		for k := ex.sent + 1; k <= due; k++ {
-			word := fillerToken(ex.p.requestID, k)
-			ex.appendChunk(&buf, []chunkChoice{{Delta: delta{Content: &word}}}, nil)
+			ex.d.streamToken(&buf, ex, fillerToken(ex.p.requestID, k))
 		}
 		if due == n {
-			ex.appendChunk(&buf, []chunkChoice{{FinishReason: &ex.finish}}, nil)
-			if ex.p.includeUsage {
-				ex.appendChunk(&buf, []chunkChoice{}, newUsage(att.Request.InputTokens, n))
-			}
-			buf.WriteString("data: [DONE]\n\n")
+			ex.d.streamEnd(&buf, ex)
 		}
 		_, err := ex.w.Write(buf.Bytes())
 		if err == nil {
@@ -297,35 +293,6 @@ func (ex *exchange) stream() {
 			return
 		}
 	}
-}
-
-// appendChunk appends one server-sent event holding a chunk.
-func (ex *exchange) appendChunk(buf *bytes.Buffer, choices []chunkChoice, u *usage) {
-	c := chatCompletionChunk{
-		ID:                ex.id,
-		Object:            "chat.completion.chunk",
-		Created:           ex.start.Unix(),
-		Model:             ex.model,
-		SystemFingerprint: systemFingerprint,
-		Choices:           choices,
-	}
-	if ex.p.includeUsage {
-		c.Usage = json.RawMessage("null")
-		if u != nil {
-			raw, err := json.Marshal(u)
-			if err != nil {
-				raw = json.RawMessage("null") // a struct of ints always marshals
-			}
-			c.Usage = raw
-		}
-	}
-	data, err := json.Marshal(c)
-	if err != nil {
-		return // only plain fields; cannot fail
-	}
-	buf.WriteString("data: ")
-	buf.Write(data)
-	buf.WriteString("\n\n")
 }
 
 // record stores the exchange's record with what the provider bills for it.

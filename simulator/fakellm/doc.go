@@ -3,6 +3,14 @@
 // seeded workload models of DESIGN §11 (package simulator/workload), played
 // in real time through a TimeScale.
 //
+// It speaks Anthropic's Messages API too, on POST /v1/messages: the same
+// draw, timing and billing, written as Messages answers, streaming events
+// (message_start, content_block_*, message_delta with the cumulative output
+// tokens, message_stop) and errors ({"type":"error","error":{...}}). The
+// conversation keys the draw in the chat API's terms, so the same text asked
+// in either API draws the same answer; max_tokens, which Messages requires,
+// counts as no cap when the model's longest answer fits under it.
+//
 // One Server plays one route of a model. Every route of a run must use the
 // same workload and Seed: the request id is derived from the canonical body
 // (messages and the output cap), so a hedge of a request sent to another

@@ -37,7 +37,7 @@ type canonicalKey struct {
 }
 
 // parseChat decodes and validates a chat completions body.
-func parseChat(body []byte) (chatParams, error) {
+func parseChat(body []byte, maxOutput int) (chatParams, error) {
 	var req chatCompletionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return chatParams{}, &requestError{code: errCodeInvalidBody,
@@ -62,17 +62,30 @@ func parseChat(body []byte) (chatParams, error) {
 	if m := req.MaxCompletionTokens; m != nil && *m > 0 && (limit == 0 || *m < limit) {
 		limit = *m
 	}
-	key, err := json.Marshal(canonicalKey{Messages: req.Messages, MaxTokens: limit})
+	return newChatParams(req.Model, req.Messages, limit, maxOutput, req.Stream,
+		req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+}
+
+// newChatParams identifies a request by its conversation and output cap,
+// whichever API it came in. A cap at or above maxOutput, the longest answer
+// the model draws, cannot change the answer, so it is no cap: a Messages
+// request, which must name one, then draws what the same chat completion
+// without a cap draws.
+func newChatParams(model string, msgs []schemas.Message, limit, maxOutput int, stream, includeUsage bool) (chatParams, error) {
+	if limit >= maxOutput {
+		limit = 0
+	}
+	key, err := json.Marshal(canonicalKey{Messages: msgs, MaxTokens: limit})
 	if err != nil {
 		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
 			message: fmt.Sprintf("messages could not be encoded: %v", err)}
 	}
 	return chatParams{
-		model:        req.Model,
+		model:        model,
 		requestID:    workload.RequestIDFromKey(key),
 		maxTokens:    limit,
-		stream:       req.Stream,
-		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		stream:       stream,
+		includeUsage: includeUsage,
 	}, nil
 }
 

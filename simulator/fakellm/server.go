@@ -75,8 +75,9 @@ type Config struct {
 }
 
 // Server is an OpenAI-compatible chat completions server playing one route
-// of a workload model. It serves POST /v1/chat/completions, GET /v1/models,
-// GET /stats and GET /healthz. It is safe for concurrent use and owns no
+// of a workload model. It serves POST /v1/chat/completions, POST
+// /v1/messages (Anthropic's Messages API), GET /v1/models, GET /stats and
+// GET /healthz. It is safe for concurrent use and owns no
 // goroutines; Close ends the requests it is holding.
 type Server struct {
 	gen      *workload.Generator
@@ -172,7 +173,7 @@ func (s *Server) Stats(since uint64, limit int) (Stats, error) {
 	return st, nil
 }
 
-// ServeHTTP routes the OpenAI endpoints and the fake's own.
+// ServeHTTP routes the OpenAI and Anthropic endpoints and the fake's own.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	type endpoint struct {
 		method  string
@@ -182,6 +183,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/chat/completions":
 		ep = endpoint{http.MethodPost, s.handleChat}
+	case "/v1/messages":
+		ep = endpoint{http.MethodPost, s.handleMessages}
 	case "/v1/models":
 		ep = endpoint{http.MethodGet, s.handleModels}
 	case "/stats":
@@ -194,8 +197,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != ep.method {
+		var d dialect = chatCompletions{}
+		if r.URL.Path == "/v1/messages" {
+			d = messagesAPI{}
+		}
 		w.Header().Set("Allow", ep.method)
-		writeError(w, http.StatusMethodNotAllowed, errTypeInvalidRequest, errCodeMethod, "",
+		d.writeError(w, http.StatusMethodNotAllowed, errTypeInvalidRequest, errCodeMethod, "",
 			fmt.Sprintf("Method %s is not allowed on %s; use %s", r.Method, r.URL.Path, ep.method))
 		return
 	}

@@ -67,8 +67,10 @@ type Record struct {
 	DisconnectModelMs *float64 `json:"disconnect_model_ms,omitempty"`
 
 	// OutputTokens is the answer's full length after the max_tokens cap.
-	OutputTokens int    `json:"output_tokens"`
-	TokensSent   int    `json:"tokens_sent"`
+	OutputTokens int `json:"output_tokens"`
+	TokensSent   int `json:"tokens_sent"`
+	// FinishReason is the chat API's (stop or length) in either API, so
+	// records of both compare; a Messages answer said end_turn or max_tokens.
 	FinishReason string `json:"finish_reason,omitempty"`
 
 	BilledInputTokens  int64 `json:"billed_input_tokens"`

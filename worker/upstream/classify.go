@@ -57,7 +57,9 @@ func parseAPIError(body []byte) (apiError, bool) {
 			return apiError{}, false
 		}
 		return apiError{Message: msg}, true
-	case top.Message != "" || top.Type != "":
+	case top.Message != "":
+		// Only a message marks top-level fields as an error: a success
+		// object may have a type too (an Anthropic message is "message").
 		return apiError{Message: top.Message, Type: top.Type, Code: codeText(top.Code)}, true
 	}
 	return apiError{}, false
@@ -131,10 +133,14 @@ func classifyStatus(status int, e apiError, h http.Header, now time.Time) (schem
 // only the provider's error type and code to go by.
 func classifyInStream(e apiError) (schemas.StatusClass, schemas.ErrorScope, time.Duration) {
 	switch {
-	case e.has("invalid_request_error") || e.has(groupCodes...):
+	case e.has("invalid_request_error", "request_too_large") || e.has(groupCodes...):
 		return schemas.StatusInvalidRequest, schemas.ScopeGroup, 0
-	case e.has("authentication_error", "permission_error", "invalid_api_key"):
+	case e.has("authentication_error", "permission_error", "invalid_api_key", "billing_error"):
 		return schemas.StatusAuth, schemas.ScopeRoute, 0
+	case e.has("not_found_error"):
+		return schemas.StatusNotFound, schemas.ScopeRoute, 0
+	case e.has("timeout_error"):
+		return schemas.StatusTimeout, schemas.ScopeTransient, 0
 	case e.has("insufficient_quota"):
 		return schemas.StatusRateLimited, schemas.ScopeRoute, 0
 	case e.has("rate_limit_error", "rate_limit_exceeded"):

@@ -186,6 +186,9 @@ func TestProviderErrorBodiesOfCompatibleServersAreRead(t *testing.T) {
 		{"null code", `{"error":{"message":"m","type":"t","code":null}}`, apiError{Message: "m", Type: "t"}, true},
 		{"error as a string", `{"error":"model overloaded"}`, apiError{Message: "model overloaded"}, true},
 		{"fields at the top level", `{"object":"error","message":"m","type":"BadRequestError","code":400}`, apiError{Message: "m", Type: "BadRequestError", Code: "400"}, true},
+		{"Anthropic error envelope", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}`,
+			apiError{Message: "Overloaded", Type: "overloaded_error"}, true},
+		{"an Anthropic message is no error", `{"id":"msg_1","type":"message","role":"assistant","content":[]}`, apiError{}, false},
 		{"not JSON", `<html>Bad Gateway</html>`, apiError{}, false},
 		{"JSON without an error", `{"id":"chatcmpl-1"}`, apiError{}, false},
 	} {

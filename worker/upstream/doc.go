@@ -87,11 +87,12 @@
 // asking for less load, which the engine must not answer with a hedge.
 //
 // Mid-stream errors carry no status, so their error type or code decides:
-// invalid_request_error and the input codes above are group-scoped;
-// authentication_error and permission_error are route auth; rate_limit_error
-// and rate_limit_exceeded are pushback rate_limited; overloaded_error and
-// server_is_overloaded are pushback overloaded; anything else is a transient
-// server_error.
+// invalid_request_error, request_too_large and the input codes above are
+// group-scoped; authentication_error, permission_error and billing_error are
+// route auth; not_found_error is route not_found; rate_limit_error and
+// rate_limit_exceeded are pushback rate_limited; overloaded_error and
+// server_is_overloaded are pushback overloaded; timeout_error is a transient
+// timeout; anything else (api_error among them) is a transient server_error.
 //
 // Retry-After is read from retry-after-ms (milliseconds, OpenAI's precise
 // form) when present, else from Retry-After as delay-seconds or an HTTP date
@@ -102,4 +103,32 @@
 // code and its short error message, passed through schemas.SanitizeMessage
 // with the configured API key redacted. Request and response bodies,
 // headers and keys never appear in them.
+//
+// # Anthropic Messages
+//
+// The Anthropic adapter speaks the Messages API (anthropic-version
+// 2023-06-01, key in x-api-key) and hands the worker the same Delta and
+// Outcome as the OpenAI adapter, so the hedge engine, the arbiter and the
+// front doors never see which dialect a route speaks:
+//   - the canonical request is translated: system and developer messages
+//     become the system prompt, tool messages user turns with tool_result
+//     blocks, assistant tool calls tool_use blocks, image_url parts image
+//     blocks, tools and tool_choice Anthropic's shapes; max_tokens, which the
+//     API requires, is the request's or the route's default; penalties,
+//     seed and response_format, which the API lacks, are dropped;
+//   - text_delta events are content deltas; a tool_use block and its
+//     input_json_delta events are tool-call deltas in OpenAI's fragment
+//     shape, indexed by tool call; thinking is counted but not delivered;
+//   - stop_reason maps to the canonical finish reason (FinishReason):
+//     end_turn and stop_sequence → stop, max_tokens → length, tool_use →
+//     tool_calls, refusal → content_filter;
+//   - usage is message_start's input_tokens (with cache reads and writes)
+//     and message_delta's cumulative output_tokens; a stream cut before its
+//     message_delta is estimated as above, from the larger of the reported
+//     and the counted output;
+//   - the stream is well-formed when a stop_reason and message_stop arrived.
+//     An "event: error" is classified by its error type as in the mid-stream
+//     rules above; HTTP errors use the same table (Anthropic's 529
+//     overloaded_error and 429 rate_limit_error are pushback, honouring
+//     retry-after).
 package upstream

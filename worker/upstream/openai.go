@@ -57,10 +57,30 @@ var _ Upstream = (*OpenAI)(nil)
 
 // NewOpenAI returns an adapter for the route cfg describes.
 func NewOpenAI(cfg Config) (*OpenAI, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("openai adapter: base_url %q: want an absolute http:// or https:// URL", cfg.BaseURL)
+	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
+		return nil, fmt.Errorf("openai adapter: %w", err)
 	}
+	return &OpenAI{
+		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		model:    cfg.Model,
+		key:      cfg.APIKey,
+		client:   cfg.httpClient(),
+		now:      cfg.clock(),
+	}, nil
+}
+
+// parseBaseURL checks that a route's base_url is an absolute HTTP URL.
+func parseBaseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("base_url %q: want an absolute http:// or https:// URL", raw)
+	}
+	return u, nil
+}
+
+// httpClient is the adapter's copy of the configured client, or a client of
+// its own, that never follows a redirect.
+func (cfg Config) httpClient() *http.Client {
 	var client http.Client
 	if cfg.Client != nil {
 		client = *cfg.Client
@@ -72,17 +92,14 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 	}
 	// A redirected POST would be a second request the engine never sees.
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	return &client
+}
+
+func (cfg Config) clock() func() time.Time {
+	if cfg.Now == nil {
+		return time.Now
 	}
-	return &OpenAI{
-		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
-		model:    cfg.Model,
-		key:      cfg.APIKey,
-		client:   &client,
-		now:      now,
-	}, nil
+	return cfg.Now
 }
 
 // CloseIdleConnections closes the adapter's idle provider connections, for
@@ -138,10 +155,10 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	defer resp.Body.Close()
 
 	if resp.StatusCode/100 != 2 {
-		return Outcome{}, o.statusError(resp)
+		return Outcome{}, statusError(resp, o.key, o.now())
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-		return Outcome{}, o.unstreamedAnswer(resp)
+		return Outcome{}, unstreamedAnswer(resp, o.key, o.now())
 	}
 	sink.FirstByte()
 
@@ -164,14 +181,14 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 			break
 		}
 		if ev.typ == "error" {
-			return acc.outcome(), o.streamError([]byte(ev.data))
+			return acc.outcome(), streamError([]byte(ev.data), o.key, o.now())
 		}
 		errObj, err := acc.chunk([]byte(ev.data))
 		if err != nil {
 			return acc.outcome(), malformed(err)
 		}
 		if errObj != nil {
-			return acc.outcome(), o.streamError(errObj)
+			return acc.outcome(), streamError(errObj, o.key, o.now())
 		}
 	}
 	out := acc.outcome()
@@ -202,25 +219,25 @@ func drainAfterDone(body io.Reader, cancel context.CancelFunc) {
 }
 
 // statusError classifies a non-2xx answer from its status, error body and
-// headers.
-func (o *OpenAI) statusError(resp *http.Response) *Error {
+// headers; key is redacted from the provider's message.
+func statusError(resp *http.Response, key string, now time.Time) *Error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	ae, _ := parseAPIError(raw)
-	status, scope, wait := classifyStatus(resp.StatusCode, ae, resp.Header, o.now())
+	status, scope, wait := classifyStatus(resp.StatusCode, ae, resp.Header, now)
 	return &Error{
 		Status: status, Scope: scope, HTTPStatus: resp.StatusCode, RetryAfter: wait,
-		Message: errorMessage(resp.StatusCode, ae, o.key),
+		Message: errorMessage(resp.StatusCode, ae, key),
 	}
 }
 
 // unstreamedAnswer handles a 2xx JSON body where a stream was asked for:
 // either a provider error wrapped in a success status, or an endpoint that
 // ignores stream: true, which is a route that cannot serve hedged attempts.
-func (o *OpenAI) unstreamedAnswer(resp *http.Response) *Error {
+func unstreamedAnswer(resp *http.Response, key string, now time.Time) *Error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if ae, ok := parseAPIError(raw); ok {
-		status, scope, _ := classifyStatus(0, ae, resp.Header, o.now())
-		return &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, ae, o.key)}
+		status, scope, _ := classifyStatus(0, ae, resp.Header, now)
+		return &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, ae, key)}
 	}
 	return &Error{
 		Status: schemas.StatusServerError, Scope: schemas.ScopeRoute, HTTPStatus: resp.StatusCode,
@@ -229,15 +246,15 @@ func (o *OpenAI) unstreamedAnswer(resp *http.Response) *Error {
 }
 
 // streamError classifies an error object sent inside a 200 stream.
-func (o *OpenAI) streamError(data []byte) *Error {
+func streamError(data []byte, key string, now time.Time) *Error {
 	ae, ok := parseAPIError(data)
 	if !ok {
 		// An error event whose data is not an error object still ends the
 		// stream; say nothing of its text.
 		return &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "error event in stream"}
 	}
-	status, scope, _ := classifyStatus(0, ae, nil, o.now())
-	return &Error{Status: status, Scope: scope, Message: errorMessage(0, ae, o.key)}
+	status, scope, _ := classifyStatus(0, ae, nil, now)
+	return &Error{Status: status, Scope: scope, Message: errorMessage(0, ae, key)}
 }
 
 // malformed is the error of a stream that stopped being parseable.

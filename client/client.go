@@ -1,0 +1,262 @@
+// Package client is the Go client of hedgerow's NATS front door: a service
+// that already speaks NATS submits a user action to whichever gateway
+// replica is free, over request-reply on hedgerow.submit, and gets the
+// committed answer — or streams it — with one stable error code when the
+// action fails.
+//
+//	nc, _ := nats.Connect(url)
+//	c, _ := client.New(nc)
+//	resp, err := c.Submit(ctx, client.Request{
+//		ModelClass: "general",
+//		Request:    schemas.ChatRequest{Messages: []schemas.Message{{Role: "user", Content: schemas.TextContent("Say hello")}}},
+//	})
+//	var herr *client.Error
+//	if errors.As(err, &herr) && herr.Code == schemas.ErrDeadlineExceeded { ... }
+//
+// The context bounds the call: its deadline becomes the request's
+// deadline_ms when shorter, and when it ends before the answer the client
+// cancels the request, which cancels its hedge group (no fallback, no
+// late commit). The wire, the reply framing and the cancel subject are
+// described in package schemas (SubmitSubject).
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Request, Response and Chunk are the wire types of the front door.
+type (
+	// Request is one user action: the chat request, the model class (the
+	// pool of equivalent routes), the operation class (the policy) and
+	// optionally an idempotency key and a deadline.
+	Request = schemas.SubmitRequest
+	// Response is the committed answer and how it was won.
+	Response = schemas.SubmitResponse
+	// Chunk is one piece of a committed stream.
+	Chunk = schemas.SubmitChunk
+)
+
+// DefaultOperationClass is the operation class (policy) a request that
+// names none is sent with: the gateway's default policy.
+const DefaultOperationClass = "default"
+
+// DefaultTimeout is how long a call waits for its answer when its context
+// has no deadline; WithTimeout changes it.
+const DefaultTimeout = 5 * time.Minute
+
+// Error is a failure the gateway answered with: one stable code, mirroring
+// the group error codes of schemas.ErrorCode, plus the front door's own
+// (unknown_model, unavailable). Match it with errors.As.
+type Error struct {
+	Code schemas.ErrorCode
+	// Status is the HTTP-like status of the micro error header, e.g. 400 or
+	// 504; the HTTP front door answers the same status for the same failure.
+	Status  int
+	Message string
+	// Group names the hedge group that failed, as its records do; empty
+	// when the request failed before a group ran.
+	Group string
+	// Winner is the committed winner of the user action (already_committed).
+	Winner *schemas.GateValue
+	err    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("hedgerow: %s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+// Unwrap returns the transport error behind the failure, if any (e.g.
+// nats.ErrNoResponders when no gateway serves the subject).
+func (e *Error) Unwrap() error { return e.err }
+
+// Retryable reports whether the same request may succeed if sent again
+// (to another replica, or later): the gateway was unavailable, no route
+// was healthy, or the routes pushed back.
+func (e *Error) Retryable() bool {
+	switch e.Code {
+	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrAllRoutesFailed:
+		return true
+	}
+	return false
+}
+
+// ErrStreamBroken means a stream lost a chunk (the client fell behind and
+// NATS dropped messages) or received something it could not read; the
+// request was cancelled.
+var ErrStreamBroken = errors.New("hedgerow: stream broken")
+
+// Client submits requests to the hedgerow.submit front door. It is safe for
+// concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout sets how long a call waits when its context has no deadline
+// (DefaultTimeout otherwise).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client on nc, which the caller keeps owning and closing.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("hedgerow client: a NATS connection is required")
+	}
+	c := &Client{nc: nc, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.timeout <= 0 {
+		return nil, fmt.Errorf("hedgerow client: timeout %v must be positive", c.timeout)
+	}
+	return c, nil
+}
+
+// Submit sends req as a non-streaming request (req.Request.Stream is
+// ignored; an empty OperationClass means DefaultOperationClass) and returns the committed answer. A failure the gateway answered
+// is an *Error; when ctx ends first, the request is cancelled and ctx's
+// error is returned (wrapped).
+func (c *Client) Submit(ctx context.Context, req Request) (*Response, error) {
+	req.Request.Stream = false
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	msg, id, err := c.message(ctx, req, "")
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, noGateway(err)
+		}
+		if ctx.Err() != nil {
+			c.cancel(id)
+			return nil, fmt.Errorf("hedgerow submit: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("hedgerow submit: %w", err)
+	}
+	switch m.Header.Get(schemas.HeaderStatus) {
+	case schemas.StatusDone:
+		var resp Response
+		if err := schemas.Decode(m.Data, &resp); err != nil {
+			return nil, fmt.Errorf("hedgerow submit: read the answer: %w", err)
+		}
+		return &resp, nil
+	case schemas.StatusError:
+		return nil, errorFrom(m)
+	}
+	if m.Header.Get(micro.ErrorCodeHeader) != "" {
+		return nil, errorFrom(m)
+	}
+	return nil, fmt.Errorf("hedgerow submit: unexpected answer (header %s %q)", schemas.HeaderStatus, m.Header.Get(schemas.HeaderStatus))
+}
+
+// Stream sends req as a streaming request (req.Request.Stream is set) and
+// returns the stream of its committed answer. The stream must be read with
+// Next until it returns false, or closed; ctx bounds it as a whole.
+func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
+	req.Request.Stream = true
+	ctx, cancel := c.bound(ctx)
+	inbox := c.nc.NewInbox()
+	msg, id, err := c.message(ctx, req, inbox)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("hedgerow stream: subscribe %s: %w", inbox, err)
+	}
+	if err := c.nc.PublishMsg(msg); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return nil, fmt.Errorf("hedgerow stream: publish: %w", err)
+	}
+	return &Stream{c: c, ctx: ctx, stop: cancel, sub: sub, id: id}, nil
+}
+
+// bound gives ctx the client's timeout when it has no deadline.
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// message encodes req with a fresh request id, its deadline_ms no longer
+// than what is left of ctx.
+func (c *Client) message(ctx context.Context, req Request, reply string) (*nats.Msg, string, error) {
+	if req.OperationClass == "" {
+		req.OperationClass = DefaultOperationClass
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := max(time.Until(dl).Milliseconds(), 1)
+		if req.DeadlineMs == 0 || left < req.DeadlineMs {
+			req.DeadlineMs = left
+		}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("hedgerow: encode request: %w", err)
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	id := hex.EncodeToString(b[:])
+	return &nats.Msg{
+		Subject: schemas.SubmitSubject,
+		Reply:   reply,
+		Header:  nats.Header{schemas.HeaderRequestID: {id}},
+		Data:    data,
+	}, id, nil
+}
+
+// cancel tells every gateway replica that the request is abandoned; the one
+// running it cancels its group.
+func (c *Client) cancel(id string) {
+	_ = c.nc.Publish(schemas.SubmitCancelSubject(id), nil)
+}
+
+func noGateway(err error) *Error {
+	return &Error{Code: schemas.ErrUnavailable, Status: 503, err: err,
+		Message: "no hedgerow gateway serves " + schemas.SubmitSubject}
+}
+
+// errorFrom reads an error answer: the micro error headers, the stable code
+// and the SubmitError body when present.
+func errorFrom(m *nats.Msg) *Error {
+	e := &Error{
+		Code:    schemas.ErrorCode(m.Header.Get(schemas.HeaderErrorCode)),
+		Message: m.Header.Get(micro.ErrorHeader),
+		Group:   m.Header.Get(schemas.HeaderGroup),
+	}
+	e.Status, _ = strconv.Atoi(m.Header.Get(micro.ErrorCodeHeader))
+	var body schemas.SubmitError
+	if len(m.Data) > 0 && json.Unmarshal(m.Data, &body) == nil {
+		if body.Code != "" {
+			e.Code = body.Code
+		}
+		if body.Message != "" {
+			e.Message = body.Message
+		}
+		e.Winner = body.Winner
+	}
+	if e.Code == "" {
+		e.Code = schemas.ErrUnavailable // a micro error from something other than hedgerow
+	}
+	return e
+}

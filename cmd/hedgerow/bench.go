@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/client"
+	"github.com/hedgerow/hedgerow/internal/loadgen"
+	"github.com/hedgerow/hedgerow/internal/node"
+)
+
+func newBenchCmd() *cobra.Command {
+	opts := loadgen.BenchOptions{Rate: 100, Duration: 10 * time.Second, Warmup: 2 * time.Second, Seed: 1,
+		MaxTokens: loadgen.DefaultBenchMaxTokens, Timeout: loadgen.DefaultBenchTimeout}
+	var (
+		natsURLs []string
+		asJSON   bool
+		quiet    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench (--url URL | --nats URL,...) [--rate R] [--duration D] [--stream] [--compare-direct URL]",
+		Short: "Load a running gateway open-loop over HTTP or NATS and print its latency percentiles",
+		Long: `bench sends chat requests to a running gateway at seeded Poisson arrival times, whether or
+not earlier ones were answered (open loop: a slow gateway cannot slow the load down and hide its
+tail), through its OpenAI-compatible HTTP front door (--url) or its NATS front door hedgerow.submit
+(--nats). After an unmeasured warm-up it prints P50, P90, P99, P99.9 and max of each request's
+time from when it was due to the end of its answer, the time to the first token of streams, and
+the errors by code; --json prints one JSON object.
+
+--compare-direct URL measures what the gateway adds: every arrival goes, by a seeded coin, either
+to the gateway or straight to URL — one of the gateway's routes — so both run side by side in one
+run under the same load (--rate per target), and the report adds a row "added by the gateway"
+(gateway minus direct, quantile by quantile). For the whole path's own cost, point the routes at a
+route with no latency of its own: ` + "`hedgerow fakellm --instant 20`" + ` answers every request at once
+with exactly 20 tokens.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (opts.URL == "") == (len(natsURLs) == 0) {
+				return errors.New("bench: give exactly one of --url and --nats")
+			}
+			if len(natsURLs) > 0 {
+				nc, err := node.Connect(natsURLs, "hedgerow-bench", nil)
+				if err != nil {
+					return fmt.Errorf("bench: %w", err)
+				}
+				defer nc.Close()
+				if opts.NATS, err = client.New(nc, client.WithTimeout(opts.Timeout)); err != nil {
+					return fmt.Errorf("bench: %w", err)
+				}
+				opts.NATSURL = strings.Join(natsURLs, ",")
+			}
+			targets := 1.0
+			if opts.CompareDirect != "" {
+				targets = 2
+			}
+			total := math.Round(opts.Rate*targets*opts.Duration.Seconds()) + math.Round(opts.Rate*targets*opts.Warmup.Seconds())
+			step, done := progress(int64(max(total, 0)), "bench", quiet)
+			if step != nil {
+				opts.Progress = func(loadgen.Result) { step(1) }
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			rep, err := loadgen.Bench(ctx, opts)
+			done()
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			return printReport(cmd.OutOrStdout(), rep, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.URL, "url", "", "root of the gateway's HTTP front door, e.g. http://127.0.0.1:8080")
+	f.StringSliceVar(&natsURLs, "nats", nil, "NATS servers of the gateway's NATS front door, comma-separated")
+	f.StringVar(&opts.APIKey, "api-key", "", "bearer key for the HTTP front door")
+	f.StringVar(&opts.CompareDirect, "compare-direct", "", "root of one of the gateway's routes, called directly side by side (e.g. http://127.0.0.1:9101)")
+	f.StringVar(&opts.DirectModel, "direct-model", "", "model named to the direct route (default: --model)")
+	f.StringVar(&opts.Model, "model", loadgen.DefaultBenchModel, "pool (model class) to ask for")
+	f.StringVar(&opts.Operation, "operation", "", "operation class (policy); empty: the gateway's default")
+	f.StringVar(&opts.Prompt, "prompt", loadgen.DefaultBenchPrompt, "start of every request's user message")
+	f.IntVar(&opts.MaxTokens, "max-tokens", opts.MaxTokens, "max_tokens of every request")
+	f.BoolVar(&opts.Stream, "stream", false, "ask for streamed answers")
+	f.Float64Var(&opts.Rate, "rate", opts.Rate, "Poisson arrival rate per target, requests per second")
+	f.DurationVar(&opts.Duration, "duration", opts.Duration, "how long the measured run sends")
+	f.DurationVar(&opts.Warmup, "warmup", opts.Warmup, "unmeasured run at the same rate before it")
+	f.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "each request's client deadline")
+	f.IntVar(&opts.MaxInFlight, "max-inflight", loadgen.DefaultMaxInFlight, "safety cap on requests in flight (sends it holds back are counted)")
+	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "seed of the arrivals and of the gateway/direct coin")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
+	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	return cmd
+}

@@ -1,0 +1,809 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// AnthropicVersion is the anthropic-version header the adapter sends: the
+// Messages API version whose shapes it reads.
+const AnthropicVersion = "2023-06-01"
+
+// DefaultAnthropicMaxTokens is the max_tokens sent for a request that sets
+// no cap, since the Messages API requires one. It is large enough not to cut
+// an ordinary answer; budgets reserve by the cohort's output, not by it.
+const DefaultAnthropicMaxTokens = 4096
+
+// AnthropicConfig configures the Anthropic Messages adapter of one route.
+type AnthropicConfig struct {
+	// Config is shared with the OpenAI adapter, except BaseURL's convention:
+	// the API root as Anthropic's SDKs take it ("https://api.anthropic.com"),
+	// to which the adapter appends "/v1/messages"; a root that already ends
+	// in "/v1", as OpenAI-style routes are written, gets "/messages" only.
+	// APIKey is sent as x-api-key.
+	Config
+	// MaxTokens is the max_tokens sent when the request sets none; 0 means
+	// DefaultAnthropicMaxTokens.
+	MaxTokens int
+}
+
+// Anthropic is the Upstream of an Anthropic Messages endpoint. It is safe
+// for concurrent use.
+type Anthropic struct {
+	endpoint  string
+	model     string
+	key       string
+	maxTokens int
+	client    *http.Client
+	now       func() time.Time
+}
+
+var _ Upstream = (*Anthropic)(nil)
+
+// NewAnthropic returns an adapter for the route cfg describes.
+func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
+	u, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic adapter: %w", err)
+	}
+	if cfg.MaxTokens < 0 {
+		return nil, fmt.Errorf("anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
+	}
+	root := strings.TrimSuffix(cfg.BaseURL, "/")
+	endpoint := root + "/v1/messages"
+	if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
+		endpoint = root + "/messages"
+	}
+	maxTokens := cfg.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = DefaultAnthropicMaxTokens
+	}
+	return &Anthropic{
+		endpoint:  endpoint,
+		model:     cfg.Model,
+		key:       cfg.APIKey,
+		maxTokens: maxTokens,
+		client:    cfg.httpClient(),
+		now:       cfg.clock(),
+	}, nil
+}
+
+// CloseIdleConnections closes the adapter's idle provider connections, for
+// a worker shutting down.
+func (a *Anthropic) CloseIdleConnections() { a.client.CloseIdleConnections() }
+
+// Stream implements Upstream with one streaming POST to the Messages
+// endpoint. As with the OpenAI adapter, the request is sent once and the
+// provider is always streamed from, whatever the caller asked for.
+func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
+	if sink == nil {
+		sink = discard{}
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, transportError(ctx, err) // nothing was sent
+	}
+	body, err := a.requestBody(req)
+	if err != nil {
+		return Outcome{}, &Error{
+			Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
+			Message: "request cannot be encoded for the provider", cause: err,
+		}
+	}
+	// As in the OpenAI adapter: a stream held open after message_stop can be
+	// cut without failing the attempt.
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, a.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return Outcome{}, &Error{
+			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
+			Message: "provider request cannot be built", cause: err,
+		}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	hreq.Header.Set("Anthropic-Version", AnthropicVersion)
+	if a.key != "" {
+		hreq.Header.Set("X-Api-Key", a.key)
+	}
+	inputEstimate := int64(len(body)+3) / 4
+
+	resp, err := a.client.Do(hreq)
+	if err != nil {
+		out := Outcome{}
+		if !neverConnected(err) {
+			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
+		}
+		return out, transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode/100 != 2 {
+		return Outcome{}, statusError(resp, a.key, a.now())
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+		return Outcome{}, unstreamedAnswer(resp, a.key, a.now())
+	}
+	sink.FirstByte()
+
+	ms := newMessageStream(sink, inputEstimate)
+	events := newEventReader(resp.Body)
+	for !ms.stopped {
+		ev, err := events.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return ms.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
+			}
+			return ms.outcome(), transportError(ctx, err)
+		}
+		errObj, err := ms.event(ev)
+		if err != nil {
+			return ms.outcome(), malformed(err)
+		}
+		if errObj != nil {
+			return ms.outcome(), streamError(errObj, a.key, a.now())
+		}
+	}
+	if ms.stopped {
+		drainAfterDone(resp.Body, cancelReq)
+	}
+	out := ms.outcome()
+	if out.FinishReason == "" {
+		return out, &Error{
+			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
+			Message: "stream ended before a stop reason",
+		}
+	}
+	return out, nil
+}
+
+// FinishReason maps a Messages stop_reason to the canonical finish reason
+// the arbiter and the OpenAI front door read. A reason without a canonical
+// equivalent (pause_turn) is passed on as is, which the arbiter treats as
+// incomplete.
+func FinishReason(stopReason string) string {
+	switch stopReason {
+	case "end_turn", "stop_sequence":
+		return "stop"
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "refusal":
+		return "content_filter"
+	}
+	return stopReason
+}
+
+// messagesEvent is the part of a Messages stream event the adapter reads.
+// Its type is in the data as well as in the SSE event name; the data's is
+// used, as the SDKs do.
+type messagesEvent struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message *struct {
+		Usage messagesUsage `json:"usage"`
+	} `json:"message"`
+	ContentBlock *struct {
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string  `json:"type"`
+		Text        string  `json:"text"`
+		PartialJSON string  `json:"partial_json"`
+		Thinking    string  `json:"thinking"`
+		StopReason  *string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *messagesUsage  `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// messagesUsage is a Messages usage object. Every count is cumulative for
+// the message; absent counts are nil.
+type messagesUsage struct {
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+}
+
+// input returns the input units the usage reports: uncached, cache-written
+// and cache-read tokens together, all of which the provider bills.
+func (u messagesUsage) input() (int64, bool) {
+	if u.InputTokens == nil {
+		return 0, false
+	}
+	n := *u.InputTokens
+	for _, c := range []*int64{u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+		if c != nil {
+			n += *c
+		}
+	}
+	return n, true
+}
+
+// messageStream folds a Messages event stream into an Outcome. Text and
+// tool calls go through the OpenAI adapter's accumulator, in OpenAI's delta
+// shape, so both adapters hand the worker the same Delta and Outcome.
+type messageStream struct {
+	acc *accumulator
+
+	inputTokens  int64 // reported input units
+	sawInput     bool
+	outputTokens int64 // latest cumulative output_tokens
+	finalUsage   bool  // a message_delta reported the message's usage
+
+	tools    map[int]int  // content block index → tool-call index
+	toolArgs map[int]bool // tool-call index → argument text arrived
+	stopped  bool         // message_stop arrived
+}
+
+func newMessageStream(sink Sink, inputEstimate int64) *messageStream {
+	return &messageStream{acc: newAccumulator(sink, inputEstimate), tools: map[int]int{}, toolArgs: map[int]bool{}}
+}
+
+// event folds one event. It returns the data of an error event, or an error
+// if the data is not a Messages event.
+func (s *messageStream) event(ev event) (json.RawMessage, error) {
+	var e messagesEvent
+	if err := json.Unmarshal([]byte(ev.data), &e); err != nil {
+		return nil, fmt.Errorf("decode %s event: %w", ev.typ, err)
+	}
+	if e.Type == "" {
+		e.Type = ev.typ
+	}
+	switch e.Type {
+	case "error":
+		return []byte(ev.data), nil
+	case "message_start":
+		if e.Message == nil {
+			return nil, errors.New("message_start without a message")
+		}
+		s.usage(e.Message.Usage)
+	case "content_block_start":
+		if e.ContentBlock == nil {
+			return nil, errors.New("content_block_start without a content block")
+		}
+		return nil, s.blockStart(e.Index, e.ContentBlock.Type, e.ContentBlock.Text, e.ContentBlock.ID, e.ContentBlock.Name, e.ContentBlock.Input)
+	case "content_block_delta":
+		if e.Delta == nil {
+			return nil, errors.New("content_block_delta without a delta")
+		}
+		return nil, s.blockDelta(e.Index, e.Delta.Type, e.Delta.Text, e.Delta.PartialJSON, e.Delta.Thinking)
+	case "content_block_stop":
+		return nil, s.blockStop(e.Index)
+	case "message_delta":
+		if e.Delta != nil && e.Delta.StopReason != nil && *e.Delta.StopReason != "" {
+			s.acc.finish = FinishReason(*e.Delta.StopReason)
+		}
+		if e.Usage != nil {
+			s.usage(*e.Usage)
+			s.finalUsage = s.finalUsage || e.Usage.OutputTokens != nil
+		}
+	case "message_stop":
+		s.acc.done = true
+		s.stopped = true
+	}
+	// ping, and event types added to the API later, carry nothing to read.
+	return nil, nil
+}
+
+func (s *messageStream) usage(u messagesUsage) {
+	if n, ok := u.input(); ok {
+		s.inputTokens, s.sawInput = n, true
+	}
+	if u.OutputTokens != nil {
+		s.outputTokens = *u.OutputTokens
+	}
+}
+
+// blockStart opens a content block: text is delivered as it comes, a
+// tool_use becomes the first fragment of an OpenAI tool call; thinking and
+// server-side blocks are not part of the answer.
+func (s *messageStream) blockStart(index int, typ, text, id, name string, input json.RawMessage) error {
+	switch typ {
+	case "text":
+		s.text(text)
+	case "tool_use":
+		n := len(s.tools)
+		s.tools[index] = n
+		args := ""
+		if in := bytes.TrimSpace(input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !isNull(in) {
+			args = string(in) // a block sent whole rather than streamed
+			s.toolArgs[n] = true
+		}
+		return s.toolFragment(toolCallFragment{Index: n, ID: id, Type: "function",
+			Function: toolCallFunctionFragment{Name: name, Arguments: args}})
+	}
+	return nil
+}
+
+func (s *messageStream) blockDelta(index int, typ, text, partialJSON, thinking string) error {
+	switch typ {
+	case "text_delta":
+		s.text(text)
+	case "input_json_delta":
+		n, ok := s.tools[index]
+		if !ok {
+			return fmt.Errorf("input_json_delta for content block %d, which is no tool_use", index)
+		}
+		if partialJSON == "" {
+			return nil
+		}
+		s.toolArgs[n] = true
+		return s.toolFragment(toolCallFragment{Index: n, Function: toolCallFunctionFragment{Arguments: partialJSON}})
+	case "thinking_delta":
+		if thinking != "" {
+			s.acc.tokens++ // billed output, never delivered
+		}
+	}
+	return nil
+}
+
+// blockStop completes a tool call that streamed no arguments with "{}", so
+// that its arguments are a JSON object as OpenAI's always are.
+func (s *messageStream) blockStop(index int) error {
+	n, ok := s.tools[index]
+	if !ok || s.toolArgs[n] {
+		return nil
+	}
+	s.toolArgs[n] = true
+	raw, err := json.Marshal([]toolCallFragment{{Index: n, Function: toolCallFunctionFragment{Arguments: "{}"}}})
+	if err != nil {
+		return fmt.Errorf("encode tool-call fragment: %w", err)
+	}
+	// Part of the call already counted; not a token of its own.
+	if err := s.acc.mergeToolCalls(raw); err != nil {
+		return err
+	}
+	s.acc.sink.Delta(Delta{ToolCalls: raw})
+	return nil
+}
+
+func (s *messageStream) text(t string) {
+	if t == "" {
+		return
+	}
+	s.acc.content.WriteString(t)
+	s.acc.tokens++
+	s.acc.sink.Delta(Delta{Content: t, Tokens: 1})
+}
+
+// toolCallFragment is a tool-call delta in OpenAI's streaming shape: the
+// first fragment of a call names it, later ones add argument text.
+type toolCallFragment struct {
+	Index    int                      `json:"index"`
+	ID       string                   `json:"id,omitempty"`
+	Type     string                   `json:"type,omitempty"`
+	Function toolCallFunctionFragment `json:"function"`
+}
+
+type toolCallFunctionFragment struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+func (s *messageStream) toolFragment(f toolCallFragment) error {
+	raw, err := json.Marshal([]toolCallFragment{f})
+	if err != nil {
+		return fmt.Errorf("encode tool-call fragment: %w", err)
+	}
+	if err := s.acc.mergeToolCalls(raw); err != nil {
+		return err
+	}
+	s.acc.tokens++
+	s.acc.sink.Delta(Delta{ToolCalls: raw, Tokens: 1})
+	return nil
+}
+
+// outcome is the attempt's result so far. Usage is the provider's when a
+// message_delta reported it; otherwise it is estimated from what was
+// reported or counted, never less than either.
+func (s *messageStream) outcome() Outcome {
+	out := s.acc.outcome()
+	switch {
+	case s.finalUsage && s.sawInput:
+		out.Usage = schemas.Usage{InputUnits: s.inputTokens, OutputUnits: s.outputTokens}
+	default:
+		out.Usage = schemas.Usage{InputUnits: s.acc.inputEstimate, OutputUnits: max(s.outputTokens, s.acc.tokens), Estimated: true}
+		if s.sawInput {
+			out.Usage.InputUnits = s.inputTokens
+		}
+	}
+	return out
+}
+
+// messagesRequest is the Messages request body.
+type messagesRequest struct {
+	Model         string            `json:"model"`
+	MaxTokens     int               `json:"max_tokens"`
+	System        json.RawMessage   `json:"system,omitempty"`
+	Messages      []messagesMessage `json:"messages"`
+	StopSequences []string          `json:"stop_sequences,omitempty"`
+	Temperature   *float64          `json:"temperature,omitempty"`
+	TopP          *float64          `json:"top_p,omitempty"`
+	Tools         []messagesTool    `json:"tools,omitempty"`
+	ToolChoice    json.RawMessage   `json:"tool_choice,omitempty"`
+	Stream        bool              `json:"stream"`
+}
+
+type messagesMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type messagesTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+// Content blocks of a Messages request.
+type (
+	textBlock struct {
+		Type string `json:"type"` // "text"
+		Text string `json:"text"`
+	}
+	imageBlock struct {
+		Type   string      `json:"type"` // "image"
+		Source imageSource `json:"source"`
+	}
+	imageSource struct {
+		Type      string `json:"type"` // "base64" or "url"
+		MediaType string `json:"media_type,omitempty"`
+		Data      string `json:"data,omitempty"`
+		URL       string `json:"url,omitempty"`
+	}
+	toolUseBlock struct {
+		Type  string          `json:"type"` // "tool_use"
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	}
+	toolResultBlock struct {
+		Type      string          `json:"type"` // "tool_result"
+		ToolUseID string          `json:"tool_use_id"`
+		Content   json.RawMessage `json:"content"`
+	}
+)
+
+// requestBody translates the canonical request into a Messages request:
+// system and developer messages become the system prompt; tool messages
+// become user messages carrying tool_result blocks; assistant tool calls
+// become tool_use blocks; OpenAI image parts become image blocks; tools and
+// tool_choice take Anthropic's shapes. A request without max_tokens gets the
+// adapter's default. Parameters the Messages API lacks (presence and
+// frequency penalties, seed, response_format) are dropped; parts it cannot
+// carry are an error, since dropping them would change the question.
+func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
+	if req == nil {
+		return nil, errors.New("no request")
+	}
+	model := a.model
+	if model == "" {
+		model = req.Model
+	}
+	system, msgs, err := messagesOf(req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	body := messagesRequest{
+		Model:         model,
+		MaxTokens:     req.MaxTokens,
+		System:        system,
+		Messages:      msgs,
+		StopSequences: req.Stop,
+		Temperature:   req.Temperature,
+		TopP:          req.TopP,
+		Stream:        true,
+	}
+	if body.MaxTokens == 0 {
+		body.MaxTokens = a.maxTokens
+	}
+	if body.Tools, err = toolsOf(req.Tools); err != nil {
+		return nil, err
+	}
+	if len(body.Tools) > 0 {
+		if body.ToolChoice, err = toolChoiceOf(req.ToolChoice); err != nil {
+			return nil, err
+		}
+	}
+	out, err := marshalNoEscape(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode messages request: %w", err)
+	}
+	return out, nil
+}
+
+// messagesOf splits the conversation into the system prompt and the
+// Messages turns. One system message with string content is sent as a
+// string; anything else as text blocks, in order.
+func messagesOf(in []schemas.Message) (json.RawMessage, []messagesMessage, error) {
+	var (
+		systemParts []textBlock
+		systemRaw   json.RawMessage
+		systemCount int
+		out         = make([]messagesMessage, 0, len(in))
+	)
+	for i, m := range in {
+		var (
+			msg messagesMessage
+			err error
+		)
+		switch m.Role {
+		case schemas.MessageSystem, schemas.MessageDeveloper:
+			parts, perr := m.Parts()
+			if perr != nil {
+				return nil, nil, fmt.Errorf("messages[%d]: %w", i, perr)
+			}
+			for _, p := range parts {
+				if p.Type != "text" {
+					return nil, nil, fmt.Errorf("messages[%d]: a system prompt carries only text, not %q", i, p.Type)
+				}
+				systemParts = append(systemParts, textBlock{Type: "text", Text: p.Text})
+			}
+			systemCount++
+			systemRaw = m.Content
+			continue
+		case schemas.MessageUser:
+			msg, err = userMessage(m)
+		case schemas.MessageAssistant:
+			msg, err = assistantMessage(m)
+		case schemas.MessageTool:
+			msg, err = toolResultMessage(m)
+		default:
+			err = fmt.Errorf("unknown role %q", m.Role)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		out = append(out, msg)
+	}
+	if systemCount == 0 {
+		return nil, out, nil
+	}
+	if t := bytes.TrimSpace(systemRaw); systemCount == 1 && len(t) > 0 && t[0] == '"' {
+		return t, out, nil
+	}
+	raw, err := marshalNoEscape(systemParts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode system prompt: %w", err)
+	}
+	return raw, out, nil
+}
+
+// userMessage keeps string content as it is and turns parts into blocks.
+func userMessage(m schemas.Message) (messagesMessage, error) {
+	if t := bytes.TrimSpace(m.Content); len(t) > 0 && t[0] == '"' {
+		return messagesMessage{Role: "user", Content: t}, nil
+	}
+	parts, err := m.Parts()
+	if err != nil {
+		return messagesMessage{}, err
+	}
+	blocks := make([]any, 0, len(parts))
+	for _, p := range parts {
+		b, err := partBlock(p)
+		if err != nil {
+			return messagesMessage{}, err
+		}
+		blocks = append(blocks, b)
+	}
+	return blocksMessage("user", blocks)
+}
+
+// partBlock translates one OpenAI content part.
+func partBlock(p schemas.ContentPart) (any, error) {
+	switch p.Type {
+	case "text":
+		return textBlock{Type: "text", Text: p.Text}, nil
+	case "image_url":
+		var img struct {
+			ImageURL struct {
+				URL string `json:"url"`
+			} `json:"image_url"`
+		}
+		if err := json.Unmarshal(p.Raw, &img); err != nil || img.ImageURL.URL == "" {
+			return nil, errors.New("image_url part without a url")
+		}
+		return imageBlockOf(img.ImageURL.URL)
+	}
+	return nil, fmt.Errorf("content part %q has no Messages equivalent", p.Type)
+}
+
+// imageBlockOf turns an image URL, or a base64 data URL, into an image block.
+func imageBlockOf(u string) (imageBlock, error) {
+	if rest, ok := strings.CutPrefix(u, "data:"); ok {
+		meta, data, ok := strings.Cut(rest, ",")
+		mediaType, enc, _ := strings.Cut(meta, ";")
+		if !ok || enc != "base64" || mediaType == "" {
+			return imageBlock{}, errors.New("image data URL must be data:<media type>;base64,<data>")
+		}
+		return imageBlock{Type: "image", Source: imageSource{Type: "base64", MediaType: mediaType, Data: data}}, nil
+	}
+	if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		return imageBlock{}, errors.New("image url must be http(s) or a base64 data URL")
+	}
+	return imageBlock{Type: "image", Source: imageSource{Type: "url", URL: u}}, nil
+}
+
+// assistantMessage keeps plain string content as it is; text (and refusal)
+// parts and tool calls become text and tool_use blocks.
+func assistantMessage(m schemas.Message) (messagesMessage, error) {
+	hasCalls := len(dropNull(m.ToolCalls)) > 0
+	if t := bytes.TrimSpace(m.Content); !hasCalls && len(t) > 0 && t[0] == '"' {
+		return messagesMessage{Role: "assistant", Content: t}, nil
+	}
+	parts, err := m.Parts()
+	if err != nil {
+		return messagesMessage{}, err
+	}
+	var blocks []any
+	for _, p := range parts {
+		text := p.Text
+		switch p.Type {
+		case "text":
+		case "refusal":
+			var r struct {
+				Refusal string `json:"refusal"`
+			}
+			if err := json.Unmarshal(p.Raw, &r); err != nil {
+				return messagesMessage{}, fmt.Errorf("refusal part: %w", err)
+			}
+			text = r.Refusal
+		default:
+			return messagesMessage{}, fmt.Errorf("assistant content part %q has no Messages equivalent", p.Type)
+		}
+		if text != "" { // the API refuses empty text blocks
+			blocks = append(blocks, textBlock{Type: "text", Text: text})
+		}
+	}
+	if hasCalls {
+		var calls []toolCall
+		if err := json.Unmarshal(m.ToolCalls, &calls); err != nil {
+			return messagesMessage{}, fmt.Errorf("tool_calls: %w", err)
+		}
+		for j, c := range calls {
+			input := json.RawMessage(c.Function.Arguments)
+			if strings.TrimSpace(c.Function.Arguments) == "" {
+				input = json.RawMessage("{}")
+			}
+			if !json.Valid(input) || bytes.TrimSpace(input)[0] != '{' {
+				return messagesMessage{}, fmt.Errorf("tool_calls[%d]: arguments must be a JSON object", j)
+			}
+			blocks = append(blocks, toolUseBlock{Type: "tool_use", ID: c.ID, Name: c.Function.Name, Input: input})
+		}
+	}
+	return blocksMessage("assistant", blocks)
+}
+
+// toolResultMessage turns a tool message into a user turn holding its
+// result; consecutive ones are combined into one turn by the API.
+func toolResultMessage(m schemas.Message) (messagesMessage, error) {
+	content := bytes.TrimSpace(m.Content)
+	if len(content) == 0 || content[0] != '"' {
+		parts, err := m.Parts()
+		if err != nil {
+			return messagesMessage{}, err
+		}
+		blocks := make([]textBlock, 0, len(parts))
+		for _, p := range parts {
+			if p.Type != "text" {
+				return messagesMessage{}, fmt.Errorf("tool result part %q has no Messages equivalent", p.Type)
+			}
+			blocks = append(blocks, textBlock{Type: "text", Text: p.Text})
+		}
+		raw, err := marshalNoEscape(blocks)
+		if err != nil {
+			return messagesMessage{}, err
+		}
+		content = raw
+	}
+	return blocksMessage("user", []any{toolResultBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: content}})
+}
+
+func blocksMessage(role string, blocks []any) (messagesMessage, error) {
+	if blocks == nil {
+		blocks = []any{}
+	}
+	raw, err := marshalNoEscape(blocks)
+	if err != nil {
+		return messagesMessage{}, fmt.Errorf("encode %s content: %w", role, err)
+	}
+	return messagesMessage{Role: role, Content: raw}, nil
+}
+
+// toolsOf translates OpenAI function tools. A function without parameters
+// takes none, which the Messages API spells as an empty object schema.
+func toolsOf(raw json.RawMessage) ([]messagesTool, error) {
+	if dropNull(raw) == nil {
+		return nil, nil
+	}
+	var tools []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	out := make([]messagesTool, 0, len(tools))
+	for i, t := range tools {
+		if t.Type != "function" || t.Function.Name == "" {
+			return nil, fmt.Errorf("tools[%d]: only named function tools have a Messages equivalent", i)
+		}
+		schema := dropNull(t.Function.Parameters)
+		if schema == nil {
+			schema = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		out = append(out, messagesTool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: schema})
+	}
+	return out, nil
+}
+
+// toolChoiceOf translates an OpenAI tool_choice: "auto", "none",
+// "required" (Anthropic's "any") or one named function ("tool").
+func toolChoiceOf(raw json.RawMessage) (json.RawMessage, error) {
+	raw = dropNull(raw)
+	if raw == nil {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto", "none":
+			return json.RawMessage(`{"type":"` + s + `"}`), nil
+		case "required":
+			return json.RawMessage(`{"type":"any"}`), nil
+		}
+		return nil, fmt.Errorf("tool_choice %q has no Messages equivalent", s)
+	}
+	var obj struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Type != "function" || obj.Function.Name == "" {
+		return nil, errors.New("tool_choice object must name a function")
+	}
+	return marshalNoEscape(struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}{"tool", obj.Function.Name})
+}
+
+// marshalNoEscape encodes v without HTML escaping, so text reaches the
+// provider as the caller wrote it.
+func marshalNoEscape(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
+}
+
+func isNull(raw []byte) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
