@@ -147,6 +147,7 @@ type httpHandler struct {
 // NewHTTPHandler returns the HTTP front door of d:
 //
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
+//	POST /v1/messages           Anthropic Messages, streaming or not
 //	GET  /v1/models             the pools, as OpenAI models
 //	GET  /v1/models/{model}     one pool
 //	GET  /healthz               200 while the process serves
@@ -157,7 +158,8 @@ type httpHandler struct {
 // ReadTimeout to bound reading the request, and a WriteTimeout of zero or at
 // least the longest policy deadline, since a stream is written for as long as
 // its group runs. A request's context ends when its client goes away; that
-// cancels its group with no fallback. Every error is an OpenAI error object.
+// cancels its group with no fallback. Every error is an OpenAI error object
+// (an Anthropic one on /v1/messages).
 //
 // A stream's status line and headers go out with its first committed delta,
 // so a group failing before its commit still answers with a JSON error and
