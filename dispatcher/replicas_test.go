@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,28 +22,6 @@ import (
 
 // These tests run dispatcher replicas that share one real redis-server
 // (DESIGN §6, §7): budgets and the winner gate hold across them.
-
-// roundTrips counts the commands and pipelines a go-redis client sends:
-// each is one round trip to Redis.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // redisClient is a client of rs that never retries and honours deadlines,
 // as the gateway builds it.
@@ -103,7 +80,7 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, _ := twoRoutes(t, tt.script)
-			counted := &roundTrips{}
+			counted := &redistest.RoundTrips{}
 			requestClient := redisClient(t, rs)
 			requestClient.AddHook(counted)
 			prefix := fmt.Sprintf("roundtrips%d", i)
@@ -117,7 +94,7 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 				t.Fatalf("warm-up Submit: %v", err)
 			}
 			c.groupRecord(warm.GroupID)
-			counted.n.Store(0)
+			base := counted.Total()
 
 			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
 			if err != nil {
@@ -127,10 +104,10 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 				t.Fatalf("hedged = %v, want %v", resp.Hedged, tt.hedged)
 			}
 			c.groupRecord(resp.GroupID) // the group has ended: nothing more on its path
-			if n := counted.n.Load(); n > tt.max || n < 2 {
+			if n := counted.Total() - base; n > tt.max || n < 2 {
 				t.Fatalf("%d round trips to Redis on the request path, want 2..%d", n, tt.max)
 			}
-			t.Logf("%d round trips", counted.n.Load())
+			t.Logf("%d round trips", counted.Total()-base)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,34 +13,17 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// roundTrips is a go-redis hook that counts what the client sends: each
-// command sent alone and each pipelined batch is one round trip.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
+// roundTrips counts a client's round trips.
+type roundTrips struct{ redistest.RoundTrips }
 
 // count returns how many round trips do made, failing the test on its error.
 func (h *roundTrips) count(t *testing.T, what string, do func() error) int64 {
 	t.Helper()
-	before := h.n.Load()
+	before := h.Total()
 	if err := do(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	return h.n.Load() - before
+	return h.Total() - before
 }
 
 // backend is a real Redis deployment a test runs against.

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,19 +134,6 @@ func relErr(got, want time.Duration) float64 {
 	return math.Abs(float64(got)-float64(want)) / float64(want)
 }
 
-// countingHook counts the commands and pipelines a client sends.
-type countingHook struct{ cmds, pipelines atomic.Int64 }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.cmds.Add(1); return next(ctx, cmd) }
-}
-
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.pipelines.Add(1); return next(ctx, cmds) }
-}
-
 var backends = []struct {
 	name  string
 	start func(t *testing.T) redis.UniversalClient
@@ -164,7 +150,7 @@ func TestReplicasSharingOneRedisComputeTheSameDelayAsOneEstimatorOfAllSamples(t 
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			client := be.start(t)
-			hook := &countingHook{}
+			hook := &redistest.RoundTrips{}
 			client.AddHook(hook)
 			clock := &fakeClock{t: t0}
 			a := newReplica(t, client, "replica-a", clock, time.Minute, "chat", "code")
@@ -191,10 +177,10 @@ func TestReplicasSharingOneRedisComputeTheSameDelayAsOneEstimatorOfAllSamples(t 
 
 			a.mustSync(t) // a publishes, finds nothing yet
 			b.mustSync(t) // b publishes, merges a
-			before := hook.pipelines.Load()
-			cmdsBefore := hook.cmds.Load()
+			before := hook.Pipelines.Load()
+			cmdsBefore := hook.Commands.Load()
 			a.mustSync(t) // a merges b
-			if p, c := hook.pipelines.Load()-before, hook.cmds.Load()-cmdsBefore; p != 1 || c != 0 {
+			if p, c := hook.Pipelines.Load()-before, hook.Commands.Load()-cmdsBefore; p != 1 || c != 0 {
 				t.Fatalf("one sync of 3 cohorts in 2 classes sent %d pipelines and %d single commands, want 1 and 0", p, c)
 			}
 
