@@ -275,7 +275,7 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 		{name: "the tenant's spend window refusing the request", call: func() error {
 			return chat(sdkKey, with(func(p *openai.ChatCompletionNewParams) { p.MaxTokens = openai.Int(500) }),
 				option.WithHeader(dispatcher.HeaderOperation, "metered"))
-		}, status: 429, typ: "insufficient_quota", code: "budget_exhausted", wantHeaders: map[string]string{"X-Should-Retry": "false"}},
+		}, status: 429, typ: "insufficient_quota", code: "budget_exhausted", wantHeaders: map[string]string{"Retry-After": ""}},
 		{name: "every route failing", call: func() error { return chat(sdkKey, question("broken")) },
 			status: 503, typ: "server_error", code: "all_routes_failed"},
 		{name: "a deadline passing", call: func() error {
