@@ -70,6 +70,7 @@ type Dispatcher struct {
 	classes   map[string]*class
 	metrics   *metrics
 	books     *bookkeeping
+	replies   replyMux // routes every group's replies from one subscription
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -362,7 +363,7 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		d.closed = true
 		d.mu.Unlock()
 		d.closeDone = make(chan struct{})
-		go func() { d.groups.Wait(); d.books.close(); close(d.closeDone) }()
+		go func() { d.groups.Wait(); d.replies.close(); d.books.close(); close(d.closeDone) }()
 	})
 	select {
 	case <-d.closeDone:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,39 +55,45 @@ type delivery struct {
 
 // group drives one hedge group: the engine, fed by real events.
 type group struct {
-	d         *Dispatcher
-	sub       Submission
-	class     *class
-	pool      *config.Pool
-	routes    []string
-	contract  *arbiter.Contract
-	cohort    delay.Cohort
-	arm       delay.Arm
-	guard     schemas.GuardrailDecision
-	eng       *hedge.Group
-	id        string
-	ua        string
-	print     string
-	inbox     string
-	sub_      *nats.Subscription
-	events    chan any // hedge.Event or inboundEvent
-	finished  chan struct{}
-	out       chan delivery
-	gone      chan struct{} // closed when the caller stopped reading out
-	pending   []delivery    // for the caller, handed over after the event's actions
-	attempts  []*attemptState
-	start     time.Time
-	deadline  time.Duration
-	delay     time.Duration
-	armed     bool
-	winner    int
-	gateValue string
-	delivered bool // the caller got its final delivery
-	streamed  bool // bytes of the committed stream reached the caller
+	d          *Dispatcher
+	sub        Submission
+	class      *class
+	pool       *config.Pool
+	routes     []string
+	contract   *arbiter.Contract
+	cohort     delay.Cohort
+	arm        delay.Arm
+	guard      schemas.GuardrailDecision
+	eng        *hedge.Group
+	id         string
+	replyToken string // the group's key in d.replies
+	ua         string
+	print      string     // the prompt fingerprint, once fingerprint computed it
+	inbox      string     // prefix of the attempts' reply inboxes, routed by d.replies
+	events     eventQueue // hedge.Event or inboundEvent
+	out        chan delivery
+	gone       chan struct{}   // closed when the caller stopped reading out
+	pending    []delivery      // for the caller, handed over after the event's actions
+	records    []pendingRecord // published after pending was handed over
+	attempts   []*attemptState
+	start      time.Time
+	deadline   time.Duration
+	delay      time.Duration
+	armed      bool
+	winner     int
+	gateValue  string
+	delivered  bool // the caller got its final delivery
+	streamed   bool // bytes of the committed stream reached the caller
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
 	denied     budgets.Reason
+}
+
+// pendingRecord is a record waiting for the caller's delivery to go first.
+type pendingRecord struct {
+	subject string
+	rec     json.Marshaler
 }
 
 // inboundEvent wraps a wire message for the group's loop.
@@ -167,8 +174,7 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 		contract: contract,
 		cohort:   delay.NewCohort(cl.name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
-		events:   make(chan any, 64),
-		finished: make(chan struct{}),
+		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
 		gone:     make(chan struct{}),
 		start:    d.now(),
@@ -178,7 +184,6 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	} else {
 		g.ua = schemas.UserActionID(d.secret, sub.Tenant, g.id)
 	}
-	g.print, _ = sub.Request.Fingerprint(d.secret)
 	policy := cl.policy.Engine()
 	if sub.Deadline > 0 && sub.Deadline < policy.Deadline {
 		policy.Deadline = sub.Deadline
@@ -190,37 +195,201 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if g.eng, err = hedge.New(policy); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	g.inbox = nats.NewInbox()
-	if g.sub_, err = d.nc.Subscribe(g.inbox+".*", g.onMsg); err != nil {
+	if g.inbox, err = d.replies.register(d.nc, g); err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe reply inbox: %w", err)
 	}
 	return g, nil
 }
 
-// onMsg runs on the subscription's goroutine: it only hands the message on.
-func (g *group) onMsg(m *nats.Msg) {
-	n, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+// replyMux routes the replies to every group of a dispatcher from one
+// wildcard subscription, prefix.<group token>.<attempt>, as nats.go's own
+// request mux does: a subscription per group would cost the NATS server a
+// SUB, an UNSUB and two passes over its subject cache per request.
+type replyMux struct {
+	mu     sync.Mutex
+	prefix string // a unique inbox; set once, before the first subscription
+	sub    *nats.Subscription
+	groups map[string]*group // by token
+	next   uint64
+	// closing: the dispatcher closed; the subscription ends with the last
+	// group (one may still start as Close begins).
+	closing bool
+}
+
+// register gives g a reply inbox of its own, subscribing the mux first if
+// it is not (or no longer) subscribed. It fails as a subscription of the
+// group's own would: on a closed or draining connection.
+func (m *replyMux) register(nc *nats.Conn, g *group) (string, error) {
+	switch {
+	case nc.IsClosed():
+		return "", nats.ErrConnectionClosed
+	case nc.IsDraining():
+		return "", nats.ErrConnectionDraining
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sub == nil || !m.sub.IsValid() {
+		if m.prefix == "" {
+			m.prefix = nc.NewInbox()
+		}
+		sub, err := nc.Subscribe(m.prefix+".*.*", m.route)
+		if err != nil {
+			return "", err
+		}
+		m.sub = sub
+		if m.groups == nil {
+			m.groups = make(map[string]*group)
+		}
+	}
+	m.next++
+	token := strconv.FormatUint(m.next, 36)
+	m.groups[token] = g
+	g.replyToken = token
+	return m.prefix + "." + token, nil
+}
+
+// unregister forgets a finished group: later replies to it are dropped.
+func (m *replyMux) unregister(g *group) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.groups, g.replyToken)
+	if m.closing {
+		m.unsubscribeIfIdleLocked()
+	}
+}
+
+// close unsubscribes the mux once no group is left; the dispatcher calls it
+// when it is closed and its groups are done.
+func (m *replyMux) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closing = true
+	m.unsubscribeIfIdleLocked()
+}
+
+func (m *replyMux) unsubscribeIfIdleLocked() {
+	if m.sub != nil && len(m.groups) == 0 {
+		_ = m.sub.Unsubscribe()
+		m.sub = nil
+	}
+}
+
+// route runs on the mux subscription's goroutine: it only hands the message
+// to its group's queue, which never blocks.
+func (m *replyMux) route(msg *nats.Msg) {
+	subj := msg.Subject
+	if len(subj) <= len(m.prefix) || subj[:len(m.prefix)] != m.prefix || subj[len(m.prefix)] != '.' {
+		return
+	}
+	token, attempt, _ := strings.Cut(subj[len(m.prefix)+1:], ".")
+	n, err := strconv.Atoi(attempt)
 	if err != nil {
 		return
 	}
-	g.post(inboundEvent{attempt: n, msg: m})
+	m.mu.Lock()
+	g := m.groups[token]
+	m.mu.Unlock()
+	if g == nil {
+		return
+	}
+	if !g.events.postMsg(inboundEvent{attempt: n, msg: msg}, len(msg.Data)) {
+		g.d.log.Warn("reply dropped: the group's queue is full", "group", g.id, "attempt", n)
+	}
 }
 
-// post hands an engine event or a wire message to the group's loop, unless
-// the group is over.
-func (g *group) post(ev any) {
-	select {
-	case g.events <- ev:
-	case <-g.finished:
+// post hands an engine event to the group's loop, unless the group is over.
+func (g *group) post(ev any) { g.events.post(ev) }
+
+// eventQueue holds a group's events, engine events and wire messages alike,
+// in arrival order, for the group's loop. Posting never blocks, so the one
+// goroutine routing every group's replies is never held up by a group whose
+// caller reads slowly. Wire messages are bounded as a NATS subscription
+// bounds its pending messages; past that they are dropped (the group sees a
+// gap in the attempt's sequence).
+type eventQueue struct {
+	ready chan struct{} // signalled when evs becomes non-empty
+
+	mu             sync.Mutex
+	evs            []any
+	spare          []any // the batch the loop last took, for reuse
+	msgs, msgBytes int   // wire messages in evs
+	closed         bool
+}
+
+func (q *eventQueue) post(ev any) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.appendLocked(ev)
+}
+
+// postMsg queues a wire message of size bytes; false if the queue is full.
+func (q *eventQueue) postMsg(ev inboundEvent, size int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return true
 	}
+	if q.msgs >= nats.DefaultSubPendingMsgsLimit || q.msgBytes+size > nats.DefaultSubPendingBytesLimit {
+		return false
+	}
+	q.msgs++
+	q.msgBytes += size
+	q.appendLocked(ev)
+	return true
+}
+
+func (q *eventQueue) appendLocked(ev any) {
+	if q.closed {
+		return
+	}
+	q.evs = append(q.evs, ev)
+	if len(q.evs) == 1 {
+		select {
+		case q.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take waits for events and returns them all, oldest first. The batch is
+// the caller's until its next take.
+func (q *eventQueue) take() []any {
+	for {
+		q.mu.Lock()
+		if len(q.evs) > 0 {
+			batch := q.evs
+			clear(q.spare)
+			q.evs, q.spare = q.spare[:0], batch
+			q.msgs, q.msgBytes = 0, 0
+			q.mu.Unlock()
+			return batch
+		}
+		q.mu.Unlock()
+		<-q.ready
+	}
+}
+
+// close drops what is queued and every later event.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	clear(q.evs)
+	clear(q.spare)
+	q.evs, q.spare = nil, nil
 }
 
 // serve starts the group and relays its deliveries to the caller.
 func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
 	g.d.groups.Add(1)
-	go g.loop()
 	defer close(g.gone)
-	g.post(g.startEvent())
+	// The caller's goroutine carries out the start (admission, the
+	// primary's launch) before the loop takes over: the primary goes out
+	// without waiting for a new goroutine to be scheduled. Until the loop
+	// starts, nothing else touches the engine; what arrives meanwhile
+	// waits in g.events.
+	g.handle(g.startEvent())
+	go g.loop()
 	for {
 		select {
 		case dl := <-g.out:
@@ -302,11 +471,15 @@ func estimateInput(r schemas.ChatRequest) int64 {
 // loop owns the engine: every event is stepped here and nowhere else.
 func (g *group) loop() {
 	defer g.d.groups.Done()
-	defer close(g.finished)
-	defer func() { _ = g.sub_.Unsubscribe() }()
+	defer g.events.close()
+	defer g.d.replies.unregister(g)
 	for !g.eng.Done() {
-		ev := <-g.events
-		g.handle(ev)
+		for _, ev := range g.events.take() {
+			if g.eng.Done() {
+				break
+			}
+			g.handle(ev)
+		}
 	}
 }
 
@@ -612,7 +785,8 @@ func (g *group) launch(l hedge.Launch) {
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
 		Request: g.sub.Request,
 	}
-	data, err := json.Marshal(msg)
+	// MarshalJSON directly: json.Marshal would only re-scan its output.
+	data, err := msg.MarshalJSON()
 	if err == nil {
 		err = d.nc.PublishMsg(&nats.Msg{Subject: AttemptSubjectPrefix + l.Route, Reply: msg.ReplyInbox, Data: data})
 	}
@@ -633,7 +807,7 @@ func (g *group) sendCancel(a *attemptState, reason hedge.CancelReason) {
 
 func (g *group) publishCancel(a *attemptState, c schemas.Cancel) {
 	g.d.log.Debug("cancel", "group", g.id, "attempt", a.n, "inbox", a.controlInbox)
-	data, err := json.Marshal(c)
+	data, err := c.MarshalJSON()
 	if err == nil {
 		err = g.d.nc.Publish(a.controlInbox, data)
 	}
@@ -701,7 +875,8 @@ func (g *group) deliverChunk(ch schemas.Chunk) {
 // slow caller must not delay stopping the losers.
 func (g *group) send(dl delivery) { g.pending = append(g.pending, dl) }
 
-// deliver hands the caller what this event produced, in order.
+// deliver hands the caller what this event produced, in order, then
+// publishes the records it produced.
 func (g *group) deliver() {
 	for _, dl := range g.pending {
 		select {
@@ -710,6 +885,7 @@ func (g *group) deliver() {
 		}
 	}
 	g.pending = g.pending[:0]
+	g.publishRecords()
 }
 
 // finish hands the caller its one final delivery.
@@ -780,12 +956,24 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 	g.publish(GroupRecordSubject, g.groupRecord(e))
 }
 
-func (g *group) publish(subject string, rec any) {
-	data, err := json.Marshal(rec)
-	if err == nil {
-		err = g.d.nc.Publish(subject, data)
+// publish queues a record; it is marshalled and published once the event's
+// deliveries reached the caller (see deliver), so the caller's answer does
+// not wait for the bookkeeping of the group that produced it.
+func (g *group) publish(subject string, rec json.Marshaler) {
+	g.records = append(g.records, pendingRecord{subject: subject, rec: rec})
+}
+
+// publishRecords publishes the queued records, in order.
+func (g *group) publishRecords() {
+	for i, r := range g.records {
+		data, err := r.rec.MarshalJSON()
+		if err == nil {
+			err = g.d.nc.Publish(r.subject, data)
+		}
+		if err != nil {
+			g.d.log.Warn("record not published", "subject", r.subject, "err", err)
+		}
+		g.records[i] = pendingRecord{}
 	}
-	if err != nil {
-		g.d.log.Warn("record not published", "subject", subject, "err", err)
-	}
+	g.records = g.records[:0]
 }

@@ -13,6 +13,15 @@ func (g *group) hedgeDelayMs() *int64 {
 	return schemas.Millis(g.delay)
 }
 
+// fingerprint is the prompt fingerprint the records carry. It is computed
+// at the first record, off the path that launches the primary.
+func (g *group) fingerprint() string {
+	if g.print == "" {
+		g.print, _ = g.sub.Request.Fingerprint(g.d.secret)
+	}
+	return g.print
+}
+
 // attemptRecord is the dispatcher's sanitized record of one attempt: no
 // prompt, output, header, credential or user identifier.
 func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.AttemptRecord {
@@ -26,7 +35,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 		Outcome:   schemas.Outcome(e.Outcome), StatusClass: e.Status, ErrorScope: e.Scope,
 		ContractValid: e.ContractValid, CancellationSent: e.CancellationSent, CancellationObserved: e.CancellationObserved,
 		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
-		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.print,
+		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(),
 	}
 	if e.FirstByte > 0 {
 		r.FirstByteMs = schemas.Millis(e.FirstByte)
@@ -50,7 +59,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,
 		LoserFinishedLate: e.LoserFinishedLate,
 		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
-		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.print, GuardrailDecision: g.guard,
+		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(), GuardrailDecision: g.guard,
 		ErrorScope: e.Scope,
 	}
 	if r.ErrorScope == "" {

@@ -234,8 +234,48 @@ func (m AttemptResult) MarshalJSON() ([]byte, error) {
 }
 
 // DecodeReply decodes one reply-inbox message after checking its major
-// version (see Decode) and dispatching on its "type".
+// version (see Decode) and dispatching on its "type". A message whose top
+// level plainly says "v":1 and its type (see peekHead) is decoded in one
+// pass (see decodeFlat), or by one json.Unmarshal if that pass declines it;
+// any other goes the careful way. Results and errors are the same either way.
 func DecodeReply(data []byte) (Reply, error) {
+	if typ, ok := peekHead(data); ok {
+		if r := newReply(string(typ)); r != nil {
+			if decodeFlat(data, r) {
+				return r, nil
+			}
+			// Declined: r may hold part of data; decode into a new one.
+			if r = newReply(string(typ)); json.Unmarshal(data, r) == nil {
+				return r, nil
+			}
+		}
+	}
+	return decodeReplyCarefully(data)
+}
+
+// newReply returns a new message of the reply type typ; nil for an unknown
+// type.
+func newReply(typ string) Reply {
+	switch ReplyType(typ) {
+	case ReplyAccept:
+		return new(Accept)
+	case ReplyBusy:
+		return new(Busy)
+	case ReplyHeartbeat:
+		return new(Heartbeat)
+	case ReplyFirstByte:
+		return new(FirstByte)
+	case ReplyChunk:
+		return new(Chunk)
+	case ReplyResult:
+		return new(AttemptResult)
+	}
+	return nil
+}
+
+// decodeReplyCarefully is DecodeReply without the fast path: the version,
+// the type and the message, each a pass of its own.
+func decodeReplyCarefully(data []byte) (Reply, error) {
 	if err := checkVersion(data); err != nil {
 		return nil, err
 	}
@@ -245,21 +285,8 @@ func DecodeReply(data []byte) (Reply, error) {
 	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("decode reply: %w", err)
 	}
-	var r Reply
-	switch head.Type {
-	case ReplyAccept:
-		r = new(Accept)
-	case ReplyBusy:
-		r = new(Busy)
-	case ReplyHeartbeat:
-		r = new(Heartbeat)
-	case ReplyFirstByte:
-		r = new(FirstByte)
-	case ReplyChunk:
-		r = new(Chunk)
-	case ReplyResult:
-		r = new(AttemptResult)
-	default:
+	r := newReply(string(head.Type))
+	if r == nil {
 		return nil, fmt.Errorf("decode reply: unknown type %q", head.Type)
 	}
 	if err := json.Unmarshal(data, r); err != nil {

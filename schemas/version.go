@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +38,20 @@ func (e *VersionError) Is(target error) bool { return target == ErrUnsupportedVe
 // it is Version; only then is data decoded into v. Unknown fields are ignored
 // so that additive changes within a major version stay readable; the JSON
 // Schema files (see Validate) are the strict definition.
+//
+// A message whose top level plainly says "v":1 is decoded in one pass (see
+// peekHead); any other goes the careful way, version first, so every error
+// is the same either way.
 func Decode(data []byte, v any) error {
+	if _, ok := peekHead(data); ok && json.Unmarshal(data, v) == nil {
+		return nil
+	}
+	return decodeCarefully(data, v)
+}
+
+// decodeCarefully is Decode without the fast path: the version check, then
+// the decode, each a pass of its own.
+func decodeCarefully(data []byte, v any) error {
 	if err := checkVersion(data); err != nil {
 		return err
 	}
@@ -45,6 +59,153 @@ func Decode(data []byte, v any) error {
 		return fmt.Errorf("decode: %w", err)
 	}
 	return nil
+}
+
+// peekHead looks at the top-level keys of a message, without decoding it,
+// for the two that every message is read by: "v" and the reply "type". It
+// reports ok only when the answer is plain: the top level is an object, "v"
+// appears once, spelled exactly, as the literal 1 (Version), "type" appears
+// at most once, as a string without escapes, and no other key is an escaped
+// or case-folded spelling of either (encoding/json would match those too).
+// typ is the "type" string, nil when absent.
+//
+// It does not validate the rest of the document: a caller decodes it with
+// encoding/json next, which does, and on any error goes the careful way. On
+// valid JSON the top-level keys it finds are exactly those encoding/json
+// finds, so when ok, "v" is Version as checkVersion would read it.
+func peekHead(data []byte) (typ []byte, ok bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil, false
+	}
+	i++
+	sawV, sawType := false, false
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return nil, false
+		}
+		if data[i] != '"' {
+			return nil, false
+		}
+		end, escaped := stringEnd(data, i)
+		if end < 0 || escaped {
+			return nil, false
+		}
+		key := data[i+1 : end-1]
+		i = skipSpace(data, end)
+		if i >= len(data) || data[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(data, i+1)
+		valStart := i
+		if i = valueEnd(data, i); i < 0 {
+			return nil, false
+		}
+		val := data[valStart:i]
+		switch {
+		case string(key) == "v":
+			if sawV || string(bytes.TrimRight(val, " \t\r\n")) != strconv.Itoa(Version) {
+				return nil, false
+			}
+			sawV = true
+		case string(key) == "type":
+			val = bytes.TrimRight(val, " \t\r\n")
+			if sawType || len(val) < 2 || val[0] != '"' {
+				return nil, false
+			}
+			if end, esc := stringEnd(val, 0); esc || end != len(val) {
+				return nil, false
+			}
+			typ, sawType = val[1:len(val)-1], true
+		case bytes.EqualFold(key, []byte("v")), bytes.EqualFold(key, []byte("type")):
+			return nil, false
+		}
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return nil, false
+		}
+		switch data[i] {
+		case ',':
+			i++
+		case '}':
+			return typ, sawV
+		default:
+			return nil, false
+		}
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string starting at data[i] (a
+// quote), or -1 if it is not closed, and whether it holds escapes.
+func stringEnd(data []byte, i int) (end int, escaped bool) {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(data[j:], '"')
+		if k < 0 {
+			return -1, escaped
+		}
+		q := j + k
+		if bytes.IndexByte(data[j:q], '\\') < 0 {
+			return q + 1, escaped
+		}
+		escaped = true
+		// The quote closes the string unless an odd run of backslashes
+		// escapes it.
+		n := 0
+		for p := q - 1; p >= j && data[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1, escaped
+		}
+		j = q + 1
+	}
+}
+
+// valueEnd returns the index just past the value starting at data[i], or
+// -1 if none ends there. Nested values are skipped by their brackets.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch c := data[i]; c {
+		case '"':
+			end, _ := stringEnd(data, i)
+			if end < 0 {
+				return -1
+			}
+			i = end
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of a scalar before the object closes
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
 }
 
 // checkVersion peeks at the "v" field without decoding the rest.

@@ -38,7 +38,17 @@ type attemptRun struct {
 	// arm tells the pacer that output is waiting to be flushed.
 	arm chan struct{}
 
+	// The pacer goroutine starts only when it has work: the first heartbeat
+	// is due (wake fires before the first byte) or output waits for the
+	// coalesce delay. An answer that is not streamed and begins within a
+	// heartbeat interval never needs it.
+	wake      *time.Timer   // starts the pacer when the first heartbeat is due
+	wakeDone  chan struct{} // closed when wake's function has returned
+	stopPacer chan struct{}
+	pacerDone chan struct{}
+
 	mu           sync.Mutex
+	pacing       bool // the pacer goroutine was started
 	done         bool // the result is being sent: nothing more on the inbox
 	firstByteAt  time.Time
 	heartbeats   int64
@@ -120,8 +130,9 @@ func (r *attemptRun) run() {
 	)
 	if r.ctx.Err() == nil {
 		called = true
-		stopPacer, pacerDone := make(chan struct{}), make(chan struct{})
-		go r.pace(stopPacer, pacerDone)
+		r.stopPacer, r.pacerDone = make(chan struct{}), make(chan struct{})
+		r.wakeDone = make(chan struct{})
+		r.wake = time.AfterFunc(r.w.cfg.HeartbeatInterval, r.wakePacer)
 		out, err = r.w.cfg.Upstream.Stream(r.ctx, &r.att.Request, r)
 		returned = r.w.cfg.Now()
 		if r.ctx.Err() != nil {
@@ -131,8 +142,7 @@ func (r *attemptRun) run() {
 		r.flushLocked(false)
 		r.done = true
 		r.mu.Unlock()
-		close(stopPacer)
-		<-pacerDone
+		r.stopPacing()
 	} else {
 		returned = r.w.cfg.Now()
 		ended = context.Cause(r.ctx)
@@ -277,6 +287,7 @@ func (r *attemptRun) Delta(d upstream.Delta) {
 		r.flushLocked(false)
 	case wasEmpty && !r.pend.empty():
 		r.pendingSince = time.Now()
+		r.startPacerLocked()
 		select {
 		case r.arm <- struct{}{}:
 		default: // the pacer has a signal to read already
@@ -327,13 +338,56 @@ func (r *attemptRun) heartbeat() bool {
 	return true
 }
 
+// wakePacer runs when the first heartbeat is due: unless the call is over
+// or the first byte has made heartbeats unnecessary, the pacer starts, with
+// that heartbeat.
+func (r *attemptRun) wakePacer() {
+	defer close(r.wakeDone)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done && !r.pacing && r.firstByteAt.IsZero() {
+		r.pacing = true
+		go r.pace(r.stopPacer, r.pacerDone, true)
+	}
+}
+
+// startPacerLocked starts the pacer, if it has not started, for output that
+// waits for the coalesce delay; heartbeats follow at the interval.
+func (r *attemptRun) startPacerLocked() {
+	if r.done || r.pacing || r.stopPacer == nil {
+		return
+	}
+	r.pacing = true
+	go r.pace(r.stopPacer, r.pacerDone, false)
+}
+
+// stopPacing stops the pacer, or its pending start, once the call is over
+// (done is set), and waits for it: nothing is sent on the inbox after it.
+func (r *attemptRun) stopPacing() {
+	if !r.wake.Stop() {
+		<-r.wakeDone // wakePacer has started: let it finish
+	}
+	r.mu.Lock()
+	pacing := r.pacing
+	r.mu.Unlock()
+	if pacing {
+		close(r.stopPacer)
+		<-r.pacerDone
+	}
+}
+
 // pace runs beside the upstream call: heartbeats until the first byte, and
-// the flush of output that has waited CoalesceDelay.
-func (r *attemptRun) pace(stop <-chan struct{}, done chan<- struct{}) {
+// the flush of output that has waited CoalesceDelay. beatNow sends the
+// first heartbeat at once: the pacer started when it was due.
+func (r *attemptRun) pace(stop <-chan struct{}, done chan<- struct{}, beatNow bool) {
 	defer close(done)
 	hb := time.NewTicker(r.w.cfg.HeartbeatInterval)
 	defer hb.Stop()
 	beats := hb.C
+	if beatNow && !r.heartbeat() {
+		hb.Stop()
+		beats = nil
+	}
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()

@@ -139,6 +139,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 
 	ms := newMessageStream(sink, inputEstimate)
 	events := newEventReader(resp.Body)
+	defer events.release()
 	for !ms.stopped {
 		ev, err := events.next()
 		if errors.Is(err, io.EOF) {

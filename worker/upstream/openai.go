@@ -164,8 +164,9 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 
 	acc := newAccumulator(sink, inputEstimate)
 	events := newEventReader(resp.Body)
+	defer events.release()
 	for {
-		ev, err := events.next()
+		typ, data, err := events.nextBytes()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -175,15 +176,15 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 			}
 			return acc.outcome(), transportError(ctx, err)
 		}
-		if ev.data == "[DONE]" {
+		if string(data) == "[DONE]" {
 			acc.done = true
 			drainAfterDone(resp.Body, cancelReq)
 			break
 		}
-		if ev.typ == "error" {
-			return acc.outcome(), streamError([]byte(ev.data), o.key, o.now())
+		if string(typ) == "error" {
+			return acc.outcome(), streamError(data, o.key, o.now())
 		}
-		errObj, err := acc.chunk([]byte(ev.data))
+		errObj, err := acc.chunk(data)
 		if err != nil {
 			return acc.outcome(), malformed(err)
 		}

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
-	"strings"
+	"sync"
 )
 
 // MaxEventBytes bounds one line of a provider's event stream. Chat chunks
@@ -23,31 +23,58 @@ type event struct {
 // with ':' are comments; "data" fields accumulate; a blank line dispatches.
 type eventReader struct {
 	lines *bufio.Scanner
+	buf   *[]byte // the scanner's first buffer, from linePool
+	typ   []byte  // the event's type, reused from one event to the next
+	data  []byte  // its data, reused likewise
 }
 
+// linePool holds the scanners' first buffers, so that a call does not
+// allocate one; a scanner that needs more grows a buffer of its own.
+var linePool = sync.Pool{New: func() any {
+	b := make([]byte, 4096)
+	return &b
+}}
+
 func newEventReader(r io.Reader) *eventReader {
+	buf := linePool.Get().(*[]byte)
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), MaxEventBytes)
+	sc.Buffer((*buf)[:0], MaxEventBytes)
 	sc.Split(splitLines)
-	return &eventReader{lines: sc}
+	return &eventReader{lines: sc, buf: buf}
+}
+
+// release returns the reader's buffer for another call; the reader, and
+// what nextBytes returned, must not be used after it.
+func (r *eventReader) release() {
+	if r.buf != nil {
+		linePool.Put(r.buf)
+		r.buf = nil
+	}
 }
 
 // next returns the next event with data. At the end of the body it returns
 // io.EOF; an event not ended by a blank line is discarded, as the format
 // requires, so a stream cut inside an event never yields half a chunk.
 func (r *eventReader) next() (event, error) {
-	var (
-		typ     string
-		data    strings.Builder
-		hasData bool
-	)
+	typ, data, err := r.nextBytes()
+	if err != nil {
+		return event{}, err
+	}
+	return event{typ: string(typ), data: string(data)}, nil
+}
+
+// nextBytes is next without copies: typ and data stay valid until the next
+// call only.
+func (r *eventReader) nextBytes() (typ, data []byte, err error) {
+	r.typ, r.data = r.typ[:0], r.data[:0]
+	hasData := false
 	for r.lines.Scan() {
 		line := r.lines.Bytes()
 		if len(line) == 0 {
 			if hasData {
-				return event{typ: typ, data: strings.TrimSuffix(data.String(), "\n")}, nil
+				return r.typ, bytes.TrimSuffix(r.data, []byte("\n")), nil
 			}
-			typ = ""
+			r.typ = r.typ[:0]
 			continue
 		}
 		if line[0] == ':' {
@@ -57,23 +84,31 @@ func (r *eventReader) next() (event, error) {
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "data":
-			data.Write(value)
-			data.WriteByte('\n')
+			r.data = append(r.data, value...)
+			r.data = append(r.data, '\n')
 			hasData = true
 		case "event":
-			typ = string(value)
+			r.typ = append(r.typ[:0], value...)
 		}
 		// "id" and "retry" serve reconnection, which one attempt never does.
 	}
 	if err := r.lines.Err(); err != nil {
-		return event{}, err
+		return nil, nil, err
 	}
-	return event{}, io.EOF
+	return nil, nil, io.EOF
 }
 
 // splitLines is a bufio.SplitFunc for CRLF, LF and lone CR line endings.
 func splitLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	i := bytes.IndexAny(data, "\r\n")
+	// The first CR or LF: IndexByte twice beats IndexAny once.
+	i := bytes.IndexByte(data, '\n')
+	cr := data
+	if i >= 0 {
+		cr = data[:i]
+	}
+	if j := bytes.IndexByte(cr, '\r'); j >= 0 {
+		i = j
+	}
 	switch {
 	case i < 0:
 		if atEOF && len(data) > 0 {

@@ -13,22 +13,34 @@ import (
 
 // chatCompletionChunk is the part of a chat.completion.chunk the adapter
 // reads. Error is set instead when a provider reports a failure inside the
-// stream.
+// stream. decodeChunk fills it.
 type chatCompletionChunk struct {
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Content   *string         `json:"content"`
-			Refusal   *string         `json:"refusal"`
-			ToolCalls json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Choices []chunkChoice   `json:"choices"`
+	Usage   *chunkUsage     `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+
+	finishReason string // what decodeChunk points FinishReason at
+}
+
+type chunkDelta struct {
+	Content   *string         `json:"content"`
+	Refusal   *string         `json:"refusal"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+
+	// What decodeChunk points Content and Refusal at, saving an allocation
+	// per string; encoding/json ignores them.
+	content, refusal string
+}
+
+type chunkUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 }
 
 // toolCallDelta is one tool-call fragment of a chunk.
@@ -75,6 +87,10 @@ type accumulator struct {
 	finalUsage       bool
 
 	done bool // [DONE] arrived
+
+	// scratch is the chunk being decoded; its choices' backing array is
+	// reused from one chunk to the next.
+	scratch chatCompletionChunk
 }
 
 func newAccumulator(sink Sink, inputEstimate int64) *accumulator {
@@ -84,8 +100,9 @@ func newAccumulator(sink Sink, inputEstimate int64) *accumulator {
 // chunk folds one event's data into the outcome. It returns the error
 // object of an error chunk, or an error if the data is not a chunk.
 func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
-	var c chatCompletionChunk
-	if err := json.Unmarshal(data, &c); err != nil {
+	c := &a.scratch
+	*c = chatCompletionChunk{Choices: c.Choices[:0]}
+	if err := decodeChunk(data, c); err != nil {
 		return nil, fmt.Errorf("decode chunk: %w", err)
 	}
 	if e := dropNull(c.Error); e != nil {

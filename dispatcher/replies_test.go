@@ -1,0 +1,86 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// TestASlowCallerDoesNotHoldUpAnotherGroupsReplies: every group's replies
+// come through one subscription, so a group whose caller stopped reading
+// its stream (its loop blocked handing over deltas) must not delay another
+// group's answer.
+func TestASlowCallerDoesNotHoldUpAnotherGroupsReplies(t *testing.T) {
+	const chunks = 200 // well past what the stuck group's loop can buffer
+	c := newCluster(t, []string{"a", "b"}, nil, "")
+	streamSent := make(chan struct{})
+	startFakeWorker(t, c, []string{"a", "b"}, func(fw *fakeWorker, a schemas.Attempt) {
+		if !a.Request.Stream {
+			fw.answer(a, "quick answer")
+			return
+		}
+		fw.accept(a)
+		fw.send(a, schemas.FirstByte{GroupID: a.GroupID, Attempt: a.Attempt})
+		for seq := int64(1); seq <= chunks; seq++ {
+			fw.send(a, schemas.Chunk{GroupID: a.GroupID, Attempt: a.Attempt, Seq: seq, Delta: "x", Tokens: 1,
+				CumulativeTokens: seq, First: seq == 1})
+		}
+		fw.send(a, schemas.AttemptResult{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", StatusClass: schemas.StatusOK,
+			ErrorScope: schemas.ScopeNone, FinishReason: "stop", LastSeq: chunks, Usage: schemas.Usage{InputUnits: 10, OutputUnits: chunks}})
+		if err := fw.nc.Flush(); err != nil {
+			t.Error(err)
+		}
+		close(streamSent)
+	})
+
+	stuck, release := make(chan struct{}), make(chan struct{})
+	slowDone := make(chan error, 1)
+	go func() {
+		first := true
+		_, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(true)}, sinkFunc(func(Delta) error {
+			if first {
+				first = false
+				close(stuck)
+				<-release
+			}
+			return nil
+		}))
+		slowDone <- err
+	}()
+	defer func() {
+		close(release)
+		select {
+		case <-slowDone:
+		case <-time.After(10 * time.Second):
+			t.Error("the slow caller's group never ended")
+		}
+	}()
+	for _, ch := range []chan struct{}{stuck, streamSent} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stuck stream did not start")
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.d.Submit(ctx, Submission{Pool: "general", Request: chat(false)}, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal("another group's answer waited for the stuck caller")
+	}
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if resp.Content != "quick answer" {
+		t.Errorf("content %q, want the quick answer", resp.Content)
+	}
+	select {
+	case err := <-slowDone:
+		t.Fatalf("the stuck stream ended early: %v", err)
+	default:
+	}
+}
