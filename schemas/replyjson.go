@@ -1,10 +1,10 @@
 package schemas
 
 import (
-	"bytes"
 	"encoding/json"
-	"strconv"
 	"unicode/utf8"
+
+	"github.com/hedgerow/hedgerow/internal/jsonscan"
 )
 
 // The dispatcher decodes every reply of every attempt, and encoding/json
@@ -12,11 +12,8 @@ import (
 // decodeFlat reads a reply in one pass instead, field by field, and declines
 // every input it does not read exactly as json.Unmarshal would: invalid
 // JSON, escaped or case-folded keys, a field given twice, a value of the
-// wrong type, nesting deeper than maxFlatDepth. Declined input goes to
+// wrong type, nesting deeper than jsonscan.MaxDepth. Declined input goes to
 // json.Unmarshal, so results and errors are the same on any input.
-
-// maxFlatDepth is the nesting decodeFlat follows inside unknown fields.
-const maxFlatDepth = 64
 
 // wireField names a field of a message and points at it. dst is one of
 // *string, *int, *int64, *bool, *json.RawMessage, **int64 or *Usage.
@@ -94,16 +91,13 @@ func (u *Usage) wireFields(f []wireField) []wireField {
 // decodeFlat decodes data into m in one pass; false declines the input,
 // leaving m in any state.
 func decodeFlat(data []byte, m flatDecodable) bool {
-	r := flatReader{data: data}
-	return r.object(m, 0) && r.end()
+	r := flatReader{jsonscan.Scanner{Data: data}}
+	return r.object(m, 0) && r.End()
 }
 
 // flatReader is decodeFlat's strict JSON reader over one document. Every
 // method returns false to decline the input.
-type flatReader struct {
-	data []byte
-	i    int
-}
+type flatReader struct{ jsonscan.Scanner }
 
 // object reads an object into m's fields, skipping unknown ones.
 func (r *flatReader) object(m flatDecodable, depth int) bool {
@@ -112,12 +106,17 @@ func (r *flatReader) object(m flatDecodable, depth int) bool {
 	if len(fields) == 0 {
 		return false
 	}
+	var nameBuf [20]string
+	names := nameBuf[:len(fields)]
+	for i, f := range fields {
+		names[i] = f.name
+	}
 	var seen uint32
-	return r.members(func(key []byte) bool {
-		f := fieldIndex(key, fields)
+	return r.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, names)
 		switch {
 		case f == -1:
-			return r.skip(depth + 1)
+			return r.Skip(depth + 1)
 		case f < 0 || seen&(1<<f) != 0:
 			return false
 		}
@@ -128,8 +127,8 @@ func (r *flatReader) object(m flatDecodable, depth int) bool {
 
 // value reads the value of a known field into dst.
 func (r *flatReader) value(dst any, depth int) bool {
-	if r.peek() == 'n' {
-		if !r.literal("null") {
+	if r.Peek() == 'n' {
+		if !r.Literal("null") {
 			return false
 		}
 		// null leaves a value as it is, but sets a pointer to nil and is
@@ -146,15 +145,15 @@ func (r *flatReader) value(dst any, depth int) bool {
 	case *string:
 		return r.str(d)
 	case *int:
-		n, ok := r.integer()
+		n, ok := r.Integer()
 		*d = int(n)
 		return ok && int64(*d) == n
 	case *int64:
-		n, ok := r.integer()
+		n, ok := r.Integer()
 		*d = n
 		return ok
 	case **int64:
-		n, ok := r.integer()
+		n, ok := r.Integer()
 		if *d == nil {
 			*d = new(int64)
 		}
@@ -162,20 +161,20 @@ func (r *flatReader) value(dst any, depth int) bool {
 		return ok
 	case *bool:
 		switch {
-		case r.literal("true"):
+		case r.Literal("true"):
 			*d = true
-		case r.literal("false"):
+		case r.Literal("false"):
 			*d = false
 		default:
 			return false
 		}
 		return true
 	case *json.RawMessage:
-		start := r.i
-		if !r.skip(depth) {
+		start := r.I
+		if !r.Skip(depth) {
 			return false
 		}
-		*d = append((*d)[:0], r.data[start:r.i]...)
+		*d = append((*d)[:0], r.Data[start:r.I]...)
 		return true
 	case *Usage:
 		return r.object(d, depth)
@@ -183,86 +182,13 @@ func (r *flatReader) value(dst any, depth int) bool {
 	return false
 }
 
-// fieldIndex is the index of the field named key, -1 when no field has
-// that name, or -2 when encoding/json might still match it to one: an
-// escaped key, invalid UTF-8, or a case-insensitive match.
-func fieldIndex(key []byte, fields []wireField) int {
-	plain := true // ASCII without escapes: folds only to a name of its length
-	for _, c := range key {
-		if c >= utf8.RuneSelf || c == '\\' {
-			plain = false
-			break
-		}
-	}
-	folds := false
-	for i, f := range fields {
-		if len(f.name) == len(key) {
-			if string(key) == f.name {
-				return i
-			}
-			folds = folds || plain && bytes.EqualFold(key, []byte(f.name))
-		}
-	}
-	if plain {
-		if folds {
-			return -2
-		}
-		return -1
-	}
-	if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
-		return -2
-	}
-	for _, f := range fields {
-		if bytes.EqualFold(key, []byte(f.name)) {
-			return -2
-		}
-	}
-	return -1
-}
-
-// members reads an object, calling field with each key once the reader
-// stands at the key's value; field reads the value.
-func (r *flatReader) members(field func(key []byte) bool) bool {
-	if r.peek() != '{' {
-		return false
-	}
-	r.i++
-	if r.peek() == '}' {
-		r.i++
-		return true
-	}
-	for {
-		if r.peek() != '"' {
-			return false
-		}
-		key, _, ok := r.stringBody()
-		if !ok || r.peek() != ':' {
-			return false
-		}
-		r.i++
-		r.ws()
-		if !field(key) {
-			return false
-		}
-		switch r.peek() {
-		case ',':
-			r.i++
-		case '}':
-			r.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 // str reads a string.
 func (r *flatReader) str(dst *string) bool {
-	if r.peek() != '"' {
+	if r.Peek() != '"' {
 		return false
 	}
-	start := r.i
-	body, escaped, ok := r.stringBody()
+	start := r.I
+	body, escaped, ok := r.StringBody()
 	if !ok {
 		return false
 	}
@@ -271,188 +197,5 @@ func (r *flatReader) str(dst *string) bool {
 		return true
 	}
 	// Escapes and invalid UTF-8 are rare: encoding/json decodes them.
-	return json.Unmarshal(r.data[start:r.i], dst) == nil
-}
-
-// integer reads a JSON number with neither fraction nor exponent that fits
-// an int64, as encoding/json decodes into an integer field.
-func (r *flatReader) integer() (int64, bool) {
-	start := r.i
-	if !r.number() {
-		return 0, false
-	}
-	lit := r.data[start:r.i]
-	if bytes.ContainsAny(lit, ".eE") {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(string(lit), 10, 64)
-	return n, err == nil
-}
-
-// skip reads and validates any value.
-func (r *flatReader) skip(depth int) bool {
-	if depth > maxFlatDepth {
-		return false
-	}
-	switch r.peek() {
-	case '{':
-		return r.members(func([]byte) bool { return r.skip(depth + 1) })
-	case '[':
-		r.i++
-		if r.peek() == ']' {
-			r.i++
-			return true
-		}
-		for {
-			if !r.skip(depth + 1) {
-				return false
-			}
-			switch r.peek() {
-			case ',':
-				r.i++
-			case ']':
-				r.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case '"':
-		_, _, ok := r.stringBody()
-		return ok
-	case 't':
-		return r.literal("true")
-	case 'f':
-		return r.literal("false")
-	case 'n':
-		return r.literal("null")
-	default:
-		return r.number()
-	}
-}
-
-func (r *flatReader) literal(lit string) bool {
-	if !bytes.HasPrefix(r.data[r.i:], []byte(lit)) {
-		return false
-	}
-	r.i += len(lit)
-	return true
-}
-
-// stringBody reads a string, the reader standing at its opening quote, and
-// returns the text between the quotes, still escaped, and whether it has
-// escapes.
-func (r *flatReader) stringBody() (body []byte, escaped, ok bool) {
-	r.i++
-	start := r.i
-	for r.i < len(r.data) {
-		c := r.data[r.i]
-		switch {
-		case c == '"':
-			body = r.data[start:r.i]
-			r.i++
-			return body, escaped, true
-		case c < 0x20:
-			return nil, false, false
-		case c == '\\':
-			escaped = true
-			r.i++
-			if r.i >= len(r.data) {
-				return nil, false, false
-			}
-			switch r.data[r.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				r.i++
-			case 'u':
-				if r.i+5 > len(r.data) {
-					return nil, false, false
-				}
-				for _, h := range r.data[r.i+1 : r.i+5] {
-					if !isHex(h) {
-						return nil, false, false
-					}
-				}
-				r.i += 5
-			default:
-				return nil, false, false
-			}
-		default:
-			r.i++
-		}
-	}
-	return nil, false, false
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// number reads a number as the JSON grammar defines it.
-func (r *flatReader) number() bool {
-	d, i := r.data, r.i
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	}
-	r.i = i
-	return true
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// ws skips whitespace.
-func (r *flatReader) ws() {
-	for r.i < len(r.data) {
-		switch r.data[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek skips whitespace and returns the next byte, 0 at the end.
-func (r *flatReader) peek() byte {
-	r.ws()
-	if r.i < len(r.data) {
-		return r.data[r.i]
-	}
-	return 0
-}
-
-// end reports that only whitespace follows.
-func (r *flatReader) end() bool {
-	r.ws()
-	return r.i == len(r.data)
+	return json.Unmarshal(r.Data[start:r.I], dst) == nil
 }

@@ -1,10 +1,10 @@
 package upstream
 
 import (
-	"bytes"
 	"encoding/json"
-	"strconv"
 	"unicode/utf8"
+
+	"github.com/hedgerow/hedgerow/internal/jsonscan"
 )
 
 // decodeChunk decodes one chat.completion.chunk into c, which must be zero
@@ -20,7 +20,7 @@ import (
 // goes to json.Unmarshal, so the result and every error are those of
 // json.Unmarshal on any input.
 func decodeChunk(data []byte, c *chatCompletionChunk) error {
-	p := chunkParser{data: data}
+	p := chunkParser{jsonscan.Scanner{Data: data}}
 	if p.chunk(c) {
 		return nil
 	}
@@ -28,16 +28,9 @@ func decodeChunk(data []byte, c *chatCompletionChunk) error {
 	return json.Unmarshal(data, c)
 }
 
-// maxFastDepth is the nesting the fast pass follows; deeper input goes to
-// encoding/json, which has its own (larger) limit.
-const maxFastDepth = 64
-
 // chunkParser is the fast pass of decodeChunk: a strict JSON reader over
 // one document. Every method returns false to decline the input.
-type chunkParser struct {
-	data []byte
-	i    int
-}
+type chunkParser struct{ jsonscan.Scanner }
 
 // Field names, at each level of a chunk, that the adapter reads.
 var (
@@ -49,11 +42,11 @@ var (
 
 func (p *chunkParser) chunk(c *chatCompletionChunk) bool {
 	var seen [len(chunkFields)]bool
-	ok := p.object(func(key []byte) bool {
-		f := fieldIndex(key, chunkFields[:])
+	ok := p.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, chunkFields[:])
 		switch {
 		case f == -1:
-			return p.skip(1)
+			return p.Skip(1)
 		case f < 0 || seen[f]:
 			return false
 		}
@@ -72,7 +65,7 @@ func (p *chunkParser) chunk(c *chatCompletionChunk) bool {
 	if !seen[0] {
 		c.Choices = nil // absent, as encoding/json leaves it
 	}
-	return ok && p.end()
+	return ok && p.End()
 }
 
 func (p *chunkParser) choices(c *chatCompletionChunk) bool {
@@ -80,13 +73,13 @@ func (p *chunkParser) choices(c *chatCompletionChunk) bool {
 		c.Choices = nil
 		return true
 	}
-	if p.peek() != '[' {
+	if p.Peek() != '[' {
 		return false
 	}
-	p.i++
+	p.I++
 	c.Choices = c.Choices[:0]
-	if p.peek() == ']' {
-		p.i++
+	if p.Peek() == ']' {
+		p.I++
 		c.Choices = []chunkChoice{} // as encoding/json: empty, not nil
 		return true
 	}
@@ -95,11 +88,11 @@ func (p *chunkParser) choices(c *chatCompletionChunk) bool {
 		if !p.choice(&c.Choices[len(c.Choices)-1]) {
 			return false
 		}
-		switch p.peek() {
+		switch p.Peek() {
 		case ',':
-			p.i++
+			p.I++
 		case ']':
-			p.i++
+			p.I++
 			return true
 		default:
 			return false
@@ -109,11 +102,11 @@ func (p *chunkParser) choices(c *chatCompletionChunk) bool {
 
 func (p *chunkParser) choice(ch *chunkChoice) bool {
 	var seen [len(choiceFields)]bool
-	return p.object(func(key []byte) bool {
-		f := fieldIndex(key, choiceFields[:])
+	return p.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, choiceFields[:])
 		switch {
 		case f == -1:
-			return p.skip(2)
+			return p.Skip(2)
 		case f < 0 || seen[f]:
 			return false
 		}
@@ -123,7 +116,7 @@ func (p *chunkParser) choice(ch *chunkChoice) bool {
 			if p.null() {
 				return true
 			}
-			n, ok := p.integer()
+			n, ok := p.Integer()
 			ch.Index = int(n)
 			return ok && int64(ch.Index) == n
 		case 1:
@@ -139,11 +132,11 @@ func (p *chunkParser) choice(ch *chunkChoice) bool {
 
 func (p *chunkParser) delta(d *chunkDelta) bool {
 	var seen [len(deltaFields)]bool
-	return p.object(func(key []byte) bool {
-		f := fieldIndex(key, deltaFields[:])
+	return p.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, deltaFields[:])
 		switch {
 		case f == -1:
-			return p.skip(3)
+			return p.Skip(3)
 		case f < 0 || seen[f]:
 			return false
 		}
@@ -169,11 +162,11 @@ func (p *chunkParser) usage(c *chatCompletionChunk) bool {
 	u := new(chunkUsage)
 	c.Usage = u
 	var seen [len(usageFields)]bool
-	return p.object(func(key []byte) bool {
-		f := fieldIndex(key, usageFields[:])
+	return p.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, usageFields[:])
 		switch {
 		case f == -1:
-			return p.skip(2)
+			return p.Skip(2)
 		case f < 0 || seen[f]:
 			return false
 		}
@@ -181,7 +174,7 @@ func (p *chunkParser) usage(c *chatCompletionChunk) bool {
 		if p.null() {
 			return true
 		}
-		n, ok := p.integer()
+		n, ok := p.Integer()
 		if f == 0 {
 			u.PromptTokens = n
 		} else {
@@ -191,78 +184,6 @@ func (p *chunkParser) usage(c *chatCompletionChunk) bool {
 	})
 }
 
-// fieldIndex is the index of key in names, -1 when key is none of them, or
-// -2 when encoding/json might still match it to one of them: an escaped
-// key, invalid UTF-8, or a case-insensitive match.
-func fieldIndex(key []byte, names []string) int {
-	plain := true // ASCII without escapes: folds only to a name of its length
-	for _, c := range key {
-		if c >= utf8.RuneSelf || c == '\\' {
-			plain = false
-			break
-		}
-	}
-	folds := false
-	for i, n := range names {
-		if len(n) == len(key) {
-			if string(key) == n {
-				return i
-			}
-			folds = folds || plain && bytes.EqualFold(key, []byte(n))
-		}
-	}
-	if plain {
-		if folds {
-			return -2
-		}
-		return -1
-	}
-	if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
-		return -2
-	}
-	for _, n := range names {
-		if bytes.EqualFold(key, []byte(n)) {
-			return -2
-		}
-	}
-	return -1
-}
-
-// object reads an object, calling field with each key once the reader
-// stands at the key's value; field reads the value.
-func (p *chunkParser) object(field func(key []byte) bool) bool {
-	if p.peek() != '{' {
-		return false
-	}
-	p.i++
-	if p.peek() == '}' {
-		p.i++
-		return true
-	}
-	for {
-		if p.peek() != '"' {
-			return false
-		}
-		key, _, ok := p.stringBody()
-		if !ok || p.peek() != ':' {
-			return false
-		}
-		p.i++
-		if !field(key) {
-			return false
-		}
-		switch p.peek() {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 // optString reads a string or null into a *string field, pointing it at
 // store, which lives as long as the field.
 func (p *chunkParser) optString(dst **string, store *string) bool {
@@ -270,17 +191,17 @@ func (p *chunkParser) optString(dst **string, store *string) bool {
 		*dst = nil
 		return true
 	}
-	if p.peek() != '"' {
+	if p.Peek() != '"' {
 		return false
 	}
-	start := p.i
-	body, escaped, ok := p.stringBody()
+	start := p.I
+	body, escaped, ok := p.StringBody()
 	if !ok {
 		return false
 	}
 	if !escaped && utf8.Valid(body) {
 		*store = string(body)
-	} else if json.Unmarshal(p.data[start:p.i], store) != nil {
+	} else if json.Unmarshal(p.Data[start:p.I], store) != nil {
 		// Escapes and invalid UTF-8 are rare: encoding/json decodes them.
 		return false
 	}
@@ -288,202 +209,18 @@ func (p *chunkParser) optString(dst **string, store *string) bool {
 	return true
 }
 
-// integer reads a JSON number with neither fraction nor exponent that fits
-// an int64, as encoding/json decodes into an integer field.
-func (p *chunkParser) integer() (int64, bool) {
-	start := p.i
-	if !p.number() {
-		return 0, false
-	}
-	lit := p.data[start:p.i]
-	if bytes.ContainsAny(lit, ".eE") {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(string(lit), 10, 64)
-	return n, err == nil
-}
-
 // raw reads any value and returns a copy of its text, as json.RawMessage
 // keeps it.
 func (p *chunkParser) raw(depth int) (json.RawMessage, bool) {
-	p.ws()
-	start := p.i
-	if !p.skip(depth) {
+	p.WS()
+	start := p.I
+	if !p.Skip(depth) {
 		return nil, false
 	}
-	return append(json.RawMessage(nil), p.data[start:p.i]...), true
-}
-
-// skip reads and validates any value.
-func (p *chunkParser) skip(depth int) bool {
-	if depth > maxFastDepth {
-		return false
-	}
-	switch p.peek() {
-	case '{':
-		return p.object(func([]byte) bool { return p.skip(depth + 1) })
-	case '[':
-		p.i++
-		if p.peek() == ']' {
-			p.i++
-			return true
-		}
-		for {
-			if !p.skip(depth + 1) {
-				return false
-			}
-			switch p.peek() {
-			case ',':
-				p.i++
-			case ']':
-				p.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case '"':
-		_, _, ok := p.stringBody()
-		return ok
-	case 't':
-		return p.literal("true")
-	case 'f':
-		return p.literal("false")
-	case 'n':
-		return p.literal("null")
-	default:
-		return p.number()
-	}
+	return append(json.RawMessage(nil), p.Data[start:p.I]...), true
 }
 
 // null reads a null if one is next.
 func (p *chunkParser) null() bool {
-	return p.peek() == 'n' && p.literal("null")
-}
-
-func (p *chunkParser) literal(lit string) bool {
-	if !bytes.HasPrefix(p.data[p.i:], []byte(lit)) {
-		return false
-	}
-	p.i += len(lit)
-	return true
-}
-
-// stringBody reads a string, the reader standing at its opening quote, and
-// returns the text between the quotes, still escaped, and whether it has
-// escapes.
-func (p *chunkParser) stringBody() (body []byte, escaped, ok bool) {
-	p.i++
-	start := p.i
-	for p.i < len(p.data) {
-		c := p.data[p.i]
-		switch {
-		case c == '"':
-			body = p.data[start:p.i]
-			p.i++
-			return body, escaped, true
-		case c < 0x20:
-			return nil, false, false
-		case c == '\\':
-			escaped = true
-			p.i++
-			if p.i >= len(p.data) {
-				return nil, false, false
-			}
-			switch p.data[p.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				p.i++
-			case 'u':
-				if p.i+5 > len(p.data) {
-					return nil, false, false
-				}
-				for _, h := range p.data[p.i+1 : p.i+5] {
-					if !isHex(h) {
-						return nil, false, false
-					}
-				}
-				p.i += 5
-			default:
-				return nil, false, false
-			}
-		default:
-			p.i++
-		}
-	}
-	return nil, false, false
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// number reads a number as the JSON grammar defines it.
-func (p *chunkParser) number() bool {
-	d := p.data
-	i := p.i
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	}
-	p.i = i
-	return true
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// ws skips whitespace.
-func (p *chunkParser) ws() {
-	for p.i < len(p.data) {
-		switch p.data[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek skips whitespace and returns the next byte, 0 at the end.
-func (p *chunkParser) peek() byte {
-	p.ws()
-	if p.i < len(p.data) {
-		return p.data[p.i]
-	}
-	return 0
-}
-
-// end reports that only whitespace follows.
-func (p *chunkParser) end() bool {
-	p.ws()
-	return p.i == len(p.data)
+	return p.Peek() == 'n' && p.Literal("null")
 }

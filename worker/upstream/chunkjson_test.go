@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hedgerow/hedgerow/internal/jsonscan"
 )
 
 // chunkCases are chunk payloads, well-formed and not, on which decodeChunk
@@ -144,7 +146,7 @@ func TestFastPassReadsProviderChunks(t *testing.T) {
 				continue // [DONE], the malformed fixture, error events
 			}
 			var c chatCompletionChunk
-			p := chunkParser{data: data}
+			p := chunkParser{jsonscan.Scanner{Data: data}}
 			if !p.chunk(&c) {
 				t.Errorf("%s: fast pass declined %s", f, data)
 			}
