@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -95,47 +94,21 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	body, err := a.requestBody(req)
 	if err != nil {
-		return Outcome{}, &Error{
-			Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
-			Message: "request cannot be encoded for the provider", cause: err,
-		}
+		return Outcome{}, unencodable(err)
 	}
 	// As in the OpenAI adapter: a stream held open after message_stop can be
 	// cut without failing the attempt.
-	reqCtx, cancelReq := context.WithCancel(ctx)
+	resp, cancelReq, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, sink, func(h http.Header) {
+		h.Set("Anthropic-Version", AnthropicVersion)
+		if a.key != "" {
+			h.Set("X-Api-Key", a.key)
+		}
+	})
+	if err != nil {
+		return out, err
+	}
 	defer cancelReq()
-	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, a.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return Outcome{}, &Error{
-			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
-			Message: "provider request cannot be built", cause: err,
-		}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("Anthropic-Version", AnthropicVersion)
-	if a.key != "" {
-		hreq.Header.Set("X-Api-Key", a.key)
-	}
-	inputEstimate := int64(len(body)+3) / 4
-
-	resp, err := a.client.Do(hreq)
-	if err != nil {
-		out := Outcome{}
-		if !neverConnected(err) {
-			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
-		}
-		return out, transportError(ctx, err)
-	}
 	defer resp.Body.Close()
-
-	if resp.StatusCode/100 != 2 {
-		return Outcome{}, statusError(resp, a.key, a.now())
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-		return Outcome{}, unstreamedAnswer(resp, a.key, a.now())
-	}
-	sink.FirstByte()
 
 	ms := newMessageStream(sink, inputEstimate)
 	events := newEventReader(resp.Body)
@@ -162,7 +135,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	if ms.stopped {
 		drainAfterDone(resp.Body, cancelReq)
 	}
-	out := ms.outcome()
+	out = ms.outcome()
 	if out.FinishReason == "" {
 		return out, &Error{
 			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,

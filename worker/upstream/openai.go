@@ -108,9 +108,7 @@ func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
 
 // Stream implements Upstream with one streaming POST to {base_url}/chat/completions.
 //
-// The request is sent once. The only resend the Go transport may make is of
-// a request it could not write at all to a reused idle connection, which the
-// provider therefore never saw.
+// The request is sent once (see openStream).
 func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
 	if sink == nil {
 		sink = discard{}
@@ -120,47 +118,18 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	}
 	body, err := o.requestBody(req)
 	if err != nil {
-		return Outcome{}, &Error{
-			Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
-			Message: "request cannot be encoded for the provider", cause: err,
-		}
+		return Outcome{}, unencodable(err)
 	}
-	// The request has its own context so that a stream which stays open
-	// after [DONE] can be cut without failing the attempt.
-	reqCtx, cancelReq := context.WithCancel(ctx)
+	resp, cancelReq, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, sink, func(h http.Header) {
+		if o.key != "" {
+			h.Set("Authorization", "Bearer "+o.key)
+		}
+	})
+	if err != nil {
+		return out, err
+	}
 	defer cancelReq()
-	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, o.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return Outcome{}, &Error{
-			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
-			Message: "provider request cannot be built", cause: err,
-		}
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	if o.key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+o.key)
-	}
-	// Input units to settle if the provider's usage report never arrives.
-	inputEstimate := int64(len(body)+3) / 4
-
-	resp, err := o.client.Do(hreq)
-	if err != nil {
-		out := Outcome{}
-		if !neverConnected(err) {
-			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
-		}
-		return out, transportError(ctx, err)
-	}
 	defer resp.Body.Close()
-
-	if resp.StatusCode/100 != 2 {
-		return Outcome{}, statusError(resp, o.key, o.now())
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-		return Outcome{}, unstreamedAnswer(resp, o.key, o.now())
-	}
-	sink.FirstByte()
 
 	acc := newAccumulator(sink, inputEstimate)
 	events := newEventReader(resp.Body)
@@ -192,7 +161,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 			return acc.outcome(), streamError(errObj, o.key, o.now())
 		}
 	}
-	out := acc.outcome()
+	out = acc.outcome()
 	if out.FinishReason == "" {
 		return out, &Error{
 			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
@@ -334,4 +303,62 @@ func dropNull(raw json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return raw
+}
+
+// unencodable is the error of a request the adapter cannot encode for its
+// provider: nothing was sent, and no route could send it either.
+func unencodable(err error) *Error {
+	return &Error{
+		Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
+		Message: "request cannot be encoded for the provider", cause: err,
+	}
+}
+
+// openStream sends body once as a streaming POST to endpoint, with the
+// adapter's own headers, and returns the provider's 2xx event stream after
+// telling sink its first byte. The request has its own context, cancelled by
+// cancel, so a stream which stays open after its end can be cut without
+// failing the attempt. inputEstimate is the input to settle if the
+// provider's usage report never arrives. On error, out holds what may have
+// been billed.
+//
+// The only resend the Go transport may make is of a request it could not
+// write at all to a reused idle connection, which the provider never saw.
+func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, key string, now func() time.Time,
+	sink Sink, setHeaders func(http.Header)) (resp *http.Response, cancel context.CancelFunc, inputEstimate int64, out Outcome, err error) {
+	reqCtx, cancel := context.WithCancel(ctx)
+	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		cancel()
+		return nil, nil, 0, Outcome{}, &Error{
+			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
+			Message: "provider request cannot be built", cause: err,
+		}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	setHeaders(hreq.Header)
+	inputEstimate = int64(len(body)+3) / 4
+
+	resp, err = client.Do(hreq)
+	if err != nil {
+		cancel()
+		if !neverConnected(err) {
+			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
+		}
+		return nil, nil, 0, out, transportError(ctx, err)
+	}
+	fail := func(err error) (*http.Response, context.CancelFunc, int64, Outcome, error) {
+		resp.Body.Close()
+		cancel()
+		return nil, nil, 0, Outcome{}, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fail(statusError(resp, key, now()))
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+		return fail(unstreamedAnswer(resp, key, now()))
+	}
+	sink.FirstByte()
+	return resp, cancel, inputEstimate, Outcome{}, nil
 }
