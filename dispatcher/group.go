@@ -76,14 +76,17 @@ type group struct {
 	pending    []delivery      // for the caller, handed over after the event's actions
 	records    []pendingRecord // published after pending was handed over
 	attempts   []*attemptState
-	start      time.Time
-	deadline   time.Duration
-	delay      time.Duration
-	armed      bool
-	winner     int
-	gateValue  string
-	delivered  bool // the caller got its final delivery
-	streamed   bool // bytes of the committed stream reached the caller
+	// timers are the engine's armed timers; the loop stops them as it ends,
+	// as each holds the group until it fires (up to the whole deadline).
+	timers    []*time.Timer
+	start     time.Time
+	deadline  time.Duration
+	delay     time.Duration
+	armed     bool
+	winner    int
+	gateValue string
+	delivered bool // the caller got its final delivery
+	streamed  bool // bytes of the committed stream reached the caller
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
@@ -473,6 +476,7 @@ func (g *group) loop() {
 	defer g.d.groups.Done()
 	defer g.events.close()
 	defer g.d.replies.unregister(g)
+	defer g.stopTimers()
 	for !g.eng.Done() {
 		for _, ev := range g.events.take() {
 			if g.eng.Done() {
@@ -507,6 +511,15 @@ func (g *group) handle(input any) {
 			}
 		}
 	}
+}
+
+// stopTimers stops every timer the group armed, so a finished group is not
+// kept in memory until its deadline timer fires.
+func (g *group) stopTimers() {
+	for _, t := range g.timers {
+		t.Stop()
+	}
+	g.timers = nil
 }
 
 func (g *group) attempt(n int) *attemptState {
@@ -615,7 +628,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.launch(a)
 	case hedge.ArmTimer:
 		ev := hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}
-		time.AfterFunc(max(a.At.Sub(d.now()), 0), func() { g.post(ev) })
+		g.timers = append(g.timers, time.AfterFunc(max(a.At.Sub(d.now()), 0), func() { g.post(ev) }))
 	case hedge.AskHedgeBudget:
 		return g.askBudget(ctx, a)
 	case hedge.Elect:
