@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
@@ -63,28 +66,59 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 
 	client := &http.Client{Timeout: processDeadline + 10*time.Second}
 	t.Cleanup(client.CloseIdleConnections)
-	chat := func(gateway, key string) (*http.Response, string) {
-		t.Helper()
+	send := func(gateway, key string) (*http.Response, string, error) {
 		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
 			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
 		if err != nil {
-			t.Fatal(err)
+			return nil, "", err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(dispatcher.HeaderIdempotencyKey, key)
 		resp, err := client.Do(req)
 		if err != nil {
-			t.Fatalf("POST %s: %v", gateway, err)
+			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
+	chat := func(gateway, key string) (*http.Response, string) {
+		t.Helper()
+		resp, body, err := send(gateway, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp, string(body)
+		return resp, body
 	}
 
-	first, body := chat(gateways[0], "order-42")
+	// The provider holds the first attempt: meanwhile the worker process
+	// has a lease on route a in Redis, where every gateway's route choice
+	// reads the route's load, and gives it back once the attempt ends.
+	release := p.hold(1)
+	type answer struct {
+		resp *http.Response
+		body string
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, body, err := send(gateways[0], "order-42")
+		answered <- answer{resp, body, err}
+	}()
+	select {
+	case <-p.held:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first request never reached the provider")
+	}
+	leases := leaseCounter(t, rs, "procs")
+	waitFor(t, 15*time.Second, "the worker process's lease on route a", func() bool { return leases("a") == 1 })
+	release()
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	first, body := a.resp, a.body
+	waitFor(t, 15*time.Second, "the lease on route a to be given back", func() bool { return leases("a") == 0 })
 	if first.StatusCode != http.StatusOK {
 		t.Fatalf("first gateway: %d %s", first.StatusCode, body)
 	}
@@ -107,5 +141,24 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 	other, body := chat(gateways[1], "order-43")
 	if other.StatusCode != http.StatusOK {
 		t.Fatalf("second gateway, another user action: %d %s", other.StatusCode, body)
+	}
+}
+
+// leaseCounter counts the live route leases under prefix in rs, as a
+// gateway's route refresh does; -1 when Redis does not answer.
+func leaseCounter(t *testing.T, rs *redistest.Server, prefix string) func(route string) int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	store, err := redisstore.New(c, redisstore.Options{Prefix: prefix, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(route string) int {
+		n, err := store.InFlight(t.Context(), []string{route})
+		if err != nil {
+			return -1
+		}
+		return n[route]
 	}
 }

@@ -83,6 +83,18 @@ type Config struct {
 	// dispatcher's for records to correlate. Empty uses a random key of
 	// this worker, so fingerprints never leak an unkeyed hash.
 	FingerprintKey []byte
+	// Leases, when set, records each attempt in flight as a lease on the
+	// route, so dispatchers see the cluster's load on it (see the package
+	// documentation); nil records nothing. Store calls never delay an
+	// attempt: a background goroutine of the worker makes them.
+	Leases Leases
+	// LeaseRenewInterval is how often leases are renewed; 0 means
+	// DefaultLeaseRenewInterval.
+	LeaseRenewInterval time.Duration
+	// LeaseTTL is how long a lease lives without renewal, so a killed
+	// worker's leases expire; at least twice LeaseRenewInterval. 0 means
+	// DefaultLeaseRenewals renew intervals.
+	LeaseTTL time.Duration
 }
 
 // withDefaults validates c and returns it with its defaults filled in.
@@ -94,7 +106,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidConfig, c.Route)
 	case c.Conn == nil:
 		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidConfig, c.Route)
-	case c.MaxInflight < 0, c.HeartbeatInterval < 0, c.CoalesceTokens < 0, c.CoalesceDelay < 0, c.DrainGrace < 0:
+	case c.MaxInflight < 0, c.HeartbeatInterval < 0, c.CoalesceTokens < 0, c.CoalesceDelay < 0, c.DrainGrace < 0,
+		c.LeaseRenewInterval < 0, c.LeaseTTL < 0:
 		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidConfig, c.Route)
 	}
 	if c.WorkerID == "" {
@@ -121,6 +134,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DrainGrace == 0 {
 		c.DrainGrace = DefaultDrainGrace
+	}
+	if c.LeaseRenewInterval == 0 {
+		c.LeaseRenewInterval = DefaultLeaseRenewInterval
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseRenewals * c.LeaseRenewInterval
+	}
+	if c.LeaseTTL < 2*c.LeaseRenewInterval {
+		return c, fmt.Errorf("%w: route %q: lease ttl %v is shorter than two renew intervals (%v): a late renewal would drop a live lease",
+			ErrInvalidConfig, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

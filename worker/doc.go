@@ -53,6 +53,20 @@
 // attempts finish within DrainGrace, then cancels the rest, which report
 // status canceled with scope transient (the dispatcher may replace them).
 //
+// # Route in-flight leases
+//
+// With Config.Leases set (the shared budget store when redis.url is set),
+// the worker holds a lease on its route for each attempt it runs, so every
+// dispatcher replica's route choice sees the cluster's load on the route
+// (DESIGN §7). The holder is "<worker id>/<group id>/<attempt>", ids the
+// dispatcher and the worker drew. One goroutine of the worker acquires the
+// lease soon after the attempt starts, renews it every LeaseRenewInterval
+// and releases it when the attempt ends; the attempt itself never waits
+// for the store. A lease lives LeaseTTL without renewal, so the leases of
+// a worker that dies expire. A store that fails costs a count in
+// hedgerow_worker_lease_errors_total and a log line at most every 30 s;
+// the keeper then retries at its next tick. Stop releases what is held.
+//
 // Nothing about an attempt outlives it but a remembered early Cancel. No
 // prompt, output, header or key is logged, recorded or used as a metric label.
 package worker

@@ -28,6 +28,7 @@ type Metrics struct {
 	dropped       *prometheus.CounterVec
 	cancellations *prometheus.CounterVec
 	cancelLatency prometheus.Histogram
+	leaseErrors   *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors; register them with Register
@@ -55,13 +56,17 @@ func NewMetrics() *Metrics {
 			Help:    "Time from a worker receiving a cancel to its upstream call returning.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms … ~16 s
 		}),
+		leaseErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_worker_lease_errors_total",
+			Help: "Route in-flight lease calls to the shared store that failed, by operation (acquire, renew, release); the attempts went on, and an unrenewed lease expires on its own.",
+		}, []string{"route", "op"}),
 	}
 }
 
 // Collectors returns the collectors, for callers that register them
 // themselves.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency}
+	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency, m.leaseErrors}
 }
 
 // Register registers every collector with reg.
@@ -88,6 +93,10 @@ func (m *Metrics) drop(route, reason string) {
 
 func (m *Metrics) setInflight(route string, n int) {
 	m.inflight.WithLabelValues(route).Set(float64(n))
+}
+
+func (m *Metrics) leaseFailed(route, op string) {
+	m.leaseErrors.WithLabelValues(route, op).Inc()
 }
 
 // cancelled counts a cancel the worker received for an attempt it took;

@@ -43,6 +43,10 @@ type PoolOptions struct {
 	// DrainGrace is how long Stop lets in-flight attempts finish; 0 means
 	// DefaultDrainGrace.
 	DrainGrace time.Duration
+	// Leases, when set, is where every worker of the pool records its
+	// attempts in flight (see Config.Leases): the shared budget store when
+	// redis.url is set.
+	Leases Leases
 }
 
 // Pool is the set of workers of one process, one per route.
@@ -84,6 +88,7 @@ func StartPool(cfg *config.Config, nc *nats.Conn, env config.LookupEnv, opts Poo
 			Logger:            opts.Logger,
 			Metrics:           opts.Metrics,
 			FingerprintKey:    opts.FingerprintKey,
+			Leases:            opts.Leases,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", r.Name, err)

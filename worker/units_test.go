@@ -94,6 +94,10 @@ func TestNewRejectsAnInvalidConfig(t *testing.T) {
 		"negative inflight":    func(c *Config) { c.MaxInflight = -1 },
 		"negative heartbeat":   func(c *Config) { c.HeartbeatInterval = -time.Second },
 		"worker id with space": func(c *Config) { c.WorkerID = "worker 1" },
+		"negative lease renew": func(c *Config) { c.LeaseRenewInterval = -time.Second },
+		"lease ttl under two renew intervals": func(c *Config) {
+			c.LeaseRenewInterval, c.LeaseTTL = time.Second, 1500*time.Millisecond
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := valid
@@ -110,7 +114,8 @@ func TestNewRejectsAnInvalidConfig(t *testing.T) {
 	c := w.cfg
 	if c.MaxInflight != DefaultMaxInflight || c.HeartbeatInterval != DefaultHeartbeatInterval ||
 		c.CoalesceTokens != DefaultCoalesceTokens || c.CoalesceDelay != DefaultCoalesceDelay ||
-		c.DrainGrace != DefaultDrainGrace || !idPattern.MatchString(c.WorkerID) || len(c.FingerprintKey) == 0 {
+		c.DrainGrace != DefaultDrainGrace || !idPattern.MatchString(c.WorkerID) || len(c.FingerprintKey) == 0 ||
+		c.LeaseRenewInterval != DefaultLeaseRenewInterval || c.LeaseTTL != DefaultLeaseRenewals*DefaultLeaseRenewInterval {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 }

@@ -76,6 +76,7 @@ type Worker struct {
 	controlDone <-chan nats.SubStatus
 	svc         micro.Service
 	runs        sync.WaitGroup // one per attempt goroutine
+	leases      *leaseKeeper   // nil without Config.Leases
 
 	controlInbox string
 
@@ -96,6 +97,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics: cfg.Metrics,
 		running: make(map[attemptKey]*attemptRun),
 		pending: newPendingCancels(),
+		leases:  newLeaseKeeper(cfg, cfg.Logger.With("route", cfg.Route, "worker_id", cfg.WorkerID, "component", "leases")),
 	}, nil
 }
 
@@ -161,6 +163,7 @@ func (w *Worker) Start() error {
 	w.controlDone = csub.StatusChanged(nats.SubscriptionClosed)
 	w.controlSub, w.attemptSub, w.svc, w.controlInbox = csub, asub, svc, inbox
 	w.state = started
+	w.leases.start()
 	w.metrics.setInflight(w.cfg.Route, 0)
 	w.log.Info("worker started", "subject", AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
 	return nil
@@ -203,7 +206,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("drain attempt subscription: %w", err))
 	} else if err := waitClosed(ctx, w.attemptDone); err != nil {
 		w.cancelAll(errShutdown)
-		return errors.Join(append(errs, fmt.Errorf("wait for attempt subscription to drain: %w", err))...)
+		return errors.Join(append(errs, fmt.Errorf("wait for attempt subscription to drain: %w", err), w.stopLeases(ctx))...)
 	}
 	// A drained subscription closes only after its last callback returned:
 	// every attempt delivered to this worker has been answered.
@@ -229,7 +232,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return errors.Join(append(errs, fmt.Errorf("wait for cancelled attempts: %w", ctx.Err()))...)
+		return errors.Join(append(errs, fmt.Errorf("wait for cancelled attempts: %w", ctx.Err()), w.stopLeases(ctx))...)
+	}
+	// Every attempt has ended: give their leases back.
+	if err := w.stopLeases(ctx); err != nil {
+		errs = append(errs, err)
 	}
 
 	if err := w.controlSub.Drain(); err != nil {
@@ -248,6 +255,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
 	return errors.Join(errs...)
+}
+
+// stopLeases stops the lease keeper, which releases the leases it holds;
+// an error means ctx ended before it had stopped.
+func (w *Worker) stopLeases(ctx context.Context) error {
+	if err := w.leases.close(ctx); err != nil {
+		return fmt.Errorf("stop route leases: %w", err)
+	}
+	return nil
 }
 
 // flush waits for the server to have everything published so far, within
@@ -323,6 +339,7 @@ func (w *Worker) handleAttempt(msg *nats.Msg) {
 	}
 	w.runs.Add(1)
 	w.mu.Unlock()
+	w.leases.begin(key) // before the run starts, so its end comes after
 
 	if err := w.publishReply(att.ReplyInbox, schemas.Accept{
 		GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID, ControlInbox: w.controlInbox,
@@ -357,6 +374,7 @@ func (w *Worker) handleControl(msg *nats.Msg) {
 
 // finish removes an ended attempt and returns what cancel it had received.
 func (w *Worker) finish(r *attemptRun) (cancelAt time.Time, reason schemas.CancelReason) {
+	w.leases.end(r.key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.running, r.key)

@@ -51,8 +51,9 @@
 //     ends its own share. The ReservationID carries those entities (hashed)
 //     and a random nonce naming the reservation's record in each of them,
 //     plus a digest that makes a damaged id unknown as a whole.
-//   - MarkRoute, AcquireLease, ReleaseLease: one command; RouteStates and
-//     InFlight: one batch for any number of routes.
+//   - MarkRoute, AcquireLease, ReleaseLease: one command; RouteStates,
+//     InFlight and RouteSnapshot (both at once, for a dispatcher's route
+//     refresh): one batch for any number of routes.
 //
 // # Compensation
 //

@@ -134,6 +134,10 @@ func TestAdmitAndReserveExtraAreOneRoundTrip(t *testing.T) {
 						_, err := store.InFlight(ctx, []string{"route-a", "route-b", "route-c"})
 						return err
 					}, 1},
+					{"RouteSnapshot of three routes: states and leases together", func() error {
+						_, _, err := store.RouteSnapshot(ctx, []string{"route-a", "route-b", "route-c"})
+						return err
+					}, 1},
 					{"allowed Admit on servers that lost their scripts: EVALSHA refused, EVAL sent", func() error {
 						flushScripts(t, client)
 						a, err := store.Admit(ctx, ceilinged("ua-rt-flushed-"+round))

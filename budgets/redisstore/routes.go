@@ -42,41 +42,76 @@ func (s *Store) MarkRoute(ctx context.Context, route string, state budgets.Route
 // RouteStates implements budgets.Store: one batch of HMGETs, whatever the
 // number of routes; the flags are judged against the store's clock.
 func (s *Store) RouteStates(ctx context.Context, routes []string) (map[string]budgets.RouteState, error) {
-	if err := ended(ctx, "route states"); err != nil {
-		return nil, err
+	states, _, err := s.readRoutes(ctx, "route states", routes, true, false)
+	return states, err
+}
+
+// RouteSnapshot reads what a dispatcher's route refresh needs in one round
+// trip: the state of each route, as RouteStates reports it, and its live
+// leases, as InFlight counts them. Both sit in the route's hash tag, so
+// even on a cluster the batch goes to each route's node once.
+func (s *Store) RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error) {
+	return s.readRoutes(ctx, "route snapshot", routes, true, true)
+}
+
+// readRoutes reads the flags (states) and counts the live leases (inFlight)
+// of routes in one batch, judged against one reading of the store's clock.
+func (s *Store) readRoutes(ctx context.Context, op string, routes []string, states, inFlight bool) (map[string]budgets.RouteState, map[string]int, error) {
+	if err := ended(ctx, op); err != nil {
+		return nil, nil, err
 	}
-	states := make(map[string]budgets.RouteState, len(routes))
+	var (
+		stateOf = make(map[string]budgets.RouteState, len(routes))
+		countOf = make(map[string]int, len(routes))
+	)
 	if len(routes) == 0 {
-		return states, nil
+		return stateOf, countOf, nil
 	}
 	parent := ctx
-	ctx, cancel, err := s.start(ctx, "route states")
+	ctx, cancel, err := s.start(ctx, op)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cancel()
 	now := s.now().UnixMilli()
+	after := "(" + strconv.FormatInt(now, 10)
 	b := newBatch(s.client)
-	cmds := make([]*redis.SliceCmd, len(routes))
+	flags := make([]*redis.SliceCmd, len(routes))
+	leases := make([]*redis.IntCmd, len(routes))
 	for i, r := range routes {
-		cmds[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(r)), "q", "p")
+		h := entityHash(r)
+		if states {
+			flags[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(h), "q", "p")
+		}
+		if inFlight {
+			leases[i] = b.pipe.ZCount(ctx, s.keys.routeLeases(h), after, "+inf")
+		}
 	}
 	s.send(parent, ctx, b)
 	for i, r := range routes {
-		vals, err := cmds[i].Result()
-		if err != nil {
-			return nil, failure(parent, "route states", err)
+		if states {
+			vals, err := flags[i].Result()
+			if err != nil {
+				return nil, nil, failure(parent, op, err)
+			}
+			switch {
+			case now < untilField(vals, 0):
+				stateOf[r] = budgets.RouteQuarantined
+			case now < untilField(vals, 1):
+				stateOf[r] = budgets.RoutePushback
+			default:
+				stateOf[r] = budgets.RouteHealthy
+			}
 		}
-		switch {
-		case now < untilField(vals, 0):
-			states[r] = budgets.RouteQuarantined
-		case now < untilField(vals, 1):
-			states[r] = budgets.RoutePushback
-		default:
-			states[r] = budgets.RouteHealthy
+		if inFlight {
+			n, err := leases[i].Result()
+			if err != nil {
+				return nil, nil, failure(parent, op, err)
+			}
+			countOf[r] = int(n)
 		}
 	}
-	return states, nil
+	return stateOf, countOf, nil
 }
 
 // AcquireLease implements budgets.Store: one script call on the route's
@@ -128,32 +163,6 @@ func (s *Store) ReleaseLease(ctx context.Context, route, holder string) error {
 // InFlight implements budgets.Store: one batch of ZCOUNTs of the leases
 // that expire after now, whatever the number of routes.
 func (s *Store) InFlight(ctx context.Context, routes []string) (map[string]int, error) {
-	if err := ended(ctx, "in flight"); err != nil {
-		return nil, err
-	}
-	counts := make(map[string]int, len(routes))
-	if len(routes) == 0 {
-		return counts, nil
-	}
-	parent := ctx
-	ctx, cancel, err := s.start(ctx, "in flight")
-	if err != nil {
-		return nil, err
-	}
-	defer cancel()
-	after := "(" + strconv.FormatInt(s.now().UnixMilli(), 10)
-	b := newBatch(s.client)
-	cmds := make([]*redis.IntCmd, len(routes))
-	for i, r := range routes {
-		cmds[i] = b.pipe.ZCount(ctx, s.keys.routeLeases(entityHash(r)), after, "+inf")
-	}
-	s.send(parent, ctx, b)
-	for i, r := range routes {
-		n, err := cmds[i].Result()
-		if err != nil {
-			return nil, failure(parent, "in flight", err)
-		}
-		counts[r] = int(n)
-	}
-	return counts, nil
+	_, counts, err := s.readRoutes(ctx, "in flight", routes, false, true)
+	return counts, err
 }

@@ -18,8 +18,11 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run workers that call the providers, against an external NATS cluster",
 		Long: `worker runs one worker per route (all configured routes, or those named by --route)
 on an external NATS cluster. Workers hold the provider keys, read from the environment
-variables the routes name. SIGINT or SIGTERM stops taking attempts at once and lets
-those in flight finish within the drain grace.`,
+variables the routes name. With redis.url set, each worker holds a lease in Redis
+on its route for every attempt it runs (renewed while it runs, expiring if the
+process dies), so every gateway's route choice sees the cluster's load; a worker
+needs no redis.hash_key_env. SIGINT or SIGTERM stops taking attempts at once and
+lets those in flight finish within the drain grace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)

@@ -98,6 +98,12 @@ type routeState struct {
 	state    State
 	until    time.Time
 
+	// sharedInFlight is the route's in-flight count across the cluster
+	// (the workers' leases in the budgets store), trusted until
+	// sharedUntil: the local count misses other replicas' attempts.
+	sharedInFlight int
+	sharedUntil    time.Time
+
 	// The latency estimate is a time-decayed mean: every sample's weight
 	// halves each half-life, so mean = wsum / weight. Unlike a per-sample
 	// EWMA it fades at the same pace whether a route sees one request a
@@ -158,6 +164,25 @@ func (p *Picker) SetState(name string, s State, until time.Time) error {
 	if s == Healthy {
 		rs.until = time.Time{}
 	}
+	return nil
+}
+
+// SetSharedInFlight records a route's in-flight count across the cluster,
+// as read from the budgets store's route leases, valid until until: while
+// it is fresh the primary's score counts the larger of it and the local
+// count. A refresh that stops coming lets it lapse, and the local count
+// alone decides again.
+func (p *Picker) SetSharedInFlight(name string, n int, until time.Time) error {
+	if n < 0 {
+		return fmt.Errorf("route %q: negative shared in-flight count %d", name, n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	rs.sharedInFlight, rs.sharedUntil = n, until
 	return nil
 }
 
@@ -235,7 +260,10 @@ func (p *Picker) Release(name string) error {
 
 // Stats is a snapshot of one route, for metrics (route_state) and tests.
 type Stats struct {
+	// InFlight counts this picker's attempts (Acquire, Release).
 	InFlight int
+	// SharedInFlight is the cluster's count while fresh, else 0.
+	SharedInFlight int
 	// Latency is the recent latency estimate; HasLatency is false when the
 	// route has no fresh sample.
 	Latency    time.Duration
@@ -255,6 +283,9 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{InFlight: rs.inFlight}
+	if rs.sharedFresh(now) {
+		st.SharedInFlight = rs.sharedInFlight
+	}
 	if l, ok := p.latency(rs, now); ok {
 		st.Latency, st.HasLatency = time.Duration(l*float64(time.Second)), true
 	}
@@ -264,6 +295,19 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 	return st, nil
 }
 
+// sharedFresh reports whether the shared in-flight count is still trusted.
+func (rs *routeState) sharedFresh(now time.Time) bool { return now.Before(rs.sharedUntil) }
+
+// load is the in-flight count the score uses: the local count, or the
+// cluster's when it is fresh and larger (it includes the local attempts
+// once their workers' leases are seen).
+func (rs *routeState) load(now time.Time) int {
+	if rs.sharedFresh(now) {
+		return max(rs.inFlight, rs.sharedInFlight)
+	}
+	return rs.inFlight
+}
+
 // healthy reports whether the route may receive an attempt at now.
 func (rs *routeState) healthy(now time.Time) bool {
 	return rs.state == Healthy || !now.Before(rs.until)
@@ -271,7 +315,9 @@ func (rs *routeState) healthy(now time.Time) bool {
 
 // PickPrimary picks the primary's route from a pool: among healthy routes
 // (not quarantined, not in pushback at now) it draws two at random and takes
-// the one with the lower score, (in-flight + 1) × recent latency. A route
+// the one with the lower score, (in-flight + 1) × recent latency, where
+// in-flight is the larger of the local count and the fresh shared one
+// (SetSharedInFlight). A route
 // without fresh latency data is scored at the median latency of the pool's
 // routes that have it, so it is neither starved nor flooded; when none has
 // data every route shares one neutral latency and in-flight alone decides.
@@ -391,13 +437,13 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 }
 
 // score is (in-flight + 1) × recent latency: the expected wait behind the
-// route's current load.
+// route's current load, in-flight being the cluster's count while fresh.
 func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
 		l = prior
 	}
-	return float64(rs.inFlight+1) * l
+	return float64(rs.load(now)+1) * l
 }
 
 // poolMedian is the median fresh latency over the pool's routes, whatever

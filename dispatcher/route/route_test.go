@@ -172,6 +172,66 @@ func TestPickPrimaryWithoutAnyLatencyDataDecidesOnInFlight(t *testing.T) {
 	}
 }
 
+func TestPickPrimaryCountsTheClusterInFlightWhileItIsFresh(t *testing.T) {
+	// Twin routes, equally fast; busy has attempts in flight on other
+	// replicas' workers, which this picker only knows from the shared count.
+	until := t0.Add(500 * time.Millisecond)
+	tests := []struct {
+		name           string
+		local, shared  int // in flight on busy
+		at             time.Time
+		wantBusyPicked bool // busy may win some pairs
+	}{
+		{"a high shared count steers primaries to the idle twin", 0, 20, t0, false},
+		{"the larger of local and shared counts", 3, 1, t0, false},
+		{"idle twins split the primaries evenly", 0, 0, t0, true},
+		{"a stale shared count is ignored", 0, 20, until, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain("busy", "idle")...)
+			pool := []string{"busy", "idle"}
+			for _, name := range pool {
+				mustDo(t, p.Observe(name, 200*time.Millisecond, t0))
+			}
+			for range tt.local {
+				mustDo(t, p.Acquire("busy"))
+			}
+			mustDo(t, p.SetSharedInFlight("busy", tt.shared, until))
+			const n = 1000
+			got := shares(t, n, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, tt.at, rng) })
+			if tt.wantBusyPicked {
+				// Equal scores: ties go to the first draw, uniform.
+				if share := float64(got["busy"]) / n; math.Abs(share-0.5) > 0.06 {
+					t.Fatalf("picks %v: want the twins about even", got)
+				}
+				return
+			}
+			if got["busy"] != 0 || got["idle"] != n {
+				t.Fatalf("picks %v: want every primary on idle", got)
+			}
+		})
+	}
+}
+
+func TestStatsReportsTheSharedInFlightOnlyWhileFresh(t *testing.T) {
+	p := newTestPicker(t, plain("a")...)
+	until := t0.Add(time.Second)
+	mustDo(t, p.SetSharedInFlight("a", 5, until))
+	if st, _ := p.Stats("a", t0); st.SharedInFlight != 5 || st.InFlight != 0 {
+		t.Fatalf("Stats = %+v, want 5 shared, 0 local", st)
+	}
+	if st, _ := p.Stats("a", until); st.SharedInFlight != 0 {
+		t.Fatalf("Stats at expiry = %+v, want no shared count", st)
+	}
+	if err := p.SetSharedInFlight("x", 1, until); !errors.Is(err, ErrUnknownRoute) {
+		t.Errorf("SetSharedInFlight unknown = %v, want ErrUnknownRoute", err)
+	}
+	if err := p.SetSharedInFlight("a", -1, until); err == nil {
+		t.Error("SetSharedInFlight accepted a negative count")
+	}
+}
+
 func TestObserveDecaysOldSamplesByTheHalfLife(t *testing.T) {
 	p := newTestPicker(t, plain("a")...)
 	mustDo(t, p.Observe("a", time.Second, t0))

@@ -50,7 +50,8 @@ type NATS struct {
 }
 
 // Redis configures the store shared by replicas: winner gate, ledgers,
-// buckets, route flags and the shared latency sketch (DESIGN §6, §7).
+// buckets, route flags, the workers' route in-flight leases and the shared
+// latency sketch (DESIGN §6, §7).
 type Redis struct {
 	// URL is a redis:// or rediss:// URL; empty keeps budgets and the winner
 	// gate in memory, correct only for a single replica.
@@ -71,7 +72,9 @@ type Redis struct {
 	// HashKeyEnv names the environment variable holding the key that hashes
 	// Idempotency-Keys into user action ids (and prompts into fingerprints).
 	// Every replica sharing the Redis needs the same key, or one user action
-	// gets a different id — and ledger and winner — on each replica.
+	// gets a different id — and ledger and winner — on each replica. Only
+	// serve and gateway need it; a worker uses it, when set, to key its
+	// records' prompt fingerprints like the dispatchers'.
 	HashKeyEnv string `yaml:"hash_key_env"`
 }
 

@@ -218,6 +218,8 @@ func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
 		"nats:\n  urls: [nats://127.0.0.1:4222]\n"
 	withRedis := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
 		"redis:\n  url: redis://127.0.0.1:6379\n  password_env: REDIS_PASSWORD\n  hash_key_env: HASH_KEY\n"
+	withRedisNoHashKey := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
+		"redis:\n  url: redis://127.0.0.1:6379\n  password_env: REDIS_PASSWORD\n"
 	withRedisPasswordButNoURL := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" +
 		"redis:\n  password_env: REDIS_PASSWORD\n"
 
@@ -236,7 +238,9 @@ func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
 		{"gateway needs the redis password", withRedis, RoleGateway, map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}, "redis.password_env"},
 		{"serve needs the redis password", withRedis, RoleServe, map[string]string{"HASH_KEY": "shared-hash-key-7f3a"}, "redis.password_env"},
 		{"gateway needs the shared hash key", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p"}, "redis.hash_key_env"},
-		{"worker does not use redis", withRedis, RoleWorker, nil, ""},
+		{"worker needs the redis password for its route leases", withRedis, RoleWorker, map[string]string{"HASH_KEY": ""}, "redis.password_env"},
+		{"worker does not need the shared hash key", withRedis, RoleWorker, map[string]string{"REDIS_PASSWORD": "p"}, ""},
+		{"worker without hash_key_env at all", withRedisNoHashKey, RoleWorker, map[string]string{"REDIS_PASSWORD": "p"}, ""},
 		{"gateway with the redis password and hash key set", withRedis, RoleGateway, map[string]string{"REDIS_PASSWORD": "p", "HASH_KEY": "shared-hash-key-7f3a"}, ""},
 		{"no redis url means no redis password needed", withRedisPasswordButNoURL, RoleServe, nil, ""},
 	}
@@ -253,6 +257,28 @@ func TestSecretEnvIsRequiredOnlyByRolesThatUseIt(t *testing.T) {
 					t.Fatalf("problem %q reveals a secret value", p)
 				}
 			}
+		})
+	}
+}
+
+func TestHashKeyIsRequiredWithRedisOnlyByRolesThatHashUserActions(t *testing.T) {
+	noHashKey := minimal + "nats:\n  urls: [nats://127.0.0.1:4222]\n" + "redis:\n  url: redis://127.0.0.1:6379\n"
+	cases := []struct {
+		role     Role
+		required bool
+	}{
+		{RoleServe, true},
+		{RoleGateway, true},
+		{RoleWorker, false}, // its Redis holds route leases; it never hashes an Idempotency-Key
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.role), func(t *testing.T) {
+			_, ps := parse(t, noHashKey, tc.role, noEnv)
+			if !tc.required {
+				wantNoProblems(t, ps)
+				return
+			}
+			wantProblem(t, ps, "redis.hash_key_env", "required with redis.url")
 		})
 	}
 }

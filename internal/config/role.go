@@ -30,9 +30,10 @@ func ParseRole(s string) (Role, error) {
 // routes' provider keys.
 func (r Role) CallsProviders() bool { return r == RoleServe || r == RoleWorker }
 
-// UsesRedis reports whether the role connects to Redis when redis.url is
-// set; only dispatchers keep shared budgets and the winner gate there.
-func (r Role) UsesRedis() bool { return r == RoleServe || r == RoleGateway }
+// HashesUserActions reports whether the role turns Idempotency-Keys into
+// user action ids, which replicas sharing a Redis must do with one key
+// (redis.hash_key_env); workers never do.
+func (r Role) HashesUserActions() bool { return r == RoleServe || r == RoleGateway }
 
 // NeedsExternalNATS reports whether the role connects to a NATS cluster
 // rather than embedding a server.

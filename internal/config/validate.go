@@ -97,17 +97,21 @@ func (v *validator) redis() {
 	if r.TLS.CAFile != "" && !filepath.IsAbs(r.TLS.CAFile) {
 		v.cfg.Redis.TLS.CAFile = filepath.Join(v.dir, r.TLS.CAFile)
 	}
-	used := r.URL != "" && v.role.UsesRedis()
+	// Every role connects to Redis when redis.url is set: dispatchers keep
+	// budgets, route flags and the winner gate there, workers their route
+	// in-flight leases.
+	used := r.URL != ""
 	if used && r.TLS.CAFile != "" {
 		if _, err := os.Stat(v.cfg.Redis.TLS.CAFile); err != nil {
 			v.addf("redis.tls.ca_file", "%v", err)
 		}
 	}
 	v.secret("redis.password_env", r.PasswordEnv, used, "role %s connects to redis with it", v.role)
-	if used && r.HashKeyEnv == "" {
+	hashes := used && v.role.HashesUserActions()
+	if hashes && r.HashKeyEnv == "" {
 		v.addf("redis.hash_key_env", "required with redis.url: replicas must share the key that turns an Idempotency-Key into a user action id")
 	}
-	v.secret("redis.hash_key_env", r.HashKeyEnv, used, "role %s hashes user action ids with it", v.role)
+	v.secret("redis.hash_key_env", r.HashKeyEnv, hashes, "role %s hashes user action ids with it", v.role)
 }
 
 func (v *validator) http() {

@@ -27,10 +27,11 @@ var (
 // Gateway is a running gateway: a dispatcher behind the HTTP front door and
 // the NATS one (hedgerow.submit).
 type Gateway struct {
-	d      *dispatcher.Dispatcher
-	shared *shared
-	http   *httpServer
-	nats   *dispatcher.NATSService // the hedgerow.submit front door
+	d          *dispatcher.Dispatcher
+	shared     *shared
+	ownsShared bool // false when the process opened it (serve): it outlives the gateway
+	http       *httpServer
+	nats       *dispatcher.NATSService // the hedgerow.submit front door
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -40,6 +41,13 @@ type Gateway struct {
 // configured body limit, tenants and timeouts. Its metrics go to reg, which
 // GET /metrics serves (nil: a registry of its own).
 func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options) (*Gateway, error) {
+	return startGateway(cfg, nc, reg, o, nil)
+}
+
+// startGateway is StartGateway on sh, the shared state the process opened
+// for its workers too (serve), which outlives the gateway; nil opens the
+// gateway's own.
+func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options, sh *shared) (*Gateway, error) {
 	if cfg == nil || nc == nil {
 		return nil, errors.New("gateway: a config and a NATS connection are required")
 	}
@@ -57,18 +65,21 @@ func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	sh, err := openShared(cfg, log.With("component", "redis"))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+	g := &Gateway{shared: sh, ownsShared: sh == nil}
+	if g.ownsShared {
+		if sh, err = openShared(cfg, log.With("component", "redis")); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.shared = sh
 	}
 	d, err := dispatcher.New(dispatcher.Config{
 		Conn: nc, Store: sh.store, Gate: sh.gate, Config: cfg,
 		Secret: secret, Registerer: reg, Logger: log.With("component", "dispatcher"),
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("gateway: %w", err), sh.close())
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	g := &Gateway{d: d, shared: sh}
+	g.d = d
 	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
@@ -149,10 +160,20 @@ func (g *Gateway) Stop(ctx context.Context) error {
 // replicas: its last settles reach Redis before the client closes.
 func (g *Gateway) closeDispatcher(ctx context.Context) error {
 	if err := g.d.Close(ctx); err != nil {
-		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.shared.close())
+		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.closeShared())
 	}
-	if err := g.shared.close(); err != nil {
+	if err := g.closeShared(); err != nil {
 		return fmt.Errorf("gateway: close redis: %w", err)
 	}
+	return nil
+}
+
+// closeShared closes the shared state if the gateway opened it, and
+// otherwise stops only what the gateway started on it (sketch sharing).
+func (g *Gateway) closeShared() error {
+	if g.ownsShared {
+		return g.shared.close()
+	}
+	g.shared.stopSharing()
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/worker"
 )
 
 // shared is what replicas of one deployment share: the budget store and the
@@ -46,34 +47,65 @@ func openShared(cfg *config.Config, log *slog.Logger) (*shared, error) {
 		}
 		return &shared{store: budgets.NewMemory(nil), gate: gate}, nil
 	}
-	client, err := redisClient(cfg.Redis, os.Getenv)
+	client, store, err := openRedisStore(cfg.Redis, log)
 	if err != nil {
 		return nil, err
-	}
-	fail := func(err error) (*shared, error) { return nil, errors.Join(err, client.Close()) }
-	store, err := redisstore.New(client, redisstore.Options{Prefix: cfg.Redis.KeyPrefix, Timeout: cfg.Redis.Timeout})
-	if err != nil {
-		return fail(fmt.Errorf("redis budgets: %w", err))
 	}
 	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{
 		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, arbiter.MaxRedisGateTimeout),
 	})
 	if err != nil {
-		return fail(fmt.Errorf("redis winner gate: %w", err))
+		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
+	}
+	return &shared{store: store, gate: gate, client: client}, nil
+}
+
+// leases is where the workers of a process record their attempts in
+// flight: the Redis budget store, whose route leases every dispatcher
+// replica reads, or nothing in memory — one replica counts its own
+// attempts already.
+func (s *shared) leases() worker.Leases {
+	if s == nil || s.client == nil {
+		return nil
+	}
+	return s.store
+}
+
+// openRedisStore opens the Redis that cfg names and the budget store on it,
+// for every role that uses Redis: the dispatchers of serve and gateway keep
+// their budgets, route flags and winner gate there, the workers of serve
+// and worker their route in-flight leases. An unreachable Redis is not
+// fatal — callers run degraded until it answers — but it is logged, so a
+// wrong address shows at start. The caller closes the client.
+func openRedisStore(cfg config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, error) {
+	client, err := redisClient(cfg, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := redisstore.New(client, redisstore.Options{Prefix: cfg.KeyPrefix, Timeout: cfg.Timeout})
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("redis budgets: %w", err), client.Close())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
 		log.Warn("redis does not answer yet; running degraded until it does", "err", err)
 	}
-	return &shared{store: store, gate: gate, client: client}, nil
+	return client, store, nil
+}
+
+// stopSharing stops the background work (the sketch sharing loop), leaving
+// the client open for the process's other users.
+func (s *shared) stopSharing() {
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
 }
 
 // close stops the background work and closes the Redis client.
 func (s *shared) close() error {
-	if s.stop != nil {
-		s.stop()
-	}
+	s.stopSharing()
 	if s.client == nil {
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 type Serve struct {
 	nats    *embednats.Server
 	conns   []*nats.Conn
+	shared  *shared // budgets, gate and, on Redis, the workers' route leases
 	workers *worker.Pool
 	gateway *Gateway
 }
@@ -27,7 +28,8 @@ type Serve struct {
 // nats.listen is set, with nats.max_payload), the workers and the gateway,
 // in that order, so the first request finds its workers. Gateway and workers
 // have a connection each and share one fingerprint key and one metrics
-// registry, served by the gateway.
+// registry, served by the gateway. With redis.url set they share one Redis
+// store too: the dispatcher's budgets and the workers' route leases.
 func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	if cfg == nil {
 		return nil, errors.New("serve: a config is required")
@@ -60,13 +62,17 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if s.shared, err = openShared(cfg, log.With("component", "redis")); err != nil {
+		return fail(err)
+	}
 	m := worker.NewMetrics()
 	if s.workers, err = worker.StartPool(cfg, workerConn, o.env(), worker.PoolOptions{
 		Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
+		Leases: s.shared.leases(),
 	}); err != nil {
 		return fail(err)
 	}
-	if s.gateway, err = StartGateway(cfg, gatewayConn, reg, o); err != nil {
+	if s.gateway, err = startGateway(cfg, gatewayConn, reg, o, s.shared); err != nil {
 		return fail(err)
 	}
 	if err := m.Register(reg); err != nil {
@@ -96,7 +102,8 @@ func (s *Serve) NATSURL() string { return s.nats.ClientURL() }
 func (s *Serve) Failed() <-chan error { return s.gateway.Failed() }
 
 // Stop shuts everything down within ctx, front to back: the gateway (HTTP,
-// then dispatcher), the workers, the connections, the NATS server.
+// then dispatcher), the workers, the shared state (Redis), the connections,
+// the NATS server.
 func (s *Serve) Stop(ctx context.Context) error {
 	var errs []error
 	if s.gateway != nil {
@@ -104,6 +111,11 @@ func (s *Serve) Stop(ctx context.Context) error {
 	}
 	if s.workers != nil {
 		errs = append(errs, s.workers.Stop(ctx))
+	}
+	if s.shared != nil {
+		if err := s.shared.close(); err != nil {
+			errs = append(errs, fmt.Errorf("serve: close redis: %w", err))
+		}
 	}
 	for _, nc := range s.conns {
 		nc.Close()

@@ -10,36 +10,50 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/worker"
 )
 
 // Workers is a running worker process: one worker per route on one NATS
-// connection, and optionally an HTTP server for its metrics.
+// connection, optionally the Redis its workers keep their route leases in,
+// and optionally an HTTP server for its metrics.
 type Workers struct {
 	pool    *worker.Pool
-	metrics *httpServer // nil without Options.MetricsListen
+	redis   redis.UniversalClient // nil without redis.url
+	metrics *httpServer           // nil without Options.MetricsListen
 }
 
 // StartWorkers starts the workers of o.Routes (all routes when empty) on nc,
 // reading each route's provider key through o.Env, and serves their metrics
-// on o.MetricsListen when set.
+// on o.MetricsListen when set. With redis.url set, each worker holds a
+// route in-flight lease in Redis for every attempt it runs, so every
+// gateway's route choice sees this process's load (DESIGN §7).
 func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error) {
 	log := o.logger()
 	key, err := o.fingerprintKey(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
 	}
+	w := &Workers{}
+	var leases worker.Leases
+	if cfg.Redis.URL != "" {
+		client, store, err := openRedisStore(cfg.Redis, log.With("component", "redis"))
+		if err != nil {
+			return nil, fmt.Errorf("workers: %w", err)
+		}
+		w.redis, leases = client, store
+	}
 	m := worker.NewMetrics()
 	pool, err := worker.StartPool(cfg, nc, o.env(), worker.PoolOptions{
 		Routes: o.Routes, Metrics: m, Logger: log.With("component", "worker"),
-		FingerprintKey: key, DrainGrace: o.DrainGrace,
+		FingerprintKey: key, DrainGrace: o.DrainGrace, Leases: leases,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("workers: %w", err)
+		return nil, errors.Join(fmt.Errorf("workers: %w", err), w.closeRedis())
 	}
-	w := &Workers{pool: pool}
+	w.pool = pool
 	if o.MetricsListen == "" {
 		return w, nil
 	}
@@ -53,7 +67,7 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		w.metrics, err = serveHTTP(o.MetricsListen, &http.Server{Handler: mux, ReadTimeout: metricsReadTimeout}, log)
 	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("workers: metrics: %w", err), unwind(pool.Stop))
+		return nil, errors.Join(fmt.Errorf("workers: metrics: %w", err), unwind(w.Stop))
 	}
 	return w, nil
 }
@@ -81,12 +95,23 @@ func (w *Workers) Failed() <-chan error {
 	return w.metrics.failed
 }
 
-// Stop stops every worker within ctx (see worker.Pool.Stop), then the
-// metrics server.
+// Stop stops every worker within ctx (see worker.Pool.Stop), which gives
+// back their route leases, then closes Redis and the metrics server.
 func (w *Workers) Stop(ctx context.Context) error {
-	err := w.pool.Stop(ctx)
+	err := errors.Join(w.pool.Stop(ctx), w.closeRedis())
 	if w.metrics != nil {
 		err = errors.Join(err, w.metrics.shutdown(ctx))
 	}
 	return err
+}
+
+// closeRedis closes the Redis client, if there is one.
+func (w *Workers) closeRedis() error {
+	if w.redis == nil {
+		return nil
+	}
+	if err := w.redis.Close(); err != nil {
+		return fmt.Errorf("workers: close redis: %w", err)
+	}
+	return nil
 }
