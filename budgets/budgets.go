@@ -79,6 +79,14 @@ type Store interface {
 	// already ended or expired.
 	Release(ctx context.Context, id ReservationID) error
 
+	// EndAll ends many live reservations at once, each as Settle (Release
+	// false) or Release would, and returns one error per ending, in order:
+	// nil, or what that call alone would have returned. A reservation named
+	// twice ends once; the second ending is ErrUnknownReservation. It lets a
+	// caller nobody waits for (the dispatcher settling finished attempts)
+	// pay one round trip for many reservations.
+	EndAll(ctx context.Context, ends []Ending) []error
+
 	// MarkRoute flags a route as in pushback or quarantined for ttl, for every
 	// replica. A flag that is already set keeps the later of its two expiries;
 	// pushback and quarantine expire independently.
@@ -99,6 +107,14 @@ type Store interface {
 
 	// InFlight counts the live leases of each named route.
 	InFlight(ctx context.Context, routes []string) (map[string]int, error)
+}
+
+// Ending is one reservation's end in EndAll: settled with Usage, or, when
+// Release is set, released.
+type Ending struct {
+	Reservation ReservationID
+	Usage       schemas.Usage
+	Release     bool
 }
 
 // ErrUnknownReservation is returned by Settle and Release for a reservation that

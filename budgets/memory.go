@@ -391,6 +391,19 @@ func (m *Memory) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 	return nil
 }
 
+// EndAll implements Store: each ending in turn, as its own call.
+func (m *Memory) EndAll(ctx context.Context, ends []Ending) []error {
+	errs := make([]error, len(ends))
+	for i, e := range ends {
+		if e.Release {
+			errs[i] = m.Release(ctx, e.Reservation)
+		} else {
+			errs[i] = m.Settle(ctx, e.Reservation, e.Usage)
+		}
+	}
+	return errs
+}
+
 // Release implements Store.
 func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 	if err := ctx.Err(); err != nil {

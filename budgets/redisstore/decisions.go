@@ -313,63 +313,127 @@ func untilField(vals []any, i int) int64 {
 
 // Settle implements budgets.Store in one round trip.
 func (s *Store) Settle(ctx context.Context, id budgets.ReservationID, usage schemas.Usage) error {
-	if err := ended(ctx, "settle"); err != nil {
-		return err
-	}
-	if err := budgets.ValidateUsage(usage); err != nil {
-		return fmt.Errorf("settle: %w", err)
-	}
-	used := usage.InputUnits + usage.OutputUnits
-	if usage.InputUnits >= maxExact || usage.OutputUnits >= maxExact || used >= maxExact {
-		return fmt.Errorf("settle: %w: usage %+v reaches 2^53 units", budgets.ErrInvalidRequest, usage)
-	}
-	return s.end(ctx, "settle", id, true, used)
+	return s.EndAll(ctx, []budgets.Ending{{Reservation: id, Usage: usage}})[0]
 }
 
 // Release implements budgets.Store in one round trip.
 func (s *Store) Release(ctx context.Context, id budgets.ReservationID) error {
-	if err := ended(ctx, "release"); err != nil {
-		return err
-	}
-	return s.end(ctx, "release", id, false, 0)
+	return s.EndAll(ctx, []budgets.Ending{{Reservation: id, Release: true}})[0]
 }
 
-// end settles or releases every share of a reservation in one batch: the
-// user action's, the tenant window's and the token's. Each entity ends its
-// own share at most once; the user action's answer decides whether the
-// reservation was live.
-func (s *Store) end(ctx context.Context, op string, id budgets.ReservationID, settle bool, used int64) error {
-	r, ok := parseReservation(id)
-	if !ok {
-		return fmt.Errorf("redisstore: %s: %w", op, budgets.ErrUnknownReservation)
+// ending is one valid ending of an EndAll batch: calls[first:last] are its
+// scripts, ua the user action's, whose answer says whether it was live.
+type ending struct {
+	index       int
+	op          string
+	nonce       string
+	ua          *scriptCall
+	first, last int
+}
+
+// EndAll implements budgets.Store in one round trip: every share of every
+// reservation — the user action's, the tenant window's and the token's —
+// in one batch. Each entity ends its own share at most once; the user
+// action's answer decides whether the reservation was live. An ending that
+// is invalid on its face (usage, id) fails alone, without a round trip.
+func (s *Store) EndAll(ctx context.Context, ends []budgets.Ending) []error {
+	errs := make([]error, len(ends))
+	setAll := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	op := func(e budgets.Ending) string {
+		if e.Release {
+			return "release"
+		}
+		return "settle"
+	}
+	if len(ends) == 0 {
+		return errs
+	}
+	if err := ended(ctx, op(ends[0])); err != nil {
+		return setAll(err)
+	}
+	type valid struct {
+		ending
+		r      reservation
+		settle bool
+		used   int64
+	}
+	checked := make([]valid, 0, len(ends))
+	for i, e := range ends {
+		used, err := usedUnits(e)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		r, ok := parseReservation(e.Reservation)
+		if !ok {
+			errs[i] = fmt.Errorf("redisstore: %s: %w", op(e), budgets.ErrUnknownReservation)
+			continue
+		}
+		checked = append(checked, valid{ending: ending{index: i, op: op(e), nonce: r.nonce}, r: r, settle: !e.Release, used: used})
+	}
+	if len(checked) == 0 {
+		return errs
 	}
 	parent := ctx
-	ctx, cancel, err := s.start(ctx, op)
+	ctx, cancel, err := s.start(ctx, checked[0].op)
 	if err != nil {
-		return err
+		return setAll(err)
 	}
 	defer cancel()
 
 	now := s.now()
-	d := &decision{s: s, r: r, now: now, nowMs: now.UnixMilli()}
 	b := newBatch(s.client)
-	ua := d.endUserAction(ctx, b, settle, used)
-	if r.tenant != "" {
-		d.endTenant(ctx, b, settle, used)
-	}
-	if r.source != srcNone {
-		d.endToken(ctx, b, settle)
+	sent := make([]ending, 0, len(checked))
+	for _, v := range checked {
+		d := &decision{s: s, r: v.r, now: now, nowMs: now.UnixMilli()}
+		en := v.ending
+		en.first = len(b.calls)
+		en.ua = d.endUserAction(ctx, b, v.settle, v.used)
+		if v.r.tenant != "" {
+			d.endTenant(ctx, b, v.settle, v.used)
+		}
+		if v.r.source != srcNone {
+			d.endToken(ctx, b, v.settle)
+		}
+		en.last = len(b.calls)
+		sent = append(sent, en)
 	}
 	s.send(parent, ctx, b)
-	var errs []error
-	for _, c := range b.calls {
-		errs = append(errs, c.cmd.Err())
+	for _, en := range sent {
+		var callErrs []error
+		for _, c := range b.calls[en.first:en.last] {
+			callErrs = append(callErrs, c.cmd.Err())
+		}
+		switch live, _ := en.ua.cmd.Int64(); {
+		case errors.Join(callErrs...) != nil:
+			errs[en.index] = failure(parent, en.op+" reservation "+en.nonce, errors.Join(callErrs...))
+		case live != 1:
+			errs[en.index] = fmt.Errorf("redisstore: %s reservation %s: %w", en.op, en.nonce, budgets.ErrUnknownReservation)
+		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return failure(parent, op+" reservation "+r.nonce, err)
+	return errs
+}
+
+// usedUnits is what a settle charges (0 for a release), refused when the
+// usage is invalid or too large for the scripts to hold exactly.
+func usedUnits(e budgets.Ending) (int64, error) {
+	if e.Release {
+		return 0, nil
 	}
-	if live, _ := ua.cmd.Int64(); live != 1 {
-		return fmt.Errorf("redisstore: %s reservation %s: %w", op, r.nonce, budgets.ErrUnknownReservation)
+	if err := budgets.ValidateUsage(e.Usage); err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
 	}
-	return nil
+	u := e.Usage
+	used := u.InputUnits + u.OutputUnits
+	if u.InputUnits >= maxExact || u.OutputUnits >= maxExact || used >= maxExact {
+		return 0, fmt.Errorf("settle: %w: usage %+v reaches 2^53 units", budgets.ErrInvalidRequest, u)
+	}
+	return used, nil
 }

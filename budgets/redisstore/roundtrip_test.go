@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,6 +92,7 @@ func TestAdmitAndReserveExtraAreOneRoundTrip(t *testing.T) {
 				p := ceilinged("ua-rt-" + round)
 				var admission budgets.Admission
 				var grant budgets.Grant
+				batch := make([]budgets.Ending, 8)
 				return []roundTripStep{
 					{"allowed Admit", func() (err error) {
 						admission, err = store.Admit(ctx, p)
@@ -107,6 +110,17 @@ func TestAdmitAndReserveExtraAreOneRoundTrip(t *testing.T) {
 					}, 1},
 					{"Settle", func() error { return store.Settle(ctx, admission.Reservation, schemas.Usage{OutputUnits: 40}) }, 1},
 					{"Release", func() error { return store.Release(ctx, grant.Reservation) }, 1},
+					{"eight allowed Admits, one each", func() error {
+						for i := range batch {
+							a, err := store.Admit(ctx, ceilinged(fmt.Sprintf("ua-rt-batch-%s-%d", round, i)))
+							if err != nil || !a.Allowed {
+								t.Fatalf("Admit for the batch: %+v, %v", a, err)
+							}
+							batch[i] = budgets.Ending{Reservation: a.Reservation, Usage: schemas.Usage{OutputUnits: 10}, Release: i%2 == 1}
+						}
+						return nil
+					}, 8},
+					{"EndAll of the eight", func() error { return errors.Join(store.EndAll(ctx, batch)...) }, 1},
 					{"Admit denied by the tenant, then compensated", func() error {
 						req := ceilinged("ua-rt-denied-" + round)
 						req.Spend.TenantCeiling = 1

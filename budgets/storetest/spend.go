@@ -208,3 +208,39 @@ func primaryOf(req budgets.AdmitRequest, ua string) budgets.AdmitRequest {
 	req.UserAction = ua
 	return req
 }
+
+// testEndAllEndsEachAsItsOwnCallWould checks the batch form of Settle and
+// Release: every ending takes effect or fails on its own, in order.
+func testEndAllEndsEachAsItsOwnCallWould(f *fixture) {
+	const ceiling = 1000
+	tenantID := f.fresh("tenant")
+	admit := func(n int64) budgets.ReservationID {
+		req := primary(f.fresh("ua"))
+		req.Tenant, req.Spend.TenantCeiling = tenantID, ceiling
+		units(&req.Spend, n)
+		return f.admit(req).Reservation
+	}
+	settled, released, untouched := admit(400), admit(300), admit(100)
+	ends := []budgets.Ending{
+		{Reservation: settled, Usage: schemas.Usage{InputUnits: 50, OutputUnits: 200}},
+		{Reservation: released, Release: true},
+		{Reservation: "never-granted"},
+		{Reservation: settled, Release: true},                           // already ended in this batch
+		{Reservation: untouched, Usage: schemas.Usage{OutputUnits: -1}}, // invalid: fails alone
+	}
+	want := []error{nil, nil, budgets.ErrUnknownReservation, budgets.ErrUnknownReservation, budgets.ErrInvalidRequest}
+	errs := f.store.EndAll(f.ctx, ends)
+	if len(errs) != len(ends) {
+		f.t.Fatalf("EndAll returned %d errors for %d endings", len(errs), len(ends))
+	}
+	for i, err := range errs {
+		if (want[i] == nil) != (err == nil) || (want[i] != nil && !errors.Is(err, want[i])) {
+			f.t.Errorf("ending %d: %v, want %v", i, err, want[i])
+		}
+	}
+	// 250 settled and the untouched 100 still held.
+	f.wantRoomOf(tenantID, ceiling, ceiling-250-100)
+	if errs := f.store.EndAll(f.ctx, nil); len(errs) != 0 {
+		f.t.Errorf("EndAll of nothing = %v, want no errors", errs)
+	}
+}

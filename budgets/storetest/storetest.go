@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SettleChargesOverUse", testSettleChargesOverUse},
 		{"ReleaseRefundsWholeReservation", testReleaseRefundsWholeReservation},
 		{"SettleTwiceIsRefused", testSettleTwiceIsRefused},
+		{"EndAllEndsEachAsItsOwnCallWould", testEndAllEndsEachAsItsOwnCallWould},
 		{"ExpiredReservationReturnsToCeiling", testExpiredReservationReturnsToCeiling},
 		{"TenantWindowRollsOver", testTenantWindowRollsOver},
 		{"DenialCompensatesEarlierReservations", testDenialCompensatesEarlierReservations},
