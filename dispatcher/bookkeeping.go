@@ -16,19 +16,30 @@ import (
 // leases) fresh, so an admission costs the store one round trip, not two,
 // and route choice reads no store at all.
 //
-// Store calls run in submission order on one goroutine. When the queue is
-// full the submitter runs the call itself: bookkeeping slows down, it never
-// drops a settle.
+// Store calls run in submission order on one goroutine, except that the
+// settles and releases waiting together go to the store as one EndAll (one
+// round trip for all of them). When the queue is full the submitter runs
+// its call itself: bookkeeping slows down, it never drops a settle.
 type bookkeeping struct {
 	d     *Dispatcher
-	queue chan func(context.Context)
+	queue chan bookItem
 	stop  chan struct{}
 	done  sync.WaitGroup
+}
+
+// bookItem is one queued store call: call, or else the ending of the
+// reservation of one of group's attempts.
+type bookItem struct {
+	call  func(context.Context)
+	end   budgets.Ending
+	group string
 }
 
 const (
 	// bookkeepingQueue bounds the store calls waiting to run.
 	bookkeepingQueue = 4096
+	// maxEndingsPerBatch bounds one EndAll, so one round trip stays small.
+	maxEndingsPerBatch = 256
 	// routeRefreshInterval is how often shared route flags and in-flight
 	// counts are read; a flag another replica set, or a load other
 	// replicas' attempts put on a route, reaches this one's primaries
@@ -40,7 +51,7 @@ const (
 )
 
 func startBookkeeping(d *Dispatcher) *bookkeeping {
-	b := &bookkeeping{d: d, queue: make(chan func(context.Context), bookkeepingQueue), stop: make(chan struct{})}
+	b := &bookkeeping{d: d, queue: make(chan bookItem, bookkeepingQueue), stop: make(chan struct{})}
 	b.done.Add(2)
 	go b.runCalls()
 	go b.refreshRoutes()
@@ -48,37 +59,81 @@ func startBookkeeping(d *Dispatcher) *bookkeeping {
 }
 
 // later queues a store call.
-func (b *bookkeeping) later(call func(context.Context)) {
+func (b *bookkeeping) later(call func(context.Context)) { b.enqueue(bookItem{call: call}) }
+
+// end queues the settle or release of one of group's reservations.
+func (b *bookkeeping) end(group string, e budgets.Ending) {
+	b.enqueue(bookItem{end: e, group: group})
+}
+
+func (b *bookkeeping) enqueue(it bookItem) {
 	select {
-	case b.queue <- call:
+	case b.queue <- it:
 	default:
-		b.run(call)
+		b.run([]bookItem{it})
 	}
 }
 
-func (b *bookkeeping) run(call func(context.Context)) {
+// run carries out items: the calls in order, then the endings among them
+// as one EndAll.
+func (b *bookkeeping) run(items []bookItem) {
 	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
 	defer cancel()
-	call(ctx)
-}
-
-func (b *bookkeeping) runCalls() {
-	defer b.done.Done()
-	for {
-		select {
-		case call := <-b.queue:
-			b.run(call)
-		case <-b.stop:
-			for {
-				select {
-				case call := <-b.queue:
-					b.run(call)
-				default:
-					return
-				}
+	var ends []budgets.Ending
+	var groups []string
+	for _, it := range items {
+		if it.call != nil {
+			it.call(ctx)
+			continue
+		}
+		ends, groups = append(ends, it.end), append(groups, it.group)
+	}
+	if len(ends) == 0 {
+		return
+	}
+	for i, err := range b.d.store.EndAll(ctx, ends) {
+		if err != nil {
+			op := "settle"
+			if ends[i].Release {
+				op = "release"
 			}
+			b.d.log.Warn(op+" failed", "group", groups[i], "err", err)
 		}
 	}
+}
+
+// runCalls runs each queued item together with those queued behind it.
+func (b *bookkeeping) runCalls() {
+	defer b.done.Done()
+	batch := make([]bookItem, 0, maxEndingsPerBatch)
+	for {
+		select {
+		case it := <-b.queue:
+			batch = append(batch[:0], it)
+		case <-b.stop:
+			for {
+				batch = b.ready(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				b.run(batch)
+			}
+		}
+		b.run(b.ready(batch))
+	}
+}
+
+// ready appends the items already queued to batch, up to its capacity.
+func (b *bookkeeping) ready(batch []bookItem) []bookItem {
+	for len(batch) < cap(batch) {
+		select {
+		case it := <-b.queue:
+			batch = append(batch, it)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (b *bookkeeping) refreshRoutes() {

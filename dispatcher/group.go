@@ -670,19 +670,11 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			d.books.later(func(ctx context.Context) {
-				if err := d.store.Settle(ctx, budgets.ReservationID(a.Reservation), a.Usage); err != nil {
-					d.log.Warn("settle failed", "group", g.id, "err", err)
-				}
-			})
+			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage})
 		}
 	case hedge.Release:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			d.books.later(func(ctx context.Context) {
-				if err := d.store.Release(ctx, budgets.ReservationID(a.Reservation)); err != nil {
-					d.log.Warn("release failed", "group", g.id, "err", err)
-				}
-			})
+			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Release: true})
 		}
 	case hedge.MarkRoute:
 		state, rs := budgets.RoutePushback, route.Pushback
