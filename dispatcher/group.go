@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,9 +77,10 @@ type group struct {
 	pending    []delivery      // for the caller, handed over after the event's actions
 	records    []pendingRecord // published after pending was handed over
 	attempts   []*attemptState
-	// timers are the engine's armed timers; the loop stops them as it ends,
-	// as each holds the group until it fires (up to the whole deadline).
-	timers    []*time.Timer
+	// timers are the engine's armed timers, stopped and cut off from the
+	// group as it ends: each would hold it until it fires (up to the whole
+	// deadline).
+	timers    []*armedTimer
 	start     time.Time
 	deadline  time.Duration
 	delay     time.Duration
@@ -513,11 +515,27 @@ func (g *group) handle(input any) {
 	}
 }
 
-// stopTimers stops every timer the group armed, so a finished group is not
-// kept in memory until its deadline timer fires.
+// armedTimer is one timer the engine armed. It reaches its group through a
+// pointer the group clears as it ends, since a stopped timer may linger in
+// the runtime's timer heap and must not keep a finished group in memory.
+type armedTimer struct {
+	group atomic.Pointer[group]
+	ev    hedge.TimerFired
+	timer *time.Timer
+}
+
+func (t *armedTimer) fire() {
+	if g := t.group.Load(); g != nil {
+		g.post(t.ev)
+	}
+}
+
+// stopTimers stops every timer the group armed and cuts it off from the
+// group, so a finished group is not kept in memory until its deadline.
 func (g *group) stopTimers() {
 	for _, t := range g.timers {
-		t.Stop()
+		t.timer.Stop()
+		t.group.Store(nil)
 	}
 	g.timers = nil
 }
@@ -628,7 +646,10 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.launch(a)
 	case hedge.ArmTimer:
 		ev := hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}
-		g.timers = append(g.timers, time.AfterFunc(max(a.At.Sub(d.now()), 0), func() { g.post(ev) }))
+		t := &armedTimer{ev: ev}
+		t.group.Store(g)
+		t.timer = time.AfterFunc(max(a.At.Sub(d.now()), 0), t.fire)
+		g.timers = append(g.timers, t)
 	case hedge.AskHedgeBudget:
 		return g.askBudget(ctx, a)
 	case hedge.Elect:

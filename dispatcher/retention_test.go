@@ -13,7 +13,9 @@ import (
 // TestAFinishedGroupIsNotKeptAliveByItsTimers checks that a group that has
 // answered and ended can be garbage collected at once: the timers it armed
 // (the deadline's runs for the whole deadline, 30 s by default) are stopped
-// as its loop ends. Left running, each held its group, so a gateway at 500
+// and cut off from it as its loop ends — a stopped timer may linger in the
+// runtime's timer heap, so stopping alone leaves the group reachable at
+// times. Left running, each held its group, so a gateway at 500
 // requests a second kept 15,000 finished groups — about 150 MB — alive.
 func TestAFinishedGroupIsNotKeptAliveByItsTimers(t *testing.T) {
 	c := newCluster(t, []string{"a"}, nil, "")
