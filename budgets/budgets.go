@@ -96,6 +96,11 @@ type Store interface {
 	// without a live flag is RouteHealthy, and quarantine outranks pushback.
 	RouteStates(ctx context.Context, routes []string) (map[string]RouteState, error)
 
+	// RouteSnapshot reports, at one instant, what RouteStates and InFlight
+	// report: each named route's state and its live leases. A dispatcher's
+	// route refresh reads both every tick, in one round trip.
+	RouteSnapshot(ctx context.Context, routes []string) (map[string]RouteState, map[string]int, error)
+
 	// AcquireLease records that holder has an attempt in flight on route until
 	// ttl from now; acquiring again with the same holder renews the lease, so a
 	// live holder renews and a dead one's lease expires.

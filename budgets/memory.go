@@ -485,6 +485,19 @@ func (m *Memory) RouteStates(ctx context.Context, routes []string) (map[string]R
 	return states, nil
 }
 
+// RouteSnapshot implements Store.
+func (m *Memory) RouteSnapshot(ctx context.Context, routes []string) (map[string]RouteState, map[string]int, error) {
+	states, err := m.RouteStates(ctx, routes)
+	if err != nil {
+		return nil, nil, err
+	}
+	counts, err := m.InFlight(ctx, routes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return states, counts, nil
+}
+
 // AcquireLease implements Store.
 func (m *Memory) AcquireLease(ctx context.Context, route, holder string, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {

@@ -161,7 +161,7 @@ func (b *bookkeeping) refreshRoutes() {
 func (b *bookkeeping) syncRoutes(names []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), routeRefreshInterval)
 	defer cancel()
-	states, inFlight, err := b.readRoutes(ctx, names)
+	states, inFlight, err := b.d.store.RouteSnapshot(ctx, names)
 	if err != nil {
 		return
 	}
@@ -177,30 +177,6 @@ func (b *bookkeeping) syncRoutes(names []string) {
 	for name, n := range inFlight {
 		_ = b.d.picker.SetSharedInFlight(name, n, until)
 	}
-}
-
-// routeSnapshotter is a store that reads route flags and in-flight leases
-// in one round trip, as the Redis store does.
-type routeSnapshotter interface {
-	RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error)
-}
-
-// readRoutes reads the routes' flags and in-flight counts: one call to a
-// routeSnapshotter, else RouteStates then InFlight. Counts that cannot be
-// read leave the flags good (and the counts nil).
-func (b *bookkeeping) readRoutes(ctx context.Context, names []string) (map[string]budgets.RouteState, map[string]int, error) {
-	if s, ok := b.d.store.(routeSnapshotter); ok {
-		return s.RouteSnapshot(ctx, names)
-	}
-	states, err := b.d.store.RouteStates(ctx, names)
-	if err != nil {
-		return nil, nil, err
-	}
-	inFlight, err := b.d.store.InFlight(ctx, names)
-	if err != nil {
-		return states, nil, nil
-	}
-	return states, inFlight, nil
 }
 
 // close runs the queued calls and stops.

@@ -39,33 +39,29 @@ func (s *Store) MarkRoute(ctx context.Context, route string, state budgets.Route
 	return nil
 }
 
-// RouteStates implements budgets.Store: one batch of HMGETs, whatever the
-// number of routes; the flags are judged against the store's clock.
+// RouteStates implements budgets.Store, as RouteSnapshot.
 func (s *Store) RouteStates(ctx context.Context, routes []string) (map[string]budgets.RouteState, error) {
-	states, _, err := s.readRoutes(ctx, "route states", routes, true, false)
+	states, _, err := s.readRoutes(ctx, "route states", routes)
 	return states, err
 }
 
-// RouteSnapshot reads what a dispatcher's route refresh needs in one round
-// trip: the state of each route, as RouteStates reports it, and its live
-// leases, as InFlight counts them. Both sit in the route's hash tag, so
-// even on a cluster the batch goes to each route's node once.
+// RouteSnapshot implements budgets.Store in one round trip: one batch of an
+// HMGET of the flags and a ZCOUNT of the live leases per route, whatever the
+// number of routes, judged against one reading of the store's clock. Both
+// keys sit in the route's hash tag, so even on a cluster each route's node
+// is asked once.
 func (s *Store) RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error) {
-	return s.readRoutes(ctx, "route snapshot", routes, true, true)
+	return s.readRoutes(ctx, "route snapshot", routes)
 }
 
-// readRoutes reads the flags (states) and counts the live leases (inFlight)
-// of routes in one batch, judged against one reading of the store's clock.
-func (s *Store) readRoutes(ctx context.Context, op string, routes []string, states, inFlight bool) (map[string]budgets.RouteState, map[string]int, error) {
+func (s *Store) readRoutes(ctx context.Context, op string, routes []string) (map[string]budgets.RouteState, map[string]int, error) {
 	if err := ended(ctx, op); err != nil {
 		return nil, nil, err
 	}
-	var (
-		stateOf = make(map[string]budgets.RouteState, len(routes))
-		countOf = make(map[string]int, len(routes))
-	)
+	states := make(map[string]budgets.RouteState, len(routes))
+	counts := make(map[string]int, len(routes))
 	if len(routes) == 0 {
-		return stateOf, countOf, nil
+		return states, counts, nil
 	}
 	parent := ctx
 	ctx, cancel, err := s.start(ctx, op)
@@ -80,38 +76,30 @@ func (s *Store) readRoutes(ctx context.Context, op string, routes []string, stat
 	leases := make([]*redis.IntCmd, len(routes))
 	for i, r := range routes {
 		h := entityHash(r)
-		if states {
-			flags[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(h), "q", "p")
-		}
-		if inFlight {
-			leases[i] = b.pipe.ZCount(ctx, s.keys.routeLeases(h), after, "+inf")
-		}
+		flags[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(h), "q", "p")
+		leases[i] = b.pipe.ZCount(ctx, s.keys.routeLeases(h), after, "+inf")
 	}
 	s.send(parent, ctx, b)
 	for i, r := range routes {
-		if states {
-			vals, err := flags[i].Result()
-			if err != nil {
-				return nil, nil, failure(parent, op, err)
-			}
-			switch {
-			case now < untilField(vals, 0):
-				stateOf[r] = budgets.RouteQuarantined
-			case now < untilField(vals, 1):
-				stateOf[r] = budgets.RoutePushback
-			default:
-				stateOf[r] = budgets.RouteHealthy
-			}
+		vals, err := flags[i].Result()
+		if err != nil {
+			return nil, nil, failure(parent, op, err)
 		}
-		if inFlight {
-			n, err := leases[i].Result()
-			if err != nil {
-				return nil, nil, failure(parent, op, err)
-			}
-			countOf[r] = int(n)
+		n, err := leases[i].Result()
+		if err != nil {
+			return nil, nil, failure(parent, op, err)
 		}
+		switch {
+		case now < untilField(vals, 0):
+			states[r] = budgets.RouteQuarantined
+		case now < untilField(vals, 1):
+			states[r] = budgets.RoutePushback
+		default:
+			states[r] = budgets.RouteHealthy
+		}
+		counts[r] = int(n)
 	}
-	return stateOf, countOf, nil
+	return states, counts, nil
 }
 
 // AcquireLease implements budgets.Store: one script call on the route's
@@ -160,9 +148,8 @@ func (s *Store) ReleaseLease(ctx context.Context, route, holder string) error {
 	return nil
 }
 
-// InFlight implements budgets.Store: one batch of ZCOUNTs of the leases
-// that expire after now, whatever the number of routes.
+// InFlight implements budgets.Store, as RouteSnapshot.
 func (s *Store) InFlight(ctx context.Context, routes []string) (map[string]int, error) {
-	_, counts, err := s.readRoutes(ctx, "in flight", routes, false, true)
+	_, counts, err := s.readRoutes(ctx, "in flight", routes)
 	return counts, err
 }

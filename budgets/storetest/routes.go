@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
@@ -368,4 +369,42 @@ func testInvalidRequestIsAnError(f *fixture) {
 		f.t.Errorf("Settle with negative usage: %v, want ErrInvalidRequest", err)
 	}
 	f.settle(a.Reservation, 5)
+}
+
+// testRouteSnapshotReadsWhatRouteStatesAndInFlightRead: the snapshot a
+// dispatcher's route refresh takes each tick agrees with the two calls it
+// stands for, expired flags and leases included.
+func testRouteSnapshotReadsWhatRouteStatesAndInFlightRead(f *fixture) {
+	pushed, quarantined, lapsed, idle, unseen := f.fresh("pushed"), f.fresh("quarantined"), f.fresh("lapsed"), f.fresh("idle"), f.fresh("unseen")
+	must := func(err error) {
+		f.t.Helper()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	must(f.store.MarkRoute(f.ctx, pushed, budgets.RoutePushback, time.Minute))
+	must(f.store.MarkRoute(f.ctx, quarantined, budgets.RouteQuarantined, time.Minute))
+	must(f.store.MarkRoute(f.ctx, lapsed, budgets.RouteQuarantined, shortTTL))
+	for _, h := range []string{"w1/g/1", "w2/g/2", "w3/g/1"} {
+		must(f.store.AcquireLease(f.ctx, pushed, h, time.Minute))
+	}
+	must(f.store.AcquireLease(f.ctx, idle, "w1/g/9", shortTTL))
+	must(f.store.AcquireLease(f.ctx, lapsed, "w4/g/1", time.Minute))
+	f.clock.Advance(2 * shortTTL)
+
+	routes := []string{pushed, quarantined, lapsed, idle, unseen}
+	states, counts, err := f.store.RouteSnapshot(f.ctx, routes)
+	must(err)
+	wantStates, err := f.store.RouteStates(f.ctx, routes)
+	must(err)
+	wantCounts, err := f.store.InFlight(f.ctx, routes)
+	must(err)
+	if !maps.Equal(states, wantStates) || !maps.Equal(counts, wantCounts) {
+		f.t.Fatalf("snapshot %v %v, want what RouteStates and InFlight read: %v %v", states, counts, wantStates, wantCounts)
+	}
+	want := map[string]int{pushed: 3, quarantined: 0, lapsed: 1, idle: 0, unseen: 0}
+	if !maps.Equal(counts, want) || states[pushed] != budgets.RoutePushback ||
+		states[quarantined] != budgets.RouteQuarantined || states[lapsed] != budgets.RouteHealthy || states[unseen] != budgets.RouteHealthy {
+		f.t.Fatalf("snapshot %v %v: want pushback, quarantine, an expired flag and an unseen route healthy, counts %v", states, counts, want)
+	}
 }

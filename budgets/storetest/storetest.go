@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"PushbackSuppressesRouteUntilTTL", testPushbackSuppressesRouteUntilTTL},
 		{"QuarantineExpires", testQuarantineExpires},
 		{"LeaseOfDeadHolderExpires", testLeaseOfDeadHolderExpires},
+		{"RouteSnapshotReadsWhatRouteStatesAndInFlightRead", testRouteSnapshotReadsWhatRouteStatesAndInFlightRead},
 		{"InvalidRequestIsAnErrorNotADenial", testInvalidRequestIsAnError},
 		{"ConcurrentUseConservesEveryCeiling", testConcurrentUseConservesEveryCeiling},
 	}
