@@ -15,7 +15,6 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/embednats"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
@@ -122,21 +121,8 @@ func TestWorkerProcessWithRedisHoldsARouteLeaseWhileBusy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a worker config with redis.url and no hash_key_env: %v", err)
 	}
-	ns, err := embednats.Start(embednats.Config{MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	wc, err := ns.Connect("workers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wc.Close()
-	dc, err := ns.Connect("dispatcher")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dc.Close()
+	ns := startEmbeddedNATS(t, 8<<20)
+	wc, dc := connectEmbedded(t, ns, "workers"), connectEmbedded(t, ns, "dispatcher")
 	w, err := StartWorkers(cfg, wc, Options{Routes: []string{"fake-a"}, DrainGrace: time.Second})
 	if err != nil {
 		t.Fatalf("StartWorkers: %v", err)
