@@ -28,9 +28,22 @@ func main() {
 }
 
 func run(listen, to string) error {
+	proxy, err := newProxy(to)
+	if err != nil {
+		return err
+	}
+	err = http.ListenAndServe(listen, proxy)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// newProxy forwards every request to the route at base URL to.
+func newProxy(to string) (http.Handler, error) {
 	target, err := url.Parse(to)
 	if err != nil || target.Scheme == "" || target.Host == "" {
-		return fmt.Errorf("--to %q: want a base URL such as http://127.0.0.1:9301", to)
+		return nil, fmt.Errorf("--to %q: want a base URL such as http://127.0.0.1:9301", to)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	// The transport a hedgerow worker uses: the default, keeping up to 64
@@ -38,9 +51,5 @@ func run(listen, to string) error {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
 	proxy.Transport = transport
-	err = http.ListenAndServe(listen, proxy)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return proxy, nil
 }
