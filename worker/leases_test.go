@@ -78,9 +78,14 @@ func leaseExpiry(t *testing.T, c *redis.Client) (string, float64) {
 func TestAttemptHoldsARouteLeaseWhileInFlightRenewedAndReleasedAtItsEnd(t *testing.T) {
 	rs := redistest.Start(t)
 	store, client := leaseStore(t, rs)
+	// A lease call's deadline is the renew interval: 200 ms leaves room
+	// for a loaded machine (20 ms timed out once under a parallel `make
+	// test`). The store's connection is dialled before the worker's first
+	// call, so that call is not also a dial.
+	waitInFlight(t, store, 0)
 	gate := make(chan struct{})
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 20*time.Millisecond }})
+		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
 
 	att := h.attempt("hg_lease")
 	in := h.send(att)
