@@ -98,7 +98,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	// As in the OpenAI adapter: a stream held open after message_stop can be
 	// cut without failing the attempt.
-	resp, cancelReq, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, sink, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, sink, func(h http.Header) {
 		h.Set("Anthropic-Version", AnthropicVersion)
 		if a.key != "" {
 			h.Set("X-Api-Key", a.key)
@@ -107,11 +107,10 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	if err != nil {
 		return out, err
 	}
-	defer cancelReq()
-	defer resp.Body.Close()
+	defer ps.close()
 
 	ms := newMessageStream(sink, inputEstimate)
-	events := newEventReader(resp.Body)
+	events := newEventReader(ps.resp.Body)
 	defer events.release()
 	for !ms.stopped {
 		ev, err := events.next()
@@ -133,7 +132,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 		}
 	}
 	if ms.stopped {
-		drainAfterDone(resp.Body, cancelReq)
+		ps.drainAfterEnd()
 	}
 	out = ms.outcome()
 	if out.FinishReason == "" {

@@ -120,7 +120,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	resp, cancelReq, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, sink, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, sink, func(h http.Header) {
 		if o.key != "" {
 			h.Set("Authorization", "Bearer "+o.key)
 		}
@@ -128,11 +128,10 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return out, err
 	}
-	defer cancelReq()
-	defer resp.Body.Close()
+	defer ps.close()
 
 	acc := newAccumulator(sink, inputEstimate)
-	events := newEventReader(resp.Body)
+	events := newEventReader(ps.resp.Body)
 	defer events.release()
 	for {
 		typ, data, err := events.nextBytes()
@@ -147,7 +146,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 		}
 		if string(data) == "[DONE]" {
 			acc.done = true
-			drainAfterDone(resp.Body, cancelReq)
+			ps.drainAfterEnd()
 			break
 		}
 		if string(typ) == "error" {
@@ -172,20 +171,53 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 }
 
 // Reading a body to its end lets the transport keep the connection for the
-// next attempt, which saves a TLS handshake on the latency path. After
-// [DONE] a provider should end the body at once; the drain waits at most
-// drainWait and reads at most drainLimit bytes before giving up on reuse.
-const (
-	drainWait  = 50 * time.Millisecond
-	drainLimit = 4 << 10
-)
+// next attempt, which saves a TLS handshake on the latency path. After its
+// final event a provider should end the body at once; the drain waits at
+// most drainWait and reads at most drainLimit bytes before giving up on
+// reuse. drainWait is a variable so that a test can make it long.
+var drainWait = 50 * time.Millisecond
 
-// drainAfterDone reads what follows [DONE], cancelling the request (which
-// closes the connection) if the provider does not end the body promptly.
-func drainAfterDone(body io.Reader, cancel context.CancelFunc) {
-	t := time.AfterFunc(drainWait, cancel)
-	defer t.Stop()
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
+const drainLimit = 4 << 10
+
+// providerStream is a provider's 2xx event stream. Its request has a
+// context of its own, which the attempt's context ends until the stream's
+// final event detaches it: the rest of the body is then drained after the
+// answer is reported, and a stream held open after its end is cut without
+// failing the attempt.
+type providerStream struct {
+	resp      *http.Response
+	cancel    context.CancelFunc // ends the request, closing its connection
+	detach    func() bool        // stops the attempt's context from ending the request
+	drainWait time.Duration
+	drained   bool // a drain owns the body and the request
+}
+
+// drainAfterEnd reads what follows the final event in the background, so
+// the answer is reported without waiting for the body to end, then releases
+// the request, cut if the provider has not ended the body within drainWait.
+// If the attempt's context has ended already, close cuts the request.
+func (ps *providerStream) drainAfterEnd() {
+	if !ps.detach() {
+		return
+	}
+	ps.drained = true
+	go func() {
+		t := time.AfterFunc(ps.drainWait, ps.cancel)
+		_, _ = io.Copy(io.Discard, io.LimitReader(ps.resp.Body, drainLimit))
+		t.Stop()
+		ps.resp.Body.Close()
+		ps.cancel()
+	}()
+}
+
+// close releases the stream unless a drain has taken it over.
+func (ps *providerStream) close() {
+	if ps.drained {
+		return
+	}
+	ps.detach()
+	ps.resp.Body.Close()
+	ps.cancel()
 }
 
 // statusError classifies a non-2xx answer from its status, error body and
@@ -316,21 +348,24 @@ func unencodable(err error) *Error {
 
 // openStream sends body once as a streaming POST to endpoint, with the
 // adapter's own headers, and returns the provider's 2xx event stream after
-// telling sink its first byte. The request has its own context, cancelled by
-// cancel, so a stream which stays open after its end can be cut without
-// failing the attempt. inputEstimate is the input to settle if the
-// provider's usage report never arrives. On error, out holds what may have
-// been billed.
+// telling sink its first byte; the caller closes it. inputEstimate is the
+// input to settle if the provider's usage report never arrives. On error,
+// out holds what may have been billed.
 //
 // The only resend the Go transport may make is of a request it could not
 // write at all to a reused idle connection, which the provider never saw.
 func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, key string, now func() time.Time,
-	sink Sink, setHeaders func(http.Header)) (resp *http.Response, cancel context.CancelFunc, inputEstimate int64, out Outcome, err error) {
-	reqCtx, cancel := context.WithCancel(ctx)
+	sink Sink, setHeaders func(http.Header)) (ps *providerStream, inputEstimate int64, out Outcome, err error) {
+	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	detach := context.AfterFunc(ctx, cancel)
+	release := func() {
+		detach()
+		cancel()
+	}
 	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
-		cancel()
-		return nil, nil, 0, Outcome{}, &Error{
+		release()
+		return nil, 0, Outcome{}, &Error{
 			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
 			Message: "provider request cannot be built", cause: err,
 		}
@@ -340,18 +375,18 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 	setHeaders(hreq.Header)
 	inputEstimate = int64(len(body)+3) / 4
 
-	resp, err = client.Do(hreq)
+	resp, err := client.Do(hreq)
 	if err != nil {
-		cancel()
+		release()
 		if !neverConnected(err) {
 			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
 		}
-		return nil, nil, 0, out, transportError(ctx, err)
+		return nil, 0, out, transportError(ctx, err)
 	}
-	fail := func(err error) (*http.Response, context.CancelFunc, int64, Outcome, error) {
+	fail := func(err error) (*providerStream, int64, Outcome, error) {
 		resp.Body.Close()
-		cancel()
-		return nil, nil, 0, Outcome{}, err
+		release()
+		return nil, 0, Outcome{}, err
 	}
 	if resp.StatusCode/100 != 2 {
 		return fail(statusError(resp, key, now()))
@@ -360,5 +395,5 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 		return fail(unstreamedAnswer(resp, key, now()))
 	}
 	sink.FirstByte()
-	return resp, cancel, inputEstimate, Outcome{}, nil
+	return &providerStream{resp: resp, cancel: cancel, detach: detach, drainWait: drainWait}, inputEstimate, Outcome{}, nil
 }

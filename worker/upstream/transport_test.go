@@ -355,3 +355,49 @@ func TestNewOpenAIRefusesABaseURLThatIsNotAbsoluteHTTP(t *testing.T) {
 		}
 	}
 }
+
+func TestAnAnswerIsNotHeldUpByAProviderThatEndsItsBodyLate(t *testing.T) {
+	// Only the end of the body can finish a drain within the test.
+	defer func(wait time.Duration) { drainWait = wait }(drainWait)
+	drainWait = time.Hour
+
+	for _, tc := range []struct {
+		name    string
+		fixture string
+		adapter func(t *testing.T, h http.HandlerFunc) Upstream
+	}{
+		{"openai, after [DONE]", "stream_content.sse", func(t *testing.T, h http.HandlerFunc) Upstream {
+			return newAdapter(t, newProvider(t, h), "")
+		}},
+		{"anthropic, after message_stop", "anthropic_stream_text.sse", func(t *testing.T, h http.HandlerFunc) Upstream {
+			return newAnthropicAdapter(t, newMessagesProvider(t, h), "")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release, ended := make(chan struct{}), make(chan struct{})
+			body := fixture(t, tc.fixture)
+			up := tc.adapter(t, func(w http.ResponseWriter, r *http.Request) {
+				defer close(ended)
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write(body)
+				w.(http.Flusher).Flush()
+				<-release // the final event is out; the body ends only when the test says so
+			})
+			var (
+				out      Outcome
+				err      error
+				returned = make(chan struct{})
+			)
+			go func() {
+				defer close(returned)
+				out, err = up.Stream(context.Background(), hello(), nil)
+			}()
+			waitFor(t, returned, "the answer while the provider still holds its body open")
+			close(release)
+			waitFor(t, ended, "the provider to end its body")
+			if err != nil || !out.WellFormed || out.FinishReason == "" {
+				t.Fatalf("Stream = %+v, %v; want the complete answer", out, err)
+			}
+		})
+	}
+}
