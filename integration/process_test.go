@@ -21,7 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 )
@@ -91,7 +91,7 @@ func TestKilledWorkerProcessIsReplacedByTheSurvivingWorker(t *testing.T) {
 	}
 	if res.status != http.StatusOK || res.content != answerFrom(survivor) || res.attempts < 2 {
 		t.Fatalf("status %d, content %q, %s %d; want 200 with %q after at least 2 attempts\n%s",
-			res.status, res.content, dispatcher.HeaderAttempts, res.attempts, answerFrom(survivor), res.body)
+			res.status, res.content, frontdoor.HeaderAttempts, res.attempts, answerFrom(survivor), res.body)
 	}
 	t.Logf("killed %s holding attempt 1; %s answered through the replacement", victim.caller, survivor)
 	rec := sys.records.only(t)
@@ -310,7 +310,7 @@ func (s *system) chatAsync(t *testing.T) <-chan chatResult {
 		}
 		defer resp.Body.Close()
 		r.status = resp.StatusCode
-		r.attempts, _ = strconv.Atoi(resp.Header.Get(dispatcher.HeaderAttempts))
+		r.attempts, _ = strconv.Atoi(resp.Header.Get(frontdoor.HeaderAttempts))
 		if r.body, r.err = io.ReadAll(resp.Body); r.err != nil {
 			out <- r
 			return

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
-	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -73,7 +73,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 			return nil, "", err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(dispatcher.HeaderIdempotencyKey, key)
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
 		resp, err := client.Do(req)
 		if err != nil {
 			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
@@ -122,9 +122,9 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 	if first.StatusCode != http.StatusOK {
 		t.Fatalf("first gateway: %d %s", first.StatusCode, body)
 	}
-	gate := first.Header.Get(dispatcher.HeaderGate)
+	gate := first.Header.Get(frontdoor.HeaderGate)
 	if gate == "" {
-		t.Fatalf("first gateway's answer carries no %s header", dispatcher.HeaderGate)
+		t.Fatalf("first gateway's answer carries no %s header", frontdoor.HeaderGate)
 	}
 	held, err := rs.Client().Keys(t.Context(), "procs:*:win").Result()
 	if err != nil || len(held) != 1 {

@@ -1,20 +1,19 @@
-package dispatcher
+package httpdoor
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// This file is the Anthropic Messages door of the HTTP front door:
+// This file is the Anthropic Messages dialect of the HTTP front door:
 // POST /v1/messages takes a Messages request, runs it as the same
 // Submission a chat completion becomes (the model names the pool; hedging,
 // budgets and the contract are the pool's), and answers as a Message or as
@@ -35,171 +34,75 @@ const (
 	anthropicOverloaded     = "overloaded_error"
 )
 
-// statusOverloaded is Anthropic's 529: the service has no capacity now.
-const statusOverloaded = 529
+// anthropicDialect speaks Anthropic's Messages API.
+type anthropicDialect struct{}
 
-// messagesError is an Anthropic error object and how it travels: the
-// status and the headers of the apiError it was made from.
-type messagesError struct {
-	*apiError
-	status int
-	typ    string
+var anthropic dialect = anthropicDialect{}
+
+func (anthropicDialect) parse(body []byte) (string, schemas.ChatRequest, bool, *frontdoor.Failure) {
+	pool, req, f := parseMessagesRequest(body)
+	return pool, req, false, f
 }
 
-func (e *messagesError) MarshalJSON() ([]byte, error) {
-	type object struct {
+func (anthropicDialect) answer(resp *dispatcher.Response, pool string, _ time.Time) any {
+	return newMessage(resp, pool)
+}
+
+func (anthropicDialect) stream(w http.ResponseWriter, pool string, _ time.Time, _ bool) stream {
+	return &messagesStream{sseWriter: newSSEWriter(w), model: pool, block: -1}
+}
+
+// writeFailure answers with an Anthropic error object, with the headers the
+// OpenAI door sends for the same failure.
+func (anthropicDialect) writeFailure(w http.ResponseWriter, f *frontdoor.Failure) {
+	setFailureHeaders(w.Header(), f)
+	writeJSON(w, f.Status(frontdoor.Anthropic), anthropicError(f))
+}
+
+// errorEvent is an Anthropic error object: the body of an error answer and
+// of a stream's error event.
+type errorEvent struct {
+	Type  string `json:"type"` // "error"
+	Error struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
-	}
-	return json.Marshal(struct {
-		Type  string `json:"type"`
-		Error object `json:"error"`
-	}{"error", object{e.typ, e.Message}})
+	} `json:"error"`
 }
 
-// anthropicErrorFor restates a front-door error in Anthropic's terms. The
-// status is kept, except that "no healthy route" becomes Anthropic's 529
-// overloaded: every route is paused or quarantined, and Anthropic clients
-// back off on 529. The type follows from the status as in Anthropic's API.
-func anthropicErrorFor(e *apiError) *messagesError {
-	me := &messagesError{apiError: e, status: e.status}
-	if e.Code == string(schemas.ErrNoRoute) {
-		me.status = statusOverloaded
-	}
-	switch me.status {
+// anthropicError restates a failure in Anthropic's terms: the type follows
+// from the status as in Anthropic's API.
+func anthropicError(f *frontdoor.Failure) errorEvent {
+	e := errorEvent{Type: "error"}
+	e.Error.Message = f.Message
+	switch status := f.Status(frontdoor.Anthropic); status {
 	case http.StatusUnauthorized:
-		me.typ = anthropicAuthentication
-		me.apiError = &apiError{status: e.status, challenge: e.challenge, Code: e.Code,
-			Message: "A valid API key is required in the x-api-key header (or Authorization: Bearer)."}
+		e.Error.Type = anthropicAuthentication
+		e.Error.Message = "A valid API key is required in the x-api-key header (or Authorization: Bearer)."
 	case http.StatusForbidden:
-		me.typ = anthropicPermission
+		e.Error.Type = anthropicPermission
 	case http.StatusNotFound:
-		me.typ = anthropicNotFound
+		e.Error.Type = anthropicNotFound
 	case http.StatusRequestEntityTooLarge:
-		me.typ = anthropicTooLarge
+		e.Error.Type = anthropicTooLarge
 	case http.StatusTooManyRequests:
-		me.typ = anthropicRateLimit
+		e.Error.Type = anthropicRateLimit
 	case http.StatusGatewayTimeout:
-		me.typ = anthropicTimeout
-	case statusOverloaded:
-		me.typ = anthropicOverloaded
+		e.Error.Type = anthropicTimeout
+	case frontdoor.StatusOverloaded:
+		e.Error.Type = anthropicOverloaded
 	default:
-		me.typ = anthropicInvalidRequest
-		if me.status >= 500 {
-			me.typ = anthropicAPI
+		e.Error.Type = anthropicInvalidRequest
+		if status >= 500 {
+			e.Error.Type = anthropicAPI
 		}
 	}
-	return me
-}
-
-// writeMessagesError answers with an Anthropic error object, with the
-// headers the OpenAI door would send for the same error.
-func writeMessagesError(w http.ResponseWriter, e *messagesError) {
-	h := w.Header()
-	if e.retryAfter != "" {
-		h.Set("Retry-After", e.retryAfter)
-	}
-	if e.gate != "" {
-		h.Set(HeaderGate, e.gate)
-	}
-	if e.noRetry {
-		h.Set(headerShouldRetry, "false") // the Anthropic SDKs obey it too
-	}
-	if e.challenge {
-		h.Set("WWW-Authenticate", `Bearer realm="hedgerow"`)
-	}
-	writeJSON(w, e.status, e)
+	return e
 }
 
 // invalidMessages is a 400 invalid_request_error about one field, worded
 // as Anthropic's API words its own: "<field>: <problem>".
-func invalidMessages(field, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, Type: typeInvalidRequest, Param: field, Code: "invalid_value",
-		Message: field + ": " + fmt.Sprintf(format, args...)}
-}
-
-// messages serves POST /v1/messages.
-func (h *httpHandler) messages(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeMessagesError(w, anthropicErrorFor(&apiError{status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-			Message: "This method is not allowed here; use POST."}))
-		return
-	}
-	sub, aerr := h.messagesSubmission(w, r)
-	if aerr != nil {
-		writeMessagesError(w, anthropicErrorFor(aerr))
-		return
-	}
-	if !sub.Request.Stream {
-		resp, err := h.d.Submit(r.Context(), sub, nil)
-		if err != nil {
-			h.writeMessagesSubmitError(w, r, err)
-			return
-		}
-		setHedgeHeaders(w.Header(), resp)
-		writeJSON(w, http.StatusOK, newMessage(resp, sub.Pool))
-		return
-	}
-	s := &messagesStream{w: w, rc: http.NewResponseController(w), model: sub.Pool, block: -1}
-	resp, err := h.d.Submit(r.Context(), sub, s)
-	switch {
-	case err == nil:
-		if err := s.finish(resp); err != nil {
-			h.log.Debug("stream not finished: client gone", "err", err)
-		}
-	case s.writeErr != nil:
-		// The client went away mid-stream: nobody is left to tell.
-	case !s.started:
-		h.writeMessagesSubmitError(w, r, err)
-	default:
-		// The committed stream has started: it ends with an error event and
-		// without message_stop, so no client takes it for a whole answer.
-		aerr := h.apiErrorFor(r, err)
-		if aerr == nil {
-			return
-		}
-		if err := s.event("error", anthropicErrorFor(aerr)); err != nil {
-			h.log.Debug("stream error event not sent: client gone", "err", err)
-		}
-	}
-}
-
-func (h *httpHandler) writeMessagesSubmitError(w http.ResponseWriter, r *http.Request, err error) {
-	aerr := h.apiErrorFor(r, err)
-	if aerr == nil {
-		w.WriteHeader(statusClientClosedRequest) // the client went away; for access logs
-		return
-	}
-	writeMessagesError(w, anthropicErrorFor(aerr))
-}
-
-// messagesSubmission reads a Messages request: the caller's key (x-api-key
-// or a bearer token), the X-Hedgerow-* headers, then the body.
-func (h *httpHandler) messagesSubmission(w http.ResponseWriter, r *http.Request) (Submission, *apiError) {
-	var sub Submission
-	tenant, aerr := h.authenticate(r)
-	if aerr != nil {
-		return sub, aerr
-	}
-	sub.Tenant = tenant
-	if aerr := h.readHedgeHeaders(r, &sub); aerr != nil {
-		return sub, aerr
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.BodyLimit))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return sub, &apiError{status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
-				Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", h.opts.BodyLimit)}
-		}
-		return sub, &apiError{status: http.StatusBadRequest, Code: "invalid_body", Message: "The request body could not be read."}
-	}
-	pool, req, aerr := parseMessagesRequest(body)
-	if aerr != nil {
-		return sub, aerr
-	}
-	sub.Pool, sub.Request = pool, req
-	return sub, nil
+func invalidMessages(field, format string, args ...any) *frontdoor.Failure {
+	return frontdoor.InvalidParam(field, field+": "+fmt.Sprintf(format, args...))
 }
 
 // parseMessagesRequest reads a Messages request into the canonical request.
@@ -211,11 +114,11 @@ func (h *httpHandler) messagesSubmission(w http.ResponseWriter, r *http.Request)
 // back), as are top_k, metadata and the other fields the canonical request
 // has no place for; content it cannot carry (documents, server tools) is
 // refused rather than dropped.
-func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *apiError) {
+func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.Failure) {
 	var req schemas.ChatRequest
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return "", req, &apiError{status: http.StatusBadRequest, Code: "invalid_json", Message: "The request body is not a JSON object."}
+		return "", req, &frontdoor.Failure{Code: frontdoor.CodeInvalidJSON, Message: "The request body is not a JSON object."}
 	}
 	var (
 		pool      string
@@ -274,7 +177,7 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *apiError) 
 	for i, m := range messages {
 		var (
 			msgs []schemas.Message
-			aerr *apiError
+			aerr *frontdoor.Failure
 		)
 		field := fmt.Sprintf("messages.%d", i)
 		switch m.Role {
@@ -290,7 +193,7 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *apiError) 
 		}
 		req.Messages = append(req.Messages, msgs...)
 	}
-	var aerr *apiError
+	var aerr *frontdoor.Failure
 	if req.Tools, aerr = openAITools(tools); aerr != nil {
 		return "", req, aerr
 	}
@@ -299,8 +202,7 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *apiError) 
 	}
 	if err := req.Validate(); err != nil {
 		// Its messages already name their field ("messages[1]: no content").
-		return "", req, &apiError{status: http.StatusBadRequest, Param: validationParam(err), Code: "invalid_value",
-			Message: validationMessage(err)}
+		return "", req, frontdoor.InvalidParam(validationParam(err), validationMessage(err))
 	}
 	return pool, req, nil
 }
@@ -325,7 +227,7 @@ type imageSource struct {
 }
 
 // blocksOf reads content as blocks: a string is one text block.
-func blocksOf(field string, raw json.RawMessage) ([]contentBlock, *apiError) {
+func blocksOf(field string, raw json.RawMessage) ([]contentBlock, *frontdoor.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
@@ -348,7 +250,7 @@ func blocksOf(field string, raw json.RawMessage) ([]contentBlock, *apiError) {
 
 // systemMessage is the system prompt as one system message: string
 // content stays a string, text blocks become text parts.
-func systemMessage(raw json.RawMessage) (*schemas.Message, *apiError) {
+func systemMessage(raw json.RawMessage) (*schemas.Message, *frontdoor.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return nil, nil
@@ -385,7 +287,7 @@ type imagePart struct {
 
 // userTurn is one user turn: its tool results as tool messages, then its
 // text and images as one user message (if it has any).
-func userTurn(field string, raw json.RawMessage) ([]schemas.Message, *apiError) {
+func userTurn(field string, raw json.RawMessage) ([]schemas.Message, *frontdoor.Failure) {
 	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
 		return []schemas.Message{{Role: schemas.MessageUser, Content: t}}, nil
 	}
@@ -427,7 +329,7 @@ func userTurn(field string, raw json.RawMessage) ([]schemas.Message, *apiError) 
 
 // imagePartOf turns an image source into an image_url part: base64 data
 // as a data URL, a URL as itself.
-func imagePartOf(field string, src *imageSource) (imagePart, *apiError) {
+func imagePartOf(field string, src *imageSource) (imagePart, *frontdoor.Failure) {
 	var p imagePart
 	p.Type = "image_url"
 	switch {
@@ -445,7 +347,7 @@ func imagePartOf(field string, src *imageSource) (imagePart, *apiError) {
 
 // toolMessage turns a tool_result block into a tool message. is_error has
 // no canonical place and is dropped; the result's text says what failed.
-func toolMessage(field string, b contentBlock) (schemas.Message, *apiError) {
+func toolMessage(field string, b contentBlock) (schemas.Message, *frontdoor.Failure) {
 	if b.ToolUseID == "" {
 		return schemas.Message{}, invalidMessages(field+".tool_use_id", "Field required")
 	}
@@ -475,7 +377,7 @@ func toolMessage(field string, b contentBlock) (schemas.Message, *apiError) {
 
 // assistantTurn is one assistant turn: text as content, tool_use blocks as
 // tool calls; thinking of earlier turns is dropped.
-func assistantTurn(field string, raw json.RawMessage) ([]schemas.Message, *apiError) {
+func assistantTurn(field string, raw json.RawMessage) ([]schemas.Message, *frontdoor.Failure) {
 	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
 		return []schemas.Message{{Role: schemas.MessageAssistant, Content: t}}, nil
 	}
@@ -532,7 +434,7 @@ type toolFunction struct {
 // openAITools turns custom Messages tools into OpenAI function tools.
 // Anthropic's server and client tools (web search, bash, ...) run on
 // Anthropic's side and have no equivalent on other routes.
-func openAITools(raw json.RawMessage) (json.RawMessage, *apiError) {
+func openAITools(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
@@ -570,7 +472,7 @@ func openAITools(raw json.RawMessage) (json.RawMessage, *apiError) {
 }
 
 // openAIToolChoice turns a Messages tool_choice into OpenAI's.
-func openAIToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
+func openAIToolChoice(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
@@ -627,18 +529,16 @@ type messageUsage struct {
 // completion; a stream that starts before its group is known gets a random
 // one.
 func messageID(groupID string) string {
-	if groupID != "" {
-		return "msg_" + groupID
+	if groupID == "" {
+		groupID = randomID()
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "msg_" + hex.EncodeToString(b[:])
+	return "msg_" + groupID
 }
 
 // stopReason is the Messages stop_reason of the winner's finish reason.
 // Which stop sequence ended an answer is not carried through the hedge
 // group, so a stop sequence reads as end_turn with a null stop_sequence.
-func stopReason(resp *Response) string {
+func stopReason(resp *dispatcher.Response) string {
 	switch r := finishReason(resp); r {
 	case "length":
 		return "max_tokens"
@@ -652,7 +552,7 @@ func stopReason(resp *Response) string {
 	return "end_turn"
 }
 
-func newMessage(resp *Response, pool string) message {
+func newMessage(resp *dispatcher.Response, pool string) message {
 	var content []json.RawMessage
 	if resp.Content != "" {
 		content = append(content, mustJSON(textPart{Type: "text", Text: resp.Content}))
@@ -712,14 +612,9 @@ func objectOrEmpty(s string) json.RawMessage {
 // message_delta carries the winner's input and output tokens, which
 // clients take as the message's cumulative usage.
 type messagesStream struct {
-	w        http.ResponseWriter
-	rc       *http.ResponseController
-	model    string
-	id       string
-	commit   *Response
-	started  bool
-	trailers bool
-	writeErr error
+	sseWriter
+	model string
+	id    string
 
 	blocks int         // content blocks started
 	block  int         // the open block's index; -1 when none is open
@@ -727,16 +622,11 @@ type messagesStream struct {
 	tools  map[int]int // OpenAI tool-call index → its tool_use block
 }
 
-// Committed hands the stream the commit before its first delta.
-func (s *messagesStream) Committed(resp *Response) {
-	if !s.started {
-		s.commit = resp
-	}
-}
+var _ dispatcher.CommitSink = (*messagesStream)(nil)
 
 // Delta writes text as text_delta events of a text block and tool-call
 // fragments as a tool_use block and its input_json_delta events.
-func (s *messagesStream) Delta(d Delta) error {
+func (s *messagesStream) Delta(d dispatcher.Delta) error {
 	if err := s.start(); err != nil {
 		return err
 	}
@@ -832,26 +722,11 @@ func (s *messagesStream) close() error {
 
 // start sends the status line, the headers and message_start, once.
 func (s *messagesStream) start() error {
-	if s.writeErr != nil {
-		return s.writeErr
+	first, group, err := s.begin()
+	if !first || err != nil {
+		return err
 	}
-	if s.started {
-		return nil
-	}
-	s.started = true
-	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	if s.commit != nil {
-		setHedgeHeaders(h, s.commit)
-		s.id = messageID(s.commit.GroupID)
-	} else {
-		h.Set("Trailer", strings.Join(hedgeHeaders, ", "))
-		s.trailers = true
-		s.id = messageID("")
-	}
-	s.w.WriteHeader(http.StatusOK)
+	s.id = messageID(group)
 	return s.event("message_start", struct {
 		Type    string  `json:"type"`
 		Message message `json:"message"`
@@ -860,10 +735,8 @@ func (s *messagesStream) start() error {
 
 // finish ends a successful stream: the open block's stop, message_delta
 // with the stop reason and the usage, message_stop, and the trailers.
-func (s *messagesStream) finish(resp *Response) error {
-	if !s.started {
-		s.Committed(resp) // an empty answer: nothing was sent yet
-	}
+func (s *messagesStream) finish(resp *dispatcher.Response) error {
+	s.Committed(resp) // an empty answer: nothing was sent yet
 	if err := s.start(); err != nil {
 		return err
 	}
@@ -889,35 +762,12 @@ func (s *messagesStream) finish(resp *Response) error {
 	}{"message_stop"}); err != nil {
 		return err
 	}
-	if s.trailers {
-		setHedgeHeaders(s.w.Header(), resp)
-	}
+	s.end(resp)
 	return nil
 }
 
-// event writes and flushes one named event; the first failure means the
-// client is gone, which the dispatcher hears from Delta and cancels.
-func (s *messagesStream) event(name string, v any) error {
-	if s.writeErr != nil {
-		return s.writeErr
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s event: %w", name, err)
-	}
-	buf := make([]byte, 0, len(data)+len(name)+16)
-	buf = append(buf, "event: "...)
-	buf = append(buf, name...)
-	buf = append(buf, "\ndata: "...)
-	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	if _, err := s.w.Write(buf); err != nil {
-		s.writeErr = fmt.Errorf("write event: %w", err)
-		return s.writeErr
-	}
-	if err := s.rc.Flush(); err != nil {
-		s.writeErr = fmt.Errorf("flush event: %w", err)
-		return s.writeErr
-	}
-	return nil
+// fail ends a started stream with an error event and without message_stop,
+// so no client takes it for a whole answer.
+func (s *messagesStream) fail(f *frontdoor.Failure) error {
+	return s.event("error", anthropicError(f))
 }

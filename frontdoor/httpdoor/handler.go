@@ -1,15 +1,18 @@
-package dispatcher
+// Package httpdoor is hedgerow's HTTP front door: OpenAI chat completions
+// and Anthropic messages, streaming or not, on one shared submit-and-stream
+// path, plus models, health, readiness and metrics. It reads a caller's
+// request into a dispatcher.Submission for its frontdoor.Submitter and
+// answers in the caller's dialect from the error table of package frontdoor.
+package httpdoor
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,51 +23,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/hedgerow/hedgerow/internal/config"
-)
-
-// Headers of the HTTP front door. Callers name the user action and the
-// policy class and may shorten the deadline; responses say how the answer
-// was won.
-const (
-	HeaderIdempotencyKey = "Idempotency-Key"
-	HeaderOperation      = "X-Hedgerow-Operation"
-	HeaderDeadlineMs     = "X-Hedgerow-Deadline-Ms"
-	HeaderAttempts       = "X-Hedgerow-Attempts"
-	HeaderHedged         = "X-Hedgerow-Hedged"
-	HeaderWinnerRoute    = "X-Hedgerow-Winner-Route"
-	HeaderGate           = "X-Hedgerow-Gate"
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // hedgeHeaders are the response headers that describe the commit; a stream
 // whose commit is not known when its first byte goes out sends them as
 // trailers instead.
-var hedgeHeaders = []string{HeaderAttempts, HeaderHedged, HeaderWinnerRoute, HeaderGate}
+var hedgeHeaders = []string{frontdoor.HeaderAttempts, frontdoor.HeaderHedged, frontdoor.HeaderWinnerRoute, frontdoor.HeaderGate}
 
-// Defaults of the optional HTTPOptions fields.
+// Defaults of the optional Options fields.
 const (
 	DefaultBodyLimit        = 4 << 20
 	DefaultReadyProbeWindow = 250 * time.Millisecond
 	DefaultReadyCacheTTL    = time.Second
 )
 
-// Bounds of caller-chosen header values: long enough for any sane use, short
-// enough that they cannot be used to make the gateway hash megabytes.
-const (
-	maxIdempotencyKeyLen = 255
-	maxOperationLen      = 128
-	maxDeadline          = 24 * time.Hour
-)
-
-// HTTPOptions wires the HTTP front door to what it needs beyond the
-// Dispatcher: the NATS connection and pool routes that readiness checks, the
-// metrics it serves, and its limits.
-type HTTPOptions struct {
+// Options wire the HTTP front door to what it needs beyond its Submitter:
+// the NATS connection and pool routes that readiness checks, the metrics it
+// serves, the tenants' keys and its limits.
+type Options struct {
 	// Conn is the NATS connection readiness checks and pings workers on;
 	// nil makes /readyz always fail.
 	Conn *nats.Conn
-	// Pools maps each pool to its routes (see PoolRoutes): /readyz needs a
-	// live worker for at least one route of every pool. Required.
+	// Pools maps each pool to its routes: /readyz needs a live worker for at
+	// least one route of every pool. Required.
 	Pools map[string][]string
 	// Gatherer is served on /metrics; nil serves no metrics (404).
 	Gatherer prometheus.Gatherer
@@ -72,10 +56,9 @@ type HTTPOptions struct {
 	// DefaultBodyLimit. It must fit in one NATS message with the attempt
 	// envelope, which configuration validation checks.
 	BodyLimit int64
-	// TenantByKeyHash authenticates callers: it maps config.HashAPIKey of the
-	// bearer key to a tenant (TenantKeyring builds it from the configured
-	// tenants). Nil means no API key is required (local use).
-	TenantByKeyHash func(hash string) (tenant string, ok bool)
+	// Keyring authenticates callers by their API key. Nil means no API key
+	// is required (local use).
+	Keyring *frontdoor.Keyring
 	// ReadyProbeWindow is how long a readiness check collects worker pings
 	// before it names the pools nobody answered for.
 	ReadyProbeWindow time.Duration
@@ -88,63 +71,17 @@ type HTTPOptions struct {
 	Now func() time.Time
 }
 
-// PoolRoutes lists each configured pool's routes, the shape
-// HTTPOptions.Pools takes.
-func PoolRoutes(cfg *config.Config) map[string][]string {
-	out := make(map[string][]string, len(cfg.Pools))
-	for name, p := range cfg.Pools {
-		out[name] = slices.Clone(p.Routes)
-	}
-	return out
-}
-
-// TenantKeyring returns the tenant lookup HTTPOptions.TenantByKeyHash takes,
-// for the configured tenants. A lookup compares the presented hash with every
-// configured one in constant time and never stops early, so how long it takes
-// says nothing about how close a guess came. Nil or empty tenants give a
-// lookup that admits nobody.
-func TenantKeyring(tenants map[string]*config.Tenant) func(hash string) (string, bool) {
-	type key struct {
-		hash   []byte
-		tenant string
-	}
-	var keys []key
-	for _, name := range slices.Sorted(maps.Keys(tenants)) {
-		if tenants[name] == nil {
-			continue
-		}
-		for _, h := range tenants[name].APIKeyHashes {
-			keys = append(keys, key{hash: []byte(h), tenant: name})
-		}
-	}
-	return func(hash string) (string, bool) {
-		presented := []byte(hash)
-		found := -1
-		for i, k := range keys {
-			// Configured hashes are unique (configuration validation), so
-			// at most one matches; every one is compared regardless.
-			if subtle.ConstantTimeCompare(presented, k.hash) == 1 {
-				found = i
-			}
-		}
-		if found < 0 {
-			return "", false
-		}
-		return keys[found].tenant, true
-	}
-}
-
-// httpHandler is the OpenAI-compatible front door of one Dispatcher.
-type httpHandler struct {
-	d     *Dispatcher
-	opts  HTTPOptions
+// handler is the HTTP front door of one Submitter.
+type handler struct {
+	d     frontdoor.Submitter
+	opts  Options
 	log   *slog.Logger
 	now   func() time.Time
 	ready *readiness
 	mux   *http.ServeMux
 }
 
-// NewHTTPHandler returns the HTTP front door of d:
+// New returns the HTTP front door of d:
 //
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
 //	POST /v1/messages           Anthropic Messages, streaming or not
@@ -164,17 +101,17 @@ type httpHandler struct {
 // A stream's status line and headers go out with its first committed delta,
 // so a group failing before its commit still answers with a JSON error and
 // its status. The X-Hedgerow-* values of a stream are headers when the
-// dispatcher tells its Sink the commit first (a Committed(*Response) method),
-// else HTTP trailers after the last event.
-func NewHTTPHandler(d *Dispatcher, opts HTTPOptions) (http.Handler, error) {
+// Submitter tells its Sink the commit first (dispatcher.CommitSink), else
+// HTTP trailers after the last event.
+func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if d == nil {
-		return nil, errors.New("http front door: dispatcher is required")
+		return nil, errors.New("httpdoor: a submitter is required")
 	}
 	if len(opts.Pools) == 0 {
-		return nil, errors.New("http front door: Pools is required (see PoolRoutes): readiness checks every pool")
+		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
 	}
 	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 {
-		return nil, errors.New("http front door: body limit, probe window and cache TTL must not be negative")
+		return nil, errors.New("httpdoor: body limit, probe window and cache TTL must not be negative")
 	}
 	if opts.BodyLimit == 0 {
 		opts.BodyLimit = DefaultBodyLimit
@@ -185,7 +122,7 @@ func NewHTTPHandler(d *Dispatcher, opts HTTPOptions) (http.Handler, error) {
 	if opts.ReadyCacheTTL == 0 {
 		opts.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
-	h := &httpHandler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
+	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -194,75 +131,104 @@ func NewHTTPHandler(d *Dispatcher, opts HTTPOptions) (http.Handler, error) {
 	}
 	h.ready = newReadiness(opts.Conn, opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
-	// method gets an OpenAI error object and not the mux's plain text.
-	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, h.chatCompletions))
-	h.mux.HandleFunc("/v1/messages", h.messages) // Anthropic Messages; answers its own method errors
-	h.mux.HandleFunc("/v1/models", only(http.MethodGet, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, h.getModel))
-	h.mux.HandleFunc("/healthz", only(http.MethodGet, h.healthz))
-	h.mux.HandleFunc("/readyz", only(http.MethodGet, h.readyz))
+	// method gets an error object of the dialect and not the mux's plain text.
+	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAI, h.serveDialect(openAI)))
+	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropic, h.serveDialect(anthropic)))
+	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAI, h.listModels))
+	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, openAI, h.getModel))
+	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAI, h.healthz))
+	h.mux.HandleFunc("/readyz", only(http.MethodGet, openAI, h.readyz))
 	if opts.Gatherer != nil {
 		metrics := promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
-		h.mux.HandleFunc("/metrics", only(http.MethodGet, metrics.ServeHTTP))
+		h.mux.HandleFunc("/metrics", only(http.MethodGet, openAI, metrics.ServeHTTP))
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, &apiError{status: http.StatusNotFound, Type: typeInvalidRequest, Code: "unknown_url",
+		openAI.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
 			Message: "Unknown request URL: see /v1/chat/completions and /v1/models."})
 	})
 	return h, nil
 }
 
-func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // only admits one method (GET also admits HEAD).
-func only(method string, f http.HandlerFunc) http.HandlerFunc {
+func only(method string, dl dialect, f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == method || method == http.MethodGet && r.Method == http.MethodHead {
 			f(w, r)
 			return
 		}
 		w.Header().Set("Allow", method)
-		writeAPIError(w, &apiError{status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: "method_not_allowed",
+		dl.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeMethodNotAllowed,
 			Message: "This method is not allowed here; use " + method + "."})
 	}
 }
 
-func (h *httpHandler) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	sub, includeUsage, aerr := h.submission(w, r)
-	if aerr != nil {
-		writeAPIError(w, aerr)
-		return
-	}
-	if !sub.Request.Stream {
-		resp, err := h.d.Submit(r.Context(), sub, nil)
-		if err != nil {
-			h.writeSubmitError(w, r, err)
+// dialect is what differs between the OpenAI and the Anthropic doors: how a
+// body reads, how an answer, a stream and an error are written. Everything
+// else — keys, headers, limits, the submit-and-stream path — is shared.
+type dialect interface {
+	// parse reads a request body into the pool, the canonical request and
+	// whether a stream ends with a usage chunk.
+	parse(body []byte) (pool string, req schemas.ChatRequest, includeUsage bool, f *frontdoor.Failure)
+	// answer is the JSON body of a committed non-streaming answer.
+	answer(resp *dispatcher.Response, pool string, now time.Time) any
+	// stream starts the Sink of a streaming answer; it writes nothing
+	// before its first delta.
+	stream(w http.ResponseWriter, pool string, now time.Time, includeUsage bool) stream
+	writeFailure(w http.ResponseWriter, f *frontdoor.Failure)
+}
+
+// stream is a dialect's writer of a committed stream.
+type stream interface {
+	dispatcher.Sink
+	// sent reports whether bytes reached the caller, and whether a write
+	// failed (the caller is gone).
+	sent() (started bool, writeErr error)
+	// finish ends a successful stream; fail ends a started one with an
+	// error event, so no client takes it for a whole answer.
+	finish(resp *dispatcher.Response) error
+	fail(f *frontdoor.Failure) error
+}
+
+// serveDialect is the one submit-and-stream path of both dialects.
+func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sub, includeUsage, f := h.submission(w, r, dl)
+		if f != nil {
+			dl.writeFailure(w, f)
 			return
 		}
-		setHedgeHeaders(w.Header(), resp)
-		writeJSON(w, http.StatusOK, newChatCompletion(resp, sub.Pool, h.now()))
-		return
-	}
-	s := &sseStream{w: w, rc: http.NewResponseController(w), model: sub.Pool, created: h.now().Unix(), includeUsage: includeUsage}
-	resp, err := h.d.Submit(r.Context(), sub, s)
-	switch {
-	case err == nil:
-		if err := s.finish(resp); err != nil {
-			h.log.Debug("stream not finished: client gone", "err", err)
-		}
-	case s.writeErr != nil:
-		// The client went away mid-stream: nobody is left to tell.
-	case !s.started:
-		h.writeSubmitError(w, r, err)
-	default:
-		// Bytes of the committed stream were sent: the status is spent, so
-		// the stream ends with an error event and without [DONE].
-		aerr := h.apiErrorFor(r, err)
-		if aerr == nil {
+		if !sub.Request.Stream {
+			resp, err := h.d.Submit(r.Context(), sub, nil)
+			if err != nil {
+				h.writeSubmitError(w, r, dl, err)
+				return
+			}
+			setHedgeHeaders(w.Header(), resp)
+			writeJSON(w, http.StatusOK, dl.answer(resp, sub.Pool, h.now()))
 			return
 		}
-		if err := s.fail(aerr); err != nil {
-			h.log.Debug("stream error event not sent: client gone", "err", err)
+		s := dl.stream(w, sub.Pool, h.now(), includeUsage)
+		resp, err := h.d.Submit(r.Context(), sub, s)
+		started, writeErr := s.sent()
+		switch {
+		case err == nil:
+			if err := s.finish(resp); err != nil {
+				h.log.Debug("stream not finished: client gone", "err", err)
+			}
+		case writeErr != nil:
+			// The client went away mid-stream: nobody is left to tell.
+		case !started:
+			h.writeSubmitError(w, r, dl, err)
+		default:
+			// Bytes of the committed stream were sent: the status is spent,
+			// so the stream ends with an error event.
+			if f := h.failureFor(r, err); f != nil {
+				if err := s.fail(f); err != nil {
+					h.log.Debug("stream error event not sent: client gone", "err", err)
+				}
+			}
 		}
 	}
 }
@@ -270,80 +236,80 @@ func (h *httpHandler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // submission reads the caller's request: its key, its headers, then its
 // body. Everything a caller can get wrong is refused here, before a group
 // runs, with the offending parameter named.
-func (h *httpHandler) submission(w http.ResponseWriter, r *http.Request) (Submission, bool, *apiError) {
-	var sub Submission
-	tenant, aerr := h.authenticate(r)
-	if aerr != nil {
-		return sub, false, aerr
+func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect) (dispatcher.Submission, bool, *frontdoor.Failure) {
+	tenant, f := h.authenticate(r)
+	if f != nil {
+		return dispatcher.Submission{}, false, f
 	}
-	sub.Tenant = tenant
-	if aerr := h.readHedgeHeaders(r, &sub); aerr != nil {
-		return sub, false, aerr
+	hdr, f := h.readHedgeHeaders(r)
+	if f != nil {
+		return dispatcher.Submission{}, false, f
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.BodyLimit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return sub, false, &apiError{status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
+			return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeRequestTooLarge,
 				Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", h.opts.BodyLimit)}
 		}
-		return sub, false, &apiError{status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_body",
-			Message: "The request body could not be read."}
+		return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeInvalidBody, Message: "The request body could not be read."}
 	}
-	pool, req, includeUsage, aerr := parseChatRequest(body)
-	if aerr != nil {
-		return sub, false, aerr
+	pool, req, includeUsage, f := dl.parse(body)
+	if f != nil {
+		return dispatcher.Submission{}, false, f
 	}
 	if len(req.ResponseFormat) > 0 {
 		// The dispatcher judges answers by this contract; a schema that
 		// does not compile is the caller's to fix, so it is refused here
 		// with its parameter named rather than failing the group.
-		if _, err := h.d.contractFor(pool, req.ResponseFormat); err != nil {
-			return sub, false, responseFormatError(err)
+		if err := h.d.CheckResponseFormat(pool, req.ResponseFormat); err != nil {
+			return dispatcher.Submission{}, false, responseFormatFailure(pool, err)
 		}
 	}
-	sub.Pool, sub.Request = pool, req
+	sub := hdr
+	sub.Pool, sub.Request, sub.Tenant = pool, req, tenant
 	return sub, includeUsage, nil
 }
 
 // readHedgeHeaders reads the user action, the operation class and the
 // deadline the caller asked for.
-func (h *httpHandler) readHedgeHeaders(r *http.Request, sub *Submission) *apiError {
-	if sub.IdempotencyKey = r.Header.Get(HeaderIdempotencyKey); len(sub.IdempotencyKey) > maxIdempotencyKeyLen {
-		return invalidParam(HeaderIdempotencyKey, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderIdempotencyKey, maxIdempotencyKeyLen))
+func (h *handler) readHedgeHeaders(r *http.Request) (dispatcher.Submission, *frontdoor.Failure) {
+	var sub dispatcher.Submission
+	if sub.IdempotencyKey = r.Header.Get(frontdoor.HeaderIdempotencyKey); len(sub.IdempotencyKey) > frontdoor.MaxIdempotencyKeyLen {
+		return sub, frontdoor.InvalidParam(frontdoor.HeaderIdempotencyKey,
+			fmt.Sprintf("The %s header is longer than %d bytes.", frontdoor.HeaderIdempotencyKey, frontdoor.MaxIdempotencyKeyLen))
 	}
-	sub.Operation = r.Header.Get(HeaderOperation)
-	if len(sub.Operation) > maxOperationLen {
-		return invalidParam(HeaderOperation, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderOperation, maxOperationLen))
+	sub.Operation = r.Header.Get(frontdoor.HeaderOperation)
+	if len(sub.Operation) > frontdoor.MaxOperationLen {
+		return sub, frontdoor.InvalidParam(frontdoor.HeaderOperation,
+			fmt.Sprintf("The %s header is longer than %d bytes.", frontdoor.HeaderOperation, frontdoor.MaxOperationLen))
 	}
-	if sub.Operation != "" && h.d.cfg.Policies[sub.Operation] == nil {
-		// An unknown class would silently run under the default policy,
-		// with another deadline and hedging rule than the caller chose.
-		return invalidParam(HeaderOperation, "The "+HeaderOperation+" header names no configured operation class.")
+	if sub.Operation != "" && !h.d.HasOperation(sub.Operation) {
+		return sub, frontdoor.InvalidParam(frontdoor.HeaderOperation,
+			"The "+frontdoor.HeaderOperation+" header names no configured operation class.")
 	}
-	if v := r.Header.Get(HeaderDeadlineMs); v != "" {
+	if v := r.Header.Get(frontdoor.HeaderDeadlineMs); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 {
-			return invalidParam(HeaderDeadlineMs, "The "+HeaderDeadlineMs+" header must be a positive integer number of milliseconds.")
+			return sub, frontdoor.InvalidParam(frontdoor.HeaderDeadlineMs,
+				"The "+frontdoor.HeaderDeadlineMs+" header must be a positive integer number of milliseconds.")
 		}
-		// The dispatcher never lengthens the policy's deadline, so a huge
-		// value only needs to stay clear of overflow.
-		sub.Deadline = time.Duration(min(ms, maxDeadline.Milliseconds())) * time.Millisecond
+		sub.Deadline = frontdoor.CallerDeadline(ms)
 	}
-	return nil
+	return sub, nil
 }
 
 // authenticate maps the caller's API key to its tenant when keys are
 // required. The key itself never appears in an answer or a log.
-func (h *httpHandler) authenticate(r *http.Request) (string, *apiError) {
-	if h.opts.TenantByKeyHash == nil {
+func (h *handler) authenticate(r *http.Request) (string, *frontdoor.Failure) {
+	if h.opts.Keyring == nil {
 		return "", nil
 	}
 	if key := presentedKey(r); key != "" {
-		if tenant, ok := h.opts.TenantByKeyHash(config.HashAPIKey(key)); ok {
+		if tenant, ok := h.opts.Keyring.Tenant(key); ok {
 			return tenant, nil
 		}
 	}
-	return "", &apiError{status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", challenge: true,
+	return "", &frontdoor.Failure{Code: frontdoor.CodeInvalidAPIKey,
 		Message: "A valid API key is required in the Authorization header as 'Bearer <key>'."}
 }
 
@@ -358,30 +324,30 @@ func presentedKey(r *http.Request) string {
 }
 
 // writeSubmitError answers a failure that came before any byte was sent.
-func (h *httpHandler) writeSubmitError(w http.ResponseWriter, r *http.Request, err error) {
-	aerr := h.apiErrorFor(r, err)
-	if aerr == nil {
+func (h *handler) writeSubmitError(w http.ResponseWriter, r *http.Request, dl dialect, err error) {
+	f := h.failureFor(r, err)
+	if f == nil {
 		// The client went away; the status is only for access logs.
-		w.WriteHeader(statusClientClosedRequest)
+		w.WriteHeader(frontdoor.StatusClientClosedRequest)
 		return
 	}
-	writeAPIError(w, aerr)
+	dl.writeFailure(w, f)
 }
 
-// apiErrorFor maps a Submit error to its answer; nil means the client is
+// failureFor maps a Submit error to its answer; nil means the client is
 // gone and nothing is to be written.
-func (h *httpHandler) apiErrorFor(r *http.Request, err error) *apiError {
+func (h *handler) failureFor(r *http.Request, err error) *frontdoor.Failure {
 	if r.Context().Err() != nil {
 		return nil
 	}
-	aerr := errorFor(err)
-	if aerr != nil && aerr.status >= 500 && aerr.Code == codeInternal {
-		h.log.Warn("chat completion failed", "err", err)
+	f := frontdoor.FailureFor(err)
+	if f != nil && f.Code == frontdoor.CodeInternal {
+		h.log.Warn("request failed", "err", err)
 	}
-	return aerr
+	return f
 }
 
-func (h *httpHandler) listModels(w http.ResponseWriter, r *http.Request) {
+func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
 	pools := h.d.Pools()
 	slices.Sort(pools)
 	list := modelList{Object: "list", Data: make([]model, 0, len(pools))}
@@ -391,20 +357,20 @@ func (h *httpHandler) listModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-func (h *httpHandler) getModel(w http.ResponseWriter, r *http.Request) {
+func (h *handler) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	if !slices.Contains(h.d.Pools(), name) {
-		writeAPIError(w, modelNotFound())
+		openAI.writeFailure(w, frontdoor.ModelNotFound(name))
 		return
 	}
 	writeJSON(w, http.StatusOK, newModel(name))
 }
 
-func (h *httpHandler) healthz(w http.ResponseWriter, r *http.Request) {
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func (h *httpHandler) readyz(w http.ResponseWriter, r *http.Request) {
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	rep := h.ready.check()
 	status := http.StatusOK
 	if !rep.Ready {
@@ -415,11 +381,28 @@ func (h *httpHandler) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // setHedgeHeaders writes how the answer was won.
-func setHedgeHeaders(h http.Header, resp *Response) {
-	h.Set(HeaderAttempts, strconv.Itoa(resp.Attempts))
-	h.Set(HeaderHedged, strconv.FormatBool(resp.Hedged))
-	h.Set(HeaderWinnerRoute, resp.WinnerRoute)
-	h.Set(HeaderGate, resp.Gate)
+func setHedgeHeaders(h http.Header, resp *dispatcher.Response) {
+	h.Set(frontdoor.HeaderAttempts, strconv.Itoa(resp.Attempts))
+	h.Set(frontdoor.HeaderHedged, strconv.FormatBool(resp.Hedged))
+	h.Set(frontdoor.HeaderWinnerRoute, resp.WinnerRoute)
+	h.Set(frontdoor.HeaderGate, resp.Gate)
+}
+
+// setFailureHeaders writes the headers every dialect sends with an error:
+// when to retry, whether to, the committed winner, and a challenge.
+func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
+	if v := f.RetryAfterHeader(); v != "" {
+		h.Set("Retry-After", v)
+	}
+	if f.Holder != "" {
+		h.Set(frontdoor.HeaderGate, f.Holder)
+	}
+	if f.NoRetry {
+		h.Set(frontdoor.HeaderShouldRetry, "false") // the OpenAI and Anthropic SDKs obey it
+	}
+	if f.Code == frontdoor.CodeInvalidAPIKey {
+		h.Set("WWW-Authenticate", `Bearer realm="hedgerow"`)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -433,14 +416,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(data, '\n'))
 }
 
-// completionID names a completion after its hedge group, so a caller's
-// report can be matched to the records; a stream that starts before its
-// group is known gets a random one.
-func completionID(groupID string) string {
-	if groupID != "" {
-		return "chatcmpl-" + groupID
-	}
+// randomID is a random id suffix, for a stream that starts before its group
+// is known.
+func randomID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "chatcmpl-" + hex.EncodeToString(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package natsdoor
 
 import (
 	"context"

@@ -32,7 +32,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator"
@@ -270,8 +270,8 @@ func (r *runner) run(ctx context.Context, name, class, prompt string, n int) (*r
 		idem := fmt.Sprintf("demo-%s-%d", name, i)
 		uas[i] = schemas.UserActionID(r.key, "", idem)
 		reqs[i] = loadgen.Request{Body: body, Header: http.Header{
-			dispatcher.HeaderOperation:      {class},
-			dispatcher.HeaderIdempotencyKey: {idem},
+			frontdoor.HeaderOperation:      {class},
+			frontdoor.HeaderIdempotencyKey: {idem},
 		}}
 	}
 	cfg := loadgen.Config{

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The X-Hedgerow-* response headers (dispatcher.Header*); repeated here so
+// The X-Hedgerow-* response headers (frontdoor.Header*); repeated here so
 // the load generator depends on the wire, not on the gateway's code.
 const (
 	headerAttempts    = "X-Hedgerow-Attempts"

@@ -15,7 +15,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -159,7 +159,7 @@ func TestAnthropicSDKMessageThroughTheGateway(t *testing.T) {
 	client := claudeClient(t, startClaudeServe(t), claudeKey)
 	var raw *http.Response
 	msg, err := client.Messages.New(context.Background(), claudeQuestion("claude"),
-		option.WithHeader(dispatcher.HeaderIdempotencyKey, "claude-action-1"), option.WithResponseInto(&raw))
+		option.WithHeader(frontdoor.HeaderIdempotencyKey, "claude-action-1"), option.WithResponseInto(&raw))
 	if err != nil {
 		t.Fatalf("Messages.New: %v", err)
 	}
@@ -173,10 +173,10 @@ func TestAnthropicSDKMessageThroughTheGateway(t *testing.T) {
 	if words := len(strings.Fields(msg.Content[0].Text)); msg.Usage.OutputTokens != int64(words) || msg.Usage.InputTokens <= 0 {
 		t.Fatalf("usage %+v for an answer of %d words", msg.Usage, words)
 	}
-	if r := raw.Header.Get(dispatcher.HeaderWinnerRoute); r != "claude-a" && r != "claude-b" {
-		t.Errorf("%s = %q, want a route of the pool", dispatcher.HeaderWinnerRoute, r)
+	if r := raw.Header.Get(frontdoor.HeaderWinnerRoute); r != "claude-a" && r != "claude-b" {
+		t.Errorf("%s = %q, want a route of the pool", frontdoor.HeaderWinnerRoute, r)
 	}
-	if raw.Header.Get(dispatcher.HeaderGate) == "" || raw.Header.Get(dispatcher.HeaderAttempts) == "" {
+	if raw.Header.Get(frontdoor.HeaderGate) == "" || raw.Header.Get(frontdoor.HeaderAttempts) == "" {
 		t.Errorf("hedge headers %v", raw.Header)
 	}
 }
@@ -248,10 +248,10 @@ func TestAnthropicSDKGetsTheSameAnswerFromOpenAIAndAnthropicRoutes(t *testing.T)
 		if err != nil {
 			t.Fatalf("mixed request %d: %v", i, err)
 		}
-		winners[raw.Header.Get(dispatcher.HeaderWinnerRoute)] = true
+		winners[raw.Header.Get(frontdoor.HeaderWinnerRoute)] = true
 		if got.Content[0].Text != want.Content[0].Text || got.Usage.InputTokens != want.Usage.InputTokens ||
 			got.Usage.OutputTokens != want.Usage.OutputTokens || got.StopReason != want.StopReason {
-			t.Fatalf("mixed request %d won on %s: %s, want %s", i, raw.Header.Get(dispatcher.HeaderWinnerRoute), got.RawJSON(), want.RawJSON())
+			t.Fatalf("mixed request %d won on %s: %s, want %s", i, raw.Header.Get(frontdoor.HeaderWinnerRoute), got.RawJSON(), want.RawJSON())
 		}
 	}
 	t.Logf("winning routes: %v", slices.Sorted(maps.Keys(winners)))
@@ -294,14 +294,14 @@ func TestAnthropicSDKErrorsAreTypedAnthropicErrors(t *testing.T) {
 		{"an unknown model", func() error { return call(claudeKey, claudeQuestion("claude-nope")) }, 404, "not_found_error"},
 		{"the tenant's spend window refusing the request", func() error {
 			return call(claudeKey, with(func(p *anthropic.MessageNewParams) { p.MaxTokens = 500 }),
-				option.WithHeader(dispatcher.HeaderOperation, "metered"))
+				option.WithHeader(frontdoor.HeaderOperation, "metered"))
 		}, 429, "rate_limit_error"},
 		{"every route failing", func() error { return call(claudeKey, claudeQuestion("broken")) }, 503, "api_error"},
 		{"a deadline passing", func() error {
-			return call(claudeKey, claudeQuestion("stuck"), option.WithHeader(dispatcher.HeaderDeadlineMs, "300"))
+			return call(claudeKey, claudeQuestion("stuck"), option.WithHeader(frontdoor.HeaderDeadlineMs, "300"))
 		}, 504, "timeout_error"},
 		{"a stream whose deadline passes before its first byte", func() error {
-			return stream(claudeKey, claudeQuestion("stuck"), option.WithHeader(dispatcher.HeaderDeadlineMs, "300"))
+			return stream(claudeKey, claudeQuestion("stuck"), option.WithHeader(frontdoor.HeaderDeadlineMs, "300"))
 		}, 504, "timeout_error"},
 		// Both limited routes answer 429 with a long Retry-After: the first
 		// request fails rate limited, and pauses both routes...

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
 )
 
@@ -31,13 +35,13 @@ type Gateway struct {
 	shared     *shared
 	ownsShared bool // false when the process opened it (serve): it outlives the gateway
 	http       *httpServer
-	nats       *dispatcher.NATSService // the hedgerow.submit front door
+	nats       *natsdoor.Service // the hedgerow.submit front door
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
 // http.listen: budgets and winner gate (in memory, or on Redis when
 // redis.url is set), the dispatcher, and its
-// OpenAI-compatible front door (dispatcher.NewHTTPHandler) with the
+// HTTP front door (httpdoor.New) with the
 // configured body limit, tenants and timeouts. Its metrics go to reg, which
 // GET /metrics serves (nil: a registry of its own).
 func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options) (*Gateway, error) {
@@ -83,9 +87,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	hopts := dispatcher.HTTPOptions{
+	hopts := httpdoor.Options{
 		Conn:      nc,
-		Pools:     dispatcher.PoolRoutes(cfg),
+		Pools:     poolRoutes(cfg),
 		Gatherer:  reg,
 		BodyLimit: int64(cfg.HTTP.BodyLimit),
 		Logger:    log.With("component", "http"),
@@ -94,9 +98,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	// some, every caller must present one of theirs, compared in constant
 	// time.
 	if len(cfg.Tenants) > 0 {
-		hopts.TenantByKeyHash = dispatcher.TenantKeyring(cfg.Tenants)
+		hopts.Keyring = keyring(cfg.Tenants)
 	}
-	api, err := dispatcher.NewHTTPHandler(d, hopts)
+	api, err := httpdoor.New(d, hopts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
@@ -110,10 +114,32 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	if g.nats, err = dispatcher.StartNATSService(d, nc, dispatcher.NATSServiceOptions{Logger: log.With("component", "nats-submit")}); err != nil {
+	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit")})
+	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
+}
+
+// poolRoutes lists each configured pool's routes, the shape
+// httpdoor.Options.Pools takes.
+func poolRoutes(cfg *config.Config) map[string][]string {
+	out := make(map[string][]string, len(cfg.Pools))
+	for name, p := range cfg.Pools {
+		out[name] = slices.Clone(p.Routes)
+	}
+	return out
+}
+
+// keyring is the front doors' keyring of the configured tenants' key hashes.
+func keyring(tenants map[string]*config.Tenant) *frontdoor.Keyring {
+	hashes := make(map[string][]string, len(tenants))
+	for name, t := range tenants {
+		if t != nil {
+			hashes[name] = t.APIKeyHashes
+		}
+	}
+	return frontdoor.NewKeyring(hashes)
 }
 
 // checkPayload refuses a NATS server that takes smaller messages than the

@@ -15,7 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -123,17 +123,17 @@ func question(model string) openai.ChatCompletionNewParams {
 // checkHedgeHeaders checks the response says how its answer was won.
 func checkHedgeHeaders(t *testing.T, h http.Header) {
 	t.Helper()
-	if a := h.Get(dispatcher.HeaderAttempts); a == "" || a == "0" {
-		t.Errorf("%s = %q", dispatcher.HeaderAttempts, a)
+	if a := h.Get(frontdoor.HeaderAttempts); a == "" || a == "0" {
+		t.Errorf("%s = %q", frontdoor.HeaderAttempts, a)
 	}
-	if r := h.Get(dispatcher.HeaderWinnerRoute); r != "calm-a" && r != "calm-b" {
-		t.Errorf("%s = %q, want a route of the pool", dispatcher.HeaderWinnerRoute, r)
+	if r := h.Get(frontdoor.HeaderWinnerRoute); r != "calm-a" && r != "calm-b" {
+		t.Errorf("%s = %q, want a route of the pool", frontdoor.HeaderWinnerRoute, r)
 	}
-	if v := h.Get(dispatcher.HeaderHedged); v != "true" && v != "false" {
-		t.Errorf("%s = %q", dispatcher.HeaderHedged, v)
+	if v := h.Get(frontdoor.HeaderHedged); v != "true" && v != "false" {
+		t.Errorf("%s = %q", frontdoor.HeaderHedged, v)
 	}
-	if h.Get(dispatcher.HeaderGate) == "" {
-		t.Errorf("no %s", dispatcher.HeaderGate)
+	if h.Get(frontdoor.HeaderGate) == "" {
+		t.Errorf("no %s", frontdoor.HeaderGate)
 	}
 }
 
@@ -141,7 +141,7 @@ func TestSDKChatCompletionThroughTheGateway(t *testing.T) {
 	client := sdkClient(t, startSDKServe(t), sdkKey)
 	var raw *http.Response
 	cc, err := client.Chat.Completions.New(context.Background(), question("general"),
-		option.WithHeader(dispatcher.HeaderIdempotencyKey, "sdk-action-1"), option.WithResponseInto(&raw))
+		option.WithHeader(frontdoor.HeaderIdempotencyKey, "sdk-action-1"), option.WithResponseInto(&raw))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -244,11 +244,11 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 			}))
 		}, status: 400, typ: "invalid_request_error", code: "invalid_value", param: "response_format.json_schema.schema"},
 		{name: "an unknown operation class", call: func() error {
-			return chat(sdkKey, question("general"), option.WithHeader(dispatcher.HeaderOperation, "nightly"))
-		}, status: 400, typ: "invalid_request_error", code: "invalid_value", param: dispatcher.HeaderOperation},
+			return chat(sdkKey, question("general"), option.WithHeader(frontdoor.HeaderOperation, "nightly"))
+		}, status: 400, typ: "invalid_request_error", code: "invalid_value", param: frontdoor.HeaderOperation},
 		{name: "a deadline header that is no number", call: func() error {
-			return chat(sdkKey, question("general"), option.WithHeader(dispatcher.HeaderDeadlineMs, "soon"))
-		}, status: 400, typ: "invalid_request_error", code: "invalid_value", param: dispatcher.HeaderDeadlineMs},
+			return chat(sdkKey, question("general"), option.WithHeader(frontdoor.HeaderDeadlineMs, "soon"))
+		}, status: 400, typ: "invalid_request_error", code: "invalid_value", param: frontdoor.HeaderDeadlineMs},
 		{name: "an unknown API key", call: func() error { return chat("sk-someone-else", question("general")) },
 			status: 401, typ: "authentication_error", code: "invalid_api_key", wantHeaders: map[string]string{"WWW-Authenticate": ""}},
 		{name: "an unknown model", call: func() error { return chat(sdkKey, question("gpt-nope")) },
@@ -259,14 +259,14 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 			return client.Get(ctx, "chat/completions", nil, &out)
 		}, status: 405, typ: "invalid_request_error", code: "method_not_allowed", wantHeaders: map[string]string{"Allow": http.MethodPost}},
 		{name: "a user action that already committed", call: func() error {
-			key := option.WithHeader(dispatcher.HeaderIdempotencyKey, "sdk-action-409")
-			op := option.WithHeader(dispatcher.HeaderOperation, "exclusive")
+			key := option.WithHeader(frontdoor.HeaderIdempotencyKey, "sdk-action-409")
+			op := option.WithHeader(frontdoor.HeaderOperation, "exclusive")
 			if err := chat(sdkKey, question("general"), key, op); err != nil {
 				return fmt.Errorf("the first request of the action failed: %w", err)
 			}
 			return chat(sdkKey, question("general"), key, op)
 		}, status: 409, typ: "invalid_request_error", code: "already_committed",
-			wantHeaders: map[string]string{dispatcher.HeaderGate: "", "X-Should-Retry": "false"}},
+			wantHeaders: map[string]string{frontdoor.HeaderGate: "", "X-Should-Retry": "false"}},
 		{name: "a body over the limit", call: func() error {
 			return chat(sdkKey, with(func(p *openai.ChatCompletionNewParams) {
 				p.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("hedge ", sdkBodyLimit/4))}
@@ -274,15 +274,15 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 		}, status: 413, typ: "invalid_request_error", code: "request_too_large"},
 		{name: "the tenant's spend window refusing the request", call: func() error {
 			return chat(sdkKey, with(func(p *openai.ChatCompletionNewParams) { p.MaxTokens = openai.Int(500) }),
-				option.WithHeader(dispatcher.HeaderOperation, "metered"))
+				option.WithHeader(frontdoor.HeaderOperation, "metered"))
 		}, status: 429, typ: "insufficient_quota", code: "budget_exhausted", wantHeaders: map[string]string{"Retry-After": ""}},
 		{name: "every route failing", call: func() error { return chat(sdkKey, question("broken")) },
 			status: 503, typ: "server_error", code: "all_routes_failed"},
 		{name: "a deadline passing", call: func() error {
-			return chat(sdkKey, question("stuck"), option.WithHeader(dispatcher.HeaderDeadlineMs, "300"))
+			return chat(sdkKey, question("stuck"), option.WithHeader(frontdoor.HeaderDeadlineMs, "300"))
 		}, status: 504, typ: "timeout_error", code: "deadline_exceeded"},
 		{name: "a stream whose deadline passes before its first byte", call: func() error {
-			return stream(sdkKey, question("stuck"), option.WithHeader(dispatcher.HeaderDeadlineMs, "300"))
+			return stream(sdkKey, question("stuck"), option.WithHeader(frontdoor.HeaderDeadlineMs, "300"))
 		}, status: 504, typ: "timeout_error", code: "deadline_exceeded"},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,244 @@
+package frontdoor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Dialect is the protocol a door answers in. A failure has one status in
+// every dialect, except where a dialect's clients expect another for the
+// same condition (Anthropic's 529 overloaded).
+type Dialect int
+
+const (
+	OpenAI    Dialect = iota // OpenAI-compatible HTTP
+	Anthropic                // Anthropic Messages over HTTP
+	NATS                     // the hedgerow.submit micro service (its error code header)
+)
+
+// StatusClientClosedRequest is nginx's 499: the caller went away before the
+// answer. Nothing reaches the caller; it is for access logs.
+const StatusClientClosedRequest = 499
+
+// StatusOverloaded is Anthropic's 529: the service has no capacity now.
+const StatusOverloaded = 529
+
+// Codes of the failures the doors refuse on their own, before a group runs.
+// The codes of a group's failures are schemas.ErrorCode's.
+const (
+	CodeInvalidValue     = "invalid_value"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidBody      = "invalid_body"
+	CodeRequestTooLarge  = "request_too_large"
+	CodeInvalidAPIKey    = "invalid_api_key"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnknownURL       = "unknown_url"
+	CodeModelNotFound    = "model_not_found"
+	CodeShuttingDown     = "shutting_down"
+	CodeInternal         = "internal_error"
+)
+
+// OpenAI error types: clients branch on the status, and on the code for the
+// details.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeAuthentication = "authentication_error"
+	TypeRateLimit      = "rate_limit_error"
+	TypeQuota          = "insufficient_quota"
+	TypeTimeout        = "timeout_error"
+	TypeServer         = "server_error"
+)
+
+// failureKind is one row of the error table: what a code means in every
+// dialect.
+type failureKind struct {
+	status     int               // the HTTP status, and the NATS door's error code header
+	openAIType string            // the OpenAI error object's type
+	wire       schemas.ErrorCode // the code the NATS door sends
+}
+
+// failureKinds is the one error table every door answers from. Status
+// choices: every route failing transiently, or none being healthy, is 503 —
+// the gateway works and already retried across the pool, so the condition is
+// "no capacity now", which is what 503 tells clients and load balancers.
+// Every route failing permanently (its credentials, its model) is 502: the
+// upstreams answered, unusably, and a retry will not change that. Budget
+// exhaustion is 429 insufficient_quota: an automatic retry of the same
+// request cannot refill a ceiling.
+var failureKinds = map[string]failureKind{
+	CodeInvalidValue:                    {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrInvalidRequest},
+	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel},
+	CodeShuttingDown:                    {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable},
+	CodeInternal:                        {http.StatusInternalServerError, TypeServer, schemas.ErrUnavailable},
+	string(schemas.ErrInvalidRequest):   {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
+	string(schemas.ErrUnknownModel):     {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel},
+	string(schemas.ErrUnavailable):      {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable},
+	string(schemas.ErrDeadlineExceeded): {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded},
+	string(schemas.ErrAlreadyCommitted): {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted},
+	string(schemas.ErrRateLimited):      {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited},
+	string(schemas.ErrBudgetExhausted):  {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted},
+	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed},
+	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed},
+	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute},
+	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled},
+}
+
+// Failure is how a door answers one failure, in any dialect: the code names
+// its row of the error table, which gives the status and types. Messages
+// are fixed texts or name only what the caller got wrong: they never echo
+// prompts, keys or headers.
+type Failure struct {
+	Code    string
+	Param   string
+	Message string
+	// RetryAfter, when positive, is when a retry can succeed (Retry-After).
+	RetryAfter time.Duration
+	// NoRetry tells clients that retrying the same request cannot succeed
+	// (X-Should-Retry: false, which the official SDKs obey).
+	NoRetry bool
+	// Holder is the gate value of the committed winner (already_committed).
+	Holder string
+	// Group is the failed group's id, as its records name it.
+	Group string
+}
+
+func (f *Failure) kind() failureKind {
+	if k, ok := failureKinds[f.Code]; ok {
+		return k
+	}
+	return failureKinds[CodeInternal]
+}
+
+// Status is the failure's status in a dialect.
+func (f *Failure) Status(d Dialect) int {
+	status := f.kind().status
+	if d == Anthropic && f.Code == string(schemas.ErrNoRoute) {
+		// Every route is paused or quarantined: Anthropic clients back off
+		// on 529 overloaded.
+		return StatusOverloaded
+	}
+	return status
+}
+
+// OpenAIType is the type of the failure's OpenAI error object.
+func (f *Failure) OpenAIType() string { return f.kind().openAIType }
+
+// WireCode is the stable code the NATS door sends for the failure.
+func (f *Failure) WireCode() schemas.ErrorCode { return f.kind().wire }
+
+// RetryAfterHeader is the Retry-After value of the failure: whole seconds,
+// rounded up; empty when there is none.
+func (f *Failure) RetryAfterHeader() string {
+	if f.RetryAfter <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64((f.RetryAfter+time.Second-1)/time.Second), 10)
+}
+
+// InvalidParam is a 400 about one parameter of the request.
+func InvalidParam(param, message string) *Failure {
+	return &Failure{Code: CodeInvalidValue, Param: param, Message: message}
+}
+
+// FailureFor maps an error of Submitter.Submit to its answer; nil means the
+// caller went away and nothing is to be sent.
+func FailureFor(err error) *Failure {
+	var ge *dispatcher.GroupError
+	switch {
+	case errors.Is(err, context.Canceled):
+		return nil
+	case errors.Is(err, dispatcher.ErrUnknownPool):
+		return ModelNotFound(unknownPool(err))
+	case errors.Is(err, dispatcher.ErrBadRequest):
+		return &Failure{Code: string(schemas.ErrInvalidRequest), Message: badRequestMessage(err)}
+	case errors.Is(err, dispatcher.ErrShuttingDown):
+		return &Failure{Code: CodeShuttingDown, RetryAfter: time.Second,
+			Message: "This gateway is shutting down; retry on another replica."}
+	case errors.As(err, &ge):
+		return groupFailure(ge)
+	}
+	return &Failure{Code: CodeInternal, Message: "The gateway failed to serve the request."}
+}
+
+// ModelNotFound is the answer to a model that names no pool.
+func ModelNotFound(model string) *Failure {
+	msg := "The model does not exist: it names no pool of this gateway."
+	if model != "" {
+		msg = "The model " + strconv.Quote(model) + " does not exist: it names no pool of this gateway."
+	}
+	return &Failure{Code: CodeModelNotFound, Param: "model", Message: msg}
+}
+
+// unknownPool is the pool an ErrUnknownPool error names, as the dispatcher
+// quoted it.
+func unknownPool(err error) string {
+	_, quoted, ok := strings.Cut(err.Error(), dispatcher.ErrUnknownPool.Error()+": ")
+	if !ok {
+		return ""
+	}
+	if pool, err := strconv.Unquote(quoted); err == nil {
+		return pool
+	}
+	return ""
+}
+
+// badRequestMessage says what is wrong with a request the dispatcher
+// refused. A contract's compiler messages can quote the caller's schema, so
+// those get a fixed text.
+func badRequestMessage(err error) string {
+	if errors.Is(err, arbiter.ErrInvalidContract) || errors.Is(err, arbiter.ErrInvalidResponseFormat) {
+		return "The request's response_format cannot be honoured."
+	}
+	detail := strings.ReplaceAll(err.Error(), dispatcher.ErrBadRequest.Error()+": ", "")
+	detail = strings.ReplaceAll(detail, schemas.ErrMalformedRequest.Error()+": ", "")
+	return "The request is invalid: " + detail + "."
+}
+
+func groupFailure(ge *dispatcher.GroupError) *Failure {
+	f := &Failure{Code: string(ge.Code), Group: ge.Group}
+	switch ge.Code {
+	case schemas.ErrCanceled:
+		return nil
+	case schemas.ErrDeadlineExceeded:
+		f.Message = "No valid answer arrived before the deadline."
+	case schemas.ErrAlreadyCommitted:
+		f.Holder, f.NoRetry = ge.Holder, true
+		f.Message = "Another request of this user action (Idempotency-Key) already committed an answer: " + ge.Holder + "."
+	case schemas.ErrRateLimited:
+		// The longest pause the routes asked for, at least a second.
+		f.RetryAfter = max(ge.RetryAfter, time.Second)
+		f.Message = "Every route of the model is asking for less load; retry later."
+	case schemas.ErrBudgetExhausted:
+		if ge.RetryAfter > 0 {
+			// The tenant's spend window refused: a new window will not.
+			f.RetryAfter = ge.RetryAfter
+			f.Message = "The tenant's spend budget for this window is exhausted; retry in the next window."
+		} else {
+			f.NoRetry = true
+			f.Message = "The attempt or spend budget of this user action is exhausted."
+		}
+	case schemas.ErrRouteFailed:
+		f.Message = "Every route of the model failed permanently (credentials or model at the provider)."
+	case schemas.ErrAllRoutesFailed, schemas.ErrNoRoute:
+		f.Message = "No route of the model could produce a valid answer."
+	case schemas.ErrInvalidRequest:
+		f.Message = "The provider rejected the request as invalid."
+	default:
+		return &Failure{Code: CodeInternal, Group: ge.Group, Message: "The request failed."}
+	}
+	return f
+}

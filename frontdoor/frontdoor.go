@@ -1,0 +1,75 @@
+// Package frontdoor holds what every front door of hedgerow shares: the
+// Submitter a door needs from the runtime, the one table that says how each
+// failure is answered in each door's dialect, the header names callers and
+// answers use, and the tenant keyring that authenticates callers.
+//
+// The doors themselves live below: frontdoor/httpdoor (OpenAI chat
+// completions and Anthropic messages over HTTP) and frontdoor/natsdoor (the
+// hedgerow.submit NATS micro service). A door reads a caller's request into a
+// dispatcher.Submission, hands it to its Submitter and writes the answer or
+// the failure back in its own dialect; it decides nothing about hedging.
+package frontdoor
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher"
+)
+
+// Submitter is what a front door needs from the runtime. *dispatcher.Dispatcher
+// implements it; door tests script it.
+type Submitter interface {
+	// Submit runs one user action's request to its committed answer,
+	// handing a streaming request's committed stream to sink as it arrives.
+	// Cancelling ctx cancels the group with no fallback.
+	Submit(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error)
+	// Pools lists the model classes callers may name.
+	Pools() []string
+	// HasOperation says whether an operation class is configured: a door
+	// refuses an unknown one rather than let it run under the default policy.
+	HasOperation(class string) bool
+	// CheckResponseFormat refuses, before any group runs, a response_format
+	// the pool's contract cannot honour. Errors match dispatcher.ErrUnknownPool,
+	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract or
+	// arbiter.ErrInvalidResponseFormat.
+	CheckResponseFormat(pool string, responseFormat json.RawMessage) error
+}
+
+var _ Submitter = (*dispatcher.Dispatcher)(nil)
+
+// Headers of the front doors. Callers name the user action and the policy
+// class and may shorten the deadline; answers say how they were won.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderOperation      = "X-Hedgerow-Operation"
+	HeaderDeadlineMs     = "X-Hedgerow-Deadline-Ms"
+	HeaderAttempts       = "X-Hedgerow-Attempts"
+	HeaderHedged         = "X-Hedgerow-Hedged"
+	HeaderWinnerRoute    = "X-Hedgerow-Winner-Route"
+	HeaderGate           = "X-Hedgerow-Gate"
+	// HeaderShouldRetry is the retry hint the official OpenAI and Anthropic
+	// SDKs obey: "false" stops their automatic retries of an answer no retry
+	// can change.
+	HeaderShouldRetry = "X-Should-Retry"
+)
+
+// Bounds of caller-chosen values: long enough for any sane use, short enough
+// that they cannot make the gateway hash megabytes or overflow a deadline.
+const (
+	MaxIdempotencyKeyLen = 255
+	MaxOperationLen      = 128
+	// MaxDeadline bounds a caller's deadline; the dispatcher never lengthens
+	// the policy's deadline anyway, so a larger value only risks overflow.
+	MaxDeadline = 24 * time.Hour
+)
+
+// CallerDeadline is the deadline a caller asked for, in milliseconds, capped
+// at MaxDeadline; zero or less asks for none.
+func CallerDeadline(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	return time.Duration(min(ms, MaxDeadline.Milliseconds())) * time.Millisecond
+}
