@@ -37,7 +37,7 @@ const (
 // anthropicDialect speaks Anthropic's Messages API.
 type anthropicDialect struct{}
 
-var anthropic dialect = anthropicDialect{}
+var _ dialect = anthropicDialect{}
 
 func (anthropicDialect) parse(body []byte) (string, schemas.ChatRequest, bool, *frontdoor.Failure) {
 	pool, req, f := parseMessagesRequest(body)

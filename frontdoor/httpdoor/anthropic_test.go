@@ -2,7 +2,6 @@ package httpdoor
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,159 +15,11 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
-	"github.com/hedgerow/hedgerow/arbiter"
-	"github.com/hedgerow/hedgerow/budgets"
-	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/schemas"
-	"github.com/hedgerow/hedgerow/worker"
-	"github.com/hedgerow/hedgerow/worker/upstream"
 )
-
-// messagesProvider is a real Anthropic Messages server whose answers a
-// script decides, as provider is for the OpenAI dialect.
-type messagesProvider struct {
-	srv     *httptest.Server
-	script  *script
-	route   string
-	arrived chan string
-	gone    chan string
-}
-
-// pushbackSeconds is the Retry-After of a scripted 429 or 529: long enough
-// that no test outlives it.
-const pushbackSeconds = "30"
-
-func newMessagesProvider(t *testing.T, route string, sc *script) *messagesProvider {
-	p := &messagesProvider{script: sc, route: route, arrived: make(chan string, 1024), gone: make(chan string, 64)}
-	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *messagesProvider) serve(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	if r.URL.Path != "/v1/messages" {
-		http.NotFound(w, r)
-		return
-	}
-	notify(p.arrived, p.route)
-	b := p.script.take()
-	if b.status != 0 {
-		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error", 529: "overloaded_error"}[b.status]
-		if b.status == 429 || b.status == 529 {
-			w.Header().Set("Retry-After", pushbackSeconds)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(b.status)
-		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":"scripted"}}`, typ)
-		return
-	}
-	if b.hang {
-		<-r.Context().Done()
-		notify(p.gone, p.route)
-		return
-	}
-	t := time.NewTimer(b.firstByte)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
-		notify(p.gone, p.route)
-		return
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl := w.(http.Flusher)
-	ev := func(name, data string) {
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
-		fl.Flush()
-	}
-	words := max(b.words, 1)
-	ev("message_start", `{"type":"message_start","message":{"id":"msg_x","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`)
-	ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
-	for i := range words {
-		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s%d "}}`, p.route, i))
-	}
-	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
-	ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, words))
-	ev("message_stop", `{"type":"message_stop"}`)
-}
-
-// messagesCluster is NATS, a worker per Anthropic route, a dispatcher with
-// pool "general" over the routes, and the HTTP front door.
-type messagesCluster struct {
-	url       string
-	providers map[string]*messagesProvider
-}
-
-// newMessagesCluster starts routes a and b as Anthropic routes sharing sc
-// (nil: the routes have no workers). extraYAML is appended to the config.
-func newMessagesCluster(t *testing.T, sc *script, extraYAML string, opts HTTPOptions) *messagesCluster {
-	t.Helper()
-	ns := startNATS(t)
-	mc := &messagesCluster{providers: map[string]*messagesProvider{}}
-	var y strings.Builder
-	y.WriteString("routes:\n")
-	for _, r := range []string{"a", "b"} {
-		url := "http://127.0.0.1:1"
-		if sc != nil {
-			p := newMessagesProvider(t, r, sc)
-			mc.providers[r], url = p, p.srv.URL
-		}
-		fmt.Fprintf(&y, "  - {name: %s, provider: anthropic, base_url: %q, model: claude-m, labels: {provider: %s}}\n", r, url, r)
-	}
-	y.WriteString("pools:\n  general:\n    routes: [a, b]\n")
-	y.WriteString(policyYAML + extraYAML)
-	cfg, err := config.Parse("messages.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, y.String())
-	}
-	for _, r := range cfg.Routes {
-		if mc.providers[r.Name] == nil {
-			continue
-		}
-		up, err := upstream.NewAnthropic(upstream.AnthropicConfig{Config: upstream.Config{BaseURL: r.BaseURL, Model: r.Model}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: connect(t, ns), HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = w.Stop(ctx)
-		})
-	}
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := connect(t, ns)
-	d, err := New(Config{Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Config: cfg, Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Close(ctx); err != nil {
-			t.Errorf("dispatcher close: %v", err)
-		}
-	})
-	opts.Conn, opts.Pools = nc, PoolRoutes(cfg)
-	h, err := NewHTTPHandler(d, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	mc.url = srv.URL
-	return mc
-}
 
 // messagesRequest is a Messages request for pool general asking prompt.
 func messagesRequest(stream bool, extra string) string {
@@ -265,16 +116,19 @@ func accumulate(t *testing.T, resp *http.Response) (anthropic.Message, []string,
 }
 
 func TestMessagesDoorAnswersAMessageWithUsageAndHedgeHeaders(t *testing.T) {
-	mc := newMessagesCluster(t, newScript(behaviour{words: 3}), "", HTTPOptions{})
-	resp := postMessages(t, mc.url, messagesRequest(false, ""), nil)
+	srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{
+		GroupID: "g-1", Content: "a0 a1 a2 ", Usage: schemas.Usage{InputUnits: 10, OutputUnits: 3},
+		Attempts: 1, Winner: 1, WinnerRoute: "a", Gate: "g-1/1/1",
+	}, false), Options{})
+	resp := postMessages(t, srv.URL, messagesRequest(false, ""), nil)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d (%s): %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	route := resp.Header.Get(HeaderWinnerRoute)
+	route := resp.Header.Get(frontdoor.HeaderWinnerRoute)
 	m := sdkMessage(t, body)
-	if !strings.HasPrefix(m.ID, "msg_") || m.Role != "assistant" || m.Model != "general" || m.StopReason != anthropic.StopReasonEndTurn {
+	if m.ID != "msg_g-1" || m.Role != "assistant" || m.Model != "general" || m.StopReason != anthropic.StopReasonEndTurn {
 		t.Fatalf("message %s", body)
 	}
 	if len(m.Content) != 1 || m.Content[0].Type != "text" || m.Content[0].Text != route+"0 "+route+"1 "+route+"2 " {
@@ -283,50 +137,18 @@ func TestMessagesDoorAnswersAMessageWithUsageAndHedgeHeaders(t *testing.T) {
 	if m.Usage.InputTokens != 10 || m.Usage.OutputTokens != 3 {
 		t.Fatalf("usage %+v, want the provider's 10 in, 3 out", m.Usage)
 	}
-	if resp.Header.Get(HeaderAttempts) != "1" || resp.Header.Get(HeaderHedged) != "false" || resp.Header.Get(HeaderGate) == "" {
+	if resp.Header.Get(frontdoor.HeaderAttempts) != "1" || resp.Header.Get(frontdoor.HeaderHedged) != "false" || resp.Header.Get(frontdoor.HeaderGate) == "" {
 		t.Fatalf("hedge headers %v", resp.Header)
 	}
-}
-
-func TestMessagesDoorStreamsOnlyTheHedgeWinnerOverAnthropicRoutes(t *testing.T) {
-	// The primary hangs: after the hedge delay, the other route wins.
-	mc := newMessagesCluster(t, newScript(behaviour{words: 4}, behaviour{hang: true}), "", HTTPOptions{})
-	resp := postMessages(t, mc.url, messagesRequest(true, ""), nil)
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	m, types, err := accumulate(t, resp)
-	if err != nil {
-		t.Fatalf("stream: %v", err)
-	}
-	// Workers coalesce chunks, so the number of deltas varies.
-	want := "message_start,content_block_start,content_block_delta,content_block_stop,message_delta,message_stop"
-	if got := collapseDeltas(types); got != want {
-		t.Fatalf("events %v, want %s (deltas collapsed)", types, want)
-	}
-	route := headerOrTrailer(resp, HeaderWinnerRoute)
-	loser := map[string]string{"a": "b", "b": "a"}[route]
-	if headerOrTrailer(resp, HeaderHedged) != "true" || headerOrTrailer(resp, HeaderAttempts) != "2" || loser == "" {
-		t.Fatalf("hedged %q attempts %q winner %q", headerOrTrailer(resp, HeaderHedged), headerOrTrailer(resp, HeaderAttempts), route)
-	}
-	if len(m.Content) != 1 || m.Content[0].Text != route+"0 "+route+"1 "+route+"2 "+route+"3 " {
-		t.Fatalf("accumulated content %+v, want only the winner's words", m.Content)
-	}
-	if m.StopReason != anthropic.StopReasonEndTurn || m.Usage.InputTokens != 10 || m.Usage.OutputTokens != 4 || !strings.HasPrefix(m.ID, "msg_") {
-		t.Fatalf("message %+v", m)
-	}
-	select {
-	case <-mc.providers[loser].gone:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the stalled primary on %s was not cancelled", loser)
+	if subs := sub.Submissions(); len(subs) != 1 || subs[0].Pool != "general" || subs[0].Request.MaxTokens != 50 {
+		t.Fatalf("submissions %+v", subs)
 	}
 }
 
 func TestMessagesDoorErrorsAreAnthropicErrorObjects(t *testing.T) {
 	tests := []struct {
 		name    string
-		script  *script // nil: the routes have no workers
+		fail    error // what the runtime answers, when set
 		limit   int64
 		method  string
 		body    string
@@ -344,25 +166,25 @@ func TestMessagesDoorErrorsAreAnthropicErrorObjects(t *testing.T) {
 		{name: "a document block", body: `{"model":"general","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]}]}`,
 			status: 400, typ: "invalid_request_error"},
 		{name: "a server tool", body: messagesRequest(false, `"tools":[{"type":"web_search_20250305","name":"web_search"}]`), status: 400, typ: "invalid_request_error"},
-		{name: "a bad deadline header", body: messagesRequest(false, ""), headers: map[string]string{HeaderDeadlineMs: "soon"}, status: 400, typ: "invalid_request_error"},
+		{name: "a bad deadline header", body: messagesRequest(false, ""), headers: map[string]string{frontdoor.HeaderDeadlineMs: "soon"}, status: 400, typ: "invalid_request_error"},
 		{name: "a body over the limit", limit: 1024, body: messagesRequest(false, `"metadata":{"pad":"`+strings.Repeat("x", 2048)+`"}`), status: 413, typ: "request_too_large"},
 		{name: "a wrong method", method: http.MethodGet, status: 405, typ: "invalid_request_error"},
-		{name: "a hanging provider past a short deadline", script: newScript(behaviour{hang: true}), body: messagesRequest(false, ""),
-			headers: map[string]string{HeaderDeadlineMs: "300"}, status: 504, typ: "timeout_error"},
-		{name: "a stream failing before its first byte", script: newScript(behaviour{hang: true}), body: messagesRequest(true, ""),
-			headers: map[string]string{HeaderDeadlineMs: "300"}, status: 504, typ: "timeout_error"},
-		{name: "routes without workers", body: messagesRequest(false, ""), status: 503, typ: "api_error"},
-		{name: "providers rejecting the key", script: newScript(behaviour{status: 401}), body: messagesRequest(false, ""), status: 502, typ: "api_error"},
-		{name: "providers rejecting the request", script: newScript(behaviour{status: 400}), body: messagesRequest(false, ""), status: 400, typ: "invalid_request_error"},
+		{name: "a stream failing before its first byte", fail: &dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}, body: messagesRequest(true, ""),
+			status: 504, typ: "timeout_error"},
+		{name: "no healthy route", fail: &dispatcher.GroupError{Code: schemas.ErrNoRoute}, body: messagesRequest(false, ""), status: 529, typ: "overloaded_error"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			mc := newMessagesCluster(t, tc.script, "", HTTPOptions{BodyLimit: tc.limit})
+			answer := frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false)
+			if tc.fail != nil {
+				answer = frontdoortest.Fail(tc.fail)
+			}
+			srv, _ := scripted(t, answer, Options{BodyLimit: tc.limit})
 			method := tc.method
 			if method == "" {
 				method = http.MethodPost
 			}
-			req, err := http.NewRequest(method, mc.url+"/v1/messages", strings.NewReader(tc.body))
+			req, err := http.NewRequest(method, srv.URL+"/v1/messages", strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -388,32 +210,10 @@ func TestMessagesDoorErrorsAreAnthropicErrorObjects(t *testing.T) {
 	}
 }
 
-func TestMessagesDoorPushbackIsRateLimitedThenOverloaded(t *testing.T) {
-	// Every route answers 429 with a Retry-After longer than the test: the
-	// first request fails rate_limited, and the next finds no route that is
-	// not paused.
-	mc := newMessagesCluster(t, newScript(behaviour{status: 429}), "", HTTPOptions{})
-	for _, want := range []struct {
-		status int
-		typ    string
-	}{{429, "rate_limit_error"}, {529, "overloaded_error"}} {
-		resp := postMessages(t, mc.url, messagesRequest(false, ""), nil)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want.status || anthropicErrorType(t, body) != want.typ {
-			t.Fatalf("status %d: %s, want %d %s", resp.StatusCode, body, want.status, want.typ)
-		}
-		if want.status == 429 && resp.Header.Get("Retry-After") == "" {
-			t.Errorf("429 without Retry-After")
-		}
-	}
-}
-
 func TestMessagesDoorTakesTheKeyFromXAPIKey(t *testing.T) {
 	const key = "sk-hedgerow-tenant-key"
-	hash := config.HashAPIKey(key)
-	mc := newMessagesCluster(t, newScript(behaviour{words: 2}), "", HTTPOptions{
-		TenantByKeyHash: func(h string) (string, bool) { return "tenant", h == hash },
+	srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{
+		Keyring: frontdoor.NewKeyring(map[string][]string{"tenant": {frontdoor.HashAPIKey(key)}}),
 	})
 	for _, tc := range []struct {
 		name    string
@@ -426,7 +226,7 @@ func TestMessagesDoorTakesTheKeyFromXAPIKey(t *testing.T) {
 		{"the key as a bearer token", map[string]string{"Authorization": "Bearer " + key}, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := postMessages(t, mc.url, messagesRequest(false, ""), tc.headers)
+			resp := postMessages(t, srv.URL, messagesRequest(false, ""), tc.headers)
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != tc.status {
@@ -439,6 +239,11 @@ func TestMessagesDoorTakesTheKeyFromXAPIKey(t *testing.T) {
 			}
 		})
 	}
+	for _, s := range sub.Submissions() {
+		if s.Tenant != "tenant" {
+			t.Errorf("submission of tenant %q, want the key's tenant", s.Tenant)
+		}
+	}
 }
 
 func TestMessagesDoorMapsDispatcherErrorsToAnthropicStatusesAndTypes(t *testing.T) {
@@ -449,27 +254,27 @@ func TestMessagesDoorMapsDispatcherErrorsToAnthropicStatusesAndTypes(t *testing.
 		retryAfter string
 		noRetry    bool
 	}{
-		{&GroupError{Code: schemas.ErrDeadlineExceeded}, 504, "timeout_error", "", false},
-		{&GroupError{Code: schemas.ErrAlreadyCommitted, Holder: "g1/2/7"}, 409, "invalid_request_error", "", true},
-		{&GroupError{Code: schemas.ErrRateLimited}, 429, "rate_limit_error", "1", false},
-		{&GroupError{Code: schemas.ErrBudgetExhausted}, 429, "rate_limit_error", "", true},
-		{&GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "api_error", "", false},
-		{&GroupError{Code: schemas.ErrNoRoute}, 529, "overloaded_error", "", false},
-		{&GroupError{Code: schemas.ErrRouteFailed}, 502, "api_error", "", false},
-		{&GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "", false},
-		{fmt.Errorf("%w: x", ErrBadRequest), 400, "invalid_request_error", "", false},
-		{fmt.Errorf("%w: %q", ErrUnknownPool, "x"), 404, "not_found_error", "", false},
-		{ErrShuttingDown, 503, "api_error", "1", false},
+		{&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}, 504, "timeout_error", "", false},
+		{&dispatcher.GroupError{Code: schemas.ErrAlreadyCommitted, Holder: "g1/2/7"}, 409, "invalid_request_error", "", true},
+		{&dispatcher.GroupError{Code: schemas.ErrRateLimited}, 429, "rate_limit_error", "1", false},
+		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted}, 429, "rate_limit_error", "", true},
+		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "api_error", "", false},
+		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 529, "overloaded_error", "", false},
+		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "api_error", "", false},
+		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "", false},
+		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "", false},
+		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "not_found_error", "", false},
+		{dispatcher.ErrShuttingDown, 503, "api_error", "1", false},
 		{errors.New("surprise"), 500, "api_error", "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			writeMessagesError(rec, anthropicErrorFor(errorFor(tc.err)))
+			anthropicDialect{}.writeFailure(rec, frontdoor.FailureFor(tc.err))
 			typ := anthropicErrorType(t, rec.Body.Bytes())
 			if rec.Code != tc.status || typ != tc.typ || rec.Header().Get("Retry-After") != tc.retryAfter ||
-				(rec.Header().Get(headerShouldRetry) == "false") != tc.noRetry {
-				t.Fatalf("%d %s Retry-After %q x-should-retry %q", rec.Code, typ, rec.Header().Get("Retry-After"), rec.Header().Get(headerShouldRetry))
+				(rec.Header().Get(frontdoor.HeaderShouldRetry) == "false") != tc.noRetry {
+				t.Fatalf("%d %s Retry-After %q x-should-retry %q", rec.Code, typ, rec.Header().Get("Retry-After"), rec.Header().Get(frontdoor.HeaderShouldRetry))
 			}
 		})
 	}
@@ -487,9 +292,9 @@ func TestMessagesRequestMapsOntoTheCanonicalRequest(t *testing.T) {
 		  {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"18C"},{"type":"text","text":"Thanks"}]}],
 		"tools":[{"name":"get_weather","description":"Weather now","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],
 		"tool_choice":{"type":"tool","name":"get_weather"}}`
-	pool, req, aerr := parseMessagesRequest([]byte(body))
-	if aerr != nil {
-		t.Fatalf("parse: %+v", aerr)
+	pool, req, f := parseMessagesRequest([]byte(body))
+	if f != nil {
+		t.Fatalf("parse: %+v", f)
 	}
 	if pool != "general" || req.Model != "general" || req.MaxTokens != 64 || !req.Stream || *req.Temperature != 0.3 || *req.TopP != 0.8 ||
 		fmt.Sprint(req.Stop) != "[END]" {
@@ -525,14 +330,14 @@ func TestMessagesRequestMapsOntoTheCanonicalRequest(t *testing.T) {
 		}
 	}
 	// A plain string system prompt and string content stay strings.
-	_, req, aerr = parseMessagesRequest([]byte(`{"model":"general","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`))
-	if aerr != nil || string(req.Messages[0].Content) != `"Be brief."` || string(req.Messages[1].Content) != `"hi"` {
-		t.Fatalf("messages %+v (%v)", req.Messages, aerr)
+	_, req, f = parseMessagesRequest([]byte(`{"model":"general","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`))
+	if f != nil || string(req.Messages[0].Content) != `"Be brief."` || string(req.Messages[1].Content) != `"hi"` {
+		t.Fatalf("messages %+v (%v)", req.Messages, f)
 	}
 }
 
 func TestMessagesAnswerCarriesToolUseBlocksAndStopReasons(t *testing.T) {
-	resp := &Response{GroupID: "g-1", Content: "Checking.", FinishReason: "tool_calls",
+	resp := &dispatcher.Response{GroupID: "g-1", Content: "Checking.", FinishReason: "tool_calls",
 		ToolCalls: []byte(`[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},` +
 			`{"id":"toolu_2","type":"function","function":{"name":"cut","arguments":"{\"a\":"}}]`),
 		Usage: schemas.Usage{InputUnits: 7, OutputUnits: 9}}
@@ -546,7 +351,7 @@ func TestMessagesAnswerCarriesToolUseBlocksAndStopReasons(t *testing.T) {
 	}
 	for finish, want := range map[string]string{"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 		"content_filter": "refusal", "pause_turn": "pause_turn", "": "end_turn"} {
-		if got := stopReason(&Response{FinishReason: finish}); got != want {
+		if got := stopReason(&dispatcher.Response{FinishReason: finish}); got != want {
 			t.Errorf("stopReason(%q) = %q, want %q", finish, got, want)
 		}
 	}
@@ -563,10 +368,10 @@ func recordedStream(rec *httptest.ResponseRecorder) *http.Response {
 
 func TestMessagesStreamWritesTextAndToolUseBlocksTheSDKAccumulates(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := &messagesStream{w: rec, rc: http.NewResponseController(rec), model: "general", block: -1}
-	resp := &Response{GroupID: "g-2", Attempts: 1, WinnerRoute: "a", Gate: "g-2/1/1", FinishReason: "tool_calls", Usage: schemas.Usage{InputUnits: 5, OutputUnits: 8}}
+	s := anthropicDialect{}.stream(rec, "general", time.Time{}, false).(*messagesStream)
+	resp := &dispatcher.Response{GroupID: "g-2", Attempts: 1, WinnerRoute: "a", Gate: "g-2/1/1", FinishReason: "tool_calls", Usage: schemas.Usage{InputUnits: 5, OutputUnits: 8}}
 	s.Committed(resp)
-	for _, d := range []Delta{
+	for _, d := range []dispatcher.Delta{
 		{Content: "Let me "},
 		{Content: "check."},
 		{ToolCalls: []byte(`[{"index":0,"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":""}}]`)},
@@ -581,7 +386,7 @@ func TestMessagesStreamWritesTextAndToolUseBlocksTheSDKAccumulates(t *testing.T)
 	if err := s.finish(resp); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Header().Get(HeaderWinnerRoute) != "a" || rec.Header().Get("Trailer") != "" {
+	if rec.Header().Get(frontdoor.HeaderWinnerRoute) != "a" || rec.Header().Get("Trailer") != "" {
 		t.Fatalf("headers %v, want the hedge values as headers", rec.Header())
 	}
 	m, types, err := accumulate(t, recordedStream(rec))
@@ -608,11 +413,11 @@ func TestMessagesStreamWritesTextAndToolUseBlocksTheSDKAccumulates(t *testing.T)
 
 func TestMessagesStreamFailingAfterItsFirstByteEndsWithAnErrorEvent(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := &messagesStream{w: rec, rc: http.NewResponseController(rec), model: "general", block: -1}
-	if err := s.Delta(Delta{Content: "partial"}); err != nil {
+	s := anthropicDialect{}.stream(rec, "general", time.Time{}, false).(*messagesStream)
+	if err := s.Delta(dispatcher.Delta{Content: "partial"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.event("error", anthropicErrorFor(errorFor(&GroupError{Code: schemas.ErrAllRoutesFailed, Streamed: true}))); err != nil {
+	if err := s.fail(frontdoor.FailureFor(&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed, Streamed: true})); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Header().Get("Trailer") == "" {

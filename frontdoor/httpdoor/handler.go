@@ -132,18 +132,18 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	h.ready = newReadiness(opts.Conn, opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.
-	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAI, h.serveDialect(openAI)))
-	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropic, h.serveDialect(anthropic)))
-	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAI, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, openAI, h.getModel))
-	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAI, h.healthz))
-	h.mux.HandleFunc("/readyz", only(http.MethodGet, openAI, h.readyz))
+	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
+	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
+	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
+	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, openAIDialect{}, h.getModel))
+	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
+	h.mux.HandleFunc("/readyz", only(http.MethodGet, openAIDialect{}, h.readyz))
 	if opts.Gatherer != nil {
 		metrics := promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
-		h.mux.HandleFunc("/metrics", only(http.MethodGet, openAI, metrics.ServeHTTP))
+		h.mux.HandleFunc("/metrics", only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		openAI.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
+		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
 			Message: "Unknown request URL: see /v1/chat/completions and /v1/models."})
 	})
 	return h, nil
@@ -360,7 +360,7 @@ func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
 func (h *handler) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	if !slices.Contains(h.d.Pools(), name) {
-		openAI.writeFailure(w, frontdoor.ModelNotFound(name))
+		openAIDialect{}.writeFailure(w, frontdoor.ModelNotFound(name))
 		return
 	}
 	writeJSON(w, http.StatusOK, newModel(name))

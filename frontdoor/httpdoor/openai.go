@@ -21,7 +21,7 @@ import (
 // openAIDialect speaks OpenAI's chat completions.
 type openAIDialect struct{}
 
-var openAI dialect = openAIDialect{}
+var _ dialect = openAIDialect{}
 
 func (openAIDialect) parse(body []byte) (string, schemas.ChatRequest, bool, *frontdoor.Failure) {
 	return parseChatRequest(body)

@@ -1,0 +1,136 @@
+// Package frontdoortest provides a scripted frontdoor.Submitter, so door
+// tests check statuses, parsing and stream shapes without a NATS cluster,
+// workers or providers behind the door.
+package frontdoortest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/dispatcher"
+)
+
+// Script answers one submission as the runtime would: a response, or an
+// error of the kinds dispatcher.Submit returns.
+type Script func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error)
+
+// Submitter is a scripted frontdoor.Submitter. It knows the pools and
+// operation classes it is given, checks response formats with the arbiter's
+// own contract code, runs Script for every submission and records each
+// submission it was handed.
+type Submitter struct {
+	PoolNames  []string
+	Operations []string
+	Script     Script
+
+	mu   sync.Mutex
+	subs []dispatcher.Submission
+}
+
+// New returns a Submitter of the pool "general" and the operation class
+// "default" that runs script.
+func New(script Script) *Submitter {
+	return &Submitter{PoolNames: []string{"general"}, Operations: []string{"default"}, Script: script}
+}
+
+// Submit records sub and runs the script; an unknown pool is refused as
+// the dispatcher refuses it.
+func (s *Submitter) Submit(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+	s.mu.Lock()
+	s.subs = append(s.subs, sub)
+	s.mu.Unlock()
+	if !slices.Contains(s.PoolNames, sub.Pool) {
+		return nil, fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, sub.Pool)
+	}
+	if s.Script == nil {
+		return nil, fmt.Errorf("frontdoortest: no script for pool %q", sub.Pool)
+	}
+	return s.Script(ctx, sub, sink)
+}
+
+// Pools lists PoolNames.
+func (s *Submitter) Pools() []string { return slices.Clone(s.PoolNames) }
+
+// HasOperation reports whether class is one of Operations.
+func (s *Submitter) HasOperation(class string) bool { return slices.Contains(s.Operations, class) }
+
+// CheckResponseFormat judges a response_format against an empty pool
+// contract with the arbiter, as the dispatcher does.
+func (s *Submitter) CheckResponseFormat(pool string, responseFormat json.RawMessage) error {
+	if !slices.Contains(s.PoolNames, pool) {
+		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, pool)
+	}
+	spec, changed, err := arbiter.ContractSpec{}.WithResponseFormat(responseFormat)
+	if err != nil {
+		return fmt.Errorf("%w: %w", dispatcher.ErrBadRequest, err)
+	}
+	if changed {
+		if _, err := arbiter.NewContract(spec); err != nil {
+			return fmt.Errorf("%w: response_format: %w", dispatcher.ErrBadRequest, err)
+		}
+	}
+	return nil
+}
+
+// Submissions returns what the door submitted so far.
+func (s *Submitter) Submissions() []dispatcher.Submission {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.subs)
+}
+
+// Answer is a script that commits resp: a streaming submission first hears
+// of the commit (when its sink asks, and commitFirst is set), then gets
+// deltas in order.
+func Answer(resp *dispatcher.Response, commitFirst bool, deltas ...dispatcher.Delta) Script {
+	return func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		if sink == nil {
+			return resp, nil
+		}
+		if cs, ok := sink.(dispatcher.CommitSink); ok && commitFirst {
+			cs.Committed(resp)
+		}
+		for _, d := range deltas {
+			if err := sink.Delta(d); err != nil {
+				return nil, fmt.Errorf("caller gone: %w", context.Canceled)
+			}
+		}
+		return resp, nil
+	}
+}
+
+// Fail is a script that fails every submission with err, after sending
+// deltas to a streaming one (a failure after the commit).
+func Fail(err error, deltas ...dispatcher.Delta) Script {
+	return func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		if sink != nil {
+			for _, d := range deltas {
+				if err := sink.Delta(d); err != nil {
+					return nil, fmt.Errorf("caller gone: %w", context.Canceled)
+				}
+			}
+		}
+		return nil, err
+	}
+}
+
+// Hold is a script that sends deltas, then holds the submission until its
+// caller goes away, and reports that on gone.
+func Hold(gone chan<- struct{}, deltas ...dispatcher.Delta) Script {
+	return func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		if sink != nil {
+			for _, d := range deltas {
+				if err := sink.Delta(d); err != nil {
+					break
+				}
+			}
+		}
+		<-ctx.Done()
+		gone <- struct{}{}
+		return nil, ctx.Err()
+	}
+}
