@@ -15,6 +15,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
@@ -121,8 +122,8 @@ func TestWorkerProcessWithRedisHoldsARouteLeaseWhileBusy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a worker config with redis.url and no hash_key_env: %v", err)
 	}
-	ns := startEmbeddedNATS(t, 8<<20)
-	wc, dc := connectEmbedded(t, ns, "workers"), connectEmbedded(t, ns, "dispatcher")
+	ns := natstest.Start(t, natstest.MaxPayload(8<<20))
+	wc, dc := natstest.Connect(t, ns, nats.Name("workers")), natstest.Connect(t, ns, nats.Name("dispatcher"))
 	w, err := StartWorkers(cfg, wc, Options{Routes: []string{"fake-a"}, DrainGrace: time.Second})
 	if err != nil {
 		t.Fatalf("StartWorkers: %v", err)
