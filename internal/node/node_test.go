@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -275,20 +276,13 @@ func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 	}
 	// The latency sketch of the request's cohort is shared too, at the
 	// sketch syncer's next tick (one a second).
-	deadline := time.Now().Add(wait)
-	for {
+	eventually.True(t, wait, "a shared latency sketch in redis", func() bool {
 		sketches, err := rs.Client().Keys(t.Context(), "nodetest:{sk:*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sketches) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no shared latency sketch in redis after %v", wait)
-		}
-		time.Sleep(50 * time.Millisecond) // polling Redis: no event to wait on
-	}
+		return len(sketches) > 0
+	})
 }
 
 func TestStartFailsOnAnAddressInUse(t *testing.T) {
@@ -350,16 +344,12 @@ func TestFakeLLMStopEndsHeldRequestsFirst(t *testing.T) {
 // sent by another goroutine and nothing else says when it arrived.
 func waitInFlight(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	eventually.True(t, wait, "the request to reach the fake", func() bool {
 		_, body := get(t, base+"/stats?limit=1")
 		var st fakellm.Stats
 		if err := json.Unmarshal(body, &st); err != nil {
 			t.Fatalf("stats %s: %v", body, err)
 		}
-		if st.Totals.InFlight > 0 {
-			return
-		}
-	}
-	t.Fatal("the request never reached the fake")
+		return st.Totals.InFlight > 0
+	})
 }
