@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -319,20 +320,22 @@ func TestRedisGateKeepsTheLocalDecisionWhenRedisIsDownAndRecovers(t *testing.T) 
 	// go-redis backs off from a dead server and probes it about once a
 	// second, so recovery is awaited as a condition, each try on a fresh
 	// user action.
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		ua := fmt.Sprintf("after-%d", i)
+	tries := 0
+	eventually.True(t, 10*time.Second, "claims to go through Redis again after a restart", func() bool {
+		ua := fmt.Sprintf("after-%d", tries)
+		tries++
 		c, err := g.Claim(ctx, ua, "gA", 0)
 		if err == nil {
 			if !c.Won || c.Value != "gA/0/1" || redisHolds(t, client, g, ua) != c.Value {
 				t.Fatalf("claim after restart = %+v, Redis holds %q", c, redisHolds(t, client, g, ua))
 			}
-			break
+			return true
 		}
-		if !errors.Is(err, ErrGateDegraded) || time.Now().After(deadline) {
+		if !errors.Is(err, ErrGateDegraded) {
 			t.Fatalf("claims did not go through Redis again after a restart: %v", err)
 		}
-	}
+		return false
+	})
 }
 
 // TestRedisGateTimeoutBoundsAClaimWhenRedisStalls points the gate at a

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hedgerow/hedgerow/client"
-	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
@@ -231,21 +231,12 @@ func TestGatewayIsDiscoverableThroughMicroPing(t *testing.T) {
 }
 
 func TestNoGatewayIsUnavailableAndRetryable(t *testing.T) {
-	ns, err := embednats.Start(embednats.Config{MaxPayload: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := ns.Connect("client-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(1<<20)), nats.Name("client-test"))
 	c := newClient(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 
-	_, err = c.Submit(ctx, ask("anyone?"))
+	_, err := c.Submit(ctx, ask("anyone?"))
 	var herr *client.Error
 	if !errors.As(err, &herr) || herr.Code != schemas.ErrUnavailable || !herr.Retryable() || !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("Submit: %v, want a retryable unavailable *client.Error wrapping nats.ErrNoResponders", err)
@@ -264,16 +255,7 @@ func TestNewRejectsWhatItCannotUse(t *testing.T) {
 	if _, err := client.New(nil); err == nil {
 		t.Error("New(nil) succeeded")
 	}
-	ns, err := embednats.Start(embednats.Config{MaxPayload: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := ns.Connect("client-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(1<<20)), nats.Name("client-test"))
 	if _, err := client.New(nc, client.WithTimeout(0)); err == nil {
 		t.Error("New with a zero timeout succeeded")
 	}

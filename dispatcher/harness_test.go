@@ -21,6 +21,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 	"github.com/hedgerow/hedgerow/worker/upstream"
@@ -162,7 +163,7 @@ type cluster struct {
 // with the cluster's configuration and base's store, gate and registry.
 func (c *cluster) addDispatcher(base Config) *Dispatcher {
 	c.t.Helper()
-	base.Conn, base.Config, base.Logger = connect(c.t, c.ns), c.cfg, testLogger()
+	base.Conn, base.Config, base.Logger = natstest.Connect(c.t, c.ns), c.cfg, testLogger()
 	d, err := New(base)
 	if err != nil {
 		c.t.Fatal(err)
@@ -177,29 +178,18 @@ func (c *cluster) addDispatcher(base Config) *Dispatcher {
 	return d
 }
 
+// natsPayload is the max payload of the tests' NATS server: the
+// configuration's default nats.max_payload, which the gateway checks.
+const natsPayload = 8 << 20
+
+// startNATS and connect are kept, forwarding to natstest, for the door tests
+// (http_test.go, http_anthropic_test.go, nats_service_test.go, e2e_test.go)
+// being moved out of this package; delete them once those files are gone.
 func startNATS(t *testing.T) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
+	return natstest.Start(t, natstest.MaxPayload(natsPayload))
 }
 
-func connect(t *testing.T, ns *server.Server) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatalf("nats connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+func connect(t *testing.T, ns *server.Server) *nats.Conn { return natstest.Connect(t, ns) }
 
 // policyYAML is a test policy: a short known hedge delay (the estimator is
 // kept cold), no control groups, and quick timeouts.
@@ -221,8 +211,8 @@ policies:
 // with its own policies replaces policyYAML.
 func newCluster(t *testing.T, routes []string, providers map[string]*provider, extraYAML string) *cluster {
 	t.Helper()
-	ns := startNATS(t)
-	c := &cluster{t: t, ns: ns, nc: connect(t, ns),
+	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
+	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
 		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
 	var y strings.Builder
 	y.WriteString("routes:\n")
@@ -251,7 +241,7 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: connect(t, ns), HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger()})
+		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -389,7 +379,7 @@ type fakeWorker struct {
 // own goroutine.
 func startFakeWorker(t *testing.T, c *cluster, routes []string, handle func(fw *fakeWorker, a schemas.Attempt)) *fakeWorker {
 	t.Helper()
-	fw := &fakeWorker{t: t, nc: connect(t, c.ns), inbox: nats.NewInbox(), cancels: make(chan schemas.Cancel, 16)}
+	fw := &fakeWorker{t: t, nc: natstest.Connect(t, c.ns), inbox: nats.NewInbox(), cancels: make(chan schemas.Cancel, 16)}
 	cs, err := fw.nc.Subscribe(fw.inbox, func(m *nats.Msg) {
 		var cancel schemas.Cancel
 		if schemas.Decode(m.Data, &cancel) == nil {

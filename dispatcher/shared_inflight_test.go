@@ -8,6 +8,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -73,20 +74,13 @@ func TestPrimariesAvoidARouteLoadedByOtherReplicasWorkers(t *testing.T) {
 // routeRefreshInterval) to give its picker the cluster's count n for route.
 func waitSharedInFlight(t *testing.T, d *Dispatcher, route string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, fmt.Sprintf("route %s to have %d shared in flight", route, n), func() bool {
 		st, err := d.picker.Stats(route, d.now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.SharedInFlight == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("route %s: shared in flight %d after 10s, want %d", route, st.SharedInFlight, n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the picker: the refresh has no event to wait on
-	}
+		return st.SharedInFlight == n
+	})
 }
 
 // submitAndCountPrimaries submits n requests one after another and counts

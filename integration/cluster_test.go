@@ -18,6 +18,8 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
@@ -123,7 +125,7 @@ func TestGroupsFinishOrFailStablyWhenANATSNodeGoesDown(t *testing.T) {
 
 			calls.waitCommitted(t, 20, down, "after the node went down")
 			lost := nodes[tc.killed].Name()
-			waitFor(t, 10*time.Second, "every client reconnected to a surviving node", func() bool {
+			eventually.True(t, 10*time.Second, "every client reconnected to a surviving node", func() bool {
 				for _, nc := range append([]*nats.Conn{dispatcherConn}, workerConns...) {
 					if !nc.IsConnected() || nc.ConnectedServerName() == lost {
 						return false
@@ -209,13 +211,16 @@ func TestGroupsFinishOrFailStablyWhenANATSNodeGoesDown(t *testing.T) {
 // every other.
 func startCluster(t *testing.T, n int) []*server.Server {
 	t.Helper()
-	seed := startNode(t, "node-0", nil)
-	seedRoute := &url.URL{Scheme: "nats", Host: seed.ClusterAddr().String()}
+	node := func(i int, routes ...*url.URL) *server.Server {
+		return natstest.Start(t, natstest.Name(fmt.Sprintf("node-%d", i)), natstest.MaxPayload(8<<20),
+			natstest.Cluster("hedgerow-integration", routes...))
+	}
+	seed := node(0)
 	nodes := []*server.Server{seed}
 	for i := 1; i < n; i++ {
-		nodes = append(nodes, startNode(t, fmt.Sprintf("node-%d", i), []*url.URL{seedRoute}))
+		nodes = append(nodes, node(i, natstest.RouteURL(seed)))
 	}
-	waitFor(t, 10*time.Second, "every node routed to every other", func() bool {
+	eventually.True(t, 10*time.Second, "every node routed to every other", func() bool {
 		for _, ns := range nodes {
 			// NumRemotes counts servers; NumRoutes counts pooled connections.
 			if ns.NumRemotes() != n-1 {
@@ -225,24 +230,6 @@ func startCluster(t *testing.T, n int) []*server.Server {
 		return true
 	})
 	return nodes
-}
-
-func startNode(t *testing.T, name string, routes []*url.URL) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{
-		ServerName: name, Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: 8 << 20,
-		Cluster: server.ClusterOpts{Name: "hedgerow-integration", Host: "127.0.0.1", Port: -1},
-		Routes:  routes,
-	})
-	if err != nil {
-		t.Fatalf("nats server %s: %v", name, err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("nats server %s did not start", name)
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
 }
 
 // connectHome connects to the cluster with the full URL list, home first.
@@ -269,7 +256,7 @@ func connectHome(t *testing.T, urls []string, home int, name string) *nats.Conn 
 // subscriptions (local or through routes) on subject.
 func waitInterest(t *testing.T, nodes []*server.Server, subject string, want int) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d subscriptions on %s at every node", want, subject), func() bool {
+	eventually.True(t, 10*time.Second, fmt.Sprintf("%d subscriptions on %s at every node", want, subject), func() bool {
 		for _, ns := range nodes {
 			if ns.Running() && ns.GlobalAccount().Interest(subject) < want {
 				return false
@@ -561,20 +548,4 @@ func (b *groupRecordBook) others(ids []string) []string {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond with a short backoff until it holds, failing the test
-// after timeout. It is for readiness (routes formed, interest propagated,
-// clients reconnected), which has no event to wait on.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	backoff := 5 * time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
 }

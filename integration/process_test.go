@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 )
@@ -248,7 +249,7 @@ func startSystem(t *testing.T, workerNames ...string) *system {
 	cfg := writeConfig("gateway", httpAddr, p.baseURL("gateway"))
 	startProcess(t, dir, "gateway", bins.hedgerow, "gateway", "--config", cfg, "--nats", natsURL, "--log-level", "debug")
 	s.gateway = "http://" + httpAddr
-	waitFor(t, 15*time.Second, "the gateway's /readyz to answer 200", func() bool {
+	eventually.True(t, 15*time.Second, "the gateway's /readyz to answer 200", func() bool {
 		resp, err := http.Get(s.gateway + "/readyz")
 		if err != nil {
 			return false
@@ -436,7 +437,7 @@ func freeAddr(t *testing.T) string {
 func waitNATS(t *testing.T, url string) *nats.Conn {
 	t.Helper()
 	var nc *nats.Conn
-	waitFor(t, 15*time.Second, "nats-server at "+url+" to accept clients", func() bool {
+	eventually.True(t, 15*time.Second, "nats-server at "+url+" to accept clients", func() bool {
 		var err error
 		nc, err = nats.Connect(url, nats.Name("test"))
 		return err == nil
@@ -451,7 +452,7 @@ func waitNATS(t *testing.T, url string) *nats.Conn {
 func waitWorkers(t *testing.T, nc *nats.Conn, n int) {
 	t.Helper()
 	subject := "$SRV.PING." + worker.ServiceName
-	waitFor(t, 15*time.Second, strconv.Itoa(n)+" workers to answer "+subject, func() bool {
+	eventually.True(t, 15*time.Second, strconv.Itoa(n)+" workers to answer "+subject, func() bool {
 		inbox := nats.NewInbox()
 		replies := make(chan *nats.Msg, 16)
 		sub, err := nc.ChanSubscribe(inbox, replies)

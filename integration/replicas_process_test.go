@@ -15,6 +15,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -53,7 +54,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 		gateways = append(gateways, "http://"+addr)
 	}
 	for _, g := range gateways {
-		waitFor(t, 15*time.Second, g+"/readyz to answer 200", func() bool {
+		eventually.True(t, 15*time.Second, g+"/readyz to answer 200", func() bool {
 			resp, err := http.Get(g + "/readyz")
 			if err != nil {
 				return false
@@ -111,14 +112,14 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 		t.Fatal("the first request never reached the provider")
 	}
 	leases := leaseCounter(t, rs, "procs")
-	waitFor(t, 15*time.Second, "the worker process's lease on route a", func() bool { return leases("a") == 1 })
+	eventually.True(t, 15*time.Second, "the worker process's lease on route a", func() bool { return leases("a") == 1 })
 	release()
 	a := <-answered
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
 	first, body := a.resp, a.body
-	waitFor(t, 15*time.Second, "the lease on route a to be given back", func() bool { return leases("a") == 0 })
+	eventually.True(t, 15*time.Second, "the lease on route a to be given back", func() bool { return leases("a") == 0 })
 	if first.StatusCode != http.StatusOK {
 		t.Fatalf("first gateway: %d %s", first.StatusCode, body)
 	}

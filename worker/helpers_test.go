@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -133,34 +134,6 @@ func (p *provider) record(t *testing.T) fakellm.Record {
 	}
 }
 
-// startNATS runs an in-process NATS server on a random loopback port.
-func startNATS(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	s.Start()
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	if !s.ReadyForConnections(wait) {
-		t.Fatal("nats server not ready")
-	}
-	return s
-}
-
-func connect(t *testing.T, s *server.Server) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatalf("nats connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // syncBuffer is a log sink safe for the worker's goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -202,9 +175,9 @@ type setup struct {
 
 func newHarness(t *testing.T, s setup) *harness {
 	t.Helper()
-	h := &harness{t: t, nats: startNATS(t), metrics: NewMetrics(), logs: &syncBuffer{}}
-	h.dc = connect(t, h.nats)
-	wc := connect(t, h.nats)
+	h := &harness{t: t, nats: natstest.Start(t), metrics: NewMetrics(), logs: &syncBuffer{}}
+	h.dc = natstest.Connect(t, h.nats)
+	wc := natstest.Connect(t, h.nats)
 	h.prov = startProvider(t, s.fake, s.gate)
 	events, err := h.dc.SubscribeSync(AttemptEventsSubject)
 	if err != nil {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -46,18 +48,10 @@ func leaseStore(t *testing.T, rs *redistest.Server) (*redisstore.Store, *redis.C
 // event to wait on: it polls, bounded by wait.
 func waitInFlight(t *testing.T, s *redisstore.Store, want int) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	last := -1
-	for time.Now().Before(deadline) {
+	eventually.True(t, wait, fmt.Sprintf("route %s to have %d leases in flight", testRoute, want), func() bool {
 		n, err := s.InFlight(t.Context(), []string{testRoute})
-		if err == nil {
-			if last = n[testRoute]; last == want {
-				return
-			}
-		}
-		time.Sleep(5 * time.Millisecond) // polling Redis: no event to wait on
-	}
-	t.Fatalf("route %s has %d leases in flight after %v, want %d", testRoute, last, wait, want)
+		return err == nil && n[testRoute] == want
+	})
 }
 
 // leaseExpiry reads the one lease of the test route: its holder and its
@@ -101,16 +95,10 @@ func TestAttemptHoldsARouteLeaseWhileInFlightRenewedAndReleasedAtItsEnd(t *testi
 		t.Errorf("lease holder %q names the user action or the prompt", holder)
 	}
 	// A running attempt's lease is renewed: its expiry moves forward.
-	deadline := time.Now().Add(wait)
-	for {
-		if _, exp := leaseExpiry(t, client); exp > first {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease expiry still %v after %v: never renewed", first, wait)
-		}
-		time.Sleep(5 * time.Millisecond) // polling Redis: no event to wait on
-	}
+	eventually.True(t, wait, fmt.Sprintf("the lease expiry to move past %.0f (a renewal)", first), func() bool {
+		_, exp := leaseExpiry(t, client)
+		return exp > first
+	})
 
 	close(gate)
 	if _, res := in.untilResult(); res.StatusClass != schemas.StatusOK {
@@ -192,13 +180,9 @@ func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 	if took := time.Since(paused); took >= time.Second {
 		t.Errorf("two attempts took %v with Redis paused: their lease calls were on their path", took)
 	}
-	deadline := time.Now().Add(wait)
-	for h.metric("hedgerow_worker_lease_errors_total", "route", testRoute, "op", LeaseAcquire) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no failed acquire counted after %v", wait)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a counter: no event to wait on
-	}
+	eventually.True(t, wait, "a failed acquire to be counted", func() bool {
+		return h.metric("hedgerow_worker_lease_errors_total", "route", testRoute, "op", LeaseAcquire) >= 1
+	})
 	if err := admin.Do(t.Context(), "CLIENT", "UNPAUSE").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -83,25 +83,6 @@ func startFakeRoute(t *testing.T, n int) *fakeRoute {
 	})
 	f.url = srv.URL + "/v1"
 	return f
-}
-
-func startNATSServer(t *testing.T) *nats.Conn {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(poolWait) {
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
 }
 
 // env is a fake process environment.
@@ -182,7 +163,7 @@ func TestPoolRunsOneWorkerPerRouteWithItsOwnKey(t *testing.T) {
 	cfg := parse(t,
 		fmt.Sprintf("{name: keyed, provider: openai, base_url: %q, model: m, api_key_env: ROUTE_KEY}", a.url),
 		fmt.Sprintf("{name: open, provider: openai, base_url: %q, model: m}", b.url))
-	nc := startNATSServer(t)
+	nc := natstest.Connect(t, natstest.Start(t))
 	metrics := worker.NewMetrics()
 	p, err := worker.StartPool(cfg, nc, env(map[string]string{"ROUTE_KEY": "sk-route"}), worker.PoolOptions{Metrics: metrics})
 	if err != nil {
@@ -209,7 +190,7 @@ func TestPoolServesAnthropicRoutesWithTheKeyInXAPIKey(t *testing.T) {
 	a := startFakeRoute(t, 0)
 	cfg := parse(t, fmt.Sprintf("{name: claude, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}",
 		strings.TrimSuffix(a.url, "/v1")))
-	nc := startNATSServer(t)
+	nc := natstest.Connect(t, natstest.Start(t))
 	p, err := worker.StartPool(cfg, nc, env(map[string]string{"ROUTE_KEY": "sk-ant-route"}), worker.PoolOptions{})
 	if err != nil {
 		t.Fatalf("StartPool: %v", err)
@@ -232,7 +213,7 @@ func TestPoolServesOnlyTheRoutesAskedFor(t *testing.T) {
 	cfg := parse(t,
 		fmt.Sprintf("{name: ra, provider: openai, base_url: %q, model: m}", a.url),
 		"{name: rb, provider: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}")
-	nc := startNATSServer(t)
+	nc := natstest.Connect(t, natstest.Start(t))
 	p, err := worker.StartPool(cfg, nc, env(nil), worker.PoolOptions{Routes: []string{"ra", "ra"}})
 	if err != nil {
 		t.Fatalf("StartPool: %v", err)
@@ -266,7 +247,7 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 		{"route not configured", fmt.Sprintf("{name: r, provider: openai, base_url: %q, model: m}", url),
 			nil, []string{"r", "nope"}, worker.ErrUnknownRoute, `route "nope"`},
 	}
-	nc := startNATSServer(t)
+	nc := natstest.Connect(t, natstest.Start(t))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := parse(t, tt.route)

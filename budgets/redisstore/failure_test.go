@@ -10,6 +10,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -89,23 +90,6 @@ func wantUnavailableWithin(t *testing.T, ctx context.Context, c storeCall, limit
 	t.Logf("%s: failed after %v", c.name, elapsed.Round(time.Microsecond))
 }
 
-// waitUntil polls ready until it holds or limit passes: a restarted server
-// gives no event to wait on, and the client reconnects on its own schedule.
-func waitUntil(t *testing.T, limit time.Duration, what string, ready func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ready() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("%s: not within %v", what, limit)
-		case <-tick.C:
-		}
-	}
-}
-
 // TestKilledRedisFailsFastWithErrUnavailableAndRecoversAfterRestart kills
 // the server: the first call finds out within the store's timeout, the
 // calls after it fail at once (the breaker), and once the server is back
@@ -133,7 +117,8 @@ func TestKilledRedisFailsFastWithErrUnavailableAndRecoversAfterRestart(t *testin
 	}
 
 	srv.Restart()
-	waitUntil(t, probe+10*time.Second, "a call after the restart", func() bool {
+	// The client reconnects on its own schedule: no event to wait on.
+	eventually.True(t, probe+10*time.Second, "a call after the restart", func() bool {
 		_, err := store.RouteStates(ctx, []string{"route-x"})
 		return err == nil
 	})
@@ -192,7 +177,7 @@ func TestStalledRedisTimesOutWithErrUnavailable(t *testing.T) {
 	if err := pauser.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING after the pause: %v", err)
 	}
-	waitUntil(t, 10*time.Second, "an allowed Admit after the pause", func() bool {
+	eventually.True(t, 10*time.Second, "an allowed Admit after the pause", func() bool {
 		a, err := store.Admit(ctx, ceilinged("ua-after"))
 		return err == nil && a.Allowed
 	})

@@ -4,15 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 )
 
 func TestGatewayRefusesANATSClusterWithASmallerMaxPayload(t *testing.T) {
-	ns, err := embednats.Start(embednats.Config{Listen: "127.0.0.1:0", MaxPayload: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natstest.Start(t, natstest.MaxPayload(1<<20))
 	path := writeConfig(t, "nats: {urls: [\"nats://127.0.0.1:1\"]}\n", "http://127.0.0.1:1/v1")
 	out, err := runRoot(t, "gateway", "--config", path, "--nats", ns.ClientURL())
 	if err == nil || !strings.Contains(err.Error(), "max_payload") {

@@ -5,16 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 )
 
 func TestWorkerServesTheRoutesAskedForUntilStopped(t *testing.T) {
 	noLeaks(t)
-	ns, err := embednats.Start(embednats.Config{Listen: "127.0.0.1:0", MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natstest.Start(t, natstest.MaxPayload(8<<20))
 	path := writeConfig(t, "nats: {urls: [\""+ns.ClientURL()+"\"]}\n", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1")
 	r := startCmd(t, "worker", "--config", path, "--route", "fake-1", "--metrics-listen", "127.0.0.1:0")
 	if routes := r.waitFor(regexp.MustCompile(`routes=(\S+)`)); routes != "[fake-1]" {
@@ -26,11 +22,7 @@ func TestWorkerServesTheRoutesAskedForUntilStopped(t *testing.T) {
 }
 
 func TestWorkerRefusesAnUnknownRoute(t *testing.T) {
-	ns, err := embednats.Start(embednats.Config{Listen: "127.0.0.1:0", MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natstest.Start(t, natstest.MaxPayload(8<<20))
 	path := writeConfig(t, "nats: {urls: [\""+ns.ClientURL()+"\"]}\n", "http://127.0.0.1:1/v1")
 	if out, err := runRoot(t, "worker", "--config", path, "--route", "nope"); err == nil {
 		t.Fatalf("worker with an unknown route started:\n%s", out)

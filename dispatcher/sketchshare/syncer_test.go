@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -371,12 +372,9 @@ func TestRedisDownKeepsLocalDelaysAndSharingRecovers(t *testing.T) {
 	s.Restart() // empty: like a Redis that lost its memory
 	// go-redis backs off from a dead server and probes it about once a
 	// second: recovery is a condition to await, bounded.
-	deadline := time.Now().Add(10 * time.Second)
-	for a.sync.SyncOnce(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("sharing did not recover after Redis restarted")
-		}
-	}
+	eventually.True(t, 10*time.Second, "sharing to recover after Redis restarted", func() bool {
+		return a.sync.SyncOnce(ctx) == nil
+	})
 	b.mustSync(t)
 	a.mustSync(t)
 	if da, db := a.delay("chat", chatStream, now), b.delay("chat", chatStream, now); da != db || da.Samples != shared.Samples+1 {

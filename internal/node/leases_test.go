@@ -15,6 +15,8 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
@@ -98,17 +100,10 @@ func observer(t *testing.T, rs *redistest.Server) *redisstore.Store {
 // are taken and given back off the attempt's path, so it polls.
 func waitLeases(t *testing.T, s *redisstore.Store, want int) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	got := -1
-	for time.Now().Before(deadline) {
-		if n, err := s.InFlight(t.Context(), []string{"fake-a", "fake-b"}); err == nil {
-			if got = n["fake-a"] + n["fake-b"]; got == want {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond) // polling Redis: no event to wait on
-	}
-	t.Fatalf("%d route leases in redis after %v, want %d", got, wait, want)
+	eventually.True(t, wait, fmt.Sprintf("%d route leases in redis", want), func() bool {
+		n, err := s.InFlight(t.Context(), []string{"fake-a", "fake-b"})
+		return err == nil && n["fake-a"]+n["fake-b"] == want
+	})
 }
 
 // TestWorkerProcessWithRedisHoldsARouteLeaseWhileBusy: `hedgerow worker`
@@ -121,8 +116,8 @@ func TestWorkerProcessWithRedisHoldsARouteLeaseWhileBusy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a worker config with redis.url and no hash_key_env: %v", err)
 	}
-	ns := startEmbeddedNATS(t, 8<<20)
-	wc, dc := connectEmbedded(t, ns, "workers"), connectEmbedded(t, ns, "dispatcher")
+	ns := natstest.Start(t, natstest.MaxPayload(8<<20))
+	wc, dc := natstest.Connect(t, ns, nats.Name("workers")), natstest.Connect(t, ns, nats.Name("dispatcher"))
 	w, err := StartWorkers(cfg, wc, Options{Routes: []string{"fake-a"}, DrainGrace: time.Second})
 	if err != nil {
 		t.Fatalf("StartWorkers: %v", err)

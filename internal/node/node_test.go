@@ -18,7 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/embednats"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -210,7 +211,7 @@ func TestGatewayRefusesToStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := parse(t, "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", tt.extra)
-			nc := connectEmbedded(t, startEmbeddedNATS(t, tt.maxPayload), "gateway")
+			nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(int32(tt.maxPayload))), nats.Name("gateway"))
 			g, err := StartGateway(cfg, nc, nil, Options{})
 			if !errors.Is(err, tt.want) {
 				if g != nil {
@@ -227,7 +228,7 @@ func TestGatewayRefusesToStart(t *testing.T) {
 
 func TestGatewayStartsAgainstALargeEnoughNATSServer(t *testing.T) {
 	cfg := parse(t, "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", "")
-	nc := connectEmbedded(t, startEmbeddedNATS(t, 16<<20), "gateway")
+	nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(16<<20)), nats.Name("gateway"))
 	g, err := StartGateway(cfg, nc, nil, Options{})
 	if err != nil {
 		t.Fatalf("StartGateway: %v", err)
@@ -275,20 +276,13 @@ func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 	}
 	// The latency sketch of the request's cohort is shared too, at the
 	// sketch syncer's next tick (one a second).
-	deadline := time.Now().Add(wait)
-	for {
+	eventually.True(t, wait, "a shared latency sketch in redis", func() bool {
 		sketches, err := rs.Client().Keys(t.Context(), "nodetest:{sk:*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sketches) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no shared latency sketch in redis after %v", wait)
-		}
-		time.Sleep(50 * time.Millisecond) // polling Redis: no event to wait on
-	}
+		return len(sketches) > 0
+	})
 }
 
 func TestStartFailsOnAnAddressInUse(t *testing.T) {
@@ -350,40 +344,12 @@ func TestFakeLLMStopEndsHeldRequestsFirst(t *testing.T) {
 // sent by another goroutine and nothing else says when it arrived.
 func waitInFlight(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	eventually.True(t, wait, "the request to reach the fake", func() bool {
 		_, body := get(t, base+"/stats?limit=1")
 		var st fakellm.Stats
 		if err := json.Unmarshal(body, &st); err != nil {
 			t.Fatalf("stats %s: %v", body, err)
 		}
-		if st.Totals.InFlight > 0 {
-			return
-		}
-	}
-	t.Fatal("the request never reached the fake")
-}
-
-// startEmbeddedNATS starts an in-process NATS server taking messages of up
-// to maxPayload bytes, shut down when the test ends.
-func startEmbeddedNATS(t *testing.T, maxPayload int64) *embednats.Server {
-	t.Helper()
-	ns, err := embednats.Start(embednats.Config{MaxPayload: maxPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-// connectEmbedded opens a connection named name to ns, closed when the
-// test ends (before ns shuts down).
-func connectEmbedded(t *testing.T, ns *embednats.Server, name string) *nats.Conn {
-	t.Helper()
-	nc, err := ns.Connect(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+		return st.Totals.InFlight > 0
+	})
 }

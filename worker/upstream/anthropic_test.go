@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -327,7 +328,7 @@ func TestAnthropicCancelClosesTheProviderConnection(t *testing.T) {
 	rec := recorder{onDelta: func(Delta) { cancel() }}
 
 	out, err := newAnthropicAdapter(t, p, "").Stream(ctx, hello(), &rec)
-	waitFor(t, gone, "the provider to see its request context done")
+	eventually.Closed(t, wait, "the provider to see its request context done", gone)
 	ue := asError(t, err)
 	if ue.Status != schemas.StatusCanceled || ue.Scope != schemas.ScopeNone || !errors.Is(err, context.Canceled) {
 		t.Errorf("error = %v, want canceled with no scope", ue)

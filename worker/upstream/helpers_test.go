@@ -16,6 +16,11 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
+// wait bounds every wait for what the provider or the adapter does as soon
+// as the test acts. It only turns a hang into a failure; the tests never
+// wait for time to pass.
+const wait = 10 * time.Second
+
 // testKey is the key the recorded 401 answer echoes.
 const testKey = "sk-hedgerow-test-0123456789abcdef"
 
@@ -166,14 +171,3 @@ func (c *expiringContext) Err() error {
 }
 
 func (c *expiringContext) expire() { close(c.done) }
-
-// waitFor fails the test if ch is not closed soon. The bound only turns a
-// hang into a failure; the test never waits for time to pass.
-func waitFor(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -40,7 +41,7 @@ func TestCancelClosesTheUpstreamConnectionPromptly(t *testing.T) {
 	rec := recorder{onDelta: func(Delta) { cancel() }} // the caller gives up at the first token
 
 	out, err := newAdapter(t, p, "").Stream(ctx, hello(), &rec)
-	waitFor(t, gone, "the provider to see its request context done")
+	eventually.Closed(t, wait, "the provider to see its request context done", gone)
 
 	ue := asError(t, err)
 	if ue.Status != schemas.StatusCanceled || ue.Scope != schemas.ScopeNone {
@@ -72,7 +73,7 @@ func TestStreamHeldOpenAfterDoneStillCompletes(t *testing.T) {
 	if !out.WellFormed || out.Content != "Hello there!" {
 		t.Errorf("outcome = %+v, want the well-formed answer", out)
 	}
-	waitFor(t, gone, "the held-open connection to be closed")
+	eventually.Closed(t, wait, "the held-open connection to be closed", gone)
 }
 
 func TestDeadlineMidStreamIsATransientTimeout(t *testing.T) {
@@ -82,7 +83,7 @@ func TestDeadlineMidStreamIsATransientTimeout(t *testing.T) {
 	rec := recorder{onDelta: func(Delta) { ctx.expire() }}
 
 	out, err := newAdapter(t, p, "").Stream(ctx, hello(), &rec)
-	waitFor(t, gone, "the provider to see its request context done")
+	eventually.Closed(t, wait, "the provider to see its request context done", gone)
 
 	ue := asError(t, err)
 	if ue.Status != schemas.StatusTimeout || ue.Scope != schemas.ScopeTransient {
@@ -392,9 +393,9 @@ func TestAnAnswerIsNotHeldUpByAProviderThatEndsItsBodyLate(t *testing.T) {
 				defer close(returned)
 				out, err = up.Stream(context.Background(), hello(), nil)
 			}()
-			waitFor(t, returned, "the answer while the provider still holds its body open")
+			eventually.Closed(t, wait, "the answer while the provider still holds its body open", returned)
 			close(release)
-			waitFor(t, ended, "the provider to end its body")
+			eventually.Closed(t, wait, "the provider to end its body", ended)
 			if err != nil || !out.WellFormed || out.FinishReason == "" {
 				t.Fatalf("Stream = %+v, %v; want the complete answer", out, err)
 			}
