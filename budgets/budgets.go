@@ -40,6 +40,19 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
+// Errors of every Store, which callers may branch on with errors.Is.
+var (
+	// ErrUnknownReservation is returned by Settle and Release for a
+	// reservation that is not live: never granted, already settled or
+	// released, or expired. The call changes nothing, which makes settling
+	// exactly-once.
+	ErrUnknownReservation = errors.New("budgets: unknown reservation")
+	// ErrInvalidRequest wraps every validation failure of a request, so
+	// callers can tell a programming or configuration error from an
+	// unavailable store.
+	ErrInvalidRequest = errors.New("budgets: invalid request")
+)
+
 // Store is the shared budget state of every dispatcher replica: the union of
 // the roles Reservations, RouteFlags and RouteLeases, and RouteSnapshot, which
 // reads the routes' flags and leases together. Implementations must be safe
@@ -144,15 +157,6 @@ type Ending struct {
 	Usage       schemas.Usage
 	Release     bool
 }
-
-// ErrUnknownReservation is returned by Settle and Release for a reservation that
-// is not live: never granted, already settled or released, or expired. The call
-// changes nothing, which makes settling exactly-once.
-var ErrUnknownReservation = errors.New("budgets: unknown reservation")
-
-// ErrInvalidRequest wraps every validation failure of a request, so callers can
-// tell a programming or configuration error from an unavailable store.
-var ErrInvalidRequest = errors.New("budgets: invalid request")
 
 // ReservationID names one live reservation. It is opaque: an implementation may
 // encode in it the entities the reservation spans (the Redis store does, so a
