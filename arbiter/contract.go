@@ -16,9 +16,36 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// ErrInvalidContract is returned by NewContract when the contract cannot be
-// built: an empty required field name or a JSON schema that does not compile.
-var ErrInvalidContract = errors.New("invalid contract")
+// Errors of the package, which callers may branch on with errors.Is.
+var (
+	// ErrInvalidClaim is returned for a claim without a user action or
+	// group, or with a negative attempt number.
+	ErrInvalidClaim = errors.New("arbiter: invalid gate claim")
+	// ErrNotHolder is returned by Clear when the claim does not hold the
+	// gate (it lost, was already cleared, or expired): compare-and-delete
+	// removed nothing. Callers usually only record it.
+	ErrNotHolder = errors.New("arbiter: claim does not hold the gate")
+	// ErrGateDegraded is wrapped by the errors of RedisGate when Redis did
+	// not answer in time or failed. Claim then still returns a usable
+	// claim: the local compare-and-swap's decision, which is authoritative
+	// for the groups of this dispatcher. A caller that gets an error
+	// satisfying errors.Is(err, ErrGateDegraded) keeps that claim and
+	// counts the election as degraded; only errors without it (an invalid
+	// claim) leave no decision.
+	ErrGateDegraded = errors.New("arbiter: redis gate degraded: local decision only")
+
+	// The contract's errors reach a caller of the NATS front door inside
+	// its invalid_request message, so their texts stay as callers know
+	// them, without the package's prefix.
+
+	// ErrInvalidContract is returned by NewContract when the contract
+	// cannot be built: an empty required field name or a JSON schema that
+	// does not compile.
+	ErrInvalidContract = errors.New("invalid contract")
+	// ErrInvalidResponseFormat is returned by WithResponseFormat for a
+	// response_format the contract cannot honour; callers answer 400.
+	ErrInvalidResponseFormat = errors.New("invalid response_format")
+)
 
 // contractSchemaURL names the contract's schema inside its private compiler.
 // It is a URN, not a path, so no file or network location is ever consulted
@@ -169,10 +196,6 @@ var knownIncompleteFinish = map[string]bool{
 // ("length", "max_tokens"), filtering ("content_filter") and any reason this
 // package does not know are not complete: unknown reasons fail closed.
 func CompleteFinish(reason string) bool { return completeFinish[reason] }
-
-// ErrInvalidResponseFormat is returned by WithResponseFormat for a
-// response_format the contract cannot honour; callers answer 400.
-var ErrInvalidResponseFormat = errors.New("invalid response_format")
 
 // WithResponseFormat adds the caller's OpenAI response_format to the pool's
 // contract: "json_schema" makes the answer's JSON satisfy the given schema,

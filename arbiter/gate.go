@@ -2,22 +2,11 @@ package arbiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-)
-
-var (
-	// ErrInvalidClaim is returned for a claim without a user action or
-	// group, or with a negative attempt number.
-	ErrInvalidClaim = errors.New("invalid gate claim")
-	// ErrNotHolder is returned by Clear when the claim does not hold the
-	// gate (it lost, was already cleared, or expired): compare-and-delete
-	// removed nothing. Callers usually only record it.
-	ErrNotHolder = errors.New("claim does not hold the gate")
 )
 
 // Gate elects the single winner of a user action (DESIGN §6). The first

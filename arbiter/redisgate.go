@@ -12,14 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrGateDegraded is wrapped by the errors of RedisGate when Redis did not
-// answer in time or failed. Claim then still returns a usable claim: the
-// local compare-and-swap's decision, which is authoritative for the groups
-// of this dispatcher. A caller that gets an error satisfying
-// errors.Is(err, ErrGateDegraded) keeps that claim and counts the election
-// as degraded; only errors without it (an invalid claim) leave no decision.
-var ErrGateDegraded = errors.New("redis gate degraded: local decision only")
-
 // DefaultRedisGateTimeout bounds one Claim or Clear, Redis round trip
 // included, when RedisGateConfig.Timeout is zero. A claim sits on the commit
 // path of a result, so it is kept short; a Redis slower than this counts as

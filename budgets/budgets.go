@@ -7,7 +7,9 @@
 // Everything sits behind one Store interface with two implementations: Memory
 // for a single replica (and the simulator, on virtual time) and a Redis store
 // (package budgets/redisstore) for many. Both must pass the conformance suite
-// in budgets/storetest.
+// in budgets/storetest. Store is the union of three roles that a consumer can
+// ask for alone: Reservations (attempts and spend), RouteFlags (pushback and
+// quarantine) and RouteLeases (attempts in flight).
 //
 // The interface is coarse on purpose. Each request-path call (Admit for a
 // primary, ReserveExtra for a hedge or replacement) carries everything the
@@ -38,9 +40,39 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Store is the shared budget state of every dispatcher replica. Implementations
-// must be safe for concurrent use.
+// Errors of every Store, which callers may branch on with errors.Is.
+var (
+	// ErrUnknownReservation is returned by Settle and Release for a
+	// reservation that is not live: never granted, already settled or
+	// released, or expired. The call changes nothing, which makes settling
+	// exactly-once.
+	ErrUnknownReservation = errors.New("budgets: unknown reservation")
+	// ErrInvalidRequest wraps every validation failure of a request, so
+	// callers can tell a programming or configuration error from an
+	// unavailable store.
+	ErrInvalidRequest = errors.New("budgets: invalid request")
+)
+
+// Store is the shared budget state of every dispatcher replica: the union of
+// the roles Reservations, RouteFlags and RouteLeases, and RouteSnapshot, which
+// reads the routes' flags and leases together. Implementations must be safe
+// for concurrent use and pass the conformance suite in budgets/storetest; a
+// consumer that needs one role asks for that role only.
 type Store interface {
+	Reservations
+	RouteFlags
+	RouteLeases
+
+	// RouteSnapshot reports, at one instant, what RouteStates and InFlight
+	// report: each named route's state and its live leases. A dispatcher's
+	// route refresh reads both every tick, in one round trip.
+	RouteSnapshot(ctx context.Context, routes []string) (map[string]RouteState, map[string]int, error)
+}
+
+// Reservations is the accounting of a user action's attempts and spend: the
+// attempt ledgers, the duplicate-rate buckets and pool floors, and the spend
+// ceilings. It decides on each attempt and ends the reservation it granted.
+type Reservations interface {
 	// Admit decides on a user action's primary attempt: it takes an attempt
 	// slot from the user action's ledger, reserves the attempt's estimated
 	// spend against the user action's and the tenant's ceilings, and deposits
@@ -86,7 +118,11 @@ type Store interface {
 	// caller nobody waits for (the dispatcher settling finished attempts)
 	// pay one round trip for many reservations.
 	EndAll(ctx context.Context, ends []Ending) []error
+}
 
+// RouteFlags holds the pushback and quarantine flags of routes, shared by
+// every replica so that one replica's pushback spares the route for all.
+type RouteFlags interface {
 	// MarkRoute flags a route as in pushback or quarantined for ttl, for every
 	// replica. A flag that is already set keeps the later of its two expiries;
 	// pushback and quarantine expire independently.
@@ -95,12 +131,12 @@ type Store interface {
 	// RouteStates reports the current state of each named route; a route
 	// without a live flag is RouteHealthy, and quarantine outranks pushback.
 	RouteStates(ctx context.Context, routes []string) (map[string]RouteState, error)
+}
 
-	// RouteSnapshot reports, at one instant, what RouteStates and InFlight
-	// report: each named route's state and its live leases. A dispatcher's
-	// route refresh reads both every tick, in one round trip.
-	RouteSnapshot(ctx context.Context, routes []string) (map[string]RouteState, map[string]int, error)
-
+// RouteLeases holds the in-flight leases of routes: each attempt in flight
+// holds one, renewed by its worker, so every replica sees a route's load
+// across the cluster and a dead holder's leases expire.
+type RouteLeases interface {
 	// AcquireLease records that holder has an attempt in flight on route until
 	// ttl from now; acquiring again with the same holder renews the lease, so a
 	// live holder renews and a dead one's lease expires.
@@ -121,15 +157,6 @@ type Ending struct {
 	Usage       schemas.Usage
 	Release     bool
 }
-
-// ErrUnknownReservation is returned by Settle and Release for a reservation that
-// is not live: never granted, already settled or released, or expired. The call
-// changes nothing, which makes settling exactly-once.
-var ErrUnknownReservation = errors.New("budgets: unknown reservation")
-
-// ErrInvalidRequest wraps every validation failure of a request, so callers can
-// tell a programming or configuration error from an unavailable store.
-var ErrInvalidRequest = errors.New("budgets: invalid request")
 
 // ReservationID names one live reservation. It is opaque: an implementation may
 // encode in it the entities the reservation spans (the Redis store does, so a

@@ -48,6 +48,14 @@ type (
 	Chunk = schemas.SubmitChunk
 )
 
+// Errors of the client, which callers may branch on with errors.Is.
+var (
+	// ErrStreamBroken means a stream lost a chunk (the client fell behind
+	// and NATS dropped messages) or received something it could not read;
+	// the request was cancelled.
+	ErrStreamBroken = errors.New("client: stream broken")
+)
+
 // DefaultOperationClass is the operation class (policy) a request that
 // names none is sent with: the gateway's default policy.
 const DefaultOperationClass = "default"
@@ -91,11 +99,6 @@ func (e *Error) Retryable() bool {
 	}
 	return false
 }
-
-// ErrStreamBroken means a stream lost a chunk (the client fell behind and
-// NATS dropped messages) or received something it could not read; the
-// request was cancelled.
-var ErrStreamBroken = errors.New("hedgerow: stream broken")
 
 // Client submits requests to the hedgerow.submit front door. It is safe for
 // concurrent use.

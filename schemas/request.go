@@ -3,14 +3,9 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 )
-
-// ErrMalformedRequest is matched by every error ChatRequest.Validate returns;
-// front doors map it to the caller-facing ErrorCode ErrInvalidRequest.
-var ErrMalformedRequest = errors.New("malformed request")
 
 // MessageRole is the author of one message of a conversation.
 type MessageRole string

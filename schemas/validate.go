@@ -3,7 +3,6 @@ package schemas
 import (
 	"bytes"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -44,9 +43,6 @@ func Kinds() []string {
 // Kind names the request's schema. A ChatRequest travels inside Attempt and
 // SubmitRequest, which carry the version; it has no "v" of its own.
 func (ChatRequest) Kind() string { return KindChatRequest }
-
-// ErrUnknownKind is returned by Validate for a kind with no schema.
-var ErrUnknownKind = errors.New("unknown schema kind")
 
 // Files holds the JSON Schema files (draft 2020-12): one <kind>.schema.json
 // per kind plus defs.schema.json, the definitions they share.

@@ -3,7 +3,6 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 )
@@ -12,10 +11,6 @@ import (
 // speaks. Additive, backward-compatible changes keep it; anything a version-1
 // reader would misread raises it, and readers reject what they cannot read.
 const Version = 1
-
-// ErrUnsupportedVersion is matched (errors.Is) by every error reporting a
-// message whose major version this binary does not speak.
-var ErrUnsupportedVersion = errors.New("unsupported major version")
 
 // VersionError reports the major version a message carried; it matches
 // ErrUnsupportedVersion. Seen is 0 when the message had no "v" at all.

@@ -5,9 +5,28 @@
 package schemas
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+)
+
+// Errors of the package, which callers may branch on with errors.Is.
+var (
+	// ErrUnknownKind is returned by Validate for a kind with no schema.
+	ErrUnknownKind = errors.New("schemas: unknown schema kind")
+
+	// A malformed request and an unsupported version reach a caller of the
+	// NATS front door inside its invalid_request message, so their texts
+	// stay as callers know them, without the package's prefix.
+
+	// ErrMalformedRequest is matched by every error ChatRequest.Validate
+	// returns; front doors map it to the caller-facing ErrorCode
+	// ErrInvalidRequest.
+	ErrMalformedRequest = errors.New("malformed request")
+	// ErrUnsupportedVersion is matched (errors.Is) by every error
+	// reporting a message whose major version this binary does not speak.
+	ErrUnsupportedVersion = errors.New("unsupported major version")
 )
 
 // Role says why an attempt was launched.

@@ -3,7 +3,6 @@ package worker
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -31,9 +30,6 @@ const (
 	// it leaves room within a typical 30 s termination grace period.
 	DefaultDrainGrace = 20 * time.Second
 )
-
-// ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("invalid worker config")
 
 // routePattern is the NATS-subject-safe token a route name must be (DESIGN §8).
 var routePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)

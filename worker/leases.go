@@ -10,7 +10,8 @@ import (
 
 // Leases records the attempts a worker has in flight on its route, so that
 // every dispatcher replica sees the route's load across the cluster (DESIGN
-// §7: route in-flight leases that expire if a holder dies). budgets.Store
+// §7: route in-flight leases that expire if a holder dies). It names only the
+// calls the worker makes: any budgets.RouteLeases, so any budgets.Store,
 // satisfies it; the Redis store shares the leases between processes.
 type Leases interface {
 	// AcquireLease records that holder has an attempt in flight on route

@@ -15,18 +15,6 @@ import (
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
-// Errors of StartPool that callers may branch on; each is wrapped with the
-// route it concerns.
-var (
-	// ErrProviderNotSupported: the route's provider has no adapter yet.
-	ErrProviderNotSupported = errors.New("provider not supported yet")
-	// ErrMissingAPIKey: the environment variable a route names for its
-	// provider key is unset or empty.
-	ErrMissingAPIKey = errors.New("provider API key not set")
-	// ErrUnknownRoute: a route asked for is not in the configuration.
-	ErrUnknownRoute = errors.New("unknown route")
-)
-
 // PoolOptions are the optional settings of StartPool.
 type PoolOptions struct {
 	// Routes limits the pool to these routes; empty runs every configured

@@ -34,14 +34,29 @@ func AttemptSubject(route string) string { return "hedgerow.attempt." + route }
 // one of them.
 func QueueGroup(route string) string { return "hedgerow-worker-" + route }
 
-// Errors of the Worker's lifecycle.
+// Errors of the package, which callers may branch on with errors.Is.
 var (
-	ErrStarted    = errors.New("worker already started")
-	ErrNotStarted = errors.New("worker not started")
-)
+	// ErrInvalidConfig is matched by every error New returns for a bad Config.
+	ErrInvalidConfig = errors.New("worker: invalid config")
 
-// Causes of an attempt's context ending, which decide the status it reports.
-var (
+	// Errors of the Worker's lifecycle.
+	ErrStarted    = errors.New("worker: already started")
+	ErrNotStarted = errors.New("worker: not started")
+
+	// Errors of StartPool; each is wrapped with the route it concerns.
+
+	// ErrProviderNotSupported: the route's provider has no adapter yet.
+	ErrProviderNotSupported = errors.New("worker: provider not supported yet")
+	// ErrMissingAPIKey: the environment variable a route names for its
+	// provider key is unset or empty.
+	ErrMissingAPIKey = errors.New("provider API key not set")
+	// ErrUnknownRoute: a route asked for is not in the configuration.
+	ErrUnknownRoute = errors.New("worker: unknown route")
+
+	// Causes of an attempt's context ending, which decide the status it
+	// reports. Their texts travel to the dispatcher as the attempt result's
+	// error_message, a wire field, so they keep them, without the
+	// package's prefix.
 	errCancelled = errors.New("cancelled by the dispatcher")
 	errDeadline  = errors.New("attempt deadline reached")
 	errShutdown  = errors.New("worker shutting down")
