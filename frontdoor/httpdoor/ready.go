@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// workerServiceName is the NATS micro service workers register (DESIGN §8);
-// it mirrors worker.ServiceName, which the dispatcher does not import.
+// workerServiceName is the NATS micro service workers register;
+// it mirrors worker.ServiceName, which the front door does not import.
 const workerServiceName = "hedgerow-worker"
 
 // readyReport is the body of /readyz: ready, or what is missing.

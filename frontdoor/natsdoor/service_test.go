@@ -3,6 +3,11 @@ package natsdoor
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,30 +16,54 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/goleak"
 
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
+	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // natsWait bounds every wait for something the front door does as soon as
 // the test acts; reaching it is a failure.
 const natsWait = 10 * time.Second
 
-// startNATSService starts the front door of c's dispatcher on its own
-// connection and stops it when the test ends (before the dispatcher closes).
-func startNATSService(t *testing.T, c *cluster, opts NATSServiceOptions) *NATSService {
+// door is a NATS front door in front of a scripted submitter, on an
+// embedded NATS server, with a connection for the test to call it on.
+type door struct {
+	svc *Service
+	sub *frontdoortest.Submitter
+	nc  *nats.Conn // the caller's connection
+	url string     // the server, for more callers
+}
+
+// startDoor starts the front door of a scripted submitter and stops it
+// when the test ends.
+func startDoor(t *testing.T, script frontdoortest.Script, opts Options) *door {
 	t.Helper()
-	s, err := StartNATSService(c.d, c.d.nc, opts)
-	if err != nil {
-		t.Fatalf("StartNATSService: %v", err)
+	ns := natstest.Start(t)
+	d := &door{sub: frontdoortest.New(script), nc: natstest.Connect(t, ns), url: ns.ClientURL()}
+	var err error
+	if d.svc, err = Start(d.sub, natstest.Connect(t, ns), opts); err != nil {
+		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), natsWait)
 		defer cancel()
-		if err := s.Stop(ctx); err != nil {
+		if err := d.svc.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
 	})
-	return s
+	return d
+}
+
+func chat(stream bool) schemas.ChatRequest {
+	return schemas.ChatRequest{Messages: []schemas.Message{{Role: schemas.MessageUser, Content: schemas.TextContent("hello")}}, MaxTokens: 50, Stream: stream}
 }
 
 // submitBody encodes a submit request to pool "general".
@@ -81,11 +110,25 @@ func errorAnswer(t *testing.T, m *nats.Msg, code schemas.ErrorCode, status int) 
 	return body.Message
 }
 
-func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{words: 3}))
-	startNATSService(t, c, NATSServiceOptions{})
+// blockUntil is a script that reports each submission on arrived, then
+// waits for release (or its caller leaving) and ends with the result of
+// answer.
+func blockUntil(arrived chan<- struct{}, release <-chan struct{}, answer frontdoortest.Script) frontdoortest.Script {
+	return func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return answer(ctx, sub, sink)
+	}
+}
 
-	m, err := c.nc.Request("$SRV.PING."+schemas.SubmitServiceName, nil, natsWait)
+func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
+	d := startDoor(t, nil, Options{DispatcherID: "d-1"})
+
+	m, err := d.nc.Request("$SRV.PING."+schemas.SubmitServiceName, nil, natsWait)
 	if err != nil {
 		t.Fatalf("$SRV.PING.%s: %v", schemas.SubmitServiceName, err)
 	}
@@ -94,7 +137,7 @@ func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
 		t.Fatalf("ping answer %s (%v), want the %s service's ping", m.Data, err, schemas.SubmitServiceName)
 	}
 
-	m, err = c.nc.Request("$SRV.INFO."+schemas.SubmitServiceName, nil, natsWait)
+	m, err = d.nc.Request("$SRV.INFO."+schemas.SubmitServiceName, nil, natsWait)
 	if err != nil {
 		t.Fatalf("$SRV.INFO.%s: %v", schemas.SubmitServiceName, err)
 	}
@@ -107,22 +150,24 @@ func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
 		endpoints[e.Subject] = e
 	}
 	submit, ok := endpoints[schemas.SubmitSubject]
-	if !ok || submit.QueueGroup != NATSQueueGroup {
-		t.Errorf("info endpoints %+v: want %s in queue group %s", info.Endpoints, schemas.SubmitSubject, NATSQueueGroup)
+	if !ok || submit.QueueGroup != QueueGroup {
+		t.Errorf("info endpoints %+v: want %s in queue group %s", info.Endpoints, schemas.SubmitSubject, QueueGroup)
 	}
 	if _, ok := endpoints[schemas.SubmitCancelPrefix+"*"]; !ok {
 		t.Errorf("info endpoints %+v: want the cancel endpoint %s*", info.Endpoints, schemas.SubmitCancelPrefix)
 	}
-	if info.Version != NATSServiceVersion || info.Metadata["wire_version"] != strconv.Itoa(schemas.Version) {
-		t.Errorf("info %+v: want version %s and wire_version %d", info, NATSServiceVersion, schemas.Version)
+	if info.Version != ServiceVersion || info.Metadata["wire_version"] != strconv.Itoa(schemas.Version) || info.Metadata["dispatcher"] != "d-1" {
+		t.Errorf("info %+v: want version %s, wire_version %d and dispatcher d-1", info, ServiceVersion, schemas.Version)
 	}
 }
 
 func TestNATSSubmitAnswersOneSchemaValidResponse(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{words: 4}))
-	startNATSService(t, c, NATSServiceOptions{})
+	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{
+		UserActionID: "ua-1", GroupID: "g-1", Content: "a0 a1 a2 a3 ", FinishReason: "stop",
+		Usage: schemas.Usage{InputUnits: 10, OutputUnits: 4}, Attempts: 1, Winner: 1, WinnerRoute: "a", Gate: "g-1/1/1",
+	}, false), Options{Tenant: "nats-callers"})
 
-	m := request(t, c.nc, submitBody(t, false), nil)
+	m := request(t, d.nc, submitBody(t, false), nil)
 	if got := m.Header.Get(schemas.HeaderStatus); got != schemas.StatusDone {
 		t.Fatalf("%s = %q (%s), want %q", schemas.HeaderStatus, got, m.Data, schemas.StatusDone)
 	}
@@ -137,22 +182,28 @@ func TestNATSSubmitAnswersOneSchemaValidResponse(t *testing.T) {
 	if resp.Content != want || resp.Attempts != 1 || resp.WinnerAttempt != 1 || resp.Gate == nil || resp.Gate.GroupID != resp.GroupID {
 		t.Fatalf("response %+v, want the primary's answer %q", resp, want)
 	}
-	if g := c.groupRecord(resp.GroupID); g.Outcome != schemas.GroupCommitted {
-		t.Errorf("group record %+v, want committed", g)
+	subs := d.sub.Submissions()
+	if len(subs) != 1 || subs[0].Pool != "general" || subs[0].Operation != "default" || subs[0].Tenant != "nats-callers" || subs[0].Request.Stream {
+		t.Fatalf("submissions %+v", subs)
 	}
 }
 
 func TestNATSStreamSendsTheChunksInOrderThenTheAnswer(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{words: 12}))
-	startNATSService(t, c, NATSServiceOptions{})
+	var deltas []dispatcher.Delta
+	for i := range 12 {
+		deltas = append(deltas, dispatcher.Delta{Content: "b" + strconv.Itoa(i) + " "})
+	}
+	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{
+		UserActionID: "ua-1", GroupID: "g-1", FinishReason: "stop", Attempts: 2, Hedged: true, Winner: 2, WinnerRoute: "b", Gate: "g-1/2/1",
+	}, true, deltas...), Options{})
 
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	inbox := d.nc.NewInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, true)}); err != nil {
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, true)}); err != nil {
 		t.Fatal(err)
 	}
 	var text strings.Builder
@@ -203,8 +254,7 @@ func TestNATSStreamSendsTheChunksInOrderThenTheAnswer(t *testing.T) {
 }
 
 func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{words: 2}))
-	startNATSService(t, c, NATSServiceOptions{})
+	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{})
 	valid := string(submitBody(t, false))
 	for _, tc := range []struct {
 		name    string
@@ -225,7 +275,7 @@ func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
 			schemas.HeaderRequestID},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := errorAnswer(t, request(t, c.nc, []byte(tc.data), tc.header), tc.code, tc.status)
+			msg := errorAnswer(t, request(t, d.nc, []byte(tc.data), tc.header), tc.code, tc.status)
 			if !strings.Contains(msg, tc.mention) {
 				t.Errorf("message %q does not mention %q", msg, tc.mention)
 			}
@@ -234,92 +284,93 @@ func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
 }
 
 func TestNATSGroupErrorCarriesItsStableCodeAndGroup(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{hang: true}))
-	startNATSService(t, c, NATSServiceOptions{})
-	data, err := json.Marshal(schemas.SubmitRequest{OperationClass: "default", ModelClass: "general", DeadlineMs: 300, Request: chat(false)})
+	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		if sub.IdempotencyKey == "retry" {
+			return nil, &dispatcher.GroupError{Group: "g-8", Code: schemas.ErrAlreadyCommitted, Holder: "g-1/2/3"}
+		}
+		return nil, &dispatcher.GroupError{Group: "g-7", Code: schemas.ErrDeadlineExceeded}
+	}, Options{})
+	m := request(t, d.nc, submitBody(t, false), nil)
+	errorAnswer(t, m, schemas.ErrDeadlineExceeded, 504)
+	if group := m.Header.Get(schemas.HeaderGroup); group != "g-7" {
+		t.Fatalf("%s = %q on a group's failure, want its group g-7", schemas.HeaderGroup, group)
+	}
+	// A committed winner is named in the answer, so the caller can match it.
+	retry, err := json.Marshal(schemas.SubmitRequest{OperationClass: "default", ModelClass: "general", IdempotencyKey: "retry", Request: chat(false)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := request(t, c.nc, data, nil)
-	errorAnswer(t, m, schemas.ErrDeadlineExceeded, 504)
-	group := m.Header.Get(schemas.HeaderGroup)
-	if group == "" {
-		t.Fatalf("no %s header on a group's failure", schemas.HeaderGroup)
-	}
-	if g := c.groupRecord(group); g.Outcome != schemas.GroupFailed || g.ErrorCode != schemas.ErrDeadlineExceeded {
-		t.Errorf("group record %+v, want failed with deadline_exceeded", g)
+	var body schemas.SubmitError
+	m = request(t, d.nc, retry, nil)
+	errorAnswer(t, m, schemas.ErrAlreadyCommitted, 409)
+	if err := json.Unmarshal(m.Data, &body); err != nil || body.Winner == nil || *body.Winner != (schemas.GateValue{GroupID: "g-1", Attempt: 2, Epoch: 3}) {
+		t.Fatalf("body %s (%v), want the winner g-1/2/3", m.Data, err)
 	}
 }
 
-func TestNATSCancelSubjectCancelsTheGroup(t *testing.T) {
-	c, ps := twoRoutes(t, newScript(behaviour{hang: true}))
-	startNATSService(t, c, NATSServiceOptions{})
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+func TestNATSCancelSubjectCancelsTheSubmission(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	arrived := make(chan struct{}, 1)
+	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		arrived <- struct{}{}
+		return frontdoortest.Hold(gone)(ctx, sub, sink)
+	}, Options{})
+	inbox := d.nc.NewInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	const id = "cancel-me-1"
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
 		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
 	}
-	var hung *provider
 	select {
-	case r := <-ps["a"].arrived:
-		hung = ps[r]
-	case r := <-ps["b"].arrived:
-		hung = ps[r]
+	case <-arrived:
 	case <-time.After(natsWait):
-		t.Fatal("the primary never reached a provider")
+		t.Fatal("the request never reached the runtime")
 	}
-	if err := c.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
+	if err := d.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, hung)
-	deadline := time.After(natsWait)
-	for {
-		select {
-		case g := <-c.groups:
-			if g.Outcome == schemas.GroupFailed && g.ErrorCode == schemas.ErrCanceled {
-				return
-			}
-			t.Fatalf("group record %+v, want failed with canceled", g)
-		case <-deadline:
-			t.Fatal("no group record after the cancel")
-		}
+	select {
+	case <-gone:
+	case <-time.After(natsWait):
+		t.Fatal("the cancel never reached the submission")
+	}
+	// Nobody is left to tell: the caller that cancelled hears nothing.
+	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("answer %v to a cancelled request", m.Header)
 	}
 }
 
 func TestNATSCancelThatOvertakesItsRequestRunsNoGroup(t *testing.T) {
-	ps := map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 2})), "b": newProvider(t, "b", newScript(behaviour{words: 2}))}
-	c := newCluster(t, []string{"a", "b"}, ps, "")
-	s := startNATSService(t, c, NATSServiceOptions{})
+	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{})
+	s := d.svc
 	const id = "early-cancel"
-	if err := c.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
+	if err := d.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the cancel to be remembered", func() bool {
+	eventually.True(t, natsWait, "the cancel to be remembered", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		_, ok := s.canceled[id]
 		return ok
 	})
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: c.nc.NewInbox(),
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: d.nc.NewInbox(),
 		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the request to meet its cancel", func() bool {
+	eventually.True(t, natsWait, "the request to meet its cancel", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		_, ok := s.canceled[id]
 		return !ok
 	})
-	// Admission turned the request away before any group existed, so no
-	// attempt can reach a provider later.
-	if n := len(ps["a"].arrived) + len(ps["b"].arrived); n != 0 {
-		t.Fatalf("%d attempts reached a provider for a request cancelled before it arrived", n)
+	// Admission turned the request away before it reached the runtime.
+	if n := len(d.sub.Submissions()); n != 0 {
+		t.Fatalf("%d submissions reached the runtime for a request cancelled before it arrived", n)
 	}
 	s.mu.Lock()
 	inflight := s.inflight
@@ -330,39 +381,39 @@ func TestNATSCancelThatOvertakesItsRequestRunsNoGroup(t *testing.T) {
 }
 
 func TestNATSStreamWhoseCallerLeftIsCancelled(t *testing.T) {
-	// Route "x" has no real worker: the fake one commits the stream at its
-	// first chunk, then streams a chunk every few milliseconds until it is
-	// cancelled, as a provider does.
-	c := newCluster(t, []string{"x"}, nil, "")
-	cancelled := make(chan schemas.Cancel, 1)
-	startFakeWorker(t, c, []string{"x"}, func(fw *fakeWorker, a schemas.Attempt) {
-		fw.accept(a)
-		fw.send(a, schemas.FirstByte{GroupID: a.GroupID, Attempt: a.Attempt})
+	// The runtime commits the stream and sends a delta every few
+	// milliseconds until its caller goes away, as a provider does.
+	cancelled := make(chan error, 1)
+	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		give := time.After(natsWait)
-		for seq := int64(1); ; seq++ {
-			fw.send(a, schemas.Chunk{GroupID: a.GroupID, Attempt: a.Attempt, Seq: seq, Delta: "word ", Tokens: 1, CumulativeTokens: seq, First: seq == 1})
+		for {
+			if err := sink.Delta(dispatcher.Delta{Content: "word "}); err != nil {
+				cancelled <- err
+				return nil, err
+			}
 			select {
 			case <-tick.C:
-				continue
-			case cancel := <-fw.cancels:
-				fw.send(a, schemas.AttemptResult{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", StatusClass: schemas.StatusCanceled,
-					ErrorScope: schemas.ScopeTransient, LastSeq: seq, CancellationObserved: true, Usage: schemas.Usage{OutputUnits: seq}})
-				cancelled <- cancel
+			case <-ctx.Done():
+				cancelled <- ctx.Err()
+				return nil, ctx.Err()
 			case <-give:
+				return nil, errors.New("the caller never left")
 			}
-			return
 		}
-	})
-	startNATSService(t, c, NATSServiceOptions{})
-	caller := connect(t, c.ns)
-	inbox := caller.NewInbox()
-	sub, err := caller.SubscribeSync(inbox)
+	}, Options{})
+	ns, err := nats.Connect(d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := caller.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, true)}); err != nil {
+	defer ns.Close()
+	inbox := ns.NewInbox()
+	sub, err := ns.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, true)}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := sub.NextMsg(natsWait)
@@ -371,44 +422,41 @@ func TestNATSStreamWhoseCallerLeftIsCancelled(t *testing.T) {
 	}
 	// The caller goes away without a word: its inbox has no subscriber, so
 	// the next chunk comes back to the gateway as "no responders".
-	caller.Close()
+	ns.Close()
 	select {
-	case cancel := <-cancelled:
-		if cancel.Reason != schemas.CancelCallerGone {
-			t.Fatalf("cancel %+v, want reason %s", cancel, schemas.CancelCallerGone)
+	case err := <-cancelled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the submission ended with %v, want its context cancelled", err)
 		}
 	case <-time.After(natsWait):
-		t.Fatal("the attempt of a stream whose caller left was never cancelled")
+		t.Fatal("the submission of a stream whose caller left was never cancelled")
 	}
 }
 
 func TestNATSServiceAtItsLimitAnswersUnavailableAtOnce(t *testing.T) {
-	c, ps := twoRoutes(t, newScript(behaviour{hang: true}))
-	startNATSService(t, c, NATSServiceOptions{MaxInFlight: 1})
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	d := startDoor(t, blockUntil(arrived, release, frontdoortest.Fail(&dispatcher.GroupError{Group: "g-1", Code: schemas.ErrDeadlineExceeded})),
+		Options{MaxInFlight: 1})
+	inbox := d.nc.NewInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	data, err := json.Marshal(schemas.SubmitRequest{OperationClass: "default", ModelClass: "general", DeadlineMs: 2000, Request: chat(false)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: data}); err != nil {
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-ps["a"].arrived:
-	case <-ps["b"].arrived:
+	case <-arrived:
 	case <-time.After(natsWait):
-		t.Fatal("the first request never reached a provider")
+		t.Fatal("the first request never reached the runtime")
 	}
-	msg := errorAnswer(t, request(t, c.nc, submitBody(t, false), nil), schemas.ErrUnavailable, 503)
+	msg := errorAnswer(t, request(t, d.nc, submitBody(t, false), nil), schemas.ErrUnavailable, 503)
 	if !strings.Contains(msg, "limit of 1") {
 		t.Errorf("message %q does not name the limit", msg)
 	}
-	// The first request still ends, at its deadline.
+	// The first request still ends, with its own answer.
+	close(release)
 	m, err := sub.NextMsg(natsWait)
 	if err != nil {
 		t.Fatal(err)
@@ -417,25 +465,27 @@ func TestNATSServiceAtItsLimitAnswersUnavailableAtOnce(t *testing.T) {
 }
 
 func TestNATSServiceStopAnswersWhatIsInFlightThenUnregisters(t *testing.T) {
-	c, ps := twoRoutes(t, newScript(behaviour{firstByte: 300 * time.Millisecond, words: 2}))
-	s, err := StartNATSService(c.d, c.d.nc, NATSServiceOptions{})
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	ns := natstest.Start(t)
+	nc := natstest.Connect(t, ns)
+	s, err := Start(frontdoortest.New(blockUntil(arrived, release, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false))),
+		natstest.Connect(t, ns), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, false)}); err != nil {
+	if err := nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-ps["a"].arrived:
-	case <-ps["b"].arrived:
+	case <-arrived:
 	case <-time.After(natsWait):
-		t.Fatal("the request never reached a provider")
+		t.Fatal("the request never reached the runtime")
 	}
 	var wg sync.WaitGroup
 	var stopErr error
@@ -446,6 +496,13 @@ func TestNATSServiceStopAnswersWhatIsInFlightThenUnregisters(t *testing.T) {
 		defer cancel()
 		stopErr = s.Stop(ctx)
 	}()
+	// Stop unregisters first, then waits for what is in flight.
+	eventually.True(t, natsWait, "the service to stop taking requests", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closed
+	})
+	close(release)
 	m, err := sub.NextMsg(natsWait)
 	if err != nil || m.Header.Get(schemas.HeaderStatus) != schemas.StatusDone {
 		t.Fatalf("in-flight request's answer %v (%v), want done", m, err)
@@ -454,22 +511,59 @@ func TestNATSServiceStopAnswersWhatIsInFlightThenUnregisters(t *testing.T) {
 	if stopErr != nil {
 		t.Fatalf("Stop: %v", stopErr)
 	}
-	if _, err := c.nc.Request(schemas.SubmitSubject, submitBody(t, false), natsWait); err != nats.ErrNoResponders {
+	if _, err := nc.Request(schemas.SubmitSubject, submitBody(t, false), natsWait); err != nats.ErrNoResponders {
 		t.Fatalf("request after Stop: %v, want no responders", err)
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after natsWait.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(natsWait)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
+// TestEveryFailureHasTheSameStatusOverNATSAsOverHTTP runs every error the
+// runtime can return through both doors: the NATS door's error code header
+// carries the status the OpenAI HTTP door answers.
+func TestEveryFailureHasTheSameStatusOverNATSAsOverHTTP(t *testing.T) {
+	failures := []error{
+		fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "nope"),
+		fmt.Errorf("%w: messages: empty", dispatcher.ErrBadRequest),
+		dispatcher.ErrShuttingDown,
+		errors.New("surprise"),
+	}
+	for _, code := range []schemas.ErrorCode{schemas.ErrDeadlineExceeded, schemas.ErrAlreadyCommitted, schemas.ErrInvalidRequest,
+		schemas.ErrRouteFailed, schemas.ErrAllRoutesFailed, schemas.ErrNoRoute, schemas.ErrBudgetExhausted, schemas.ErrRateLimited} {
+		failures = append(failures, &dispatcher.GroupError{Group: "g-1", Code: code, Holder: "g-0/1/1"})
+	}
+	var current error
+	var mu sync.Mutex
+	script := func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return nil, current
+	}
+	d := startDoor(t, script, Options{})
+	h, err := httpdoor.New(d.sub, httpdoor.Options{Pools: map[string][]string{"general": {"a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, failure := range failures {
+		t.Run(failure.Error(), func(t *testing.T) {
+			mu.Lock()
+			current = failure
+			mu.Unlock()
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			m := request(t, d.nc, submitBody(t, false), nil)
+			if got := m.Header.Get(micro.ErrorCodeHeader); got != strconv.Itoa(resp.StatusCode) {
+				t.Fatalf("NATS status %s, HTTP status %d: want the same", got, resp.StatusCode)
+			}
+			f := frontdoor.FailureFor(failure)
+			if got := m.Header.Get(schemas.HeaderErrorCode); got != string(f.WireCode()) {
+				t.Fatalf("NATS code %q, want %q", got, f.WireCode())
+			}
+		})
 	}
 }
