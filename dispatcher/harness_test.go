@@ -72,19 +72,29 @@ func (s *script) take() behaviour {
 	return b
 }
 
-// provider is a real OpenAI-compatible HTTP server whose answers a script
-// decides; it reports every request whose client went away.
+// provider is a real OpenAI-compatible HTTP server, or an Anthropic
+// Messages one, whose answers a script decides; it reports every request
+// whose client went away.
 type provider struct {
-	srv     *httptest.Server
-	script  *script
-	arrived chan string // the route of every request, as it arrives
-	gone    chan string // the route of a request whose client disconnected
-	route   string
+	srv       *httptest.Server
+	script    *script
+	anthropic bool        // speaks the Messages API, not chat completions
+	arrived   chan string // the route of every request, as it arrives
+	gone      chan string // the route of a request whose client disconnected
+	route     string
 }
 
 func newProvider(t *testing.T, route string, sc *script) *provider {
 	p := &provider{script: sc, arrived: make(chan string, 1024), gone: make(chan string, 64), route: route}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// newMessagesProvider is a provider of the Anthropic Messages API.
+func newMessagesProvider(t *testing.T, route string, sc *script) *provider {
+	p := &provider{script: sc, anthropic: true, arrived: make(chan string, 1024), gone: make(chan string, 64), route: route}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serveMessages))
 	t.Cleanup(p.srv.Close)
 	return p
 }
@@ -146,6 +156,59 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 }
 
+// pushbackSeconds is the Retry-After of a scripted Anthropic 429 or 529:
+// long enough that no test outlives it.
+const pushbackSeconds = "30"
+
+// serveMessages answers as Anthropic's Messages API does.
+func (p *provider) serveMessages(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	if r.URL.Path != "/v1/messages" {
+		http.NotFound(w, r)
+		return
+	}
+	notify(p.arrived, p.route)
+	b := p.script.take()
+	if b.status != 0 {
+		typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error", 529: "overloaded_error"}[b.status]
+		if b.status == 429 || b.status == 529 {
+			w.Header().Set("Retry-After", pushbackSeconds)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(b.status)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":"scripted"}}`, typ)
+		return
+	}
+	if b.hang {
+		<-r.Context().Done()
+		notify(p.gone, p.route)
+		return
+	}
+	t := time.NewTimer(b.firstByte)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		notify(p.gone, p.route)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	ev := func(name, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		fl.Flush()
+	}
+	words := max(b.words, 1)
+	ev("message_start", `{"type":"message_start","message":{"id":"msg_x","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`)
+	ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	for i := range words {
+		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s%d "}}`, p.route, i))
+	}
+	ev("content_block_stop", `{"type":"content_block_stop","index":0}`)
+	ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, words))
+	ev("message_stop", `{"type":"message_stop"}`)
+}
+
 // cluster is an in-process hedgerow: a NATS server, workers per route and a
 // dispatcher, all on loopback.
 type cluster struct {
@@ -182,15 +245,6 @@ func (c *cluster) addDispatcher(base Config) *Dispatcher {
 // configuration's default nats.max_payload, which the gateway checks.
 const natsPayload = 8 << 20
 
-// startNATS and connect are kept, forwarding to natstest, for the door tests
-// (http_test.go, http_anthropic_test.go, nats_service_test.go, e2e_test.go)
-// being moved out of this package; delete them once those files are gone.
-func startNATS(t *testing.T) *server.Server {
-	return natstest.Start(t, natstest.MaxPayload(natsPayload))
-}
-
-func connect(t *testing.T, ns *server.Server) *nats.Conn { return natstest.Connect(t, ns) }
-
 // policyYAML is a test policy: a short known hedge delay (the estimator is
 // kept cold), no control groups, and quick timeouts.
 const policyYAML = `
@@ -217,11 +271,14 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 	var y strings.Builder
 	y.WriteString("routes:\n")
 	for _, r := range routes {
-		url := "http://127.0.0.1:1/v1"
+		kind, url := "openai", "http://127.0.0.1:1/v1"
 		if p := providers[r]; p != nil {
 			url = p.srv.URL + "/v1"
+			if p.anthropic {
+				kind, url = "anthropic", p.srv.URL
+			}
 		}
-		fmt.Fprintf(&y, "  - {name: %s, provider: openai, base_url: %q, model: m, labels: {provider: %s}}\n", r, url, r)
+		fmt.Fprintf(&y, "  - {name: %s, provider: %s, base_url: %q, model: m, labels: {provider: %s}}\n", r, kind, url, r)
 	}
 	fmt.Fprintf(&y, "pools:\n  general:\n    routes: [%s]\n", strings.Join(routes, ", "))
 	if !strings.Contains(extraYAML, "policies:") {
@@ -237,7 +294,13 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 		if p == nil {
 			continue
 		}
-		up, err := upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model})
+		var up upstream.Upstream
+		var err error
+		if p.anthropic {
+			up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: upstream.Config{BaseURL: r.BaseURL, Model: r.Model}})
+		} else {
+			up, err = upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

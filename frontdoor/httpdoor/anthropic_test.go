@@ -2,6 +2,7 @@ package httpdoor
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,49 +22,16 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// messagesRequest is a Messages request for pool general asking prompt.
-func messagesRequest(stream bool, extra string) string {
-	s := fmt.Sprintf(`{"model":"general","max_tokens":50,"messages":[{"role":"user","content":%q}],"stream":%t`, prompt, stream)
-	if extra != "" {
-		s += "," + extra
-	}
-	return s + "}"
-}
-
 func postMessages(t *testing.T, url, body string, headers map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/messages", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Anthropic-Version", "2023-06-01")
+	h := map[string]string{"Anthropic-Version": "2023-06-01"}
 	for k, v := range headers {
-		req.Header.Set(k, v)
+		h[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST /v1/messages: %v", err)
-	}
-	return resp
+	return frontdoortest.Post(t, context.Background(), url+"/v1/messages", body, h)
 }
 
-// anthropicErrorType checks body is an Anthropic error object — type
-// "error", an error with a type and a message — and returns its type.
-func anthropicErrorType(t *testing.T, body []byte) string {
-	t.Helper()
-	var e struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Type != "error" || e.Error.Type == "" || e.Error.Message == "" {
-		t.Fatalf("body %s is not an Anthropic error object", body)
-	}
-	return e.Error.Type
-}
+var anthropicErrorType = frontdoortest.AnthropicErrorType
 
 // collapseDeltas joins event types with runs of content_block_delta
 // written once.

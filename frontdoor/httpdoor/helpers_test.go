@@ -1,14 +1,10 @@
 package httpdoor
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -19,19 +15,17 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// prompt is distinctive so a test can prove no answer echoes it.
-const prompt = "tell-me-the-secret-plan"
+const prompt = frontdoortest.Prompt
 
 // anyValue in an expected header means "present, whatever its value".
 const anyValue = "*"
 
-func chatBody(stream bool, extra string) string {
-	s := fmt.Sprintf(`{"model":"general","messages":[{"role":"user","content":%q}],"max_tokens":50,"stream":%t`, prompt, stream)
-	if extra != "" {
-		s += "," + extra
-	}
-	return s + "}"
-}
+var (
+	chatBody        = frontdoortest.ChatBody
+	messagesRequest = frontdoortest.MessagesBody
+	openAIErrorOf   = frontdoortest.OpenAIError
+	sseEvents       = frontdoortest.SSEEvents
+)
 
 // frontDoor serves sub over HTTP with opts; the pool "general" of routes a
 // and b when opts names no pools.
@@ -57,20 +51,7 @@ func scripted(t *testing.T, script frontdoortest.Script, opts Options) (*httptes
 }
 
 func post(t *testing.T, ctx context.Context, url, body string, headers map[string]string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST: %v", err)
-	}
-	return resp
+	return frontdoortest.Post(t, ctx, url+"/v1/chat/completions", body, headers)
 }
 
 func get(t *testing.T, url string) (*http.Response, []byte) {
@@ -85,51 +66,6 @@ func get(t *testing.T, url string) (*http.Response, []byte) {
 		t.Fatal(err)
 	}
 	return resp, body
-}
-
-// openAIErrorOf checks body is an OpenAI error object — message, type,
-// param and code all present — and returns it.
-func openAIErrorOf(t *testing.T, body []byte) (typ, code, param string) {
-	t.Helper()
-	var obj map[string]map[string]any
-	if err := json.Unmarshal(body, &obj); err != nil || obj["error"] == nil {
-		t.Fatalf("body %s is not an OpenAI error object", body)
-	}
-	e := obj["error"]
-	for _, k := range []string{"message", "type", "param", "code"} {
-		if _, ok := e[k]; !ok {
-			t.Fatalf("error object %s has no %q", body, k)
-		}
-	}
-	if m, _ := e["message"].(string); m == "" {
-		t.Fatalf("error object %s has no message", body)
-	}
-	typ, _ = e["type"].(string)
-	code, _ = e["code"].(string)
-	param, _ = e["param"].(string)
-	return typ, code, param
-}
-
-// sseEvents reads a whole event stream: the data of each event.
-func sseEvents(t *testing.T, r io.Reader) []string {
-	t.Helper()
-	var events []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			t.Fatalf("stream line %q is not a data line", line)
-		}
-		events = append(events, data)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("read stream: %v", err)
-	}
-	return events
 }
 
 type testChunk struct {
