@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,12 +97,6 @@ type group struct {
 type pendingRecord struct {
 	subject string
 	rec     json.Marshaler
-}
-
-// inboundEvent wraps a wire message for the group's loop.
-type inboundEvent struct {
-	attempt int
-	msg     *nats.Msg
 }
 
 // retryAfterFor is how long a caller should wait before retrying a group
@@ -204,184 +196,6 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 		return nil, fmt.Errorf("dispatcher: subscribe reply inbox: %w", err)
 	}
 	return g, nil
-}
-
-// replyMux routes the replies to every group of a dispatcher from one
-// wildcard subscription, prefix.<group token>.<attempt>, as nats.go's own
-// request mux does: a subscription per group would cost the NATS server a
-// SUB, an UNSUB and two passes over its subject cache per request.
-type replyMux struct {
-	mu     sync.Mutex
-	prefix string // a unique inbox; set once, before the first subscription
-	sub    *nats.Subscription
-	groups map[string]*group // by token
-	next   uint64
-	// closing: the dispatcher closed; the subscription ends with the last
-	// group (one may still start as Close begins).
-	closing bool
-}
-
-// register gives g a reply inbox of its own, subscribing the mux first if
-// it is not (or no longer) subscribed. It fails as a subscription of the
-// group's own would: on a closed or draining connection.
-func (m *replyMux) register(nc *nats.Conn, g *group) (string, error) {
-	switch {
-	case nc.IsClosed():
-		return "", nats.ErrConnectionClosed
-	case nc.IsDraining():
-		return "", nats.ErrConnectionDraining
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sub == nil || !m.sub.IsValid() {
-		if m.prefix == "" {
-			m.prefix = nc.NewInbox()
-		}
-		sub, err := nc.Subscribe(m.prefix+".*.*", m.route)
-		if err != nil {
-			return "", err
-		}
-		m.sub = sub
-		if m.groups == nil {
-			m.groups = make(map[string]*group)
-		}
-	}
-	m.next++
-	token := strconv.FormatUint(m.next, 36)
-	m.groups[token] = g
-	g.replyToken = token
-	return m.prefix + "." + token, nil
-}
-
-// unregister forgets a finished group: later replies to it are dropped.
-func (m *replyMux) unregister(g *group) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.groups, g.replyToken)
-	if m.closing {
-		m.unsubscribeIfIdleLocked()
-	}
-}
-
-// close unsubscribes the mux once no group is left; the dispatcher calls it
-// when it is closed and its groups are done.
-func (m *replyMux) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closing = true
-	m.unsubscribeIfIdleLocked()
-}
-
-func (m *replyMux) unsubscribeIfIdleLocked() {
-	if m.sub != nil && len(m.groups) == 0 {
-		_ = m.sub.Unsubscribe()
-		m.sub = nil
-	}
-}
-
-// route runs on the mux subscription's goroutine: it only hands the message
-// to its group's queue, which never blocks.
-func (m *replyMux) route(msg *nats.Msg) {
-	subj := msg.Subject
-	if len(subj) <= len(m.prefix) || subj[:len(m.prefix)] != m.prefix || subj[len(m.prefix)] != '.' {
-		return
-	}
-	token, attempt, _ := strings.Cut(subj[len(m.prefix)+1:], ".")
-	n, err := strconv.Atoi(attempt)
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	g := m.groups[token]
-	m.mu.Unlock()
-	if g == nil {
-		return
-	}
-	if !g.events.postMsg(inboundEvent{attempt: n, msg: msg}, len(msg.Data)) {
-		g.d.log.Warn("reply dropped: the group's queue is full", "group", g.id, "attempt", n)
-	}
-}
-
-// post hands an engine event to the group's loop, unless the group is over.
-func (g *group) post(ev any) { g.events.post(ev) }
-
-// eventQueue holds a group's events, engine events and wire messages alike,
-// in arrival order, for the group's loop. Posting never blocks, so the one
-// goroutine routing every group's replies is never held up by a group whose
-// caller reads slowly. Wire messages are bounded as a NATS subscription
-// bounds its pending messages; past that they are dropped (the group sees a
-// gap in the attempt's sequence).
-type eventQueue struct {
-	ready chan struct{} // signalled when evs becomes non-empty
-
-	mu             sync.Mutex
-	evs            []any
-	spare          []any // the batch the loop last took, for reuse
-	msgs, msgBytes int   // wire messages in evs
-	closed         bool
-}
-
-func (q *eventQueue) post(ev any) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.appendLocked(ev)
-}
-
-// postMsg queues a wire message of size bytes; false if the queue is full.
-func (q *eventQueue) postMsg(ev inboundEvent, size int) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return true
-	}
-	if q.msgs >= nats.DefaultSubPendingMsgsLimit || q.msgBytes+size > nats.DefaultSubPendingBytesLimit {
-		return false
-	}
-	q.msgs++
-	q.msgBytes += size
-	q.appendLocked(ev)
-	return true
-}
-
-func (q *eventQueue) appendLocked(ev any) {
-	if q.closed {
-		return
-	}
-	q.evs = append(q.evs, ev)
-	if len(q.evs) == 1 {
-		select {
-		case q.ready <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// take waits for events and returns them all, oldest first. The batch is
-// the caller's until its next take.
-func (q *eventQueue) take() []any {
-	for {
-		q.mu.Lock()
-		if len(q.evs) > 0 {
-			batch := q.evs
-			clear(q.spare)
-			q.evs, q.spare = q.spare[:0], batch
-			q.msgs, q.msgBytes = 0, 0
-			q.mu.Unlock()
-			return batch
-		}
-		q.mu.Unlock()
-		<-q.ready
-	}
-}
-
-// close drops what is queued and every later event.
-func (q *eventQueue) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.closed = true
-	clear(q.evs)
-	clear(q.spare)
-	q.evs, q.spare = nil, nil
 }
 
 // serve starts the group and relays its deliveries to the caller.
@@ -515,31 +329,6 @@ func (g *group) handle(input any) {
 	}
 }
 
-// armedTimer is one timer the engine armed. It reaches its group through a
-// pointer the group clears as it ends, since a stopped timer may linger in
-// the runtime's timer heap and must not keep a finished group in memory.
-type armedTimer struct {
-	group atomic.Pointer[group]
-	ev    hedge.TimerFired
-	timer *time.Timer
-}
-
-func (t *armedTimer) fire() {
-	if g := t.group.Load(); g != nil {
-		g.post(t.ev)
-	}
-}
-
-// stopTimers stops every timer the group armed and cuts it off from the
-// group, so a finished group is not kept in memory until its deadline.
-func (g *group) stopTimers() {
-	for _, t := range g.timers {
-		t.timer.Stop()
-		t.group.Store(nil)
-	}
-	g.timers = nil
-}
-
 func (g *group) attempt(n int) *attemptState {
 	if n < 1 || n > len(g.attempts) {
 		return nil
@@ -645,11 +434,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	case hedge.Launch:
 		g.launch(a)
 	case hedge.ArmTimer:
-		ev := hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}
-		t := &armedTimer{ev: ev}
-		t.group.Store(g)
-		t.timer = time.AfterFunc(max(a.At.Sub(d.now()), 0), t.fire)
-		g.timers = append(g.timers, t)
+		g.armTimer(a)
 	case hedge.AskHedgeBudget:
 		return g.askBudget(ctx, a)
 	case hedge.Elect:
