@@ -15,8 +15,8 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
-	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -41,6 +41,7 @@ type attemptState struct {
 	result       *schemas.AttemptResult
 	firstByte    time.Duration
 	workerID     string
+	outcome      hedge.Outcome // how it ended, once it did
 }
 
 // delivery is what the group hands to the caller's goroutine: the commit
@@ -56,8 +57,7 @@ type delivery struct {
 type group struct {
 	d          *Dispatcher
 	sub        Submission
-	class      *class
-	pool       *config.Pool
+	class      *policy.Class
 	routes     []string
 	contract   *arbiter.Contract
 	cohort     delay.Cohort
@@ -154,22 +154,22 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if err := sub.Request.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	pool := d.cfg.Pools[sub.Pool]
-	if pool == nil {
+	pool, ok := d.pools[sub.Pool]
+	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, sub.Pool)
 	}
 	cl := d.classes[sub.Operation]
 	if cl == nil {
-		cl = d.classes[config.DefaultPolicy]
+		cl = d.classes[policy.DefaultName]
 	}
 	contract, err := d.contractFor(sub.Pool, sub.Request.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}
 	g := &group{
-		d: d, sub: sub, class: cl, pool: pool, routes: pool.Routes,
+		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
-		cohort:   delay.NewCohort(cl.name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
+		cohort:   delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
@@ -181,15 +181,15 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	} else {
 		g.ua = schemas.UserActionID(d.secret, sub.Tenant, g.id)
 	}
-	policy := cl.policy.Engine()
-	if sub.Deadline > 0 && sub.Deadline < policy.Deadline {
-		policy.Deadline = sub.Deadline
-		if policy.MinUsefulTime >= policy.Deadline {
-			policy.MinUsefulTime = 0
+	engine := cl.Policy.Engine()
+	if sub.Deadline > 0 && sub.Deadline < engine.Deadline {
+		engine.Deadline = sub.Deadline
+		if engine.MinUsefulTime >= engine.Deadline {
+			engine.MinUsefulTime = 0
 		}
 	}
-	g.deadline = policy.Deadline
-	if g.eng, err = hedge.New(policy); err != nil {
+	g.deadline = engine.Deadline
+	if g.eng, err = hedge.New(engine); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	if g.inbox, err = d.replies.register(d.nc, g); err != nil {
@@ -238,43 +238,30 @@ func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
 }
 
 func (g *group) startEvent() hedge.Start {
-	p := g.class.policy
 	s := hedge.Start{
 		Streaming:             g.sub.Request.Stream,
 		NeedsCompleteAnswer:   g.contract.NeedsComplete(),
 		InputUnits:            estimateInput(g.sub.Request),
-		DecodeTokensPerSecond: g.class.decodeTokensPerSecond(),
+		DecodeTokensPerSecond: g.class.DecodeRate(),
 	}
 	now := g.d.now()
-	d := g.class.estimator.Delay(g.cohort, now, g.deadline)
+	d := g.class.Estimator.Delay(g.cohort, now, g.deadline)
 	s.HedgeDelay = d.Value
 	g.delay = d.Value
-	g.arm = delay.ArmHedged
-	g.guard = schemas.GuardrailAllow
-	switch {
-	case !p.Hedge || !p.Idempotent:
-		s.NotEligibleReason, g.guard = "policy", schemas.GuardrailIneligible
-	case len(g.routes) < 2 && !p.SameRouteHedging:
-		s.NotEligibleReason, g.guard = "single_route", schemas.GuardrailIneligible
-	case delay.IsControl(delay.UniformFromID(g.id), p.ControlFraction):
-		s.NotEligibleReason, g.guard, g.arm = "control", schemas.GuardrailControl, delay.ArmControl
-	case delay.UniformFromID(g.id+"/rollout") >= p.RolloutFraction:
-		s.NotEligibleReason, g.guard = "rollout", schemas.GuardrailIneligible
-	default:
-		s.HedgeEligible = true
-		if p.Guardrail.Enabled {
-			dec := g.class.guardrail.Decide(g.cohort, now)
-			switch {
-			case !dec.HedgingAllowed():
-				s.HedgeEligible, s.NotEligibleReason, g.guard = false, "guardrail", schemas.GuardrailDisable
-			case dec.State == delay.StateProbing:
-				g.guard = schemas.GuardrailProbe
-			}
-			g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(dec.Stats.TailGainRatio)
-		}
+	el := g.eligibility(now)
+	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
+	if el.Consulted {
+		g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(el.Stats.TailGainRatio)
 	}
-	g.armed = s.HedgeEligible
 	return s
+}
+
+// eligibility decides whether the group may hedge, by its class's rule, and
+// keeps what its records and its guardrail arm need of the decision.
+func (g *group) eligibility(now time.Time) policy.Eligibility {
+	el := g.class.Eligibility(policy.Group{ID: g.id, Routes: len(g.routes), Cohort: g.cohort, Now: now})
+	g.arm, g.guard, g.armed = el.Arm, el.Guardrail, el.Eligible
+	return el
 }
 
 // estimateInput is a coarse token count of the prompt (4 bytes a token),
@@ -367,9 +354,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		a.firstByte = now.Sub(a.launchedAt)
 		_ = g.d.picker.Observe(a.route, a.firstByte, now)
 		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
-		if a.role == schemas.RolePrimary && g.class.policy.Trigger == config.TriggerFirstByte {
-			_ = g.class.estimator.ObservePrimary(g.cohort, now, a.firstByte)
-		}
+		g.class.ObserveFirstByte(g.cohort, now, a.role, a.firstByte)
 		return hedge.FirstByte{Attempt: a.n}
 	case *schemas.Chunk:
 		if m.Seq != a.lastSeq+1 {
@@ -395,9 +380,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if m.StatusClass == schemas.StatusCanceled && m.CancellationObserved {
 			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
 		}
-		if g.class.policy.Trigger == config.TriggerTotal && a.role == schemas.RolePrimary && m.StatusClass == schemas.StatusOK {
-			_ = g.class.estimator.ObservePrimary(g.cohort, now, now.Sub(a.launchedAt))
-		}
+		g.class.ObserveResult(g.cohort, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
 		content := m.Content
 		if content == "" {
 			content = a.content.String()
@@ -512,7 +495,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	if !ok {
 		return hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute}
 	}
-	p := g.class.policy
+	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
@@ -532,10 +515,10 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 }
 
 func (g *group) spend() budgets.SpendPolicy {
-	p := g.class.policy
+	p := g.class.Policy
 	out := int64(g.sub.Request.MaxTokens)
 	if out == 0 {
-		out = g.class.outputEstimate(g.cohort.Key())
+		out = g.class.OutputEstimate(g.cohort.Key())
 	}
 	s := budgets.SpendPolicy{
 		InputUnits:        estimateInput(g.sub.Request),
@@ -545,7 +528,7 @@ func (g *group) spend() budgets.SpendPolicy {
 		TenantWindow:      p.Spend.Window,
 		ReservationTTL:    2 * g.deadline,
 	}
-	if t := g.d.cfg.Tenants[g.sub.Tenant]; t != nil && t.SpendLimit > 0 {
+	if t := g.d.tenants[g.sub.Tenant]; t != nil && t.SpendLimit > 0 {
 		// The tenant's own limit spans every class; it replaces the policy's.
 		s.TenantCeiling, s.TenantWindow = t.SpendLimit, t.SpendWindow
 	}
@@ -563,7 +546,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	if !ok {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
 	}
-	p := g.class.policy
+	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
@@ -591,7 +574,7 @@ func (g *group) launch(l hedge.Launch) {
 	}
 	msg := schemas.Attempt{
 		GroupID: g.id, UserActionID: g.ua, Attempt: l.Attempt, Role: l.Role, Route: l.Route,
-		OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		DeadlineUnixMs: l.Deadline.UnixMilli(), RemainingMs: max(l.Remaining.Milliseconds(), 1),
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
 		Request: g.sub.Request,
@@ -727,12 +710,8 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
 		}
 	}
-	if e.Status == schemas.StatusOK && !e.Usage.Estimated {
-		if e.FirstByte > 0 {
-			g.class.observeDecode(e.Usage.OutputUnits, e.Elapsed-e.FirstByte)
-		}
-		g.class.observeOutput(g.cohort.Key(), e.Usage.OutputUnits)
-	}
+	a.outcome = e.Outcome
+	g.class.ObserveAnswer(g.cohort.Key(), e.Status, e.Usage, e.Elapsed, e.FirstByte)
 	if e.Outcome == hedge.OutcomeLoserLate {
 		d.metrics.late.Inc()
 	}
@@ -744,23 +723,30 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	g.publish(AttemptRecordSubject, g.attemptRecord(a, e))
 }
 
+// observeSuperseded offers the primary's elapsed time to the class's
+// censoring rule as the group ends, and reports whether it was recorded.
+func (g *group) observeSuperseded(now time.Time, e hedge.GroupEnded) bool {
+	p := g.attempt(1)
+	if p == nil {
+		return false
+	}
+	return g.class.ObserveSuperseded(g.cohort, now,
+		policy.Primary{Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte > 0, Failed: p.outcome == hedge.OutcomeFailed},
+		policy.Decision{Winner: e.Winner, Error: e.Error})
+}
+
 func (g *group) groupEnded(e hedge.GroupEnded) {
 	d := g.d
 	now := d.now()
-	// The censoring rule: a primary superseded before its first byte is a
-	// lower bound of its latency, recorded when it is at least the delay.
-	if p := g.attempt(1); p != nil && p.firstByte == 0 && g.class.policy.Trigger == config.TriggerFirstByte &&
-		(e.Committed && e.Winner != 1 || e.Error == schemas.ErrDeadlineExceeded) {
-		_, _ = g.class.estimator.ObserveSuperseded(g.cohort, now, now.Sub(p.launchedAt))
-	}
+	g.observeSuperseded(now, e)
 	latency := g.deadline
 	if e.Committed {
 		latency = e.Latency
-		if w := g.attempt(e.Winner); w != nil && g.class.policy.Trigger == config.TriggerFirstByte && w.firstByte > 0 {
+		if w := g.attempt(e.Winner); w != nil && g.class.Policy.Trigger == policy.TriggerFirstByte && w.firstByte > 0 {
 			latency = w.launchedAt.Sub(g.start) + w.firstByte
 		}
 	}
-	_ = g.class.guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

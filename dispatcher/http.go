@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 )
 
 // Headers of the HTTP front door. Callers name the user action and the
@@ -72,7 +72,7 @@ type HTTPOptions struct {
 	// DefaultBodyLimit. It must fit in one NATS message with the attempt
 	// envelope, which configuration validation checks.
 	BodyLimit int64
-	// TenantByKeyHash authenticates callers: it maps config.HashAPIKey of the
+	// TenantByKeyHash authenticates callers: it maps policy.HashAPIKey of the
 	// bearer key to a tenant (TenantKeyring builds it from the configured
 	// tenants). Nil means no API key is required (local use).
 	TenantByKeyHash func(hash string) (tenant string, ok bool)
@@ -88,11 +88,10 @@ type HTTPOptions struct {
 	Now func() time.Time
 }
 
-// PoolRoutes lists each configured pool's routes, the shape
-// HTTPOptions.Pools takes.
-func PoolRoutes(cfg *config.Config) map[string][]string {
-	out := make(map[string][]string, len(cfg.Pools))
-	for name, p := range cfg.Pools {
+// PoolRoutes lists each pool's routes, the shape HTTPOptions.Pools takes.
+func PoolRoutes(pools map[string]Pool) map[string][]string {
+	out := make(map[string][]string, len(pools))
+	for name, p := range pools {
 		out[name] = slices.Clone(p.Routes)
 	}
 	return out
@@ -103,7 +102,7 @@ func PoolRoutes(cfg *config.Config) map[string][]string {
 // configured one in constant time and never stops early, so how long it takes
 // says nothing about how close a guess came. Nil or empty tenants give a
 // lookup that admits nobody.
-func TenantKeyring(tenants map[string]*config.Tenant) func(hash string) (string, bool) {
+func TenantKeyring(tenants map[string]*policy.Tenant) func(hash string) (string, bool) {
 	type key struct {
 		hash   []byte
 		tenant string
@@ -315,7 +314,7 @@ func (h *httpHandler) readHedgeHeaders(r *http.Request, sub *Submission) *apiErr
 	if len(sub.Operation) > maxOperationLen {
 		return invalidParam(HeaderOperation, fmt.Sprintf("The %s header is longer than %d bytes.", HeaderOperation, maxOperationLen))
 	}
-	if sub.Operation != "" && h.d.cfg.Policies[sub.Operation] == nil {
+	if sub.Operation != "" && !h.d.HasPolicy(sub.Operation) {
 		// An unknown class would silently run under the default policy,
 		// with another deadline and hedging rule than the caller chose.
 		return invalidParam(HeaderOperation, "The "+HeaderOperation+" header names no configured operation class.")
@@ -339,7 +338,7 @@ func (h *httpHandler) authenticate(r *http.Request) (string, *apiError) {
 		return "", nil
 	}
 	if key := presentedKey(r); key != "" {
-		if tenant, ok := h.opts.TenantByKeyHash(config.HashAPIKey(key)); ok {
+		if tenant, ok := h.opts.TenantByKeyHash(policy.HashAPIKey(key)); ok {
 			return tenant, nil
 		}
 	}

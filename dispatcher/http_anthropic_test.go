@@ -148,7 +148,7 @@ func newMessagesCluster(t *testing.T, sc *script, extraYAML string, opts HTTPOpt
 		t.Fatal(err)
 	}
 	nc := connect(t, ns)
-	d, err := New(Config{Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Config: cfg, Logger: testLogger()})
+	d, err := New(withConfig(Config{Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Logger: testLogger()}, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func newMessagesCluster(t *testing.T, sc *script, extraYAML string, opts HTTPOpt
 			t.Errorf("dispatcher close: %v", err)
 		}
 	})
-	opts.Conn, opts.Pools = nc, PoolRoutes(cfg)
+	opts.Conn, opts.Pools = nc, PoolRoutes(d.pools)
 	h, err := NewHTTPHandler(d, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ func frontDoor(t *testing.T, c *cluster, d *Dispatcher, opts HTTPOptions) *httpt
 		opts.Conn = c.nc
 	}
 	if opts.Pools == nil {
-		opts.Pools = PoolRoutes(c.d.cfg)
+		opts.Pools = PoolRoutes(c.d.pools)
 	}
 	h, err := NewHTTPHandler(d, opts)
 	if err != nil {
@@ -571,7 +571,7 @@ func TestHTTPMetricsExposeTheDispatchersCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Conn: connect(t, c.ns), Store: budgets.NewMemory(nil), Gate: gate, Config: c.d.cfg, Registerer: reg})
+	d, err := New(withConfig(Config{Conn: connect(t, c.ns), Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg}, c.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
