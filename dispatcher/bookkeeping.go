@@ -138,10 +138,7 @@ func (b *bookkeeping) ready(batch []bookItem) []bookItem {
 
 func (b *bookkeeping) refreshRoutes() {
 	defer b.done.Done()
-	names := make([]string, 0, len(b.d.cfg.Routes))
-	for _, r := range b.d.cfg.Routes {
-		names = append(names, r.Name)
-	}
+	names := b.d.routes
 	tick := time.NewTicker(routeRefreshInterval)
 	defer tick.Stop()
 	for {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
-	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -29,7 +28,7 @@ func (r *endingsRecorder) EndAll(ctx context.Context, ends []budgets.Ending) []e
 
 func TestSettlesWaitingTogetherReachTheStoreAsOneBatch(t *testing.T) {
 	store := &endingsRecorder{Store: budgets.NewMemory(nil)}
-	d := &Dispatcher{store: store, log: testLogger(), cfg: &config.Config{}, now: time.Now}
+	d := &Dispatcher{store: store, log: testLogger(), now: time.Now}
 	books := startBookkeeping(d)
 
 	// A call that holds the bookkeeping goroutine while the endings queue up.

@@ -11,20 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
-	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -42,8 +40,16 @@ type Config struct {
 	// Store holds the shared budgets; Gate elects winners.
 	Store budgets.Store
 	Gate  arbiter.Gate
-	// Config is the loaded configuration: routes, pools, policies.
-	Config *config.Config
+	// Routes are the routes attempts may go to, with the labels route
+	// choice spreads hedges over.
+	Routes []route.Route
+	// Pools are the model classes callers name, by name.
+	Pools map[string]Pool
+	// Policies are the operation classes' policies, by name; the one named
+	// policy.DefaultName applies to requests that name no class.
+	Policies map[string]*policy.Policy
+	// Tenants are the callers with a spend limit of their own, by name.
+	Tenants map[string]*policy.Tenant
 	// Secret keys the user action ids and prompt fingerprints derived from
 	// callers' data, so records never carry the data itself.
 	Secret []byte
@@ -54,12 +60,21 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Pool is a model class: routes whose answers are interchangeable under one
+// contract.
+type Pool struct {
+	Routes   []string
+	Contract arbiter.ContractSpec
+}
+
 // Dispatcher runs hedge groups. It is safe for concurrent use.
 type Dispatcher struct {
 	nc        *nats.Conn
 	store     budgets.Store
 	gate      arbiter.Gate
-	cfg       *config.Config
+	routes    []string // every route's name
+	pools     map[string]Pool
+	tenants   map[string]*policy.Tenant
 	secret    []byte
 	log       *slog.Logger
 	now       func() time.Time
@@ -67,7 +82,7 @@ type Dispatcher struct {
 	picker    *route.Picker
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
-	classes   map[string]*class
+	classes   map[string]*policy.Class
 	metrics   *metrics
 	books     *bookkeeping
 	replies   replyMux // routes every group's replies from one subscription
@@ -84,107 +99,20 @@ type Dispatcher struct {
 	nextSeq uint64
 }
 
-// class is the per-operation-class state: its policy and its estimators.
-type class struct {
-	name      string
-	policy    *config.Policy
-	estimator *delay.Estimator
-	guardrail *delay.Guardrail
-
-	decodeMu   sync.Mutex
-	decodeRate float64 // output tokens per second of completed attempts, smoothed
-
-	outputMu sync.Mutex
-	outputs  map[string]*ddsketch.DDSketch // cohort key → output units of completed answers
-}
-
-const (
-	// initialOutputEstimate sizes the spend reservation of a request without
-	// max_tokens until its cohort has outputSamples completed answers.
-	initialOutputEstimate = 1024
-	outputSamples         = 20
-	// outputQuantile of a cohort's completed answers is the output estimate
-	// of a request without max_tokens (DESIGN §7).
-	outputQuantile = 0.95
-)
-
-// observeOutput records a completed answer's output units for its cohort.
-func (c *class) observeOutput(cohort string, units int64) {
-	if units <= 0 {
-		return
-	}
-	c.outputMu.Lock()
-	defer c.outputMu.Unlock()
-	sk := c.outputs[cohort]
-	if sk == nil {
-		var err error
-		if sk, err = ddsketch.NewDefaultDDSketch(0.01); err != nil {
-			return
-		}
-		if c.outputs == nil {
-			c.outputs = map[string]*ddsketch.DDSketch{}
-		}
-		c.outputs[cohort] = sk
-	}
-	_ = sk.Add(float64(units))
-}
-
-// outputEstimate is the P95 output of the cohort's completed answers, or
-// initialOutputEstimate until there are enough of them.
-func (c *class) outputEstimate(cohort string) int64 {
-	c.outputMu.Lock()
-	defer c.outputMu.Unlock()
-	sk := c.outputs[cohort]
-	if sk == nil || sk.GetCount() < outputSamples {
-		return initialOutputEstimate
-	}
-	q, err := sk.GetValueAtQuantile(outputQuantile)
-	if err != nil {
-		return initialOutputEstimate
-	}
-	return int64(math.Ceil(q))
-}
-
-// initialDecodeRate is assumed until a class has completed an attempt; it
-// only sizes the usage estimate of cancelled attempts (DESIGN §7).
-const initialDecodeRate = 100
-
-// observeDecode folds a completed attempt's decode rate into the class's.
-func (c *class) observeDecode(tokens int64, decode time.Duration) {
-	if tokens < 2 || decode <= 0 {
-		return
-	}
-	rate := float64(tokens) / decode.Seconds()
-	c.decodeMu.Lock()
-	defer c.decodeMu.Unlock()
-	if c.decodeRate == 0 {
-		c.decodeRate = rate
-		return
-	}
-	c.decodeRate += 0.05 * (rate - c.decodeRate)
-}
-
-// decodeTokensPerSecond is the class's current decode rate.
-func (c *class) decodeTokensPerSecond() float64 {
-	c.decodeMu.Lock()
-	defer c.decodeMu.Unlock()
-	if c.decodeRate == 0 {
-		return initialDecodeRate
-	}
-	return c.decodeRate
-}
-
 // New builds a Dispatcher from its configuration.
 func New(c Config) (*Dispatcher, error) {
-	if c.Conn == nil || c.Store == nil || c.Gate == nil || c.Config == nil {
-		return nil, errors.New("dispatcher: Conn, Store, Gate and Config are required")
+	if c.Conn == nil || c.Store == nil || c.Gate == nil {
+		return nil, errors.New("dispatcher: Conn, Store and Gate are required")
+	}
+	if c.Policies[policy.DefaultName] == nil {
+		return nil, fmt.Errorf("dispatcher: no policy named %q", policy.DefaultName)
 	}
 	d := &Dispatcher{
-		nc: c.Conn, store: c.Store, gate: c.Gate, cfg: c.Config, secret: c.Secret,
+		nc: c.Conn, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
 		contracts: map[string]*arbiter.Contract{},
 		specs:     map[string]arbiter.ContractSpec{},
-		classes:   map[string]*class{},
+		classes:   map[string]*policy.Class{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -201,31 +129,23 @@ func New(c Config) (*Dispatcher, error) {
 	if len(d.secret) == 0 {
 		d.secret = seed[:]
 	}
-	routes := make([]route.Route, 0, len(c.Config.Routes))
-	for _, r := range c.Config.Routes {
-		routes = append(routes, route.Route{Name: r.Name, Labels: r.Labels})
+	for _, r := range c.Routes {
+		d.routes = append(d.routes, r.Name)
 	}
 	var err error
-	if d.picker, err = route.NewPicker(routes, route.Config{}); err != nil {
+	if d.picker, err = route.NewPicker(c.Routes, route.Config{}); err != nil {
 		return nil, fmt.Errorf("dispatcher: routes: %w", err)
 	}
-	for name, p := range c.Config.Pools {
-		spec := arbiter.ContractSpec{RequireComplete: p.Contract.RequireComplete, RequiredFields: p.Contract.RequiredFields,
-			JSONSchema: p.Contract.JSONSchema.Document}
-		if d.contracts[name], err = arbiter.NewContract(spec); err != nil {
+	for name, p := range c.Pools {
+		if d.contracts[name], err = arbiter.NewContract(p.Contract); err != nil {
 			return nil, fmt.Errorf("dispatcher: pool %s contract: %w", name, err)
 		}
-		d.specs[name] = spec
+		d.specs[name] = p.Contract
 	}
-	for name, p := range c.Config.Policies {
-		cl := &class{name: name, policy: p}
-		if cl.estimator, err = delay.NewEstimator(p.DelayConfig()); err != nil {
-			return nil, fmt.Errorf("dispatcher: policy %s: %w", name, err)
+	for name, p := range c.Policies {
+		if d.classes[name], err = policy.NewClass(name, p); err != nil {
+			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
-		if cl.guardrail, err = delay.NewGuardrail(p.GuardrailConfig()); err != nil {
-			return nil, fmt.Errorf("dispatcher: policy %s: %w", name, err)
-		}
-		d.classes[name] = cl
 	}
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
@@ -328,15 +248,15 @@ var (
 func (d *Dispatcher) Estimators() map[string]*delay.Estimator {
 	out := make(map[string]*delay.Estimator, len(d.classes))
 	for name, cl := range d.classes {
-		out[name] = cl.estimator
+		out[name] = cl.Estimator
 	}
 	return out
 }
 
 // Pools lists the model classes callers may name.
 func (d *Dispatcher) Pools() []string {
-	out := make([]string, 0, len(d.cfg.Pools))
-	for name := range d.cfg.Pools {
+	out := make([]string, 0, len(d.pools))
+	for name := range d.pools {
 		out = append(out, name)
 	}
 	return out

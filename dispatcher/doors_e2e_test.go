@@ -30,6 +30,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
@@ -315,7 +316,7 @@ func TestHTTPTenantOfTheAPIKeyIsChargedItsSpendWindow(t *testing.T) {
 `
 	small := chatBody(false, "")
 	large := strings.Replace(small, `"max_tokens":50`, `"max_tokens":500`, 1)
-	keyring := frontdoor.NewKeyring(map[string][]string{"acme": {frontdoor.HashAPIKey("good-key")}})
+	keyring := frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey("good-key")}})
 	for _, tc := range []struct {
 		name    string
 		keyring *frontdoor.Keyring

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,8 +15,8 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
-	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -43,6 +41,7 @@ type attemptState struct {
 	result       *schemas.AttemptResult
 	firstByte    time.Duration
 	workerID     string
+	outcome      hedge.Outcome // how it ended, once it did
 }
 
 // delivery is what the group hands to the caller's goroutine: the commit
@@ -58,8 +57,7 @@ type delivery struct {
 type group struct {
 	d          *Dispatcher
 	sub        Submission
-	class      *class
-	pool       *config.Pool
+	class      *policy.Class
 	routes     []string
 	contract   *arbiter.Contract
 	cohort     delay.Cohort
@@ -99,12 +97,6 @@ type group struct {
 type pendingRecord struct {
 	subject string
 	rec     json.Marshaler
-}
-
-// inboundEvent wraps a wire message for the group's loop.
-type inboundEvent struct {
-	attempt int
-	msg     *nats.Msg
 }
 
 // retryAfterFor is how long a caller should wait before retrying a group
@@ -162,22 +154,22 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if err := sub.Request.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	pool := d.cfg.Pools[sub.Pool]
-	if pool == nil {
+	pool, ok := d.pools[sub.Pool]
+	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, sub.Pool)
 	}
 	cl := d.classes[sub.Operation]
 	if cl == nil {
-		cl = d.classes[config.DefaultPolicy]
+		cl = d.classes[policy.DefaultName]
 	}
 	contract, err := d.contractFor(sub.Pool, sub.Request.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}
 	g := &group{
-		d: d, sub: sub, class: cl, pool: pool, routes: pool.Routes,
+		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
-		cohort:   delay.NewCohort(cl.name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
+		cohort:   delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
@@ -189,199 +181,21 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	} else {
 		g.ua = schemas.UserActionID(d.secret, sub.Tenant, g.id)
 	}
-	policy := cl.policy.Engine()
-	if sub.Deadline > 0 && sub.Deadline < policy.Deadline {
-		policy.Deadline = sub.Deadline
-		if policy.MinUsefulTime >= policy.Deadline {
-			policy.MinUsefulTime = 0
+	engine := cl.Policy.Engine()
+	if sub.Deadline > 0 && sub.Deadline < engine.Deadline {
+		engine.Deadline = sub.Deadline
+		if engine.MinUsefulTime >= engine.Deadline {
+			engine.MinUsefulTime = 0
 		}
 	}
-	g.deadline = policy.Deadline
-	if g.eng, err = hedge.New(policy); err != nil {
+	g.deadline = engine.Deadline
+	if g.eng, err = hedge.New(engine); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	if g.inbox, err = d.replies.register(d.nc, g); err != nil {
 		return nil, fmt.Errorf("dispatcher: subscribe reply inbox: %w", err)
 	}
 	return g, nil
-}
-
-// replyMux routes the replies to every group of a dispatcher from one
-// wildcard subscription, prefix.<group token>.<attempt>, as nats.go's own
-// request mux does: a subscription per group would cost the NATS server a
-// SUB, an UNSUB and two passes over its subject cache per request.
-type replyMux struct {
-	mu     sync.Mutex
-	prefix string // a unique inbox; set once, before the first subscription
-	sub    *nats.Subscription
-	groups map[string]*group // by token
-	next   uint64
-	// closing: the dispatcher closed; the subscription ends with the last
-	// group (one may still start as Close begins).
-	closing bool
-}
-
-// register gives g a reply inbox of its own, subscribing the mux first if
-// it is not (or no longer) subscribed. It fails as a subscription of the
-// group's own would: on a closed or draining connection.
-func (m *replyMux) register(nc *nats.Conn, g *group) (string, error) {
-	switch {
-	case nc.IsClosed():
-		return "", nats.ErrConnectionClosed
-	case nc.IsDraining():
-		return "", nats.ErrConnectionDraining
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sub == nil || !m.sub.IsValid() {
-		if m.prefix == "" {
-			m.prefix = nc.NewInbox()
-		}
-		sub, err := nc.Subscribe(m.prefix+".*.*", m.route)
-		if err != nil {
-			return "", err
-		}
-		m.sub = sub
-		if m.groups == nil {
-			m.groups = make(map[string]*group)
-		}
-	}
-	m.next++
-	token := strconv.FormatUint(m.next, 36)
-	m.groups[token] = g
-	g.replyToken = token
-	return m.prefix + "." + token, nil
-}
-
-// unregister forgets a finished group: later replies to it are dropped.
-func (m *replyMux) unregister(g *group) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.groups, g.replyToken)
-	if m.closing {
-		m.unsubscribeIfIdleLocked()
-	}
-}
-
-// close unsubscribes the mux once no group is left; the dispatcher calls it
-// when it is closed and its groups are done.
-func (m *replyMux) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closing = true
-	m.unsubscribeIfIdleLocked()
-}
-
-func (m *replyMux) unsubscribeIfIdleLocked() {
-	if m.sub != nil && len(m.groups) == 0 {
-		_ = m.sub.Unsubscribe()
-		m.sub = nil
-	}
-}
-
-// route runs on the mux subscription's goroutine: it only hands the message
-// to its group's queue, which never blocks.
-func (m *replyMux) route(msg *nats.Msg) {
-	subj := msg.Subject
-	if len(subj) <= len(m.prefix) || subj[:len(m.prefix)] != m.prefix || subj[len(m.prefix)] != '.' {
-		return
-	}
-	token, attempt, _ := strings.Cut(subj[len(m.prefix)+1:], ".")
-	n, err := strconv.Atoi(attempt)
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	g := m.groups[token]
-	m.mu.Unlock()
-	if g == nil {
-		return
-	}
-	if !g.events.postMsg(inboundEvent{attempt: n, msg: msg}, len(msg.Data)) {
-		g.d.log.Warn("reply dropped: the group's queue is full", "group", g.id, "attempt", n)
-	}
-}
-
-// post hands an engine event to the group's loop, unless the group is over.
-func (g *group) post(ev any) { g.events.post(ev) }
-
-// eventQueue holds a group's events, engine events and wire messages alike,
-// in arrival order, for the group's loop. Posting never blocks, so the one
-// goroutine routing every group's replies is never held up by a group whose
-// caller reads slowly. Wire messages are bounded as a NATS subscription
-// bounds its pending messages; past that they are dropped (the group sees a
-// gap in the attempt's sequence).
-type eventQueue struct {
-	ready chan struct{} // signalled when evs becomes non-empty
-
-	mu             sync.Mutex
-	evs            []any
-	spare          []any // the batch the loop last took, for reuse
-	msgs, msgBytes int   // wire messages in evs
-	closed         bool
-}
-
-func (q *eventQueue) post(ev any) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.appendLocked(ev)
-}
-
-// postMsg queues a wire message of size bytes; false if the queue is full.
-func (q *eventQueue) postMsg(ev inboundEvent, size int) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return true
-	}
-	if q.msgs >= nats.DefaultSubPendingMsgsLimit || q.msgBytes+size > nats.DefaultSubPendingBytesLimit {
-		return false
-	}
-	q.msgs++
-	q.msgBytes += size
-	q.appendLocked(ev)
-	return true
-}
-
-func (q *eventQueue) appendLocked(ev any) {
-	if q.closed {
-		return
-	}
-	q.evs = append(q.evs, ev)
-	if len(q.evs) == 1 {
-		select {
-		case q.ready <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// take waits for events and returns them all, oldest first. The batch is
-// the caller's until its next take.
-func (q *eventQueue) take() []any {
-	for {
-		q.mu.Lock()
-		if len(q.evs) > 0 {
-			batch := q.evs
-			clear(q.spare)
-			q.evs, q.spare = q.spare[:0], batch
-			q.msgs, q.msgBytes = 0, 0
-			q.mu.Unlock()
-			return batch
-		}
-		q.mu.Unlock()
-		<-q.ready
-	}
-}
-
-// close drops what is queued and every later event.
-func (q *eventQueue) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.closed = true
-	clear(q.evs)
-	clear(q.spare)
-	q.evs, q.spare = nil, nil
 }
 
 // serve starts the group and relays its deliveries to the caller.
@@ -424,43 +238,30 @@ func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
 }
 
 func (g *group) startEvent() hedge.Start {
-	p := g.class.policy
 	s := hedge.Start{
 		Streaming:             g.sub.Request.Stream,
 		NeedsCompleteAnswer:   g.contract.NeedsComplete(),
 		InputUnits:            estimateInput(g.sub.Request),
-		DecodeTokensPerSecond: g.class.decodeTokensPerSecond(),
+		DecodeTokensPerSecond: g.class.DecodeRate(),
 	}
 	now := g.d.now()
-	d := g.class.estimator.Delay(g.cohort, now, g.deadline)
+	d := g.class.Estimator.Delay(g.cohort, now, g.deadline)
 	s.HedgeDelay = d.Value
 	g.delay = d.Value
-	g.arm = delay.ArmHedged
-	g.guard = schemas.GuardrailAllow
-	switch {
-	case !p.Hedge || !p.Idempotent:
-		s.NotEligibleReason, g.guard = "policy", schemas.GuardrailIneligible
-	case len(g.routes) < 2 && !p.SameRouteHedging:
-		s.NotEligibleReason, g.guard = "single_route", schemas.GuardrailIneligible
-	case delay.IsControl(delay.UniformFromID(g.id), p.ControlFraction):
-		s.NotEligibleReason, g.guard, g.arm = "control", schemas.GuardrailControl, delay.ArmControl
-	case delay.UniformFromID(g.id+"/rollout") >= p.RolloutFraction:
-		s.NotEligibleReason, g.guard = "rollout", schemas.GuardrailIneligible
-	default:
-		s.HedgeEligible = true
-		if p.Guardrail.Enabled {
-			dec := g.class.guardrail.Decide(g.cohort, now)
-			switch {
-			case !dec.HedgingAllowed():
-				s.HedgeEligible, s.NotEligibleReason, g.guard = false, "guardrail", schemas.GuardrailDisable
-			case dec.State == delay.StateProbing:
-				g.guard = schemas.GuardrailProbe
-			}
-			g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(dec.Stats.TailGainRatio)
-		}
+	el := g.eligibility(now)
+	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
+	if el.Consulted {
+		g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(el.Stats.TailGainRatio)
 	}
-	g.armed = s.HedgeEligible
 	return s
+}
+
+// eligibility decides whether the group may hedge, by its class's rule, and
+// keeps what its records and its guardrail arm need of the decision.
+func (g *group) eligibility(now time.Time) policy.Eligibility {
+	el := g.class.Eligibility(policy.Group{ID: g.id, Routes: len(g.routes), Cohort: g.cohort, Now: now})
+	g.arm, g.guard, g.armed = el.Arm, el.Guardrail, el.Eligible
+	return el
 }
 
 // estimateInput is a coarse token count of the prompt (4 bytes a token),
@@ -515,31 +316,6 @@ func (g *group) handle(input any) {
 	}
 }
 
-// armedTimer is one timer the engine armed. It reaches its group through a
-// pointer the group clears as it ends, since a stopped timer may linger in
-// the runtime's timer heap and must not keep a finished group in memory.
-type armedTimer struct {
-	group atomic.Pointer[group]
-	ev    hedge.TimerFired
-	timer *time.Timer
-}
-
-func (t *armedTimer) fire() {
-	if g := t.group.Load(); g != nil {
-		g.post(t.ev)
-	}
-}
-
-// stopTimers stops every timer the group armed and cuts it off from the
-// group, so a finished group is not kept in memory until its deadline.
-func (g *group) stopTimers() {
-	for _, t := range g.timers {
-		t.timer.Stop()
-		t.group.Store(nil)
-	}
-	g.timers = nil
-}
-
 func (g *group) attempt(n int) *attemptState {
 	if n < 1 || n > len(g.attempts) {
 		return nil
@@ -578,9 +354,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		a.firstByte = now.Sub(a.launchedAt)
 		_ = g.d.picker.Observe(a.route, a.firstByte, now)
 		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
-		if a.role == schemas.RolePrimary && g.class.policy.Trigger == config.TriggerFirstByte {
-			_ = g.class.estimator.ObservePrimary(g.cohort, now, a.firstByte)
-		}
+		g.class.ObserveFirstByte(g.cohort, now, a.role, a.firstByte)
 		return hedge.FirstByte{Attempt: a.n}
 	case *schemas.Chunk:
 		if m.Seq != a.lastSeq+1 {
@@ -606,9 +380,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if m.StatusClass == schemas.StatusCanceled && m.CancellationObserved {
 			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
 		}
-		if g.class.policy.Trigger == config.TriggerTotal && a.role == schemas.RolePrimary && m.StatusClass == schemas.StatusOK {
-			_ = g.class.estimator.ObservePrimary(g.cohort, now, now.Sub(a.launchedAt))
-		}
+		g.class.ObserveResult(g.cohort, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
 		content := m.Content
 		if content == "" {
 			content = a.content.String()
@@ -645,11 +417,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	case hedge.Launch:
 		g.launch(a)
 	case hedge.ArmTimer:
-		ev := hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}
-		t := &armedTimer{ev: ev}
-		t.group.Store(g)
-		t.timer = time.AfterFunc(max(a.At.Sub(d.now()), 0), t.fire)
-		g.timers = append(g.timers, t)
+		g.armTimer(a)
 	case hedge.AskHedgeBudget:
 		return g.askBudget(ctx, a)
 	case hedge.Elect:
@@ -727,7 +495,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	if !ok {
 		return hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute}
 	}
-	p := g.class.policy
+	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
@@ -747,10 +515,10 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 }
 
 func (g *group) spend() budgets.SpendPolicy {
-	p := g.class.policy
+	p := g.class.Policy
 	out := int64(g.sub.Request.MaxTokens)
 	if out == 0 {
-		out = g.class.outputEstimate(g.cohort.Key())
+		out = g.class.OutputEstimate(g.cohort.Key())
 	}
 	s := budgets.SpendPolicy{
 		InputUnits:        estimateInput(g.sub.Request),
@@ -760,7 +528,7 @@ func (g *group) spend() budgets.SpendPolicy {
 		TenantWindow:      p.Spend.Window,
 		ReservationTTL:    2 * g.deadline,
 	}
-	if t := g.d.cfg.Tenants[g.sub.Tenant]; t != nil && t.SpendLimit > 0 {
+	if t := g.d.tenants[g.sub.Tenant]; t != nil && t.SpendLimit > 0 {
 		// The tenant's own limit spans every class; it replaces the policy's.
 		s.TenantCeiling, s.TenantWindow = t.SpendLimit, t.SpendWindow
 	}
@@ -778,7 +546,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	if !ok {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
 	}
-	p := g.class.policy
+	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
@@ -806,7 +574,7 @@ func (g *group) launch(l hedge.Launch) {
 	}
 	msg := schemas.Attempt{
 		GroupID: g.id, UserActionID: g.ua, Attempt: l.Attempt, Role: l.Role, Route: l.Route,
-		OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		DeadlineUnixMs: l.Deadline.UnixMilli(), RemainingMs: max(l.Remaining.Milliseconds(), 1),
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
 		Request: g.sub.Request,
@@ -942,12 +710,8 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
 		}
 	}
-	if e.Status == schemas.StatusOK && !e.Usage.Estimated {
-		if e.FirstByte > 0 {
-			g.class.observeDecode(e.Usage.OutputUnits, e.Elapsed-e.FirstByte)
-		}
-		g.class.observeOutput(g.cohort.Key(), e.Usage.OutputUnits)
-	}
+	a.outcome = e.Outcome
+	g.class.ObserveAnswer(g.cohort.Key(), e.Status, e.Usage, e.Elapsed, e.FirstByte)
 	if e.Outcome == hedge.OutcomeLoserLate {
 		d.metrics.late.Inc()
 	}
@@ -959,23 +723,30 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	g.publish(AttemptRecordSubject, g.attemptRecord(a, e))
 }
 
+// observeSuperseded offers the primary's elapsed time to the class's
+// censoring rule as the group ends, and reports whether it was recorded.
+func (g *group) observeSuperseded(now time.Time, e hedge.GroupEnded) bool {
+	p := g.attempt(1)
+	if p == nil {
+		return false
+	}
+	return g.class.ObserveSuperseded(g.cohort, now,
+		policy.Primary{Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte > 0, Failed: p.outcome == hedge.OutcomeFailed},
+		policy.Decision{Winner: e.Winner, Error: e.Error})
+}
+
 func (g *group) groupEnded(e hedge.GroupEnded) {
 	d := g.d
 	now := d.now()
-	// The censoring rule: a primary superseded before its first byte is a
-	// lower bound of its latency, recorded when it is at least the delay.
-	if p := g.attempt(1); p != nil && p.firstByte == 0 && g.class.policy.Trigger == config.TriggerFirstByte &&
-		(e.Committed && e.Winner != 1 || e.Error == schemas.ErrDeadlineExceeded) {
-		_, _ = g.class.estimator.ObserveSuperseded(g.cohort, now, now.Sub(p.launchedAt))
-	}
+	g.observeSuperseded(now, e)
 	latency := g.deadline
 	if e.Committed {
 		latency = e.Latency
-		if w := g.attempt(e.Winner); w != nil && g.class.policy.Trigger == config.TriggerFirstByte && w.firstByte > 0 {
+		if w := g.attempt(e.Winner); w != nil && g.class.Policy.Trigger == policy.TriggerFirstByte && w.firstByte > 0 {
 			latency = w.launchedAt.Sub(g.start) + w.firstByte
 		}
 	}
-	_ = g.class.guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -222,12 +223,27 @@ type cluster struct {
 	cfg     *config.Config
 }
 
+// withConfig fills base's routes, pools, policies and tenants from a loaded
+// configuration, as a gateway does.
+func withConfig(base Config, cfg *config.Config) Config {
+	for _, r := range cfg.Routes {
+		base.Routes = append(base.Routes, route.Route{Name: r.Name, Labels: r.Labels})
+	}
+	base.Pools = make(map[string]Pool, len(cfg.Pools))
+	for name, p := range cfg.Pools {
+		base.Pools[name] = Pool{Routes: p.Routes, Contract: arbiter.ContractSpec{RequireComplete: p.Contract.RequireComplete,
+			RequiredFields: p.Contract.RequiredFields, JSONSchema: p.Contract.JSONSchema.Document}}
+	}
+	base.Policies, base.Tenants = cfg.Policies, cfg.Tenants
+	return base
+}
+
 // addDispatcher starts another dispatcher replica on the cluster's NATS
 // with the cluster's configuration and base's store, gate and registry.
 func (c *cluster) addDispatcher(base Config) *Dispatcher {
 	c.t.Helper()
-	base.Conn, base.Config, base.Logger = natstest.Connect(c.t, c.ns), c.cfg, testLogger()
-	d, err := New(base)
+	base.Conn, base.Logger = natstest.Connect(c.t, c.ns), testLogger()
+	d, err := New(withConfig(base, c.cfg))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 	r := schemas.AttemptRecord{
 		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
 		UserActionID: g.ua, HedgeGroupID: g.id, Attempt: e.Attempt, Role: e.Role, Route: e.Route,
-		RouteClass: g.sub.Pool, OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		RouteClass: g.sub.Pool, OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		CommitPoint: g.eng.CommitPoint(), WorkerID: a.workerID,
 		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(),
 		ElapsedMs: e.Elapsed.Milliseconds(),
@@ -53,7 +53,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 	r := schemas.GroupRecord{
 		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
-		UserActionID: g.ua, HedgeGroupID: g.id, RouteClass: g.sub.Pool, OperationClass: g.class.name, ModelClass: g.sub.Pool,
+		UserActionID: g.ua, HedgeGroupID: g.id, RouteClass: g.sub.Pool, OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		CommitPoint: g.eng.CommitPoint(), Stream: g.sub.Request.Stream,
 		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(), ElapsedMs: e.Latency.Milliseconds(),
 		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,

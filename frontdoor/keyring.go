@@ -1,19 +1,12 @@
 package frontdoor
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"maps"
 	"slices"
-)
 
-// HashAPIKey is the form in which tenants' API keys are configured and
-// compared: a caller's key is never kept, only its hash.
-func HashAPIKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+)
 
 // Keyring authenticates callers: it maps an API key to the tenant holding
 // it. The zero Keyring admits nobody.
@@ -26,7 +19,7 @@ type tenantKey struct {
 	tenant string
 }
 
-// NewKeyring builds the keyring of the tenants' key hashes (HashAPIKey
+// NewKeyring builds the keyring of the tenants' key hashes (policy.HashAPIKey
 // forms), given by tenant name.
 func NewKeyring(hashesByTenant map[string][]string) *Keyring {
 	k := &Keyring{}
@@ -39,7 +32,7 @@ func NewKeyring(hashesByTenant map[string][]string) *Keyring {
 }
 
 // Tenant returns the tenant holding key.
-func (k *Keyring) Tenant(key string) (string, bool) { return k.TenantOfHash(HashAPIKey(key)) }
+func (k *Keyring) Tenant(key string) (string, bool) { return k.TenantOfHash(policy.HashAPIKey(key)) }
 
 // TenantOfHash returns the tenant holding the key of that hash, compared as
 // given. It compares the presented hash with every configured one in

@@ -1,11 +1,15 @@
 package frontdoor
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+)
 
 func TestKeyringFindsTheTenantOfAKey(t *testing.T) {
 	keyring := NewKeyring(map[string][]string{
-		"acme":   {HashAPIKey("acme-1"), HashAPIKey("acme-2")},
-		"globex": {HashAPIKey("globex-1")},
+		"acme":   {policy.HashAPIKey("acme-1"), policy.HashAPIKey("acme-2")},
+		"globex": {policy.HashAPIKey("globex-1")},
 		"ghost":  nil,
 	})
 	for _, tc := range []struct {
@@ -24,7 +28,7 @@ func TestKeyringFindsTheTenantOfAKey(t *testing.T) {
 	}
 	// A hash is compared as given: a truncated one or a plaintext key is
 	// no key.
-	for _, presented := range []string{HashAPIKey("acme-1")[:20], "acme-1", ""} {
+	for _, presented := range []string{policy.HashAPIKey("acme-1")[:20], "acme-1", ""} {
 		if tenant, ok := keyring.TenantOfHash(presented); ok {
 			t.Errorf("TenantOfHash(%q) = %q", presented, tenant)
 		}

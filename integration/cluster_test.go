@@ -308,7 +308,9 @@ func startDispatcher(t *testing.T, cfg *config.Config, nc *nats.Conn) *dispatche
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(dispatcher.Config{Conn: nc, Store: budgets.NewMemory(nil), Gate: gate, Config: cfg})
+	dcfg := node.DispatcherConfig(cfg)
+	dcfg.Conn, dcfg.Store, dcfg.Gate = nc, budgets.NewMemory(nil), gate
+	d, err := dispatcher.New(dcfg)
 	if err != nil {
 		t.Fatalf("dispatcher: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
@@ -97,11 +98,11 @@ func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
 			acc.extraCost += cost
 		}
 	}
-	if r.guardrail != nil {
-		_ = r.guardrail.ObserveGroup(g.cohort, r.at(), g.arm, r.triggerLatency(g, rec), !rec.Committed)
+	if r.class.Policy.Guardrail.Enabled {
+		_ = r.class.Guardrail.ObserveGroup(g.cohort, r.at(), g.arm, r.triggerLatency(g, rec), !rec.Committed)
 	}
-	if r.estimator != nil && !r.strat.observeGroup && !rec.Committed {
-		r.observeSuperseded(g, 0)
+	if r.learnsDelay() && !rec.Committed {
+		r.observeSuperseded(g, policy.Decision{Error: rec.Error})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -99,8 +100,7 @@ type runner struct {
 	now       time.Duration
 	rng       *rand.Rand
 	store     *budgets.Memory
-	estimator *delay.Estimator
-	guardrail *delay.Guardrail
+	class     *policy.Class // the strategy's rules, and what its groups teach them
 	picker    *route.Picker
 	gate      *arbiter.LocalGate
 	nextRes   int
@@ -149,15 +149,8 @@ func newRunner(strat strategy, o Options, cond workload.Conditions) (*runner, er
 	if strat.budget == budgetStore {
 		r.store = budgets.NewMemory(clock)
 	}
-	if strat.delay == delayEstimated {
-		if r.estimator, err = delay.NewEstimator(strat.delayConfig); err != nil {
-			return nil, err
-		}
-	}
-	if strat.guardrail {
-		if r.guardrail, err = delay.NewGuardrail(strat.guardrailConfig); err != nil {
-			return nil, err
-		}
+	if r.class, err = policy.NewClass("chat", strat.rules); err != nil {
+		return nil, err
 	}
 	if r.gate, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: 2 * cond.Deadline, Now: clock}); err != nil {
 		return nil, err
@@ -248,27 +241,40 @@ func (r *runner) arrive(id uint64) error {
 	g.chk = hedge.NewChecker(r.strat.policy)
 	start := hedge.Start{
 		Streaming:             r.stream,
-		HedgeEligible:         r.strat.delay != delayNone,
-		NotEligibleReason:     "strategy",
 		InputUnits:            int64(g.req.InputTokens),
-		DecodeTokensPerSecond: 130,
+		DecodeTokensPerSecond: r.class.DecodeRate(),
 	}
 	switch r.strat.delay {
 	case delayFixed:
 		start.HedgeDelay = r.strat.fixed
 	case delayEstimated:
-		start.HedgeDelay = r.estimator.Delay(g.cohort, r.at(), r.cond.Deadline).Value
+		start.HedgeDelay = r.class.Estimator.Delay(g.cohort, r.at(), r.cond.Deadline).Value
 	}
-	g.arm = delay.ArmHedged
-	if r.strat.controlFraction > 0 && delay.IsControl(delay.UniformFromID(g.id), r.strat.controlFraction) {
-		g.arm = delay.ArmControl
-		start.HedgeEligible, start.NotEligibleReason = false, "control"
-	} else if r.guardrail != nil && start.HedgeEligible {
-		if d := r.guardrail.Decide(g.cohort, r.at()); !d.HedgingAllowed() {
-			start.HedgeEligible, start.NotEligibleReason = false, "guardrail"
-		}
-	}
+	el := r.eligibility(g)
+	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
 	return r.step(g, start)
+}
+
+// notHedgingStrategy is the suppression reason of a strategy that never
+// hedges.
+const notHedgingStrategy = "strategy"
+
+// eligibility decides whether a group may hedge: never for a strategy that
+// does not hedge, otherwise by the dispatcher's rule over the strategy's
+// class policy. It keeps the group's guardrail arm.
+func (r *runner) eligibility(g *simGroup) policy.Eligibility {
+	el := policy.Eligibility{Reason: notHedgingStrategy, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible}
+	if r.strat.delay != delayNone {
+		el = r.class.Eligibility(policy.Group{ID: g.id, Routes: len(r.routes), Cohort: g.cohort, Now: r.at()})
+	}
+	g.arm = el.Arm
+	return el
+}
+
+// learnsDelay reports whether the strategy's estimator learns from the
+// primaries' own latencies, as the dispatcher's does.
+func (r *runner) learnsDelay() bool {
+	return r.strat.delay == delayEstimated && !r.strat.observeGroup
 }
 
 // step feeds one event to a group's engine, checks the invariants and
@@ -382,6 +388,7 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 			return r.picker.SetState(a.Route, rs, r.at().Add(a.TTL))
 		}
 	case hedge.AttemptEnded:
+		r.class.ObserveAnswer(g.cohort.Key(), a.Status, a.Usage, a.Elapsed, a.FirstByte)
 		sa := g.attempts[a.Attempt-1]
 		if !sa.stopped {
 			sa.stopped = true
@@ -519,10 +526,13 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 				return err
 			}
 		}
-		if r.estimator != nil && !r.strat.observeGroup && e.Attempt == 1 && sa.role == schemas.RolePrimary {
-			return r.estimator.ObservePrimary(g.cohort, r.at(), ttft)
+		if r.learnsDelay() {
+			r.class.ObserveFirstByte(g.cohort, r.at(), sa.role, ttft)
 		}
 	case hedge.Result:
+		if r.learnsDelay() {
+			r.class.ObserveResult(g.cohort, r.at(), sa.role, e.Status, r.now-(sa.start-workerLatency))
+		}
 		sa.finished = true
 		sa.stopped = true
 		sa.stopAt = workload.Never
@@ -534,26 +544,26 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 // hedger's group latency, or hedgerow's censored sample of a primary that
 // was superseded before its first byte.
 func (r *runner) observeCommit(g *simGroup, winner int) {
-	if r.estimator == nil {
-		return
+	switch {
+	case r.strat.delay == delayEstimated && r.strat.observeGroup:
+		_ = r.class.Estimator.ObservePrimary(g.cohort, r.at(), r.now-g.arrival)
+	case r.learnsDelay():
+		r.observeSuperseded(g, policy.Decision{Winner: winner})
 	}
-	if r.strat.observeGroup {
-		_ = r.estimator.ObservePrimary(g.cohort, r.at(), r.now-g.arrival)
-		return
-	}
-	r.observeSuperseded(g, winner)
 }
 
-func (r *runner) observeSuperseded(g *simGroup, winner int) {
-	if winner == 1 || len(g.attempts) == 0 {
-		return
+// observeSuperseded offers the primary's elapsed time to the class's
+// censoring rule as the group is decided, and reports whether it was
+// recorded.
+func (r *runner) observeSuperseded(g *simGroup, d policy.Decision) bool {
+	if len(g.attempts) == 0 {
+		return false
 	}
 	primary := g.attempts[0]
-	if primary.finished || primary.draw.FirstByte < r.now-primary.start {
-		return // it produced a first byte (or an answer): its exact sample is already in
-	}
-	if primary.draw.Outcome == workload.OutcomeServerError || primary.draw.Outcome == workload.OutcomeRateLimited {
-		return // fast errors are not latency samples
-	}
-	_, _ = r.estimator.ObserveSuperseded(g.cohort, r.at(), r.now-(primary.start-workerLatency))
+	elapsed := r.now - (primary.start - workerLatency)
+	return r.class.ObserveSuperseded(g.cohort, r.at(), policy.Primary{
+		Elapsed:   elapsed,
+		FirstByte: primary.finished || primary.draw.FirstByte < r.now-primary.start,
+		Failed:    primary.finished && primary.draw.Outcome != workload.OutcomeOK,
+	}, d)
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/storetest"
-	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
@@ -114,7 +114,7 @@ func TestDegradedScenarioHasTeethAndHedgerowHoldsItsCeiling(t *testing.T) {
 	if fixed.MaxWindowDuplicateRate < 0.3 {
 		t.Errorf("fixed-delay's worst window duplicates %.3f: the scenario has no teeth", fixed.MaxWindowDuplicateRate)
 	}
-	if limit := config.Defaults().DuplicateRate.Ceiling + 0.02; hr.MaxWindowDuplicateRate > limit {
+	if limit := policy.Default().DuplicateRate.Ceiling + 0.02; hr.MaxWindowDuplicateRate > limit {
 		t.Errorf("hedgerow's worst window duplicates %.3f, above its ceiling + 0.02 = %.2f", hr.MaxWindowDuplicateRate, limit)
 	}
 }

@@ -6,9 +6,8 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
-	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
-	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
@@ -52,9 +51,11 @@ type strategy struct {
 	policy hedge.Policy
 	delay  delayMode
 	fixed  time.Duration
-	// delayConfig configures the estimator when delay is delayEstimated;
+	// rules is the class policy the dispatcher's rules apply to the
+	// strategy's groups: eligibility, the estimator's configuration and
+	// samples (when delay is delayEstimated), the guardrail.
+	rules *policy.Policy
 	// globalCohort pools every request into one cohort (no cohorts).
-	delayConfig  delay.Config
 	globalCohort bool
 	// observeGroup feeds the estimator each committed group's latency rather
 	// than the primary's own time to first byte (a naive quantile hedger).
@@ -65,10 +66,6 @@ type strategy struct {
 	// routeAware picks routes by power of two choices, honouring pushback and
 	// quarantine; otherwise routes are drawn uniformly, the same one allowed.
 	routeAware bool
-	// guardrail and controlFraction enable the live baseline and guardrail.
-	guardrail       bool
-	guardrailConfig delay.GuardrailConfig
-	controlFraction float64
 }
 
 func newStrategy(name string, cond workload.Conditions) (strategy, error) {
@@ -94,7 +91,8 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 	case StrategyQuantileBudget:
 		s.policy.Trigger = hedge.TriggerTotal
 		s.delay = delayEstimated
-		s.delayConfig = delay.Config{Quantile: 0.95, Min: 0, Max: cond.Deadline, Initial: time.Second, WarmupSamples: 20, Window: 30 * time.Second, Slots: 6}
+		s.rules = peerRules(s.policy.Trigger)
+		s.rules.Delay = policy.Delay{Quantile: 0.95, Min: 0, Max: cond.Deadline, Initial: time.Second, WarmupSamples: 20, Window: 30 * time.Second, Slots: 6}
 		s.globalCohort = true
 		s.observeGroup = true
 		s.budget = budgetStore
@@ -102,22 +100,35 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 	case StrategyHedgerow:
 		// This project's defaults: exactly what a configuration that sets
 		// nothing runs, pinned conditions aside.
-		d := config.Defaults()
+		d := policy.Default()
+		d.Deadline = cond.Deadline
+		s.rules = d
 		s.policy = d.Engine()
 		s.policy.Deadline = cond.Deadline
 		s.policy.HeartbeatTimeout = 0
 		s.policy.CancelGrace = p.CancelGrace
 		s.delay = delayEstimated
-		s.delayConfig = d.DelayConfig()
-		s.guardrailConfig = d.GuardrailConfig()
 		s.budget = budgetStore
 		s.bucket = d.DuplicateBucket()
 		s.floor = d.FloorBucket()
 		s.routeAware = true
-		s.guardrail = d.Guardrail.Enabled
-		s.controlFraction = d.ControlFraction
 	default:
 		return strategy{}, fmt.Errorf("unknown strategy %q (want one of %s)", name, strings.Join(StrategyNames(), ", "))
 	}
+	if s.rules == nil {
+		s.rules = peerRules(s.policy.Trigger)
+	}
 	return s, s.policy.Validate()
+}
+
+// peerRules is the class policy of a peer strategy: it may hedge every
+// group, onto any route, the primary's too, with no control groups and no
+// guardrail.
+func peerRules(trigger hedge.Trigger) *policy.Policy {
+	p := policy.Default()
+	p.Trigger = policy.Trigger(trigger)
+	p.SameRouteHedging = true
+	p.ControlFraction = 0
+	p.Guardrail.Enabled = false
+	return p
 }

@@ -6,20 +6,52 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
+// Provider is the API dialect of a route.
+type Provider string
+
+// Providers a route may name.
+const (
+	ProviderOpenAI    Provider = "openai"    // OpenAI-compatible chat completions
+	ProviderAnthropic Provider = "anthropic" // Anthropic Messages
+)
+
+// Route describes one route a pool serves: where its provider is and how
+// to reach it.
+type Route struct {
+	// Name is the route's subject-safe name (see Config.Route).
+	Name     string
+	Provider Provider
+	BaseURL  string
+	// Model is the provider's model name sent upstream.
+	Model string
+	// APIKeyEnv names the environment variable holding the provider key;
+	// empty for endpoints that need none.
+	APIKeyEnv string
+	// MaxInflight is how many attempts the route's worker runs at once
+	// (see Config.MaxInflight).
+	MaxInflight int
+}
+
 // PoolOptions are the optional settings of StartPool.
 type PoolOptions struct {
-	// Routes limits the pool to these routes; empty runs every configured
-	// route.
+	// Routes limits the pool to the routes of these names; empty runs every
+	// route given.
 	Routes []string
+	// LookupEnv reads the provider keys' environment variables; nil means
+	// os.LookupEnv.
+	LookupEnv func(name string) (string, bool)
+	// HeartbeatInterval is the workers' heartbeat period (see
+	// Config.HeartbeatInterval); 0 means DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
 	// Metrics is shared by every worker of the pool; nil counts into
 	// collectors no registry sees.
 	Metrics *Metrics
@@ -42,24 +74,23 @@ type Pool struct {
 	workers []*Worker
 }
 
-// StartPool starts one Worker per route of cfg (or of opts.Routes) on nc.
-// Each route's adapter gets the route's base_url and model, and the provider
-// key read through env from the variable the route names — keys are only
-// ever read here, in workers. The workers heartbeat at the shortest
-// heartbeat_interval of cfg's policies, so every policy's heartbeat timeout
-// is met. Either every worker starts or none is left running.
-func StartPool(cfg *config.Config, nc *nats.Conn, env config.LookupEnv, opts PoolOptions) (*Pool, error) {
-	if cfg == nil || nc == nil {
-		return nil, fmt.Errorf("%w: worker pool needs a config and a NATS connection", ErrInvalidConfig)
+// StartPool starts one Worker per route (or per route opts.Routes names) on
+// nc. Each route's adapter gets the route's base URL and model, and the
+// provider key read through opts.LookupEnv from the variable the route
+// names — keys are only ever read here, in workers. Either every worker
+// starts or none is left running.
+func StartPool(routes []Route, nc *nats.Conn, opts PoolOptions) (*Pool, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: worker pool needs a NATS connection", ErrInvalidConfig)
 	}
+	env := opts.LookupEnv
 	if env == nil {
 		env = os.LookupEnv
 	}
-	routes, err := poolRoutes(cfg, opts.Routes)
+	routes, err := poolRoutes(routes, opts.Routes)
 	if err != nil {
 		return nil, err
 	}
-	heartbeat := shortestHeartbeat(cfg)
 	p := &Pool{}
 	for _, r := range routes {
 		up, err := newUpstream(r, env)
@@ -71,7 +102,7 @@ func StartPool(cfg *config.Config, nc *nats.Conn, env config.LookupEnv, opts Poo
 			Upstream:          up,
 			Conn:              nc,
 			MaxInflight:       r.MaxInflight,
-			HeartbeatInterval: heartbeat,
+			HeartbeatInterval: opts.HeartbeatInterval,
 			DrainGrace:        opts.DrainGrace,
 			Logger:            opts.Logger,
 			Metrics:           opts.Metrics,
@@ -96,43 +127,31 @@ func StartPool(cfg *config.Config, nc *nats.Conn, env config.LookupEnv, opts Poo
 	return p, nil
 }
 
-// poolRoutes returns the configured routes named by names, or all of them.
-func poolRoutes(cfg *config.Config, names []string) ([]*config.Route, error) {
+// poolRoutes returns the routes named by names, or all of them.
+func poolRoutes(routes []Route, names []string) ([]Route, error) {
 	if len(names) == 0 {
-		if len(cfg.Routes) == 0 {
-			return nil, fmt.Errorf("%w: the configuration has no routes", ErrInvalidConfig)
+		if len(routes) == 0 {
+			return nil, fmt.Errorf("%w: the pool has no routes", ErrInvalidConfig)
 		}
-		return cfg.Routes, nil
+		return routes, nil
 	}
-	out := make([]*config.Route, 0, len(names))
+	out := make([]Route, 0, len(names))
 	seen := map[string]bool{}
 	for _, n := range names {
-		r, ok := cfg.Route(n)
-		if !ok {
+		i := slices.IndexFunc(routes, func(r Route) bool { return r.Name == n })
+		if i < 0 {
 			return nil, fmt.Errorf("route %q: %w", n, ErrUnknownRoute)
 		}
 		if !seen[n] {
 			seen[n] = true
-			out = append(out, r)
+			out = append(out, routes[i])
 		}
 	}
 	return out, nil
 }
 
-// shortestHeartbeat is the shortest heartbeat interval of the policies, or 0
-// (the worker default) when none sets one.
-func shortestHeartbeat(cfg *config.Config) time.Duration {
-	var d time.Duration
-	for _, p := range cfg.Policies {
-		if p.HeartbeatInterval > 0 && (d == 0 || p.HeartbeatInterval < d) {
-			d = p.HeartbeatInterval
-		}
-	}
-	return d
-}
-
 // newUpstream returns the provider adapter of route r.
-func newUpstream(r *config.Route, env config.LookupEnv) (upstream.Upstream, error) {
+func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, error) {
 	var key string
 	if r.APIKeyEnv != "" {
 		v, ok := env(r.APIKeyEnv)
@@ -147,9 +166,9 @@ func newUpstream(r *config.Route, env config.LookupEnv) (upstream.Upstream, erro
 		err error
 	)
 	switch r.Provider {
-	case config.ProviderOpenAI:
+	case ProviderOpenAI:
 		up, err = upstream.NewOpenAI(cfg)
-	case config.ProviderAnthropic:
+	case ProviderAnthropic:
 		up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: cfg})
 	default:
 		return nil, fmt.Errorf("route %s: %w: %q", r.Name, ErrProviderNotSupported, r.Provider)

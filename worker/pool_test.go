@@ -17,6 +17,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -86,7 +87,7 @@ func startFakeRoute(t *testing.T, n int) *fakeRoute {
 }
 
 // env is a fake process environment.
-func env(vars map[string]string) config.LookupEnv {
+func env(vars map[string]string) func(string) (string, bool) {
 	return func(name string) (string, bool) {
 		v, ok := vars[name]
 		return v, ok
@@ -95,8 +96,9 @@ func env(vars map[string]string) config.LookupEnv {
 
 // parse loads routes (YAML list items) and a pool over them, for the serve
 // role with every key variable set, so the pool's own checks are what a
-// test exercises.
-func parse(t *testing.T, routes ...string) *config.Config {
+// test exercises, and returns them as a worker process passes them to
+// StartPool.
+func parse(t *testing.T, routes ...string) []worker.Route {
 	t.Helper()
 	var names []string
 	for _, r := range routes {
@@ -109,7 +111,7 @@ func parse(t *testing.T, routes ...string) *config.Config {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, y)
 	}
-	return cfg
+	return node.WorkerRoutes(cfg)
 }
 
 // run sends a non-streaming attempt on route and returns its result.
@@ -165,7 +167,7 @@ func TestPoolRunsOneWorkerPerRouteWithItsOwnKey(t *testing.T) {
 		fmt.Sprintf("{name: open, provider: openai, base_url: %q, model: m}", b.url))
 	nc := natstest.Connect(t, natstest.Start(t))
 	metrics := worker.NewMetrics()
-	p, err := worker.StartPool(cfg, nc, env(map[string]string{"ROUTE_KEY": "sk-route"}), worker.PoolOptions{Metrics: metrics})
+	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-route"}), Metrics: metrics})
 	if err != nil {
 		t.Fatalf("StartPool: %v", err)
 	}
@@ -191,7 +193,7 @@ func TestPoolServesAnthropicRoutesWithTheKeyInXAPIKey(t *testing.T) {
 	cfg := parse(t, fmt.Sprintf("{name: claude, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}",
 		strings.TrimSuffix(a.url, "/v1")))
 	nc := natstest.Connect(t, natstest.Start(t))
-	p, err := worker.StartPool(cfg, nc, env(map[string]string{"ROUTE_KEY": "sk-ant-route"}), worker.PoolOptions{})
+	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-ant-route"})})
 	if err != nil {
 		t.Fatalf("StartPool: %v", err)
 	}
@@ -214,7 +216,7 @@ func TestPoolServesOnlyTheRoutesAskedFor(t *testing.T) {
 		fmt.Sprintf("{name: ra, provider: openai, base_url: %q, model: m}", a.url),
 		"{name: rb, provider: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}")
 	nc := natstest.Connect(t, natstest.Start(t))
-	p, err := worker.StartPool(cfg, nc, env(nil), worker.PoolOptions{Routes: []string{"ra", "ra"}})
+	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(nil), Routes: []string{"ra", "ra"}})
 	if err != nil {
 		t.Fatalf("StartPool: %v", err)
 	}
@@ -251,7 +253,7 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := parse(t, tt.route)
-			p, err := worker.StartPool(cfg, nc, env(tt.env), worker.PoolOptions{Routes: tt.routes})
+			p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(tt.env), Routes: tt.routes})
 			if !errors.Is(err, tt.want) {
 				if p != nil {
 					stopPool(t, p)

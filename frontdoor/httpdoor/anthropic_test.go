@@ -17,6 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -181,7 +182,7 @@ func TestMessagesDoorErrorsAreAnthropicErrorObjects(t *testing.T) {
 func TestMessagesDoorTakesTheKeyFromXAPIKey(t *testing.T) {
 	const key = "sk-hedgerow-tenant-key"
 	srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{
-		Keyring: frontdoor.NewKeyring(map[string][]string{"tenant": {frontdoor.HashAPIKey(key)}}),
+		Keyring: frontdoor.NewKeyring(map[string][]string{"tenant": {policy.HashAPIKey(key)}}),
 	})
 	for _, tc := range []struct {
 		name    string

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -209,7 +210,7 @@ func TestHTTPErrorsAnswerTheirStatusWithAnOpenAIErrorObject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := Options{BodyLimit: tc.limit}
 			if tc.tenants {
-				opts.Keyring = frontdoor.NewKeyring(map[string][]string{"acme": {frontdoor.HashAPIKey("good-key")}})
+				opts.Keyring = frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey("good-key")}})
 			}
 			answer := frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false)
 			if tc.fail != nil {
@@ -345,7 +346,7 @@ func TestHTTPPresentedKeyIsTheBearerTokenOrTheXAPIKey(t *testing.T) {
 
 func TestHTTPAPIKeyNamesTheTenantOfTheSubmission(t *testing.T) {
 	srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false),
-		Options{Keyring: frontdoor.NewKeyring(map[string][]string{"acme": {frontdoor.HashAPIKey("good-key")}})})
+		Options{Keyring: frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey("good-key")}})})
 	resp := post(t, context.Background(), srv.URL, chatBody(false, ""), map[string]string{"Authorization": "Bearer good-key"})
 	resp.Body.Close()
 	if subs := sub.Submissions(); resp.StatusCode != http.StatusOK || len(subs) != 1 || subs[0].Tenant != "acme" {

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -741,5 +743,11 @@ func TestDefaultPolicyConvertsToValidEngineEstimatorGuardrailAndBuckets(t *testi
 	}
 	if got, want := p.Engine().Deadline, p.Deadline; got != want {
 		t.Errorf("engine deadline %v, want the policy's %v", got, want)
+	}
+}
+
+func TestDefaultsTableGivesThePolicyPackagesDefaults(t *testing.T) {
+	if got, want := Defaults(), policy.Default(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("a policy that sets nothing is\n%+v\nwant dispatcher/policy's defaults\n%+v", got, want)
 	}
 }

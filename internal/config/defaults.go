@@ -6,8 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hedgerow/hedgerow/dispatcher/delay"
-	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 )
 
 // defaultSetting is the value a key takes when the file leaves it out. In
@@ -17,13 +16,9 @@ type defaultSetting struct {
 	Value any
 }
 
-// The engine's, the estimator's and the guardrail's own defaults, which the
-// policy defaults below repeat rather than restate.
-var (
-	engine    = hedge.DefaultPolicy()
-	delays    = delay.DefaultConfig()
-	guardrail = delay.DefaultGuardrailConfig()
-)
+// policyDefaults are the values a policy takes for the keys it leaves out;
+// dispatcher/policy defines them, so the simulator runs the same.
+var policyDefaults = policy.Default()
 
 // defaults is every default of the configuration, in one table. Keys not
 // listed here default to their zero value (empty, false, 0). Load adds a
@@ -43,42 +38,38 @@ var defaults = []defaultSetting{
 
 	{"routes.*.max_inflight", 64},
 
-	{"policies.*.hedge", true},
-	{"policies.*.idempotent", true}, // completions have no side effects at the provider
-	{"policies.*.rollout_fraction", 1.0},
-	{"policies.*.control_fraction", delay.DefaultControlFraction},
-	{"policies.*.trigger", Trigger(engine.Trigger)},
-	{"policies.*.max_attempts", engine.MaxAttempts},
-	{"policies.*.delay.quantile", delays.Quantile},
-	{"policies.*.delay.min", delays.Min},
-	{"policies.*.delay.max", delays.Max},
-	{"policies.*.delay.initial", delays.Initial},
-	{"policies.*.delay.warmup_samples", delays.WarmupSamples},
-	{"policies.*.delay.window", delays.Window},
-	{"policies.*.delay.slots", delays.Slots},
-	{"policies.*.min_useful_time", engine.MinUsefulTime},
-	{"policies.*.deadline", engine.Deadline},
-	{"policies.*.commit_point", engine.CommitPoint},
-	// Measured with `hedgerow simulate` (the hedgerow strategy runs these
-	// defaults): room above the ~5.5% a P95 delay asks for on gpt4o, and a
-	// capacity small enough that no 10-second window of the degraded
-	// workload goes more than 0.02 over the ceiling.
-	{"policies.*.duplicate_rate.ceiling", 0.08},
-	{"policies.*.duplicate_rate.capacity", 8.0},
-	{"policies.*.duplicate_rate.initial_fill", 4.0},
-	{"policies.*.duplicate_rate.replacement_reserve", 3.0},
-	{"policies.*.duplicate_rate.pool_floor", 1.0},
-	{"policies.*.duplicate_rate.pool_floor_refill", 0.05},
-	{"policies.*.spend.window", time.Hour},
-	{"policies.*.accept_timeout", engine.AcceptTimeout},
-	{"policies.*.heartbeat_interval", engine.HeartbeatTimeout / 4},
-	{"policies.*.heartbeat_timeout", engine.HeartbeatTimeout},
-	{"policies.*.guardrail.enabled", true},
-	{"policies.*.guardrail.quantile", guardrail.Quantile},
-	{"policies.*.guardrail.min_control_samples", guardrail.MinControlSamples},
-	{"policies.*.guardrail.min_gain", guardrail.MinRelativeGain},
-	{"policies.*.guardrail.max_error_rate_increase", guardrail.ErrorRateMargin},
-	{"policies.*.guardrail.probe_interval", guardrail.CoolDown},
+	{"policies.*.hedge", policyDefaults.Hedge},
+	{"policies.*.idempotent", policyDefaults.Idempotent},
+	{"policies.*.rollout_fraction", policyDefaults.RolloutFraction},
+	{"policies.*.control_fraction", policyDefaults.ControlFraction},
+	{"policies.*.trigger", policyDefaults.Trigger},
+	{"policies.*.max_attempts", policyDefaults.MaxAttempts},
+	{"policies.*.delay.quantile", policyDefaults.Delay.Quantile},
+	{"policies.*.delay.min", policyDefaults.Delay.Min},
+	{"policies.*.delay.max", policyDefaults.Delay.Max},
+	{"policies.*.delay.initial", policyDefaults.Delay.Initial},
+	{"policies.*.delay.warmup_samples", policyDefaults.Delay.WarmupSamples},
+	{"policies.*.delay.window", policyDefaults.Delay.Window},
+	{"policies.*.delay.slots", policyDefaults.Delay.Slots},
+	{"policies.*.min_useful_time", policyDefaults.MinUsefulTime},
+	{"policies.*.deadline", policyDefaults.Deadline},
+	{"policies.*.commit_point", policyDefaults.CommitPoint},
+	{"policies.*.duplicate_rate.ceiling", policyDefaults.DuplicateRate.Ceiling},
+	{"policies.*.duplicate_rate.capacity", policyDefaults.DuplicateRate.Capacity},
+	{"policies.*.duplicate_rate.initial_fill", policyDefaults.DuplicateRate.InitialFill},
+	{"policies.*.duplicate_rate.replacement_reserve", policyDefaults.DuplicateRate.ReplacementReserve},
+	{"policies.*.duplicate_rate.pool_floor", policyDefaults.DuplicateRate.PoolFloor},
+	{"policies.*.duplicate_rate.pool_floor_refill", policyDefaults.DuplicateRate.PoolFloorRefill},
+	{"policies.*.spend.window", policyDefaults.Spend.Window},
+	{"policies.*.accept_timeout", policyDefaults.AcceptTimeout},
+	{"policies.*.heartbeat_interval", policyDefaults.HeartbeatInterval},
+	{"policies.*.heartbeat_timeout", policyDefaults.HeartbeatTimeout},
+	{"policies.*.guardrail.enabled", policyDefaults.Guardrail.Enabled},
+	{"policies.*.guardrail.quantile", policyDefaults.Guardrail.Quantile},
+	{"policies.*.guardrail.min_control_samples", policyDefaults.Guardrail.MinControlSamples},
+	{"policies.*.guardrail.min_gain", policyDefaults.Guardrail.MinGain},
+	{"policies.*.guardrail.max_error_rate_increase", policyDefaults.Guardrail.MaxErrorRateIncrease},
+	{"policies.*.guardrail.probe_interval", policyDefaults.Guardrail.ProbeInterval},
 
 	{"tenants.*.spend_window", 24 * time.Hour},
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
@@ -76,10 +77,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		}
 		g.shared = sh
 	}
-	d, err := dispatcher.New(dispatcher.Config{
-		Conn: nc, Store: sh.store, Gate: sh.gate, Config: cfg,
-		Secret: secret, Registerer: reg, Logger: log.With("component", "dispatcher"),
-	})
+	dcfg := DispatcherConfig(cfg)
+	dcfg.Conn, dcfg.Store, dcfg.Gate = nc, sh.store, sh.gate
+	dcfg.Secret, dcfg.Registerer, dcfg.Logger = secret, reg, log.With("component", "dispatcher")
+	d, err := dispatcher.New(dcfg)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
@@ -140,6 +141,28 @@ func keyring(tenants map[string]*config.Tenant) *frontdoor.Keyring {
 		}
 	}
 	return frontdoor.NewKeyring(hashes)
+}
+
+// DispatcherConfig is the part of a dispatcher's configuration the file
+// describes: its routes, pools, policies and tenants. The caller adds the
+// connection, the store and the gate.
+func DispatcherConfig(cfg *config.Config) dispatcher.Config {
+	c := dispatcher.Config{
+		Routes:   make([]route.Route, 0, len(cfg.Routes)),
+		Pools:    make(map[string]dispatcher.Pool, len(cfg.Pools)),
+		Policies: cfg.Policies,
+		Tenants:  cfg.Tenants,
+	}
+	for _, r := range cfg.Routes {
+		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels})
+	}
+	for name, p := range cfg.Pools {
+		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Contract: arbiter.ContractSpec{
+			RequireComplete: p.Contract.RequireComplete, RequiredFields: p.Contract.RequiredFields,
+			JSONSchema: p.Contract.JSONSchema.Document,
+		}}
+	}
+	return c
 }
 
 // checkPayload refuses a NATS server that takes smaller messages than the

@@ -66,8 +66,8 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		return fail(err)
 	}
 	m := worker.NewMetrics()
-	if s.workers, err = worker.StartPool(cfg, workerConn, o.env(), worker.PoolOptions{
-		Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
+	if s.workers, err = worker.StartPool(WorkerRoutes(cfg), workerConn, worker.PoolOptions{
+		LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg), Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
 		Leases: s.shared.leases(),
 	}); err != nil {
 		return fail(err)

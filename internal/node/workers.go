@@ -46,8 +46,9 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		w.redis, leases = client, store
 	}
 	m := worker.NewMetrics()
-	pool, err := worker.StartPool(cfg, nc, o.env(), worker.PoolOptions{
-		Routes: o.Routes, Metrics: m, Logger: log.With("component", "worker"),
+	pool, err := worker.StartPool(WorkerRoutes(cfg), nc, worker.PoolOptions{
+		Routes: o.Routes, LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg),
+		Metrics: m, Logger: log.With("component", "worker"),
 		FingerprintKey: key, DrainGrace: o.DrainGrace, Leases: leases,
 	})
 	if err != nil {
@@ -70,6 +71,31 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		return nil, errors.Join(fmt.Errorf("workers: metrics: %w", err), unwind(w.Stop))
 	}
 	return w, nil
+}
+
+// WorkerRoutes describes the configured routes as a worker pool takes them.
+func WorkerRoutes(cfg *config.Config) []worker.Route {
+	out := make([]worker.Route, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		out = append(out, worker.Route{
+			Name: r.Name, Provider: worker.Provider(r.Provider), BaseURL: r.BaseURL, Model: r.Model,
+			APIKeyEnv: r.APIKeyEnv, MaxInflight: r.MaxInflight,
+		})
+	}
+	return out
+}
+
+// shortestHeartbeat is the shortest heartbeat interval of the policies, or 0
+// (the worker default) when none sets one: workers heartbeat at it, so every
+// policy's heartbeat timeout is met.
+func shortestHeartbeat(cfg *config.Config) time.Duration {
+	var d time.Duration
+	for _, p := range cfg.Policies {
+		if p.HeartbeatInterval > 0 && (d == 0 || p.HeartbeatInterval < d) {
+			d = p.HeartbeatInterval
+		}
+	}
+	return d
 }
 
 // metricsReadTimeout bounds reading a scrape request.

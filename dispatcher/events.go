@@ -1,0 +1,95 @@
+package dispatcher
+
+import (
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// inboundEvent wraps a wire message for the group's loop.
+type inboundEvent struct {
+	attempt int
+	msg     *nats.Msg
+}
+
+// post hands an engine event to the group's loop, unless the group is over.
+func (g *group) post(ev any) { g.events.post(ev) }
+
+// eventQueue holds a group's events, engine events and wire messages alike,
+// in arrival order, for the group's loop. Posting never blocks, so the one
+// goroutine routing every group's replies is never held up by a group whose
+// caller reads slowly. Wire messages are bounded as a NATS subscription
+// bounds its pending messages; past that they are dropped (the group sees a
+// gap in the attempt's sequence).
+type eventQueue struct {
+	ready chan struct{} // signalled when evs becomes non-empty
+
+	mu             sync.Mutex
+	evs            []any
+	spare          []any // the batch the loop last took, for reuse
+	msgs, msgBytes int   // wire messages in evs
+	closed         bool
+}
+
+func (q *eventQueue) post(ev any) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.appendLocked(ev)
+}
+
+// postMsg queues a wire message of size bytes; false if the queue is full.
+func (q *eventQueue) postMsg(ev inboundEvent, size int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return true
+	}
+	if q.msgs >= nats.DefaultSubPendingMsgsLimit || q.msgBytes+size > nats.DefaultSubPendingBytesLimit {
+		return false
+	}
+	q.msgs++
+	q.msgBytes += size
+	q.appendLocked(ev)
+	return true
+}
+
+func (q *eventQueue) appendLocked(ev any) {
+	if q.closed {
+		return
+	}
+	q.evs = append(q.evs, ev)
+	if len(q.evs) == 1 {
+		select {
+		case q.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take waits for events and returns them all, oldest first. The batch is
+// the caller's until its next take.
+func (q *eventQueue) take() []any {
+	for {
+		q.mu.Lock()
+		if len(q.evs) > 0 {
+			batch := q.evs
+			clear(q.spare)
+			q.evs, q.spare = q.spare[:0], batch
+			q.msgs, q.msgBytes = 0, 0
+			q.mu.Unlock()
+			return batch
+		}
+		q.mu.Unlock()
+		<-q.ready
+	}
+}
+
+// close drops what is queued and every later event.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	clear(q.evs)
+	clear(q.spare)
+	q.evs, q.spare = nil, nil
+}

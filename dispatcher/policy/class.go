@@ -1,0 +1,268 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Class is an operation class at run time: its policy, and what its groups
+// teach it — the hedge delay (Estimator), whether hedging pays (Guardrail),
+// how long its answers are and how fast they decode. It is safe for
+// concurrent use.
+type Class struct {
+	Name      string
+	Policy    *Policy
+	Estimator *delay.Estimator
+	Guardrail *delay.Guardrail
+
+	decodeMu   sync.Mutex
+	decodeRate float64 // output tokens per second of completed attempts, smoothed
+
+	outputMu sync.Mutex
+	outputs  map[string]*ddsketch.DDSketch // cohort key → output units of completed answers
+}
+
+// NewClass returns the class name running p, with the estimator and the
+// guardrail p configures.
+func NewClass(name string, p *Policy) (*Class, error) {
+	c := &Class{Name: name, Policy: p}
+	var err error
+	if c.Estimator, err = delay.NewEstimator(p.DelayConfig()); err != nil {
+		return nil, fmt.Errorf("policy: class %s: %w", name, err)
+	}
+	if c.Guardrail, err = delay.NewGuardrail(p.GuardrailConfig()); err != nil {
+		return nil, fmt.Errorf("policy: class %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Reasons a group is not eligible to hedge, in the order the rules apply;
+// the engine reports them as the group's suppression reason.
+const (
+	ReasonPolicy      = "policy"       // the class does not hedge, or is not idempotent
+	ReasonSingleRoute = "single_route" // one route, and hedging on the same one is off
+	ReasonControl     = "control"      // the group is in the primary-only control fraction
+	ReasonRollout     = "rollout"      // the group is outside the rollout fraction
+	ReasonGuardrail   = "guardrail"    // the guardrail switched hedging off for the cohort
+)
+
+// Group is what the eligibility rule needs to know of a hedge group.
+type Group struct {
+	// ID draws the group's control and rollout membership, the same on
+	// every replica.
+	ID string
+	// Routes is how many routes its pool has.
+	Routes int
+	Cohort delay.Cohort
+	// Now is when the group starts.
+	Now time.Time
+}
+
+// Eligibility is whether a group may hedge, and why not.
+type Eligibility struct {
+	Eligible bool
+	// Reason is the rule that made the group ineligible; empty when eligible.
+	Reason string
+	// Arm is the guardrail arm the group's latency counts in.
+	Arm delay.Arm
+	// Guardrail is the decision the group record carries.
+	Guardrail schemas.GuardrailDecision
+	// Consulted reports whether the guardrail was asked; Stats are then
+	// its measurements.
+	Consulted bool
+	Stats     delay.GuardrailStats
+}
+
+// Eligibility decides whether a group of the class may hedge. The rules
+// apply in order and the first that holds decides: the policy (hedge and
+// idempotent), a single route, the control fraction, the rollout fraction,
+// then the guardrail when enabled.
+func (c *Class) Eligibility(g Group) Eligibility {
+	p := c.Policy
+	e := Eligibility{Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible}
+	switch {
+	case !p.Hedge || !p.Idempotent:
+		e.Reason = ReasonPolicy
+	case g.Routes < 2 && !p.SameRouteHedging:
+		e.Reason = ReasonSingleRoute
+	case delay.IsControl(delay.UniformFromID(g.ID), p.ControlFraction):
+		e.Reason, e.Guardrail, e.Arm = ReasonControl, schemas.GuardrailControl, delay.ArmControl
+	case delay.UniformFromID(g.ID+"/rollout") >= p.RolloutFraction:
+		e.Reason = ReasonRollout
+	default:
+		e.Eligible, e.Guardrail = true, schemas.GuardrailAllow
+		if !p.Guardrail.Enabled {
+			break
+		}
+		dec := c.Guardrail.Decide(g.Cohort, g.Now)
+		e.Consulted, e.Stats = true, dec.Stats
+		switch {
+		case !dec.HedgingAllowed():
+			e.Eligible, e.Reason, e.Guardrail = false, ReasonGuardrail, schemas.GuardrailDisable
+		case dec.State == delay.StateProbing:
+			e.Guardrail = schemas.GuardrailProbe
+		}
+	}
+	return e
+}
+
+// ObserveFirstByte records a primary's time to first byte as an exact
+// latency sample when the class hedges on first bytes; other attempts and
+// triggers record nothing.
+func (c *Class) ObserveFirstByte(cohort delay.Cohort, now time.Time, role schemas.Role, ttfb time.Duration) {
+	if role == schemas.RolePrimary && c.Policy.Trigger == TriggerFirstByte {
+		_ = c.Estimator.ObservePrimary(cohort, now, ttfb)
+	}
+}
+
+// ObserveResult records a primary's time to a successful answer as an
+// exact latency sample when the class hedges on totals; other attempts,
+// outcomes and triggers record nothing.
+func (c *Class) ObserveResult(cohort delay.Cohort, now time.Time, role schemas.Role, status schemas.StatusClass, elapsed time.Duration) {
+	if role == schemas.RolePrimary && status == schemas.StatusOK && c.Policy.Trigger == TriggerTotal {
+		_ = c.Estimator.ObservePrimary(cohort, now, elapsed)
+	}
+}
+
+// Primary is what a driver knows of a group's primary attempt when the group
+// is decided.
+type Primary struct {
+	// Elapsed is how long it had run.
+	Elapsed time.Duration
+	// FirstByte: it produced its first byte, so its exact sample is in.
+	FirstByte bool
+	// Failed: it ended by its own failure. A fast error says nothing of how
+	// long an answer would have taken.
+	Failed bool
+}
+
+// Decision is how a group was decided: the winning attempt, or none and the
+// error the group failed with.
+type Decision struct {
+	Winner int // 0 when none
+	Error  schemas.ErrorCode
+}
+
+// Censors is the censoring rule: whether the elapsed time of a primary the
+// group left without a first byte is a latency sample. It is when another
+// attempt won or the deadline cut the primary off: its latency is at least
+// the elapsed time, and leaving out exactly the slow primaries would bias
+// the delay low. A primary that failed on its own, or whose caller went
+// away, says nothing of its latency. It applies to the first_byte trigger.
+func (c *Class) Censors(p Primary, d Decision) bool {
+	if c.Policy.Trigger != TriggerFirstByte || p.FirstByte || p.Failed {
+		return false
+	}
+	return d.Winner > 1 || d.Winner == 0 && d.Error == schemas.ErrDeadlineExceeded
+}
+
+// ObserveSuperseded records a primary's elapsed time as a censored sample
+// when the censoring rule holds and the elapsed time is at least the
+// cohort's current delay (see delay.Estimator.ObserveSuperseded), and
+// reports whether it did.
+func (c *Class) ObserveSuperseded(cohort delay.Cohort, now time.Time, p Primary, d Decision) bool {
+	if !c.Censors(p, d) {
+		return false
+	}
+	recorded, _ := c.Estimator.ObserveSuperseded(cohort, now, p.Elapsed)
+	return recorded
+}
+
+const (
+	// initialOutputEstimate sizes the spend reservation of a request without
+	// max_tokens until its cohort has outputSamples completed answers.
+	initialOutputEstimate = 1024
+	outputSamples         = 20
+	// outputQuantile of a cohort's completed answers is the output estimate
+	// of a request without max_tokens.
+	outputQuantile = 0.95
+	// initialDecodeRate is assumed until the class has completed an
+	// attempt; it only sizes the usage estimate of cancelled attempts.
+	initialDecodeRate = 100
+)
+
+// ObserveAnswer learns from an attempt that ended: when it succeeded with
+// the provider's own usage, its output units join its cohort's answer
+// lengths, and, when its first byte was seen, its decode speed the class's.
+func (c *Class) ObserveAnswer(cohort string, status schemas.StatusClass, usage schemas.Usage, elapsed, firstByte time.Duration) {
+	if status != schemas.StatusOK || usage.Estimated {
+		return
+	}
+	if firstByte > 0 {
+		c.ObserveDecode(usage.OutputUnits, elapsed-firstByte)
+	}
+	c.ObserveOutput(cohort, usage.OutputUnits)
+}
+
+// ObserveOutput records a completed answer's output units for its cohort.
+func (c *Class) ObserveOutput(cohort string, units int64) {
+	if units <= 0 {
+		return
+	}
+	c.outputMu.Lock()
+	defer c.outputMu.Unlock()
+	sk := c.outputs[cohort]
+	if sk == nil {
+		var err error
+		if sk, err = ddsketch.NewDefaultDDSketch(0.01); err != nil {
+			return
+		}
+		if c.outputs == nil {
+			c.outputs = map[string]*ddsketch.DDSketch{}
+		}
+		c.outputs[cohort] = sk
+	}
+	_ = sk.Add(float64(units))
+}
+
+// OutputEstimate is the P95 output of the cohort's completed answers, or
+// 1024 units until there are 20 of them: what a request without max_tokens
+// reserves.
+func (c *Class) OutputEstimate(cohort string) int64 {
+	c.outputMu.Lock()
+	defer c.outputMu.Unlock()
+	sk := c.outputs[cohort]
+	if sk == nil || sk.GetCount() < outputSamples {
+		return initialOutputEstimate
+	}
+	q, err := sk.GetValueAtQuantile(outputQuantile)
+	if err != nil {
+		return initialOutputEstimate
+	}
+	return int64(math.Ceil(q))
+}
+
+// ObserveDecode folds a completed attempt's decode rate, tokens over the
+// time from its first byte to its end, into the class's.
+func (c *Class) ObserveDecode(tokens int64, decode time.Duration) {
+	if tokens < 2 || decode <= 0 {
+		return
+	}
+	rate := float64(tokens) / decode.Seconds()
+	c.decodeMu.Lock()
+	defer c.decodeMu.Unlock()
+	if c.decodeRate == 0 {
+		c.decodeRate = rate
+		return
+	}
+	c.decodeRate += 0.05 * (rate - c.decodeRate)
+}
+
+// DecodeRate is the class's decode rate in output tokens per second, which
+// sizes the usage estimate of cancelled attempts that report none; 100
+// until an attempt completed.
+func (c *Class) DecodeRate() float64 {
+	c.decodeMu.Lock()
+	defer c.decodeMu.Unlock()
+	if c.decodeRate == 0 {
+		return initialDecodeRate
+	}
+	return c.decodeRate
+}

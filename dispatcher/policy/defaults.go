@@ -1,0 +1,63 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+)
+
+// Default returns the policy of an operation class that sets nothing: the
+// engine's, the estimator's and the guardrail's own defaults, and the
+// budgets measured for hedgerow. A configuration file's policies take these
+// values for every key they leave out, and the simulator's hedgerow strategy
+// runs them.
+func Default() *Policy {
+	engine := hedge.DefaultPolicy()
+	delays := delay.DefaultConfig()
+	guardrail := delay.DefaultGuardrailConfig()
+	return &Policy{
+		Hedge:           true,
+		Idempotent:      true, // completions have no side effects at the provider
+		RolloutFraction: 1,
+		ControlFraction: delay.DefaultControlFraction,
+		Trigger:         Trigger(engine.Trigger),
+		MaxAttempts:     engine.MaxAttempts,
+		Delay: Delay{
+			Quantile:      delays.Quantile,
+			Min:           delays.Min,
+			Max:           delays.Max,
+			Initial:       delays.Initial,
+			WarmupSamples: delays.WarmupSamples,
+			Window:        delays.Window,
+			Slots:         delays.Slots,
+		},
+		MinUsefulTime: engine.MinUsefulTime,
+		Deadline:      engine.Deadline,
+		CommitPoint:   engine.CommitPoint,
+		// Measured with `hedgerow simulate` (the hedgerow strategy runs these
+		// defaults): room above the ~5.5% a P95 delay asks for on gpt4o, and
+		// a capacity small enough that no 10-second window of the degraded
+		// workload goes more than 0.02 over the ceiling.
+		DuplicateRate: DuplicateRate{
+			Ceiling:            0.08,
+			Capacity:           8,
+			InitialFill:        4,
+			ReplacementReserve: 3,
+			PoolFloor:          1,
+			PoolFloorRefill:    0.05,
+		},
+		Spend:             Spend{Window: time.Hour},
+		AcceptTimeout:     engine.AcceptTimeout,
+		HeartbeatInterval: engine.HeartbeatTimeout / 4,
+		HeartbeatTimeout:  engine.HeartbeatTimeout,
+		Guardrail: Guardrail{
+			Enabled:              true,
+			Quantile:             guardrail.Quantile,
+			MinControlSamples:    guardrail.MinControlSamples,
+			MinGain:              guardrail.MinRelativeGain,
+			MaxErrorRateIncrease: guardrail.ErrorRateMargin,
+			ProbeInterval:        guardrail.CoolDown,
+		},
+	}
+}

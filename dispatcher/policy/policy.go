@@ -1,0 +1,200 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// DefaultName is the name of the policy that applies when a request names
+// no operation class.
+const DefaultName = "default"
+
+// Trigger says what a hedge delay is measured against.
+type Trigger string
+
+// Hedge triggers.
+const (
+	// TriggerFirstByte hedges when the primary has produced no first byte by
+	// the delay, so long answers are not mistaken for stalls.
+	TriggerFirstByte Trigger = "first_byte"
+	// TriggerTotal hedges when the primary has not completed by the delay.
+	TriggerTotal Trigger = "total"
+)
+
+// Policy is the hedging policy of one operation class.
+type Policy struct {
+	// Hedge turns hedging on for the class; it needs Idempotent.
+	Hedge bool `yaml:"hedge"`
+	// Idempotent says that running a request twice has no extra effect; only
+	// idempotent classes may hedge.
+	Idempotent bool `yaml:"idempotent"`
+	// RolloutFraction is the share of groups allowed to hedge, in [0,1].
+	RolloutFraction float64 `yaml:"rollout_fraction"`
+	// ControlFraction is the share of groups run primary-only as the live
+	// baseline for the guardrail, in [0,1].
+	ControlFraction float64 `yaml:"control_fraction"`
+	Trigger         Trigger `yaml:"trigger"`
+	// MaxAttempts counts primary, hedges and replacements, 1..MaxAttemptsCap.
+	MaxAttempts int   `yaml:"max_attempts"`
+	Delay       Delay `yaml:"delay"`
+	// MinUsefulTime is the least time before the deadline worth launching a
+	// hedge or replacement into.
+	MinUsefulTime time.Duration `yaml:"min_useful_time"`
+	// SameRouteHedging lets a hedge use the primary's route when the pool has
+	// no other eligible one.
+	SameRouteHedging bool `yaml:"same_route_hedging"`
+	// Deadline is the absolute budget of a whole user action.
+	Deadline    time.Duration       `yaml:"deadline"`
+	CommitPoint schemas.CommitPoint `yaml:"commit_point"`
+	// DuplicateRate bounds hedges as a share of primaries per cohort.
+	DuplicateRate DuplicateRate `yaml:"duplicate_rate"`
+	Spend         Spend         `yaml:"spend"`
+	// AcceptTimeout is how long a worker has to accept an attempt.
+	AcceptTimeout time.Duration `yaml:"accept_timeout"`
+	// HeartbeatInterval is how often a worker signals life before the first byte.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// HeartbeatTimeout is the silence after which an attempt counts as lost.
+	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	Guardrail        Guardrail     `yaml:"guardrail"`
+}
+
+// Delay configures hedge-delay estimation.
+type Delay struct {
+	// Quantile of the cohort's primary latencies used as the delay, in (0,1).
+	Quantile float64 `yaml:"quantile"`
+	// Min and Max clamp the estimated delay.
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
+	// Initial is the delay used until WarmupSamples latencies are known.
+	Initial       time.Duration `yaml:"initial"`
+	WarmupSamples int           `yaml:"warmup_samples"`
+	// Window is the span of the rolling latency window, kept as Slots
+	// mergeable sketches of Window/Slots each.
+	Window time.Duration `yaml:"window"`
+	Slots  int           `yaml:"slots"`
+}
+
+// DuplicateRate configures a cohort's duplicate-rate bucket: each
+// primary deposits Ceiling tokens and each hedge or replacement takes one, so
+// over time extra attempts stay at or below Ceiling × primaries, and in any
+// stretch of time at most Capacity above it.
+type DuplicateRate struct {
+	// Ceiling is the largest share of extra attempts per primary, in (0,1];
+	// it is also the ratio a primary deposits.
+	Ceiling float64 `yaml:"ceiling"`
+	// Capacity is the most tokens the bucket holds, bounding bursts.
+	Capacity float64 `yaml:"capacity"`
+	// InitialFill is the bucket's content when it is created.
+	InitialFill float64 `yaml:"initial_fill"`
+	// ReplacementReserve is the level a hedge must leave in the bucket for
+	// replacements, which serve the primary path. At most Capacity.
+	ReplacementReserve float64 `yaml:"replacement_reserve"`
+	// PoolFloor is the capacity of the per-pool floor: tokens a pool may
+	// spend beyond what its primaries deposited, so a pool with little
+	// traffic can still hedge now and then. Zero disables it.
+	PoolFloor float64 `yaml:"pool_floor"`
+	// PoolFloorRefill is how many floor tokens return per second.
+	PoolFloorRefill float64 `yaml:"pool_floor_refill"`
+}
+
+// Spend configures spend ceilings in usage units; zero means no ceiling.
+type Spend struct {
+	// PerUserAction caps the units all attempts of one user action reserve.
+	PerUserAction int64 `yaml:"per_user_action"`
+	// PerTenantWindow caps one tenant's units in this class per Window.
+	PerTenantWindow int64         `yaml:"per_tenant_window"`
+	Window          time.Duration `yaml:"window"`
+}
+
+// Guardrail configures when hedging is switched off for a cohort because it
+// does not pay: the latency quantile of control groups is compared with that
+// of hedged groups once both have MinControlSamples samples.
+type Guardrail struct {
+	Enabled bool `yaml:"enabled"`
+	// Quantile compared between control and hedged groups, in (0,1).
+	Quantile float64 `yaml:"quantile"`
+	// MinControlSamples is the least number of control samples before the
+	// guardrail decides anything.
+	MinControlSamples int `yaml:"min_control_samples"`
+	// MinGain is the least relative reduction of the quantile, in [0,1),
+	// below which the gain counts as flat.
+	MinGain float64 `yaml:"min_gain"`
+	// MaxErrorRateIncrease is the largest rise of the error rate of hedged
+	// groups over control groups, in [0,1], before hedging is disabled.
+	MaxErrorRateIncrease float64 `yaml:"max_error_rate_increase"`
+	// ProbeInterval is how long hedging stays off before it is probed again.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+}
+
+// Tenant is a caller of the front doors: the hashes of its API keys, and a
+// spend limit of its own across every class. With no tenants configured the
+// front doors require no API key, which suits only local use.
+type Tenant struct {
+	// APIKeyHashes are "sha256:<64 hex digits>" hashes of the tenant's API
+	// keys (see HashAPIKey); plaintext keys are refused.
+	APIKeyHashes []string `yaml:"api_key_hashes"`
+	// SpendLimit caps the tenant's units across all classes per SpendWindow;
+	// zero means no limit.
+	SpendLimit  int64         `yaml:"spend_limit"`
+	SpendWindow time.Duration `yaml:"spend_window"`
+}
+
+// HashAPIKey returns the form in which tenants' API keys are configured and
+// compared: "sha256:" followed by the lowercase hex SHA-256 of the key.
+func HashAPIKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Engine returns the part of the policy the hedge engine enforces.
+func (p *Policy) Engine() hedge.Policy {
+	e := hedge.DefaultPolicy()
+	e.Trigger = hedge.Trigger(p.Trigger)
+	e.MaxAttempts = p.MaxAttempts
+	e.Deadline = p.Deadline
+	e.MinUsefulTime = p.MinUsefulTime
+	e.CommitPoint = p.CommitPoint
+	e.AcceptTimeout = p.AcceptTimeout
+	e.HeartbeatTimeout = p.HeartbeatTimeout
+	e.SameRouteHedging = p.SameRouteHedging
+	return e
+}
+
+// DelayConfig returns the hedge-delay estimator's configuration.
+func (p *Policy) DelayConfig() delay.Config {
+	c := delay.DefaultConfig()
+	c.Quantile = p.Delay.Quantile
+	c.Min, c.Max, c.Initial = p.Delay.Min, p.Delay.Max, p.Delay.Initial
+	c.WarmupSamples = p.Delay.WarmupSamples
+	c.Window, c.Slots = p.Delay.Window, p.Delay.Slots
+	return c
+}
+
+// GuardrailConfig returns the guardrail's configuration.
+func (p *Policy) GuardrailConfig() delay.GuardrailConfig {
+	c := delay.DefaultGuardrailConfig()
+	c.Quantile = p.Guardrail.Quantile
+	c.MinControlSamples = p.Guardrail.MinControlSamples
+	c.MinRelativeGain = p.Guardrail.MinGain
+	c.ErrorRateMargin = p.Guardrail.MaxErrorRateIncrease
+	c.CoolDown = p.Guardrail.ProbeInterval
+	return c
+}
+
+// DuplicateBucket returns the cohort bucket every primary deposits into and
+// every hedge or replacement draws from.
+func (p *Policy) DuplicateBucket() budgets.DuplicateBucket {
+	d := p.DuplicateRate
+	return budgets.DuplicateBucket{Ratio: d.Ceiling, Capacity: d.Capacity, InitialFill: d.InitialFill, ReplacementReserve: d.ReplacementReserve}
+}
+
+// FloorBucket returns the pool's floor bucket.
+func (p *Policy) FloorBucket() budgets.FloorBucket {
+	return budgets.FloorBucket{Capacity: p.DuplicateRate.PoolFloor, RefillPerSecond: p.DuplicateRate.PoolFloorRefill}
+}

@@ -1,0 +1,129 @@
+// Package policytest holds the cases of dispatcher/policy's rules that every
+// driver of the hedge engine must decide alike. The dispatcher's and the
+// simulator's tests each feed them through their own path — the facts a
+// driver gathers about a group, the decision it keeps — and expect the same
+// decisions.
+package policytest
+
+import (
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Eligibility is a case of the eligibility rule.
+type Eligibility struct {
+	Name string
+	// Policy changes the default policy of the group's class.
+	Policy func(*policy.Policy)
+	// Routes is how many routes the group's pool has.
+	Routes int
+	// Breached: the cohort's guardrail switched hedging off before the
+	// group started (delay.Guardrail.ReportBreach).
+	Breached bool
+
+	// The decision: whether the group may hedge, the rule that said no,
+	// the guardrail arm its latency counts in, and the guardrail decision
+	// its record carries.
+	Eligible  bool
+	Reason    string
+	Arm       delay.Arm
+	Guardrail schemas.GuardrailDecision
+}
+
+// EligibilityCases are the eligibility rule's cases. Control and rollout
+// fractions of 0 and 1 make every group's draw decide the same way,
+// whatever the driver names it.
+func EligibilityCases() []Eligibility {
+	return []Eligibility{
+		{Name: "a class that hedges, on a pool of several routes, hedges", Routes: 3,
+			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
+		{Name: "a class with hedging off never hedges", Policy: func(p *policy.Policy) { p.Hedge = false }, Routes: 3,
+			Reason: policy.ReasonPolicy, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "a class that is not idempotent never hedges", Policy: func(p *policy.Policy) { p.Idempotent = false }, Routes: 3,
+			Reason: policy.ReasonPolicy, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "the policy rule goes before the single-route rule",
+			Policy: func(p *policy.Policy) { p.Hedge = false }, Routes: 1,
+			Reason: policy.ReasonPolicy, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "a pool of one route does not hedge", Routes: 1,
+			Reason: policy.ReasonSingleRoute, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "a pool of one route hedges on it when same-route hedging is on",
+			Policy: func(p *policy.Policy) { p.SameRouteHedging = true }, Routes: 1,
+			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
+		{Name: "a control group runs primary-only and counts in the control arm",
+			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3,
+			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+		{Name: "the single-route rule goes before the control draw",
+			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 1,
+			Reason: policy.ReasonSingleRoute, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "a group outside the rollout does not hedge", Policy: func(p *policy.Policy) { p.RolloutFraction = 0 }, Routes: 3,
+			Reason: policy.ReasonRollout, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
+		{Name: "the control draw goes before the rollout",
+			Policy: func(p *policy.Policy) { p.ControlFraction, p.RolloutFraction = 1, 0 }, Routes: 3,
+			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+		{Name: "a cohort whose guardrail switched hedging off does not hedge", Routes: 3, Breached: true,
+			Reason: policy.ReasonGuardrail, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailDisable},
+		{Name: "a disabled guardrail is not asked", Policy: func(p *policy.Policy) { p.Guardrail.Enabled = false }, Routes: 3, Breached: true,
+			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
+		{Name: "a control group is run primary-only even when the guardrail switched hedging off",
+			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3, Breached: true,
+			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+	}
+}
+
+// CensoringDelay is the hedge delay of a censoring case's cohort: the
+// class's initial delay, which CensoringPolicy keeps for every case.
+const CensoringDelay = time.Second
+
+// CensoringPolicy changes the default policy for the censoring cases: the
+// delay stays CensoringDelay however many samples come in.
+func CensoringPolicy(p *policy.Policy) {
+	p.Delay.Initial, p.Delay.WarmupSamples = CensoringDelay, 1_000_000
+}
+
+// Censoring is a case of the censoring rule: what became of a group's
+// primary when the group was decided, and whether its elapsed time joins
+// the delay estimator's samples.
+type Censoring struct {
+	Name    string
+	Trigger policy.Trigger
+	// Elapsed is how long the primary had run when the group was decided.
+	Elapsed time.Duration
+	// FirstByte: the primary's first byte arrived 100 ms after its launch.
+	FirstByte bool
+	// Failed: the primary ended by its own failure 100 ms after its launch.
+	Failed bool
+	// Winner is the attempt that won (0: none), Error what the group failed
+	// with when none did.
+	Winner int
+	Error  schemas.ErrorCode
+
+	Recorded bool
+}
+
+// CensoringCases are the censoring rule's cases.
+func CensoringCases() []Censoring {
+	const long, short = 3 * CensoringDelay, CensoringDelay / 2
+	return []Censoring{
+		{Name: "a primary a hedge beat before its first byte is a censored sample", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Winner: 2, Recorded: true},
+		{Name: "a primary the deadline cut off before its first byte is a censored sample", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Error: schemas.ErrDeadlineExceeded, Recorded: true},
+		{Name: "a superseded primary younger than the delay is not recorded", Trigger: policy.TriggerFirstByte,
+			Elapsed: short, Winner: 2},
+		{Name: "a primary that produced its first byte is in already", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, FirstByte: true, Winner: 2},
+		{Name: "a primary that failed fast says nothing of its latency", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Failed: true, Winner: 2},
+		{Name: "a primary whose caller went away says nothing of its latency", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Error: schemas.ErrCanceled},
+		{Name: "a primary of a group every route failed is not recorded", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Error: schemas.ErrAllRoutesFailed},
+		{Name: "a primary that won is no censored sample", Trigger: policy.TriggerFirstByte,
+			Elapsed: long, Winner: 1},
+		{Name: "the total trigger records no censored samples", Trigger: policy.TriggerTotal,
+			Elapsed: long, Winner: 2},
+	}
+}
