@@ -31,6 +31,35 @@ test: redis
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./... | awk -v m=$(MODULE) "$$IMPORT_RULES"
+
+# The import rules of docs/architecture.md §3, on every package's own imports
+# (tests may import more): dependencies point one way.
+MODULE := github.com/hedgerow/hedgerow
+define IMPORT_RULES
+function under(p, dir) { return p == m "/" dir || index(p, m "/" dir "/") == 1 }
+function bad(why) { printf "%s imports %s: %s\n", pkg, imp, why; failed = 1 }
+{
+	pkg = $$1
+	for (i = 2; i <= NF; i++) {
+		imp = $$i
+		if (pkg == m "/dispatcher" && (imp == "net/http" || under(imp, "frontdoor")))
+			bad("the runtime serves no door")
+		if (under(pkg, "frontdoor") && (imp == m "/internal/config" || under(imp, "budgets")))
+			bad("doors take plain options, not the configuration or the budgets")
+		if (!under(pkg, "internal") && !under(pkg, "cmd") && !under(pkg, "integration") && imp == m "/internal/config")
+			bad("public packages take their own options")
+		if (pkg == m "/dispatcher/hedge" && imp !~ /^(errors|fmt|time|slices|maps|sort|strconv|strings|math)$$/ && imp != m "/schemas")
+			bad("the hedge engine does no I/O")
+		if ((under(pkg, "dispatcher") || under(pkg, "budgets") || under(pkg, "arbiter") || under(pkg, "worker") || under(pkg, "schemas")) && under(imp, "simulator"))
+			bad("the runtime never imports the simulator")
+		if (under(pkg, "schemas") && (under(imp, "dispatcher") || under(imp, "worker") || under(imp, "arbiter") || under(imp, "budgets") || under(imp, "frontdoor")))
+			bad("schemas is the bottom of the tree")
+	}
+}
+END { exit failed }
+endef
+export IMPORT_RULES
 
 # A bounded coverage-guided run of the hedge engine's fuzz target.
 FUZZTIME ?= 60s

@@ -144,7 +144,7 @@ func (c *Contract) RequiredFields() []string {
 // HasSchema reports whether the contract carries a JSON schema.
 func (c *Contract) HasSchema() bool { return c != nil && c.schema != nil }
 
-// CommitPoint returns the commit point that applies to one request (DESIGN §4
+// CommitPoint returns the commit point that applies to one request (docs/architecture.md §4
 // rule 3): non-streaming requests and contracts that need the whole answer
 // commit at complete; otherwise the requested point stands. A zero requested
 // point means the streaming default, first_token; tokens:N with N < 1 is read

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Gate elects the single winner of a user action (DESIGN §6). The first
+// Gate elects the single winner of a user action (docs/architecture.md §6). The first
 // claim wins; later claims from other groups of the same user action lose
 // and learn the holder. LocalGate is authoritative within one dispatcher;
 // a Redis gate extends the same interface across replicas.

@@ -46,7 +46,7 @@ type RedisGateConfig struct {
 }
 
 // RedisGate is the winner gate shared by every replica of one Redis
-// (DESIGN §6). A claim first goes through the LocalGate — authoritative for
+// (docs/architecture.md §6). A claim first goes through the LocalGate — authoritative for
 // the groups this dispatcher owns; a local loss returns without asking Redis.
 // A local win is then confirmed by one Lua script that, atomically, either
 // finds the user action's current holder or increments the user action's
@@ -74,7 +74,7 @@ type RedisGateConfig struct {
 // again — and a later claim from another replica can then win as well. The
 // local gate still holds within each replica, so no group ever commits
 // twice; effect executors that must act once per user action compare the
-// whole gate value (group/attempt/epoch), not the epoch alone (DESIGN §6).
+// whole gate value (group/attempt/epoch), not the epoch alone (docs/architecture.md §6).
 //
 // Timeout is enforced through the context, which go-redis honours on reads
 // only with ContextTimeoutEnabled, so NewRedisGate requires it of the

@@ -58,7 +58,7 @@ func valid() Verdict                 { return Verdict{Valid: true, Ready: true} 
 func invalid(reason string) Verdict  { return Verdict{Ready: true, Reason: reason} }
 func notReady(reason string) Verdict { return Verdict{Reason: reason} }
 
-// Validate judges an attempt against a contract at a commit point (DESIGN §4
+// Validate judges an attempt against a contract at a commit point (docs/architecture.md §4
 // rule 3, §6). A nil contract is the empty contract. The commit point is the
 // one chosen for the request (see Contract.CommitPoint); if the contract
 // needs the whole answer, Validate judges at complete whatever point is

@@ -1,5 +1,5 @@
 // Package budgets holds the ceilings that bound a user action across every
-// dispatcher replica (DESIGN §7): the attempt ledger of each user action, the
+// dispatcher replica (docs/architecture.md §7): the attempt ledger of each user action, the
 // duplicate-rate bucket of each cohort with a floor per pool, spend ceilings
 // per user action and per tenant window, route pushback and quarantine flags,
 // and route in-flight leases.

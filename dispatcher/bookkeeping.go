@@ -10,7 +10,7 @@ import (
 )
 
 // bookkeeping takes the store calls that nobody waits for off the groups'
-// goroutines (DESIGN §7: settles, releases and route marks are batched off
+// goroutines (docs/architecture.md §7: settles, releases and route marks are batched off
 // the request path) and keeps the picker's view of the shared route flags
 // and of the routes' in-flight counts across the cluster (the workers'
 // leases) fresh, so an admission costs the store one round trip, not two,

@@ -26,7 +26,7 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Subjects of the wire (DESIGN §8).
+// Subjects of the wire (docs/architecture.md §8).
 const (
 	AttemptSubjectPrefix = "hedgerow.attempt."
 	AttemptRecordSubject = "hedgerow.events.attempt"

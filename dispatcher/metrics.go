@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the dispatcher's part of DESIGN §9, prefix hedgerow_.
+// metrics are the dispatcher's part of docs/architecture.md §9, prefix hedgerow_.
 type metrics struct {
 	groups        *prometheus.CounterVec
 	groupDuration prometheus.Histogram

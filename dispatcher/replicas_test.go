@@ -21,7 +21,7 @@ import (
 )
 
 // These tests run dispatcher replicas that share one real redis-server
-// (DESIGN §6, §7): budgets and the winner gate hold across them.
+// (docs/architecture.md §6, §7): budgets and the winner gate hold across them.
 
 // redisClient is a client of rs that never retries and honours deadlines,
 // as the gateway builds it.

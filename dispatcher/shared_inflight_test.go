@@ -14,7 +14,7 @@ import (
 
 // TestPrimariesAvoidARouteLoadedByOtherReplicasWorkers: attempts in flight
 // on a route's workers anywhere in the cluster hold leases in the budgets
-// store (DESIGN §7); the route refresh reads their count with the route
+// store (docs/architecture.md §7); the route refresh reads their count with the route
 // flags, and route choice weighs it, so a route that other replicas keep
 // busy gets fewer primaries than its idle twin here, though this replica
 // has nothing in flight on either. Once the leases are gone the twins

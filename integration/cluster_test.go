@@ -137,8 +137,8 @@ func TestGroupsFinishOrFailStablyWhenANATSNodeGoesDown(t *testing.T) {
 
 			inFlight := 0
 			ids := make([]string, 0, len(results))
-			// Records are core NATS messages (durable accounting through
-			// JetStream comes later, DESIGN §8): one published by a group in
+			// Records are core NATS messages (they are not kept in a
+			// stream yet, docs/architecture.md §8): one published by a group in
 			// flight while its node went down may be lost with the node.
 			mayLose := map[string]bool{}
 			counts := map[string]int{}

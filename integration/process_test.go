@@ -139,7 +139,7 @@ func TestGroupFailsCleanlyWhenItsOnlyWorkerProcessIsKilled(t *testing.T) {
 // answer through the gateway and a single worker process. The provider sends
 // the first word, which commits the stream (commit point first_token) and
 // reaches the caller, then stalls; the worker process is killed with SIGKILL.
-// No other attempt may take over after bytes reached the caller (DESIGN §4),
+// No other attempt may take over after bytes reached the caller (docs/architecture.md §4),
 // so it asserts that the stream ends with an error event and no [DONE] by
 // the deadline (plus slack): a caller is never left hanging on a stream
 // whose worker died.

@@ -69,7 +69,7 @@ const (
 )
 
 // CostBandOf buckets usage at the pinned list-price ratio (input × 1 +
-// output × 4, DESIGN §11): low below CostMediumFrom, high from CostHighFrom.
+// output × 4, docs/architecture.md §11): low below CostMediumFrom, high from CostHighFrom.
 // With the workload's median request (≈750 input, ≈150 output tokens) a
 // single attempt is low; a long answer to a long prompt is medium. Workers
 // and dispatchers band with it alike, so their records agree.
@@ -115,7 +115,7 @@ const (
 	ReporterSimulator  Reporter = "simulator"
 )
 
-// AttemptRecord is the sanitized record of one launched attempt (DESIGN §9).
+// AttemptRecord is the sanitized record of one launched attempt (docs/architecture.md §9).
 // It carries no prompt, output, header, credential or user identifier:
 // UserActionID is the gateway's opaque derived id and PromptFingerprint a
 // keyed hash.
@@ -171,7 +171,7 @@ func (r AttemptRecord) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// GroupRecord is the sanitized summary of one hedge group (DESIGN §9): the
+// GroupRecord is the sanitized summary of one hedge group (docs/architecture.md §9): the
 // attempt record's group-level fields plus whether a hedge launched, which
 // attempt won, whether a loser finished late, total usage of all attempts,
 // the terminal error and the guardrail decision.

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
-	"github.com/hedgerow/hedgerow/internal/jsonscan"
+	"github.com/hedgerow/hedgerow/schemas/jsonscan"
 )
 
 // The dispatcher decodes every reply of every attempt, and encoding/json

@@ -5,7 +5,7 @@ import (
 	"regexp"
 )
 
-// The hedgerow.submit front door over NATS (DESIGN §8): the NATS micro
+// The hedgerow.submit front door over NATS (docs/architecture.md §8): the NATS micro
 // service SubmitServiceName answers SubmitRequests on SubmitSubject, in a
 // queue group, so any gateway replica may take a request.
 //

@@ -42,7 +42,7 @@ const (
 )
 
 // ErrorScope says how far a failure reaches; the hedge engine acts on the scope,
-// never on the order in which failures arrive (DESIGN §4 rule 4).
+// never on the order in which failures arrive (docs/architecture.md §4 rule 4).
 type ErrorScope string
 
 const (
@@ -102,7 +102,7 @@ const (
 
 // Usage is the work an attempt consumed, in provider usage units (tokens).
 // Estimated is set when the figure is not the provider's own report, e.g. a
-// cancelled attempt settled at its elapsed decode time (DESIGN §7).
+// cancelled attempt settled at its elapsed decode time (docs/architecture.md §7).
 type Usage struct {
 	InputUnits  int64 `json:"input_units"`
 	OutputUnits int64 `json:"output_units"`

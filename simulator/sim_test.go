@@ -79,7 +79,7 @@ func TestSameSeedGivesTheSameReport(t *testing.T) {
 }
 
 // Fidelity: strategy none on gpt4o, streaming, reproduces the published
-// TTFT distribution the model was fitted to (DESIGN §11).
+// TTFT distribution the model was fitted to (docs/architecture.md §11).
 func TestNoneReproducesTheGpt4oReference(t *testing.T) {
 	rep := run(t, Options{Workload: workload.GPT4o, Requests: 60_000, Seed: 1, Stream: true, Strategies: []string{StrategyNone}})
 	none := byName(t, rep, StrategyNone)

@@ -11,7 +11,7 @@ import (
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
-// Strategy names, DESIGN §11.
+// Strategy names, docs/architecture.md §11.
 const (
 	StrategyNone           = "none"
 	StrategyFanout2        = "fanout2"

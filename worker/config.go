@@ -23,7 +23,7 @@ const (
 	DefaultHeartbeatInterval = 200 * time.Millisecond
 	// DefaultCoalesceTokens and DefaultCoalesceDelay bound a chunk: it is
 	// sent once it holds this many tokens, or this long after its first
-	// token, whichever comes first (DESIGN §8).
+	// token, whichever comes first (docs/architecture.md §8).
 	DefaultCoalesceTokens = 16
 	DefaultCoalesceDelay  = 5 * time.Millisecond
 	// DefaultDrainGrace is how long Stop lets in-flight attempts finish;
@@ -31,7 +31,7 @@ const (
 	DefaultDrainGrace = 20 * time.Second
 )
 
-// routePattern is the NATS-subject-safe token a route name must be (DESIGN §8).
+// routePattern is the NATS-subject-safe token a route name must be (docs/architecture.md §8).
 var routePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // idPattern is the schema's opaque identifier, which a worker id must be to

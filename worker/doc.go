@@ -1,7 +1,7 @@
 // Package worker is hedgerow's stateless attempt runner: it takes attempts of
 // one route from NATS, runs each against the route's provider through an
 // upstream.Upstream, and reports progress and the outcome to the dispatcher
-// that sent it (DESIGN §2, §8).
+// that sent it (docs/architecture.md §2, §8).
 //
 // # Subjects
 //
@@ -58,7 +58,7 @@
 // With Config.Leases set (the shared budget store when redis.url is set),
 // the worker holds a lease on its route for each attempt it runs, so every
 // dispatcher replica's route choice sees the cluster's load on the route
-// (DESIGN §7). The holder is "<worker id>/<group id>/<attempt>", ids the
+// (docs/architecture.md §7). The holder is "<worker id>/<group id>/<attempt>", ids the
 // dispatcher and the worker drew. One goroutine of the worker acquires the
 // lease soon after the attempt starts, renews it every LeaseRenewInterval
 // and releases it when the attempt ends; the attempt itself never waits

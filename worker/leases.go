@@ -9,7 +9,7 @@ import (
 )
 
 // Leases records the attempts a worker has in flight on its route, so that
-// every dispatcher replica sees the route's load across the cluster (DESIGN
+// every dispatcher replica sees the route's load across the cluster (docs/architecture.md
 // §7: route in-flight leases that expire if a holder dies). It names only the
 // calls the worker makes: any budgets.RouteLeases, so any budgets.Store,
 // satisfies it; the Redis store shares the leases between processes.

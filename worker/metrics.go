@@ -19,7 +19,7 @@ const (
 	DropDuplicate = "duplicate" // the same group and attempt is already running here
 )
 
-// Metrics are the worker's Prometheus collectors (DESIGN §9). One Metrics is
+// Metrics are the worker's Prometheus collectors (docs/architecture.md §9). One Metrics is
 // shared by every worker of a process, so that several routes can run in one
 // process against one registry; the route is a label.
 type Metrics struct {

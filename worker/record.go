@@ -25,7 +25,7 @@ func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usag
 		Attempt:      r.att.Attempt,
 		Role:         r.att.Role,
 		Route:        cfg.Route,
-		// Pools of equivalent routes are keyed by model class (DESIGN §10).
+		// Pools of equivalent routes are keyed by model class (docs/architecture.md §10).
 		RouteClass:     r.att.ModelClass,
 		OperationClass: r.att.OperationClass,
 		ModelClass:     r.att.ModelClass,

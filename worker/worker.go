@@ -16,7 +16,7 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Subjects and names of the wire (DESIGN §8).
+// Subjects and names of the wire (docs/architecture.md §8).
 const (
 	// ServiceName is the NATS micro service every worker registers.
 	ServiceName = "hedgerow-worker"

@@ -1,5 +1,5 @@
 // Package redisstore is the budgets.Store of many dispatcher replicas,
-// kept in Redis — a standalone server or a Redis Cluster (DESIGN §7). It
+// kept in Redis — a standalone server or a Redis Cluster (docs/architecture.md §7). It
 // passes the conformance suite of budgets/storetest against both.
 //
 // # Key layout

@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every budgets.Store must pass:
 // the memory store in its own tests, the Redis store against a real
 // redis-server (standalone and cluster). Each subtest is named after the rule
-// of DESIGN §7 it checks.
+// of docs/architecture.md §7 it checks.
 //
 // Contract for a factory:
 //   - it returns a store with no state of its own: no ledgers, buckets,

@@ -20,7 +20,7 @@ func newFakeLLMCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N]",
 		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
-		Long: `fakellm plays one route of a seeded workload model (DESIGN §11) in real time:
+		Long: `fakellm plays one route of a seeded workload model (the simulator's, as hedgerow simulate plays it) in real time:
 POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
 Every route of one run must share --workload and --seed and play a different --route, so a
 hedged duplicate draws the same answer with its own latency. --time-scale is real seconds per

@@ -6,7 +6,7 @@ import (
 )
 
 // DefaultControlFraction is the share of groups run primary-only as the live
-// baseline when a policy sets none. It is 1%, not DESIGN §5's 2%: control
+// baseline when a policy sets none. It is 1%, not the 2% first planned: control
 // groups are never hedged, so their stalls land in the tail, and on the
 // gpt4o workload 2% of them lifted hedgerow's P99.9 from 2.67–2.89 s to
 // 2.93–3.07 s (hedgerow simulate, 200,000 requests, seeds 1–3). 1% still

@@ -1,5 +1,5 @@
 // Package delay estimates hedge delays and decides, per cohort, whether
-// hedging pays off (DESIGN §5).
+// hedging pays off (docs/architecture.md §5).
 //
 // Like the hedge engine it is pure: no goroutines and no clock. Every method
 // takes now, so the discrete-event simulator drives it on virtual time and the
@@ -91,7 +91,7 @@
 // The quantile must lie above the delay quantile; the sample floor and the
 // order-statistic interval keep the P99 from resting on a handful of points.
 //
-// Power. On DESIGN §11's gpt4o TTFT model hedged at its P95 (true P99 ≈ 4 s
+// Power. On docs/architecture.md §11's gpt4o TTFT model hedged at its P95 (true P99 ≈ 4 s
 // control vs ≈ 1.9 s hedged), with ten hedged groups per control group,
 // TestGuardrailHasPowerOnTheGpt4oModel pins what the statistic does over 20
 // seeded replicas: at 2000 control groups the intervals show the gain in at

@@ -289,7 +289,7 @@ func TestMergeIgnoresSnapshotsOutsideTheWindow(t *testing.T) {
 }
 
 // degradedPrimary draws a primary's time to first byte on a route that is
-// degraded (DESIGN §11: TTFT ×5, here with a wide spread) for a fifth of the
+// degraded (docs/architecture.md §11: TTFT ×5, here with a wide spread) for a fifth of the
 // requests; healthyHedge draws the hedge's on another, healthy route.
 func degradedPrimary(r *rand.Rand) time.Duration {
 	if r.Float64() < 0.8 {

@@ -19,7 +19,7 @@ func lognormal(r *rand.Rand, median time.Duration, sigma float64) time.Duration 
 	return time.Duration(float64(median) * math.Exp(sigma*r.NormFloat64()))
 }
 
-// gpt4oTTFT draws a time to first byte from DESIGN §11's gpt4o model, a hang
+// gpt4oTTFT draws a time to first byte from docs/architecture.md §11's gpt4o model, a hang
 // counted at the 30 s deadline.
 func gpt4oTTFT(r *rand.Rand) time.Duration {
 	switch u := r.Float64(); {

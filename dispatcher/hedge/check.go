@@ -7,7 +7,7 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Checker asserts the engine's invariants (DESIGN §4) over one group's events
+// Checker asserts the engine's invariants (docs/architecture.md §4) over one group's events
 // and actions, independently of the engine's own bookkeeping. Property tests,
 // the fuzz target and the simulator run every group through one.
 //

@@ -36,7 +36,7 @@
 //
 // # Rules
 //
-// The rules of DESIGN §4 — admission first, the hedge trigger and its gates,
+// The rules of docs/architecture.md §4 — admission first, the hedge trigger and its gates,
 // validity at the commit point, error scope over arrival order, one absolute
 // deadline — each have a named test in this package. [Checker] asserts the
 // invariants over any sequence of actions and is used by the property tests,

@@ -36,7 +36,7 @@ type Start struct {
 	// reached a provider when the provider's own report is missing.
 	InputUnits int64
 	// DecodeTokensPerSecond is the cohort's decode rate, used to estimate the
-	// output billed to a cancelled attempt (DESIGN §7).
+	// output billed to a cancelled attempt (docs/architecture.md §7).
 	DecodeTokensPerSecond float64
 }
 
@@ -97,7 +97,7 @@ type Result struct {
 	Attempt int
 	Status  schemas.StatusClass
 	// Scope is ScopeNone for an answer; otherwise it decides what the failure
-	// reaches (DESIGN §4 rule 4).
+	// reaches (docs/architecture.md §4 rule 4).
 	Scope schemas.ErrorScope
 	// Valid is the arbiter's verdict on the complete answer at the commit point.
 	Valid bool

@@ -741,7 +741,7 @@ func (g *Group) cancel(a *attempt, reason CancelReason) {
 
 // endCancelled writes the terminal record of a cancelled attempt. Its usage is
 // max(reported, elapsed decode × cohort rate): cancellation is no proof that
-// nothing more was billed (DESIGN §7).
+// nothing more was billed (docs/architecture.md §7).
 func (g *Group) endCancelled(a *attempt, reported schemas.Usage, observed, completed bool) {
 	usage := reported
 	status := schemas.StatusCanceled

@@ -60,7 +60,7 @@ type Policy struct {
 	FailFast bool
 }
 
-// DefaultPolicy returns hedgerow's defaults (DESIGN §4, §8, §11).
+// DefaultPolicy returns hedgerow's defaults (docs/architecture.md §4, §8, §11).
 func DefaultPolicy() Policy {
 	return Policy{
 		Trigger:          TriggerFirstByte,

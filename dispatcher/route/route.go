@@ -1,4 +1,4 @@
-// Package route picks the route an attempt goes to (DESIGN §5): the primary
+// Package route picks the route an attempt goes to (docs/architecture.md §5): the primary
 // by power-of-two-choices over healthy routes, a hedge on a different route,
 // preferring another provider or region. It is pure: the caller passes the
 // time and the random source, so the live dispatcher and the simulator make

@@ -1,6 +1,6 @@
 // Package sketchshare lets the dispatcher replicas that share one Redis
 // share their latency sketches, so that every replica computes the same
-// hedge delay from the same distribution (DESIGN §5).
+// hedge delay from the same distribution (docs/architecture.md §5).
 //
 // Each replica publishes its own samples of each cohort — delay.Estimator's
 // Snapshot, never what it merged from others — as one field of a Redis hash

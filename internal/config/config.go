@@ -12,7 +12,7 @@ import (
 const DefaultPolicy = policy.DefaultName
 
 // MaxAttemptsCap is the hard upper bound of a policy's max_attempts: primary,
-// hedges and replacements together never exceed it (DESIGN §4 rule 2).
+// hedges and replacements together never exceed it (docs/architecture.md §4 rule 2).
 const MaxAttemptsCap = 4
 
 // PayloadHeadroom is the part of a NATS message kept free for the attempt
@@ -49,7 +49,7 @@ type NATS struct {
 
 // Redis configures the store shared by replicas: winner gate, ledgers,
 // buckets, route flags, the workers' route in-flight leases and the shared
-// latency sketch (DESIGN §6, §7).
+// latency sketch (docs/architecture.md §6, §7).
 type Redis struct {
 	// URL is a redis:// or rediss:// URL; empty keeps budgets and the winner
 	// gate in memory, correct only for a single replica.
@@ -122,7 +122,7 @@ type Route struct {
 	// Model is the provider's model name sent upstream.
 	Model string `yaml:"model"`
 	// Labels describe the route (e.g. provider, region); a hedge prefers a
-	// route whose labels differ from the primary's (DESIGN §5).
+	// route whose labels differ from the primary's (docs/architecture.md §5).
 	Labels map[string]string `yaml:"labels"`
 	// MaxInflight is the number of attempts one worker runs on this route at
 	// once before answering Busy.
@@ -137,7 +137,7 @@ type Pool struct {
 	Contract Contract `yaml:"contract"`
 }
 
-// Contract says what makes a result valid for a pool (DESIGN §4 rule 3, §6).
+// Contract says what makes a result valid for a pool (docs/architecture.md §4 rule 3, §6).
 type Contract struct {
 	// RequireComplete demands a complete finish reason (not length or filter).
 	RequireComplete bool `yaml:"require_complete"`

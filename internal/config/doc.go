@@ -1,4 +1,4 @@
-// Package config loads and validates hedgerow's YAML configuration (DESIGN §10).
+// Package config loads and validates hedgerow's YAML configuration (docs/architecture.md §10).
 //
 // Loading is strict: every key must be known, every value must have the right
 // type and range, and every problem in a file is reported at once, each naming

@@ -22,7 +22,7 @@ const (
 	upstreamModel = "gpt4o"
 )
 
-// modelDeadline is the pinned deadline of DESIGN §11, in model time.
+// modelDeadline is the pinned deadline of docs/architecture.md §11, in model time.
 const modelDeadline = 30 * time.Second
 
 // cluster is the live system under load: three fake LLM routes and `serve`

@@ -1,5 +1,5 @@
 // Package demo runs `hedgerow demo`: the live system under load, primary-only
-// against hedged, measured (DESIGN §2).
+// against hedged, measured (docs/architecture.md §2).
 //
 // It starts three fake LLM routes of one workload on loopback, `serve` in
 // front of them (embedded NATS, a worker per route, the gateway), and an
@@ -14,7 +14,7 @@
 // primary-only run as strategy "none" and the hedged one as "hedgerow".
 // Latencies are the client's time to the first committed token, converted to
 // model time (real ÷ time scale) so they compare with `hedgerow simulate
-// --stream` and DESIGN §11's reference figures. Three figures are added:
+// --stream` and docs/architecture.md §11's reference figures. Three figures are added:
 // the P99 of commit → upstream disconnect of cancelled losers (real ms, from
 // the fakes' own records), the output tokens billed to attempts that did not
 // win (the fakes' billing, cancellation lag included), and the double

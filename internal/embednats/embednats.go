@@ -1,5 +1,5 @@
 // Package embednats runs the NATS server that `hedgerow serve` embeds
-// (DESIGN §2): gateway and workers of one process talk through it over
+// (docs/architecture.md §2): gateway and workers of one process talk through it over
 // in-process connections, so the all-in-one mode needs no port and no
 // separate server. On request it also listens on a TCP address, so workers
 // of other processes can join it.
@@ -7,7 +7,7 @@
 // The server is quiet (its notices are debug logs), handles no signals —
 // the process that embeds it owns them — and is started with the
 // configuration's max_payload, which must cover the HTTP body limit plus the
-// attempt envelope (DESIGN §8).
+// attempt envelope (docs/architecture.md §8).
 package embednats
 
 import (

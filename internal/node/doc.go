@@ -1,5 +1,5 @@
 // Package node assembles hedgerow's long-running processes from a loaded
-// configuration (DESIGN §2): the gateway (dispatcher behind the HTTP front
+// configuration (docs/architecture.md §2): the gateway (dispatcher behind the HTTP front
 // door), the workers (one per route), `serve` (both around an embedded NATS
 // server) and the simulator's fake LLM as an HTTP server. The commands in
 // cmd/hedgerow only parse flags, call a Start function here, wait for a

@@ -25,7 +25,7 @@ import (
 var (
 	// ErrPayloadTooSmall: the NATS server takes smaller messages than
 	// nats.max_payload, so a request at the body limit would not fit in an
-	// attempt (DESIGN §8).
+	// attempt (docs/architecture.md §8).
 	ErrPayloadTooSmall = errors.New("NATS max_payload too small")
 )
 

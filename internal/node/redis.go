@@ -193,7 +193,7 @@ func hostOf(addr string) string {
 
 // shareSketches starts the loop that shares d's latency sketches with the
 // other replicas through Redis, so every replica computes the same hedge
-// delay from the cluster's traffic (DESIGN §5). It does nothing in memory.
+// delay from the cluster's traffic (docs/architecture.md §5). It does nothing in memory.
 func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log *slog.Logger) error {
 	if s.client == nil {
 		return nil

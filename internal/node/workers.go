@@ -29,7 +29,7 @@ type Workers struct {
 // reading each route's provider key through o.Env, and serves their metrics
 // on o.MetricsListen when set. With redis.url set, each worker holds a
 // route in-flight lease in Redis for every attempt it runs, so every
-// gateway's route choice sees this process's load (DESIGN §7).
+// gateway's route choice sees this process's load (docs/architecture.md §7).
 func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error) {
 	log := o.logger()
 	key, err := o.fingerprintKey(cfg)

@@ -1,6 +1,6 @@
 // Package fakellm is an OpenAI-compatible chat completions server whose
 // latencies, token counts, errors, hangs and degraded episodes come from the
-// seeded workload models of DESIGN §11 (package simulator/workload), played
+// seeded workload models of docs/architecture.md §11 (package simulator/workload), played
 // in real time through a TimeScale.
 //
 // It speaks Anthropic's Messages API too, on POST /v1/messages: the same

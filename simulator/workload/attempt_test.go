@@ -20,7 +20,7 @@ func drawAttempts(t *testing.T, name string, seed uint64, n int) []Attempt {
 	return out
 }
 
-// The fidelity target of DESIGN §11: strategy `none`, streaming, pinned
+// The fidelity target of docs/architecture.md §11: strategy `none`, streaming, pinned
 // conditions → P50 0.63 s, P99 ≈ 5.8 s. Latency is the first byte; a failed
 // group (a hang or a 5xx: 0.7% together) counts at the 30 s deadline, which
 // is what puts P99 in the stall mode's tail at ≈ 5.8 s (with hangs alone it

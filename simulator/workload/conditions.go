@@ -9,7 +9,7 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// The pinned evaluation conditions of DESIGN §11: every strategy comparison
+// The pinned evaluation conditions of docs/architecture.md §11: every strategy comparison
 // runs under them, so results are comparable across runs and with the
 // reference simulation.
 const (

@@ -1,5 +1,5 @@
 // Package workload holds the seeded latency, token, error and degradation
-// models of DESIGN §11 and the pinned evaluation conditions every strategy
+// models of docs/architecture.md §11 and the pinned evaluation conditions every strategy
 // comparison uses.
 //
 // The package is pure: no goroutines, no wall clock. Every draw is a function

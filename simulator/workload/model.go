@@ -165,7 +165,7 @@ type Model struct {
 	Degradation *Degradation
 }
 
-// gpt4oTTFT and sonnetTTFT are the published first-byte fits of DESIGN §11.
+// gpt4oTTFT and sonnetTTFT are the published first-byte fits of docs/architecture.md §11.
 var (
 	gpt4oTTFT = TTFT{
 		Main:          LogNormalMedian(0.62, 0.33),

@@ -22,7 +22,7 @@ func NewTimeScale(factor float64) (TimeScale, error) {
 	return TimeScale{realPerModel: factor}, nil
 }
 
-// SecondsAsMilliseconds is the scale of DESIGN §11 for live runs: a model
+// SecondsAsMilliseconds is the scale of docs/architecture.md §11 for live runs: a model
 // second takes a real millisecond.
 func SecondsAsMilliseconds() TimeScale { return TimeScale{realPerModel: 1e-3} }
 

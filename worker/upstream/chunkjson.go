@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
-	"github.com/hedgerow/hedgerow/internal/jsonscan"
+	"github.com/hedgerow/hedgerow/schemas/jsonscan"
 )
 
 // decodeChunk decodes one chat.completion.chunk into c, which must be zero

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hedgerow/hedgerow/internal/jsonscan"
+	"github.com/hedgerow/hedgerow/schemas/jsonscan"
 )
 
 // chunkCases are chunk payloads, well-formed and not, on which decodeChunk

@@ -2,7 +2,7 @@
 // route: the worker's only door to a provider. An Upstream makes exactly one
 // HTTP request per call and never retries on its own — retries, hedges and
 // replacements are the hedge engine's decisions, and a hidden retry would be
-// load that no duplicate-rate or spend ceiling could see (DESIGN §4, §7).
+// load that no duplicate-rate or spend ceiling could see (docs/architecture.md §4, §7).
 //
 // The OpenAI adapter speaks the Chat Completions API of OpenAI and of the
 // servers compatible with it (the simulator, vLLM and others). It always
@@ -54,7 +54,7 @@
 // # Error classification
 //
 // Every error Stream returns is an *Error whose Scope tells the hedge engine
-// how far the failure reaches (DESIGN §4 rule 4):
+// how far the failure reaches (docs/architecture.md §4 rule 4):
 //
 //	HTTP status / condition                  Status           Scope
 //	400, 413, 422 (invalid_request_error,    invalid_request  group
