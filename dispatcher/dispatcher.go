@@ -237,9 +237,9 @@ func (e *GroupError) Error() string {
 
 // Errors of the submission itself, before any group runs.
 var (
-	ErrUnknownPool  = errors.New("unknown model")
-	ErrBadRequest   = errors.New("invalid request")
-	ErrShuttingDown = errors.New("dispatcher is shutting down")
+	ErrUnknownPool  = errors.New("dispatcher: unknown model")
+	ErrBadRequest   = errors.New("dispatcher: invalid request")
+	ErrShuttingDown = errors.New("dispatcher: shutting down")
 )
 
 // Estimators returns each operation class's hedge-delay estimator, keyed

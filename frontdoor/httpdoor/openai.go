@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hedgerow/hedgerow/arbiter"
@@ -67,19 +66,12 @@ func openAIError(f *frontdoor.Failure) errorObject {
 // usage chunk. Unknown fields are ignored, as OpenAI-compatible servers do;
 // a known field of the wrong type is an error naming it.
 func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includeUsage bool, f *frontdoor.Failure) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return "", req, false, &frontdoor.Failure{Code: frontdoor.CodeInvalidJSON, Message: "The request body is not a JSON object."}
-	}
 	var maxTokens, maxCompletionTokens, n *int
 	var stop json.RawMessage
 	var streamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	}
-	for _, f := range []struct {
-		name, want string
-		dst        any
-	}{
+	wrong, f := readMembers(body, []member{
 		{"model", "a string", &pool},
 		{"messages", "an array of message objects", &req.Messages},
 		{"max_tokens", "an integer", &maxTokens},
@@ -96,16 +88,12 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 		{"response_format", "an object", &req.ResponseFormat},
 		{"stream", "a boolean", &req.Stream},
 		{"stream_options", "an object", &streamOptions},
-	} {
-		raw, ok := fields[f.name]
-		if !ok || isJSONNull(raw) {
-			continue
-		}
-		if err := json.Unmarshal(raw, f.dst); err != nil {
-			return "", req, false, frontdoor.InvalidParam(f.name, fmt.Sprintf("Invalid type for '%s': expected %s.", f.name, f.want))
-		}
-	}
+	})
 	switch {
+	case f != nil:
+		return "", req, false, f
+	case wrong != nil:
+		return "", req, false, frontdoor.InvalidParam(wrong.name, fmt.Sprintf("Invalid type for '%s': expected %s.", wrong.name, wrong.want))
 	case pool == "":
 		return "", req, false, frontdoor.InvalidParam("model", "You must name a model: one of the pools in GET /v1/models.")
 	case len(req.Messages) == 0:
@@ -113,6 +101,27 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 	case n != nil && *n != 1:
 		return "", req, false, frontdoor.InvalidParam("n", "Only one choice (n = 1) is supported.")
 	}
+	if req.MaxTokens, f = chatMaxTokens(maxTokens, maxCompletionTokens); f != nil {
+		return "", req, false, f
+	}
+	var err error
+	if req.Stop, err = parseStop(stop); err != nil {
+		return "", req, false, frontdoor.InvalidParam("stop", "Invalid type for 'stop': expected a string or an array of strings.")
+	}
+	req.Model = pool
+	if err := req.Validate(); err != nil {
+		return "", req, false, invalidRequest(err)
+	}
+	// stream_options without stream is ignored rather than refused: clients
+	// that always send it still work.
+	return pool, req, req.Stream && streamOptions.IncludeUsage, nil
+}
+
+// chatMaxTokens is the output limit a chat request asks for: its
+// max_completion_tokens, which supersedes the deprecated max_tokens; zero
+// when it asks for none.
+func chatMaxTokens(maxTokens, maxCompletionTokens *int) (int, *frontdoor.Failure) {
+	limit := 0
 	for _, mt := range []struct {
 		name string
 		v    *int
@@ -121,22 +130,11 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 			continue
 		}
 		if *mt.v < 1 {
-			return "", req, false, frontdoor.InvalidParam(mt.name, fmt.Sprintf("'%s' must be at least 1.", mt.name))
+			return 0, frontdoor.InvalidParam(mt.name, fmt.Sprintf("'%s' must be at least 1.", mt.name))
 		}
-		// max_completion_tokens supersedes the deprecated max_tokens.
-		req.MaxTokens = *mt.v
+		limit = *mt.v
 	}
-	var err error
-	if req.Stop, err = parseStop(stop); err != nil {
-		return "", req, false, frontdoor.InvalidParam("stop", "Invalid type for 'stop': expected a string or an array of strings.")
-	}
-	req.Model = pool
-	if err := req.Validate(); err != nil {
-		return "", req, false, frontdoor.InvalidParam(validationParam(err), validationMessage(err))
-	}
-	// stream_options without stream is ignored rather than refused: clients
-	// that always send it still work.
-	return pool, req, req.Stream && streamOptions.IncludeUsage, nil
+	return limit, nil
 }
 
 // paramResponseSchema is where a request's JSON schema sits.
@@ -174,31 +172,6 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 		return nil, err
 	}
 	return ss, nil
-}
-
-func isJSONNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
-// validationParam names the field a schemas.ChatRequest.Validate error is
-// about: its messages come as "messages[i]: ..." or "<field> ...".
-func validationParam(err error) string {
-	msg := validationMessage(err)
-	if strings.HasPrefix(msg, "messages[") {
-		if i := strings.Index(msg, "]"); i > 0 {
-			return msg[:i+1]
-		}
-	}
-	field, _, _ := strings.Cut(msg, " ")
-	field, _, _ = strings.Cut(field, "[")
-	switch field {
-	case "max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "tools", "tool_choice", "response_format":
-		return field
-	}
-	return ""
-}
-
-// validationMessage is a Validate error without its sentinel's text.
-func validationMessage(err error) string {
-	return strings.ReplaceAll(err.Error(), schemas.ErrMalformedRequest.Error()+": ", "")
 }
 
 // chatCompletion is the OpenAI chat.completion object.
