@@ -29,6 +29,10 @@ func startWorkerServices(t *testing.T, nc *nats.Conn, routes ...string) []micro.
 		t.Cleanup(func() { _ = svc.Stop() })
 		out = append(out, svc)
 	}
+	// The server has the services' subscriptions before anyone pings them.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
@@ -82,7 +86,8 @@ func (c *testClock) Add(d time.Duration) {
 
 func TestHTTPReadinessIsReusedUntilItsTTLExpires(t *testing.T) {
 	ns := natstest.Start(t)
-	workers := startWorkerServices(t, natstest.Connect(t, ns), "a", "b")
+	workerConn := natstest.Connect(t, ns)
+	workers := startWorkerServices(t, workerConn, "a", "b")
 	clock := &testClock{now: time.Unix(1_700_000_000, 0)}
 	srv := frontDoor(t, frontdoortest.New(nil), Options{Conn: natstest.Connect(t, ns), Now: clock.Now, ReadyCacheTTL: time.Second, ReadyProbeWindow: 100 * time.Millisecond})
 	status := func() int { resp, _ := get(t, srv.URL+"/readyz"); return resp.StatusCode }
@@ -93,6 +98,9 @@ func TestHTTPReadinessIsReusedUntilItsTTLExpires(t *testing.T) {
 		if err := w.Stop(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := workerConn.Flush(); err != nil { // the server has dropped their subscriptions
+		t.Fatal(err)
 	}
 	if s := status(); s != http.StatusOK {
 		t.Fatalf("readyz %d within the TTL, want the cached 200", s)
