@@ -50,19 +50,12 @@ var (
 // anyValue in an expected header means "present, whatever its value".
 const anyValue = "*"
 
-// usage is the usage object of OpenAI's answers.
-type usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
-}
-
 type testChunk struct {
-	ID      string           `json:"id"`
-	Object  string           `json:"object"`
-	Model   string           `json:"model"`
-	Choices []map[string]any `json:"choices"`
-	Usage   *usage           `json:"usage"`
+	ID      string               `json:"id"`
+	Object  string               `json:"object"`
+	Model   string               `json:"model"`
+	Choices []map[string]any     `json:"choices"`
+	Usage   *frontdoortest.Usage `json:"usage"`
 }
 
 // httpDoor serves d over HTTP with opts, on the cluster's connection and
@@ -98,10 +91,6 @@ func TestHTTPStreamCarriesOnlyTheWinnersChunksThenFinishUsageAndDone(t *testing.
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 			}
-			events := sseEvents(t, resp.Body)
-			if len(events) < 4 || events[len(events)-1] != "[DONE]" {
-				t.Fatalf("events %q: want role, content, finish (, usage) and [DONE]", events)
-			}
 			// The dispatcher tells the stream of its commit before the first
 			// byte: how the answer was won travels in the headers.
 			route := resp.Header.Get(frontdoor.HeaderWinnerRoute)
@@ -110,46 +99,12 @@ func TestHTTPStreamCarriesOnlyTheWinnersChunksThenFinishUsageAndDone(t *testing.
 				resp.Header.Get(frontdoor.HeaderGate) == "" || resp.Header.Get("Trailer") != "" || len(resp.Trailer) != 0 {
 				t.Fatalf("hedge headers %v, trailers %v", resp.Header, resp.Trailer)
 			}
-			var chunks []testChunk
-			for _, e := range events[:len(events)-1] {
-				var raw map[string]json.RawMessage
-				var ck testChunk
-				if json.Unmarshal([]byte(e), &raw) != nil || json.Unmarshal([]byte(e), &ck) != nil {
-					t.Fatalf("event %q is not a JSON chunk", e)
-				}
-				if _, has := raw["usage"]; has != includeUsage {
-					t.Fatalf("chunk %s: usage key present = %t, want %t", e, has, includeUsage)
-				}
-				if ck.Object != "chat.completion.chunk" || ck.Model != "general" || ck.ID == "" || len(chunks) > 0 && ck.ID != chunks[0].ID {
-					t.Fatalf("chunk %s", e)
-				}
-				chunks = append(chunks, ck)
+			got := frontdoortest.ReadChatStream(t, sseEvents(t, resp.Body), includeUsage)
+			if want := route + "0 " + route + "1 " + route + "2 " + route + "3 "; got.Content != want || got.FinishReason != "stop" {
+				t.Fatalf("streamed %q then %q, want only the winner's %q then stop", got.Content, got.FinishReason, want)
 			}
-			if d := chunks[0].Choices[0]["delta"].(map[string]any); d["role"] != "assistant" {
-				t.Fatalf("first chunk %+v, want the assistant role", chunks[0])
-			}
-			body := chunks[1:]
-			if includeUsage {
-				last := body[len(body)-1]
-				if len(last.Choices) != 0 || last.Usage == nil || *last.Usage != (usage{PromptTokens: 10, CompletionTokens: 4, TotalTokens: 14}) {
-					t.Fatalf("usage chunk %+v", last)
-				}
-				body = body[:len(body)-1]
-			}
-			finish := body[len(body)-1]
-			if finish.Choices[0]["finish_reason"] != "stop" {
-				t.Fatalf("finish chunk %+v", finish)
-			}
-			var text strings.Builder
-			for _, ck := range body[:len(body)-1] {
-				if ck.Choices[0]["finish_reason"] != nil {
-					t.Fatalf("content chunk %+v has a finish reason", ck)
-				}
-				content, _ := ck.Choices[0]["delta"].(map[string]any)["content"].(string)
-				text.WriteString(content)
-			}
-			if want := route + "0 " + route + "1 " + route + "2 " + route + "3 "; text.String() != want {
-				t.Fatalf("streamed %q, want only the winner's %q", text.String(), want)
+			if includeUsage && *got.Usage != (frontdoortest.Usage{PromptTokens: 10, CompletionTokens: 4, TotalTokens: 14}) {
+				t.Fatalf("usage %+v", got.Usage)
 			}
 			dispatcher.WaitGone(t, ps[loser]) // the stalled primary was cancelled
 		})

@@ -30,53 +30,37 @@ func rulesRunner(t *testing.T, p *policy.Policy, routes int) *runner {
 // The simulator decides the shared eligibility cases as the dispatcher does
 // (see the dispatcher's TestSharedEligibilityRules).
 func TestSharedEligibilityRules(t *testing.T) {
-	for _, tc := range policytest.EligibilityCases() {
-		t.Run(tc.Name, func(t *testing.T) {
-			p := policy.Default()
-			if tc.Policy != nil {
-				tc.Policy(p)
+	policytest.TestEligibility(t, func(t *testing.T, p *policy.Policy, routes int, breached bool) policytest.Decision {
+		r := rulesRunner(t, p, routes)
+		g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
+		if breached {
+			if err := r.class.Guardrail.ReportBreach(g.cohort, r.at(), delay.ReasonDuplicateCeiling); err != nil {
+				t.Fatal(err)
 			}
-			r := rulesRunner(t, p, tc.Routes)
-			g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
-			if tc.Breached {
-				if err := r.class.Guardrail.ReportBreach(g.cohort, r.at(), delay.ReasonDuplicateCeiling); err != nil {
-					t.Fatal(err)
-				}
-			}
-			el := r.eligibility(g)
-			if el.Eligible != tc.Eligible || el.Reason != tc.Reason || g.arm != tc.Arm || el.Guardrail != tc.Guardrail {
-				t.Fatalf("eligible %v, reason %q, arm %s, guardrail decision %s; want %v, %q, %s, %s",
-					el.Eligible, el.Reason, g.arm, el.Guardrail, tc.Eligible, tc.Reason, tc.Arm, tc.Guardrail)
-			}
-		})
-	}
+		}
+		el := r.eligibility(g)
+		return policytest.Decision{Eligible: el.Eligible, Reason: el.Reason, Arm: g.arm, Guardrail: el.Guardrail}
+	})
 }
 
 // The simulator decides the shared censoring cases as the dispatcher does
 // (see the dispatcher's TestSharedCensoringRules).
 func TestSharedCensoringRules(t *testing.T) {
-	for _, tc := range policytest.CensoringCases() {
-		t.Run(tc.Name, func(t *testing.T) {
-			p := policy.Default()
-			policytest.CensoringPolicy(p)
-			p.Trigger = tc.Trigger
-			r := rulesRunner(t, p, 2)
-			// The dispatcher launched the primary tc.Elapsed ago; its worker
-			// started it one wire delay later.
-			primary := &simAttempt{role: schemas.RolePrimary, start: r.now - tc.Elapsed + workerLatency,
-				draw: workload.Attempt{Outcome: workload.OutcomeHang, FirstByte: workload.Never, End: workload.Never}}
-			if tc.FirstByte {
-				primary.draw = workload.Attempt{Outcome: workload.OutcomeOK, FirstByte: 100 * time.Millisecond, End: workload.Never}
-			}
-			if tc.Failed {
-				primary.draw = workload.Attempt{Outcome: workload.OutcomeServerError, FirstByte: workload.Never, End: 100 * time.Millisecond}
-				primary.finished = true
-			}
-			g := &simGroup{id: "g1", cohort: delay.NewCohort("chat", "gpt4o", false, 0),
-				attempts: []*simAttempt{primary, {role: schemas.RoleHedge, start: r.now - tc.Elapsed/2}}}
-			if got := r.observeSuperseded(g, policy.Decision{Winner: tc.Winner, Error: tc.Error}); got != tc.Recorded {
-				t.Fatalf("recorded %v, want %v", got, tc.Recorded)
-			}
-		})
-	}
+	policytest.TestCensoring(t, func(t *testing.T, p *policy.Policy, tc policytest.Censoring) bool {
+		r := rulesRunner(t, p, 2)
+		// The dispatcher launched the primary tc.Elapsed ago; its worker
+		// started it one wire delay later.
+		primary := &simAttempt{role: schemas.RolePrimary, start: r.now - tc.Elapsed + workerLatency,
+			draw: workload.Attempt{Outcome: workload.OutcomeHang, FirstByte: workload.Never, End: workload.Never}}
+		if tc.FirstByte {
+			primary.draw = workload.Attempt{Outcome: workload.OutcomeOK, FirstByte: 100 * time.Millisecond, End: workload.Never}
+		}
+		if tc.Failed {
+			primary.draw = workload.Attempt{Outcome: workload.OutcomeServerError, FirstByte: workload.Never, End: 100 * time.Millisecond}
+			primary.finished = true
+		}
+		g := &simGroup{id: "g1", cohort: delay.NewCohort("chat", "gpt4o", false, 0),
+			attempts: []*simAttempt{primary, {role: schemas.RoleHedge, start: r.now - tc.Elapsed/2}}}
+		return r.observeSuperseded(g, policy.Decision{Winner: tc.Winner, Error: tc.Error})
+	})
 }

@@ -114,3 +114,79 @@ func SSEEvents(t testing.TB, r io.Reader) []string {
 	}
 	return events
 }
+
+// Usage is the usage object of OpenAI's answers.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// ChatStream is what a streamed chat completion carried.
+type ChatStream struct {
+	ID           string
+	Content      string
+	FinishReason string
+	Usage        *Usage // the usage chunk, when the caller asked for one
+}
+
+// ReadChatStream checks the events of a streamed chat completion of the
+// pool "general" against the shape OpenAI's clients expect — chunks of one
+// id, the assistant's role first, content, then the finish reason, then
+// (when includeUsage) a usage chunk with no choices, usage null on every
+// other chunk and absent when not asked for, and [DONE] last — and returns
+// what they carried.
+func ReadChatStream(t testing.TB, events []string, includeUsage bool) ChatStream {
+	t.Helper()
+	if len(events) < 4 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q: want role, content, finish (, usage) and [DONE]", events)
+	}
+	type chunk struct {
+		ID      string           `json:"id"`
+		Object  string           `json:"object"`
+		Model   string           `json:"model"`
+		Choices []map[string]any `json:"choices"`
+		Usage   *Usage           `json:"usage"`
+	}
+	var chunks []chunk
+	for _, e := range events[:len(events)-1] {
+		var raw map[string]json.RawMessage
+		var ck chunk
+		if json.Unmarshal([]byte(e), &raw) != nil || json.Unmarshal([]byte(e), &ck) != nil {
+			t.Fatalf("event %q is not a JSON chunk", e)
+		}
+		if _, has := raw["usage"]; has != includeUsage {
+			t.Fatalf("chunk %s: usage key present = %t, want %t", e, has, includeUsage)
+		}
+		if ck.Object != "chat.completion.chunk" || ck.Model != "general" || ck.ID == "" || len(chunks) > 0 && ck.ID != chunks[0].ID {
+			t.Fatalf("chunk %s", e)
+		}
+		chunks = append(chunks, ck)
+	}
+	if d, _ := chunks[0].Choices[0]["delta"].(map[string]any); d["role"] != "assistant" {
+		t.Fatalf("first chunk %+v, want the assistant role", chunks[0])
+	}
+	out := ChatStream{ID: chunks[0].ID}
+	body := chunks[1:]
+	if includeUsage {
+		last := body[len(body)-1]
+		if len(last.Choices) != 0 || last.Usage == nil {
+			t.Fatalf("usage chunk %+v", last)
+		}
+		out.Usage, body = last.Usage, body[:len(body)-1]
+	}
+	out.FinishReason, _ = body[len(body)-1].Choices[0]["finish_reason"].(string)
+	if out.FinishReason == "" {
+		t.Fatalf("finish chunk %+v", body[len(body)-1])
+	}
+	var text strings.Builder
+	for _, ck := range body[:len(body)-1] {
+		if ck.Choices[0]["finish_reason"] != nil {
+			t.Fatalf("content chunk %+v has a finish reason", ck)
+		}
+		content, _ := ck.Choices[0]["delta"].(map[string]any)["content"].(string)
+		text.WriteString(content)
+	}
+	out.Content = text.String()
+	return out
+}

@@ -67,19 +67,3 @@ func get(t *testing.T, url string) (*http.Response, []byte) {
 	}
 	return resp, body
 }
-
-type testChunk struct {
-	ID      string           `json:"id"`
-	Object  string           `json:"object"`
-	Model   string           `json:"model"`
-	Choices []map[string]any `json:"choices"`
-	Usage   *openAIUsage     `json:"usage"`
-}
-
-// chunks0ID is the id every chunk of a stream shares: the first chunk's.
-func chunks0ID(chunks []testChunk, id string) string {
-	if len(chunks) == 0 {
-		return id
-	}
-	return chunks[0].ID
-}

@@ -1,11 +1,12 @@
 // Package policytest holds the cases of dispatcher/policy's rules that every
-// driver of the hedge engine must decide alike. The dispatcher's and the
-// simulator's tests each feed them through their own path — the facts a
+// driver of the hedge engine must decide alike, as a suite: the dispatcher's
+// and the simulator's tests each run it through their own path — the facts a
 // driver gathers about a group, the decision it keeps — and expect the same
 // decisions.
 package policytest
 
 import (
+	"testing"
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
@@ -125,5 +126,49 @@ func CensoringCases() []Censoring {
 			Elapsed: long, Winner: 1},
 		{Name: "the total trigger records no censored samples", Trigger: policy.TriggerTotal,
 			Elapsed: long, Winner: 2},
+	}
+}
+
+// Decision is what a driver keeps of a group's eligibility decision.
+type Decision struct {
+	Eligible  bool
+	Reason    string
+	Arm       delay.Arm
+	Guardrail schemas.GuardrailDecision
+}
+
+// TestEligibility runs every eligibility case through decide: the driver's
+// path from a group of a class running p, with the given number of routes
+// in its pool (its cohort's guardrail breached when breached), to the
+// decision it keeps.
+func TestEligibility(t *testing.T, decide func(t *testing.T, p *policy.Policy, routes int, breached bool) Decision) {
+	for _, tc := range EligibilityCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			p := policy.Default()
+			if tc.Policy != nil {
+				tc.Policy(p)
+			}
+			got := decide(t, p, tc.Routes, tc.Breached)
+			if want := (Decision{tc.Eligible, tc.Reason, tc.Arm, tc.Guardrail}); got != want {
+				t.Fatalf("eligible %v, reason %q, arm %s, guardrail decision %s; want %v, %q, %s, %s",
+					got.Eligible, got.Reason, got.Arm, got.Guardrail, want.Eligible, want.Reason, want.Arm, want.Guardrail)
+			}
+		})
+	}
+}
+
+// TestCensoring runs every censoring case through record, which reports
+// whether the driver recorded the case's superseded primary in a class
+// running p.
+func TestCensoring(t *testing.T, record func(t *testing.T, p *policy.Policy, c Censoring) bool) {
+	for _, tc := range CensoringCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			p := policy.Default()
+			CensoringPolicy(p)
+			p.Trigger = tc.Trigger
+			if got := record(t, p, tc); got != tc.Recorded {
+				t.Fatalf("recorded %v, want %v", got, tc.Recorded)
+			}
+		})
 	}
 }
