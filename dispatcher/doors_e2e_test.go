@@ -7,7 +7,6 @@ package dispatcher_test
 // door packages' own tests, against a scripted Submitter.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -209,16 +208,7 @@ func TestHTTPClientLeavingMidStreamCancelsTheGroup(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	// Read until the committed content arrives, then go away.
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("stream ended before its content: %v", err)
-		}
-		if strings.Contains(line, `"content":"first "`) {
-			break
-		}
-	}
+	frontdoortest.ReadUntil(t, resp.Body, `"content":"first "`)
 	cancel()
 	dispatcher.WaitGone(t, p) // the worker closed the provider connection
 	select {

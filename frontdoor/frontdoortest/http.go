@@ -190,3 +190,42 @@ func ReadChatStream(t testing.TB, events []string, includeUsage bool) ChatStream
 	out.Content = text.String()
 	return out
 }
+
+// Do sends a request with the headers given and returns the response with
+// its whole body read.
+func Do(t testing.TB, method, url, body string, headers map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, data
+}
+
+// ReadUntil reads a stream line by line until a line holds want, failing
+// the test if the stream ends first.
+func ReadUntil(t testing.TB, r io.Reader, want string) {
+	t.Helper()
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before %q: %v", want, err)
+		}
+		if strings.Contains(line, want) {
+			return
+		}
+	}
+}

@@ -153,19 +153,7 @@ func TestMessagesDoorErrorsAreAnthropicErrorObjects(t *testing.T) {
 			if method == "" {
 				method = http.MethodPost
 			}
-			req, err := http.NewRequest(method, srv.URL+"/v1/messages", strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range tc.headers {
-				req.Header.Set(k, v)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
+			resp, body := frontdoortest.Do(t, method, srv.URL+"/v1/messages", tc.body, tc.headers)
 			if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/json" {
 				t.Fatalf("status %d (%s), want %d: %s", resp.StatusCode, resp.Header.Get("Content-Type"), tc.status, body)
 			}

@@ -1,7 +1,6 @@
 package httpdoor
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -183,22 +182,7 @@ func TestHTTPErrorsAnswerTheirStatusWithAnOpenAIErrorObject(t *testing.T) {
 			if method == "" {
 				method = http.MethodPost
 			}
-			req, err := http.NewRequest(method, srv.URL+"/v1/chat/completions", strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range tc.headers {
-				req.Header.Set(k, v)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp, body := frontdoortest.Do(t, method, srv.URL+"/v1/chat/completions", tc.body, tc.headers)
 			if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/json" {
 				t.Fatalf("status %d (%s), want %d: %s", resp.StatusCode, resp.Header.Get("Content-Type"), tc.status, body)
 			}
@@ -238,16 +222,7 @@ func TestHTTPClientLeavingMidStreamCancelsItsSubmission(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	// Read until the committed content arrives, then go away.
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("stream ended before its content: %v", err)
-		}
-		if strings.Contains(line, `"content":"first "`) {
-			break
-		}
-	}
+	frontdoortest.ReadUntil(t, resp.Body, `"content":"first "`)
 	cancel()
 	select {
 	case <-gone:
