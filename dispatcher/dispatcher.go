@@ -1,7 +1,8 @@
-// Package dispatcher is hedgerow's gateway: it runs each request as a hedge
-// group — the pure engine of dispatcher/hedge fed by real events — over NATS
-// to stateless workers, with budgets, the winner gate, delay estimation and
-// route choice at its edges, and serves the front doors callers use.
+// Package dispatcher is hedgerow's gateway runtime: it runs each request as a
+// hedge group — the pure engine of dispatcher/hedge fed by real events — over
+// NATS to stateless workers, with budgets, the winner gate, delay estimation
+// and route choice at its edges. The front doors callers use (package
+// frontdoor and below) submit to it; it serves none itself.
 package dispatcher
 
 import (

@@ -357,6 +357,16 @@ func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Fai
 	if err := schemas.Validate(schemas.KindSubmitRequest, data); err != nil {
 		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Message: "the request does not match the submit_request schema: " + err.Error()}
 	}
+	// What the HTTP door refuses before a group runs, this door refuses too.
+	if req.OperationClass != "" && !s.d.HasOperation(req.OperationClass) {
+		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Param: "operation_class",
+			Message: "operation_class names no configured operation class."}
+	}
+	if len(req.Request.ResponseFormat) > 0 {
+		if err := s.d.CheckResponseFormat(req.ModelClass, req.Request.ResponseFormat); err != nil {
+			return dispatcher.Submission{}, frontdoor.FailureFor(err)
+		}
+	}
 	return dispatcher.Submission{
 		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: s.opts.Tenant,
 		IdempotencyKey: req.IdempotencyKey, Request: req.Request,

@@ -271,6 +271,9 @@ func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
 			schemas.ErrInvalidRequest, 400, "submit_request schema"},
 		{"an unknown field", strings.Replace(valid, `"v":1,`, `"v":1,"priority":9,`, 1), nil, schemas.ErrInvalidRequest, 400, "priority"},
 		{"an unknown model class", strings.Replace(valid, `"general"`, `"gpt-9"`, 1), nil, schemas.ErrUnknownModel, 404, "gpt-9"},
+		{"an unknown operation class", strings.Replace(valid, `"default"`, `"nightly-batch"`, 1), nil, schemas.ErrInvalidRequest, 400, "operation_class"},
+		{"a response schema that does not compile", strings.Replace(valid, `"messages":`, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"objekt"}}},"messages":`, 1), nil,
+			schemas.ErrInvalidRequest, 400, "response_format"},
 		{"a request id that is no subject token", valid, nats.Header{schemas.HeaderRequestID: {"a.b"}}, schemas.ErrInvalidRequest, 400,
 			schemas.HeaderRequestID},
 	} {
