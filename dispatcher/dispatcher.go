@@ -34,12 +34,22 @@ const (
 	GroupRecordSubject   = "hedgerow.events.group"
 )
 
+// Budgets is what a dispatcher asks of the shared budgets: admission and
+// reservations on the request path, route flags it marks, and the route
+// snapshot its picker reads. Any budgets.Store is one; a dispatcher holds no
+// leases (workers do).
+type Budgets interface {
+	budgets.Reservations
+	budgets.RouteFlags
+	RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error)
+}
+
 // Config wires a Dispatcher to its edges.
 type Config struct {
 	// Conn is the NATS connection attempts are published on.
 	Conn *nats.Conn
 	// Store holds the shared budgets; Gate elects winners.
-	Store budgets.Store
+	Store Budgets
 	Gate  arbiter.Gate
 	// Routes are the routes attempts may go to, with the labels route
 	// choice spreads hedges over.
@@ -71,7 +81,7 @@ type Pool struct {
 // Dispatcher runs hedge groups. It is safe for concurrent use.
 type Dispatcher struct {
 	nc        *nats.Conn
-	store     budgets.Store
+	store     Budgets
 	gate      arbiter.Gate
 	routes    []string // every route's name
 	pools     map[string]Pool
