@@ -339,7 +339,13 @@ func TestRunFlagsASendTheInFlightCapHeldBack(t *testing.T) {
 func TestRunStopsSendingWhenCancelled(t *testing.T) {
 	// Request 0 is never answered; the cap holds request 1 back, and the
 	// run is cancelled right then.
-	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		// net/http notices a client going away only once the request body
+		// has been read: without this, a request that reached the server
+		// before the cancel held srv.Close forever.
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
