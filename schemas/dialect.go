@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Dialect is an API that a caller or a route speaks.
@@ -254,4 +255,28 @@ func (r *ChatRequest) ExtraNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// knownParams are request member names of either API beyond the typed
+// fields. Any other name is the caller's own text.
+var knownParams = []string{
+	"audio", "container", "logit_bias", "logprobs", "mcp_servers", "metadata", "modalities", "n", "prediction",
+	"prompt_cache_key", "reasoning_effort", "safety_identifier", "service_tier", "store", "thinking", "top_k",
+	"top_logprobs", "user", "verbosity", "web_search_options",
+}
+
+// RecordableParam is what a message that may be logged or recorded (a
+// worker's error) says of Param: the member's name when it is a typed field
+// or a member of either API, "metadata" for a key of metadata, else empty:
+// a name the caller made up is the caller's text, which never reaches logs
+// or records (docs/architecture.md §9).
+func (e *UntranslatableError) RecordableParam() string {
+	name, _, nested := strings.Cut(e.Param, ".")
+	switch {
+	case nested && name == "metadata":
+		return "metadata"
+	case slices.Contains(knownParams, e.Param), slices.Contains(openAITyped, e.Param), slices.Contains(anthropicTyped, e.Param):
+		return e.Param
+	}
+	return ""
 }
