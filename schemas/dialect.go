@@ -40,7 +40,7 @@ func (r *ChatRequest) SourceDialect() Dialect {
 }
 
 // ErrUntranslatable is matched by every *UntranslatableError.
-var ErrUntranslatable = errors.New("request member has no equivalent in the route's API")
+var ErrUntranslatable = errors.New("schemas: request member has no equivalent in the route's API")
 
 // UntranslatableError names a member of a request that a route speaking To
 // cannot receive: it has no equivalent there (logit_bias on Anthropic,
