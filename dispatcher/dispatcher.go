@@ -93,6 +93,7 @@ type Dispatcher struct {
 	picker    *route.Picker
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
+	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
 	classes   map[string]*policy.Class
 	metrics   *metrics
 	books     *bookkeeping
@@ -143,6 +144,7 @@ func New(c Config) (*Dispatcher, error) {
 	for _, r := range c.Routes {
 		d.routes = append(d.routes, r.Name)
 	}
+	d.dialects = poolDialects(c.Routes, c.Pools)
 	var err error
 	if d.picker, err = route.NewPicker(c.Routes, route.Config{}); err != nil {
 		return nil, fmt.Errorf("dispatcher: routes: %w", err)

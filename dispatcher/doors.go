@@ -1,6 +1,13 @@
 package dispatcher
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/hedgerow/hedgerow/dispatcher/route"
+	"github.com/hedgerow/hedgerow/schemas"
+)
 
 // ID names this dispatcher in group ids and in what its front doors
 // register, so an operator can tell replicas apart.
@@ -18,4 +25,47 @@ func (d *Dispatcher) HasOperation(class string) bool { return d.classes[class] !
 func (d *Dispatcher) CheckResponseFormat(pool string, responseFormat json.RawMessage) error {
 	_, err := d.contractFor(pool, responseFormat)
 	return err
+}
+
+// checkDialects refuses, before any group runs, a request that some route
+// of its pool could not receive: a member with no equivalent in the route's
+// dialect (logit_bias for an Anthropic route, top_k for an OpenAI one) or a
+// value that dialect refuses. Refusing for every route, not only the one
+// the picker would choose, makes the answer the same whichever route
+// serves. The workers' adapters check again (docs/architecture.md §8).
+// Errors match ErrBadRequest together with schemas.ErrUntranslatable (a
+// *schemas.UntranslatableError naming the member) or
+// schemas.ErrMalformedRequest.
+func (d *Dispatcher) checkDialects(pool string, req *schemas.ChatRequest) error {
+	for _, dl := range d.dialects[pool] {
+		if _, err := req.ForDialect(dl); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
+	return nil
+}
+
+// poolDialects lists, for each pool, the dialects its routes speak, in a
+// fixed order. A route the configuration does not list counts as OpenAI.
+func poolDialects(routes []route.Route, pools map[string]Pool) map[string][]schemas.Dialect {
+	of := make(map[string]schemas.Dialect, len(routes))
+	for _, r := range routes {
+		of[r.Name] = r.Dialect
+	}
+	out := make(map[string][]schemas.Dialect, len(pools))
+	for name, p := range pools {
+		var ds []schemas.Dialect
+		for _, r := range p.Routes {
+			dl := of[r]
+			if dl == "" {
+				dl = schemas.DialectOpenAI
+			}
+			if !slices.Contains(ds, dl) {
+				ds = append(ds, dl)
+			}
+		}
+		slices.Sort(ds)
+		out[name] = ds
+	}
+	return out
 }

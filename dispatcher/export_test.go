@@ -71,6 +71,7 @@ func (c *cluster) PoolRoutes() map[string][]string {
 }
 
 func (p *provider) Arrived() <-chan string { return p.arrived }
+func (p *provider) Bodies() <-chan []byte  { return p.bodies }
 func (p *provider) Gone() <-chan string    { return p.gone }
 
 // NewStallingProvider streams one content chunk, then holds the response

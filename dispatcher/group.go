@@ -158,6 +158,9 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, sub.Pool)
 	}
+	if err := d.checkDialects(sub.Pool, &sub.Request); err != nil {
+		return nil, err
+	}
 	cl := d.classes[sub.Operation]
 	if cl == nil {
 		cl = d.classes[policy.DefaultName]

@@ -81,12 +81,13 @@ type provider struct {
 	script    *script
 	anthropic bool        // speaks the Messages API, not chat completions
 	arrived   chan string // the route of every request, as it arrives
+	bodies    chan []byte // the body of every request, as it arrives
 	gone      chan string // the route of a request whose client disconnected
 	route     string
 }
 
 func newProvider(t *testing.T, route string, sc *script) *provider {
-	p := &provider{script: sc, arrived: make(chan string, 1024), gone: make(chan string, 64), route: route}
+	p := &provider{script: sc, arrived: make(chan string, 1024), bodies: make(chan []byte, 64), gone: make(chan string, 64), route: route}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -94,7 +95,7 @@ func newProvider(t *testing.T, route string, sc *script) *provider {
 
 // newMessagesProvider is a provider of the Anthropic Messages API.
 func newMessagesProvider(t *testing.T, route string, sc *script) *provider {
-	p := &provider{script: sc, anthropic: true, arrived: make(chan string, 1024), gone: make(chan string, 64), route: route}
+	p := &provider{script: sc, anthropic: true, arrived: make(chan string, 1024), bodies: make(chan []byte, 64), gone: make(chan string, 64), route: route}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serveMessages))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -103,7 +104,7 @@ func newMessagesProvider(t *testing.T, route string, sc *script) *provider {
 func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	// Read the request as a provider does: net/http notices a client going
 	// away only once the body has been consumed.
-	_, _ = io.Copy(io.Discard, r.Body)
+	p.keepBody(r)
 	notify(p.arrived, p.route)
 	b := p.script.take()
 	if b.status != 0 {
@@ -157,13 +158,23 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 }
 
+// keepBody reads the request's body and reports it on bodies; a full
+// channel means nobody is reading bodies this many.
+func (p *provider) keepBody(r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	select {
+	case p.bodies <- b:
+	default:
+	}
+}
+
 // pushbackSeconds is the Retry-After of a scripted Anthropic 429 or 529:
 // long enough that no test outlives it.
 const pushbackSeconds = "30"
 
 // serveMessages answers as Anthropic's Messages API does.
 func (p *provider) serveMessages(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	p.keepBody(r)
 	if r.URL.Path != "/v1/messages" {
 		http.NotFound(w, r)
 		return
@@ -227,7 +238,11 @@ type cluster struct {
 // configuration, as a gateway does.
 func withConfig(base Config, cfg *config.Config) Config {
 	for _, r := range cfg.Routes {
-		base.Routes = append(base.Routes, route.Route{Name: r.Name, Labels: r.Labels})
+		dl := schemas.DialectOpenAI
+		if r.Provider == config.ProviderAnthropic {
+			dl = schemas.DialectAnthropic
+		}
+		base.Routes = append(base.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dl})
 	}
 	base.Pools = make(map[string]Pool, len(cfg.Pools))
 	for name, p := range cfg.Pools {

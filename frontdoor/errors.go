@@ -164,6 +164,9 @@ func FailureFor(err error) *Failure {
 	case errors.Is(err, dispatcher.ErrUnknownPool):
 		return ModelNotFound(unknownPool(err))
 	case errors.Is(err, dispatcher.ErrBadRequest):
+		if ue, ok := errors.AsType[*schemas.UntranslatableError](err); ok {
+			return untranslatable(ue)
+		}
 		return &Failure{Code: string(schemas.ErrInvalidRequest), Message: badRequestMessage(err)}
 	case errors.Is(err, dispatcher.ErrShuttingDown):
 		return &Failure{Code: CodeShuttingDown, RetryAfter: time.Second,
@@ -194,6 +197,13 @@ func unknownPool(err error) string {
 		return pool
 	}
 	return ""
+}
+
+// untranslatable answers a request member that a route of the model
+// cannot receive (docs/architecture.md §8): a 400 naming it.
+func untranslatable(ue *schemas.UntranslatableError) *Failure {
+	return InvalidParam(ue.Param, "A route of this model cannot take this request: "+ue.Error()+
+		". Leave the parameter out, or name a model whose routes all take it.")
 }
 
 // badRequestMessage says what is wrong with a request the dispatcher

@@ -22,14 +22,25 @@ const (
 
 // ChatRequest is the provider-neutral canonical request: what the caller
 // asked for, independent of the route that will serve it. Front doors build
-// it from an OpenAI-style body; worker adapters translate it to a provider's
-// wire format. Workers always stream from the provider; Stream says only
-// whether the caller receives a stream. Fields a provider does not support
-// are dropped by its adapter, never guessed.
+// it from the caller's body; worker adapters build the provider's request
+// from it. Workers always stream from the provider; Stream says only
+// whether the caller receives a stream.
 //
-// Fields whose shape differs between providers (tools, tool_choice,
-// response_format, tool-call lists) are kept as raw JSON in the OpenAI shape,
-// so the gateway passes them through without a lossy model of its own.
+// The typed fields are the members hedgerow reads itself (messages, the
+// output cap the budgets and the cohort use, stream, tools, the
+// response_format the contract compiles) or translates between dialects
+// (sampling parameters, stop, tool_choice, parallel_tool_calls), in the
+// OpenAI shape. Fields whose shape differs between providers (tools,
+// tool_choice, response_format, tool-call lists) are kept as raw JSON in
+// that shape, so the gateway passes them through without a lossy model of
+// its own. Every other member the caller sent is carried as sent in Extra,
+// in the shape of the caller's Dialect; a route of the same dialect
+// receives it unchanged, a route of the other dialect receives it
+// translated or the request is refused naming it (ForDialect), never
+// dropped. See docs/architecture.md §8, "Request fidelity".
+//
+// A ChatRequest holds prompts and user identifiers (Extra's "user" and
+// "metadata"): it is never logged or recorded, only fingerprinted.
 type ChatRequest struct {
 	// Model is the user-facing model name the caller asked for; the route
 	// decides the upstream model. Optional: the model class may come from
@@ -38,7 +49,12 @@ type ChatRequest struct {
 	Messages []Message `json:"messages"`
 	// MaxTokens caps output tokens; 0 means the caller set no cap (budgets
 	// then reserve the cohort's P95 output).
-	MaxTokens        int             `json:"max_tokens,omitempty"`
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// MaxTokensField is the member an OpenAI-compatible route receives
+	// MaxTokens in: ParamMaxTokens (also when empty) or
+	// ParamMaxCompletionTokens, which OpenAI's reasoning models require.
+	// The OpenAI door keeps the name the caller used.
+	MaxTokensField   string          `json:"max_tokens_field,omitempty"`
 	Temperature      *float64        `json:"temperature,omitempty"`
 	TopP             *float64        `json:"top_p,omitempty"`
 	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
@@ -48,7 +64,34 @@ type ChatRequest struct {
 	Tools            json.RawMessage `json:"tools,omitempty"`           // array of tool definitions
 	ToolChoice       json.RawMessage `json:"tool_choice,omitempty"`     // string or object
 	ResponseFormat   json.RawMessage `json:"response_format,omitempty"` // object
-	Stream           bool            `json:"stream,omitempty"`
+	// ParallelToolCalls is OpenAI's parallel_tool_calls, Anthropic's
+	// tool_choice.disable_parallel_tool_use negated; nil when not set.
+	ParallelToolCalls *bool `json:"parallel_tool_calls,omitempty"`
+	Stream            bool  `json:"stream,omitempty"`
+	// Dialect is the API the caller spoke, which is the shape of Extra;
+	// empty means DialectOpenAI.
+	Dialect Dialect `json:"dialect,omitempty"`
+	// Extra holds the caller's members that have no typed field above,
+	// by name, each value exactly as sent: logit_bias, user, metadata,
+	// reasoning_effort, top_k, members hedgerow does not know... It never
+	// holds a member hedgerow owns (see ReservedParam).
+	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// The names under which an OpenAI-compatible route receives the output cap
+// (ChatRequest.MaxTokensField).
+const (
+	ParamMaxTokens           = "max_tokens"
+	ParamMaxCompletionTokens = "max_completion_tokens"
+)
+
+// OutputCapParam is the member an OpenAI-compatible route receives
+// MaxTokens in.
+func (r *ChatRequest) OutputCapParam() string {
+	if r.MaxTokensField == ParamMaxCompletionTokens {
+		return ParamMaxCompletionTokens
+	}
+	return ParamMaxTokens
 }
 
 // Message is one turn of the conversation.
@@ -182,7 +225,12 @@ func (r ChatRequest) Validate() error {
 			return fmt.Errorf("messages[%d]: %w", i, err)
 		}
 	}
-	return nil
+	switch r.MaxTokensField {
+	case "", ParamMaxTokens, ParamMaxCompletionTokens:
+	default:
+		return fmt.Errorf("%w: max_tokens_field %q names neither max_tokens nor max_completion_tokens", ErrMalformedRequest, r.MaxTokensField)
+	}
+	return r.validateExtra()
 }
 
 func (m Message) validate() error {

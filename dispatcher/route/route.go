@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // Label keys the hedge choice compares to spread duplicates across failure
@@ -47,6 +49,10 @@ type Route struct {
 	// Labels describe the route's failure domain, e.g. LabelProvider and
 	// LabelRegion; a missing label never counts as different.
 	Labels map[string]string
+	// Dialect is the API the route's provider speaks; empty means
+	// schemas.DialectOpenAI. Route choice ignores it; the dispatcher refuses
+	// a request some route of its pool could not receive.
+	Dialect schemas.Dialect
 }
 
 // State is a route's health as shared through the budgets store.

@@ -17,11 +17,15 @@ import (
 // The system prompt becomes a leading system message; tool_result blocks
 // become tool messages ahead of the rest of their user turn; tool_use blocks
 // become the assistant's tool calls; images become image_url parts; tools
-// and tool_choice take the OpenAI shapes the canonical request keeps.
-// Thinking blocks of earlier turns are dropped (no route could read them
-// back), as are top_k, metadata and the other fields the canonical request
-// has no place for; content it cannot carry (documents, server tools) is
-// refused rather than dropped.
+// and tool_choice take the OpenAI shapes the canonical request keeps
+// (disable_parallel_tool_use as parallel_tool_calls). Every other member
+// (top_k, metadata, thinking, service_tier, members hedgerow does not
+// know) is carried as sent in the request's Extra, in the Anthropic
+// dialect: an Anthropic route receives it unchanged, an OpenAI route
+// translated or not at all (docs/architecture.md §8). Thinking blocks of
+// earlier turns are dropped (no route could read them back); content the
+// canonical request cannot carry (documents, server tools) is refused
+// rather than dropped.
 func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.Failure) {
 	var req schemas.ChatRequest
 	var (
@@ -32,7 +36,7 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.
 		toolChoice    json.RawMessage
 		stop          []string
 	)
-	wrong, f := readMembers(body, []member{
+	members := []member{
 		{"model", "a string", &pool},
 		{"max_tokens", "an integer", &maxTokens},
 		{"messages", "a list of messages", &messages},
@@ -43,7 +47,8 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.
 		{"tools", "a list of tools", &tools},
 		{"tool_choice", "an object", &toolChoice},
 		{"stream", "a boolean", &req.Stream},
-	})
+	}
+	fields, wrong, f := readMembers(body, members)
 	switch {
 	case f != nil:
 		return "", req, f
@@ -63,13 +68,14 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.
 		return "", req, invalidMessages("top_p", "Input should be less than or equal to 1 and greater than or equal to 0")
 	}
 	req.Model, req.MaxTokens, req.Stop = pool, *maxTokens, stop
+	req.Dialect, req.Extra = schemas.DialectAnthropic, unread(fields, members)
 	if req.Messages, f = canonicalMessages(system, messages); f != nil {
 		return "", req, f
 	}
 	if req.Tools, f = openAITools(tools); f != nil {
 		return "", req, f
 	}
-	if req.ToolChoice, f = openAIToolChoice(toolChoice); f != nil {
+	if req.ToolChoice, req.ParallelToolCalls, f = openAIToolChoice(toolChoice); f != nil {
 		return "", req, f
 	}
 	if err := req.Validate(); err != nil {
@@ -378,28 +384,34 @@ func openAITools(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) {
 	return mustJSON(out), nil
 }
 
-// openAIToolChoice turns a Messages tool_choice into OpenAI's.
-func openAIToolChoice(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) {
+// openAIToolChoice turns a Messages tool_choice into OpenAI's, and its
+// disable_parallel_tool_use into parallel_tool_calls (nil when not set).
+func openAIToolChoice(raw json.RawMessage) (json.RawMessage, *bool, *frontdoor.Failure) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var tc struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type            string `json:"type"`
+		Name            string `json:"name"`
+		DisableParallel *bool  `json:"disable_parallel_tool_use"`
 	}
 	if err := json.Unmarshal(raw, &tc); err != nil {
-		return nil, invalidMessages("tool_choice", "Input should be an object")
+		return nil, nil, invalidMessages("tool_choice", "Input should be an object")
+	}
+	var parallel *bool
+	if tc.DisableParallel != nil {
+		parallel = new(!*tc.DisableParallel)
 	}
 	switch tc.Type {
 	case "auto", "none":
-		return schemas.TextContent(tc.Type), nil
+		return schemas.TextContent(tc.Type), parallel, nil
 	case "any":
-		return schemas.TextContent("required"), nil
+		return schemas.TextContent("required"), parallel, nil
 	case "tool":
 		if tc.Name == "" {
-			return nil, invalidMessages("tool_choice.name", "Field required")
+			return nil, nil, invalidMessages("tool_choice.name", "Field required")
 		}
-		return mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}), nil
+		return mustJSON(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}}), parallel, nil
 	}
-	return nil, invalidMessages("tool_choice.type", "Input should be 'auto', 'any', 'tool' or 'none'")
+	return nil, nil, invalidMessages("tool_choice.type", "Input should be 'auto', 'any', 'tool' or 'none'")
 }

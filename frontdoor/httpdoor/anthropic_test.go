@@ -281,7 +281,7 @@ func TestMessagesRequestMapsOntoTheCanonicalRequest(t *testing.T) {
 		t.Fatalf("tools %s, tool_choice %s", req.Tools, req.ToolChoice)
 	}
 	for choice, want := range map[string]string{`{"type":"auto"}`: `"auto"`, `{"type":"any"}`: `"required"`, `{"type":"none"}`: `"none"`} {
-		got, aerr := openAIToolChoice(json.RawMessage(choice))
+		got, _, aerr := openAIToolChoice(json.RawMessage(choice))
 		if aerr != nil || string(got) != want {
 			t.Errorf("tool_choice %s = %s (%v), want %s", choice, got, aerr, want)
 		}
@@ -394,5 +394,27 @@ func TestMessagesStreamFailingAfterItsFirstByteEndsWithAnErrorEvent(t *testing.T
 	}
 	if !strings.HasPrefix(last, `data: {"type":"error","error":{"type":"api_error"`) {
 		t.Fatalf("last line %q, want the error event", last)
+	}
+}
+
+func TestMessagesRequestCarriesItsOtherMembersAsSent(t *testing.T) {
+	body := `{"model":"general","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"top_k":4,
+		"metadata":{"user_id":"u-1"},"thinking":{"type":"enabled","budget_tokens":1024},"x_beta":[1],
+		"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true}}`
+	_, req, f := parseMessagesRequest([]byte(body))
+	if f != nil {
+		t.Fatalf("parse: %+v", f)
+	}
+	if req.Dialect != schemas.DialectAnthropic || req.ParallelToolCalls == nil || *req.ParallelToolCalls || string(req.ToolChoice) != `"auto"` {
+		t.Fatalf("dialect %q, parallel_tool_calls %v, tool_choice %s", req.Dialect, req.ParallelToolCalls, req.ToolChoice)
+	}
+	want := map[string]string{"top_k": `4`, "metadata": `{"user_id":"u-1"}`, "thinking": `{"type":"enabled","budget_tokens":1024}`, "x_beta": `[1]`}
+	if len(req.Extra) != len(want) {
+		t.Fatalf("extra members %v, want %v", req.ExtraNames(), want)
+	}
+	for name, w := range want {
+		if string(req.Extra[name]) != w {
+			t.Errorf("extra %s = %s, want %s", name, req.Extra[name], w)
+		}
 	}
 }

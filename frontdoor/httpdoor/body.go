@@ -3,6 +3,7 @@ package httpdoor
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
@@ -21,12 +22,11 @@ var notAnObject = &frontdoor.Failure{Code: frontdoor.CodeInvalidJSON, Message: "
 
 // readMembers decodes body as a JSON object and each of its present,
 // non-null members into its destination. It returns the first member whose
-// value has the wrong type; members it does not name are ignored, as
-// OpenAI-compatible servers do.
-func readMembers(body []byte, members []member) (wrongType *member, f *frontdoor.Failure) {
-	var fields map[string]json.RawMessage
+// value has the wrong type, and every member of the body by name, as sent,
+// for what the dialect carries on untyped (unread).
+func readMembers(body []byte, members []member) (fields map[string]json.RawMessage, wrongType *member, f *frontdoor.Failure) {
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return nil, notAnObject
+		return nil, nil, notAnObject
 	}
 	for i := range members {
 		raw, ok := fields[members[i].name]
@@ -34,10 +34,28 @@ func readMembers(body []byte, members []member) (wrongType *member, f *frontdoor
 			continue
 		}
 		if err := json.Unmarshal(raw, members[i].dst); err != nil {
-			return &members[i], nil
+			return nil, &members[i], nil
 		}
 	}
-	return nil, nil
+	return fields, nil, nil
+}
+
+// unread is the members of the body that no member of the dialect reads, as
+// sent: the canonical request's Extra, which a route of the caller's
+// dialect receives unchanged (docs/architecture.md §8). Nil when there are
+// none.
+func unread(fields map[string]json.RawMessage, members []member) map[string]json.RawMessage {
+	var rest map[string]json.RawMessage
+	for name, raw := range fields {
+		if slices.ContainsFunc(members, func(m member) bool { return m.name == name }) {
+			continue
+		}
+		if rest == nil {
+			rest = make(map[string]json.RawMessage)
+		}
+		rest[name] = raw
+	}
+	return rest
 }
 
 func isJSONNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }

@@ -63,15 +63,18 @@ func openAIError(f *frontdoor.Failure) errorObject {
 
 // parseChatRequest reads an OpenAI chat completions body: the model (the
 // pool), the canonical request and whether a streamed answer ends with a
-// usage chunk. Unknown fields are ignored, as OpenAI-compatible servers do;
-// a known field of the wrong type is an error naming it.
+// usage chunk. The members hedgerow reads or translates are typed (a known
+// member of the wrong type is an error naming it); every other member the
+// caller sent is carried as sent in the request's Extra, for the route
+// (docs/architecture.md §8). stream_options is the door's: the worker asks
+// its provider for usage whatever the caller asked.
 func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includeUsage bool, f *frontdoor.Failure) {
 	var maxTokens, maxCompletionTokens, n *int
 	var stop json.RawMessage
 	var streamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	}
-	wrong, f := readMembers(body, []member{
+	members := []member{
 		{"model", "a string", &pool},
 		{"messages", "an array of message objects", &req.Messages},
 		{"max_tokens", "an integer", &maxTokens},
@@ -86,9 +89,11 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 		{"tools", "an array", &req.Tools},
 		{"tool_choice", "a string or an object", &req.ToolChoice},
 		{"response_format", "an object", &req.ResponseFormat},
+		{"parallel_tool_calls", "a boolean", &req.ParallelToolCalls},
 		{"stream", "a boolean", &req.Stream},
 		{"stream_options", "an object", &streamOptions},
-	})
+	}
+	fields, wrong, f := readMembers(body, members)
 	switch {
 	case f != nil:
 		return "", req, false, f
@@ -108,13 +113,34 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 	if req.Stop, err = parseStop(stop); err != nil {
 		return "", req, false, frontdoor.InvalidParam("stop", "Invalid type for 'stop': expected a string or an array of strings.")
 	}
-	req.Model = pool
+	req.Model, req.Dialect = pool, schemas.DialectOpenAI
+	req.Extra = unread(fields, members)
+	// The route gets the cap under the name the caller used; a max_tokens
+	// that max_completion_tokens supersedes, and n = 1, go as sent.
+	if maxCompletionTokens != nil {
+		req.MaxTokensField = schemas.ParamMaxCompletionTokens
+		if maxTokens != nil {
+			req.Extra = withMember(req.Extra, schemas.ParamMaxTokens, fields[schemas.ParamMaxTokens])
+		}
+	}
+	if n != nil {
+		req.Extra = withMember(req.Extra, "n", fields["n"])
+	}
 	if err := req.Validate(); err != nil {
 		return "", req, false, invalidRequest(err)
 	}
 	// stream_options without stream is ignored rather than refused: clients
 	// that always send it still work.
 	return pool, req, req.Stream && streamOptions.IncludeUsage, nil
+}
+
+// withMember adds one member to extra, making the map if need be.
+func withMember(extra map[string]json.RawMessage, name string, raw json.RawMessage) map[string]json.RawMessage {
+	if extra == nil {
+		extra = make(map[string]json.RawMessage, 1)
+	}
+	extra[name] = raw
+	return extra
 }
 
 // chatMaxTokens is the output limit a chat request asks for: its

@@ -395,7 +395,7 @@ func TestHTTPRequestBodyMapsOntoTheCanonicalRequest(t *testing.T) {
 		"max_tokens":10,"max_completion_tokens":20,"temperature":0.5,"top_p":0.9,"stop":"END","seed":7,
 		"presence_penalty":0.1,"frequency_penalty":-0.1,"tools":[{"type":"function","function":{"name":"f"}}],
 		"tool_choice":"auto","response_format":{"type":"json_object"},"stream":true,"stream_options":{"include_usage":true},
-		"n":1,"user":"ignored","logit_bias":{"1":2}}`
+		"n":1,"user":"u-1","logit_bias":{"1":2},"parallel_tool_calls":false,"x_vendor":{"a":[1, null]}}`
 	pool, req, includeUsage, f := parseChatRequest([]byte(body))
 	if f != nil {
 		t.Fatalf("parse: %+v", f)
@@ -412,6 +412,20 @@ func TestHTTPRequestBodyMapsOntoTheCanonicalRequest(t *testing.T) {
 	}
 	if text, err := req.Messages[1].Text(); err != nil || text != "hi" {
 		t.Fatalf("content parts: %q %v", text, err)
+	}
+	// Every member the door does not type goes to the route as sent; the
+	// cap keeps its name, and the max_tokens it supersedes goes along.
+	if req.Dialect != schemas.DialectOpenAI || req.MaxTokensField != schemas.ParamMaxCompletionTokens || req.ParallelToolCalls == nil || *req.ParallelToolCalls {
+		t.Fatalf("dialect %q, cap name %q, parallel_tool_calls %v", req.Dialect, req.MaxTokensField, req.ParallelToolCalls)
+	}
+	wantExtra := map[string]string{"n": `1`, "user": `"u-1"`, "logit_bias": `{"1":2}`, "x_vendor": `{"a":[1, null]}`, "max_tokens": `10`}
+	if len(req.Extra) != len(wantExtra) {
+		t.Fatalf("extra members %v, want %v", req.ExtraNames(), wantExtra)
+	}
+	for name, want := range wantExtra {
+		if string(req.Extra[name]) != want {
+			t.Errorf("extra %s = %s, want %s", name, req.Extra[name], want)
+		}
 	}
 	// stream_options without stream asks for nothing.
 	_, _, includeUsage, f = parseChatRequest([]byte(`{"model":"general","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`))

@@ -19,6 +19,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // Errors of StartGateway that callers may branch on.
@@ -154,7 +155,7 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		Tenants:  cfg.Tenants,
 	}
 	for _, r := range cfg.Routes {
-		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels})
+		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dialectOf(r.Provider)})
 	}
 	for name, p := range cfg.Pools {
 		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Contract: arbiter.ContractSpec{
@@ -163,6 +164,14 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		}}
 	}
 	return c
+}
+
+// dialectOf is the API a route's provider speaks.
+func dialectOf(p config.Provider) schemas.Dialect {
+	if p == config.ProviderAnthropic {
+		return schemas.DialectAnthropic
+	}
+	return schemas.DialectOpenAI
 }
 
 // checkPayload refuses a NATS server that takes smaller messages than the

@@ -462,13 +462,21 @@ type (
 // system and developer messages become the system prompt; tool messages
 // become user messages carrying tool_result blocks; assistant tool calls
 // become tool_use blocks; OpenAI image parts become image blocks; tools and
-// tool_choice take Anthropic's shapes. A request without max_tokens gets the
-// adapter's default. Parameters the Messages API lacks (presence and
-// frequency penalties, seed, response_format) are dropped; parts it cannot
-// carry are an error, since dropping them would change the question.
+// tool_choice take Anthropic's shapes, parallel_tool_calls false becomes
+// tool_choice.disable_parallel_tool_use. A request without max_tokens gets
+// the adapter's default. The caller's other members follow as sent when the
+// caller spoke Messages, translated from an OpenAI caller's otherwise
+// (schemas.ChatRequest.ForDialect: user becomes metadata.user_id). What the
+// Messages API has no equivalent for (presence and frequency penalties,
+// seed, a JSON response_format, logit_bias, ...) is refused, and so are parts
+// it cannot carry: dropping them would change the question.
 func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 	if req == nil {
 		return nil, errors.New("no request")
+	}
+	extra, err := req.ForDialect(schemas.DialectAnthropic)
+	if err != nil {
+		return nil, err
 	}
 	model := a.model
 	if model == "" {
@@ -495,7 +503,8 @@ func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 		return nil, err
 	}
 	if len(body.Tools) > 0 {
-		if body.ToolChoice, err = toolChoiceOf(req.ToolChoice); err != nil {
+		disableParallel := req.ParallelToolCalls != nil && !*req.ParallelToolCalls
+		if body.ToolChoice, err = toolChoiceOf(req.ToolChoice, disableParallel); err != nil {
 			return nil, err
 		}
 	}
@@ -503,7 +512,7 @@ func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode messages request: %w", err)
 	}
-	return out, nil
+	return withMembers(out, extra)
 }
 
 // messagesOf splits the conversation into the system prompt and the
@@ -736,35 +745,48 @@ func toolsOf(raw json.RawMessage) ([]messagesTool, error) {
 }
 
 // toolChoiceOf translates an OpenAI tool_choice: "auto", "none",
-// "required" (Anthropic's "any") or one named function ("tool").
-func toolChoiceOf(raw json.RawMessage) (json.RawMessage, error) {
+// "required" (Anthropic's "any") or one named function ("tool"). With
+// disableParallel (parallel_tool_calls false) the choice carries
+// disable_parallel_tool_use, an absent choice becoming "auto"; "none" calls
+// no tool, so it needs none.
+func toolChoiceOf(raw json.RawMessage, disableParallel bool) (json.RawMessage, error) {
+	type choice struct {
+		Type            string `json:"type"`
+		Name            string `json:"name,omitempty"`
+		DisableParallel bool   `json:"disable_parallel_tool_use,omitempty"`
+	}
 	raw = dropNull(raw)
 	if raw == nil {
-		return nil, nil
+		if !disableParallel {
+			return nil, nil
+		}
+		raw = json.RawMessage(`"auto"`)
 	}
+	var c choice
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		switch s {
 		case "auto", "none":
-			return json.RawMessage(`{"type":"` + s + `"}`), nil
+			c.Type = s
 		case "required":
-			return json.RawMessage(`{"type":"any"}`), nil
+			c.Type = "any"
+		default:
+			return nil, fmt.Errorf("tool_choice %q has no Messages equivalent", s)
 		}
-		return nil, fmt.Errorf("tool_choice %q has no Messages equivalent", s)
+	} else {
+		var obj struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil || obj.Type != "function" || obj.Function.Name == "" {
+			return nil, errors.New("tool_choice object must name a function")
+		}
+		c = choice{Type: "tool", Name: obj.Function.Name}
 	}
-	var obj struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil || obj.Type != "function" || obj.Function.Name == "" {
-		return nil, errors.New("tool_choice object must name a function")
-	}
-	return marshalNoEscape(struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	}{"tool", obj.Function.Name})
+	c.DisableParallel = disableParallel && c.Type != "none"
+	return marshalNoEscape(c)
 }
 
 // marshalNoEscape encodes v without HTML escaping, so text reaches the

@@ -353,8 +353,7 @@ func capture(t *testing.T, got chan<- captured) http.HandlerFunc {
 }
 
 func TestAnthropicRequestBodyTranslatesTheCanonicalRequest(t *testing.T) {
-	temp, topP, pres := 0.2, 0.9, 0.5
-	seed := int64(42)
+	temp, topP := 0.2, 0.9
 	req := &schemas.ChatRequest{
 		Model: "general",
 		Messages: []schemas.Message{
@@ -368,17 +367,21 @@ func TestAnthropicRequestBodyTranslatesTheCanonicalRequest(t *testing.T) {
 			{Role: schemas.MessageTool, ToolCallID: "call_abc123", Content: schemas.TextContent("18C, cloudy")},
 			{Role: schemas.MessageUser, Name: "alice", Content: schemas.TextContent("Thanks <3")},
 		},
-		MaxTokens:       256,
-		Temperature:     &temp,
-		TopP:            &topP,
-		PresencePenalty: &pres,
-		Seed:            &seed,
-		Stop:            []string{"\n\n", "END"},
+		MaxTokens:   256,
+		Temperature: &temp,
+		TopP:        &topP,
+		Stop:        []string{"\n\n", "END"},
 		Tools: json.RawMessage(`[{"type":"function","function":{"name":"get_weather","description":"Current weather",
 			"parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}},
 			{"type":"function","function":{"name":"get_time"}}]`),
-		ToolChoice:     json.RawMessage(`{"type":"function","function":{"name":"get_weather"}}`),
-		ResponseFormat: json.RawMessage(`{"type":"json_object"}`),
+		ToolChoice:        json.RawMessage(`{"type":"function","function":{"name":"get_weather"}}`),
+		ResponseFormat:    json.RawMessage(`{"type":"text"}`),
+		ParallelToolCalls: new(false),
+		MaxTokensField:    schemas.ParamMaxCompletionTokens,
+		Extra: map[string]json.RawMessage{
+			"user": json.RawMessage(`"user-7"`), "n": json.RawMessage(`1`), "store": json.RawMessage(`false`),
+			"logprobs": json.RawMessage(`false`), "max_tokens": json.RawMessage(`999`),
+		},
 	}
 	got := make(chan captured, 1)
 	p := newMessagesProvider(t, capture(t, got))

@@ -11,6 +11,12 @@
 // token observable, which the hedge trigger and the first_token commit point
 // need, and its final chunk carries the provider's own usage report.
 //
+// Apart from model, stream and stream_options, which are the route's and the
+// worker's, an OpenAI-compatible route receives the caller's request as sent:
+// the typed fields, the output cap under the name the caller used
+// (max_completion_tokens stays max_completion_tokens), and every other member
+// in ChatRequest.Extra (docs/architecture.md §8, "Request fidelity").
+//
 // # Streams
 //
 // The adapter reads Server-Sent Events: "data:" lines (several form one
@@ -114,8 +120,13 @@
 //     become the system prompt, tool messages user turns with tool_result
 //     blocks, assistant tool calls tool_use blocks, image_url parts image
 //     blocks, tools and tool_choice Anthropic's shapes; max_tokens, which the
-//     API requires, is the request's or the route's default; penalties,
-//     seed and response_format, which the API lacks, are dropped;
+//     API requires, is the request's or the route's default;
+//     parallel_tool_calls false is disable_parallel_tool_use; the caller's
+//     other members (ChatRequest.Extra) go as sent from a Messages caller,
+//     translated from an OpenAI caller (user → metadata.user_id); what the
+//     API lacks (penalties, seed, a JSON response_format, logit_bias, ...)
+//     ends the group as a group-scoped invalid_request before anything is
+//     sent (schemas.ChatRequest.ForDialect; docs/architecture.md §8);
 //   - text_delta events are content deltas; a tool_use block and its
 //     input_json_delta events are tool-call deltas in OpenAI's fragment
 //     shape, indexed by tool call; thinking is counted but not delivered;

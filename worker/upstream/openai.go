@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -267,36 +268,50 @@ func malformed(cause error) *Error {
 	}
 }
 
-// chatCompletionRequest is the Chat Completions request body. Messages use
-// schemas.Message as is: it already has OpenAI's JSON shape.
+// chatCompletionRequest is the Chat Completions request body: the typed
+// fields of the canonical request. Messages use schemas.Message as is: it
+// already has OpenAI's JSON shape. The caller's other members are added by
+// withMembers.
 type chatCompletionRequest struct {
-	Model            string            `json:"model"`
-	Messages         []schemas.Message `json:"messages"`
-	MaxTokens        int               `json:"max_tokens,omitempty"`
-	Temperature      *float64          `json:"temperature,omitempty"`
-	TopP             *float64          `json:"top_p,omitempty"`
-	PresencePenalty  *float64          `json:"presence_penalty,omitempty"`
-	FrequencyPenalty *float64          `json:"frequency_penalty,omitempty"`
-	Seed             *int64            `json:"seed,omitempty"`
-	Stop             []string          `json:"stop,omitempty"`
-	Tools            json.RawMessage   `json:"tools,omitempty"`
-	ToolChoice       json.RawMessage   `json:"tool_choice,omitempty"`
-	ResponseFormat   json.RawMessage   `json:"response_format,omitempty"`
-	Stream           bool              `json:"stream"`
-	StreamOptions    streamOptions     `json:"stream_options"`
+	Model               string            `json:"model"`
+	Messages            []schemas.Message `json:"messages"`
+	MaxTokens           int               `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int               `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64          `json:"temperature,omitempty"`
+	TopP                *float64          `json:"top_p,omitempty"`
+	PresencePenalty     *float64          `json:"presence_penalty,omitempty"`
+	FrequencyPenalty    *float64          `json:"frequency_penalty,omitempty"`
+	Seed                *int64            `json:"seed,omitempty"`
+	Stop                []string          `json:"stop,omitempty"`
+	Tools               json.RawMessage   `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage   `json:"tool_choice,omitempty"`
+	ResponseFormat      json.RawMessage   `json:"response_format,omitempty"`
+	ParallelToolCalls   *bool             `json:"parallel_tool_calls,omitempty"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       streamOptions     `json:"stream_options"`
 }
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// requestBody translates the canonical request. max_tokens is sent as
-// max_tokens, which OpenAI still accepts for chat models and compatible
-// servers all read; JSON nulls in raw fields are dropped, since some
-// servers reject an explicit null where they accept an absent field.
+// requestBody translates the canonical request. The output cap goes in the
+// member the caller named it by (max_completion_tokens for OpenAI's
+// reasoning models; max_tokens otherwise, which compatible servers all
+// read); the caller's other members follow as sent, or translated from an
+// Anthropic caller's (schemas.ChatRequest.ForDialect, which refuses what has
+// no equivalent). The model is the route's, and stream and stream_options
+// are the worker's: it always streams and asks for usage. JSON nulls in raw
+// typed fields are dropped, since some servers reject an explicit null
+// where they accept an absent field; extra members are sent as the caller
+// sent them.
 func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 	if req == nil {
 		return nil, errors.New("no request")
+	}
+	extra, err := req.ForDialect(schemas.DialectOpenAI)
+	if err != nil {
+		return nil, err
 	}
 	model := o.model
 	if model == "" {
@@ -308,26 +323,72 @@ func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 		m.ToolCalls = dropNull(m.ToolCalls)
 		msgs[i] = m
 	}
-	body, err := json.Marshal(chatCompletionRequest{
-		Model:            model,
-		Messages:         msgs,
-		MaxTokens:        req.MaxTokens,
-		Temperature:      req.Temperature,
-		TopP:             req.TopP,
-		PresencePenalty:  req.PresencePenalty,
-		FrequencyPenalty: req.FrequencyPenalty,
-		Seed:             req.Seed,
-		Stop:             req.Stop,
-		Tools:            dropNull(req.Tools),
-		ToolChoice:       dropNull(req.ToolChoice),
-		ResponseFormat:   dropNull(req.ResponseFormat),
-		Stream:           true,
-		StreamOptions:    streamOptions{IncludeUsage: true},
-	})
+	body := chatCompletionRequest{
+		Model:             model,
+		Messages:          msgs,
+		Temperature:       req.Temperature,
+		TopP:              req.TopP,
+		PresencePenalty:   req.PresencePenalty,
+		FrequencyPenalty:  req.FrequencyPenalty,
+		Seed:              req.Seed,
+		Stop:              req.Stop,
+		Tools:             dropNull(req.Tools),
+		ToolChoice:        dropNull(req.ToolChoice),
+		ResponseFormat:    dropNull(req.ResponseFormat),
+		ParallelToolCalls: req.ParallelToolCalls,
+		Stream:            true,
+		StreamOptions:     streamOptions{IncludeUsage: true},
+	}
+	if req.OutputCapParam() == schemas.ParamMaxCompletionTokens {
+		body.MaxCompletionTokens = req.MaxTokens
+	} else {
+		body.MaxTokens = req.MaxTokens
+	}
+	out, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode chat completion request: %w", err)
 	}
-	return body, nil
+	return withMembers(out, extra)
+}
+
+// withMembers adds members to the JSON object obj, in name order, each
+// value as given (compacted). The caller guarantees that obj has no member
+// of the same name (schemas.ChatRequest.ForDialect never returns one a
+// typed field stands for).
+func withMembers(obj []byte, members map[string]json.RawMessage) ([]byte, error) {
+	if len(members) == 0 {
+		return obj, nil
+	}
+	obj = bytes.TrimRight(obj, " \t\r\n")
+	if len(obj) < 2 || obj[len(obj)-1] != '}' {
+		return nil, errors.New("encode request: not a JSON object")
+	}
+	var b bytes.Buffer
+	b.Grow(len(obj) + 64*len(members))
+	b.Write(obj[:len(obj)-1])
+	empty := len(bytes.TrimSpace(obj[1:len(obj)-1])) == 0
+	names := make([]string, 0, len(members))
+	for name := range members {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if !empty {
+			b.WriteByte(',')
+		}
+		empty = false
+		key, err := marshalNoEscape(name)
+		if err != nil {
+			return nil, fmt.Errorf("encode request member name: %w", err)
+		}
+		b.Write(key)
+		b.WriteByte(':')
+		if err := json.Compact(&b, members[name]); err != nil {
+			return nil, fmt.Errorf("encode request member: %w", err)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 func dropNull(raw json.RawMessage) json.RawMessage {
@@ -339,7 +400,19 @@ func dropNull(raw json.RawMessage) json.RawMessage {
 
 // unencodable is the error of a request the adapter cannot encode for its
 // provider: nothing was sent, and no route could send it either.
+// A member with no equivalent at the provider is named in the message when
+// it is a member of either API (schemas.UntranslatableError.RecordableParam).
 func unencodable(err error) *Error {
+	if ue, ok := errors.AsType[*schemas.UntranslatableError](err); ok {
+		what := "a request member the caller named"
+		if p := ue.RecordableParam(); p != "" {
+			what = "request member '" + p + "'"
+		}
+		return &Error{
+			Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
+			Message: what + " has no equivalent at this provider", cause: err,
+		}
+	}
 	return &Error{
 		Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup,
 		Message: "request cannot be encoded for the provider", cause: err,
