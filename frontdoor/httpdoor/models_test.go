@@ -87,3 +87,21 @@ func TestHTTPUnknownModelIsNotFoundNamingTheModelSent(t *testing.T) {
 		t.Fatalf("GET /v1/models/gpt-5: %d, want 404", resp.StatusCode)
 	}
 }
+
+func TestHTTPAnswerCarriesTheRefusalThatWon(t *testing.T) {
+	srv, _ := scripted(t, frontdoortest.Answer(&dispatcher.Response{Refusal: "I can't help with that.", FinishReason: "stop"}, false), Options{})
+	resp := post(t, context.Background(), srv.URL, chatBody(false, ""), nil)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var got struct {
+		Choices []struct {
+			Message struct {
+				Refusal string `json:"refusal"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got.Choices) != 1 ||
+		got.Choices[0].Message.Refusal != "I can't help with that." {
+		t.Fatalf("status %d, body %s: want the refusal in the message", resp.StatusCode, body)
+	}
+}
