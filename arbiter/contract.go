@@ -53,11 +53,32 @@ var (
 const contractSchemaURL = "urn:hedgerow:contract"
 
 // ContractSpec is the configured form of a contract, as read from a pool's
-// configuration.
+// configuration. Its zero value is the default success predicate alone
+// (docs/architecture.md §6): a finished answer wins only if it is not empty,
+// not truncated below its limit and not ended by a content filter. The Allow
+// fields relax that predicate; the other fields add to it.
 type ContractSpec struct {
 	// RequireComplete demands a complete finish reason (see CompleteFinish):
-	// a truncated or filtered answer never wins.
+	// a truncated or filtered answer never wins, whatever the Allow fields.
 	RequireComplete bool
+	// AllowEmpty lets an answer without content, tool call or refusal win,
+	// for pools whose callers expect nothing back.
+	AllowEmpty bool
+	// AllowTruncated lets an answer ended by an output limit ("length",
+	// "max_tokens") win however short it is.
+	AllowTruncated bool
+	// AllowContentFilter lets an answer the provider's content filter ended
+	// ("content_filter"; Anthropic's "refusal" stop reason, which the
+	// adapter maps to it) win.
+	AllowContentFilter bool
+	// MaxOutputTokens is the most output tokens the pool's routes give an
+	// answer when the request asks for no max_tokens: an answer ended by
+	// "length" with at least this many tokens stopped at the route's own
+	// limit and is whole as far as the route allows. Zero means unknown:
+	// then every such answer counts as truncated. Set it to the smallest
+	// default output limit among the pool's routes (for Anthropic routes,
+	// the max_tokens the adapter sends, 4096 unless configured).
+	MaxOutputTokens int
 	// RequiredFields are top-level keys the answer's JSON content must have.
 	RequiredFields []string
 	// JSONSchema is the raw JSON Schema (draft 2020-12 unless it declares
@@ -66,20 +87,29 @@ type ContractSpec struct {
 }
 
 // Contract is what a result must satisfy to be allowed to win. A nil
-// *Contract is the empty contract: any well-formed, successful attempt that
-// reaches the commit point is valid. A Contract is immutable and safe for
-// concurrent use.
+// *Contract is the zero ContractSpec's: the default success predicate alone.
+// A Contract is immutable and safe for concurrent use.
 type Contract struct {
-	requireComplete bool
-	requiredFields  []string
-	schema          *jsonschema.Schema
+	requireComplete    bool
+	allowEmpty         bool
+	allowTruncated     bool
+	allowContentFilter bool
+	maxOutputTokens    int
+	requiredFields     []string
+	schema             *jsonschema.Schema
 }
 
 // NewContract builds a contract from its spec, compiling the JSON schema once
 // so that validating results on the request path never parses it again.
 // External $refs are refused: a contract schema must be self-contained.
 func NewContract(spec ContractSpec) (*Contract, error) {
-	c := &Contract{requireComplete: spec.RequireComplete}
+	if spec.MaxOutputTokens < 0 {
+		return nil, fmt.Errorf("%w: max output tokens %d is negative", ErrInvalidContract, spec.MaxOutputTokens)
+	}
+	c := &Contract{
+		requireComplete: spec.RequireComplete, allowEmpty: spec.AllowEmpty, allowTruncated: spec.AllowTruncated,
+		allowContentFilter: spec.AllowContentFilter, maxOutputTokens: spec.MaxOutputTokens,
+	}
 	seen := make(map[string]bool, len(spec.RequiredFields))
 	for i, f := range spec.RequiredFields {
 		if f == "" {
@@ -190,6 +220,14 @@ var knownIncompleteFinish = map[string]bool{
 	"refusal":        true, // Anthropic
 	"pause_turn":     true, // Anthropic
 }
+
+// truncatedFinish lists the finish reasons of an answer cut off by an output
+// limit; filteredFinish those of an answer a content filter ended. Anthropic's
+// spellings are listed too, for callers that pass them through unmapped.
+var (
+	truncatedFinish = map[string]bool{"length": true, "max_tokens": true}
+	filteredFinish  = map[string]bool{"content_filter": true, "refusal": true}
+)
 
 // CompleteFinish reports whether a finish reason means the answer is whole:
 // "stop", "tool_calls", "end_turn" and their equivalents. Truncation

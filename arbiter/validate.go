@@ -23,7 +23,8 @@ type Observation struct {
 	// parsed. It must be set explicitly: the zero value is a malformed
 	// stream, so a forgotten field fails closed.
 	WellFormed bool
-	// Tokens is the number of output tokens received so far.
+	// Tokens is the number of output tokens received so far; once Done, the
+	// larger of the counted tokens and the provider's reported output.
 	Tokens int
 	// FirstToken reports that a content or tool-call token has arrived;
 	// role-only and empty deltas do not count.
@@ -35,6 +36,12 @@ type Observation struct {
 	// Content is the answer the contract judges, set when Done: the message
 	// text, or the tool-call arguments for a tool-calling contract.
 	Content []byte
+	// Refusal reports that the answer carries a model's refusal (OpenAI's
+	// refusal field), which counts as an answer: it is not empty.
+	Refusal bool
+	// MaxTokens is the output limit the caller asked for; zero when none.
+	// An answer ended by "length" with fewer tokens was cut short of it.
+	MaxTokens int
 }
 
 // Verdict is the arbiter's judgement of an Observation.
@@ -67,11 +74,17 @@ func notReady(reason string) Verdict { return Verdict{Reason: reason} }
 // At first_token an attempt is valid once its well-formed stream has
 // produced a content or tool-call token; at tokens:N once it has produced N
 // tokens. At either point an attempt that is done before reaching the point
-// is valid only if it finished completely. At complete the attempt must be
-// done with status ok, a complete finish reason when the contract requires
-// one, and content that is a JSON object with the required fields and
-// satisfies the schema, when the contract has them. A truncated, malformed,
-// incomplete or schema-failing answer is never valid.
+// is valid only if it passes the success predicate and finished completely
+// (or at a limit the predicate accepts). At complete the attempt must be
+// done with status ok, pass the success predicate (see Contract.usable), a
+// complete finish reason when the contract requires one, and content that
+// is a JSON object with the required fields and satisfies the schema, when
+// the contract has them. A malformed, empty, truncated, filtered, incomplete
+// or schema-failing answer is never valid, unless the contract allows it.
+//
+// What a streaming commit point cannot see yet (truncation, the filter) is
+// judged when the result arrives: a committed stream whose result fails it
+// ends with an error (docs/architecture.md §4 rule 3).
 func Validate(contract *Contract, point schemas.CommitPoint, obs Observation) Verdict {
 	point = resolvePoint(contract, point)
 
@@ -90,12 +103,12 @@ func Validate(contract *Contract, point schemas.CommitPoint, obs Observation) Ve
 		if obs.FirstToken {
 			return valid()
 		}
-		return beforePoint(obs, "no content or tool-call token yet")
+		return beforePoint(contract, obs, "no content or tool-call token yet")
 	case schemas.CommitTokens:
 		if obs.Tokens >= point.Tokens {
 			return valid()
 		}
-		return beforePoint(obs, fmt.Sprintf("%d of %d tokens", max(obs.Tokens, 0), point.Tokens))
+		return beforePoint(contract, obs, fmt.Sprintf("%d of %d tokens", max(obs.Tokens, 0), point.Tokens))
 	default:
 		return atComplete(contract, obs)
 	}
@@ -110,21 +123,67 @@ func resolvePoint(contract *Contract, point schemas.CommitPoint) schemas.CommitP
 
 // beforePoint judges an attempt that has not reached a streaming commit
 // point: still running means wait; done means it ended early, which is only
-// acceptable for an answer the model finished on its own (e.g. a short
-// answer shorter than tokens:N).
-func beforePoint(obs Observation, waiting string) Verdict {
+// acceptable for a usable answer the model finished on its own (e.g. an
+// answer shorter than tokens:N) or that stopped at a limit the predicate
+// accepts (the caller's max_tokens below N).
+func beforePoint(contract *Contract, obs Observation, waiting string) Verdict {
 	if !obs.Done {
 		return notReady(waiting)
 	}
-	if CompleteFinish(obs.FinishReason) {
+	if reason, ok := contract.usable(obs); !ok {
+		return invalid(reason)
+	}
+	if CompleteFinish(obs.FinishReason) || truncatedFinish[obs.FinishReason] || filteredFinish[obs.FinishReason] {
 		return valid()
 	}
 	return invalid("ended before the commit point with finish reason " + finishName(obs.FinishReason))
 }
 
+// usable is the default success predicate (docs/architecture.md §6), which
+// every contract applies to a finished answer unless it allows otherwise:
+//   - not ended by a content filter ("content_filter", "refusal");
+//   - not truncated below its limit: an answer ended by "length" or
+//     "max_tokens" must have reached the max_tokens the caller asked for,
+//     or, when none was asked, the pool's MaxOutputTokens; with neither
+//     known it counts as truncated;
+//   - not empty: content that is not all white space, a tool call or a
+//     refusal.
+//
+// The reason names only finish reasons and counts, never content.
+func (c *Contract) usable(obs Observation) (reason string, ok bool) {
+	var allowEmpty, allowTruncated, allowFilter bool
+	maxOutput := 0
+	if c != nil {
+		allowEmpty, allowTruncated, allowFilter = c.allowEmpty, c.allowTruncated, c.allowContentFilter
+		maxOutput = c.maxOutputTokens
+	}
+	if filteredFinish[obs.FinishReason] && !allowFilter {
+		return "answer ended by the content filter (finish reason " + obs.FinishReason + ")", false
+	}
+	if truncatedFinish[obs.FinishReason] && !allowTruncated {
+		limit, whose := obs.MaxTokens, "asked"
+		if limit <= 0 {
+			limit, whose = maxOutput, "route limit"
+		}
+		switch {
+		case limit <= 0:
+			return "answer truncated (finish reason " + obs.FinishReason + ") with no max_tokens asked and no route limit known", false
+		case obs.Tokens < limit:
+			return fmt.Sprintf("answer truncated at %d of %d tokens (%s)", max(obs.Tokens, 0), limit, whose), false
+		}
+	}
+	if !allowEmpty && !obs.Refusal && len(bytes.TrimSpace(obs.Content)) == 0 {
+		return "empty answer: no content, tool call or refusal", false
+	}
+	return "", true
+}
+
 func atComplete(contract *Contract, obs Observation) Verdict {
 	if !obs.Done {
 		return notReady("answer not complete yet")
+	}
+	if reason, ok := contract.usable(obs); !ok {
+		return invalid(reason)
 	}
 	if contract.RequireComplete() && !CompleteFinish(obs.FinishReason) {
 		return invalid("incomplete answer: finish reason " + finishName(obs.FinishReason))

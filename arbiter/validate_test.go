@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -41,7 +42,9 @@ func TestValidateJudgesEachCommitPoint(t *testing.T) {
 			with(streaming(1), func(o *Observation) { o.WellFormed = false }), false, true},
 		{"first_token refuses a failed status", ContractSpec{}, schemas.FirstToken,
 			with(streaming(1), func(o *Observation) { o.Status = schemas.StatusServerError }), false, true},
-		{"first_token accepts an empty but complete answer", ContractSpec{}, schemas.FirstToken,
+		{"first_token refuses an empty answer that ends before any token", ContractSpec{}, schemas.FirstToken,
+			with(done("stop", ""), func(o *Observation) { o.FirstToken, o.Tokens = false, 0 }), false, true},
+		{"first_token accepts an empty answer the pool allows", ContractSpec{AllowEmpty: true}, schemas.FirstToken,
 			with(done("stop", ""), func(o *Observation) { o.FirstToken, o.Tokens = false, 0 }), true, true},
 		{"first_token refuses an answer filtered before any token", ContractSpec{}, schemas.FirstToken,
 			with(done("content_filter", ""), func(o *Observation) { o.FirstToken, o.Tokens = false, 0 }), false, true},
@@ -61,7 +64,8 @@ func TestValidateJudgesEachCommitPoint(t *testing.T) {
 		// complete, empty contract
 		{"complete waits for the result", ContractSpec{}, schemas.Complete, streaming(50), false, false},
 		{"complete accepts a finished answer", ContractSpec{}, schemas.Complete, done("stop", "hello"), true, true},
-		{"complete without a finish requirement accepts truncation", ContractSpec{}, schemas.Complete, done("length", "hel"), true, true},
+		{"complete without a finish requirement accepts truncation at the asked max_tokens", ContractSpec{}, schemas.Complete,
+			with(done("length", "hel"), func(o *Observation) { o.MaxTokens = 12 }), true, true},
 		{"complete refuses a failed result", ContractSpec{}, schemas.Complete,
 			with(done("stop", "x"), func(o *Observation) { o.Status = schemas.StatusContractInvalid }), false, true},
 		{"complete refuses a malformed stream", ContractSpec{}, schemas.Complete,
@@ -73,7 +77,8 @@ func TestValidateJudgesEachCommitPoint(t *testing.T) {
 		{"required completeness refuses content_filter", ContractSpec{RequireComplete: true}, schemas.Complete, done("content_filter", ""), false, true},
 		{"required completeness refuses a missing finish reason", ContractSpec{RequireComplete: true}, schemas.Complete, done("", "x"), false, true},
 		{"required completeness accepts stop", ContractSpec{RequireComplete: true}, schemas.Complete, done("stop", "x"), true, true},
-		{"required completeness accepts tool_calls", ContractSpec{RequireComplete: true}, schemas.Complete, done("tool_calls", ""), true, true},
+		{"required completeness accepts tool_calls", ContractSpec{RequireComplete: true}, schemas.Complete,
+			done("tool_calls", `[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`), true, true},
 		{"required completeness accepts end_turn", ContractSpec{RequireComplete: true}, schemas.Complete, done("end_turn", "x"), true, true},
 		{"required completeness is judged at complete even if first_token is passed",
 			ContractSpec{RequireComplete: true}, schemas.FirstToken, streaming(4), false, false},
@@ -120,15 +125,95 @@ func TestValidateJudgesEachCommitPoint(t *testing.T) {
 	}
 }
 
-func TestValidateWithoutContractActsAsEmptyContract(t *testing.T) {
+func TestValidateWithoutContractAppliesTheDefaultPredicate(t *testing.T) {
 	if v := Validate(nil, schemas.FirstToken, streaming(1)); !v.Valid {
 		t.Fatalf("nil contract at first token: %+v", v)
 	}
-	if v := Validate(nil, schemas.Complete, done("length", "x")); !v.Valid {
+	if v := Validate(nil, schemas.Complete, done("stop", "x")); !v.Valid {
 		t.Fatalf("nil contract at complete: %+v", v)
+	}
+	if v := Validate(nil, schemas.Complete, done("length", "x")); v.Valid || !v.Ready {
+		t.Fatalf("nil contract must refuse a truncated answer: %+v", v)
 	}
 	if v := Validate(nil, schemas.FirstToken, Observation{}); v.Valid || !v.Ready {
 		t.Fatalf("zero observation must fail closed: %+v", v)
+	}
+}
+
+// TestDefaultPredicate is the default success predicate (docs/architecture.md
+// §6): with no contract configured a finished answer wins only if it is
+// not empty, not truncated below its limit and not ended by a content
+// filter; a pool may allow each.
+func TestDefaultPredicate(t *testing.T) {
+	asked := func(maxTokens, tokens int) func(*Observation) {
+		return func(o *Observation) { o.MaxTokens, o.Tokens = maxTokens, tokens }
+	}
+	tokens3 := schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 3}
+	const toolCall = `[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`
+	tests := []struct {
+		name     string
+		contract ContractSpec
+		point    schemas.CommitPoint
+		obs      Observation
+		want     bool
+	}{
+		{"a finished answer with content wins", ContractSpec{}, schemas.Complete, done("stop", "hello"), true},
+		{"a tool call is an answer", ContractSpec{}, schemas.Complete, done("tool_calls", toolCall), true},
+		{"a refusal is an answer", ContractSpec{}, schemas.Complete,
+			with(done("stop", ""), func(o *Observation) { o.Refusal = true }), true},
+		{"an empty answer never wins", ContractSpec{}, schemas.Complete, done("stop", ""), false},
+		{"a white-space answer is empty", ContractSpec{}, schemas.Complete, done("stop", " \n\t "), false},
+		{"an empty answer wins where the pool allows empty", ContractSpec{AllowEmpty: true}, schemas.Complete, done("stop", ""), true},
+
+		{"length with no max_tokens asked and no route limit is truncated", ContractSpec{}, schemas.Complete,
+			with(done("length", "hello"), asked(0, 5)), false},
+		{"length below the asked max_tokens is truncated", ContractSpec{}, schemas.Complete,
+			with(done("length", "hello"), asked(100, 5)), false},
+		{"length at the asked max_tokens is the caller's own limit", ContractSpec{}, schemas.Complete,
+			with(done("length", "hello"), asked(5, 5)), true},
+		{"max_tokens is truncation as length is", ContractSpec{}, schemas.Complete,
+			with(done("max_tokens", "hello"), asked(100, 5)), false},
+		{"length below the route limit is truncated", ContractSpec{MaxOutputTokens: 4096}, schemas.Complete,
+			with(done("length", "hello"), asked(0, 5)), false},
+		{"length at the route limit with no max_tokens asked wins", ContractSpec{MaxOutputTokens: 4096}, schemas.Complete,
+			with(done("length", "hello"), asked(0, 4096)), true},
+		{"the asked max_tokens, not the route limit, bounds an answer that asked one", ContractSpec{MaxOutputTokens: 10}, schemas.Complete,
+			with(done("length", "hello"), asked(100, 10)), false},
+		{"a truncated answer wins where the pool allows truncation", ContractSpec{AllowTruncated: true}, schemas.Complete,
+			with(done("length", "hello"), asked(0, 5)), true},
+		{"require_complete refuses truncation even where allowed", ContractSpec{AllowTruncated: true, RequireComplete: true}, schemas.Complete,
+			with(done("length", "hello"), asked(0, 5)), false},
+
+		{"content_filter never wins", ContractSpec{}, schemas.Complete, done("content_filter", "partial"), false},
+		{"Anthropic's refusal stop reason is the content filter", ContractSpec{}, schemas.Complete, done("refusal", "partial"), false},
+		{"content_filter wins where the pool allows it", ContractSpec{AllowContentFilter: true}, schemas.Complete, done("content_filter", "partial"), true},
+
+		{"first_token cannot see truncation yet", ContractSpec{}, schemas.FirstToken, streaming(1), true},
+		{"first_token judges an answer done before its first token", ContractSpec{}, schemas.FirstToken,
+			with(done("content_filter", ""), func(o *Observation) { o.FirstToken, o.Tokens = false, 0 }), false},
+		{"tokens:N accepts an answer that stopped at the asked max_tokens below N", ContractSpec{}, tokens3,
+			with(done("length", "hi"), asked(2, 2)), true},
+		{"tokens:N refuses an empty answer done before N", ContractSpec{}, tokens3,
+			with(done("stop", ""), asked(0, 0)), false},
+		{"required fields still apply to a usable answer", ContractSpec{RequiredFields: []string{"a"}}, schemas.Complete,
+			done("stop", `{"b":1}`), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Validate(mustContract(t, tt.contract), tt.point, tt.obs)
+			if v.Valid != tt.want || !v.Ready {
+				t.Fatalf("Validate = %+v, want valid=%v ready=true", v, tt.want)
+			}
+			if !v.Valid && v.Reason == "" {
+				t.Fatal("a verdict that is not valid must say why")
+			}
+		})
+	}
+}
+
+func TestNewContractRefusesANegativeOutputLimit(t *testing.T) {
+	if _, err := NewContract(ContractSpec{MaxOutputTokens: -1}); !errors.Is(err, ErrInvalidContract) {
+		t.Fatalf("NewContract = %v, want ErrInvalidContract", err)
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -76,6 +78,17 @@ type Config struct {
 type Pool struct {
 	Routes   []string
 	Contract arbiter.ContractSpec
+	// Models are the model names the pool answers to besides its own name
+	// (aliases such as "gpt-4o"; schemas.CheckModelName), unique across the
+	// pools. A submission may name the pool by any of them; records,
+	// cohorts, budgets and subjects always use the pool's own name.
+	Models []string
+}
+
+// Model is one model name callers may send, and the pool answering to it.
+type Model struct {
+	Name string
+	Pool string
 }
 
 // Dispatcher runs hedge groups. It is safe for concurrent use.
@@ -85,6 +98,8 @@ type Dispatcher struct {
 	gate      arbiter.Gate
 	routes    []string // every route's name
 	pools     map[string]Pool
+	models    map[string]string // every model name callers may send → its pool
+	listing   []Model           // the same, in Models' order
 	tenants   map[string]*policy.Tenant
 	secret    []byte
 	log       *slog.Logger
@@ -155,6 +170,9 @@ func New(c Config) (*Dispatcher, error) {
 		}
 		d.specs[name] = p.Contract
 	}
+	if d.models, d.listing, err = modelNames(c.Pools); err != nil {
+		return nil, err
+	}
 	for name, p := range c.Policies {
 		if d.classes[name], err = policy.NewClass(name, p); err != nil {
 			return nil, fmt.Errorf("dispatcher: %w", err)
@@ -179,7 +197,8 @@ func beUint64(b []byte) uint64 {
 type Submission struct {
 	// Operation names the policy; empty means the default policy.
 	Operation string
-	// Pool is the model class: the pool of equivalent routes.
+	// Pool is the model the caller named: a pool's own name or one of the
+	// model names it answers to (Pool.Models). The group runs on the pool.
 	Pool string
 	// Tenant and IdempotencyKey identify the user action; an empty key makes
 	// a fresh one. Neither is ever recorded: both are hashed.
@@ -196,6 +215,9 @@ type Response struct {
 	GroupID      string
 	Content      string
 	ToolCalls    []byte
+	// Refusal is the model's refusal, when it refused (OpenAI's refusal
+	// field); a streaming caller gets it only here, after the stream.
+	Refusal      string
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
 	Usage       schemas.Usage
@@ -266,13 +288,50 @@ func (d *Dispatcher) Estimators() map[string]*delay.Estimator {
 	return out
 }
 
-// Pools lists the model classes callers may name.
+// Pools lists the pools' own names.
 func (d *Dispatcher) Pools() []string {
 	out := make([]string, 0, len(d.pools))
 	for name := range d.pools {
 		out = append(out, name)
 	}
 	return out
+}
+
+// Models lists every model name callers may send: the chat pools in name
+// order, each pool's own name followed by its aliases as configured. The
+// front doors list them in GET /v1/models as they are given.
+func (d *Dispatcher) Models() []Model { return slices.Clone(d.listing) }
+
+// resolve is the pool a model name a caller sent names: a pool's own name
+// or one of its aliases.
+func (d *Dispatcher) resolve(model string) (string, bool) {
+	pool, ok := d.models[model]
+	return pool, ok
+}
+
+// modelNames indexes every model name of the pools, refusing a name that is
+// not one (schemas.CheckModelName) or that two pools answer to.
+func modelNames(pools map[string]Pool) (map[string]string, []Model, error) {
+	names := slices.Sorted(maps.Keys(pools))
+	index := make(map[string]string, len(pools))
+	for _, name := range names {
+		index[name] = name
+	}
+	listing := make([]Model, 0, len(index))
+	for _, name := range names {
+		listing = append(listing, Model{Name: name, Pool: name})
+		for _, alias := range pools[name].Models {
+			if err := schemas.CheckModelName(alias); err != nil {
+				return nil, nil, fmt.Errorf("dispatcher: pool %s: %w", name, err)
+			}
+			if other, dup := index[alias]; dup {
+				return nil, nil, fmt.Errorf("dispatcher: model %q names both pool %s and pool %s", alias, other, name)
+			}
+			index[alias] = name
+			listing = append(listing, Model{Name: alias, Pool: name})
+		}
+	}
+	return index, listing, nil
 }
 
 // Submit runs one hedge group for sub and returns the committed answer. A

@@ -19,11 +19,11 @@ func (d *Dispatcher) ID() string { return d.id }
 func (d *Dispatcher) HasOperation(class string) bool { return d.classes[class] != nil }
 
 // CheckResponseFormat refuses, before any group runs, a response_format the
-// pool's contract cannot honour (a schema that does not compile is the
+// contract of the pool model names (its own name or an alias) cannot honour (a schema that does not compile is the
 // caller's to fix). Errors match ErrUnknownPool, or ErrBadRequest together
 // with arbiter.ErrInvalidResponseFormat or arbiter.ErrInvalidContract.
-func (d *Dispatcher) CheckResponseFormat(pool string, responseFormat json.RawMessage) error {
-	_, err := d.contractFor(pool, responseFormat)
+func (d *Dispatcher) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
+	_, err := d.contractFor(model, responseFormat)
 	return err
 }
 

@@ -31,6 +31,7 @@ type (
 
 var (
 	NewTestCluster          = newCluster
+	NewTestClusterWithPool  = newClusterWithPool
 	NewTestProvider         = newProvider
 	NewTestMessagesProvider = newMessagesProvider
 	NewTestScript           = newScript

@@ -117,17 +117,19 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 	return 0
 }
 
-// contractFor is the pool's contract, with the request's response_format
-// added when it asks for JSON: an answer that does not parse or fails the
-// schema never wins, and another attempt may. A front door calls it to
+// contractFor is the contract of the pool a model name names (its own name
+// or an alias), with the request's response_format added when it asks for
+// JSON: an answer that does not parse or fails the schema never wins, and
+// another attempt may. A front door calls it to
 // refuse a response_format before submitting. Errors match ErrUnknownPool,
 // or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
 // arbiter.ErrInvalidContract (a schema that does not compile).
-func (d *Dispatcher) contractFor(pool string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
-	spec, ok := d.specs[pool]
+func (d *Dispatcher) contractFor(model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
+	pool, ok := d.resolve(model)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, model)
 	}
+	spec := d.specs[pool]
 	spec, changed, err := spec.WithResponseFormat(responseFormat)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -154,10 +156,15 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if err := sub.Request.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	pool, ok := d.pools[sub.Pool]
+	// The caller may name the pool by any of its model names; from here on
+	// the group knows only the pool's own name, which is what records,
+	// cohorts, budgets and subjects may carry (docs/architecture.md §10).
+	poolName, ok := d.resolve(sub.Pool)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, sub.Pool)
 	}
+	sub.Pool = poolName
+	pool := d.pools[poolName]
 	if err := d.checkDialects(sub.Pool, &sub.Request); err != nil {
 		return nil, err
 	}
@@ -388,9 +395,14 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if content == "" {
 			content = a.content.String()
 		}
-		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken || content != "",
-			Done: true, FinishReason: m.FinishReason, Content: []byte(content)}
-		if len(m.ToolCalls) > 0 && content == "" {
+		// The result is judged whole (the success predicate included,
+		// docs/architecture.md §6) whatever the commit point: a winner
+		// committed at its first token whose result fails ends its stream
+		// with an error (§4 rule 3).
+		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: true, FirstToken: a.firstToken || content != "",
+			Tokens: max(a.tokens, int(m.Usage.OutputUnits)), MaxTokens: g.sub.Request.MaxTokens,
+			Done: true, FinishReason: m.FinishReason, Content: []byte(content), Refusal: m.Refusal != ""}
+		if hasToolCalls(m.ToolCalls) && strings.TrimSpace(content) == "" {
 			obs.Content = m.ToolCalls
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
@@ -399,6 +411,13 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
 	}
 	return nil
+}
+
+// hasToolCalls reports whether a result's tool calls hold any: a JSON null
+// or empty array is none.
+func hasToolCalls(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null" && s != "[]"
 }
 
 // lost fails an attempt whose stream broke on the wire; its worker may still
@@ -638,7 +657,7 @@ func (g *group) response(a *attemptState) *Response {
 		Winner: a.n, WinnerRoute: a.route, Gate: g.gateValue,
 	}
 	if a.result != nil {
-		r.FinishReason, r.Usage, r.ToolCalls = a.result.FinishReason, a.result.Usage, a.result.ToolCalls
+		r.FinishReason, r.Usage, r.ToolCalls, r.Refusal = a.result.FinishReason, a.result.Usage, a.result.ToolCalls, a.result.Refusal
 		r.Content = a.result.Content
 		if r.Content == "" && !g.sub.Request.Stream {
 			r.Content = a.content.String()

@@ -35,6 +35,7 @@ type behaviour struct {
 	words     int           // content tokens, one per chunk
 	status    int           // non-200: answer this error at once
 	content   string        // when set, the whole answer, in one chunk
+	empty     bool          // answer no content at all (0 completion tokens)
 	finish    string        // finish reason; empty means "stop"
 }
 
@@ -146,9 +147,12 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	words := max(b.words, 1)
-	if b.content != "" {
+	switch {
+	case b.empty:
+		words = 0
+	case b.content != "":
 		chunk(b.content, "")
-	} else {
+	default:
 		for i := range words {
 			chunk(fmt.Sprintf("%s%d ", p.route, i), "")
 		}
@@ -246,8 +250,11 @@ func withConfig(base Config, cfg *config.Config) Config {
 	}
 	base.Pools = make(map[string]Pool, len(cfg.Pools))
 	for name, p := range cfg.Pools {
-		base.Pools[name] = Pool{Routes: p.Routes, Contract: arbiter.ContractSpec{RequireComplete: p.Contract.RequireComplete,
-			RequiredFields: p.Contract.RequiredFields, JSONSchema: p.Contract.JSONSchema.Document}}
+		base.Pools[name] = Pool{Routes: p.Routes, Models: p.Models, Contract: arbiter.ContractSpec{
+			RequireComplete: p.Contract.RequireComplete, AllowEmpty: p.Contract.AllowEmpty,
+			AllowTruncated: p.Contract.AllowTruncated, AllowContentFilter: p.Contract.AllowContentFilter,
+			MaxOutputTokens: p.Contract.MaxOutputTokens,
+			RequiredFields:  p.Contract.RequiredFields, JSONSchema: p.Contract.JSONSchema.Document}}
 	}
 	base.Policies, base.Tenants = cfg.Policies, cfg.Tenants
 	return base
@@ -296,6 +303,13 @@ policies:
 // with its own policies replaces policyYAML.
 func newCluster(t *testing.T, routes []string, providers map[string]*provider, extraYAML string) *cluster {
 	t.Helper()
+	return newClusterWithPool(t, routes, providers, "", extraYAML)
+}
+
+// newClusterWithPool is newCluster with more keys of pool "general"
+// (models, contract), as YAML indented by four spaces.
+func newClusterWithPool(t *testing.T, routes []string, providers map[string]*provider, poolYAML, extraYAML string) *cluster {
+	t.Helper()
 	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
 	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
 		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
@@ -312,6 +326,7 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 		fmt.Fprintf(&y, "  - {name: %s, provider: %s, base_url: %q, model: m, labels: {provider: %s}}\n", r, kind, url, r)
 	}
 	fmt.Fprintf(&y, "pools:\n  general:\n    routes: [%s]\n", strings.Join(routes, ", "))
+	y.WriteString(poolYAML)
 	if !strings.Contains(extraYAML, "policies:") {
 		y.WriteString(policyYAML)
 	}

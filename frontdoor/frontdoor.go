@@ -25,13 +25,17 @@ type Submitter interface {
 	// handing a streaming request's committed stream to sink as it arrives.
 	// Cancelling ctx cancels the group with no fallback.
 	Submit(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error)
-	// Pools lists the model classes callers may name.
+	// Pools lists the pools' own names.
 	Pools() []string
+	// Models lists every model name callers may send — each chat pool's
+	// own name followed by its aliases — in the order GET /v1/models shows
+	// them. A Submission may name its pool by any of them.
+	Models() []dispatcher.Model
 	// HasOperation says whether an operation class is configured: a door
 	// refuses an unknown one rather than let it run under the default policy.
 	HasOperation(class string) bool
 	// CheckResponseFormat refuses, before any group runs, a response_format
-	// the pool's contract cannot honour. Errors match dispatcher.ErrUnknownPool,
+	// the contract of the pool a model name names cannot honour. Errors match dispatcher.ErrUnknownPool,
 	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract or
 	// arbiter.ErrInvalidResponseFormat.
 	CheckResponseFormat(pool string, responseFormat json.RawMessage) error

@@ -103,6 +103,10 @@ type AttemptResult struct {
 	// a streaming attempt delivers them as chunks instead.
 	Content   string          `json:"content,omitempty"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// Refusal is a model's refusal (OpenAI's refusal field), streaming or
+	// not: it is never sent as a chunk. A refusal is an answer to the
+	// success predicate (docs/architecture.md §6), not an empty one.
+	Refusal string `json:"refusal,omitempty"`
 	// LastSeq is the Seq of the last chunk sent (0 if none), so a lost
 	// trailing chunk is detected as a gap.
 	LastSeq              int64  `json:"last_seq"`

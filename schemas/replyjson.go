@@ -78,7 +78,7 @@ func (m *AttemptResult) wireFields(f []wireField) []wireField {
 		wireField{"worker_id", &m.WorkerID}, wireField{"status_class", (*string)(&m.StatusClass)},
 		wireField{"error_scope", (*string)(&m.ErrorScope)}, wireField{"http_status", &m.HTTPStatus},
 		wireField{"retry_after_ms", &m.RetryAfterMs}, wireField{"finish_reason", &m.FinishReason},
-		wireField{"content", &m.Content}, wireField{"tool_calls", &m.ToolCalls}, wireField{"last_seq", &m.LastSeq},
+		wireField{"content", &m.Content}, wireField{"tool_calls", &m.ToolCalls}, wireField{"refusal", &m.Refusal}, wireField{"last_seq", &m.LastSeq},
 		wireField{"usage", &m.Usage}, wireField{"first_byte_ms", &m.FirstByteMs}, wireField{"elapsed_ms", &m.ElapsedMs},
 		wireField{"cancellation_observed", &m.CancellationObserved}, wireField{"error_message", &m.ErrorMessage})
 }

@@ -6,7 +6,9 @@ import "encoding/json"
 type SubmitRequest struct {
 	V              int    `json:"v"`
 	OperationClass string `json:"operation_class"`
-	ModelClass     string `json:"model_class"`
+	// ModelClass is the model the caller asks for: a pool's name or one of
+	// the model names the pool answers to (docs/architecture.md §10).
+	ModelClass string `json:"model_class"`
 	// IdempotencyKey is the caller's id for the user action; retries of the
 	// same action reuse it so they share one attempt ledger and winner gate.
 	// The gateway never records it: it derives an opaque user action id with

@@ -33,6 +33,10 @@ const pool = "general"
 // progressBatch is how many finished groups each progress report covers.
 const progressBatch = 1000
 
+// simulatedAnswer stands for a simulated attempt's answer: the arbiter's
+// success predicate judges only that there is one (docs/architecture.md §6).
+var simulatedAnswer = []byte("simulated answer")
+
 // item is one scheduled happening: an event for a group's engine, or an arrival.
 type item struct {
 	at      time.Duration
@@ -496,12 +500,12 @@ func (r *runner) launch(g *simGroup, l hedge.Launch) {
 	switch draw.Outcome {
 	case workload.OutcomeOK:
 		// The arbiter judges the simulated output as it judges live output:
-		// a well-formed stream whose first token arrived, then a complete
-		// answer with a complete finish reason.
+		// a well-formed stream whose first token arrived, then a complete,
+		// non-empty answer with a complete finish reason.
 		cp := g.eng.CommitPoint()
 		first := arbiter.Validate(nil, cp, arbiter.Observation{WellFormed: true, Tokens: 1, FirstToken: true})
 		done := arbiter.Validate(nil, cp, arbiter.Observation{Status: schemas.StatusOK, WellFormed: true, Tokens: g.req.OutputTokens,
-			FirstToken: true, Done: true, FinishReason: "stop"})
+			FirstToken: true, Done: true, FinishReason: "stop", Content: simulatedAnswer})
 		report(draw.FirstByte, hedge.FirstByte{Attempt: n})
 		report(draw.FirstByte, hedge.Progress{Attempt: n, Tokens: 1, FirstToken: true, Valid: first.Valid || !first.Ready})
 		report(draw.End, hedge.Result{Attempt: n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: done.Valid, Usage: draw.BilledUsage(workload.Never)})

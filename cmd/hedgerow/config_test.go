@@ -27,6 +27,39 @@ func TestConfigCheckPrintsOKForTheExample(t *testing.T) {
 	}
 }
 
+// TestConfigCheckPrintsOKForTheRealProviderExamples checks the examples of
+// deploy/examples in front of OpenAI and Anthropic for every role, with
+// their keys set as an operator would; gateways never read the keys.
+func TestConfigCheckPrintsOKForTheRealProviderExamples(t *testing.T) {
+	keys := map[string][]string{
+		"openai.yaml":    {"OPENAI_API_KEY_A", "OPENAI_API_KEY_B"},
+		"anthropic.yaml": {"ANTHROPIC_API_KEY_A", "ANTHROPIC_API_KEY_B"},
+	}
+	for file, vars := range keys {
+		example := filepath.Join("..", "..", "deploy", "examples", file)
+		for _, role := range []string{"serve", "gateway", "worker"} {
+			t.Run(file+"/"+role, func(t *testing.T) {
+				for _, v := range vars {
+					t.Setenv(v, "test-key")
+				}
+				out, err := runConfigCheck(t, example, "--role", role)
+				if err != nil || out != "ok\n" {
+					t.Fatalf("config check = %v:\n%s", err, out)
+				}
+			})
+		}
+		t.Run(file+"/worker without keys", func(t *testing.T) {
+			for _, v := range vars {
+				t.Setenv(v, "")
+				os.Unsetenv(v)
+			}
+			if out, err := runConfigCheck(t, example, "--role", "worker"); err == nil || !strings.Contains(out, vars[0]) {
+				t.Fatalf("config check without %s = %v:\n%s", vars[0], err, out)
+			}
+		})
+	}
+}
+
 func TestConfigCheckPrintsEveryProblemAndExitsNonZero(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	src := `routes:

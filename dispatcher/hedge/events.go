@@ -100,6 +100,9 @@ type Result struct {
 	// reaches (docs/architecture.md §4 rule 4).
 	Scope schemas.ErrorScope
 	// Valid is the arbiter's verdict on the complete answer at the commit point.
+	// For a winner committed at a streaming point it is the verdict on what
+	// that point could not see: an ok result that is not valid ends the
+	// committed stream as contract_invalid.
 	Valid bool
 	Usage schemas.Usage
 	// RetryAfter is the provider's pushback period (zero: the policy's default).

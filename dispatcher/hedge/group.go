@@ -521,9 +521,14 @@ func (g *Group) onResult(a *attempt, e Result) {
 	if g.committed && a.n == g.winner {
 		// The committed stream finished (or broke after its commit point: the
 		// runtime ends the caller's stream with an error event, never with
-		// bytes of another attempt).
-		out := OutcomeWinner
-		g.endAttempt(a, out, e.Status, scope, e.Usage, false)
+		// bytes of another attempt). A streaming commit point cannot see
+		// what only the result shows (truncation, the content filter): an
+		// ok result that is not valid ends the stream as contract_invalid.
+		status := e.Status
+		if scope == schemas.ScopeNone && status == schemas.StatusOK && !e.Valid {
+			status, scope = schemas.StatusContractInvalid, schemas.ScopeTransient
+		}
+		g.endAttempt(a, OutcomeWinner, status, scope, e.Usage, false)
 		return
 	}
 	if g.phase != phaseRunning {

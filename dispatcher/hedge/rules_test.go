@@ -403,6 +403,24 @@ func TestRule3FirstValidIsElectedThenCommittedThenTheOthersCancelled(t *testing.
 	}
 }
 
+func TestRule3CommittedStreamWhoseResultIsInvalidEndsContractInvalid(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	if _, ok := find[Commit](h.at(1101, GateDecided{Attempt: 1, Won: true, Gate: "g/1/1"})); !ok {
+		t.Fatal("first token not committed")
+	}
+	// The result shows what the first token could not: a truncated answer.
+	acts := h.at(1500, Result{Attempt: 1, Status: schemas.StatusOK, Valid: false})
+	rec, ok := find[AttemptEnded](acts)
+	if !ok || rec.Outcome != OutcomeWinner || rec.Status != schemas.StatusContractInvalid {
+		t.Fatalf("winner's invalid result = %v, want the winner ended contract_invalid", acts)
+	}
+	if has[Launch](acts) || has[Elect](acts) {
+		t.Fatalf("after the commit no other attempt may be launched or elected: %v", acts)
+	}
+}
+
 func TestRule3EveryAttemptLosingTheElectionEndsAlreadyCommitted(t *testing.T) {
 	h := newHarness(t, DefaultPolicy())
 	h.hedged(streamingStart)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -23,7 +24,10 @@ type Script func(ctx context.Context, sub dispatcher.Submission, sink dispatcher
 // own contract code, runs Script for every submission and records each
 // submission it was handed.
 type Submitter struct {
-	PoolNames  []string
+	PoolNames []string
+	// Aliases are the model names the pools answer to besides their own,
+	// alias → pool, as dispatcher.Pool.Models configures them.
+	Aliases    map[string]string
 	Operations []string
 	Script     Script
 
@@ -37,13 +41,13 @@ func New(script Script) *Submitter {
 	return &Submitter{PoolNames: []string{"general"}, Operations: []string{"default"}, Script: script}
 }
 
-// Submit records sub and runs the script; an unknown pool is refused as
-// the dispatcher refuses it.
+// Submit records sub and runs the script; an unknown model is refused as
+// the dispatcher refuses it. The script sees the model name the door sent.
 func (s *Submitter) Submit(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
 	s.mu.Lock()
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
-	if !slices.Contains(s.PoolNames, sub.Pool) {
+	if _, ok := s.resolve(sub.Pool); !ok {
 		return nil, fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, sub.Pool)
 	}
 	if s.Script == nil {
@@ -55,14 +59,38 @@ func (s *Submitter) Submit(ctx context.Context, sub dispatcher.Submission, sink 
 // Pools lists PoolNames.
 func (s *Submitter) Pools() []string { return slices.Clone(s.PoolNames) }
 
+// Models lists the pools in name order, each followed by its aliases in
+// name order, as the dispatcher lists them.
+func (s *Submitter) Models() []dispatcher.Model {
+	var out []dispatcher.Model
+	for _, pool := range slices.Sorted(slices.Values(s.PoolNames)) {
+		out = append(out, dispatcher.Model{Name: pool, Pool: pool})
+		for _, alias := range slices.Sorted(maps.Keys(s.Aliases)) {
+			if s.Aliases[alias] == pool {
+				out = append(out, dispatcher.Model{Name: alias, Pool: pool})
+			}
+		}
+	}
+	return out
+}
+
+// resolve is the pool a model name names: a pool's own name or an alias.
+func (s *Submitter) resolve(model string) (string, bool) {
+	if slices.Contains(s.PoolNames, model) {
+		return model, true
+	}
+	pool, ok := s.Aliases[model]
+	return pool, ok && slices.Contains(s.PoolNames, pool)
+}
+
 // HasOperation reports whether class is one of Operations.
 func (s *Submitter) HasOperation(class string) bool { return slices.Contains(s.Operations, class) }
 
 // CheckResponseFormat judges a response_format against an empty pool
 // contract with the arbiter, as the dispatcher does.
-func (s *Submitter) CheckResponseFormat(pool string, responseFormat json.RawMessage) error {
-	if !slices.Contains(s.PoolNames, pool) {
-		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, pool)
+func (s *Submitter) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
+	if _, ok := s.resolve(model); !ok {
+		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, model)
 	}
 	spec, changed, err := arbiter.ContractSpec{}.WithResponseFormat(responseFormat)
 	if err != nil {

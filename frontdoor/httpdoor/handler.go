@@ -85,8 +85,8 @@ type handler struct {
 //
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
 //	POST /v1/messages           Anthropic Messages, streaming or not
-//	GET  /v1/models             the pools, as OpenAI models
-//	GET  /v1/models/{model}     one pool
+//	GET  /v1/models             every model name: each pool's, then its aliases
+//	GET  /v1/models/{model}     one of them (a name may hold slashes)
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when NATS is connected and every pool has a live worker
 //	GET  /metrics               Prometheus exposition of opts.Gatherer
@@ -135,7 +135,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
 	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
 	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, openAIDialect{}, h.getModel))
+	h.mux.HandleFunc("/v1/models/{model...}", only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
 	h.mux.HandleFunc("/readyz", only(http.MethodGet, openAIDialect{}, h.readyz))
 	if opts.Gatherer != nil {
@@ -347,19 +347,23 @@ func (h *handler) failureFor(r *http.Request, err error) *frontdoor.Failure {
 	return f
 }
 
+// listModels lists every model name callers may send, as the Submitter
+// orders them: the chat models, each pool's own name then its aliases.
+// Models of other kinds (embeddings, when a door serves them) are to be
+// appended after the chat models, so clients that take the first entry
+// still get a chat model.
 func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
-	pools := h.d.Pools()
-	slices.Sort(pools)
-	list := modelList{Object: "list", Data: make([]model, 0, len(pools))}
-	for _, p := range pools {
-		list.Data = append(list.Data, newModel(p))
+	chat := h.d.Models()
+	list := modelList{Object: "list", Data: make([]model, 0, len(chat))}
+	for _, m := range chat {
+		list.Data = append(list.Data, newModel(m.Name))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (h *handler) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
-	if !slices.Contains(h.d.Pools(), name) {
+	if !slices.ContainsFunc(h.d.Models(), func(m dispatcher.Model) bool { return m.Name == name }) {
 		openAIDialect{}.writeFailure(w, frontdoor.ModelNotFound(name))
 		return
 	}

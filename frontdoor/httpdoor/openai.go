@@ -220,6 +220,9 @@ type completionMessage struct {
 	Role      string          `json:"role"`
 	Content   *string         `json:"content"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// Refusal is the model's refusal, which won as an answer (a refusal is
+	// not an empty answer to the arbiter, docs/architecture.md §6).
+	Refusal string `json:"refusal,omitempty"`
 }
 
 type openAIUsage struct {
@@ -233,7 +236,7 @@ func newUsage(u schemas.Usage) *openAIUsage {
 }
 
 func newChatCompletion(resp *dispatcher.Response, pool string, now time.Time) chatCompletion {
-	msg := completionMessage{Role: string(schemas.MessageAssistant)}
+	msg := completionMessage{Role: string(schemas.MessageAssistant), Refusal: resp.Refusal}
 	if calls := validRaw(resp.ToolCalls); calls != nil {
 		msg.ToolCalls = calls
 	}

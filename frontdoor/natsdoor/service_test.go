@@ -42,12 +42,15 @@ type door struct {
 	url string     // the server, for more callers
 }
 
-// startDoor starts the front door of a scripted submitter and stops it
-// when the test ends.
-func startDoor(t *testing.T, script frontdoortest.Script, opts Options) *door {
+// startDoor starts the front door of a scripted submitter, set up further
+// by each of setup before it serves, and stops it when the test ends.
+func startDoor(t *testing.T, script frontdoortest.Script, opts Options, setup ...func(*frontdoortest.Submitter)) *door {
 	t.Helper()
 	ns := natstest.Start(t)
 	d := &door{sub: frontdoortest.New(script), nc: natstest.Connect(t, ns), url: ns.ClientURL()}
+	for _, f := range setup {
+		f(d.sub)
+	}
 	var err error
 	if d.svc, err = Start(d.sub, natstest.Connect(t, ns), opts); err != nil {
 		t.Fatalf("Start: %v", err)

@@ -130,17 +130,39 @@ type Route struct {
 }
 
 // Pool is a model class: a set of routes whose answers are interchangeable
-// under one contract. Requests name the pool as their model.
+// under one contract. Requests name the pool, or one of its Models, as their
+// model.
 type Pool struct {
 	// Routes are the names of the pool's equivalent routes.
-	Routes   []string `yaml:"routes"`
+	Routes []string `yaml:"routes"`
+	// Models are the model names the pool answers to besides its own, so
+	// clients keep the names they use ("gpt-4o", "claude-3.5-sonnet"): any
+	// string a provider uses (schemas.CheckModelName), unique across the
+	// pools' names and models. The pool's own name stays the NATS-safe token
+	// records, metrics and budgets carry.
+	Models   []string `yaml:"models"`
 	Contract Contract `yaml:"contract"`
 }
 
 // Contract says what makes a result valid for a pool (docs/architecture.md §4 rule 3, §6).
+//
+// Every pool applies the default success predicate to a finished answer: it
+// wins only if it is not empty, not truncated below its limit and not ended
+// by a content filter. The allow_* keys relax it; the others add to it.
 type Contract struct {
 	// RequireComplete demands a complete finish reason (not length or filter).
 	RequireComplete bool `yaml:"require_complete"`
+	// AllowEmpty lets an answer with no content, tool call or refusal win.
+	AllowEmpty bool `yaml:"allow_empty"`
+	// AllowTruncated lets an answer ended by "length" win however short.
+	AllowTruncated bool `yaml:"allow_truncated"`
+	// AllowContentFilter lets an answer ended by "content_filter" win.
+	AllowContentFilter bool `yaml:"allow_content_filter"`
+	// MaxOutputTokens is the routes' own output limit for requests that ask
+	// for no max_tokens: an answer ended by "length" with at least this many
+	// output tokens stopped at the route's limit and wins. 0 (the default)
+	// is unknown: every such answer counts as truncated.
+	MaxOutputTokens int `yaml:"max_output_tokens"`
 	// RequiredFields are top-level fields the JSON content must contain.
 	RequiredFields []string `yaml:"required_fields"`
 	// JSONSchema is the JSON Schema the content must satisfy.

@@ -751,3 +751,68 @@ func TestDefaultsTableGivesThePolicyPackagesDefaults(t *testing.T) {
 		t.Fatalf("a policy that sets nothing is\n%+v\nwant dispatcher/policy's defaults\n%+v", got, want)
 	}
 }
+
+func TestPoolModelsAreAnyProviderNameUniqueAcrossPools(t *testing.T) {
+	two := minimal + `    models: [gpt-4o, gpt-4o-2024-08-06, claude-3.5-sonnet, meta-llama/Llama-3-70b]
+  other:
+    routes: [a]
+`
+	cfg, ps := parse(t, two, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := cfg.Pools["general"].Models; len(got) != 4 || got[2] != "claude-3.5-sonnet" {
+		t.Fatalf("models = %q", got)
+	}
+	cases := []struct {
+		name, models, path, msg string
+		line                    int
+	}{
+		{"empty name", `[""]`, "pools.general.models[0]", "empty", 13},
+		{"control character", `["gpt\u0007"]`, "pools.general.models[0]", "control character", 13},
+		{"too long", `["` + strings.Repeat("m", 257) + `"]`, "pools.general.models[0]", "more than 256", 13},
+		{"leading white space", `[" gpt-4o"]`, "pools.general.models[0]", "white space", 13},
+		{"another pool's name", `[gpt-4o, other]`, "pools.general.models[1]", `"other" is already a model of pools.other`, 13},
+		{"the pool's own name", `[general]`, "pools.general.models[0]", "the pool's own name", 13},
+		{"listed twice", `[gpt-4o, gpt-4o]`, "pools.general.models[1]", "already a model of pools.general.models[0]", 13},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := minimal + "    models: " + tc.models + "\n  other:\n    routes: [a]\n"
+			_, ps := parse(t, src, RoleServe, noEnv)
+			p := wantProblem(t, ps, tc.path, tc.msg)
+			if p.Line != tc.line {
+				t.Fatalf("problem %v at line %d, want %d", p, p.Line, tc.line)
+			}
+		})
+	}
+	// A model of one pool may not be a model of another either.
+	src := minimal + "    models: [gpt-4o]\n  other:\n    routes: [a]\n    models: [gpt-4o]\n"
+	_, ps = parse(t, src, RoleServe, noEnv)
+	wantProblem(t, ps, "pools.other.models[0]", `"gpt-4o" is already a model of pools.general.models[0]`)
+}
+
+func TestContractPredicateKeysDecodeAndAreChecked(t *testing.T) {
+	src := minimal + `    contract:
+      allow_empty: true
+      allow_truncated: true
+      allow_content_filter: true
+      max_output_tokens: 4096
+`
+	cfg, ps := parse(t, src, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	c := cfg.Pools["general"].Contract
+	if !c.AllowEmpty || !c.AllowTruncated || !c.AllowContentFilter || c.MaxOutputTokens != 4096 {
+		t.Fatalf("contract = %+v", c)
+	}
+	for _, tc := range []struct{ name, src, path, msg string }{
+		{"negative limit", minimal + "    contract: {max_output_tokens: -1}\n", "pools.general.contract.max_output_tokens", "negative"},
+		{"misspelt allow key", minimal + "    contract: {allow_truncation: true}\n", "pools.general.contract.allow_truncation", "unknown key"},
+		{"wrong kind", minimal + "    contract: {allow_empty: maybe}\n", "pools.general.contract.allow_empty", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			if p := wantProblem(t, ps, tc.path, tc.msg); p.Line != 13 {
+				t.Fatalf("problem %v at line %d, want 13", p, p.Line)
+			}
+		})
+	}
+}

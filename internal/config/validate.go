@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
@@ -212,6 +213,37 @@ func (v *validator) pools() {
 		}
 		if err := pool.Contract.JSONSchema.resolve(v.dir, p); err != nil {
 			v.addf(p+".contract.json_schema", "%v", err)
+		}
+		if pool.Contract.MaxOutputTokens < 0 {
+			v.addf(p+".contract.max_output_tokens", "%d is negative", pool.Contract.MaxOutputTokens)
+		}
+	}
+	v.models()
+}
+
+// models checks the model names the pools answer to besides their own
+// (pools.*.models): each a name a provider could use, and each naming one
+// pool only, so a caller's model never picks a pool by chance.
+func (v *validator) models() {
+	owner := map[string]string{} // model name → the path that claimed it first
+	for _, name := range slices.Sorted(maps.Keys(v.cfg.Pools)) {
+		owner[name] = "pools." + name
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.cfg.Pools)) {
+		for i, m := range v.cfg.Pools[name].Models {
+			mp := indexPath("pools."+name+".models", i)
+			if err := schemas.CheckModelName(m); err != nil {
+				v.addf(mp, "%s", strings.TrimPrefix(err.Error(), "schemas: "))
+				continue
+			}
+			switch first, dup := owner[m]; {
+			case !dup:
+				owner[m] = mp
+			case first == "pools."+name:
+				v.addf(mp, "%q is the pool's own name, which it answers to already", m)
+			default:
+				v.addf(mp, "%q is already a model of %s: a model name may name one pool only", m, first)
+			}
 		}
 	}
 }

@@ -158,9 +158,14 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dialectOf(r.Provider)})
 	}
 	for name, p := range cfg.Pools {
-		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Contract: arbiter.ContractSpec{
-			RequireComplete: p.Contract.RequireComplete, RequiredFields: p.Contract.RequiredFields,
-			JSONSchema: p.Contract.JSONSchema.Document,
+		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Models: p.Models, Contract: arbiter.ContractSpec{
+			RequireComplete:    p.Contract.RequireComplete,
+			AllowEmpty:         p.Contract.AllowEmpty,
+			AllowTruncated:     p.Contract.AllowTruncated,
+			AllowContentFilter: p.Contract.AllowContentFilter,
+			MaxOutputTokens:    p.Contract.MaxOutputTokens,
+			RequiredFields:     p.Contract.RequiredFields,
+			JSONSchema:         p.Contract.JSONSchema.Document,
 		}}
 	}
 	return c
