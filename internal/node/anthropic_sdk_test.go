@@ -107,7 +107,7 @@ func startClaudeServe(t *testing.T) string {
 			name, r.provider, r.url, name[len(name)-1:])
 	}
 	fmt.Fprintf(&y, `pools:
-  claude: {routes: [claude-a, claude-b]}
+  claude: {routes: [claude-a, claude-b], models: [claude-3.5-sonnet]}
   mixed: {routes: [mixed-a, mixed-b]}
   broken: {routes: [broken-a, broken-b]}
   stuck: {routes: [stuck-a, stuck-b]}
@@ -323,5 +323,20 @@ func TestAnthropicSDKErrorsAreTypedAnthropicErrors(t *testing.T) {
 				t.Errorf("error body %s echoes the prompt", apiErr.RawJSON())
 			}
 		})
+	}
+}
+
+func TestAnthropicSDKClientKeepsItsModelNameThroughAnAlias(t *testing.T) {
+	client := claudeClient(t, startClaudeServe(t), claudeKey)
+	var raw *http.Response
+	msg, err := client.Messages.New(context.Background(), claudeQuestion("claude-3.5-sonnet"), option.WithResponseInto(&raw))
+	if err != nil {
+		t.Fatalf("message through the alias: %v", err)
+	}
+	if string(msg.Model) != "claude-3.5-sonnet" || len(msg.Content) == 0 || msg.Content[0].Text == "" {
+		t.Fatalf("message %+v, want an answer naming the model sent", msg)
+	}
+	if r := raw.Header.Get(frontdoor.HeaderWinnerRoute); r != "claude-a" && r != "claude-b" {
+		t.Errorf("%s = %q, want a route of the pool claude", frontdoor.HeaderWinnerRoute, r)
 	}
 }

@@ -76,7 +76,7 @@ func startSDKServe(t *testing.T) string {
   body_limit: %d
 routes:
 %spools:
-  general: {routes: [calm-a, calm-b]}
+  general: {routes: [calm-a, calm-b], models: [gpt-4o, gpt-4o-2024-08-06]}
   broken: {routes: [broken-a, broken-b]}
   stuck: {routes: [stuck-a, stuck-b]}
 policies:
@@ -302,5 +302,31 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSDKClientKeepsItsModelNameThroughAnAlias(t *testing.T) {
+	client := sdkClient(t, startSDKServe(t), sdkKey)
+	var raw *http.Response
+	cc, err := client.Chat.Completions.New(context.Background(), question("gpt-4o"), option.WithResponseInto(&raw))
+	if err != nil {
+		t.Fatalf("completion through the alias: %v", err)
+	}
+	if cc.Model != "gpt-4o" || len(cc.Choices) != 1 || cc.Choices[0].Message.Content == "" {
+		t.Fatalf("completion %+v, want an answer naming the model sent", cc)
+	}
+	checkHedgeHeaders(t, raw.Header) // answered by the pool general's routes
+	models := client.Models.ListAutoPaging(context.Background())
+	var names []string
+	for models.Next() {
+		names = append(names, models.Current().ID)
+	}
+	if err := models.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"general", "gpt-4o", "gpt-4o-2024-08-06"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("models %v lack %q", names, want)
+		}
 	}
 }
