@@ -32,6 +32,7 @@ import (
 type behaviour struct {
 	firstByte time.Duration // wait before the first byte
 	hang      bool          // never answer; hold until the client goes away
+	openEarly bool          // open the stream at once, as real providers do: firstByte and hang then delay the first token
 	words     int           // content tokens, one per chunk
 	status    int           // non-200: answer this error at once
 	content   string        // when set, the whole answer, in one chunk
@@ -128,6 +129,11 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 	}
+	if b.openEarly {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n: keep-alive\n\n")
+		w.(http.Flusher).Flush()
+	}
 	if b.hang {
 		<-r.Context().Done()
 		notify(p.gone, p.route)
@@ -195,6 +201,20 @@ func (p *provider) serveMessages(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":"scripted"}}`, typ)
 		return
 	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	ev := func(name, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		fl.Flush()
+	}
+	opening := func() {
+		ev("message_start", `{"type":"message_start","message":{"id":"msg_x","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`)
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+		ev("ping", `{"type":"ping"}`)
+	}
+	if b.openEarly {
+		opening()
+	}
 	if b.hang {
 		<-r.Context().Done()
 		notify(p.gone, p.route)
@@ -208,15 +228,10 @@ func (p *provider) serveMessages(w http.ResponseWriter, r *http.Request) {
 		notify(p.gone, p.route)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl := w.(http.Flusher)
-	ev := func(name, data string) {
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
-		fl.Flush()
-	}
 	words := max(b.words, 1)
-	ev("message_start", `{"type":"message_start","message":{"id":"msg_x","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}`)
-	ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+	if !b.openEarly {
+		opening()
+	}
 	for i := range words {
 		ev("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s%d "}}`, p.route, i))
 	}

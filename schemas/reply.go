@@ -56,10 +56,11 @@ type Heartbeat struct {
 	Seq     int64  `json:"seq"`
 }
 
-// FirstByte says the provider has started answering with a success status:
-// the moment the first_byte hedge trigger measures, which can come well
-// before the first content token (a role-only chunk, keep-alives). It is
-// sent at most once, ends the heartbeats and precedes every Chunk.
+// FirstByte says the model has produced its first token of any kind (text,
+// a tool call, a refusal, reasoning): the moment the first_byte hedge
+// trigger measures. A stream the provider opened without a token (headers,
+// a role-only chunk, keep-alives) is not a first byte. It is sent at most
+// once, ends the heartbeats and precedes every Chunk.
 // ElapsedMs is measured by the worker from the attempt's arrival.
 type FirstByte struct {
 	V         int    `json:"v"`

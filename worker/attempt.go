@@ -16,7 +16,7 @@ import (
 )
 
 // attemptRun is one attempt from Accept to AttemptResult. It is the
-// upstream.Sink of its call: Stream reports the first byte and deltas on
+// upstream.Sink of its call: Stream reports the first token and deltas on
 // the run's goroutine while the pacer goroutine sends heartbeats and flushes
 // chunks that waited CoalesceDelay; mu orders the two, so the reply inbox
 // sees one sequence.
@@ -39,7 +39,7 @@ type attemptRun struct {
 	arm chan struct{}
 
 	// The pacer goroutine starts only when it has work: the first heartbeat
-	// is due (wake fires before the first byte) or output waits for the
+	// is due (wake fires before the first token) or output waits for the
 	// coalesce delay. An answer that is not streamed and begins within a
 	// heartbeat interval never needs it.
 	wake      *time.Timer   // starts the pacer when the first heartbeat is due
@@ -194,7 +194,11 @@ func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.Att
 	}
 	if !r.firstByteAt.IsZero() {
 		res.FirstByteMs = schemas.Millis(max(r.firstByteAt.Sub(r.received), 0))
-		res.HTTPStatus = 200 // FirstByte is reported only for a success status
+	}
+	if !r.firstByteAt.IsZero() || err == nil {
+		// Tokens and answers come only in a success status. A stream that
+		// failed before its first token keeps the status the error names.
+		res.HTTPStatus = 200
 	}
 	var ue *upstream.Error
 	errors.As(err, &ue)
@@ -251,7 +255,9 @@ func (r *attemptRun) publishResult(res schemas.AttemptResult) {
 	}
 }
 
-// FirstByte implements upstream.Sink.
+// FirstByte implements upstream.Sink: the provider's first generated token
+// (not its headers, docs/architecture.md §4 rule 2) is the attempt's first
+// byte, which ends the heartbeats.
 func (r *attemptRun) FirstByte() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -330,7 +336,9 @@ func (r *attemptRun) send(m json.Marshaler) {
 }
 
 // heartbeat sends the next heartbeat; false once the first byte has made
-// heartbeats unnecessary.
+// heartbeats unnecessary. A provider stream that is open but has produced
+// no token yet is still beaten for: the dispatcher must not take a slow
+// model for a lost worker.
 func (r *attemptRun) heartbeat() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -380,7 +388,7 @@ func (r *attemptRun) stopPacing() {
 	}
 }
 
-// pace runs beside the upstream call: heartbeats until the first byte, and
+// pace runs beside the upstream call: heartbeats until the first token, and
 // the flush of output that has waited CoalesceDelay. beatNow sends the
 // first heartbeat at once: the pacer started when it was due.
 func (r *attemptRun) pace(stop <-chan struct{}, done chan<- struct{}, beatNow bool) {

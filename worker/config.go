@@ -54,7 +54,7 @@ type Config struct {
 	// MaxInflight is how many attempts the worker runs at once; an attempt
 	// beyond it is answered Busy. 0 means DefaultMaxInflight.
 	MaxInflight int
-	// HeartbeatInterval is the period of heartbeats before the first byte.
+	// HeartbeatInterval is the period of heartbeats before the first token.
 	// 0 means DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// CoalesceTokens and CoalesceDelay bound a chunk (see the package

@@ -22,8 +22,11 @@
 //	Accept, Heartbeat*, FirstByte?, Chunk*, AttemptResult
 //
 // Accept is sent as soon as the attempt is decoded. Heartbeats (Seq from 1)
-// follow every HeartbeatInterval until the provider's first byte; FirstByte
-// is sent once, when the provider answers with a success status. Chunks
+// follow every HeartbeatInterval until the first generated token; FirstByte
+// is sent once, at that token (upstream.Sink.FirstByte) — not when the
+// provider's stream opens, since providers open it long before the model
+// produces anything, and an open stream that stalls must stay hedgeable
+// (docs/architecture.md §4 rule 2). Chunks
 // (streaming callers only) have Seq from 1 without gaps: the chunk holding
 // the first content or tool-call token is sent at once with First set, later
 // output is coalesced until CoalesceTokens tokens or CoalesceDelay after the

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -293,12 +294,12 @@ func TestCancelStopsTheUpstreamAndReportsCanceledObserved(t *testing.T) {
 	if rec.Outcome != schemas.OutcomeLoserCanceled || !rec.CancellationSent || !rec.CancellationObserved || !rec.UsageEstimated {
 		t.Errorf("record = %+v", rec)
 	}
-	if got := h.metric("hedgerow_worker_cancellations_total", "observed", "true"); got != 1 {
-		t.Errorf("cancellations_total{observed=true} = %v, want 1", got)
-	}
-	if got := h.metric("hedgerow_cancel_latency_seconds"); got != 1 {
-		t.Errorf("cancel_latency_seconds has %v samples, want 1", got)
-	}
+	// The worker counts the cancel after it has published the result and
+	// the record.
+	eventually.True(t, wait, "cancellations_total{observed=true} and one cancel_latency_seconds sample", func() bool {
+		return h.metric("hedgerow_worker_cancellations_total", "observed", "true") == 1 &&
+			h.metric("hedgerow_cancel_latency_seconds") == 1
+	})
 }
 
 func TestCancelArrivingBeforeItsAttemptStillCancelsIt(t *testing.T) {

@@ -25,7 +25,8 @@ once hedged. It prints both side by side in the shape of ` + "`hedgerow simulate
 (strategies none and hedgerow, times in model milliseconds: real ÷ time scale),
 with the P99 of commit → upstream disconnect of cancelled losers (real ms), the
 output tokens billed to losers, and the double commits an independent subscriber
-of the records saw.
+of the records saw. With --open-early the fake routes open every stream at once
+and stall until the drawn first byte before the first token, as real providers do.
 
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
@@ -49,6 +50,7 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.Float64Var(&opts.TimeScale, "time-scale", opts.TimeScale, "real seconds per model second")
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "seed of the workload and the arrivals")
 	f.StringVar(&opts.Workload, "workload", opts.Workload, "workload model of the fake routes: "+strings.Join(workload.Names(), ", "))
+	f.BoolVar(&opts.OpenEarly, "open-early", opts.OpenEarly, "the fake routes open streams at once and stall before the first token, as real providers do")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd

@@ -60,6 +60,11 @@ type Options struct {
 	Seed uint64
 	// Workload names the fake routes' model (workload.Names).
 	Workload string
+	// OpenEarly makes the fake routes open every stream at once and send
+	// its first token at the drawn first byte (fakellm.Config.OpenEarly),
+	// as real providers do: the hedge trigger must then tell an open
+	// stream from a producing one.
+	OpenEarly bool
 	// Progress, when set, is told of finished requests in batches (the
 	// argument is how many finished since the last call), from any
 	// goroutine; the total is Warmup + 2 × Requests.
@@ -105,6 +110,9 @@ type Report struct {
 	simulator.Report
 	// TimeScale converts the strategies' model milliseconds to real ones.
 	TimeScale float64 `json:"time_scale"`
+	// OpenEarly says the fake routes opened their streams before the first
+	// token (Options.OpenEarly).
+	OpenEarly bool `json:"open_early"`
 	// CancelLatencyP99Ms is the P99, in real milliseconds, of commit →
 	// upstream disconnect over every loser of a committed group that the
 	// provider saw disconnect (both measured runs).

@@ -87,7 +87,7 @@ func TestReportJSONIsTheSimulateObjectPlusTheLiveFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"workload", "requests", "seed", "stream", "conditions", "strategies",
-		"time_scale", "cancel_latency_p99_ms", "cancel_latency_p50_ms", "cancel_latency_max_ms", "loser_output_tokens", "double_commits"}
+		"time_scale", "open_early", "cancel_latency_p99_ms", "cancel_latency_p50_ms", "cancel_latency_max_ms", "loser_output_tokens", "double_commits"}
 	if len(got) != len(want) {
 		t.Errorf("keys %v, want exactly %v", keys(got), want)
 	}

@@ -29,7 +29,7 @@ func (r *runner) report(runs []*run) *Report {
 				FailedCountAt: "deadline",
 			},
 		},
-		TimeScale: r.o.TimeScale, Warmup: r.o.Warmup, Rate: r.o.Rate,
+		TimeScale: r.o.TimeScale, OpenEarly: r.o.OpenEarly, Warmup: r.o.Warmup, Rate: r.o.Rate,
 		DoubleCommits: r.rec.doubleCommits(),
 	}
 	rep.GroupRecords, rep.AttemptRecords, rep.BadRecords = r.rec.counts()

@@ -34,8 +34,12 @@ func (rep *Report) P99Ratio() float64 {
 // WriteTable prints the two runs side by side, the live system's figures
 // against their targets, and each run's bookkeeping.
 func (rep *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "hedgerow demo: live serve + 3 fake %s routes, streaming, Poisson %g requests/s (real), %d-request warm-up\n",
-		rep.Workload, rep.Rate, rep.Warmup)
+	opening := "streams open at the first token"
+	if rep.OpenEarly {
+		opening = "streams open at once, first token at the drawn first byte"
+	}
+	fmt.Fprintf(w, "hedgerow demo: live serve + 3 fake %s routes, streaming (%s), Poisson %g requests/s (real), %d-request warm-up\n",
+		rep.Workload, opening, rep.Rate, rep.Warmup)
 	fmt.Fprintf(w, "times are model time (real ÷ %g) to compare with `hedgerow simulate --stream`; none = primary-only, hedgerow = hedged\n\n",
 		rep.TimeScale)
 	if err := rep.Report.WriteTable(w); err != nil {

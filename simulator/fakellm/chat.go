@@ -107,7 +107,7 @@ type exchange struct {
 	finish string    // the canonical finish reason of a complete answer: stop or length
 
 	status     int       // HTTP status sent; 0 until one is
-	firstByte  time.Time // when the first body byte was written
+	firstByte  time.Time // when the first byte of the answer was written
 	sent       int       // output tokens written
 	end        EndReason // empty: completed
 	disconnect time.Time // when the client or Close ended it
@@ -132,7 +132,12 @@ func (ex *exchange) run() {
 			ex.rateLimited()
 		}
 	case workload.OutcomeHang:
-		// Nothing is sent: the client's deadline or a hedge has to end it.
+		// Nothing is sent, or with OpenEarly nothing after the stream's
+		// opening: the client's deadline or a hedge has to end it.
+		if ex.s.early && ex.p.stream {
+			ex.hangOpen()
+			return
+		}
 		if ex.waitFor(ex.s.hangCap) {
 			ex.end = EndHangCapped
 			ex.writeError(http.StatusGatewayTimeout, errTypeTimeout, errCodeHangCapped,
@@ -242,23 +247,21 @@ func (ex *exchange) complete() {
 }
 
 // stream answers a streaming request: headers and the role chunk at the
-// first byte, then the tokens as the model produces them, several per write
-// when they fall within minFlushInterval of each other.
+// first byte (with OpenEarly, at once), then the tokens as the model
+// produces them from the first byte on, several per write when they fall
+// within minFlushInterval of each other.
 func (ex *exchange) stream() {
 	att := &ex.att
-	if !ex.waitFor(att.FirstByte) {
+	if !ex.s.early && !ex.waitFor(att.FirstByte) {
 		return
 	}
-	h := ex.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	ex.w.WriteHeader(http.StatusOK)
-	ex.status = http.StatusOK
-	rc := http.NewResponseController(ex.w)
-
 	var buf bytes.Buffer
-	ex.d.streamStart(&buf, ex)
+	rc := ex.openStream(&buf)
+	if ex.s.early {
+		if !ex.write(rc, &buf) || !ex.waitFor(att.FirstByte) {
+			return
+		}
+	}
 	n := att.Request.OutputTokens
 	for {
 		// Progress by at least one token per wake, whatever the clock says.
@@ -269,15 +272,9 @@ func (ex *exchange) stream() {
 		if due == n {
 			ex.d.streamEnd(&buf, ex)
 		}
-		_, err := ex.w.Write(buf.Bytes())
-		if err == nil {
-			err = rc.Flush()
-		}
-		if err != nil {
-			ex.stop(EndDisconnected)
+		if !ex.write(rc, &buf) {
 			return
 		}
-		buf.Reset()
 		if ex.firstByte.IsZero() {
 			ex.firstByte = ex.s.now()
 		}
@@ -293,6 +290,49 @@ func (ex *exchange) stream() {
 			return
 		}
 	}
+}
+
+// openStream sends the stream's headers and appends its opening events to
+// buf; the returned controller flushes what is written.
+func (ex *exchange) openStream(buf *bytes.Buffer) *http.ResponseController {
+	h := ex.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	ex.w.WriteHeader(http.StatusOK)
+	ex.status = http.StatusOK
+	ex.d.streamStart(buf, ex)
+	return http.NewResponseController(ex.w)
+}
+
+// write sends and flushes buf, then empties it; false means the client
+// went away (and the exchange is recorded as such).
+func (ex *exchange) write(rc *http.ResponseController, buf *bytes.Buffer) bool {
+	_, err := ex.w.Write(buf.Bytes())
+	if err == nil {
+		err = rc.Flush()
+	}
+	buf.Reset()
+	if err != nil {
+		ex.stop(EndDisconnected)
+		return false
+	}
+	return true
+}
+
+// hangOpen plays a hung attempt behind an early-opened stream: the opening
+// at once, then silence until the hang cap, which ends the stream with an
+// error event, as a provider's gateway timing out a stuck model does.
+func (ex *exchange) hangOpen() {
+	var buf bytes.Buffer
+	rc := ex.openStream(&buf)
+	if !ex.write(rc, &buf) || !ex.waitFor(ex.s.hangCap) {
+		return
+	}
+	ex.end = EndHangCapped
+	ex.d.streamError(&buf, errTypeTimeout, errCodeHangCapped,
+		fmt.Sprintf("The provider sent nothing within %v of model time.", ex.s.hangCap))
+	ex.write(rc, &buf)
 }
 
 // record stores the exchange's record with what the provider bills for it.

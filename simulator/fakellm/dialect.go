@@ -26,6 +26,9 @@ type dialect interface {
 	streamStart(buf *bytes.Buffer, ex *exchange)
 	streamToken(buf *bytes.Buffer, ex *exchange, word string)
 	streamEnd(buf *bytes.Buffer, ex *exchange)
+	// streamError appends the event that ends a stream with an error after
+	// its 200; typ and code are OpenAI's, which other dialects translate.
+	streamError(buf *bytes.Buffer, typ, code, message string)
 }
 
 // chatCompletions is OpenAI's Chat Completions API.
@@ -76,6 +79,18 @@ func (chatCompletions) streamEnd(buf *bytes.Buffer, ex *exchange) {
 		appendChunk(buf, ex, []chunkChoice{}, newUsage(ex.att.Request.InputTokens, ex.att.Request.OutputTokens))
 	}
 	buf.WriteString("data: [DONE]\n\n")
+}
+
+// streamError sends the error object alone as a chunk, as the API does when
+// a stream fails after its 200.
+func (chatCompletions) streamError(buf *bytes.Buffer, typ, code, message string) {
+	data, err := json.Marshal(errorBody{Error: errorObject{Message: message, Type: typ, Code: &code}})
+	if err != nil {
+		return // only plain fields; cannot fail
+	}
+	buf.WriteString("data: ")
+	buf.Write(data)
+	buf.WriteString("\n\n")
 }
 
 // appendChunk appends one server-sent event holding a chunk.

@@ -237,6 +237,13 @@ func (messagesAPI) streamEnd(buf *bytes.Buffer, ex *exchange) {
 	}{"message_stop"})
 }
 
+// streamError sends an error event, Anthropic's way of failing a stream
+// after its 200; the error type is the one the API gives a timeout.
+func (messagesAPI) streamError(buf *bytes.Buffer, _, _, message string) {
+	appendEvent(buf, "error", messagesErrorBody{Type: "error",
+		Error: messagesErrorObject{Type: messagesErrorType(http.StatusGatewayTimeout), Message: message}})
+}
+
 // appendEvent appends one named server-sent event.
 func appendEvent(buf *bytes.Buffer, name string, v any) {
 	data, err := json.Marshal(v)

@@ -72,6 +72,15 @@ type Config struct {
 	// (its attempt is drawn and it will end in a record), on the request's
 	// goroutine; it must not block.
 	OnStart func()
+	// OpenEarly opens a stream as real providers do, long before the model
+	// produces anything: the headers and the opening events (the empty role
+	// chunk; message_start, the text block's start and a ping) go out as
+	// the request arrives, and the first token follows at the drawn first
+	// byte. A hung attempt's stream opens too and then stays silent until
+	// the hang cap ends it with an error event. Without it the headers and
+	// the opening wait for the first token. Non-streaming answers, errors
+	// and rate limits are the same either way.
+	OpenEarly bool
 }
 
 // Server is an OpenAI-compatible chat completions server playing one route
@@ -91,6 +100,7 @@ type Server struct {
 	now      func() time.Time
 	onRecord func(Record)
 	onStart  func()
+	early    bool // Config.OpenEarly
 
 	began    time.Time    // model time 0
 	attempts atomic.Int64 // the attempt counter; numbers start at 1
@@ -143,6 +153,7 @@ func New(cfg Config) (*Server, error) {
 		now:      cfg.Now,
 		onRecord: cfg.OnRecord,
 		onStart:  cfg.OnStart,
+		early:    cfg.OpenEarly,
 		stats:    newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
 		closed:   make(chan struct{}),
 	}

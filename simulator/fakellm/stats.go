@@ -56,7 +56,9 @@ type Record struct {
 	// FirstByteModelMs is the drawn time to first byte, for an ok outcome.
 	FirstByteModelMs *float64 `json:"first_byte_model_ms,omitempty"`
 	// FirstByteRealMs is the measured real time from the request's arrival
-	// to the first byte of the answer body written, when one was.
+	// to the first byte of the answer written, when one was: a completion's
+	// body, or a stream's first token (what opened the stream before it, as
+	// with Config.OpenEarly, is not the answer).
 	FirstByteRealMs *float64 `json:"first_byte_real_ms,omitempty"`
 
 	End EndReason `json:"end"`

@@ -98,7 +98,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	// As in the OpenAI adapter: a stream held open after message_stop can be
 	// cut without failing the attempt.
-	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, sink, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, func(h http.Header) {
 		h.Set("Anthropic-Version", AnthropicVersion)
 		if a.key != "" {
 			h.Set("X-Api-Key", a.key)
@@ -171,14 +171,8 @@ type messagesEvent struct {
 	Message *struct {
 		Usage messagesUsage `json:"usage"`
 	} `json:"message"`
-	ContentBlock *struct {
-		Type  string          `json:"type"`
-		Text  string          `json:"text"`
-		ID    string          `json:"id"`
-		Name  string          `json:"name"`
-		Input json.RawMessage `json:"input"`
-	} `json:"content_block"`
-	Delta *struct {
+	ContentBlock *messagesBlock `json:"content_block"`
+	Delta        *struct {
 		Type        string  `json:"type"`
 		Text        string  `json:"text"`
 		PartialJSON string  `json:"partial_json"`
@@ -187,6 +181,18 @@ type messagesEvent struct {
 	} `json:"delta"`
 	Usage *messagesUsage  `json:"usage"`
 	Error json.RawMessage `json:"error"`
+}
+
+// messagesBlock is a content_block_start's block: what it says of the block
+// before its deltas.
+type messagesBlock struct {
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	Input    json.RawMessage `json:"input"`
+	Thinking string          `json:"thinking"`
+	Data     string          `json:"data"` // a redacted_thinking block's
 }
 
 // messagesUsage is a Messages usage object. Every count is cumulative for
@@ -255,7 +261,7 @@ func (s *messageStream) event(ev event) (json.RawMessage, error) {
 		if e.ContentBlock == nil {
 			return nil, errors.New("content_block_start without a content block")
 		}
-		return nil, s.blockStart(e.Index, e.ContentBlock.Type, e.ContentBlock.Text, e.ContentBlock.ID, e.ContentBlock.Name, e.ContentBlock.Input)
+		return nil, s.blockStart(e.Index, e.ContentBlock)
 	case "content_block_delta":
 		if e.Delta == nil {
 			return nil, errors.New("content_block_delta without a delta")
@@ -290,21 +296,34 @@ func (s *messageStream) usage(u messagesUsage) {
 
 // blockStart opens a content block: text is delivered as it comes, a
 // tool_use becomes the first fragment of an OpenAI tool call; thinking and
-// server-side blocks are not part of the answer.
-func (s *messageStream) blockStart(index int, typ, text, id, name string, input json.RawMessage) error {
-	switch typ {
+// server-side blocks are not part of the answer. A tool call, a server
+// tool's call and thinking that arrives whole are the model's output, so
+// their start is a first token; an empty text or thinking block's start
+// is not.
+func (s *messageStream) blockStart(index int, b *messagesBlock) error {
+	switch b.Type {
 	case "text":
-		s.text(text)
+		s.text(b.Text)
 	case "tool_use":
 		n := len(s.tools)
 		s.tools[index] = n
 		args := ""
-		if in := bytes.TrimSpace(input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !isNull(in) {
+		if in := bytes.TrimSpace(b.Input); len(in) > 0 && !bytes.Equal(in, []byte("{}")) && !isNull(in) {
 			args = string(in) // a block sent whole rather than streamed
 			s.toolArgs[n] = true
 		}
-		return s.toolFragment(toolCallFragment{Index: n, ID: id, Type: "function",
-			Function: toolCallFunctionFragment{Name: name, Arguments: args}})
+		return s.toolFragment(toolCallFragment{Index: n, ID: b.ID, Type: "function",
+			Function: toolCallFunctionFragment{Name: b.Name, Arguments: args}})
+	case "server_tool_use":
+		s.acc.firstToken()
+	case "thinking":
+		if b.Thinking != "" {
+			s.acc.firstToken()
+		}
+	case "redacted_thinking":
+		if b.Data != "" {
+			s.acc.firstToken()
+		}
 	}
 	return nil
 }
@@ -319,12 +338,13 @@ func (s *messageStream) blockDelta(index int, typ, text, partialJSON, thinking s
 			return fmt.Errorf("input_json_delta for content block %d, which is no tool_use", index)
 		}
 		if partialJSON == "" {
-			return nil
+			return nil // not output; the block's start was
 		}
 		s.toolArgs[n] = true
 		return s.toolFragment(toolCallFragment{Index: n, Function: toolCallFunctionFragment{Arguments: partialJSON}})
 	case "thinking_delta":
 		if thinking != "" {
+			s.acc.firstToken()
 			s.acc.tokens++ // billed output, never delivered
 		}
 	}
@@ -344,7 +364,7 @@ func (s *messageStream) blockStop(index int) error {
 		return fmt.Errorf("encode tool-call fragment: %w", err)
 	}
 	// Part of the call already counted; not a token of its own.
-	if err := s.acc.mergeToolCalls(raw); err != nil {
+	if _, err := s.acc.mergeToolCalls(raw); err != nil {
 		return err
 	}
 	s.acc.sink.Delta(Delta{ToolCalls: raw})
@@ -355,6 +375,7 @@ func (s *messageStream) text(t string) {
 	if t == "" {
 		return
 	}
+	s.acc.firstToken()
 	s.acc.content.WriteString(t)
 	s.acc.tokens++
 	s.acc.sink.Delta(Delta{Content: t, Tokens: 1})
@@ -379,9 +400,10 @@ func (s *messageStream) toolFragment(f toolCallFragment) error {
 	if err != nil {
 		return fmt.Errorf("encode tool-call fragment: %w", err)
 	}
-	if err := s.acc.mergeToolCalls(raw); err != nil {
+	if _, err := s.acc.mergeToolCalls(raw); err != nil {
 		return err
 	}
+	s.acc.firstToken()
 	s.acc.tokens++
 	s.acc.sink.Delta(Delta{ToolCalls: raw, Tokens: 1})
 	return nil

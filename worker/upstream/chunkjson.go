@@ -36,7 +36,7 @@ type chunkParser struct{ jsonscan.Scanner }
 var (
 	chunkFields  = [...]string{"choices", "usage", "error"}
 	choiceFields = [...]string{"index", "delta", "finish_reason"}
-	deltaFields  = [...]string{"content", "refusal", "tool_calls"}
+	deltaFields  = [...]string{"content", "refusal", "tool_calls", "reasoning_content", "reasoning"}
 	usageFields  = [...]string{"prompt_tokens", "completion_tokens"}
 )
 
@@ -148,7 +148,14 @@ func (p *chunkParser) delta(d *chunkDelta) bool {
 			return p.optString(&d.Refusal, &d.refusal)
 		default:
 			raw, ok := p.raw(3)
-			d.ToolCalls = raw
+			switch f {
+			case 2:
+				d.ToolCalls = raw
+			case 3:
+				d.ReasoningContent = raw
+			default:
+				d.Reasoning = raw
+			}
 			return ok
 		}
 	})

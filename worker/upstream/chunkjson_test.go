@@ -24,6 +24,11 @@ var chunkCases = []struct {
 	{"final usage only", `{"choices":[],"usage":{"prompt_tokens":82,"completion_tokens":17}}`},
 	{"tool calls kept raw", `{"choices":[{"index":0,"delta":{"tool_calls":[ {"index":0,"function":{"arguments":"{\"loc"}} ]}}]}`},
 	{"refusal", `{"choices":[{"index":0,"delta":{"refusal":"no"}}]}`},
+	{"reasoning_content kept raw", `{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"Let me think"}}]}`},
+	{"reasoning kept raw", `{"choices":[{"index":0,"delta":{"content":"","reasoning":"Hmm"}}]}`},
+	{"reasoning as an object", `{"choices":[{"index":0,"delta":{"reasoning":{"text":"Hmm","nested":[1]}}}]}`},
+	{"reasoning null", `{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":null}}]}`},
+	{"duplicate reasoning key", `{"choices":[{"delta":{"reasoning":"a","reasoning":"b"}}]}`},
 	{"escaped content", `{"choices":[{"delta":{"content":"a\nb \"q\" \u00e9 \ud83d\ude00 \/"}}]}`},
 	{"lone surrogate", `{"choices":[{"delta":{"content":"\ud800x"}}]}`},
 	{"invalid UTF-8 in content", "{\"choices\":[{\"delta\":{\"content\":\"a\xffb\"}}]}"},
@@ -98,7 +103,8 @@ func withoutStores(c chatCompletionChunk) chatCompletionChunk {
 	choices := make([]chunkChoice, len(c.Choices))
 	for i, ch := range c.Choices {
 		choices[i] = chunkChoice{Index: ch.Index, FinishReason: clonePtr(ch.FinishReason), Delta: chunkDelta{
-			Content: clonePtr(ch.Delta.Content), Refusal: clonePtr(ch.Delta.Refusal), ToolCalls: ch.Delta.ToolCalls}}
+			Content: clonePtr(ch.Delta.Content), Refusal: clonePtr(ch.Delta.Refusal), ToolCalls: ch.Delta.ToolCalls,
+			ReasoningContent: ch.Delta.ReasoningContent, Reasoning: ch.Delta.Reasoning}}
 	}
 	c.Choices = choices
 	return c

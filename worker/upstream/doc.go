@@ -40,10 +40,25 @@
 //     MaxEventBytes: a transient server_error; the adapter stops reading a
 //     stream it can no longer trust.
 //
+// # First byte
+//
+// Sink.FirstByte marks the first token the model generated, in either
+// dialect: content text, a refusal, a tool call (its id or name appearing,
+// or argument text), reasoning (reasoning_content or reasoning deltas;
+// Anthropic thinking_delta and redacted thinking), Anthropic text_delta and
+// input_json_delta, and a tool_use block's start. The response headers are
+// not a first byte, nor is anything a provider sends before its model
+// produces: an empty role chunk, an empty delta, message_start, ping, an
+// empty text or thinking block's start, SSE comments and keep-alives.
+// Providers open the stream at once and then wait for the model, so a stall
+// behind an open stream is exactly the tail the hedge trigger must see.
+//
 // # Tokens and usage
 //
-// Delta.Tokens counts one token per chunk that carries content, a refusal or
-// tool-call fragments: OpenAI streams about one token per chunk, and the
+// Output is counted one token per chunk that carries content, a refusal,
+// reasoning or tool-call fragments, and Delta.Tokens is that count for the
+// chunks delivered (refusals and reasoning are billed, never delivered):
+// OpenAI streams about one token per chunk, and the
 // figure only feeds commit points of the form tokens:N and progress estimates.
 // When a chunk carries its own running usage (servers with continuous usage
 // statistics), the increase of completion_tokens is used instead.

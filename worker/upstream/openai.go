@@ -121,7 +121,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, sink, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, func(h http.Header) {
 		if o.key != "" {
 			h.Set("Authorization", "Bearer "+o.key)
 		}
@@ -420,15 +420,16 @@ func unencodable(err error) *Error {
 }
 
 // openStream sends body once as a streaming POST to endpoint, with the
-// adapter's own headers, and returns the provider's 2xx event stream after
-// telling sink its first byte; the caller closes it. inputEstimate is the
+// adapter's own headers, and returns the provider's 2xx event stream; the
+// caller closes it. An open stream is not yet a first byte: that is the
+// first generated token the caller reads from it (Sink.FirstByte). inputEstimate is the
 // input to settle if the provider's usage report never arrives. On error,
 // out holds what may have been billed.
 //
 // The only resend the Go transport may make is of a request it could not
 // write at all to a reused idle connection, which the provider never saw.
 func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, key string, now func() time.Time,
-	sink Sink, setHeaders func(http.Header)) (ps *providerStream, inputEstimate int64, out Outcome, err error) {
+	setHeaders func(http.Header)) (ps *providerStream, inputEstimate int64, out Outcome, err error) {
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel)
 	release := func() {
@@ -467,6 +468,5 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
 		return fail(unstreamedAnswer(resp, key, now()))
 	}
-	sink.FirstByte()
 	return &providerStream{resp: resp, cancel: cancel, detach: detach, drainWait: drainWait}, inputEstimate, Outcome{}, nil
 }

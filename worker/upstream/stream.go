@@ -32,6 +32,13 @@ type chunkDelta struct {
 	Content   *string         `json:"content"`
 	Refusal   *string         `json:"refusal"`
 	ToolCalls json.RawMessage `json:"tool_calls"`
+	// ReasoningContent and Reasoning are the reasoning text of models that
+	// stream it (DeepSeek, vLLM and others name it reasoning_content;
+	// OpenRouter, Ollama and newer vLLM reasoning). It is billed output and
+	// the first sign of a live model, never part of the answer. Raw, since
+	// the adapter only needs to know that some arrived.
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
+	Reasoning        json.RawMessage `json:"reasoning"`
 
 	// What decodeChunk points Content and Refusal at, saving an allocation
 	// per string; encoding/json ignores them.
@@ -88,6 +95,10 @@ type accumulator struct {
 
 	done bool // [DONE] arrived
 
+	// generated is set at the first generated token, when the sink has been
+	// told its FirstByte.
+	generated bool
+
 	// scratch is the chunk being decoded; its choices' backing array is
 	// reused from one chunk to the next.
 	scratch chatCompletionChunk
@@ -131,13 +142,19 @@ func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
 			refusal = *ch.Delta.Refusal
 			a.refusal.WriteString(refusal)
 		}
+		namedCall := false
 		if calls := dropNull(ch.Delta.ToolCalls); calls != nil {
-			if err := a.mergeToolCalls(calls); err != nil {
+			var err error
+			if namedCall, err = a.mergeToolCalls(calls); err != nil {
 				return nil, err
 			}
 			d.ToolCalls = calls
 		}
-		if d.Content == "" && d.ToolCalls == nil && refusal == "" {
+		reasoning := hasReasoning(ch.Delta.ReasoningContent) || hasReasoning(ch.Delta.Reasoning)
+		if d.Content != "" || refusal != "" || namedCall || reasoning {
+			a.firstToken()
+		}
+		if d.Content == "" && d.ToolCalls == nil && refusal == "" && !reasoning {
 			continue // role-only or empty delta: no output
 		}
 		d.Tokens = 1
@@ -156,12 +173,38 @@ func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
 	return nil, nil
 }
 
+// firstToken tells the sink of the stream's first generated token, once.
+func (a *accumulator) firstToken() {
+	if !a.generated {
+		a.generated = true
+		a.sink.FirstByte()
+	}
+}
+
+// hasReasoning reports whether a reasoning field carries any reasoning:
+// a non-empty string, or a non-empty object or array of providers that
+// structure it. Null, "" and empty containers are not output.
+func hasReasoning(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	switch {
+	case len(t) == 0, isNull(t):
+		return false
+	case t[0] == '"':
+		return len(t) > 2 // a space is a token too
+	case t[0] == '{', t[0] == '[':
+		return len(bytes.TrimSpace(t[1:len(t)-1])) > 0
+	}
+	return true // a number or a boolean: something, though not text
+}
+
 // mergeToolCalls joins tool-call fragments by index: the first fragment of a
-// call names its id, type and function; later ones add argument text.
-func (a *accumulator) mergeToolCalls(raw json.RawMessage) error {
+// call names its id, type and function; later ones add argument text. named
+// reports that a fragment carried what the model generates — an id, a
+// function name or argument text — rather than an index alone.
+func (a *accumulator) mergeToolCalls(raw json.RawMessage) (named bool, err error) {
 	var frags []toolCallDelta
 	if err := json.Unmarshal(raw, &frags); err != nil {
-		return fmt.Errorf("decode tool_calls delta: %w", err)
+		return false, fmt.Errorf("decode tool_calls delta: %w", err)
 	}
 	if a.calls == nil {
 		a.calls = make(map[int]*toolCall)
@@ -169,8 +212,9 @@ func (a *accumulator) mergeToolCalls(raw json.RawMessage) error {
 	}
 	for _, f := range frags {
 		if f.Index == nil {
-			return errors.New("tool_calls delta without index")
+			return false, errors.New("tool_calls delta without index")
 		}
+		named = named || f.ID != "" || f.Function.Name != "" || f.Function.Arguments != ""
 		i := *f.Index
 		call, ok := a.calls[i]
 		if !ok {
@@ -189,7 +233,7 @@ func (a *accumulator) mergeToolCalls(raw json.RawMessage) error {
 		}
 		a.arguments[i].WriteString(f.Function.Arguments)
 	}
-	return nil
+	return named, nil
 }
 
 // outcome is the attempt's result so far.

@@ -12,8 +12,9 @@ import (
 // Upstream runs one attempt of a chat request against one provider route.
 type Upstream interface {
 	// Stream sends req to the provider once and reports the answer to sink
-	// as it arrives: FirstByte once, then one Delta per content or tool-call
-	// chunk, in order, on the calling goroutine. ctx bounds the whole call;
+	// as it arrives: FirstByte once, at the first generated token, then one
+	// Delta per content or tool-call chunk, in order, on the calling
+	// goroutine. ctx bounds the whole call;
 	// cancelling it closes the provider connection. A nil sink discards the
 	// progress, for callers that want only the Outcome.
 	//
@@ -27,9 +28,16 @@ type Upstream interface {
 // called from Stream's goroutine and must not block for long: the provider
 // connection is not read while they run.
 type Sink interface {
-	// FirstByte reports that the provider answered with a success status:
-	// the response headers arrived, which is the first-byte moment the hedge
-	// trigger measures. It is not called for error statuses.
+	// FirstByte reports the first token the model generated, of any kind:
+	// text, a refusal, a tool call's name, id or arguments, or reasoning.
+	// It is the first-byte moment the hedge trigger, the delay estimator
+	// and the guardrail measure (docs/architecture.md §4 rule 2). What a
+	// provider sends before the model produces anything — the response
+	// headers, an empty role chunk, Anthropic's message_start and ping, an
+	// empty text block's start, SSE comments and keep-alives — is not
+	// output: a stream that opens at once and then stalls is still
+	// stalled. It is called at most once, before the first Delta, and never
+	// for an error status or a stream that ends before any token.
 	FirstByte()
 	// Delta reports one chunk of output.
 	Delta(Delta)
