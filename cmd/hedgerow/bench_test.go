@@ -53,9 +53,9 @@ func TestBenchComparesTheGatewayWithItsRouteCalledDirectly(t *testing.T) {
 		}
 		switch {
 		case rep.Gateway.Requests == 0 || rep.Gateway.OK != rep.Gateway.Requests || rep.Gateway.Via != map[string]string{"--url": "http", "--nats": "nats"}[door[0]]:
-			t.Errorf("bench %s: gateway %+v, want every request answered over %s", door[0], rep.Gateway, door[0])
+			t.Errorf("bench %s: gateway %+v, want every request answered over %s; the report says why:\n%s", door[0], rep.Gateway, door[0], out)
 		case rep.Direct == nil || rep.Direct.Requests == 0 || rep.Direct.OK != rep.Direct.Requests:
-			t.Errorf("bench %s: direct %+v, want every request answered", door[0], rep.Direct)
+			t.Errorf("bench %s: direct %+v, want every request answered; the report says why:\n%s", door[0], rep.Direct, out)
 		case rep.Added == nil || rep.Added.P50 == nil || rep.Added.P99 == nil:
 			t.Errorf("bench %s: no added latency:\n%s", door[0], out)
 		}
