@@ -16,9 +16,10 @@ type Dialect string
 const (
 	DialectOpenAI    Dialect = "openai"    // OpenAI chat completions
 	DialectAnthropic Dialect = "anthropic" // Anthropic Messages
-	// DialectResponses is OpenAI's Responses API, which callers speak and
-	// no route does: its requests go to OpenAI routes as chat completions
-	// and to Anthropic ones as Messages (responsesTo).
+	// DialectResponses is OpenAI's Responses API. Routes of DialectOpenAI
+	// speak it too: a request in it reaches them at the provider's
+	// /responses with its members as sent, and Anthropic routes as
+	// Messages (responsesToAnthropic).
 	DialectResponses Dialect = "responses"
 )
 
@@ -156,7 +157,7 @@ func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error)
 		}
 	}
 	from := r.SourceDialect()
-	if from == to || len(r.Extra) == 0 {
+	if from == to || from == DialectResponses && to == DialectOpenAI || len(r.Extra) == 0 {
 		return r.Extra, nil
 	}
 	translate := openAIToAnthropic
@@ -164,7 +165,7 @@ func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error)
 	case DialectAnthropic:
 		translate = anthropicToOpenAI
 	case DialectResponses:
-		translate = responsesTo(to)
+		translate = responsesToAnthropic
 	}
 	out := make(map[string]json.RawMessage, len(r.Extra))
 	for _, name := range r.ExtraNames() {

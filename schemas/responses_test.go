@@ -19,12 +19,10 @@ func TestResponsesMembersTranslateOrAreRefused(t *testing.T) {
 		to          Dialect
 		want        string // the translated members, or the refused param after "!"
 	}{
-		{"chat members go as sent", `{"user":"u1","metadata":{"k":"v"},"store":true,"service_tier":"auto"}`, DialectOpenAI,
-			`{"metadata":{"k":"v"},"service_tier":"auto","store":true,"user":"u1"}`},
-		{"reasoning effort", `{"reasoning":{"effort":"low"}}`, DialectOpenAI, `{"reasoning_effort":"low"}`},
-		{"reasoning summary", `{"reasoning":{"summary":"auto"}}`, DialectOpenAI, "!reasoning.summary"},
+		{"every member to an openai route as sent", `{"previous_response_id":"resp_1","reasoning":{"summary":"auto"},"store":true}`, DialectOpenAI,
+			`{"previous_response_id":"resp_1","reasoning":{"summary":"auto"},"store":true}`},
 		{"neutral values", `{"store":false,"background":false,"truncation":"disabled"}`, DialectAnthropic, `{}`},
-		{"state", `{"previous_response_id":"resp_1"}`, DialectOpenAI, "!previous_response_id"},
+		{"state to anthropic", `{"previous_response_id":"resp_1"}`, DialectAnthropic, "!previous_response_id"},
 		{"user to anthropic", `{"safety_identifier":"s","user":"u1"}`, DialectAnthropic, `{"metadata":{"user_id":"u1"}}`},
 		{"metadata to anthropic", `{"metadata":{"k":"v"}}`, DialectAnthropic, "!metadata"},
 	} {

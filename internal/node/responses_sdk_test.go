@@ -88,11 +88,11 @@ func TestSDKResponseErrors(t *testing.T) {
 		param  string
 	}{
 		{"unknown pool", responsesQuestion("nope"), http.StatusNotFound, "model"},
-		{"a member no chat route has", func() responses.ResponseNewParams {
+		{"a hosted tool", func() responses.ResponseNewParams {
 			p := responsesQuestion("general")
-			p.PreviousResponseID = openai.String("resp_1")
+			p.Tools = []responses.ToolUnionParam{{OfWebSearch: &responses.WebSearchToolParam{Type: responses.WebSearchToolTypeWebSearch}}}
 			return p
-		}(), http.StatusBadRequest, "previous_response_id"},
+		}(), http.StatusBadRequest, "tools[0].type"},
 		{"every route failing", responsesQuestion("broken"), http.StatusServiceUnavailable, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

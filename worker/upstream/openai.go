@@ -48,10 +48,13 @@ type Config struct {
 // It is safe for concurrent use.
 type OpenAI struct {
 	endpoint string
-	model    string
-	key      string
-	client   *http.Client
-	now      func() time.Time
+	// responses is {base_url}/responses, where a Responses caller's
+	// request goes (responses.go).
+	responses string
+	model     string
+	key       string
+	client    *http.Client
+	now       func() time.Time
 }
 
 var _ Upstream = (*OpenAI)(nil)
@@ -62,11 +65,12 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		return nil, fmt.Errorf("openai adapter: %w", err)
 	}
 	return &OpenAI{
-		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
-		model:    cfg.Model,
-		key:      cfg.APIKey,
-		client:   cfg.httpClient(),
-		now:      cfg.clock(),
+		endpoint:  strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		responses: strings.TrimSuffix(cfg.BaseURL, "/") + "/responses",
+		model:     cfg.Model,
+		key:       cfg.APIKey,
+		client:    cfg.httpClient(),
+		now:       cfg.clock(),
 	}, nil
 }
 
@@ -107,7 +111,8 @@ func (cfg Config) clock() func() time.Time {
 // a worker shutting down.
 func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
 
-// Stream implements Upstream with one streaming POST to {base_url}/chat/completions.
+// Stream implements Upstream with one streaming POST to {base_url}/chat/completions,
+// or to {base_url}/responses for a caller of the Responses API.
 //
 // The request is sent once (see openStream).
 func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
@@ -116,6 +121,9 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	}
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, transportError(ctx, err) // nothing was sent
+	}
+	if req != nil && req.SourceDialect() == schemas.DialectResponses {
+		return o.streamResponses(ctx, req, sink)
 	}
 	body, err := o.requestBody(req)
 	if err != nil {
