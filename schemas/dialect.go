@@ -157,6 +157,11 @@ func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error)
 		}
 	}
 	from := r.SourceDialect()
+	if from == DialectResponses && to == DialectOpenAI {
+		if err := r.checkTypedForResponses(); err != nil {
+			return nil, err
+		}
+	}
 	if from == to || from == DialectResponses && to == DialectOpenAI || len(r.Extra) == 0 {
 		return r.Extra, nil
 	}

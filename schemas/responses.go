@@ -32,3 +32,24 @@ func responsesToAnthropic(name string, raw json.RawMessage, out map[string]json.
 	out["metadata"] = md
 	return nil
 }
+
+// checkTypedForResponses refuses the typed fields the Responses API has no
+// member for, which an OpenAI route serving a Responses request at its
+// /responses could not be sent (a NATS caller can set them; the door never
+// does).
+func (r *ChatRequest) checkTypedForResponses() error {
+	for _, p := range []struct {
+		name string
+		set  bool
+	}{
+		{"presence_penalty", r.PresencePenalty != nil},
+		{"frequency_penalty", r.FrequencyPenalty != nil},
+		{"seed", r.Seed != nil},
+		{"stop", len(r.Stop) > 0},
+	} {
+		if p.set {
+			return &UntranslatableError{Param: p.name, To: DialectResponses}
+		}
+	}
+	return nil
+}

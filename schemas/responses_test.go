@@ -44,6 +44,11 @@ func TestResponsesMembersTranslateOrAreRefused(t *testing.T) {
 			}
 		})
 	}
+	seeded := req(`{}`)
+	seeded.Seed = new(int64)
+	if _, err := seeded.ForDialect(DialectOpenAI); err == nil || err.Error() != "'seed' has no equivalent in the OpenAI Responses API" {
+		t.Fatalf("seed to a Responses route: %v", err)
+	}
 	if err := req(`{"input":"x"}`).Validate(); !errors.Is(err, ErrMalformedRequest) {
 		t.Fatalf("input in Extra: %v", err)
 	}
