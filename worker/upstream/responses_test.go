@@ -134,3 +134,26 @@ func TestResponsesStreamEnds(t *testing.T) {
 		}
 	})
 }
+
+func TestResponsesCallerReachesAnAnthropicRouteAsMessages(t *testing.T) {
+	req := responsesCaller()
+	req.ResponseFormat = nil // Messages has no JSON mode
+	req.Extra = map[string]json.RawMessage{"user": json.RawMessage(`"u-9"`), "store": json.RawMessage(`false`)}
+	got := make(chan captured, 1)
+	p := newMessagesProvider(t, capture(t, got))
+	if _, err := newAnthropicAdapter(t, p, "").Stream(context.Background(), req, nil); err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	m := bodyMembers(t, (<-got).body)
+	if !sameJSON(t, m["metadata"], []byte(`{"user_id":"u-9"}`)) || m["store"] != nil || m["user"] != nil ||
+		!sameJSON(t, m["system"], []byte(`"Be brief."`)) || !sameJSON(t, m["max_tokens"], []byte(`64`)) {
+		t.Fatalf("body %v", m)
+	}
+
+	req.Extra = map[string]json.RawMessage{"previous_response_id": json.RawMessage(`"resp_0"`)}
+	_, err := newAnthropicAdapter(t, p, "").Stream(context.Background(), req, nil)
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Scope != schemas.ScopeGroup || ue.Message != "request member 'previous_response_id' has no equivalent at this provider" {
+		t.Fatalf("err = %v", err)
+	}
+}
