@@ -48,13 +48,10 @@ type Config struct {
 // It is safe for concurrent use.
 type OpenAI struct {
 	endpoint string
-	// responses is {base_url}/responses, where a Responses caller's
-	// request goes (responses.go).
-	responses string
-	model     string
-	key       string
-	client    *http.Client
-	now       func() time.Time
+	model    string
+	key      string
+	client   *http.Client
+	now      func() time.Time
 }
 
 var _ Upstream = (*OpenAI)(nil)
@@ -65,12 +62,11 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		return nil, fmt.Errorf("openai adapter: %w", err)
 	}
 	return &OpenAI{
-		endpoint:  strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
-		responses: strings.TrimSuffix(cfg.BaseURL, "/") + "/responses",
-		model:     cfg.Model,
-		key:       cfg.APIKey,
-		client:    cfg.httpClient(),
-		now:       cfg.clock(),
+		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+		model:    cfg.Model,
+		key:      cfg.APIKey,
+		client:   cfg.httpClient(),
+		now:      cfg.clock(),
 	}, nil
 }
 

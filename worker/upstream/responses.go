@@ -29,7 +29,9 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	ps, inputEstimate, out, err := openStream(ctx, o.client, o.responses, body, o.key, o.now, sink, func(h http.Header) {
+	// The endpoint is {base_url}/responses, beside {base_url}/chat/completions.
+	endpoint := strings.TrimSuffix(o.endpoint, "/chat/completions") + "/responses"
+	ps, inputEstimate, out, err := openStream(ctx, o.client, endpoint, body, o.key, o.now, sink, func(h http.Header) {
 		if o.key != "" {
 			h.Set("Authorization", "Bearer "+o.key)
 		}
