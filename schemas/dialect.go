@@ -16,16 +16,26 @@ type Dialect string
 const (
 	DialectOpenAI    Dialect = "openai"    // OpenAI chat completions
 	DialectAnthropic Dialect = "anthropic" // Anthropic Messages
+	// DialectResponses is OpenAI's Responses API. Routes of DialectOpenAI
+	// speak it too: a request in it reaches them at the provider's
+	// /responses with its members as sent, and Anthropic routes as
+	// Messages (responsesToAnthropic).
+	DialectResponses Dialect = "responses"
 )
 
 // Valid reports whether d is a dialect hedgerow speaks; empty counts as
 // DialectOpenAI.
-func (d Dialect) Valid() bool { return d == "" || d == DialectOpenAI || d == DialectAnthropic }
+func (d Dialect) Valid() bool {
+	return d == "" || d == DialectOpenAI || d == DialectAnthropic || d == DialectResponses
+}
 
 // api names the dialect for error messages.
 func (d Dialect) api() string {
-	if d == DialectAnthropic {
+	switch d {
+	case DialectAnthropic:
 		return "the Anthropic Messages API"
+	case DialectResponses:
+		return "the OpenAI Responses API"
 	}
 	return "the OpenAI chat completions API"
 }
@@ -79,6 +89,12 @@ var (
 		"response_format", "parallel_tool_calls"}
 	anthropicTyped = []string{"model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p",
 		"tools", "tool_choice", "stream"}
+	// responsesTyped are the Responses members the door reads into typed
+	// fields: input and instructions become messages, max_output_tokens
+	// the output cap, text.format the response_format, stream_options is
+	// the door's.
+	responsesTyped = []string{"model", "input", "instructions", "max_output_tokens", "temperature", "top_p",
+		"tools", "tool_choice", "parallel_tool_calls", "text", "stream", "stream_options"}
 )
 
 // ReservedParam reports whether Extra may not hold a member called name in
@@ -86,8 +102,11 @@ var (
 // an OpenAI max_tokens superseded by max_completion_tokens, which is
 // carried as sent.
 func (r *ChatRequest) ReservedParam(name string) bool {
-	if r.SourceDialect() == DialectAnthropic {
+	switch r.SourceDialect() {
+	case DialectAnthropic:
 		return slices.Contains(anthropicTyped, name)
+	case DialectResponses:
+		return slices.Contains(responsesTyped, name)
 	}
 	if name == ParamMaxTokens && r.MaxTokensField == ParamMaxCompletionTokens {
 		return false
@@ -138,12 +157,20 @@ func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error)
 		}
 	}
 	from := r.SourceDialect()
-	if from == to || len(r.Extra) == 0 {
+	if from == DialectResponses && to == DialectOpenAI {
+		if err := r.checkTypedForResponses(); err != nil {
+			return nil, err
+		}
+	}
+	if from == to || from == DialectResponses && to == DialectOpenAI || len(r.Extra) == 0 {
 		return r.Extra, nil
 	}
 	translate := openAIToAnthropic
-	if from == DialectAnthropic {
+	switch from {
+	case DialectAnthropic:
 		translate = anthropicToOpenAI
+	case DialectResponses:
+		translate = responsesToAnthropic
 	}
 	out := make(map[string]json.RawMessage, len(r.Extra))
 	for _, name := range r.ExtraNames() {
@@ -263,6 +290,9 @@ var knownParams = []string{
 	"audio", "container", "logit_bias", "logprobs", "mcp_servers", "metadata", "modalities", "n", "prediction",
 	"prompt_cache_key", "reasoning_effort", "safety_identifier", "service_tier", "store", "thinking", "top_k",
 	"top_logprobs", "user", "verbosity", "web_search_options",
+	// the Responses API's
+	"background", "conversation", "include", "max_tool_calls", "previous_response_id", "prompt", "reasoning",
+	"truncation",
 }
 
 // RecordableParam is what a message that may be logged or recorded (a

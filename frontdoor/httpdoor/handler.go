@@ -1,5 +1,5 @@
-// Package httpdoor is hedgerow's HTTP front door: OpenAI chat completions
-// and Anthropic messages, streaming or not, on one shared submit-and-stream
+// Package httpdoor is hedgerow's HTTP front door: OpenAI chat completions,
+// OpenAI Responses and Anthropic messages, streaming or not, on one shared submit-and-stream
 // path, plus models, health, readiness and metrics. It reads a caller's
 // request into a dispatcher.Submission for its frontdoor.Submitter and
 // answers in the caller's dialect from the error table of package frontdoor.
@@ -85,6 +85,7 @@ type handler struct {
 //
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
 //	POST /v1/messages           Anthropic Messages, streaming or not
+//	POST /v1/responses          OpenAI Responses, streaming or not
 //	GET  /v1/models             every model name: each pool's, then its aliases
 //	GET  /v1/models/{model}     one of them (a name may hold slashes)
 //	GET  /healthz               200 while the process serves
@@ -134,6 +135,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	// method gets an error object of the dialect and not the mux's plain text.
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
 	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
+	h.mux.HandleFunc("/v1/responses", only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{})))
 	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model...}", only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
@@ -262,7 +264,11 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 		// does not compile is the caller's to fix, so it is refused here
 		// with its parameter named rather than failing the group.
 		if err := h.d.CheckResponseFormat(pool, req.ResponseFormat); err != nil {
-			return dispatcher.Submission{}, false, responseFormatFailure(pool, err)
+			f := responseFormatFailure(pool, err)
+			if rd, ok := dl.(responsesDialect); ok {
+				f = rd.formatParam(f)
+			}
+			return dispatcher.Submission{}, false, f
 		}
 	}
 	sub := hdr

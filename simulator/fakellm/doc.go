@@ -11,6 +11,12 @@
 // in either API draws the same answer; max_tokens, which Messages requires,
 // counts as no cap when the model's longest answer fits under it.
 //
+// It speaks OpenAI's Responses API on POST /v1/responses likewise: the
+// instructions and input read as the chat conversation they stand for, the
+// answer a response object, or its semantic events (response.created ...
+// response.output_text.delta ... response.completed, or
+// response.incomplete when max_output_tokens cut it).
+//
 // One Server plays one route of a model. Every route of a run must use the
 // same workload and Seed: the request id is derived from the canonical body
 // (messages and the output cap), so a hedge of a request sent to another

@@ -17,6 +17,14 @@
 // (max_completion_tokens stays max_completion_tokens), and every other member
 // in ChatRequest.Extra (docs/architecture.md §8, "Request fidelity").
 //
+// A caller of OpenAI's Responses API (schemas.DialectResponses) is served at
+// the provider's {base_url}/responses instead, with its members as sent;
+// the Responses semantic events are read back into the same deltas and
+// Outcome (responses.go): output text, function calls as tool-call
+// fragments, usage and the finish reason from response.completed or
+// response.incomplete. response.created and response.in_progress carry no
+// output.
+//
 // # Streams
 //
 // The adapter reads Server-Sent Events: "data:" lines (several form one

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // Recorded stream shapes, as the providers send them. The OpenAI-compatible
@@ -54,7 +57,7 @@ var (
 // written and flushed, and the next waits until the test has seen the
 // adapter read everything before it and ask for more.
 type segmentedStream struct {
-	api   string // "openai" or "anthropic"
+	api   string // "openai", "responses" (OpenAI's /responses) or "anthropic"
 	parts []string
 	// wantFirstBytes is how many times FirstByte has been called once the
 	// adapter has read each part (the last: once Stream returned).
@@ -142,6 +145,32 @@ func TestFirstByteIsTheFirstGeneratedTokenNotTheStreamOpening(t *testing.T) {
 	}
 }
 
+func TestResponsesFirstByteIsTheFirstOutputNotResponseCreated(t *testing.T) {
+	recorded, err := os.ReadFile("testdata/responses_stream_text.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(recorded)
+	firstDelta := strings.Index(text, "event: response.output_text.delta")
+	refusalEvent := func(typ, fields string) string {
+		return sseEvent(typ, `{"type":"`+typ+`","sequence_number":9,"item_id":"msg_1","output_index":0,"content_index":0,`+fields+`}`)
+	}
+	end := text[strings.Index(text, "event: response.output_text.done"):]
+	tests := []struct {
+		name string
+		segmentedStream
+	}{
+		{"response.created, in_progress and the item and part added are no first byte: the first output text is", segmentedStream{api: "responses",
+			parts: []string{text[:firstDelta], text[firstDelta:]}, wantFirstBytes: []int{0, 1}}},
+		{"a refusal is a first token", segmentedStream{api: "responses",
+			parts:          []string{text[:firstDelta], refusalEvent("response.refusal.delta", `"delta":"I can't help with that."`) + end},
+			wantFirstBytes: []int{0, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.check(t) })
+	}
+}
+
 // check serves the stream part by part and checks, after each, how often
 // the adapter has reported a first byte, and that the first byte came
 // before the first delta.
@@ -188,8 +217,12 @@ func (s segmentedStream) check(t *testing.T) {
 	})}
 	cfg := Config{BaseURL: srv.URL + "/v1", Model: "m", Client: client, Now: func() time.Time { return fixedNow }}
 	var up Upstream
+	req := hello()
 	switch s.api {
-	case "openai":
+	case "openai", "responses":
+		if s.api == "responses" {
+			req.Dialect = schemas.DialectResponses
+		}
 		o, err := NewOpenAI(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +241,7 @@ func (s segmentedStream) check(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := up.Stream(ctx, hello(), &sink)
+		_, err := up.Stream(ctx, req, &sink)
 		done <- err
 	}()
 	for i := range ends {

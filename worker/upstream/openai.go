@@ -107,7 +107,8 @@ func (cfg Config) clock() func() time.Time {
 // a worker shutting down.
 func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
 
-// Stream implements Upstream with one streaming POST to {base_url}/chat/completions.
+// Stream implements Upstream with one streaming POST to {base_url}/chat/completions,
+// or to {base_url}/responses for a caller of the Responses API.
 //
 // The request is sent once (see openStream).
 func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
@@ -116,6 +117,9 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	}
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, transportError(ctx, err) // nothing was sent
+	}
+	if req != nil && req.SourceDialect() == schemas.DialectResponses {
+		return o.streamResponses(ctx, req, sink)
 	}
 	body, err := o.requestBody(req)
 	if err != nil {
