@@ -103,6 +103,10 @@ type AttemptResult struct {
 	// a streaming attempt delivers them as chunks instead.
 	Content   string          `json:"content,omitempty"`
 	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
+	// Embeddings holds the vectors of an embeddings request: the array of
+	// OpenAI embedding objects ({"object":"embedding","index":i,
+	// "embedding":[...] or "<base64>"}), one per input, in input order.
+	Embeddings json.RawMessage `json:"embeddings,omitempty"`
 	// LastSeq is the Seq of the last chunk sent (0 if none), so a lost
 	// trailing chunk is detected as a gap.
 	LastSeq              int64  `json:"last_seq"`
