@@ -102,7 +102,6 @@ func (r *ChatRequest) validateEmbedding() error {
 	return nil
 }
 
-
 // embeddingForDialect is ForDialect of an embeddings request: an
 // OpenAI-compatible route receives Extra as sent; the Messages API has no
 // embeddings, so an Anthropic route cannot serve the model at all.
