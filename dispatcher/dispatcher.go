@@ -95,6 +95,9 @@ type Dispatcher struct {
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
 	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
 	classes   map[string]*policy.Class
+	// embeddingClasses run the embeddings requests of each class (trigger
+	// total, cohorts of their own; embeddings.go).
+	embeddingClasses map[string]*policy.Class
 	metrics   *metrics
 	books     *bookkeeping
 	replies   replyMux // routes every group's replies from one subscription
@@ -125,6 +128,8 @@ func New(c Config) (*Dispatcher, error) {
 		contracts: map[string]*arbiter.Contract{},
 		specs:     map[string]arbiter.ContractSpec{},
 		classes:   map[string]*policy.Class{},
+
+		embeddingClasses: map[string]*policy.Class{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -159,6 +164,7 @@ func New(c Config) (*Dispatcher, error) {
 		if d.classes[name], err = policy.NewClass(name, p); err != nil {
 			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
+		d.embeddingClasses[name] = d.classes[name].ForEmbeddings()
 	}
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
@@ -196,6 +202,10 @@ type Response struct {
 	GroupID      string
 	Content      string
 	ToolCalls    []byte
+	// Embeddings holds the vectors of an embeddings request: the OpenAI
+	// embedding objects, one per input, in input order
+	// (schemas.AttemptResult.Embeddings).
+	Embeddings   []byte
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
 	Usage       schemas.Usage

@@ -169,10 +169,14 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
+	cohort := delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens)
+	if sub.Request.Embedding != nil {
+		cl, cohort, contract = d.forEmbeddings(cl, cohort) // embeddings.go
+	}
 	g := &group{
 		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
-		cohort:   delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
+		cohort:   cohort,
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
@@ -273,6 +277,11 @@ func estimateInput(r schemas.ChatRequest) int64 {
 	n := 0
 	for _, m := range r.Messages {
 		n += len(m.Content)
+	}
+	if r.Embedding != nil {
+		for _, in := range r.Embedding.Input {
+			n += len(in)
+		}
 	}
 	return int64(n/4 + 1)
 }
@@ -388,7 +397,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if content == "" {
 			content = a.content.String()
 		}
-		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken || content != "",
+		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: g.wellFormed(m), Tokens: a.tokens, FirstToken: a.firstToken || content != "",
 			Done: true, FinishReason: m.FinishReason, Content: []byte(content)}
 		if len(m.ToolCalls) > 0 && content == "" {
 			obs.Content = m.ToolCalls
@@ -520,7 +529,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 func (g *group) spend() budgets.SpendPolicy {
 	p := g.class.Policy
 	out := int64(g.sub.Request.MaxTokens)
-	if out == 0 {
+	if out == 0 && g.sub.Request.Embedding == nil { // an embedding has no output
 		out = g.class.OutputEstimate(g.cohort.Key())
 	}
 	s := budgets.SpendPolicy{
@@ -639,6 +648,7 @@ func (g *group) response(a *attemptState) *Response {
 	}
 	if a.result != nil {
 		r.FinishReason, r.Usage, r.ToolCalls = a.result.FinishReason, a.result.Usage, a.result.ToolCalls
+		r.Embeddings = a.result.Embeddings
 		r.Content = a.result.Content
 		if r.Content == "" && !g.sub.Request.Stream {
 			r.Content = a.content.String()
