@@ -98,9 +98,9 @@ type Dispatcher struct {
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
 	embeddingClasses map[string]*policy.Class
-	metrics   *metrics
-	books     *bookkeeping
-	replies   replyMux // routes every group's replies from one subscription
+	metrics          *metrics
+	books            *bookkeeping
+	replies          replyMux // routes every group's replies from one subscription
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
