@@ -59,6 +59,10 @@ type Options struct {
 	// Keyring authenticates callers by their API key. Nil means no API key
 	// is required (local use).
 	Keyring *frontdoor.Keyring
+	// EmbeddingPools are the pools that serve POST /v1/embeddings (a
+	// pool's kind); /v1/models lists them after the chat pools. An
+	// embeddings request naming another pool is refused naming model.
+	EmbeddingPools []string
 	// ReadyProbeWindow is how long a readiness check collects worker pings
 	// before it names the pools nobody answered for.
 	ReadyProbeWindow time.Duration
@@ -85,6 +89,7 @@ type handler struct {
 //
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
 //	POST /v1/messages           Anthropic Messages, streaming or not
+//	POST /v1/embeddings         OpenAI embeddings, never streaming
 //	GET  /v1/models             the pools, as OpenAI models
 //	GET  /v1/models/{model}     one pool
 //	GET  /healthz               200 while the process serves
@@ -134,6 +139,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	// method gets an error object of the dialect and not the mux's plain text.
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
 	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
+	h.mux.HandleFunc("/v1/embeddings", only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h})))
 	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model}", only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
@@ -349,7 +355,7 @@ func (h *handler) failureFor(r *http.Request, err error) *frontdoor.Failure {
 
 func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
 	pools := h.d.Pools()
-	slices.Sort(pools)
+	sortModels(pools, h.opts.EmbeddingPools) // embeddings.go
 	list := modelList{Object: "list", Data: make([]model, 0, len(pools))}
 	for _, p := range pools {
 		list.Data = append(list.Data, newModel(p))
