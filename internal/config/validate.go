@@ -213,6 +213,7 @@ func (v *validator) pools() {
 		if err := pool.Contract.JSONSchema.resolve(v.dir, p); err != nil {
 			v.addf(p+".contract.json_schema", "%v", err)
 		}
+		v.poolKind(p, *pool) // embeddings.go
 	}
 }
 

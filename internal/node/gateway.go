@@ -90,11 +90,13 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
 	hopts := httpdoor.Options{
-		Conn:      nc,
-		Pools:     poolRoutes(cfg),
-		Gatherer:  reg,
-		BodyLimit: int64(cfg.HTTP.BodyLimit),
-		Logger:    log.With("component", "http"),
+		Conn:     nc,
+		Pools:    poolRoutes(cfg),
+		Gatherer: reg,
+		// The pools of kind embeddings serve POST /v1/embeddings.
+		EmbeddingPools: embeddingPools(cfg),
+		BodyLimit:      int64(cfg.HTTP.BodyLimit),
+		Logger:         log.With("component", "http"),
 	}
 	// With no tenants the front door asks for no key (local use); with
 	// some, every caller must present one of theirs, compared in constant
@@ -130,6 +132,18 @@ func poolRoutes(cfg *config.Config) map[string][]string {
 	for name, p := range cfg.Pools {
 		out[name] = slices.Clone(p.Routes)
 	}
+	return out
+}
+
+// embeddingPools names the pools of kind embeddings, sorted.
+func embeddingPools(cfg *config.Config) []string {
+	var out []string
+	for name, p := range cfg.Pools {
+		if p.IsEmbeddings() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
