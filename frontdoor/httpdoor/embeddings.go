@@ -161,6 +161,16 @@ func embeddingsParam(err error) string {
 	return ""
 }
 
+// checkPoolKind refuses a chat request naming an embeddings pool, naming
+// model: its routes may serve no chat at all.
+func (h *handler) checkPoolKind(pool string, req schemas.ChatRequest) *frontdoor.Failure {
+	if req.Embedding == nil && slices.Contains(h.opts.EmbeddingPools, pool) {
+		return frontdoor.InvalidParam("model",
+			fmt.Sprintf("The model '%s' serves embeddings: send it to POST /v1/embeddings.", pool))
+	}
+	return nil
+}
+
 // sortModels orders /v1/models: the chat models, then the embedding
 // models, each by name.
 func sortModels(pools, embeddings []string) {

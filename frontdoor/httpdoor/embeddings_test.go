@@ -112,6 +112,22 @@ func TestEmbeddingsRequestsAreRefusedNamingTheOffendingMember(t *testing.T) {
 	}
 }
 
+func TestAChatRequestNamingAnEmbeddingsModelIsRefusedNamingTheModel(t *testing.T) {
+	url, sub := embeddingsDoor(t, vectors)
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"emb","messages":[{"role":"user","content":"hi"}]}`,
+		"/v1/messages":         `{"model":"emb","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		resp, data := frontdoortest.Do(t, http.MethodPost, url+path, body, nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(data), "/v1/embeddings") {
+			t.Errorf("%s: %d %s, want 400 pointing at /v1/embeddings", path, resp.StatusCode, data)
+		}
+	}
+	if n := len(sub.Submissions()); n != 0 {
+		t.Fatalf("%d submissions, want none", n)
+	}
+}
+
 func TestEmbeddingsRuntimeFailuresAnswerTheirStatusWithAnOpenAIErrorObject(t *testing.T) {
 	url, _ := embeddingsDoor(t, func(context.Context, dispatcher.Submission, dispatcher.Sink) (*dispatcher.Response, error) {
 		return nil, &dispatcher.GroupError{Group: "g1", Code: schemas.ErrDeadlineExceeded}

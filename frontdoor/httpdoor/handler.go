@@ -260,6 +260,9 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 		return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeInvalidBody, Message: "The request body could not be read."}
 	}
 	pool, req, includeUsage, f := dl.parse(body)
+	if f == nil {
+		f = h.checkPoolKind(pool, req) // embeddings.go
+	}
 	if f != nil {
 		return dispatcher.Submission{}, false, f
 	}
