@@ -95,12 +95,13 @@ type Dispatcher struct {
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
 	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
 	classes   map[string]*policy.Class
+	metrics   *metrics
+	books     *bookkeeping
+	replies   replyMux // routes every group's replies from one subscription
+
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
 	embeddingClasses map[string]*policy.Class
-	metrics          *metrics
-	books            *bookkeeping
-	replies          replyMux // routes every group's replies from one subscription
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand

@@ -90,14 +90,14 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
 	hopts := httpdoor.Options{
-		Conn:     nc,
-		Pools:    poolRoutes(cfg),
-		Gatherer: reg,
-		// The pools of kind embeddings serve POST /v1/embeddings.
-		EmbeddingPools: embeddingPools(cfg),
-		BodyLimit:      int64(cfg.HTTP.BodyLimit),
-		Logger:         log.With("component", "http"),
+		Conn:      nc,
+		Pools:     poolRoutes(cfg),
+		Gatherer:  reg,
+		BodyLimit: int64(cfg.HTTP.BodyLimit),
+		Logger:    log.With("component", "http"),
 	}
+	// The pools of kind embeddings serve POST /v1/embeddings.
+	hopts.EmbeddingPools = embeddingPools(cfg)
 	// With no tenants the front door asks for no key (local use); with
 	// some, every caller must present one of theirs, compared in constant
 	// time.
