@@ -64,7 +64,9 @@ func TestStalledEmbeddingIsHedgedOnTotalTimeAndTheHedgesVectorsWin(t *testing.T)
 	var calls atomic.Int32
 	stallFirst := func(n int32) bool { return n == 1 }
 	ps := map[string]*provider{"a": newEmbeddingsProvider(t, "a", &calls, stallFirst), "b": newEmbeddingsProvider(t, "b", &calls, stallFirst)}
-	c := newCluster(t, []string{"a", "b"}, ps, "")
+	// The hedge waits 300ms, ample time for the primary to reach its
+	// provider first even on a loaded machine.
+	c := newCluster(t, []string{"a", "b"}, ps, strings.Replace(policyYAML, "initial: 100ms", "initial: 300ms", 1))
 	resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: embedRequest()}, nil)
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
