@@ -11,6 +11,12 @@
 // in either API draws the same answer; max_tokens, which Messages requires,
 // counts as no cap when the model's longest answer fits under it.
 //
+// It serves OpenAI embeddings on POST /v1/embeddings (embeddings.go): the
+// draw of a one-token answer sets the call's latency, errors and hangs, and
+// each vector is a function of its input text alone (EmbeddingVector), so a
+// hedge's vectors are the primary's on every route and seed; dimensions and
+// base64 encoding are honoured, token arrays refused.
+//
 // One Server plays one route of a model. Every route of a run must use the
 // same workload and Seed: the request id is derived from the canonical body
 // (messages and the output cap), so a hedge of a request sent to another
