@@ -77,3 +77,15 @@ func TestEmbeddingRequestIsRefusedBeyondItsBoundsAndByAnthropicRoutes(t *testing
 		t.Fatalf("anthropic route: %v, want an UntranslatableError naming model", err)
 	}
 }
+
+func TestEmbeddingRequestsFingerprintByTheirInput(t *testing.T) {
+	key := []byte("k")
+	a, b := embeddingRequest(), embeddingRequest()
+	b.Embedding.Input = []string{"a", "c"}
+	fa, _ := a.Fingerprint(key)
+	fb, _ := b.Fingerprint(key)
+	fc, _ := (&ChatRequest{}).Fingerprint(key)
+	if fa == fb || fa == fc {
+		t.Fatalf("fingerprints %s %s %s: inputs must tell embeddings requests apart", fa, fb, fc)
+	}
+}
