@@ -114,6 +114,10 @@ type Dispatcher struct {
 	books     *bookkeeping
 	replies   replyMux // routes every group's replies from one subscription
 
+	// embeddingClasses run the embeddings requests of each class (trigger
+	// total, cohorts of their own; embeddings.go).
+	embeddingClasses map[string]*policy.Class
+
 	rngMu sync.Mutex
 	rng   *mrand.Rand
 
@@ -140,6 +144,8 @@ func New(c Config) (*Dispatcher, error) {
 		contracts: map[string]*arbiter.Contract{},
 		specs:     map[string]arbiter.ContractSpec{},
 		classes:   map[string]*policy.Class{},
+
+		embeddingClasses: map[string]*policy.Class{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -177,6 +183,7 @@ func New(c Config) (*Dispatcher, error) {
 		if d.classes[name], err = policy.NewClass(name, p); err != nil {
 			return nil, fmt.Errorf("dispatcher: %w", err)
 		}
+		d.embeddingClasses[name] = d.classes[name].ForEmbeddings()
 	}
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
@@ -217,7 +224,11 @@ type Response struct {
 	ToolCalls    []byte
 	// Refusal is the model's refusal, when it refused (OpenAI's refusal
 	// field); a streaming caller gets it only here, after the stream.
-	Refusal      string
+	Refusal string
+	// Embeddings holds the vectors of an embeddings request: the OpenAI
+	// embedding objects, one per input, in input order
+	// (schemas.AttemptResult.Embeddings).
+	Embeddings   []byte
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
 	Usage       schemas.Usage

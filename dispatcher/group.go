@@ -176,10 +176,14 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
+	cohort := delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens)
+	if sub.Request.Embedding != nil {
+		cl, cohort, contract = d.forEmbeddings(cl, cohort) // embeddings.go
+	}
 	g := &group{
 		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
-		cohort:   delay.NewCohort(cl.Name, sub.Pool, sub.Request.Stream, sub.Request.MaxTokens),
+		cohort:   cohort,
 		id:       d.id + "-" + strconv.FormatUint(seq, 36),
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
@@ -280,6 +284,11 @@ func estimateInput(r schemas.ChatRequest) int64 {
 	n := 0
 	for _, m := range r.Messages {
 		n += len(m.Content)
+	}
+	if r.Embedding != nil {
+		for _, in := range r.Embedding.Input {
+			n += len(in)
+		}
 	}
 	return int64(n/4 + 1)
 }
@@ -399,10 +408,13 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		// docs/architecture.md §6) whatever the commit point: a winner
 		// committed at its first token whose result fails ends its stream
 		// with an error (§4 rule 3).
-		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: true, FirstToken: a.firstToken || content != "",
+		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: g.wellFormed(m), FirstToken: a.firstToken || content != "",
 			Tokens: max(a.tokens, int(m.Usage.OutputUnits)), MaxTokens: g.sub.Request.MaxTokens,
 			Done: true, FinishReason: m.FinishReason, Content: []byte(content), Refusal: m.Refusal != ""}
-		if hasToolCalls(m.ToolCalls) && strings.TrimSpace(content) == "" {
+		switch {
+		case len(m.Embeddings) > 0:
+			obs.Content = m.Embeddings // an embeddings answer is its vectors
+		case hasToolCalls(m.ToolCalls) && strings.TrimSpace(content) == "":
 			obs.Content = m.ToolCalls
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
@@ -539,7 +551,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 func (g *group) spend() budgets.SpendPolicy {
 	p := g.class.Policy
 	out := int64(g.sub.Request.MaxTokens)
-	if out == 0 {
+	if out == 0 && g.sub.Request.Embedding == nil { // an embedding has no output
 		out = g.class.OutputEstimate(g.cohort.Key())
 	}
 	s := budgets.SpendPolicy{
@@ -658,6 +670,7 @@ func (g *group) response(a *attemptState) *Response {
 	}
 	if a.result != nil {
 		r.FinishReason, r.Usage, r.ToolCalls, r.Refusal = a.result.FinishReason, a.result.Usage, a.result.ToolCalls, a.result.Refusal
+		r.Embeddings = a.result.Embeddings
 		r.Content = a.result.Content
 		if r.Content == "" && !g.sub.Request.Stream {
 			r.Content = a.content.String()

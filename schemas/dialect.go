@@ -148,6 +148,9 @@ func (r *ChatRequest) validateExtra() error {
 // runs; each adapter calls it again when it builds the provider's request.
 // The table it implements is in docs/architecture.md §8.
 func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error) {
+	if r.Embedding != nil {
+		return r.embeddingForDialect(to)
+	}
 	if err := r.validateExtra(); err != nil {
 		return nil, err
 	}

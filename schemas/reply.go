@@ -108,6 +108,10 @@ type AttemptResult struct {
 	// not: it is never sent as a chunk. A refusal is an answer to the
 	// success predicate (docs/architecture.md §6), not an empty one.
 	Refusal string `json:"refusal,omitempty"`
+	// Embeddings holds the vectors of an embeddings request: the array of
+	// OpenAI embedding objects ({"object":"embedding","index":i,
+	// "embedding":[...] or "<base64>"}), one per input, in input order.
+	Embeddings json.RawMessage `json:"embeddings,omitempty"`
 	// LastSeq is the Seq of the last chunk sent (0 if none), so a lost
 	// trailing chunk is detected as a gap.
 	LastSeq              int64  `json:"last_seq"`

@@ -80,7 +80,8 @@ func (m *AttemptResult) wireFields(f []wireField) []wireField {
 		wireField{"retry_after_ms", &m.RetryAfterMs}, wireField{"finish_reason", &m.FinishReason},
 		wireField{"content", &m.Content}, wireField{"tool_calls", &m.ToolCalls}, wireField{"refusal", &m.Refusal}, wireField{"last_seq", &m.LastSeq},
 		wireField{"usage", &m.Usage}, wireField{"first_byte_ms", &m.FirstByteMs}, wireField{"elapsed_ms", &m.ElapsedMs},
-		wireField{"cancellation_observed", &m.CancellationObserved}, wireField{"error_message", &m.ErrorMessage})
+		wireField{"cancellation_observed", &m.CancellationObserved}, wireField{"error_message", &m.ErrorMessage},
+		wireField{"embeddings", &m.Embeddings})
 }
 
 func (u *Usage) wireFields(f []wireField) []wireField {

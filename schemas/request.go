@@ -46,7 +46,7 @@ type ChatRequest struct {
 	// decides the upstream model. Optional: the model class may come from
 	// the submit request instead.
 	Model    string    `json:"model,omitempty"`
-	Messages []Message `json:"messages"`
+	Messages []Message `json:"messages,omitempty"`
 	// MaxTokens caps output tokens; 0 means the caller set no cap (budgets
 	// then reserve the cohort's P95 output).
 	MaxTokens int `json:"max_tokens,omitempty"`
@@ -76,6 +76,10 @@ type ChatRequest struct {
 	// reasoning_effort, top_k, members hedgerow does not know... It never
 	// holds a member hedgerow owns (see ReservedParam).
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+	// Embedding, when set, makes this an embeddings request (RequestKind)
+	// instead of a chat completion: no messages, never streamed, answered
+	// whole with vectors (AttemptResult.Embeddings).
+	Embedding *EmbeddingRequest `json:"embedding,omitempty"`
 }
 
 // The names under which an OpenAI-compatible route receives the output cap
@@ -188,6 +192,9 @@ func (m Message) Text() (string, error) {
 // the gateway can fail the group at once instead of spending attempts on it.
 // Errors match ErrMalformedRequest.
 func (r ChatRequest) Validate() error {
+	if r.Embedding != nil {
+		return r.validateEmbedding()
+	}
 	if len(r.Messages) == 0 {
 		return fmt.Errorf("%w: no messages", ErrMalformedRequest)
 	}

@@ -29,14 +29,21 @@ func PromptFingerprint(key, canonical []byte) string {
 
 // Fingerprint is the PromptFingerprint of the request's prompt: its messages,
 // tools, tool choice and response format, without sampling parameters, so
-// the same prompt sent with another temperature fingerprints the same.
+// the same prompt sent with another temperature fingerprints the same. An
+// embeddings request's prompt is its input texts (a chat request's
+// fingerprint is unchanged by them).
 func (r ChatRequest) Fingerprint(key []byte) (string, error) {
+	var input []string
+	if r.Embedding != nil {
+		input = r.Embedding.Input
+	}
 	canonical, err := json.Marshal(struct {
 		Messages       []Message       `json:"messages"`
 		Tools          json.RawMessage `json:"tools,omitempty"`
 		ToolChoice     json.RawMessage `json:"tool_choice,omitempty"`
 		ResponseFormat json.RawMessage `json:"response_format,omitempty"`
-	}{r.Messages, r.Tools, r.ToolChoice, r.ResponseFormat})
+		EmbeddingInput []string        `json:"embedding_input,omitempty"`
+	}{r.Messages, r.Tools, r.ToolChoice, r.ResponseFormat, input})
 	if err != nil {
 		return "", fmt.Errorf("prompt fingerprint: %w", err)
 	}

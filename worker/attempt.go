@@ -153,6 +153,7 @@ func (r *attemptRun) run() {
 	res, ue := r.result(out, err, ended)
 	if res.StatusClass == schemas.StatusOK && !r.stream {
 		res.Content, res.ToolCalls = out.Content, out.ToolCalls
+		res.Embeddings = out.Embeddings
 	}
 	if res.StatusClass == schemas.StatusOK {
 		// A refusal is never streamed as chunks: every caller gets it here.
@@ -245,10 +246,10 @@ func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.Att
 
 func (r *attemptRun) publishResult(res schemas.AttemptResult) {
 	err := r.w.publishReply(r.att.ReplyInbox, res)
-	if errors.Is(err, nats.ErrMaxPayload) && (res.Content != "" || res.ToolCalls != nil || res.Refusal != "") {
+	if errors.Is(err, nats.ErrMaxPayload) && (res.Content != "" || res.ToolCalls != nil || res.Refusal != "" || res.Embeddings != nil) {
 		// The answer does not fit a NATS message: report the failure rather
 		// than leave the dispatcher waiting for a result that never comes.
-		res.Content, res.ToolCalls, res.Refusal = "", nil, ""
+		res.Content, res.ToolCalls, res.Refusal, res.Embeddings = "", nil, "", nil
 		res.StatusClass, res.ErrorScope = schemas.StatusServerError, schemas.ScopeTransient
 		res.ErrorMessage = "answer exceeds the NATS max payload"
 		_ = r.w.publishReply(r.att.ReplyInbox, res)

@@ -20,7 +20,14 @@ type Cohort struct {
 	// MaxTokens is the max_tokens bucket from MaxTokensBucket, not the raw value,
 	// so that cohorts stay few and each one gathers samples quickly.
 	MaxTokens int
+	// Kind is the operation the request asks of the provider: "" for a
+	// chat completion, KindEmbeddings for an embeddings request, whose
+	// latencies must never mix with chat ones.
+	Kind string
 }
+
+// KindEmbeddings is the Kind of embeddings requests' cohorts.
+const KindEmbeddings = "embeddings"
 
 // NewCohort builds the cohort of a request, bucketing its raw max_tokens.
 func NewCohort(operation, model string, stream bool, maxTokens int) Cohort {
@@ -55,9 +62,14 @@ func (c Cohort) Key() string {
 	b.WriteString(url.PathEscape(c.Operation))
 	b.WriteByte('/')
 	b.WriteString(url.PathEscape(c.Model))
-	if c.Stream {
+	switch {
+	case c.Kind == KindEmbeddings:
+		// Embeddings never stream: the kind takes the stream segment, and
+		// chat keys stay as they were.
+		b.WriteString("/embeddings/mt")
+	case c.Stream:
 		b.WriteString("/stream/mt")
-	} else {
+	default:
 		b.WriteString("/nostream/mt")
 	}
 	b.WriteString(strconv.Itoa(c.MaxTokens))

@@ -37,3 +37,15 @@ func TestCohortKeyIsStableAndUnambiguous(t *testing.T) {
 		t.Error("cohorts with a slash moved between classes share a key")
 	}
 }
+
+func TestEmbeddingsCohortsHaveKeysOfTheirOwn(t *testing.T) {
+	chat := NewCohort("default", "general", false, 0)
+	emb := chat
+	emb.Kind = KindEmbeddings
+	if chat.Key() != "default/general/nostream/mt0" || emb.Key() != "default/general/embeddings/mt0" {
+		t.Fatalf("keys %q and %q", chat.Key(), emb.Key())
+	}
+	if chat == emb {
+		t.Fatal("an embeddings cohort equals the chat cohort of the same class and pool")
+	}
+}

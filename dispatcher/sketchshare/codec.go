@@ -151,19 +151,22 @@ func parseCohortKey(k string) (delay.Cohort, error) {
 		return delay.Cohort{}, fmt.Errorf("cohort key %q: %w", k, err)
 	}
 	var stream bool
+	var kind string
 	switch parts[2] {
 	case "stream":
 		stream = true
 	case "nostream":
+	case delay.KindEmbeddings:
+		kind = delay.KindEmbeddings
 	default:
-		return delay.Cohort{}, fmt.Errorf("cohort key %q: %q is neither stream nor nostream", k, parts[2])
+		return delay.Cohort{}, fmt.Errorf("cohort key %q: %q is neither stream, nostream nor embeddings", k, parts[2])
 	}
 	digits, ok := strings.CutPrefix(parts[3], "mt")
 	mt, err := strconv.Atoi(digits)
 	if !ok || err != nil || mt < 0 || delay.MaxTokensBucket(mt) != mt {
 		return delay.Cohort{}, fmt.Errorf("cohort key %q: bad max_tokens bucket %q", k, parts[3])
 	}
-	c := delay.Cohort{Operation: op, Model: model, Stream: stream, MaxTokens: mt}
+	c := delay.Cohort{Operation: op, Model: model, Stream: stream, MaxTokens: mt, Kind: kind}
 	if c.Key() != k {
 		return delay.Cohort{}, fmt.Errorf("cohort key %q is not canonical (%q)", k, c.Key())
 	}

@@ -115,6 +115,7 @@ func TestParseCohortKeyInvertsKeyAndRejectsAnythingElse(t *testing.T) {
 		chatStream,
 		{Operation: "code/complete", Model: "a:b{c}", Stream: false, MaxTokens: 0},
 		{Operation: "résumé", Model: "m%20", Stream: true, MaxTokens: 65536},
+		{Operation: "default", Model: "text-embedding-3-small", Kind: delay.KindEmbeddings},
 	} {
 		got, err := parseCohortKey(c.Key())
 		if err != nil || got != c {

@@ -59,6 +59,10 @@ type Options struct {
 	// Keyring authenticates callers by their API key. Nil means no API key
 	// is required (local use).
 	Keyring *frontdoor.Keyring
+	// EmbeddingPools are the pools that serve POST /v1/embeddings (a
+	// pool's kind); /v1/models lists them after the chat pools. An
+	// embeddings request naming another pool is refused naming model.
+	EmbeddingPools []string
 	// ReadyProbeWindow is how long a readiness check collects worker pings
 	// before it names the pools nobody answered for.
 	ReadyProbeWindow time.Duration
@@ -86,7 +90,8 @@ type handler struct {
 //	POST /v1/chat/completions   OpenAI chat completions, streaming or not
 //	POST /v1/messages           Anthropic Messages, streaming or not
 //	POST /v1/responses          OpenAI Responses, streaming or not
-//	GET  /v1/models             every model name: each pool's, then its aliases
+//	POST /v1/embeddings         OpenAI embeddings, never streaming
+//	GET  /v1/models             every model name: chat pools' names and aliases, then embedding pools'
 //	GET  /v1/models/{model}     one of them (a name may hold slashes)
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when NATS is connected and every pool has a live worker
@@ -136,6 +141,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
 	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
 	h.mux.HandleFunc("/v1/responses", only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{})))
+	h.mux.HandleFunc("/v1/embeddings", only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h})))
 	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model...}", only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
@@ -256,6 +262,9 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 		return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeInvalidBody, Message: "The request body could not be read."}
 	}
 	pool, req, includeUsage, f := dl.parse(body)
+	if f == nil {
+		f = h.checkPoolKind(pool, req) // embeddings.go
+	}
 	if f != nil {
 		return dispatcher.Submission{}, false, f
 	}
@@ -359,9 +368,10 @@ func (h *handler) failureFor(r *http.Request, err error) *frontdoor.Failure {
 // appended after the chat models, so clients that take the first entry
 // still get a chat model.
 func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
-	chat := h.d.Models()
-	list := modelList{Object: "list", Data: make([]model, 0, len(chat))}
-	for _, m := range chat {
+	models := h.d.Models()
+	embeddingsLast(models, h.opts.EmbeddingPools) // embeddings.go
+	list := modelList{Object: "list", Data: make([]model, 0, len(models))}
+	for _, m := range models {
 		list.Data = append(list.Data, newModel(m.Name))
 	}
 	writeJSON(w, http.StatusOK, list)

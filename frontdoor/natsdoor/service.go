@@ -362,6 +362,12 @@ func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Fai
 		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Param: "operation_class",
 			Message: "operation_class names no configured operation class."}
 	}
+	if req.Request.Embedding != nil {
+		// A submit response carries no vectors: the HTTP door serves
+		// embeddings (POST /v1/embeddings).
+		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Param: "embedding",
+			Message: "embeddings are served by the HTTP door only (POST /v1/embeddings)."}
+	}
 	if len(req.Request.ResponseFormat) > 0 {
 		if err := s.d.CheckResponseFormat(req.ModelClass, req.Request.ResponseFormat); err != nil {
 			return dispatcher.Submission{}, frontdoor.FailureFor(err)

@@ -277,6 +277,9 @@ func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
 		{"an unknown operation class", strings.Replace(valid, `"default"`, `"nightly-batch"`, 1), nil, schemas.ErrInvalidRequest, 400, "operation_class"},
 		{"a response schema that does not compile", strings.Replace(valid, `"messages":`, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"objekt"}}},"messages":`, 1), nil,
 			schemas.ErrInvalidRequest, 400, "response_format"},
+		{"an embeddings request, which only the HTTP door serves",
+			`{"v":1,"operation_class":"default","model_class":"general","request":{"embedding":{"input":["a"]}}}`, nil,
+			schemas.ErrInvalidRequest, 400, "POST /v1/embeddings"},
 		{"a request id that is no subject token", valid, nats.Header{schemas.HeaderRequestID: {"a.b"}}, schemas.ErrInvalidRequest, 400,
 			schemas.HeaderRequestID},
 	} {

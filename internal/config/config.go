@@ -142,6 +142,9 @@ type Pool struct {
 	// records, metrics and budgets carry.
 	Models   []string `yaml:"models"`
 	Contract Contract `yaml:"contract"`
+	// Kind is what the pool serves: chat completions (PoolChat, also when
+	// empty) or embeddings (PoolEmbeddings, POST /v1/embeddings).
+	Kind PoolKind `yaml:"kind"`
 }
 
 // Contract says what makes a result valid for a pool (docs/architecture.md §4 rule 3, §6).

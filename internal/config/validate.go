@@ -217,6 +217,7 @@ func (v *validator) pools() {
 		if pool.Contract.MaxOutputTokens < 0 {
 			v.addf(p+".contract.max_output_tokens", "%d is negative", pool.Contract.MaxOutputTokens)
 		}
+		v.poolKind(p, *pool) // embeddings.go
 	}
 	v.models()
 }

@@ -96,6 +96,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		BodyLimit: int64(cfg.HTTP.BodyLimit),
 		Logger:    log.With("component", "http"),
 	}
+	// The pools of kind embeddings serve POST /v1/embeddings.
+	hopts.EmbeddingPools = embeddingPools(cfg)
 	// With no tenants the front door asks for no key (local use); with
 	// some, every caller must present one of theirs, compared in constant
 	// time.
@@ -130,6 +132,18 @@ func poolRoutes(cfg *config.Config) map[string][]string {
 	for name, p := range cfg.Pools {
 		out[name] = slices.Clone(p.Routes)
 	}
+	return out
+}
+
+// embeddingPools names the pools of kind embeddings, sorted.
+func embeddingPools(cfg *config.Config) []string {
+	var out []string
+	for name, p := range cfg.Pools {
+		if p.IsEmbeddings() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

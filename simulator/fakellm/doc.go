@@ -17,6 +17,12 @@
 // response.output_text.delta ... response.completed, or
 // response.incomplete when max_output_tokens cut it).
 //
+// It serves OpenAI embeddings on POST /v1/embeddings (embeddings.go): the
+// draw of a one-token answer sets the call's latency, errors and hangs, and
+// each vector is a function of its input text alone (EmbeddingVector), so a
+// hedge's vectors are the primary's on every route and seed; dimensions and
+// base64 encoding are honoured, token arrays refused.
+//
 // One Server plays one route of a model. Every route of a run must use the
 // same workload and Seed: the request id is derived from the canonical body
 // (messages and the output cap), so a hedge of a request sent to another

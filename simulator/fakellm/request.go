@@ -16,6 +16,8 @@ type chatParams struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
+	// embedding is set for an embeddings request (embeddings.go).
+	embedding *embeddingParams
 }
 
 // requestError is a request the server refuses with 400, naming the

@@ -86,7 +86,7 @@ type Config struct {
 // Server is an OpenAI-compatible chat completions server playing one route
 // of a workload model. It serves POST /v1/chat/completions, POST
 // /v1/messages (Anthropic's Messages API), POST /v1/responses (OpenAI's
-// Responses API), GET /v1/models, GET /stats and
+// Responses API), POST /v1/embeddings, GET /v1/models, GET /stats and
 // GET /healthz. It is safe for concurrent use and owns no
 // goroutines; Close ends the requests it is holding.
 type Server struct {
@@ -199,6 +199,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ep = endpoint{http.MethodPost, s.handleMessages}
 	case "/v1/responses":
 		ep = endpoint{http.MethodPost, s.handleResponses}
+	case "/v1/embeddings":
+		ep = endpoint{http.MethodPost, s.handleEmbeddings}
 	case "/v1/models":
 		ep = endpoint{http.MethodGet, s.handleModels}
 	case "/stats":

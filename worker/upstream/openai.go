@@ -118,6 +118,9 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, transportError(ctx, err) // nothing was sent
 	}
+	if req != nil && req.Embedding != nil {
+		return o.embed(ctx, req, sink) // embeddings.go
+	}
 	if req != nil && req.SourceDialect() == schemas.DialectResponses {
 		return o.streamResponses(ctx, req, sink)
 	}

@@ -74,6 +74,9 @@ type Outcome struct {
 	// them: an array of {id, type, function:{name, arguments}} with the
 	// argument fragments joined, ordered by index. Nil when there were none.
 	ToolCalls json.RawMessage
+	// Embeddings holds the vectors of an embeddings request, in input
+	// order, as schemas.AttemptResult.Embeddings carries them.
+	Embeddings json.RawMessage
 	// WellFormed reports that every chunk parsed, a finish reason arrived
 	// and the stream ended with [DONE].
 	WellFormed bool
