@@ -1,13 +1,11 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -109,39 +107,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	defer ps.close()
 
-	ms := newMessageStream(sink, inputEstimate)
-	events := newEventReader(ps.resp.Body)
-	defer events.release()
-	for !ms.stopped {
-		ev, err := events.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return ms.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
-			}
-			return ms.outcome(), transportError(ctx, err)
-		}
-		errObj, err := ms.event(ev)
-		if err != nil {
-			return ms.outcome(), malformed(err)
-		}
-		if errObj != nil {
-			return ms.outcome(), streamError(errObj, a.key, a.now())
-		}
-	}
-	if ms.stopped {
-		ps.drainAfterEnd()
-	}
-	out = ms.outcome()
-	if out.FinishReason == "" {
-		return out, &Error{
-			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
-			Message: "stream ended before a stop reason",
-		}
-	}
-	return out, nil
+	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.key, a.now, "a stop reason")
 }
 
 // FinishReason maps a Messages stop_reason to the canonical finish reason
@@ -241,17 +207,17 @@ func newMessageStream(sink Sink, inputEstimate int64) *messageStream {
 
 // event folds one event. It returns the data of an error event, or an error
 // if the data is not a Messages event.
-func (s *messageStream) event(ev event) (json.RawMessage, error) {
+func (s *messageStream) event(typ, data []byte) (json.RawMessage, error) {
 	var e messagesEvent
-	if err := json.Unmarshal([]byte(ev.data), &e); err != nil {
-		return nil, fmt.Errorf("decode %s event: %w", ev.typ, err)
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("decode %s event: %w", typ, err)
 	}
 	if e.Type == "" {
-		e.Type = ev.typ
+		e.Type = string(typ)
 	}
 	switch e.Type {
 	case "error":
-		return []byte(ev.data), nil
+		return bytes.Clone(data), nil
 	case "message_start":
 		if e.Message == nil {
 			return nil, errors.New("message_start without a message")
@@ -284,6 +250,9 @@ func (s *messageStream) event(ev event) (json.RawMessage, error) {
 	// ping, and event types added to the API later, carry nothing to read.
 	return nil, nil
 }
+
+// ended reports that message_stop arrived.
+func (s *messageStream) ended() bool { return s.stopped }
 
 func (s *messageStream) usage(u messagesUsage) {
 	if n, ok := u.input(); ok {

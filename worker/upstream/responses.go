@@ -1,13 +1,11 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -41,39 +39,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 	}
 	defer ps.close()
 
-	acc := &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}
-	events := newEventReader(ps.resp.Body)
-	defer events.release()
-	for !acc.done {
-		_, data, err := events.nextBytes()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return acc.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
-			}
-			return acc.outcome(), transportError(ctx, err)
-		}
-		errObj, err := acc.event(data)
-		if err != nil {
-			return acc.outcome(), malformed(err)
-		}
-		if errObj != nil {
-			return acc.outcome(), streamError(errObj, o.key, o.now())
-		}
-	}
-	if acc.done {
-		ps.drainAfterEnd()
-	}
-	out = acc.outcome()
-	if out.FinishReason == "" {
-		return out, &Error{
-			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
-			Message: "stream ended before a finish reason",
-		}
-	}
-	return out, nil
+	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.key, o.now, "a finish reason")
 }
 
 // responsesEvent is the part of a Responses streaming event the adapter
@@ -123,7 +89,7 @@ type responsesAccumulator struct {
 
 // event folds one event's data. It returns the error object of an error
 // or response.failed event, or an error if the data is not an event.
-func (a *responsesAccumulator) event(data []byte) (json.RawMessage, error) {
+func (a *responsesAccumulator) event(_, data []byte) (json.RawMessage, error) {
 	var ev responsesEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
 		return nil, fmt.Errorf("decode responses event: %w", err)
@@ -196,6 +162,9 @@ func (a *responsesAccumulator) emit(d Delta) {
 	a.tokens++
 	a.sink.Delta(d)
 }
+
+// ended reports that a terminal event arrived.
+func (a *responsesAccumulator) ended() bool { return a.done }
 
 // firstToken reports the first output — text, a function call, a refusal —
 // as the attempt's first byte, once (docs/architecture.md §4): never

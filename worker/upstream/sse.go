@@ -3,8 +3,15 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // MaxEventBytes bounds one line of a provider's event stream. Chat chunks
@@ -126,4 +133,52 @@ func splitLines(data []byte, atEOF bool) (advance int, token []byte, err error) 
 		return i + 1, data[:i], nil
 	}
 	return 0, nil, nil // a CR at the end of the buffer: wait to see if LF follows
+}
+
+// eventStream is what a dialect makes of a provider's event stream: it
+// folds each event, knows when the final one arrived and what the stream
+// came to.
+type eventStream interface {
+	// event folds one event; it returns the error object of an event that
+	// reports a failure, or an error if the event cannot be read.
+	event(typ, data []byte) (errObj json.RawMessage, err error)
+	// ended reports that the stream's final event arrived.
+	ended() bool
+	outcome() Outcome
+}
+
+// readEvents hands every event of a provider stream to s until its final
+// event and judges how the stream ended: a stream that stops before its
+// final event without saying why (what: the finish it lacks) is a transient
+// failure.
+func readEvents(ctx context.Context, ps *providerStream, s eventStream, key string, now func() time.Time, what string) (Outcome, error) {
+	events := newEventReader(ps.resp.Body)
+	defer events.release()
+	for !s.ended() {
+		typ, data, err := events.nextBytes()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				return s.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
+			}
+			return s.outcome(), transportError(ctx, err)
+		}
+		errObj, err := s.event(typ, data)
+		if err != nil {
+			return s.outcome(), malformed(err)
+		}
+		if errObj != nil {
+			return s.outcome(), streamError(errObj, key, now())
+		}
+	}
+	if s.ended() {
+		ps.drainAfterEnd()
+	}
+	out := s.outcome()
+	if out.FinishReason == "" {
+		return out, &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "stream ended before " + what}
+	}
+	return out, nil
 }
