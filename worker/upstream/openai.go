@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -138,45 +137,25 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	}
 	defer ps.close()
 
-	acc := newAccumulator(sink, inputEstimate)
-	events := newEventReader(ps.resp.Body)
-	defer events.release()
-	for {
-		typ, data, err := events.nextBytes()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return acc.outcome(), malformed(fmt.Errorf("event line longer than %d bytes: %w", MaxEventBytes, err))
-			}
-			return acc.outcome(), transportError(ctx, err)
-		}
-		if string(data) == "[DONE]" {
-			acc.done = true
-			ps.drainAfterEnd()
-			break
-		}
-		if string(typ) == "error" {
-			return acc.outcome(), streamError(data, o.key, o.now())
-		}
-		errObj, err := acc.chunk(data)
-		if err != nil {
-			return acc.outcome(), malformed(err)
-		}
-		if errObj != nil {
-			return acc.outcome(), streamError(errObj, o.key, o.now())
-		}
-	}
-	out = acc.outcome()
-	if out.FinishReason == "" {
-		return out, &Error{
-			Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
-			Message: "stream ended before a finish reason",
-		}
-	}
-	return out, nil
+	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.key, o.now, "a finish reason")
 }
+
+// chatStream reads a chat completions stream: chunks until [DONE].
+type chatStream struct{ *accumulator }
+
+func (s chatStream) event(typ, data []byte) (json.RawMessage, error) {
+	switch {
+	case string(data) == "[DONE]":
+		s.done = true
+		return nil, nil
+	case string(typ) == "error":
+		return bytes.Clone(data), nil
+	}
+	return s.chunk(data)
+}
+
+// ended reports that [DONE] arrived.
+func (s chatStream) ended() bool { return s.done }
 
 // Reading a body to its end lets the transport keep the connection for the
 // next attempt, which saves a TLS handshake on the latency path. After its
