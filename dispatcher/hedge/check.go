@@ -16,7 +16,10 @@ import (
 // at the commit point and won the gate; at most MaxAttempts launches; no Launch
 // after the outcome or past the deadline; no attempt ends twice; no reservation
 // is settled or released twice, nor one that was never granted; nothing after
-// the group record. Finish checks liveness for a group that is done: every
+// the group record; a heartbeat timer that fires once a running attempt has
+// been silent (no Accept, heartbeat, first byte or chunk) for
+// HeartbeatTimeout — before or after its first byte — ends or cancels it,
+// and one that fires earlier does not end it as lost. Finish checks liveness for a group that is done: every
 // launched attempt ended exactly once, every granted reservation was settled
 // or released, and every won gate claim was committed or cleared.
 type Checker struct {
@@ -37,6 +40,8 @@ type Checker struct {
 	wonGate     map[int]string
 	gateEnded   map[int]int // won claims committed or cleared
 	groupEnded  bool
+	heard       map[int]time.Time // an attempt's last reply
+	stopped     map[int]bool      // result reported, cancel sent or ended
 }
 
 // NewChecker returns a checker for a group run with policy.
@@ -49,6 +54,8 @@ func NewChecker(policy Policy) *Checker {
 		electAsked: map[int]bool{},
 		wonGate:    map[int]string{},
 		gateEnded:  map[int]int{},
+		heard:      map[int]time.Time{},
+		stopped:    map[int]bool{},
 	}
 }
 
@@ -64,10 +71,52 @@ func (c *Checker) Step(now time.Time, ev Event, actions []Action) error {
 	if err := c.observeEvent(now, ev); err != nil {
 		return err
 	}
+	silent := c.silentAttempt(now, ev)
 	for _, act := range actions {
 		if err := c.observeAction(now, act); err != nil {
 			return fmt.Errorf("after %T: %w", ev, err)
 		}
+	}
+	return c.checkHeartbeat(now, ev, silent, actions)
+}
+
+// silentAttempt reports, for a heartbeat timer, whether its attempt is
+// running and has been silent for HeartbeatTimeout (before the actions).
+func (c *Checker) silentAttempt(now time.Time, ev Event) bool {
+	t, ok := ev.(TimerFired)
+	if !ok || t.Kind != TimerHeartbeat || c.policy.HeartbeatTimeout == 0 {
+		return false
+	}
+	last, heard := c.heard[t.Attempt]
+	return heard && !c.stopped[t.Attempt] && c.ended[t.Attempt] == 0 && !c.groupEnded &&
+		now.Sub(last) >= c.policy.HeartbeatTimeout
+}
+
+// checkHeartbeat asserts the heartbeat invariant of docs/architecture.md
+// §4 rule 4 for a heartbeat timer's step: a silent running attempt is
+// ended (lost) or cancelled, whether or not it had its first byte or was
+// committed; an attempt heard from within HeartbeatTimeout is not lost.
+func (c *Checker) checkHeartbeat(now time.Time, ev Event, silent bool, actions []Action) error {
+	t, ok := ev.(TimerFired)
+	if !ok || t.Kind != TimerHeartbeat {
+		return nil
+	}
+	var ended, cancelled bool
+	for _, act := range actions {
+		switch a := act.(type) {
+		case AttemptEnded:
+			if a.Attempt == t.Attempt {
+				ended = true
+				if !silent && a.Status == schemas.StatusLost {
+					return fmt.Errorf("heartbeat timer ended attempt %d as lost, silent only %v", a.Attempt, now.Sub(c.heard[a.Attempt]))
+				}
+			}
+		case Cancel:
+			cancelled = cancelled || a.Attempt == t.Attempt
+		}
+	}
+	if silent && !ended && !cancelled {
+		return fmt.Errorf("attempt %d silent for %v outlived its heartbeat timer", t.Attempt, now.Sub(c.heard[t.Attempt]))
 	}
 	return nil
 }
@@ -111,13 +160,21 @@ func (c *Checker) observeEvent(now time.Time, ev Event) error {
 			}
 		}
 	case Progress:
+		c.heard[e.Attempt] = now
 		cp := c.commitPoint()
 		ready := (cp.Kind == schemas.CommitFirstToken && e.FirstToken) ||
 			(cp.Kind == schemas.CommitTokens && e.Tokens >= cp.Tokens)
 		if ready && e.Valid {
 			c.valid[e.Attempt] = true
 		}
+	case Accepted:
+		c.heard[e.Attempt] = now
+	case Heartbeat:
+		c.heard[e.Attempt] = now
+	case FirstByte:
+		c.heard[e.Attempt] = now
 	case Result:
+		c.stopped[e.Attempt] = true
 		if (e.Scope == schemas.ScopeNone || e.Scope == "") && e.Status == schemas.StatusOK && e.Valid {
 			c.valid[e.Attempt] = true
 		}
@@ -190,6 +247,8 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 		return c.endReservation(a.Reservation)
 	case Release:
 		return c.endReservation(a.Reservation)
+	case Cancel:
+		c.stopped[a.Attempt] = true
 	case AttemptEnded:
 		c.ended[a.Attempt]++
 		if a.Attempt < 1 || a.Attempt > c.launched {

@@ -59,7 +59,7 @@ const (
 	TimerHedge       TimerKind = "hedge"
 	TimerDeadline    TimerKind = "deadline"
 	TimerAccept      TimerKind = "accept"       // per attempt: no Accept in time
-	TimerHeartbeat   TimerKind = "heartbeat"    // per attempt: heartbeats stopped before the first byte
+	TimerHeartbeat   TimerKind = "heartbeat"    // per attempt: no reply (heartbeat, first byte, chunk) for HeartbeatTimeout
 	TimerAttempt     TimerKind = "attempt"      // per attempt: the policy's per-try timeout
 	TimerCancelGrace TimerKind = "cancel_grace" // per attempt: no report after a cancel
 )
@@ -76,7 +76,8 @@ type Accepted struct{ Attempt int }
 // Busy reports that the worker refused an attempt at its in-flight limit.
 type Busy struct{ Attempt int }
 
-// Heartbeat reports a worker heartbeat before the attempt's first byte.
+// Heartbeat reports a worker heartbeat: the attempt is alive, before and
+// after its first byte (docs/architecture.md §8).
 type Heartbeat struct{ Attempt int }
 
 // FirstByte reports the provider's first byte for an attempt.

@@ -35,7 +35,8 @@ type attempt struct {
 	state       attemptState
 
 	accepted      bool
-	lastHeartbeat time.Time
+	lastHeartbeat time.Time // the attempt's last reply of any kind (§4 rule 4, lost heartbeats)
+	heartbeatSet  bool      // a heartbeat timer is armed for this attempt
 	firstByteAt   time.Time // zero until the first byte
 	tokens        int
 	candidate     bool // valid at the commit point, waiting to be elected
@@ -147,15 +148,19 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 		}
 	case Heartbeat:
 		if a := g.live(e.Attempt); a != nil {
-			a.lastHeartbeat = now
+			g.heard(a)
 		}
 	case FirstByte:
-		if a := g.live(e.Attempt); a != nil && a.firstByteAt.IsZero() {
-			a.firstByteAt = now
-			a.accepted = true
+		if a := g.live(e.Attempt); a != nil {
+			g.heard(a)
+			if a.firstByteAt.IsZero() {
+				a.firstByteAt = now
+				a.accepted = true
+			}
 		}
 	case Progress:
 		if a := g.live(e.Attempt); a != nil {
+			g.heard(a)
 			g.onProgress(a, e)
 		}
 	case Result:
@@ -339,16 +344,19 @@ func (g *Group) onTimer(e TimerFired) {
 		}
 	case TimerHeartbeat:
 		a := g.live(e.Attempt)
-		if a == nil || a.state != attemptRunning || !a.firstByteAt.IsZero() || g.policy.HeartbeatTimeout == 0 {
+		if a == nil {
+			return
+		}
+		a.heartbeatSet = false
+		if a.state != attemptRunning || g.policy.HeartbeatTimeout == 0 {
 			return
 		}
 		if silent := g.now.Sub(a.lastHeartbeat); silent < g.policy.HeartbeatTimeout {
+			a.heartbeatSet = true
 			g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: a.lastHeartbeat.Add(g.policy.HeartbeatTimeout)})
 			return
 		}
-		g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
-		a.cancelSent = true
-		g.attemptFailed(a, schemas.StatusLost, schemas.ScopeTransient, "", 0, schemas.Usage{})
+		g.lostHeartbeats(a)
 	case TimerAttempt:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && a.n == g.winner) {
 			g.cancel(a, CancelTimeout)
@@ -466,14 +474,39 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 }
 
 func (g *Group) onAccepted(a *attempt) {
-	if a.accepted {
-		return
-	}
+	g.heard(a)
 	a.accepted = true
+}
+
+// heard notes a reply of a running attempt (Accept, heartbeat, first byte,
+// chunk): each one restarts its silence, and the first arms its heartbeat
+// timer, which stays armed until the attempt ends — after the first byte
+// too, so a worker lost mid-answer is noticed within HeartbeatTimeout, not
+// at the deadline (docs/architecture.md §4 rule 4). The timer is never
+// moved: when it fires early relative to the last reply it re-arms.
+func (g *Group) heard(a *attempt) {
 	a.lastHeartbeat = g.now
-	if a.state == attemptRunning && a.firstByteAt.IsZero() && g.policy.HeartbeatTimeout > 0 {
+	if a.state == attemptRunning && !a.heartbeatSet && g.policy.HeartbeatTimeout > 0 {
+		a.heartbeatSet = true
 		g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: g.now.Add(g.policy.HeartbeatTimeout)})
 	}
+}
+
+// lostHeartbeats ends a running attempt that has been silent for
+// HeartbeatTimeout: its worker is gone or cut off. It is cancelled (the
+// worker may still be alive behind a partition) and fails as lost,
+// transient (§4 rule 4), with the usage a cancel would be estimated at. A
+// committed winner that goes silent ends the caller's stream with an
+// error at once, never with another attempt's bytes (§4 rule 3).
+func (g *Group) lostHeartbeats(a *attempt) {
+	g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
+	a.cancelSent = true
+	usage := g.estimateCancelled(a, schemas.Usage{})
+	if g.committed && a.n == g.winner {
+		g.endAttempt(a, OutcomeWinner, schemas.StatusLost, schemas.ScopeTransient, usage, false)
+		return
+	}
+	g.attemptFailed(a, schemas.StatusLost, schemas.ScopeTransient, "", 0, usage)
 }
 
 // Rule 3: validity at the commit point, for streamed output.

@@ -38,8 +38,10 @@ type Policy struct {
 	CommitPoint schemas.CommitPoint
 	// AcceptTimeout bounds the wait for a worker's Accept.
 	AcceptTimeout time.Duration
-	// HeartbeatTimeout bounds the silence between heartbeats before the first
-	// byte; zero disables the check.
+	// HeartbeatTimeout bounds an attempt's silence (no heartbeat, first byte
+	// or chunk) from its Accept until it ends, after its first byte too:
+	// a silent attempt is lost (docs/architecture.md §4 rule 4). Zero
+	// disables the check.
 	HeartbeatTimeout time.Duration
 	// AttemptTimeout is a per-try timeout after which the attempt is cancelled
 	// and treated as a transient failure; zero (the default) disables it. It

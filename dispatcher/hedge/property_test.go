@@ -17,6 +17,9 @@ const schedules = 10_000
 // reached the interesting paths fails instead of passing vacuously.
 type coverage struct {
 	groups, hedges, replacements, lostElections, lateLosers, commits, fails, deadlines, gateClears int
+	// silentAfterFirstByte: an attempt lost to the heartbeat timer after its
+	// first byte; silentWinner: a committed winner lost that way.
+	silentAfterFirstByte, silentWinner int
 }
 
 // simWorker is the random world's view of one launched attempt.
@@ -29,6 +32,7 @@ type simWorker struct {
 	progress   int
 	done       bool // the worker reported a result or a cancel
 	cancelled  bool
+	silent     bool // the worker went silent (killed, cut off): it reports nothing more
 }
 
 // randomWorld drives one group with a random but legal schedule: answers to
@@ -139,6 +143,12 @@ func (w *randomWorld) step(ev Event) error {
 			if a.Outcome == OutcomeLoserLate {
 				w.cov.lateLosers++
 			}
+			if a.Status == schemas.StatusLost && a.FirstByte > 0 {
+				w.cov.silentAfterFirstByte++
+				if a.Outcome == OutcomeWinner {
+					w.cov.silentWinner++
+				}
+			}
 		}
 	}
 	return nil
@@ -185,7 +195,7 @@ func (w *randomWorld) choices() []func() Event {
 		})
 	}
 	for _, sw := range w.workers {
-		if sw.done || sw.busy {
+		if sw.done || sw.busy || sw.silent {
 			continue
 		}
 		out = append(out, w.workerEvent(sw))
@@ -240,7 +250,15 @@ func (w *randomWorld) workerEvent(sw *simWorker) func() Event {
 			return FirstByte{Attempt: sw.n}
 		case sw.firstByte && sw.progress < 3 && r < 50:
 			sw.progress++
+			if w.rng.IntN(8) == 0 {
+				// Killed mid-answer: this is its last report.
+				sw.silent = true
+			}
 			return Progress{Attempt: sw.n, Tokens: sw.progress * 2, FirstToken: true, Valid: w.rng.IntN(25) != 0}
+		case sw.firstByte && sw.heartbeats < 6 && r < 60:
+			// Heartbeats go on after the first byte until the attempt ends.
+			sw.heartbeats++
+			return Heartbeat{Attempt: sw.n}
 		}
 		sw.done = true
 		usage := schemas.Usage{InputUnits: 100, OutputUnits: 20}
@@ -311,13 +329,15 @@ func TestPropertyInvariantsHoldOverRandomSchedules(t *testing.T) {
 	}
 	t.Logf("coverage over %d schedules: %+v", schedules, cov)
 	for name, n := range map[string]int{
-		"hedge launched":       cov.hedges,
-		"replacement launched": cov.replacements,
-		"lost election":        cov.lostElections,
-		"late loser":           cov.lateLosers,
-		"commit":               cov.commits,
-		"deadline":             cov.deadlines,
-		"gate claim cleared":   cov.gateClears,
+		"hedge launched":              cov.hedges,
+		"replacement launched":        cov.replacements,
+		"lost election":               cov.lostElections,
+		"late loser":                  cov.lateLosers,
+		"commit":                      cov.commits,
+		"deadline":                    cov.deadlines,
+		"gate claim cleared":          cov.gateClears,
+		"silent after its first byte": cov.silentAfterFirstByte,
+		"silent committed winner":     cov.silentWinner,
 	} {
 		if n == 0 {
 			t.Errorf("no schedule exercised: %s", name)

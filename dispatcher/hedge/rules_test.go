@@ -549,6 +549,78 @@ func TestRule4BusyMissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
 	}
 }
 
+// Rule 4, lost heartbeats after the first byte: any reply of the attempt
+// (heartbeat, first byte, chunk) restarts its silence; an attempt silent for
+// HeartbeatTimeout after its first byte is lost, not left to the deadline.
+func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t *testing.T) {
+	t.Run("before commit it is transient and replaced", func(t *testing.T) {
+		p := DefaultPolicy()
+		p.CommitPoint = schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 100}
+		h := newHarness(t, p)
+		h.launched(streamingStart)
+		h.at(10, Accepted{Attempt: 1})
+		h.at(300, FirstByte{Attempt: 1})
+		h.at(900, Progress{Attempt: 1, Tokens: 10, FirstToken: true, Valid: true})
+		// The timer armed at the Accept fires 110 ms after the last chunk: it re-arms at chunk + 1 s.
+		acts := h.at(1010, TimerFired{Kind: TimerHeartbeat, Attempt: 1})
+		if at, ok := timerAt(acts, TimerHeartbeat); !ok || !at.Equal(h.t0.Add(1900*time.Millisecond)) || has[AttemptEnded](acts) {
+			t.Fatalf("early heartbeat timer after a chunk = %v, want it re-armed at 1.9s", acts)
+		}
+		h.at(1500, Heartbeat{Attempt: 1}) // a heartbeat after the first byte counts too
+		acts = h.at(1900, TimerFired{Kind: TimerHeartbeat, Attempt: 1})
+		if at, ok := timerAt(acts, TimerHeartbeat); !ok || !at.Equal(h.t0.Add(2500*time.Millisecond)) {
+			t.Fatalf("heartbeat timer after a heartbeat = %v, want it re-armed at 2.5s", acts)
+		}
+		acts = h.at(2500, TimerFired{Kind: TimerHeartbeat, Attempt: 1})
+		rec, ok := find[AttemptEnded](acts)
+		if !ok || rec.Status != schemas.StatusLost || rec.Scope != schemas.ScopeTransient || rec.Outcome != OutcomeFailed {
+			t.Fatalf("silent attempt record = %+v (%v), want failed lost transient", rec, acts)
+		}
+		if c, ok := find[Cancel](acts); !ok || c.Reason != CancelTimeout {
+			t.Fatalf("silent attempt not cancelled: %v", acts)
+		}
+		if s, ok := find[Settle](acts); !ok || !s.Usage.Estimated || s.Usage.OutputUnits == 0 {
+			t.Fatalf("silent attempt settle = %+v, want its estimated decode", s)
+		}
+		if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleReplacement {
+			t.Fatalf("no replacement asked: %v", acts)
+		}
+	})
+	t.Run("after commit the committed stream ends at once", func(t *testing.T) {
+		h := newHarness(t, DefaultPolicy())
+		h.launched(streamingStart)
+		h.at(10, Accepted{Attempt: 1})
+		h.at(300, FirstByte{Attempt: 1})
+		h.at(301, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+		if c, ok := find[Commit](h.at(302, GateDecided{Attempt: 1, Won: true, Gate: "g"})); !ok || c.Attempt != 1 {
+			t.Fatal("first token was not committed")
+		}
+		h.at(800, Progress{Attempt: 1, Tokens: 10, FirstToken: true, Valid: true})
+		acts := h.at(1800, TimerFired{Kind: TimerHeartbeat, Attempt: 1})
+		rec, ok := find[AttemptEnded](acts)
+		if !ok || rec.Outcome != OutcomeWinner || rec.Status != schemas.StatusLost || rec.Scope != schemas.ScopeTransient {
+			t.Fatalf("silent winner record = %+v (%v), want winner lost transient", rec, acts)
+		}
+		if _, ok := find[Cancel](acts); !ok {
+			t.Fatalf("silent winner not cancelled: %v", acts)
+		}
+		if end, ok := find[GroupEnded](acts); !ok || !end.Committed || !h.g.Done() {
+			t.Fatalf("group not ended with the silent winner: %v", acts)
+		}
+	})
+	t.Run("zero timeout never arms it", func(t *testing.T) {
+		p := DefaultPolicy()
+		p.HeartbeatTimeout = 0
+		h := newHarness(t, p)
+		h.launched(streamingStart)
+		for _, ev := range []Event{Accepted{Attempt: 1}, FirstByte{Attempt: 1}, Heartbeat{Attempt: 1}} {
+			if _, ok := timerAt(h.at(10, ev), TimerHeartbeat); ok {
+				t.Fatalf("%T armed a heartbeat timer with the check off", ev)
+			}
+		}
+	})
+}
+
 // Rule 5: the deadline, records after the outcome, CallerGone, gate clearing.
 func TestRule5DeadlineCancelsEveryAttemptAndFails(t *testing.T) {
 	h := newHarness(t, DefaultPolicy())
