@@ -19,7 +19,9 @@ import (
 // upstream.Sink of its call: Stream reports the first token and deltas on
 // the run's goroutine while the pacer goroutine sends heartbeats and flushes
 // chunks that waited CoalesceDelay; mu orders the two, so the reply inbox
-// sees one sequence.
+// sees one sequence. Heartbeats go on until the result (docs/architecture.md
+// §8), so the dispatcher notices a worker lost mid-answer within its
+// heartbeat timeout.
 type attemptRun struct {
 	w        *Worker
 	att      schemas.Attempt
@@ -39,9 +41,9 @@ type attemptRun struct {
 	arm chan struct{}
 
 	// The pacer goroutine starts only when it has work: the first heartbeat
-	// is due (wake fires before the first token) or output waits for the
-	// coalesce delay. An answer that is not streamed and begins within a
-	// heartbeat interval never needs it.
+	// is due (wake fires a heartbeat interval into the call) or output waits
+	// for the coalesce delay. A call over within a heartbeat interval never
+	// needs it.
 	wake      *time.Timer   // starts the pacer when the first heartbeat is due
 	wakeDone  chan struct{} // closed when wake's function has returned
 	stopPacer chan struct{}
@@ -52,8 +54,9 @@ type attemptRun struct {
 	done         bool // the result is being sent: nothing more on the inbox
 	firstByteAt  time.Time
 	heartbeats   int64
-	seq          int64 // last chunk sent
-	firstToken   bool  // the chunk with the first token has been sent
+	lastSent     time.Time // real time of the last progress message (heartbeat, first byte, chunk)
+	seq          int64     // last chunk sent
+	firstToken   bool      // the chunk with the first token has been sent
 	cumTokens    int64
 	pend         pendingChunk
 	pendingSince time.Time // real time of the first unflushed output
@@ -331,20 +334,27 @@ func (r *attemptRun) flushLocked(first bool) {
 // send publishes one progress message; if the reply inbox is unreachable,
 // the attempt stops, since nobody would see its answer.
 func (r *attemptRun) send(m json.Marshaler) {
+	r.lastSent = time.Now()
 	if err := r.w.publishReply(r.att.ReplyInbox, m); err != nil {
 		r.cancel(errReplyLost)
 	}
 }
 
-// heartbeat sends the next heartbeat; false once the first byte has made
-// heartbeats unnecessary. A provider stream that is open but has produced
-// no token yet is still beaten for: the dispatcher must not take a slow
-// model for a lost worker.
+// heartbeat sends the next heartbeat; false once the call is over. A
+// provider stream that is open but has produced no token yet is beaten
+// for, so the dispatcher does not take a slow model for a lost worker; so
+// is one after its first token (and a call that is not streamed), so the
+// dispatcher does take a worker killed mid-answer for lost
+// (docs/architecture.md §4 rule 4, §8). After the first byte, whatever
+// was sent within the interval (a chunk) stands for the heartbeat.
 func (r *attemptRun) heartbeat() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.done || !r.firstByteAt.IsZero() {
+	if r.done {
 		return false
+	}
+	if !r.firstByteAt.IsZero() && time.Since(r.lastSent) < r.w.cfg.HeartbeatInterval {
+		return true
 	}
 	r.heartbeats++
 	r.send(schemas.Heartbeat{GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.heartbeats})
@@ -352,13 +362,12 @@ func (r *attemptRun) heartbeat() bool {
 }
 
 // wakePacer runs when the first heartbeat is due: unless the call is over
-// or the first byte has made heartbeats unnecessary, the pacer starts, with
-// that heartbeat.
+// or the pacer already runs, the pacer starts, with that heartbeat.
 func (r *attemptRun) wakePacer() {
 	defer close(r.wakeDone)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.done && !r.pacing && r.firstByteAt.IsZero() {
+	if !r.done && !r.pacing {
 		r.pacing = true
 		go r.pace(r.stopPacer, r.pacerDone, true)
 	}
@@ -389,7 +398,7 @@ func (r *attemptRun) stopPacing() {
 	}
 }
 
-// pace runs beside the upstream call: heartbeats until the first token, and
+// pace runs beside the upstream call: heartbeats until the result, and
 // the flush of output that has waited CoalesceDelay. beatNow sends the
 // first heartbeat at once: the pacer started when it was due.
 func (r *attemptRun) pace(stop <-chan struct{}, done chan<- struct{}, beatNow bool) {

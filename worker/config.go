@@ -54,8 +54,9 @@ type Config struct {
 	// MaxInflight is how many attempts the worker runs at once; an attempt
 	// beyond it is answered Busy. 0 means DefaultMaxInflight.
 	MaxInflight int
-	// HeartbeatInterval is the period of heartbeats before the first token.
-	// 0 means DefaultHeartbeatInterval.
+	// HeartbeatInterval is the period of heartbeats, from the Accept until
+	// the result (after the first token a chunk stands for one). 0 means
+	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// CoalesceTokens and CoalesceDelay bound a chunk (see the package
 	// documentation). 0 means the defaults.

@@ -19,10 +19,13 @@
 // one connection, so the dispatcher receives them in this order:
 //
 //	Busy                                   (at the in-flight limit, or stopping)
-//	Accept, Heartbeat*, FirstByte?, Chunk*, AttemptResult
+//	Accept, Heartbeat*, FirstByte?, (Chunk | Heartbeat)*, AttemptResult
 //
 // Accept is sent as soon as the attempt is decoded. Heartbeats (Seq from 1)
-// follow every HeartbeatInterval until the first generated token; FirstByte
+// follow every HeartbeatInterval until the AttemptResult — after the first
+// token too, except in an interval in which a chunk went out — so the
+// dispatcher notices a worker lost mid-answer within its heartbeat timeout
+// (docs/architecture.md §4 rule 4); FirstByte
 // is sent once, at that token (upstream.Sink.FirstByte) — not when the
 // provider's stream opens, since providers open it long before the model
 // produces anything, and an open stream that stalls must stay hedgeable

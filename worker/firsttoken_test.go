@@ -1,10 +1,13 @@
 package worker
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
+	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
 // A provider that opens its stream at once and produces its first token
@@ -71,5 +74,59 @@ func TestHeartbeatsGoOnWhileAnOpenStreamHasNoToken(t *testing.T) {
 	}
 	if prov := h.prov.record(t); prov.Status != 200 || prov.TokensSent != 0 {
 		t.Errorf("provider record %+v: want a stream opened with 200 that sent no token", prov)
+	}
+}
+
+// stallAfterFirstToken is an upstream that sends one token, then produces
+// nothing until release is closed (or its context ends): a model slow
+// between tokens, or a worker whose heartbeats alone say it is alive.
+type stallAfterFirstToken struct{ release chan struct{} }
+
+func (s stallAfterFirstToken) Stream(ctx context.Context, _ *schemas.ChatRequest, sink upstream.Sink) (upstream.Outcome, error) {
+	sink.FirstByte()
+	sink.Delta(upstream.Delta{Content: "Hello", Tokens: 1})
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	sink.Delta(upstream.Delta{Content: " world", Tokens: 1})
+	return upstream.Outcome{FinishReason: "stop", Usage: schemas.Usage{InputUnits: 10, OutputUnits: 2}}, nil
+}
+
+// Heartbeats go on after the first token until the result, for streaming
+// and non-streaming callers alike: a worker killed mid-answer must be
+// noticed within the dispatcher's heartbeat timeout, not at the deadline
+// (docs/architecture.md §4 rule 4, §8).
+func TestHeartbeatsGoOnAfterTheFirstTokenUntilTheResult(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(map[bool]string{true: "streaming", false: "not streaming"}[stream], func(t *testing.T) {
+			release := make(chan struct{})
+			h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 0.01, 2, 1000)}, upstream: stallAfterFirstToken{release: release}})
+			att := h.attempt("hg_beats_after_first")
+			att.Request.Stream = stream
+			in := h.send(att)
+			in.accept()
+			var before []schemas.Reply
+			after := 0
+			for after < 5 {
+				r := in.next()
+				before = append(before, r)
+				if _, ok := r.(*schemas.Heartbeat); ok && slices.ContainsFunc(before, func(r schemas.Reply) bool { _, fb := r.(*schemas.FirstByte); return fb }) {
+					after++
+				}
+			}
+			close(release)
+			rs, res := in.untilResult()
+			if _, _, firstByte := checkStream(t, append(before, rs...)); !firstByte {
+				t.Fatalf("replies %v: no first byte", kinds(append(before, rs...)))
+			}
+			if res.StatusClass != schemas.StatusOK {
+				t.Errorf("result %s, want ok", res.StatusClass)
+			}
+			// Nothing comes on the inbox after the result: the heartbeats stopped with it.
+			if n, _, _ := in.sub.Pending(); n != 0 {
+				t.Errorf("%d messages after the result", n)
+			}
+		})
 	}
 }
