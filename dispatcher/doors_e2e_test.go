@@ -391,11 +391,23 @@ func stallAfterCommit(t *testing.T) *httptest.Server {
 	dispatcher.StartFakeWorker(t, c, []string{"a"}, func(fw *dispatcher.FakeWorker, a schemas.Attempt) {
 		fw.Accept(a)
 		sendChunk(fw, a, "from-1 ")
-		select {
-		case <-fw.Cancels():
-			sendCancelled(fw, a)
-		case <-time.After(10 * time.Second):
-			t.Error("the stalled winner was never cancelled")
+		// A live worker whose provider stalls: it goes on beating, so what
+		// ends the stream is the deadline, not lost heartbeats
+		// (docs/architecture.md §4 rule 4).
+		beat := time.NewTicker(50 * time.Millisecond)
+		defer beat.Stop()
+		deadline := time.After(10 * time.Second)
+		for seq := int64(1); ; seq++ {
+			select {
+			case <-beat.C:
+				fw.Send(a, schemas.Heartbeat{GroupID: a.GroupID, Attempt: a.Attempt, Seq: seq})
+			case <-fw.Cancels():
+				sendCancelled(fw, a)
+				return
+			case <-deadline:
+				t.Error("the stalled winner was never cancelled")
+				return
+			}
 		}
 	})
 	return httpDoor(t, c, c.Dispatcher(), httpdoor.Options{})

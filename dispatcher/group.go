@@ -475,10 +475,12 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		if at := g.attempt(a.Attempt); at != nil {
 			g.sendCancel(at, a.Reason)
 		}
-		if a.Attempt == g.winner {
+		if a.Attempt == g.winner && a.Reason != hedge.CancelTimeout {
 			// The committed stream is stopped (its deadline passed, or its
 			// caller left): it ends now, with an error, never with bytes of
-			// another attempt.
+			// another attempt. A winner cancelled for its silence (lost
+			// heartbeats, docs/architecture.md §4 rule 4) ends with the
+			// AttemptEnded that follows in the same step, as a lost attempt.
 			code := schemas.ErrDeadlineExceeded
 			if a.Reason == hedge.CancelCallerGone {
 				code = schemas.ErrCanceled

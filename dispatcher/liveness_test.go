@@ -1,0 +1,126 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// livenessYAML is a policy with the default 30 s deadline and a hedge delay
+// past anything the tests wait for, so what ends or replaces a silent
+// attempt is the heartbeat timeout alone (docs/architecture.md §4 rule 4).
+const livenessYAML = `
+policies:
+  patient:
+    control_fraction: 0
+    delay: {initial: 10s, min: 10ms, warmup_samples: 1000000}
+    deadline: 30s
+    accept_timeout: 250ms
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 300ms
+`
+
+const livenessHeartbeatTimeout = 300 * time.Millisecond
+
+// silentMidStream plays a worker killed mid-answer: it accepts, beats,
+// sends its first byte and tokens chunks, then nothing more. silent
+// receives the moment it went quiet; the handler returns once the
+// dispatcher cancels the attempt (or after a bound, for a failing test).
+func silentMidStream(fw *fakeWorker, a schemas.Attempt, tokens int, silent chan<- time.Time) {
+	fw.accept(a)
+	fw.send(a, schemas.Heartbeat{GroupID: a.GroupID, Attempt: a.Attempt, Seq: 1})
+	fw.send(a, schemas.FirstByte{GroupID: a.GroupID, Attempt: a.Attempt})
+	for i := 1; i <= tokens; i++ {
+		fw.send(a, schemas.Chunk{GroupID: a.GroupID, Attempt: a.Attempt, Seq: int64(i), Delta: "t ", Tokens: 1, CumulativeTokens: int64(i), First: i == 1})
+	}
+	if err := fw.nc.Flush(); err != nil {
+		fw.t.Error(err)
+	}
+	silent <- time.Now()
+	select {
+	case <-fw.cancels:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// A committed stream whose worker goes silent after ten tokens ends with an
+// error at the heartbeat timeout, not at the 30 s deadline, and the silent
+// attempt is cancelled (§4 rule 3, rule 4).
+func TestACommittedStreamWhoseWorkerGoesSilentEndsWithAnErrorWithinTheHeartbeatTimeout(t *testing.T) {
+	c := newCluster(t, []string{"a"}, nil, livenessYAML)
+	silent := make(chan time.Time, 1)
+	startFakeWorker(t, c, []string{"a"}, func(fw *fakeWorker, a schemas.Attempt) {
+		silentMidStream(fw, a, 10, silent)
+	})
+	var (
+		mu       sync.Mutex
+		streamed strings.Builder
+	)
+	sink := sinkFunc(func(d Delta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		streamed.WriteString(d.Content)
+		return nil
+	})
+	_, err := c.d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: chat(true)}, sink)
+	ended := time.Now()
+	var ge *GroupError
+	if !errors.As(err, &ge) || ge.Code != schemas.ErrAllRoutesFailed || !ge.Streamed {
+		t.Fatalf("Submit error %v, want a streamed all_routes_failed (the lost winner), not %s", err, schemas.ErrDeadlineExceeded)
+	}
+	quiet := <-silent
+	took := ended.Sub(quiet)
+	t.Logf("silence to the caller's error: %v (heartbeat timeout %v)", took, livenessHeartbeatTimeout)
+	if took > livenessHeartbeatTimeout+time.Second {
+		t.Fatalf("the caller's stream ended %v after the silence, want within the heartbeat timeout %v + 1s", took, livenessHeartbeatTimeout)
+	}
+	mu.Lock()
+	if got := strings.Count(streamed.String(), "t "); got != 10 {
+		t.Errorf("caller got %d tokens, want the 10 sent before the silence", got)
+	}
+	mu.Unlock()
+	rec := c.attemptRecords(ge.Group, 1)[1]
+	if rec.Outcome != schemas.OutcomeWinner || rec.StatusClass != schemas.StatusLost || rec.ErrorScope != schemas.ScopeTransient || !rec.CancellationSent {
+		t.Fatalf("attempt record %+v, want the winner lost (transient) and cancelled", rec)
+	}
+	if g := c.groupRecord(ge.Group); g.Outcome != schemas.GroupCommitted || g.ErrorCode == schemas.ErrDeadlineExceeded {
+		t.Fatalf("group record %+v", g)
+	}
+}
+
+// An attempt that goes silent after its first byte, before its commit
+// point (a non-streaming caller commits the complete answer), is lost at
+// the heartbeat timeout and replaced; the replacement's answer wins long
+// before the deadline.
+func TestAnAttemptSilentAfterItsFirstByteIsReplacedBeforeCommit(t *testing.T) {
+	c := newCluster(t, []string{"a", "b"}, nil, livenessYAML)
+	silent := make(chan time.Time, 1)
+	startFakeWorker(t, c, []string{"a", "b"}, func(fw *fakeWorker, a schemas.Attempt) {
+		if a.Attempt == 1 {
+			silentMidStream(fw, a, 0, silent)
+			return
+		}
+		fw.answer(a, "replacement answer")
+	})
+	resp, err := c.d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: chat(false)}, nil)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	took := time.Since(<-silent)
+	t.Logf("silence to the replacement's answer: %v (heartbeat timeout %v)", took, livenessHeartbeatTimeout)
+	if resp.Winner != 2 || resp.Hedged || resp.Content != "replacement answer" {
+		t.Fatalf("response %+v, want the replacement (attempt 2) to win", resp)
+	}
+	if took > livenessHeartbeatTimeout+time.Second {
+		t.Fatalf("answered %v after the silence, want within the heartbeat timeout %v + 1s", took, livenessHeartbeatTimeout)
+	}
+	recs := c.attemptRecords(resp.GroupID, 2)
+	if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != schemas.StatusLost || recs[1].ErrorScope != schemas.ScopeTransient {
+		t.Fatalf("attempt 1 record %+v, want failed lost transient", recs[1])
+	}
+}
