@@ -38,6 +38,7 @@ type behaviour struct {
 	content   string        // when set, the whole answer, in one chunk
 	empty     bool          // answer no content at all (0 completion tokens)
 	finish    string        // finish reason; empty means "stop"
+	stall     bool          // after its words, send only keep-alives until the client goes away
 }
 
 // script hands out behaviours in request order, across every provider that
@@ -161,6 +162,20 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		for i := range words {
 			chunk(fmt.Sprintf("%s%d ", p.route, i), "")
+		}
+	}
+	if b.stall {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				fmt.Fprint(w, ": keep-alive\n\n")
+				fl.Flush()
+			case <-r.Context().Done():
+				notify(p.gone, p.route)
+				return
+			}
 		}
 	}
 	chunk("", cmp.Or(b.finish, "stop"))

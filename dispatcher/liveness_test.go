@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
 // livenessYAML is a policy with the default 30 s deadline and a hedge delay
@@ -123,4 +124,32 @@ func TestAnAttemptSilentAfterItsFirstByteIsReplacedBeforeCommit(t *testing.T) {
 	if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != schemas.StatusLost || recs[1].ErrorScope != schemas.ScopeTransient {
 		t.Fatalf("attempt 1 record %+v, want failed lost transient", recs[1])
 	}
+}
+
+// A provider that goes silent after its first token (keep-alives only) is
+// cut by the worker at the stall bound (upstream.DefaultStallAfterFirstToken,
+// 2 s) as a transient failure; before the commit point a replacement
+// launches and its answer wins, long before the 30 s deadline (§4 rule 4).
+func TestAProviderStallingAfterItsFirstTokenIsReplacedBeforeCommit(t *testing.T) {
+	sc := newScript(behaviour{words: 3}, behaviour{words: 1, stall: true})
+	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+	c := newCluster(t, []string{"a", "b"}, ps, livenessYAML)
+	start := time.Now()
+	resp, err := c.d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: chat(false)}, nil)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("answered after %v (stall bound %v)", took, upstream.DefaultStallAfterFirstToken)
+	if resp.Winner != 2 || resp.Hedged {
+		t.Fatalf("response %+v, want the replacement (attempt 2) to win", resp)
+	}
+	if took > upstream.DefaultStallAfterFirstToken+2*time.Second {
+		t.Fatalf("answered after %v, want within the stall bound %v + 2s", took, upstream.DefaultStallAfterFirstToken)
+	}
+	recs := c.attemptRecords(resp.GroupID, 2)
+	if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != schemas.StatusServerError || recs[1].ErrorScope != schemas.ScopeTransient {
+		t.Fatalf("attempt 1 record %+v, want failed server_error transient (the stall)", recs[1])
+	}
+	waitGone(t, ps[recs[1].Route]) // the worker cut the stalled request
 }

@@ -44,6 +44,7 @@ type Anthropic struct {
 	maxTokens int
 	client    *http.Client
 	now       func() time.Time
+	stall     time.Duration // 0: no stall bound
 }
 
 var _ Upstream = (*Anthropic)(nil)
@@ -73,6 +74,7 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 		maxTokens: maxTokens,
 		client:    cfg.httpClient(),
 		now:       cfg.clock(),
+		stall:     cfg.stallAfter(),
 	}, nil
 }
 
@@ -106,6 +108,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 		return out, err
 	}
 	defer ps.close()
+	ps.stallAfter = a.stall
 
 	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.key, a.now, "a stop reason")
 }
@@ -381,6 +384,8 @@ func (s *messageStream) toolFragment(f toolCallFragment) error {
 // outcome is the attempt's result so far. Usage is the provider's when a
 // message_delta reported it; otherwise it is estimated from what was
 // reported or counted, never less than either.
+func (s *messageStream) progress() int64 { return s.acc.progress() }
+
 func (s *messageStream) outcome() Outcome {
 	out := s.acc.outcome()
 	switch {

@@ -41,6 +41,28 @@ type Config struct {
 	// Now is the clock that turns a Retry-After date into a duration; nil
 	// uses time.Now.
 	Now func() time.Time
+	// StallAfterFirstToken bounds the wait for each next token once the
+	// first one came: a stream silent that long after it is cut and fails
+	// as a transient error, so the dispatcher may replace the attempt before
+	// its commit, or end the committed stream with an error, instead of
+	// waiting for the deadline (docs/architecture.md §4 rule 4). Zero means
+	// DefaultStallAfterFirstToken; negative turns the bound off.
+	StallAfterFirstToken time.Duration
+}
+
+// DefaultStallAfterFirstToken is the stall bound after the first token: a
+// few times the inter-token gaps of the models hedgerow is measured on
+// (tens of milliseconds), and short against the default 30 s deadline.
+const DefaultStallAfterFirstToken = 2 * time.Second
+
+func (cfg Config) stallAfter() time.Duration {
+	switch {
+	case cfg.StallAfterFirstToken == 0:
+		return DefaultStallAfterFirstToken
+	case cfg.StallAfterFirstToken < 0:
+		return 0
+	}
+	return cfg.StallAfterFirstToken
 }
 
 // OpenAI is the Upstream of an OpenAI-compatible Chat Completions endpoint.
@@ -51,6 +73,7 @@ type OpenAI struct {
 	key      string
 	client   *http.Client
 	now      func() time.Time
+	stall    time.Duration // 0: no stall bound
 }
 
 var _ Upstream = (*OpenAI)(nil)
@@ -66,6 +89,7 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		key:      cfg.APIKey,
 		client:   cfg.httpClient(),
 		now:      cfg.clock(),
+		stall:    cfg.stallAfter(),
 	}, nil
 }
 
@@ -136,6 +160,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 		return out, err
 	}
 	defer ps.close()
+	ps.stallAfter = o.stall
 
 	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.key, o.now, "a finish reason")
 }
@@ -177,6 +202,9 @@ type providerStream struct {
 	detach    func() bool        // stops the attempt's context from ending the request
 	drainWait time.Duration
 	drained   bool // a drain owns the body and the request
+	// stallAfter bounds the silence between tokens after the first one
+	// (Config.StallAfterFirstToken); 0 turns the bound off.
+	stallAfter time.Duration
 }
 
 // drainAfterEnd reads what follows the final event in the background, so

@@ -38,6 +38,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 		return out, err
 	}
 	defer ps.close()
+	ps.stallAfter = o.stall
 
 	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.key, o.now, "a finish reason")
 }
@@ -200,6 +201,15 @@ func callDelta(index int, id, name, args string) json.RawMessage {
 }
 
 // outcome is the attempt's result so far.
+// progress counts the output so far: 0 until the first output, then one
+// more for every output delta (readEvents' stall bound).
+func (a *responsesAccumulator) progress() int64 {
+	if !a.generated {
+		return 0
+	}
+	return 1 + a.tokens
+}
+
 func (a *responsesAccumulator) outcome() Outcome {
 	out := Outcome{
 		FinishReason: a.finish,

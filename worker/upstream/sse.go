@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
@@ -144,18 +145,29 @@ type eventStream interface {
 	event(typ, data []byte) (errObj json.RawMessage, err error)
 	// ended reports that the stream's final event arrived.
 	ended() bool
+	// progress counts the output generated so far: 0 until the first
+	// token, then growing with every token (content, tool call, reasoning),
+	// never with pings or empty deltas.
+	progress() int64
 	outcome() Outcome
 }
 
 // readEvents hands every event of a provider stream to s until its final
 // event and judges how the stream ended: a stream that stops before its
 // final event without saying why (what: the finish it lacks) is a transient
-// failure.
+// failure, and so is one that produced no token for ps.stallAfter after its
+// first (a per-token idle timer cuts the request; docs/architecture.md §4
+// rule 4).
 func readEvents(ctx context.Context, ps *providerStream, s eventStream, key string, now func() time.Time, what string) (Outcome, error) {
 	events := newEventReader(ps.resp.Body)
 	defer events.release()
+	stall := stallWatch{bound: ps.stallAfter, cut: ps.cancel}
+	defer stall.stop()
 	for !s.ended() {
 		typ, data, err := events.nextBytes()
+		if err != nil && stall.fired.Load() {
+			return s.outcome(), stalled(ps.stallAfter)
+		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -172,7 +184,9 @@ func readEvents(ctx context.Context, ps *providerStream, s eventStream, key stri
 		if errObj != nil {
 			return s.outcome(), streamError(errObj, key, now())
 		}
+		stall.observe(s.progress())
 	}
+	stall.stop()
 	if s.ended() {
 		ps.drainAfterEnd()
 	}
@@ -181,4 +195,47 @@ func readEvents(ctx context.Context, ps *providerStream, s eventStream, key stri
 		return out, &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "stream ended before " + what}
 	}
 	return out, nil
+}
+
+// stallWatch is readEvents' per-token idle timer: armed at the first token,
+// re-armed by every later one, it cuts the provider request when bound
+// passes without a token. Pings, keep-alives and empty deltas do not re-arm
+// it: a stream that only says it is alive is stalled.
+type stallWatch struct {
+	bound time.Duration // 0: off
+	cut   func()
+	seen  int64
+	timer *time.Timer
+	fired atomic.Bool
+}
+
+// observe re-arms the timer when progress grew.
+func (w *stallWatch) observe(progress int64) {
+	if w.bound <= 0 || progress <= w.seen {
+		return
+	}
+	w.seen = progress
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.bound, func() {
+			w.fired.Store(true)
+			w.cut()
+		})
+		return
+	}
+	w.timer.Reset(w.bound)
+}
+
+func (w *stallWatch) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// stalled is the failure of a stream that produced no token for bound after
+// its first: transient, so a replacement may launch before the commit. It
+// is a server error rather than a timeout, which the dispatcher reads as
+// the deadline passing (docs/architecture.md §4 rule 3).
+func stalled(bound time.Duration) *Error {
+	return &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient,
+		Message: fmt.Sprintf("provider stalled: no token for %v after the first token", bound)}
 }

@@ -173,6 +173,15 @@ func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
 	return nil, nil
 }
 
+// progress counts the output so far: 0 until the first generated token,
+// then one more for every token counted (readEvents' stall bound).
+func (a *accumulator) progress() int64 {
+	if !a.generated {
+		return 0
+	}
+	return 1 + a.tokens
+}
+
 // firstToken tells the sink of the stream's first generated token, once.
 func (a *accumulator) firstToken() {
 	if !a.generated {
