@@ -61,6 +61,14 @@
 // Providers open the stream at once and then wait for the model, so a stall
 // behind an open stream is exactly the tail the hedge trigger must see.
 //
+// After the first token each next one must come within
+// Config.StallAfterFirstToken (DefaultStallAfterFirstToken, 2 s): a
+// per-token idle timer, which pings, keep-alives and empty deltas do not
+// re-arm, cuts a stream silent that long and fails it as a transient
+// server_error, so the attempt is replaced (before its commit) or its
+// committed stream ends with an error, not at the deadline
+// (docs/architecture.md §4 rule 4).
+//
 // # Tokens and usage
 //
 // Output is counted one token per chunk that carries content, a refusal,
@@ -106,7 +114,8 @@
 //	529                                      overloaded       pushback
 //	connection refused / reset / early EOF,  server_error     transient
 //	  stream cut before finish_reason,
-//	  malformed chunk
+//	  malformed chunk, no token for the
+//	  stall bound after the first
 //	transport timeout, context deadline      timeout          transient
 //	context cancelled by the caller          canceled         none
 //
