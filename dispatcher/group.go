@@ -613,7 +613,8 @@ func (g *group) launch(l hedge.Launch) {
 		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		DeadlineUnixMs: l.Deadline.UnixMilli(), RemainingMs: max(l.Remaining.Milliseconds(), 1),
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
-		Request: g.sub.Request,
+		Request:                g.sub.Request,
+		StallAfterFirstTokenMs: g.class.Policy.StallAfterFirstToken.Milliseconds(),
 	}
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()

@@ -28,6 +28,10 @@ type Attempt struct {
 	CommitPoint    CommitPoint `json:"commit_point"`
 	ReplyInbox     string      `json:"reply_inbox"`
 	Request        ChatRequest `json:"request"`
+	// StallAfterFirstTokenMs is the policy's bound on the wait for each
+	// next token once the first came (docs/architecture.md §4 rule 4); 0
+	// leaves the worker's own. Additive in v1: an older worker ignores it.
+	StallAfterFirstTokenMs int64 `json:"stall_after_first_token_ms,omitempty"`
 }
 
 // EffectiveDeadline is the instant the worker must give up: the earlier of

@@ -67,7 +67,7 @@ func samples() []sample {
 				Route: "openai-east", OperationClass: "summarize", ModelClass: "gpt4o",
 				DeadlineUnixMs: eventTime.UnixMilli() + 8000, RemainingMs: 6600,
 				CommitPoint: CommitPoint{Kind: CommitTokens, Tokens: 16}, ReplyInbox: "_INBOX.Jx3.hg_042.2",
-				Request: fullChatRequest()},
+				Request: fullChatRequest(), StallAfterFirstTokenMs: 2000},
 		},
 		{
 			KindAccept,

@@ -51,6 +51,9 @@ func Default() *Policy {
 		AcceptTimeout:     engine.AcceptTimeout,
 		HeartbeatInterval: engine.HeartbeatTimeout / 4,
 		HeartbeatTimeout:  engine.HeartbeatTimeout,
+		// The worker's own default: a few times the inter-token gaps of
+		// the measured models, short against the deadline.
+		StallAfterFirstToken: 2 * time.Second,
 		Guardrail: Guardrail{
 			Enabled:              true,
 			Quantile:             guardrail.Quantile,

@@ -57,11 +57,17 @@ type Policy struct {
 	Spend         Spend         `yaml:"spend"`
 	// AcceptTimeout is how long a worker has to accept an attempt.
 	AcceptTimeout time.Duration `yaml:"accept_timeout"`
-	// HeartbeatInterval is how often a worker signals life before the first byte.
+	// HeartbeatInterval is how often a worker signals life, from its Accept
+	// until its result.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	// HeartbeatTimeout is the silence after which an attempt counts as lost.
+	// HeartbeatTimeout is the silence (no heartbeat, first byte or chunk)
+	// after which an attempt counts as lost, before or after its first byte.
 	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
-	Guardrail        Guardrail     `yaml:"guardrail"`
+	// StallAfterFirstToken bounds the wait for each next token once the
+	// first came: the worker cuts a provider stream silent that long and
+	// fails the attempt as transient (docs/architecture.md §4 rule 4).
+	StallAfterFirstToken time.Duration `yaml:"stall_after_first_token"`
+	Guardrail            Guardrail     `yaml:"guardrail"`
 }
 
 // Delay configures hedge-delay estimation.

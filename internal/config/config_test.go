@@ -172,6 +172,21 @@ func TestInitialDelayMustLieBetweenMinAndMax(t *testing.T) {
 	wantProblem(t, ps, "policies.default.delay.initial", "outside delay.min..delay.max")
 }
 
+func TestStallAfterFirstTokenDefaultsToTwoSecondsAndMustBePositive(t *testing.T) {
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := cfg.Policies["default"].StallAfterFirstToken; got != 2*time.Second {
+		t.Errorf("default stall_after_first_token %v, want 2s", got)
+	}
+	_, ps = parse(t, minimal+"policies:\n  default:\n    stall_after_first_token: 0s\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.default.stall_after_first_token", "must be positive")
+	cfg, ps = parse(t, minimal+"policies:\n  default:\n    stall_after_first_token: 5s\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := cfg.Policies["default"].StallAfterFirstToken; got != 5*time.Second {
+		t.Errorf("configured stall_after_first_token %v, want 5s", got)
+	}
+}
+
 func TestMaxAttemptsMustBeBetweenOneAndFour(t *testing.T) {
 	cases := []struct {
 		value string

@@ -64,6 +64,7 @@ var defaults = []defaultSetting{
 	{"policies.*.accept_timeout", policyDefaults.AcceptTimeout},
 	{"policies.*.heartbeat_interval", policyDefaults.HeartbeatInterval},
 	{"policies.*.heartbeat_timeout", policyDefaults.HeartbeatTimeout},
+	{"policies.*.stall_after_first_token", policyDefaults.StallAfterFirstToken},
 	{"policies.*.guardrail.enabled", policyDefaults.Guardrail.Enabled},
 	{"policies.*.guardrail.quantile", policyDefaults.Guardrail.Quantile},
 	{"policies.*.guardrail.min_control_samples", policyDefaults.Guardrail.MinControlSamples},

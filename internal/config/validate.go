@@ -273,6 +273,7 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	v.beforeDeadline(p+".min_useful_time", pol.MinUsefulTime, pol.Deadline, true)
 	v.beforeDeadline(p+".accept_timeout", pol.AcceptTimeout, pol.Deadline, false)
 	v.positive(p+".heartbeat_interval", pol.HeartbeatInterval)
+	v.positive(p+".stall_after_first_token", pol.StallAfterFirstToken)
 	if pol.HeartbeatTimeout <= pol.HeartbeatInterval {
 		v.addf(p+".heartbeat_timeout", "%v is not longer than heartbeat_interval %v", pol.HeartbeatTimeout, pol.HeartbeatInterval)
 	}

@@ -108,7 +108,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 		return out, err
 	}
 	defer ps.close()
-	ps.stallAfter = a.stall
+	ps.stallAfter = stallBound(ctx, a.stall)
 
 	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.key, a.now, "a stop reason")
 }

@@ -61,8 +61,10 @@
 // Providers open the stream at once and then wait for the model, so a stall
 // behind an open stream is exactly the tail the hedge trigger must see.
 //
-// After the first token each next one must come within
-// Config.StallAfterFirstToken (DefaultStallAfterFirstToken, 2 s): a
+// After the first token each next one must come within the stall bound —
+// the one WithStallAfterFirstToken put in the call's context (the worker
+// passes the attempt's policy value), else Config.StallAfterFirstToken
+// (DefaultStallAfterFirstToken, 2 s): a
 // per-token idle timer, which pings, keep-alives and empty deltas do not
 // re-arm, cuts a stream silent that long and fails it as a transient
 // server_error, so the attempt is replaced (before its commit) or its

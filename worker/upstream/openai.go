@@ -55,6 +55,29 @@ type Config struct {
 // (tens of milliseconds), and short against the default 30 s deadline.
 const DefaultStallAfterFirstToken = 2 * time.Second
 
+// stallKey is the context key of WithStallAfterFirstToken.
+type stallKey struct{}
+
+// WithStallAfterFirstToken returns ctx carrying a stall bound for the calls
+// made with it, which overrides the adapter's Config.StallAfterFirstToken:
+// the worker passes the bound the attempt's policy names
+// (schemas.Attempt.StallAfterFirstTokenMs). A bound that is not positive
+// leaves the adapter's.
+func WithStallAfterFirstToken(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, stallKey{}, d)
+}
+
+// stallBound is the stall bound of a call: the context's, else dflt.
+func stallBound(ctx context.Context, dflt time.Duration) time.Duration {
+	if d, ok := ctx.Value(stallKey{}).(time.Duration); ok {
+		return d
+	}
+	return dflt
+}
+
 func (cfg Config) stallAfter() time.Duration {
 	switch {
 	case cfg.StallAfterFirstToken == 0:
@@ -160,7 +183,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 		return out, err
 	}
 	defer ps.close()
-	ps.stallAfter = o.stall
+	ps.stallAfter = stallBound(ctx, o.stall)
 
 	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.key, o.now, "a finish reason")
 }

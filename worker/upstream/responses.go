@@ -38,7 +38,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 		return out, err
 	}
 	defer ps.close()
-	ps.stallAfter = o.stall
+	ps.stallAfter = stallBound(ctx, o.stall)
 
 	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.key, o.now, "a finish reason")
 }

@@ -66,6 +66,13 @@ func TestAStreamSilentAfterItsFirstTokenFailsTransientAtTheStallBound(t *testing
 			}
 			return a
 		}, messagesOpening + messagesText(0, "Hello"), sseEvent("ping", `{"type": "ping"}`), "Hello"},
+		{"the policy's bound, carried by the context", func(t *testing.T, url string) Upstream {
+			o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m", StallAfterFirstToken: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return policyBound{o, bound}
+		}, openAIChunk(openAIRoleChunk) + openAIChunk(`{"content":"Hello"}`), ": keep-alive\n\n", "Hello"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,4 +146,15 @@ func TestStallAfterFirstTokenDefaultsToTwoSecondsAndNegativeTurnsItOff(t *testin
 	if DefaultStallAfterFirstToken > 2*time.Second {
 		t.Errorf("default stall bound %v, want at most 2s", DefaultStallAfterFirstToken)
 	}
+}
+
+// policyBound calls its adapter with the stall bound in the context, as the
+// worker does for an attempt whose policy names one.
+type policyBound struct {
+	Upstream
+	bound time.Duration
+}
+
+func (p policyBound) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
+	return p.Upstream.Stream(WithStallAfterFirstToken(ctx, p.bound), req, sink)
 }
