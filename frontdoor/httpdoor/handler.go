@@ -409,7 +409,7 @@ func setHedgeHeaders(h http.Header, resp *dispatcher.Response) {
 }
 
 // setFailureHeaders writes the headers every dialect sends with an error:
-// when to retry, whether to, the committed winner, and a challenge.
+// whether to retry (always) and when, the committed winner, and a challenge.
 func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
 	if v := f.RetryAfterHeader(); v != "" {
 		h.Set("Retry-After", v)
@@ -417,9 +417,8 @@ func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
 	if f.Holder != "" {
 		h.Set(frontdoor.HeaderGate, f.Holder)
 	}
-	if f.NoRetry {
-		h.Set(frontdoor.HeaderShouldRetry, "false") // the OpenAI and Anthropic SDKs obey it
-	}
+	// The OpenAI and Anthropic SDKs obey it over their own status rules.
+	h.Set(frontdoor.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))
 	if f.Code == frontdoor.CodeInvalidAPIKey {
 		h.Set("WWW-Authenticate", `Bearer realm="hedgerow"`)
 	}
