@@ -18,6 +18,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -89,12 +90,23 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
+	// Committed answers are kept for replay in this gateway's memory
+	// (docs/architecture.md §2): a retry reaching another replica meets
+	// the winner gate instead.
+	replays, err := replay.NewMemory(replay.MemoryOptions{
+		MaxEntryBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes), MaxTotalBytes: int(cfg.HTTP.Idempotency.MaxTotalBytes)})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
 	hopts := httpdoor.Options{
-		Conn:      nc,
-		Pools:     poolRoutes(cfg),
-		Gatherer:  reg,
-		BodyLimit: int64(cfg.HTTP.BodyLimit),
-		Logger:    log.With("component", "http"),
+		Conn:           nc,
+		Pools:          poolRoutes(cfg),
+		Gatherer:       reg,
+		BodyLimit:      int64(cfg.HTTP.BodyLimit),
+		Replays:        replays,
+		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
+		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
+		Logger:         log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
 	hopts.EmbeddingPools = embeddingPools(cfg)
