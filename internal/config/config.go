@@ -104,13 +104,14 @@ type HTTP struct {
 }
 
 // Idempotency is how long and how much of the committed answers a gateway
-// keeps in memory for replay.
+// keeps for replay: in its memory, or in Redis with redis.url.
 type Idempotency struct {
 	// TTL is how long a committed answer is replayed.
 	TTL time.Duration `yaml:"ttl"`
 	// MaxEntryBytes bounds one answer kept; a larger one is not replayed.
 	MaxEntryBytes ByteSize `yaml:"max_entry_bytes"`
-	// MaxTotalBytes bounds all answers kept; the oldest go first.
+	// MaxTotalBytes bounds all answers kept in memory; the oldest go
+	// first. With redis.url, Redis' maxmemory bounds them instead.
 	MaxTotalBytes ByteSize `yaml:"max_total_bytes"`
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -90,11 +91,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	// Committed answers are kept for replay in this gateway's memory
-	// (docs/architecture.md §2): a retry reaching another replica meets
-	// the winner gate instead.
-	replays, err := replay.NewMemory(replay.MemoryOptions{
-		MaxEntryBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes), MaxTotalBytes: int(cfg.HTTP.Idempotency.MaxTotalBytes)})
+	replays, err := replayStore(cfg, sh)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
@@ -135,6 +132,19 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
+}
+
+// replayStore is where the HTTP door keeps committed answers for replay
+// (docs/architecture.md §2): in Redis with the gate when the replicas share
+// one, so a retry reaching any replica is replayed (the total bound is then
+// Redis' maxmemory); else in this gateway's memory.
+func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
+	id := cfg.HTTP.Idempotency
+	if sh.client != nil {
+		return redisreplay.New(sh.client, redisreplay.Options{Prefix: cfg.Redis.KeyPrefix,
+			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout})
+	}
+	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
 }
 
 // poolRoutes lists each configured pool's routes, the shape
