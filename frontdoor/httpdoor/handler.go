@@ -97,7 +97,7 @@ type handler struct {
 	mux   *http.ServeMux
 	// flights are the user actions this door is serving now, which a
 	// request of the same key joins (idempotency.go).
-	flights *flights
+	flights *replay.Flights
 }
 
 // New returns the HTTP front door of d:
@@ -149,7 +149,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if opts.ReadyCacheTTL == 0 {
 		opts.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
-	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux(), flights: newFlights()}
+	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux(), flights: replay.NewFlights()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

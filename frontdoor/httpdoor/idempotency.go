@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
@@ -40,21 +39,21 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 		if h.replayed(w, r, dl, key, fp) {
 			return
 		}
-		fl, leader := h.flights.join(key, fp)
+		fl, leader := h.flights.Join(key, fp)
 		if !leader {
-			if fl.fingerprint != fp {
+			if fl.Fingerprint() != fp {
 				dl.writeFailure(w, frontdoor.IdempotencyKeyReused())
 				return
 			}
 			select {
-			case <-fl.done:
+			case <-fl.Done():
 				continue // replayed next time round, or a new try
 			case <-r.Context().Done():
 				w.WriteHeader(frontdoor.StatusClientClosedRequest)
 				return
 			}
 		}
-		defer h.flights.leave(key, fl)
+		defer h.flights.Leave(key, fl)
 		// A leader that finished between the look-up and join stored its
 		// answer already: look once more before running again.
 		if !h.replayed(w, r, dl, key, fp) {
@@ -162,51 +161,3 @@ func (rec *recorder) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController flush the caller's writer.
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
-
-// flights are the user actions a door is serving now, by replay key.
-type flights struct {
-	mu sync.Mutex
-	m  map[string]*flight
-}
-
-// flight is one request being served: requests of its key wait for done.
-type flight struct {
-	fingerprint string
-	done        chan struct{}
-	joined      int // requests that joined it, under flights.mu (tests watch it)
-}
-
-func newFlights() *flights { return &flights{m: map[string]*flight{}} }
-
-// joined is how many requests joined the flight of key now.
-func (fs *flights) joined(key string) int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fl, ok := fs.m[key]; ok {
-		return fl.joined
-	}
-	return 0
-}
-
-// join returns the flight of key, and whether the caller leads it (and
-// must leave it).
-func (fs *flights) join(key, fp string) (*flight, bool) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fl, ok := fs.m[key]; ok {
-		fl.joined++
-		return fl, false
-	}
-	fl := &flight{fingerprint: fp, done: make(chan struct{})}
-	fs.m[key] = fl
-	return fl, true
-}
-
-// leave ends the leader's flight, after its answer is stored, and wakes
-// the requests waiting for it.
-func (fs *flights) leave(key string, fl *flight) {
-	fs.mu.Lock()
-	delete(fs.m, key)
-	fs.mu.Unlock()
-	close(fl.done)
-}

@@ -181,7 +181,7 @@ func TestConcurrentTwinJoinsTheRequestInFlight(t *testing.T) {
 				results[1].resp, results[1].body = answered(t, srv.URL, "/v1/chat/completions", chatBody(stream, ""), key)
 			})
 			rk := replay.Key("", "action-1")
-			eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.joined(rk) == 1 })
+			eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.Joined(rk) == 1 })
 
 			resp, body := answered(t, srv.URL, "/v1/chat/completions", chatBody(stream, `"temperature":0.1`), key)
 			if _, code, _ := openAIErrorOf(t, body); resp.StatusCode != http.StatusConflict || code != frontdoor.CodeIdempotencyKeyReused {
@@ -225,7 +225,7 @@ func TestTwinOfAFailedRequestRunsAgain(t *testing.T) {
 	eventually.True(t, 5*time.Second, "the first request submitted", func() bool { return len(sub.Submissions()) == 1 })
 	var twin *http.Response
 	wg.Go(func() { twin, _ = answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), key) })
-	eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.joined(replay.Key("", "action-1")) == 1 })
+	eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.Joined(replay.Key("", "action-1")) == 1 })
 	close(release)
 	wg.Wait()
 	if first.StatusCode != http.StatusServiceUnavailable || twin.StatusCode != http.StatusOK || len(sub.Submissions()) != 2 {
