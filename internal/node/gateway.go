@@ -127,7 +127,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit")})
+	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
+		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
