@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,14 +69,29 @@ func TestHTTPRetryAfterCommitReplaysWithoutAProviderCall(t *testing.T) {
 
 func TestHTTPConcurrentTwinsShareOneAnswerAndOneProviderCall(t *testing.T) {
 	url, p := replayingDoor(t, 300*time.Millisecond)
-	key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-twins"}
+	const key = "action-twins"
 	bodies := make([][]byte, 2)
 	statuses := make([]int, 2)
+	errs := make([]error, 2)
+	// send is for the goroutines, which must not stop the test.
+	send := func(i int) {
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody(true, "")))
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			defer resp.Body.Close()
+			statuses[i] = resp.StatusCode
+			bodies[i], err = io.ReadAll(resp.Body)
+		}
+		errs[i] = err
+	}
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		resp := post(t, context.Background(), url, chatBody(true, ""), key)
-		statuses[0], bodies[0] = resp.StatusCode, readAll(t, resp)
-	})
+	wg.Go(func() { send(0) })
 	// The first request is at the provider: its twin joins it (or, on a
 	// slow machine, finds it committed; either way the same answer).
 	select {
@@ -83,11 +99,11 @@ func TestHTTPConcurrentTwinsShareOneAnswerAndOneProviderCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first request never reached the provider")
 	}
-	wg.Go(func() {
-		resp := post(t, context.Background(), url, chatBody(true, ""), key)
-		statuses[1], bodies[1] = resp.StatusCode, readAll(t, resp)
-	})
+	wg.Go(func() { send(1) })
 	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("requests: %v, %v", errs[0], errs[1])
+	}
 	if statuses[0] != http.StatusOK || statuses[1] != http.StatusOK || string(bodies[0]) != string(bodies[1]) {
 		t.Fatalf("first %d %q, twin %d %q", statuses[0], bodies[0], statuses[1], bodies[1])
 	}

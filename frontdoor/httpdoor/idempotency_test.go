@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,13 +39,31 @@ func replayDoor(t *testing.T, script frontdoortest.Script, clock *replaytest.Clo
 // answered posts body to path and reads the whole answer.
 func answered(t *testing.T, url, path, body string, headers map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	resp := frontdoortest.Post(t, context.Background(), url+path, body, headers)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	resp, data, err := send(url+path, body, headers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp, data
+}
+
+// send is answered for goroutines other than the test's, which must not
+// stop the test: it returns the error.
+func send(url, body string, headers map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp, data, err
 }
 
 var committed = &dispatcher.Response{GroupID: "g-1", Content: "a0 a1 ", Attempts: 2, Hedged: true, Winner: 2, WinnerRoute: "b", Gate: "g-1/2/1"}
@@ -167,18 +186,24 @@ func TestConcurrentTwinJoinsTheRequestInFlight(t *testing.T) {
 				return answer(ctx, s, sink)
 			}, replaytest.NewClock(), 0)
 			key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-1"}
+			// A failing test must not leave the handlers blocked: the
+			// server's Close (a cleanup registered earlier) waits for them.
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free)
 			type result struct {
 				resp *http.Response
 				body []byte
+				err  error
 			}
 			results := make([]result, 2)
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				results[0].resp, results[0].body = answered(t, srv.URL, "/v1/chat/completions", chatBody(stream, ""), key)
+				results[0].resp, results[0].body, results[0].err = send(srv.URL+"/v1/chat/completions", chatBody(stream, ""), key)
 			})
 			eventually.True(t, 5*time.Second, "the first request submitted", func() bool { return len(sub.Submissions()) == 1 })
 			wg.Go(func() {
-				results[1].resp, results[1].body = answered(t, srv.URL, "/v1/chat/completions", chatBody(stream, ""), key)
+				results[1].resp, results[1].body, results[1].err = send(srv.URL+"/v1/chat/completions", chatBody(stream, ""), key)
 			})
 			rk := replay.Key("", "action-1")
 			eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.Joined(rk) == 1 })
@@ -187,8 +212,11 @@ func TestConcurrentTwinJoinsTheRequestInFlight(t *testing.T) {
 			if _, code, _ := openAIErrorOf(t, body); resp.StatusCode != http.StatusConflict || code != frontdoor.CodeIdempotencyKeyReused {
 				t.Fatalf("another request under the key in flight: %d %s", resp.StatusCode, code)
 			}
-			close(release)
+			free()
 			wg.Wait()
+			if results[0].err != nil || results[1].err != nil {
+				t.Fatalf("requests: %v, %v", results[0].err, results[1].err)
+			}
 			if results[0].resp.StatusCode != http.StatusOK || string(results[0].body) != string(results[1].body) {
 				t.Fatalf("twin got %d %q; first %d %q", results[1].resp.StatusCode, results[1].body, results[0].resp.StatusCode, results[0].body)
 			}
@@ -218,16 +246,22 @@ func TestTwinOfAFailedRequestRunsAgain(t *testing.T) {
 		}
 		return committed, nil
 	}, replaytest.NewClock(), 0)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server's Close, which waits for the handlers
 	key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-1"}
 	var wg sync.WaitGroup
-	var first *http.Response
-	wg.Go(func() { first, _ = answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), key) })
+	var first, twin *http.Response
+	var firstErr, twinErr error
+	wg.Go(func() { first, _, firstErr = send(srv.URL+"/v1/chat/completions", chatBody(false, ""), key) })
 	eventually.True(t, 5*time.Second, "the first request submitted", func() bool { return len(sub.Submissions()) == 1 })
-	var twin *http.Response
-	wg.Go(func() { twin, _ = answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), key) })
+	wg.Go(func() { twin, _, twinErr = send(srv.URL+"/v1/chat/completions", chatBody(false, ""), key) })
 	eventually.True(t, 5*time.Second, "the twin joined", func() bool { return h.flights.Joined(replay.Key("", "action-1")) == 1 })
-	close(release)
+	free()
 	wg.Wait()
+	if firstErr != nil || twinErr != nil {
+		t.Fatalf("requests: %v, %v", firstErr, twinErr)
+	}
 	if first.StatusCode != http.StatusServiceUnavailable || twin.StatusCode != http.StatusOK || len(sub.Submissions()) != 2 {
 		t.Fatalf("first %d, twin %d, %d submissions", first.StatusCode, twin.StatusCode, len(sub.Submissions()))
 	}

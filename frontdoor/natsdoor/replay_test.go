@@ -117,6 +117,9 @@ func TestNATSKeyReusedWithAnotherRequestIsRefused(t *testing.T) {
 func TestNATSTwinJoinsTheRequestInFlight(t *testing.T) {
 	arrived, release := make(chan struct{}, 2), make(chan struct{})
 	d := startDoor(t, blockUntil(arrived, release, frontdoortest.Answer(committed, false)), replayOptions(t))
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the door's Stop, which waits for its calls
 	var wg sync.WaitGroup
 	answers := make([][]*nats.Msg, 2)
 	wg.Go(func() { answers[0] = exchange(t, d.nc, keyed(t, "action-1", false, 0)) })
@@ -127,7 +130,7 @@ func TestNATSTwinJoinsTheRequestInFlight(t *testing.T) {
 	}
 	wg.Go(func() { answers[1] = exchange(t, d.nc, keyed(t, "action-1", false, 0)) })
 	eventually.True(t, natsWait, "the twin joined", func() bool { return d.svc.flights.Joined(replay.Key("", "action-1")) == 1 })
-	close(release)
+	free()
 	wg.Wait()
 	if !sameMessages(answers[0], answers[1]) || len(d.sub.Submissions()) != 1 {
 		t.Fatalf("twin answer differs or it submitted: %d submissions", len(d.sub.Submissions()))
