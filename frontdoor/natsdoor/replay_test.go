@@ -109,6 +109,9 @@ func TestNATSKeyReusedWithAnotherRequestIsRefused(t *testing.T) {
 	exchange(t, d.nc, keyed(t, "action-1", false, 0))
 	m := request(t, d.nc, keyed(t, "action-1", false, 0.5), nil)
 	errorAnswer(t, m, schemas.ErrInvalidRequest, http.StatusConflict)
+	if m.Header.Get(schemas.HeaderShouldRetry) != "false" {
+		t.Fatalf("%s = %q, want false", schemas.HeaderShouldRetry, m.Header.Get(schemas.HeaderShouldRetry))
+	}
 	if n := len(d.sub.Submissions()); n != 1 {
 		t.Fatalf("%d submissions; a reused key must not submit", n)
 	}

@@ -477,6 +477,10 @@ func (s *Service) fail(reply string, f *frontdoor.Failure) {
 	h.Set(micro.ErrorHeader, se.Message)
 	h.Set(schemas.HeaderStatus, schemas.StatusError)
 	h.Set(schemas.HeaderErrorCode, string(se.Code))
+	h.Set(schemas.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))
+	if v := f.RetryAfterHeader(); v != "" {
+		h.Set(schemas.HeaderRetryAfter, v)
+	}
 	if f.Group != "" {
 		h.Set(schemas.HeaderGroup, f.Group)
 	}
