@@ -44,6 +44,10 @@ const (
 	CodeModelNotFound    = "model_not_found"
 	CodeShuttingDown     = "shutting_down"
 	CodeInternal         = "internal_error"
+	// CodeIdempotencyKeyReused refuses an Idempotency-Key already used by
+	// another request (another body, dialect or path) of the same tenant
+	// (docs/architecture.md §2, §3).
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 )
 
 // OpenAI error types: clients branch on the status, and on the code for the
@@ -63,6 +67,7 @@ type failureKind struct {
 	status     int               // the HTTP status, and the NATS door's error code header
 	openAIType string            // the OpenAI error object's type
 	wire       schemas.ErrorCode // the code the NATS door sends
+	retry      bool              // whether the same request sent again may succeed (X-Should-Retry)
 }
 
 // failureKinds is the one error table every door answers from. Status
@@ -74,27 +79,28 @@ type failureKind struct {
 // exhaustion is 429 insufficient_quota: an automatic retry of the same
 // request cannot refill a ceiling.
 var failureKinds = map[string]failureKind{
-	CodeInvalidValue:                    {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrInvalidRequest},
-	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel},
-	CodeShuttingDown:                    {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable},
-	CodeInternal:                        {http.StatusInternalServerError, TypeServer, schemas.ErrUnavailable},
-	string(schemas.ErrInvalidRequest):   {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest},
-	string(schemas.ErrUnknownModel):     {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel},
-	string(schemas.ErrUnavailable):      {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable},
-	string(schemas.ErrDeadlineExceeded): {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded},
-	string(schemas.ErrAlreadyCommitted): {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted},
-	string(schemas.ErrRateLimited):      {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited},
-	string(schemas.ErrBudgetExhausted):  {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted},
-	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed},
-	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed},
-	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute},
-	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled},
+	CodeInvalidValue:                    {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrInvalidRequest, false},
+	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
+	CodeShuttingDown:                    {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
+	CodeInternal:                        {http.StatusInternalServerError, TypeServer, schemas.ErrUnavailable, true},
+	string(schemas.ErrInvalidRequest):   {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	string(schemas.ErrUnknownModel):     {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
+	string(schemas.ErrUnavailable):      {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
+	string(schemas.ErrDeadlineExceeded): {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded, true},
+	string(schemas.ErrAlreadyCommitted): {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted, false},
+	string(schemas.ErrRateLimited):      {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited, true},
+	string(schemas.ErrBudgetExhausted):  {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted, false},
+	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
+	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
+	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
+	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
+	CodeIdempotencyKeyReused:            {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 }
 
 // Failure is how a door answers one failure, in any dialect: the code names
@@ -108,7 +114,8 @@ type Failure struct {
 	// RetryAfter, when positive, is when a retry can succeed (Retry-After).
 	RetryAfter time.Duration
 	// NoRetry tells clients that retrying the same request cannot succeed
-	// (X-Should-Retry: false, which the official SDKs obey).
+	// (X-Should-Retry: false, which the official SDKs obey) where the
+	// failure's row alone would allow a retry.
 	NoRetry bool
 	// Holder is the gate value of the committed winner (already_committed).
 	Holder string
@@ -139,6 +146,16 @@ func (f *Failure) OpenAIType() string { return f.kind().openAIType }
 
 // WireCode is the stable code the NATS door sends for the failure.
 func (f *Failure) WireCode() schemas.ErrorCode { return f.kind().wire }
+
+// ShouldRetry is the X-Should-Retry hint of the failure: false when the
+// same request cannot succeed again (NoRetry, or its row says so), true
+// when it may (a Retry-After says when).
+func (f *Failure) ShouldRetry() bool {
+	if f.NoRetry {
+		return false
+	}
+	return f.RetryAfter > 0 || f.kind().retry
+}
 
 // RetryAfterHeader is the Retry-After value of the failure: whole seconds,
 // rounded up; empty when there is none.
@@ -175,6 +192,14 @@ func FailureFor(err error) *Failure {
 		return groupFailure(ge)
 	}
 	return &Failure{Code: CodeInternal, Message: "The gateway failed to serve the request."}
+}
+
+// IdempotencyKeyReused is the answer to an Idempotency-Key that names
+// another request of the tenant: a 409 no retry of the same request can
+// change (docs/architecture.md §2).
+func IdempotencyKeyReused() *Failure {
+	return &Failure{Code: CodeIdempotencyKeyReused, Param: HeaderIdempotencyKey,
+		Message: "This Idempotency-Key was already used with another request; send a new key for a new request."}
 }
 
 // ModelNotFound is the answer to a model that names no pool.

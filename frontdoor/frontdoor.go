@@ -57,6 +57,10 @@ const (
 	// SDKs obey: "false" stops their automatic retries of an answer no retry
 	// can change.
 	HeaderShouldRetry = "X-Should-Retry"
+	// HeaderIdempotentReplayed marks an answer replayed from the committed
+	// answer of the same user action rather than produced again
+	// (docs/architecture.md §2, Stripe's header).
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
 )
 
 // Bounds of caller-chosen values: long enough for any sane use, short enough

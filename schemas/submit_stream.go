@@ -48,6 +48,12 @@ const (
 	HeaderRequestID = "Hedgerow-Request-Id"
 	HeaderErrorCode = "Hedgerow-Error-Code"
 	HeaderGroup     = "Hedgerow-Group"
+	// HeaderShouldRetry says on every error whether the same request sent
+	// again may succeed ("true" or "false"), and HeaderRetryAfter, when
+	// set, after how many whole seconds (the HTTP door's X-Should-Retry and
+	// Retry-After).
+	HeaderShouldRetry = "Hedgerow-Should-Retry"
+	HeaderRetryAfter  = "Hedgerow-Retry-After"
 
 	StatusChunk = "chunk"
 	StatusDone  = "done"

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,10 +218,10 @@ func TestMessagesDoorMapsDispatcherErrorsToAnthropicStatusesAndTypes(t *testing.
 		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted}, 429, "rate_limit_error", "", true},
 		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "api_error", "", false},
 		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 529, "overloaded_error", "", false},
-		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "api_error", "", false},
-		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "", false},
-		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "", false},
-		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "not_found_error", "", false},
+		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "api_error", "", true},
+		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "", true},
+		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "", true},
+		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "not_found_error", "", true},
 		{dispatcher.ErrShuttingDown, 503, "api_error", "1", false},
 		{errors.New("surprise"), 500, "api_error", "", false},
 	}
@@ -230,7 +231,7 @@ func TestMessagesDoorMapsDispatcherErrorsToAnthropicStatusesAndTypes(t *testing.
 			anthropicDialect{}.writeFailure(rec, frontdoor.FailureFor(tc.err))
 			typ := anthropicErrorType(t, rec.Body.Bytes())
 			if rec.Code != tc.status || typ != tc.typ || rec.Header().Get("Retry-After") != tc.retryAfter ||
-				(rec.Header().Get(frontdoor.HeaderShouldRetry) == "false") != tc.noRetry {
+				rec.Header().Get(frontdoor.HeaderShouldRetry) != strconv.FormatBool(!tc.noRetry) {
 				t.Fatalf("%d %s Retry-After %q x-should-retry %q", rec.Code, typ, rec.Header().Get("Retry-After"), rec.Header().Get(frontdoor.HeaderShouldRetry))
 			}
 		})

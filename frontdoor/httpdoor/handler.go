@@ -25,6 +25,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -69,7 +70,18 @@ type Options struct {
 	// ReadyCacheTTL is how long a readiness result is reused, so probes
 	// cannot flood NATS.
 	ReadyCacheTTL time.Duration
-	Logger        *slog.Logger
+	// Replays keeps the committed answers of user actions: a request
+	// naming the Idempotency-Key of one in flight joins it, and one naming
+	// a committed one gets its answer replayed (docs/architecture.md §2).
+	// Nil turns both off: a retry then meets the winner gate (409).
+	Replays replay.Store
+	// ReplayTTL is how long a committed answer is replayed; zero means
+	// replay.DefaultTTL.
+	ReplayTTL time.Duration
+	// ReplayMaxBytes bounds the bytes recorded of one answer; a larger
+	// answer is not kept. Zero means replay.DefaultMaxEntryBytes.
+	ReplayMaxBytes int
+	Logger         *slog.Logger
 	// Now is the clock of the created stamps and the readiness cache; nil
 	// means time.Now.
 	Now func() time.Time
@@ -83,6 +95,9 @@ type handler struct {
 	now   func() time.Time
 	ready *readiness
 	mux   *http.ServeMux
+	// flights are the user actions this door is serving now, which a
+	// request of the same key joins (idempotency.go).
+	flights *replay.Flights
 }
 
 // New returns the HTTP front door of d:
@@ -116,8 +131,14 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if len(opts.Pools) == 0 {
 		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
 	}
-	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 {
-		return nil, errors.New("httpdoor: body limit, probe window and cache TTL must not be negative")
+	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
+	}
+	if opts.ReplayTTL == 0 {
+		opts.ReplayTTL = replay.DefaultTTL
+	}
+	if opts.ReplayMaxBytes == 0 {
+		opts.ReplayMaxBytes = replay.DefaultMaxEntryBytes
 	}
 	if opts.BodyLimit == 0 {
 		opts.BodyLimit = DefaultBodyLimit
@@ -128,7 +149,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if opts.ReadyCacheTTL == 0 {
 		opts.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
-	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
+	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux(), flights: replay.NewFlights()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -199,7 +220,9 @@ type stream interface {
 	fail(f *frontdoor.Failure) error
 }
 
-// serveDialect is the one submit-and-stream path of both dialects.
+// serveDialect is the one submit-and-stream path of both dialects. A
+// request naming an Idempotency-Key goes through the replay store first
+// when the door has one (idempotency.go).
 func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		sub, includeUsage, f := h.submission(w, r, dl)
@@ -207,38 +230,51 @@ func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
 			dl.writeFailure(w, f)
 			return
 		}
-		if !sub.Request.Stream {
-			resp, err := h.d.Submit(r.Context(), sub, nil)
-			if err != nil {
-				h.writeSubmitError(w, r, dl, err)
-				return
-			}
-			setHedgeHeaders(w.Header(), resp)
-			writeJSON(w, http.StatusOK, dl.answer(resp, sub.Pool, h.now()))
+		if h.opts.Replays != nil && sub.IdempotencyKey != "" {
+			h.serveIdempotent(w, r, dl, sub, includeUsage)
 			return
 		}
-		s := dl.stream(w, sub.Pool, h.now(), includeUsage)
-		resp, err := h.d.Submit(r.Context(), sub, s)
-		started, writeErr := s.sent()
-		switch {
-		case err == nil:
-			if err := s.finish(resp); err != nil {
-				h.log.Debug("stream not finished: client gone", "err", err)
-			}
-		case writeErr != nil:
-			// The client went away mid-stream: nobody is left to tell.
-		case !started:
+		h.serve(w, r, dl, sub, includeUsage)
+	}
+}
+
+// serve submits one request and writes its answer, its stream or its
+// failure; it reports whether a committed answer was written whole.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool) bool {
+	if !sub.Request.Stream {
+		resp, err := h.d.Submit(r.Context(), sub, nil)
+		if err != nil {
 			h.writeSubmitError(w, r, dl, err)
-		default:
-			// Bytes of the committed stream were sent: the status is spent,
-			// so the stream ends with an error event.
-			if f := h.failureFor(r, err); f != nil {
-				if err := s.fail(f); err != nil {
-					h.log.Debug("stream error event not sent: client gone", "err", err)
-				}
+			return false
+		}
+		setHedgeHeaders(w.Header(), resp)
+		writeJSON(w, http.StatusOK, dl.answer(resp, sub.Pool, h.now()))
+		return true
+	}
+	s := dl.stream(w, sub.Pool, h.now(), includeUsage)
+	resp, err := h.d.Submit(r.Context(), sub, s)
+	started, writeErr := s.sent()
+	switch {
+	case err == nil:
+		if err := s.finish(resp); err != nil {
+			h.log.Debug("stream not finished: client gone", "err", err)
+			return false
+		}
+		return true
+	case writeErr != nil:
+		// The client went away mid-stream: nobody is left to tell.
+	case !started:
+		h.writeSubmitError(w, r, dl, err)
+	default:
+		// Bytes of the committed stream were sent: the status is spent,
+		// so the stream ends with an error event.
+		if f := h.failureFor(r, err); f != nil {
+			if err := s.fail(f); err != nil {
+				h.log.Debug("stream error event not sent: client gone", "err", err)
 			}
 		}
 	}
+	return false
 }
 
 // submission reads the caller's request: its key, its headers, then its
@@ -409,7 +445,7 @@ func setHedgeHeaders(h http.Header, resp *dispatcher.Response) {
 }
 
 // setFailureHeaders writes the headers every dialect sends with an error:
-// when to retry, whether to, the committed winner, and a challenge.
+// whether to retry (always) and when, the committed winner, and a challenge.
 func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
 	if v := f.RetryAfterHeader(); v != "" {
 		h.Set("Retry-After", v)
@@ -417,9 +453,8 @@ func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
 	if f.Holder != "" {
 		h.Set(frontdoor.HeaderGate, f.Holder)
 	}
-	if f.NoRetry {
-		h.Set(frontdoor.HeaderShouldRetry, "false") // the OpenAI and Anthropic SDKs obey it
-	}
+	// The OpenAI and Anthropic SDKs obey it over their own status rules.
+	h.Set(frontdoor.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))
 	if f.Code == frontdoor.CodeInvalidAPIKey {
 		h.Set("WWW-Authenticate", `Bearer realm="hedgerow"`)
 	}

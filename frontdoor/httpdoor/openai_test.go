@@ -300,20 +300,20 @@ func TestHTTPDispatcherErrorsMapToStatusAndRetryHints(t *testing.T) {
 		gate        string
 		shouldRetry string
 	}{
-		{&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}, 504, "timeout_error", "deadline_exceeded", "", "", ""},
+		{&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}, 504, "timeout_error", "deadline_exceeded", "", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrAlreadyCommitted, Holder: "g1/2/7"}, 409, "invalid_request_error", "already_committed", "", "g1/2/7", "false"},
-		{&dispatcher.GroupError{Code: schemas.ErrRateLimited}, 429, "rate_limit_error", "rate_limited", "1", "", ""},
-		{&dispatcher.GroupError{Code: schemas.ErrRateLimited, RetryAfter: 2500 * time.Millisecond}, 429, "rate_limit_error", "rate_limited", "3", "", ""},
+		{&dispatcher.GroupError{Code: schemas.ErrRateLimited}, 429, "rate_limit_error", "rate_limited", "1", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrRateLimited, RetryAfter: 2500 * time.Millisecond}, 429, "rate_limit_error", "rate_limited", "3", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted}, 429, "insufficient_quota", "budget_exhausted", "", "", "false"},
-		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted, RetryAfter: 90 * time.Second}, 429, "insufficient_quota", "budget_exhausted", "90", "", ""},
-		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "server_error", "all_routes_failed", "", "", ""},
-		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "server_error", "route_failed", "", "", ""},
-		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 503, "server_error", "no_route", "", "", ""},
-		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "invalid_request", "", "", ""},
-		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "invalid_request", "", "", ""},
-		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "invalid_request_error", "model_not_found", "", "", ""},
-		{dispatcher.ErrShuttingDown, 503, "server_error", "shutting_down", "1", "", ""},
-		{errors.New("surprise"), 500, "server_error", "internal_error", "", "", ""},
+		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted, RetryAfter: 90 * time.Second}, 429, "insufficient_quota", "budget_exhausted", "90", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "server_error", "all_routes_failed", "", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "server_error", "route_failed", "", "", "false"},
+		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 503, "server_error", "no_route", "", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "invalid_request", "", "", "false"},
+		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "invalid_request", "", "", "false"},
+		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "invalid_request_error", "model_not_found", "", "", "false"},
+		{dispatcher.ErrShuttingDown, 503, "server_error", "shutting_down", "1", "", "true"},
+		{errors.New("surprise"), 500, "server_error", "internal_error", "", "", "true"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -55,7 +56,18 @@ type Options struct {
 	// "unavailable" at once so its caller can retry on another replica.
 	// Zero means DefaultMaxInFlight.
 	MaxInFlight int
-	Logger      *slog.Logger
+	// Replays keeps committed answers for replay, as the HTTP door's
+	// (docs/architecture.md §2): a request naming the idempotency key of
+	// one in flight on this door joins it, one of a committed one gets its
+	// messages again. Nil turns both off.
+	Replays replay.Store
+	// ReplayTTL is how long an answer is replayed; zero means
+	// replay.DefaultTTL.
+	ReplayTTL time.Duration
+	// ReplayMaxBytes bounds the bytes kept of one answer; zero means
+	// replay.DefaultMaxEntryBytes.
+	ReplayMaxBytes int
+	Logger         *slog.Logger
 }
 
 // Service is the hedgerow.submit front door of one Dispatcher: the NATS
@@ -84,6 +96,7 @@ type Service struct {
 	byProbe  map[string]*natsCall // streaming calls, by probe token
 	canceled map[string]time.Time // cancels that found no call, by request id
 	calls    sync.WaitGroup
+	flights  *replay.Flights // user actions in flight, for twins to join
 }
 
 // natsCall is one request being served.
@@ -100,8 +113,14 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	if d == nil || nc == nil {
 		return nil, errors.New("natsdoor: a dispatcher and a NATS connection are required")
 	}
-	if opts.MaxInFlight < 0 {
-		return nil, fmt.Errorf("natsdoor: max in flight %d is negative", opts.MaxInFlight)
+	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+		return nil, errors.New("natsdoor: max in flight, replay TTL and replay size must not be negative")
+	}
+	if opts.ReplayTTL == 0 {
+		opts.ReplayTTL = replay.DefaultTTL
+	}
+	if opts.ReplayMaxBytes == 0 {
+		opts.ReplayMaxBytes = replay.DefaultMaxEntryBytes
 	}
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
@@ -109,6 +128,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
 		byID: map[string]*natsCall{}, byProbe: map[string]*natsCall{}, canceled: map[string]time.Time{},
+		flights: replay.NewFlights(),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -317,7 +337,7 @@ func (s *Service) serve(c *natsCall, data []byte) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var sink dispatcher.Sink
+	var sink *natsSink
 	s.mu.Lock()
 	c.cancel = cancel
 	if _, ok := s.canceled[c.id]; ok && c.id != "" {
@@ -333,18 +353,31 @@ func (s *Service) serve(c *natsCall, data []byte) {
 		sink = &natsSink{nc: s.nc, subject: c.reply, probe: s.probePrefix + "." + c.token}
 	}
 	s.mu.Unlock()
+	if s.opts.Replays != nil && sub.IdempotencyKey != "" {
+		s.serveIdempotent(ctx, c, sub, sink) // replay.go
+		return
+	}
+	s.run(ctx, c, sub, sink)
+}
 
-	resp, err := s.d.Submit(ctx, sub, sink)
+// run submits one request and sends its answer or its failure; it
+// returns the answer's message, nil when none was sent.
+func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submission, sink *natsSink) []byte {
+	var ds dispatcher.Sink
+	if sink != nil {
+		ds = sink
+	}
+	resp, err := s.d.Submit(ctx, sub, ds)
 	if err != nil {
 		if ctx.Err() != nil {
-			return // the caller cancelled or went away: nobody is left to tell
+			return nil // the caller cancelled or went away: nobody is left to tell
 		}
 		if f := s.failureFor(err); f != nil {
 			s.fail(c.reply, f)
 		}
-		return
+		return nil
 	}
-	s.answer(c.reply, submitResponse(resp))
+	return s.answer(c.reply, submitResponse(resp))
 }
 
 // submission reads and checks a request: its version, its schema, then the
@@ -409,18 +442,21 @@ func submitResponse(r *dispatcher.Response) schemas.SubmitResponse {
 	return out
 }
 
-// answer sends the final message of a success.
-func (s *Service) answer(reply string, resp schemas.SubmitResponse) {
+// answer sends the final message of a success and returns it; nil when it
+// could not be sent.
+func (s *Service) answer(reply string, resp schemas.SubmitResponse) []byte {
 	data, err := json.Marshal(resp)
 	if err != nil {
 		s.log.Warn("nats submit answer not encoded", "err", err)
 		s.fail(reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The answer could not be encoded.", Group: resp.GroupID})
-		return
+		return nil
 	}
 	msg := &nats.Msg{Subject: reply, Header: nats.Header{schemas.HeaderStatus: {schemas.StatusDone}}, Data: data}
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Debug("nats submit answer not sent", "err", err)
+		return nil
 	}
+	return data
 }
 
 // fail sends the final message of a failure: the micro error headers, the
@@ -441,6 +477,10 @@ func (s *Service) fail(reply string, f *frontdoor.Failure) {
 	h.Set(micro.ErrorHeader, se.Message)
 	h.Set(schemas.HeaderStatus, schemas.StatusError)
 	h.Set(schemas.HeaderErrorCode, string(se.Code))
+	h.Set(schemas.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))
+	if v := f.RetryAfterHeader(); v != "" {
+		h.Set(schemas.HeaderRetryAfter, v)
+	}
 	if f.Group != "" {
 		h.Set(schemas.HeaderGroup, f.Group)
 	}
@@ -466,6 +506,8 @@ type natsSink struct {
 	subject string
 	probe   string
 	seq     int64
+	// chunks records the chunks sent, for replay; nil records none.
+	chunks *frames
 }
 
 // Delta sends one chunk; an error means the connection is gone, which
@@ -487,5 +529,6 @@ func (k *natsSink) Delta(d dispatcher.Delta) error {
 	if err := k.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("publish chunk: %w", err)
 	}
+	k.chunks.add(data)
 	return nil
 }

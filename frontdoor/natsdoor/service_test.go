@@ -573,6 +573,12 @@ func TestEveryFailureHasTheSameStatusOverNATSAsOverHTTP(t *testing.T) {
 			if got := m.Header.Get(schemas.HeaderErrorCode); got != string(f.WireCode()) {
 				t.Fatalf("NATS code %q, want %q", got, f.WireCode())
 			}
+			// The retry hints are the HTTP door's too.
+			if m.Header.Get(schemas.HeaderShouldRetry) != resp.Header.Get(frontdoor.HeaderShouldRetry) ||
+				m.Header.Get(schemas.HeaderRetryAfter) != resp.Header.Get("Retry-After") || resp.Header.Get(frontdoor.HeaderShouldRetry) == "" {
+				t.Fatalf("NATS retry hints %q, %q; HTTP %q, %q", m.Header.Get(schemas.HeaderShouldRetry), m.Header.Get(schemas.HeaderRetryAfter),
+					resp.Header.Get(frontdoor.HeaderShouldRetry), resp.Header.Get("Retry-After"))
+			}
 		})
 	}
 }

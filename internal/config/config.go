@@ -98,6 +98,21 @@ type HTTP struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout bounds idle keep-alive connections.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// Idempotency bounds the committed answers the HTTP door replays to a
+	// retry of the same Idempotency-Key (docs/architecture.md §2).
+	Idempotency Idempotency `yaml:"idempotency"`
+}
+
+// Idempotency is how long and how much of the committed answers a gateway
+// keeps for replay: in its memory, or in Redis with redis.url.
+type Idempotency struct {
+	// TTL is how long a committed answer is replayed.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxEntryBytes bounds one answer kept; a larger one is not replayed.
+	MaxEntryBytes ByteSize `yaml:"max_entry_bytes"`
+	// MaxTotalBytes bounds all answers kept in memory; the oldest go
+	// first. With redis.url, Redis' maxmemory bounds them instead.
+	MaxTotalBytes ByteSize `yaml:"max_total_bytes"`
 }
 
 // Provider is the API dialect of a route.

@@ -386,6 +386,18 @@ func TestBodyLimitOverMaxPayloadIsAProblem(t *testing.T) {
 	}
 }
 
+func TestIdempotencyBoundsMustBePositiveAndConsistent(t *testing.T) {
+	_, ps := parse(t, minimal+"http: {idempotency: {ttl: 0s}}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "http.idempotency.ttl", "is not positive")
+	_, ps = parse(t, minimal+"http: {idempotency: {max_entry_bytes: 2MiB, max_total_bytes: 1MiB}}\n", RoleServe, noEnv)
+	wantProblem(t, ps, "http.idempotency.max_entry_bytes", "at most http.idempotency.max_total_bytes")
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if id := cfg.HTTP.Idempotency; id.TTL != 24*time.Hour || id.MaxEntryBytes != 4<<20 || id.MaxTotalBytes != 256<<20 {
+		t.Fatalf("defaults %+v", id)
+	}
+}
+
 func TestWriteTimeoutShorterThanADeadlineIsAProblem(t *testing.T) {
 	_, ps := parse(t, minimal+"http: {write_timeout: 10s}\n", RoleServe, noEnv)
 	wantProblem(t, ps, "http.write_timeout", "policies.default.deadline 30s")

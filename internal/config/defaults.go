@@ -35,6 +35,9 @@ var defaults = []defaultSetting{
 	{"http.read_timeout", 10 * time.Second},
 	{"http.write_timeout", 60 * time.Second}, // ≥ the longest deadline, streams included
 	{"http.idle_timeout", 120 * time.Second},
+	{"http.idempotency.ttl", 24 * time.Hour},
+	{"http.idempotency.max_entry_bytes", 4 * ByteSize(1<<20)},
+	{"http.idempotency.max_total_bytes", 256 * ByteSize(1<<20)},
 
 	{"routes.*.max_inflight", 64},
 

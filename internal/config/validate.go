@@ -122,6 +122,12 @@ func (v *validator) http() {
 		v.addf("http.body_limit", "%v is outside (0, %v]: a request must fit in nats.max_payload %v with %v for the attempt envelope",
 			h.BodyLimit, max(room, 0), v.cfg.NATS.MaxPayload, PayloadHeadroom)
 	}
+	if id := h.Idempotency; id.TTL <= 0 {
+		v.addf("http.idempotency.ttl", "%v is not positive", id.TTL)
+	}
+	if id := h.Idempotency; id.MaxEntryBytes <= 0 || id.MaxTotalBytes < id.MaxEntryBytes {
+		v.addf("http.idempotency.max_entry_bytes", "%v must be positive and at most http.idempotency.max_total_bytes %v", id.MaxEntryBytes, id.MaxTotalBytes)
+	}
 	for _, t := range []struct {
 		key string
 		d   time.Duration

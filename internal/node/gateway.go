@@ -18,6 +18,8 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -89,12 +91,19 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
+	replays, err := replayStore(cfg, sh)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
 	hopts := httpdoor.Options{
-		Conn:      nc,
-		Pools:     poolRoutes(cfg),
-		Gatherer:  reg,
-		BodyLimit: int64(cfg.HTTP.BodyLimit),
-		Logger:    log.With("component", "http"),
+		Conn:           nc,
+		Pools:          poolRoutes(cfg),
+		Gatherer:       reg,
+		BodyLimit:      int64(cfg.HTTP.BodyLimit),
+		Replays:        replays,
+		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
+		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
+		Logger:         log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
 	hopts.EmbeddingPools = embeddingPools(cfg)
@@ -118,11 +127,25 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit")})
+	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
+		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
+}
+
+// replayStore is where the HTTP door keeps committed answers for replay
+// (docs/architecture.md §2): in Redis with the gate when the replicas share
+// one, so a retry reaching any replica is replayed (the total bound is then
+// Redis' maxmemory); else in this gateway's memory.
+func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
+	id := cfg.HTTP.Idempotency
+	if sh.client != nil {
+		return redisreplay.New(sh.client, redisreplay.Options{Prefix: cfg.Redis.KeyPrefix,
+			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout})
+	}
+	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
 }
 
 // poolRoutes lists each configured pool's routes, the shape

@@ -202,6 +202,26 @@ func TestSDKStreamAccumulatesTheCompletionAndItsUsage(t *testing.T) {
 	checkHedgeHeaders(t, raw.Header)
 }
 
+// A retry of a committed user action gets the committed completion back,
+// marked replayed (docs/architecture.md §2).
+func TestSDKRetryOfACommittedActionIsReplayed(t *testing.T) {
+	client := sdkClient(t, startSDKServe(t), sdkKey)
+	key := option.WithHeader(frontdoor.HeaderIdempotencyKey, "sdk-action-replayed")
+	var first, again *http.Response
+	cc, err := client.Chat.Completions.New(context.Background(), question("general"), key, option.WithResponseInto(&first))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	replayed, err := client.Chat.Completions.New(context.Background(), question("general"), key, option.WithResponseInto(&again))
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if replayed.RawJSON() != cc.RawJSON() || again.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" ||
+		first.Header.Get(frontdoor.HeaderIdempotentReplayed) != "" || again.Header.Get(frontdoor.HeaderGate) != first.Header.Get(frontdoor.HeaderGate) {
+		t.Fatalf("retry %s (replayed %q), first %s", replayed.RawJSON(), again.Header.Get(frontdoor.HeaderIdempotentReplayed), cc.RawJSON())
+	}
+}
+
 func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 	base := startSDKServe(t)
 	ctx := context.Background()
@@ -258,15 +278,14 @@ func TestSDKErrorsAreTypedOpenAIErrors(t *testing.T) {
 			client := sdkClient(t, base, sdkKey)
 			return client.Get(ctx, "chat/completions", nil, &out)
 		}, status: 405, typ: "invalid_request_error", code: "method_not_allowed", wantHeaders: map[string]string{"Allow": http.MethodPost}},
-		{name: "a user action that already committed", call: func() error {
+		{name: "an Idempotency-Key reused with another request", call: func() error {
 			key := option.WithHeader(frontdoor.HeaderIdempotencyKey, "sdk-action-409")
-			op := option.WithHeader(frontdoor.HeaderOperation, "exclusive")
-			if err := chat(sdkKey, question("general"), key, op); err != nil {
+			if err := chat(sdkKey, question("general"), key); err != nil {
 				return fmt.Errorf("the first request of the action failed: %w", err)
 			}
-			return chat(sdkKey, question("general"), key, op)
-		}, status: 409, typ: "invalid_request_error", code: "already_committed",
-			wantHeaders: map[string]string{frontdoor.HeaderGate: "", "X-Should-Retry": "false"}},
+			return chat(sdkKey, question("gpt-4o"), key)
+		}, status: 409, typ: "invalid_request_error", code: "idempotency_key_reused", param: frontdoor.HeaderIdempotencyKey,
+			wantHeaders: map[string]string{"X-Should-Retry": "false"}},
 		{name: "a body over the limit", call: func() error {
 			return chat(sdkKey, with(func(p *openai.ChatCompletionNewParams) {
 				p.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("hedge ", sdkBodyLimit/4))}

@@ -1,0 +1,113 @@
+package dispatcher_test
+
+// Idempotency-Key through the HTTP door in front of the real runtime
+// (docs/architecture.md §2): a retry after a commit and a twin in flight
+// get the committed answer, and the provider hears of the user action
+// once. The door's own tests (frontdoor/httpdoor) pin the join order with
+// a scripted Submitter; here the provider's requests are counted.
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
+)
+
+// replayingDoor is the HTTP door of a one-route cluster (no hedge to
+// count) whose provider answers after firstByte, with a memory replay
+// store.
+func replayingDoor(t *testing.T, firstByte time.Duration) (string, *dispatcher.TestProvider) {
+	t.Helper()
+	p := dispatcher.NewTestProvider(t, "a", dispatcher.NewTestScript(dispatcher.Late(firstByte, 3)))
+	c := dispatcher.NewTestCluster(t, []string{"a"}, map[string]*dispatcher.TestProvider{"a": p}, "")
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpDoor(t, c, c.Dispatcher(), httpdoor.Options{Replays: store}).URL, p
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestHTTPRetryAfterCommitReplaysWithoutAProviderCall(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			url, p := replayingDoor(t, 0)
+			key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-e2e"}
+			first := post(t, context.Background(), url, chatBody(stream, ""), key)
+			firstBody := readAll(t, first)
+			again := post(t, context.Background(), url, chatBody(stream, ""), key)
+			againBody := readAll(t, again)
+			if first.StatusCode != http.StatusOK || again.StatusCode != http.StatusOK || string(firstBody) != string(againBody) {
+				t.Fatalf("first %d %q, retry %d %q", first.StatusCode, firstBody, again.StatusCode, againBody)
+			}
+			if again.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" || again.Header.Get(frontdoor.HeaderGate) == "" {
+				t.Fatalf("retry headers %v", again.Header)
+			}
+			if n := len(p.Arrived()); n != 1 {
+				t.Fatalf("the provider had %d requests; the retry must make none", n)
+			}
+		})
+	}
+}
+
+func TestHTTPConcurrentTwinsShareOneAnswerAndOneProviderCall(t *testing.T) {
+	url, p := replayingDoor(t, 300*time.Millisecond)
+	const key = "action-twins"
+	bodies := make([][]byte, 2)
+	statuses := make([]int, 2)
+	errs := make([]error, 2)
+	// send is for the goroutines, which must not stop the test.
+	send := func(i int) {
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody(true, "")))
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			defer resp.Body.Close()
+			statuses[i] = resp.StatusCode
+			bodies[i], err = io.ReadAll(resp.Body)
+		}
+		errs[i] = err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { send(0) })
+	// The first request is at the provider: its twin joins it (or, on a
+	// slow machine, finds it committed; either way the same answer).
+	select {
+	case <-p.Arrived():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the provider")
+	}
+	wg.Go(func() { send(1) })
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("requests: %v, %v", errs[0], errs[1])
+	}
+	if statuses[0] != http.StatusOK || statuses[1] != http.StatusOK || string(bodies[0]) != string(bodies[1]) {
+		t.Fatalf("first %d %q, twin %d %q", statuses[0], bodies[0], statuses[1], bodies[1])
+	}
+	if n := len(p.Arrived()); n != 0 {
+		t.Fatalf("the provider had %d more requests; the twin must make none", n)
+	}
+}

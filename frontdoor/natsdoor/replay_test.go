@@ -1,0 +1,141 @@
+package natsdoor
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+var committed = &dispatcher.Response{UserActionID: "ua-1", GroupID: "g-1", Content: "a0 a1 ", FinishReason: "stop",
+	Attempts: 2, Hedged: true, Winner: 2, WinnerRoute: "b", Gate: "g-1/2/1"}
+
+func replayOptions(t *testing.T) Options {
+	t.Helper()
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Replays: store}
+}
+
+func keyed(t *testing.T, key string, stream bool, temperature float64) []byte {
+	t.Helper()
+	req := chat(stream)
+	if temperature != 0 {
+		req.Temperature = &temperature
+	}
+	data, err := json.Marshal(schemas.SubmitRequest{OperationClass: "default", ModelClass: "general", IdempotencyKey: key, Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// exchange sends data on hedgerow.submit and returns every message of the
+// answer, the final one last.
+func exchange(t *testing.T, nc *nats.Conn, data []byte) []*nats.Msg {
+	t.Helper()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: data}); err != nil {
+		t.Error(err)
+		return nil
+	}
+	var out []*nats.Msg
+	for {
+		m, err := sub.NextMsg(natsWait)
+		if err != nil {
+			t.Errorf("after %d messages: %v", len(out), err)
+			return out
+		}
+		out = append(out, m)
+		if m.Header.Get(schemas.HeaderStatus) != schemas.StatusChunk {
+			return out
+		}
+	}
+}
+
+func sameMessages(a, b []*nats.Msg) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i].Data) != string(b[i].Data) || a[i].Header.Get(schemas.HeaderStatus) != b[i].Header.Get(schemas.HeaderStatus) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestNATSRetryAfterCommitIsReplayedWithoutSubmitting(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "response", true: "stream"}[stream], func(t *testing.T) {
+			d := startDoor(t, frontdoortest.Answer(committed, false, dispatcher.Delta{Content: "a0 "}, dispatcher.Delta{Content: "a1 "}), replayOptions(t))
+			first := exchange(t, d.nc, keyed(t, "action-1", stream, 0))
+			again := exchange(t, d.nc, keyed(t, "action-1", stream, 0))
+			if !sameMessages(first, again) || first[len(first)-1].Header.Get(schemas.HeaderStatus) != schemas.StatusDone {
+				t.Fatalf("replay differs from the answer: %d then %d messages (first ends %s)", len(first), len(again), first[len(first)-1].Data)
+			}
+			for _, m := range again {
+				if m.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" {
+					t.Fatalf("replayed message without %s: %v", frontdoor.HeaderIdempotentReplayed, m.Header)
+				}
+			}
+			if n := len(d.sub.Submissions()); n != 1 {
+				t.Fatalf("%d submissions; the retry must replay", n)
+			}
+		})
+	}
+}
+
+func TestNATSKeyReusedWithAnotherRequestIsRefused(t *testing.T) {
+	d := startDoor(t, frontdoortest.Answer(committed, false), replayOptions(t))
+	exchange(t, d.nc, keyed(t, "action-1", false, 0))
+	m := request(t, d.nc, keyed(t, "action-1", false, 0.5), nil)
+	errorAnswer(t, m, schemas.ErrInvalidRequest, http.StatusConflict)
+	if m.Header.Get(schemas.HeaderShouldRetry) != "false" {
+		t.Fatalf("%s = %q, want false", schemas.HeaderShouldRetry, m.Header.Get(schemas.HeaderShouldRetry))
+	}
+	if n := len(d.sub.Submissions()); n != 1 {
+		t.Fatalf("%d submissions; a reused key must not submit", n)
+	}
+}
+
+func TestNATSTwinJoinsTheRequestInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	d := startDoor(t, blockUntil(arrived, release, frontdoortest.Answer(committed, false)), replayOptions(t))
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the door's Stop, which waits for its calls
+	var wg sync.WaitGroup
+	answers := make([][]*nats.Msg, 2)
+	wg.Go(func() { answers[0] = exchange(t, d.nc, keyed(t, "action-1", false, 0)) })
+	select {
+	case <-arrived:
+	case <-time.After(natsWait):
+		t.Fatal("the first request never submitted")
+	}
+	wg.Go(func() { answers[1] = exchange(t, d.nc, keyed(t, "action-1", false, 0)) })
+	eventually.True(t, natsWait, "the twin joined", func() bool { return d.svc.flights.Joined(replay.Key("", "action-1")) == 1 })
+	free()
+	wg.Wait()
+	if !sameMessages(answers[0], answers[1]) || len(d.sub.Submissions()) != 1 {
+		t.Fatalf("twin answer differs or it submitted: %d submissions", len(d.sub.Submissions()))
+	}
+}

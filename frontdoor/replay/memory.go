@@ -1,0 +1,117 @@
+package replay
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// MemoryOptions bound a Memory store; zero values take the defaults.
+type MemoryOptions struct {
+	MaxEntryBytes int
+	MaxTotalBytes int
+	// Now is the store's clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Memory is the Store of one replica: a map with expiry, bounded in bytes.
+// When a Put would pass the total bound the oldest entries are evicted
+// first (an evicted answer is no longer replayed; its retry meets the
+// winner gate and is answered already_committed, docs/architecture.md §6).
+type Memory struct {
+	mu       sync.Mutex
+	opts     MemoryOptions
+	entries  map[string]*list.Element // of *memEntry, oldest first in order
+	order    *list.List
+	total    int
+	maxEntry int
+}
+
+type memEntry struct {
+	key     string
+	answer  *Answer
+	expires time.Time
+	size    int
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty Memory store.
+func NewMemory(opts MemoryOptions) (*Memory, error) {
+	if opts.MaxEntryBytes < 0 || opts.MaxTotalBytes < 0 {
+		return nil, errors.New("replay: size bounds must not be negative")
+	}
+	if opts.MaxEntryBytes == 0 {
+		opts.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+	if opts.MaxTotalBytes == 0 {
+		opts.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Memory{opts: opts, entries: map[string]*list.Element{}, order: list.New(),
+		maxEntry: min(opts.MaxEntryBytes, opts.MaxTotalBytes)}, nil
+}
+
+// Get returns the live answer under key, or nil; an expired one is dropped.
+func (m *Memory) Get(ctx context.Context, key string) (*Answer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	el, ok := m.entries[key]
+	if !ok {
+		return nil, nil
+	}
+	e := el.Value.(*memEntry)
+	if !m.opts.Now().Before(e.expires) {
+		m.remove(el)
+		return nil, nil
+	}
+	return clone(e.answer), nil
+}
+
+// Put stores a copy of a under key for ttl, evicting expired entries and
+// then the oldest until it fits.
+func (m *Memory) Put(ctx context.Context, key string, a *Answer, ttl time.Duration) error {
+	if ttl <= 0 {
+		return errors.New("replay: the TTL must be positive")
+	}
+	size := a.size() + len(key)
+	if size > m.maxEntry {
+		return ErrTooLarge
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.opts.Now()
+	if el, ok := m.entries[key]; ok {
+		m.remove(el)
+	}
+	// Entries are in insertion order, which is expiry order for one TTL:
+	// the sweep stops at the first live entry.
+	for el := m.order.Front(); el != nil && !now.Before(el.Value.(*memEntry).expires); el = m.order.Front() {
+		m.remove(el)
+	}
+	for m.total+size > m.opts.MaxTotalBytes {
+		m.remove(m.order.Front())
+	}
+	e := &memEntry{key: key, answer: clone(a), expires: now.Add(ttl), size: size}
+	m.entries[key] = m.order.PushBack(e)
+	m.total += size
+	return nil
+}
+
+// Len is the number of entries held, expired ones not yet dropped
+// included.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+func (m *Memory) remove(el *list.Element) {
+	e := m.order.Remove(el).(*memEntry)
+	delete(m.entries, e.key)
+	m.total -= e.size
+}

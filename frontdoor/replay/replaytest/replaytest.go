@@ -1,0 +1,136 @@
+// Package replaytest is the conformance suite of replay.Store
+// implementations: every store runs the same behaviour checks (the way
+// budgets/storetest does for budget stores).
+package replaytest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
+)
+
+// Clock is a settable clock for stores that read one; the suite only
+// advances it, never sleeps.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at a fixed instant.
+func NewClock() *Clock { return &Clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Factory returns a fresh, empty store on clock that keeps entries of up
+// to maxEntryBytes.
+type Factory func(t *testing.T, clock *Clock, maxEntryBytes int) replay.Store
+
+// MaxEntry is the per-entry bound the suite asks its stores for.
+const MaxEntry = 4096
+
+// Run runs the suite against the stores newStore makes.
+func Run(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	answer := func(body string) *replay.Answer {
+		return &replay.Answer{Fingerprint: "fp-" + body, Status: 200,
+			Header: map[string]string{"Content-Type": "text/event-stream", "X-Hedgerow-Gate": "g/a/1"}, Body: []byte(body)}
+	}
+	t.Run("a missing key has no answer", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		got, err := s.Get(ctx, "nothing")
+		if err != nil || got != nil {
+			t.Fatalf("Get = %v, %v; want nil, nil", got, err)
+		}
+	})
+	t.Run("an answer comes back as stored, byte for byte", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		want := answer("data: {\"x\":1}\n\ndata: [DONE]\n\n")
+		if err := s.Put(ctx, "k", want, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		want.Body[0] = 'X' // the store kept its own copy
+		got, err := s.Get(ctx, "k")
+		if err != nil || got == nil {
+			t.Fatalf("Get = %v, %v", got, err)
+		}
+		if string(got.Body) != "data: {\"x\":1}\n\ndata: [DONE]\n\n" || got.Status != 200 || got.Fingerprint != want.Fingerprint ||
+			len(got.Header) != 2 || got.Header["X-Hedgerow-Gate"] != "g/a/1" {
+			t.Fatalf("Get = %+v", got)
+		}
+	})
+	t.Run("keys are separate and a put replaces", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		for _, kv := range [][2]string{{"a", "1"}, {"b", "2"}, {"a", "3"}} {
+			if err := s.Put(ctx, kv[0], answer(kv[1]), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for key, body := range map[string]string{"a": "3", "b": "2"} {
+			if got, err := s.Get(ctx, key); err != nil || got == nil || string(got.Body) != body {
+				t.Fatalf("Get(%s) = %v, %v; want body %s", key, got, err, body)
+			}
+		}
+	})
+	t.Run("an answer expires after its TTL", func(t *testing.T) {
+		clock := NewClock()
+		s := newStore(t, clock, MaxEntry)
+		if err := s.Put(ctx, "k", answer("x"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Minute - time.Millisecond)
+		if got, err := s.Get(ctx, "k"); err != nil || got == nil {
+			t.Fatalf("Get before the TTL = %v, %v; want the answer", got, err)
+		}
+		clock.Advance(time.Millisecond)
+		if got, err := s.Get(ctx, "k"); err != nil || got != nil {
+			t.Fatalf("Get at the TTL = %v, %v; want nil", got, err)
+		}
+	})
+	t.Run("an answer over the entry bound is refused and not kept", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		err := s.Put(ctx, "k", answer(strings.Repeat("x", MaxEntry+1)), time.Hour)
+		if !errors.Is(err, replay.ErrTooLarge) {
+			t.Fatalf("Put = %v; want ErrTooLarge", err)
+		}
+		if got, err := s.Get(ctx, "k"); err != nil || got != nil {
+			t.Fatalf("Get = %v, %v; want nil", got, err)
+		}
+	})
+	t.Run("concurrent puts and gets are safe", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				key := string(rune('a' + i))
+				for range 20 {
+					if err := s.Put(ctx, key, answer(key), time.Hour); err != nil {
+						t.Error(err)
+						return
+					}
+					if got, err := s.Get(ctx, key); err != nil || got == nil || string(got.Body) != key {
+						t.Errorf("Get(%s) = %v, %v", key, got, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
