@@ -37,6 +37,7 @@ var defaults = []defaultSetting{
 	{"http.idle_timeout", 120 * time.Second},
 
 	{"routes.*.max_inflight", 64},
+	{"pools.*.queue_wait", time.Second},
 
 	{"policies.*.hedge", policyDefaults.Hedge},
 	{"policies.*.idempotent", policyDefaults.Idempotent},
