@@ -23,6 +23,7 @@ type overload struct {
 // poolLoad is one pool's overload state.
 type poolLoad struct {
 	saturated bool      // the pool's last offer came back Busy
+	lastBusy  time.Time // when
 	logged    time.Time // when its overload was last logged
 }
 
@@ -44,7 +45,7 @@ func (o *overload) busy(pool string, now time.Time) (log bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p := o.pool(pool)
-	p.saturated = true
+	p.saturated, p.lastBusy = true, now
 	if p.logged.IsZero() || now.Sub(p.logged) >= overloadLogEvery {
 		p.logged = now
 		return true
@@ -64,12 +65,15 @@ func (o *overload) accepted(pool string) (was bool) {
 	return false
 }
 
-// saturated reports whether pool's last offer came back Busy.
-func (o *overload) saturated(pool string) bool {
+// saturated reports whether pool's last offer came back Busy, within
+// fresh of now: a saturated pool keeps answering its waiting attempts Busy
+// (every 80 ms at most), so an older Busy with nothing since says nothing
+// of the pool now.
+func (o *overload) saturated(pool string, now time.Time, fresh time.Duration) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p := o.pools[pool]
-	return p != nil && p.saturated
+	return p != nil && p.saturated && now.Sub(p.lastBusy) < fresh
 }
 
 // onBusy records a worker's Busy for attempt a: backpressure, not a
@@ -116,7 +120,7 @@ func (g *group) reoffer(r hedge.Reoffer) hedge.Event {
 // refuseIntoSaturation is why no hedge or replacement may go to the
 // group's pool now ("" when it may).
 func (g *group) refuseIntoSaturation() string {
-	if g.d.overload.saturated(g.sub.Pool) {
+	if g.d.overload.saturated(g.sub.Pool, g.d.now(), max(g.queueWait, time.Second)) {
 		return "overloaded"
 	}
 	return ""
