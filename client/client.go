@@ -91,10 +91,10 @@ func (e *Error) Unwrap() error { return e.err }
 
 // Retryable reports whether the same request may succeed if sent again
 // (to another replica, or later): the gateway was unavailable, no route
-// was healthy, or the routes pushed back.
+// was healthy, the routes pushed back or the workers were full.
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrAllRoutesFailed:
+	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed:
 		return true
 	}
 	return false

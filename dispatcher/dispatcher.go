@@ -83,6 +83,10 @@ type Pool struct {
 	// pools. A submission may name the pool by any of them; records,
 	// cohorts, budgets and subjects always use the pool's own name.
 	Models []string
+	// QueueWait bounds the re-offers of an attempt a worker refused Busy
+	// before the group fails overloaded (docs/architecture.md §4 rule 4);
+	// zero means hedge.DefaultPolicy's (1 s), as config's pools.*.queue_wait.
+	QueueWait time.Duration
 }
 
 // Model is one model name callers may send, and the pool answering to it.
@@ -113,6 +117,7 @@ type Dispatcher struct {
 	metrics   *metrics
 	books     *bookkeeping
 	replies   replyMux // routes every group's replies from one subscription
+	overload  overload // which pools' last offer came back Busy (§4 rule 4)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -270,7 +275,8 @@ type GroupError struct {
 	Streamed bool
 	// RetryAfter, when positive, is how long the caller should wait before
 	// a retry can succeed: the routes' pushback (rate_limited), or the rest
-	// of the tenant's spend window (budget_exhausted).
+	// of the tenant's spend window (budget_exhausted), or the pool's queue
+	// wait (overloaded).
 	RetryAfter time.Duration
 }
 

@@ -131,9 +131,6 @@ func TestMisbehavingWorkersFailOnlyTheirAttempt(t *testing.T) {
 		misbehave  func(fw *fakeWorker, a schemas.Attempt)
 		wantStatus schemas.StatusClass
 	}{
-		{"a busy worker", func(fw *fakeWorker, a schemas.Attempt) {
-			fw.send(a, schemas.Busy{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake"})
-		}, schemas.StatusBusy},
 		{"a worker that never accepts", func(fw *fakeWorker, a schemas.Attempt) {}, schemas.StatusLost},
 		{"a worker whose heartbeats stop", func(fw *fakeWorker, a schemas.Attempt) {
 			fw.accept(a)

@@ -81,6 +81,7 @@ type group struct {
 	timers    []*armedTimer
 	start     time.Time
 	deadline  time.Duration
+	queueWait time.Duration // the pool's bound on re-offers after a Busy (§4 rule 4)
 	delay     time.Duration
 	armed     bool
 	winner    int
@@ -107,6 +108,8 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 	switch {
 	case code == schemas.ErrRateLimited:
 		return max(g.retryAfter, time.Second)
+	case code == schemas.ErrOverloaded:
+		return g.overloadedRetryAfter()
 	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
 		if sp := g.spend(); sp.TenantWindow > 0 {
 			now := g.d.now()
@@ -202,6 +205,10 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 			engine.MinUsefulTime = 0
 		}
 	}
+	if pool.QueueWait > 0 {
+		engine.QueueWait = pool.QueueWait
+	}
+	g.queueWait = engine.QueueWait
 	g.deadline = engine.Deadline
 	if g.eng, err = hedge.New(engine); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -359,6 +366,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 	now := g.d.now()
 	switch m := reply.(type) {
 	case *schemas.Accept:
+		g.onAccepted()
 		a.controlInbox, a.workerID = m.ControlInbox, m.WorkerID
 		if a.cancel != nil {
 			g.publishCancel(a, *a.cancel)
@@ -366,6 +374,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		}
 		return hedge.Accepted{Attempt: a.n}
 	case *schemas.Busy:
+		g.onBusy(a)
 		return hedge.Busy{Attempt: a.n}
 	case *schemas.Heartbeat:
 		return hedge.Heartbeat{Attempt: a.n}
@@ -454,6 +463,8 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.armTimer(a)
 	case hedge.AskHedgeBudget:
 		return g.askBudget(ctx, a)
+	case hedge.Reoffer:
+		return g.reoffer(a)
 	case hedge.Elect:
 		claim, err := d.gate.Claim(ctx, g.ua, g.id, a.Attempt)
 		switch {
@@ -576,6 +587,9 @@ func (g *group) spend() budgets.SpendPolicy {
 
 func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Event {
 	d := g.d
+	if reason := g.refuseIntoSaturation(); reason != "" {
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reason}
+	}
 	d.rngMu.Lock()
 	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
 	d.rngMu.Unlock()
@@ -608,22 +622,29 @@ func (g *group) launch(l hedge.Launch) {
 	if l.Role == schemas.RoleHedge {
 		d.metrics.hedges.Inc()
 	}
+	g.publishAttempt(a, l.Deadline, l.Remaining)
+}
+
+// publishAttempt sends attempt a to its route: at its launch, and again
+// when a worker refused it Busy (reoffer).
+func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining time.Duration) {
+	d := g.d
 	msg := schemas.Attempt{
-		GroupID: g.id, UserActionID: g.ua, Attempt: l.Attempt, Role: l.Role, Route: l.Route,
+		GroupID: g.id, UserActionID: g.ua, Attempt: a.n, Role: a.role, Route: a.route,
 		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
-		DeadlineUnixMs: l.Deadline.UnixMilli(), RemainingMs: max(l.Remaining.Milliseconds(), 1),
-		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(l.Attempt),
+		DeadlineUnixMs: deadline.UnixMilli(), RemainingMs: max(remaining.Milliseconds(), 1),
+		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(a.n),
 		Request:                g.sub.Request,
 		StallAfterFirstTokenMs: g.class.Policy.StallAfterFirstToken.Milliseconds(),
 	}
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()
 	if err == nil {
-		err = d.nc.PublishMsg(&nats.Msg{Subject: AttemptSubjectPrefix + l.Route, Reply: msg.ReplyInbox, Data: data})
+		err = d.nc.PublishMsg(&nats.Msg{Subject: AttemptSubjectPrefix + a.route, Reply: msg.ReplyInbox, Data: data})
 	}
 	if err != nil {
-		d.log.Warn("attempt not published", "group", g.id, "route", l.Route, "err", err)
-		g.post(hedge.Result{Attempt: l.Attempt, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient})
+		d.log.Warn("attempt not published", "group", g.id, "route", a.route, "err", err)
+		g.post(hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient})
 	}
 }
 

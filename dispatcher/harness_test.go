@@ -39,6 +39,7 @@ type behaviour struct {
 	empty     bool          // answer no content at all (0 completion tokens)
 	finish    string        // finish reason; empty means "stop"
 	stall     bool          // after its words, send only keep-alives until the client goes away
+	hold      chan struct{} // when set, hold the request until it is closed (or the client goes away)
 }
 
 // script hands out behaviours in request order, across every provider that
@@ -139,6 +140,14 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		notify(p.gone, p.route)
 		return
+	}
+	if b.hold != nil {
+		select {
+		case <-b.hold:
+		case <-r.Context().Done():
+			notify(p.gone, p.route)
+			return
+		}
 	}
 	if !wait(b.firstByte) {
 		return
@@ -280,7 +289,7 @@ func withConfig(base Config, cfg *config.Config) Config {
 	}
 	base.Pools = make(map[string]Pool, len(cfg.Pools))
 	for name, p := range cfg.Pools {
-		base.Pools[name] = Pool{Routes: p.Routes, Models: p.Models, Contract: arbiter.ContractSpec{
+		base.Pools[name] = Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, Contract: arbiter.ContractSpec{
 			RequireComplete: p.Contract.RequireComplete, AllowEmpty: p.Contract.AllowEmpty,
 			AllowTruncated: p.Contract.AllowTruncated, AllowContentFilter: p.Contract.AllowContentFilter,
 			MaxOutputTokens: p.Contract.MaxOutputTokens,
@@ -340,6 +349,21 @@ func newCluster(t *testing.T, routes []string, providers map[string]*provider, e
 // (models, contract), as YAML indented by four spaces.
 func newClusterWithPool(t *testing.T, routes []string, providers map[string]*provider, poolYAML, extraYAML string) *cluster {
 	t.Helper()
+	return newClusterWith(t, clusterOptions{routes: routes, providers: providers, poolYAML: poolYAML, extraYAML: extraYAML})
+}
+
+// clusterOptions are newClusterWith's: newClusterWithPool's arguments, and
+// the in-flight limit of every route's worker (0: the default).
+type clusterOptions struct {
+	routes              []string
+	providers           map[string]*provider
+	poolYAML, extraYAML string
+	maxInflight         int
+}
+
+func newClusterWith(t *testing.T, o clusterOptions) *cluster {
+	t.Helper()
+	routes, providers, poolYAML, extraYAML := o.routes, o.providers, o.poolYAML, o.extraYAML
 	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
 	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
 		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
@@ -353,7 +377,11 @@ func newClusterWithPool(t *testing.T, routes []string, providers map[string]*pro
 				kind, url = "anthropic", p.srv.URL
 			}
 		}
-		fmt.Fprintf(&y, "  - {name: %s, provider: %s, base_url: %q, model: m, labels: {provider: %s}}\n", r, kind, url, r)
+		limit := ""
+		if o.maxInflight > 0 {
+			limit = fmt.Sprintf(", max_inflight: %d", o.maxInflight)
+		}
+		fmt.Fprintf(&y, "  - {name: %s, provider: %s, base_url: %q, model: m, labels: {provider: %s}%s}\n", r, kind, url, r, limit)
 	}
 	fmt.Fprintf(&y, "pools:\n  general:\n    routes: [%s]\n", strings.Join(routes, ", "))
 	y.WriteString(poolYAML)
@@ -380,7 +408,8 @@ func newClusterWithPool(t *testing.T, routes []string, providers map[string]*pro
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond, Logger: testLogger()})
+		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
+			MaxInflight: r.MaxInflight, Logger: testLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,10 @@ type metrics struct {
 	routeState    *prometheus.CounterVec
 	gateDegraded  prometheus.Counter
 	tailGain      *prometheus.GaugeVec
+	// Busy is backpressure (docs/architecture.md §4 rule 4).
+	busy      *prometheus.CounterVec
+	reoffers  *prometheus.CounterVec
+	saturated *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,12 +59,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Elections decided locally because the shared gate was unreachable."}),
 		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
 			Help: "Control over hedged latency at the guardrail's quantile, per cohort."}, []string{"cohort"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_busy_total",
+			Help: "Offers a worker refused at its in-flight limit (Busy), by pool."}, []string{"pool"}),
+		reoffers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_reoffers_total",
+			Help: "Refused attempts offered again (same attempt, no new slot), by pool."}, []string{"pool"}),
+		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_pool_saturated",
+			Help: "1 while the pool's last offer came back Busy: no hedge or replacement goes to it."}, []string{"pool"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
-		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.tailGain} {
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.tailGain,
+		m.busy, m.reoffers, m.saturated} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}

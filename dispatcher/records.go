@@ -95,6 +95,8 @@ func statusOfError(code schemas.ErrorCode) schemas.StatusClass {
 		return schemas.StatusInvalidRequest
 	case schemas.ErrRateLimited:
 		return schemas.StatusRateLimited
+	case schemas.ErrOverloaded:
+		return schemas.StatusBusy
 	}
 	return schemas.StatusServerError
 }

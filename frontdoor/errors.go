@@ -95,6 +95,7 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrDeadlineExceeded): {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded, true},
 	string(schemas.ErrAlreadyCommitted): {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted, false},
 	string(schemas.ErrRateLimited):      {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited, true},
+	string(schemas.ErrOverloaded):       {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrOverloaded, true},
 	string(schemas.ErrBudgetExhausted):  {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted, false},
 	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
 	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
@@ -133,9 +134,9 @@ func (f *Failure) kind() failureKind {
 // Status is the failure's status in a dialect.
 func (f *Failure) Status(d Dialect) int {
 	status := f.kind().status
-	if d == Anthropic && f.Code == string(schemas.ErrNoRoute) {
-		// Every route is paused or quarantined: Anthropic clients back off
-		// on 529 overloaded.
+	if d == Anthropic && (f.Code == string(schemas.ErrNoRoute) || f.Code == string(schemas.ErrOverloaded)) {
+		// Every route is paused or quarantined, or every worker stayed at
+		// its in-flight limit: Anthropic clients back off on 529 overloaded.
 		return StatusOverloaded
 	}
 	return status
@@ -257,6 +258,11 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		// The longest pause the routes asked for, at least a second.
 		f.RetryAfter = max(ge.RetryAfter, time.Second)
 		f.Message = "Every route of the model is asking for less load; retry later."
+	case schemas.ErrOverloaded:
+		// The pool's workers stayed full for the whole queue wait
+		// (docs/architecture.md §4 rule 4): waiting is the remedy.
+		f.RetryAfter = max(ge.RetryAfter, time.Second)
+		f.Message = "Every worker of the model is at its in-flight limit; retry later."
 	case schemas.ErrBudgetExhausted:
 		if ge.RetryAfter > 0 {
 			// The tenant's spend window refused: a new window will not.

@@ -93,6 +93,7 @@ const (
 	ErrNoRoute          ErrorCode = "no_route"          // admission found no healthy route
 	ErrBudgetExhausted  ErrorCode = "budget_exhausted"  // the attempt ledger or spend ceiling refused the primary
 	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
+	ErrOverloaded       ErrorCode = "overloaded"        // the pool's workers stayed full for the whole queue wait (§4 rule 4)
 	ErrCanceled         ErrorCode = "canceled"          // the caller went away
 	// Codes of the hedgerow.submit front door only, for failures before any
 	// group runs; never in a group record.

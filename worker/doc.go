@@ -55,7 +55,7 @@
 // earlier of the absolute deadline and the remaining budget measured on the
 // worker's clock; reaching it reports status timeout, scope transient.
 // Stop stops taking work at once — attempts still queued in the client are
-// answered Busy so the dispatcher replaces them elsewhere — lets in-flight
+// answered Busy so the dispatcher offers them to another worker — lets in-flight
 // attempts finish within DrainGrace, then cancels the rest, which report
 // status canceled with scope transient (the dispatcher may replace them).
 //

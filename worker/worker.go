@@ -186,7 +186,7 @@ func (w *Worker) Start() error {
 
 // Stop is the worker's SIGTERM: it stops taking attempts at once (the
 // attempt subscription is drained, and attempts still queued in the client
-// are answered Busy so the dispatcher replaces them elsewhere), stops the
+// are answered Busy so the dispatcher offers them to another worker), stops the
 // micro service so readiness fails, lets in-flight attempts finish within
 // DrainGrace, then cancels the rest, which report status canceled with
 // scope transient. Cancels are honoured until the last attempt ends. When

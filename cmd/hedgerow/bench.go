@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +32,8 @@ not earlier ones were answered (open loop: a slow gateway cannot slow the load d
 tail), through its OpenAI-compatible HTTP front door (--url) or its NATS front door hedgerow.submit
 (--nats). After an unmeasured warm-up it prints P50, P90, P99, P99.9 and max of each request's
 time from when it was due to the end of its answer, the time to the first token of streams, and
-the errors by code; --json prints one JSON object.
+the errors by code; --json prints one JSON object. When any request failed, bench prints its whole
+report and then exits non-zero (status 1), naming the failures on stderr.
 
 --compare-direct URL measures what the gateway adds: every arrival goes, by a seeded coin, either
 to the gateway or straight to URL — one of the gateway's routes — so both run side by side in one
@@ -70,7 +73,10 @@ with exactly 20 tokens.`,
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
-			return printReport(cmd.OutOrStdout(), rep, asJSON)
+			if err := printReport(cmd.OutOrStdout(), rep, asJSON); err != nil {
+				return err
+			}
+			return benchFailures(rep)
 		},
 	}
 	f := cmd.Flags()
@@ -93,4 +99,27 @@ with exactly 20 tokens.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
+}
+
+// benchFailures is the error bench exits with once its report is printed:
+// nil when every request was answered, else how many failed and how, so a
+// script or test sees the failure and its reason without parsing the report.
+func benchFailures(rep *loadgen.BenchReport) error {
+	targets := []loadgen.TargetReport{rep.Gateway}
+	if rep.Direct != nil {
+		targets = append(targets, *rep.Direct)
+	}
+	var failed, requests int
+	var how []string
+	for _, t := range targets {
+		failed += t.Errors
+		requests += t.Requests
+		for _, kind := range slices.Sorted(maps.Keys(t.ErrorsByKind)) {
+			how = append(how, fmt.Sprintf("%s: %d × %s", t.Name, t.ErrorsByKind[kind], kind))
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("bench: %d of %d requests failed (%s); the report above has the details", failed, requests, strings.Join(how, "; "))
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,9 +18,21 @@ func TestBenchComparesTheGatewayWithItsRouteCalledDirectly(t *testing.T) {
 	noLeaks(t)
 	fake := startCmd(t, "fakellm", "--listen", "127.0.0.1:0", "--instant", "20")
 	fakeURL := fake.waitFor(servingURL)
-	// Timeouts a burst under -race on a busy machine cannot reach.
-	path := writeConfig(t, "nats: {listen: \"127.0.0.1:0\"}\n"+
-		"policies:\n  default: {accept_timeout: 5s, heartbeat_interval: 100ms, heartbeat_timeout: 5s}\n", fakeURL+"/v1")
+	// Timeouts, an in-flight limit and a queue wait that a burst under
+	// -race on a loaded 2-core machine cannot reach: what this test
+	// measures is that every request is answered, not how fast.
+	path := filepath.Join(t.TempDir(), "hedgerow.yaml")
+	if err := os.WriteFile(path, []byte(`http: {listen: 127.0.0.1:0}
+nats: {listen: "127.0.0.1:0"}
+routes:
+  - {name: fake-0, provider: openai, base_url: "`+fakeURL+`/v1", model: m, max_inflight: 4096}
+pools:
+  general: {routes: [fake-0], queue_wait: 20s}
+policies:
+  default: {accept_timeout: 5s, heartbeat_interval: 100ms, heartbeat_timeout: 5s}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	serve := startCmd(t, "serve", "--config", path)
 	line := serve.waitFor(regexp.MustCompile(`(msg=serving .*)`))
 	gateway := servingURL.FindStringSubmatch(line)
@@ -29,10 +43,9 @@ func TestBenchComparesTheGatewayWithItsRouteCalledDirectly(t *testing.T) {
 	for _, door := range [][]string{{"--url", gateway[1]}, {"--nats", natsURL[1]}} {
 		args := append([]string{"bench", "--compare-direct", fakeURL, "--rate", "100", "--duration", "1s", "--warmup", "200ms",
 			"--max-tokens", "20", "--json", "--quiet"}, door...)
-		out, err := runRoot(t, args...)
-		if err != nil {
-			t.Fatalf("bench %s: %v\n%s", strings.Join(door, " "), err, out)
-		}
+		// bench prints its whole report, then fails when requests failed:
+		// the report says which and why.
+		out, benchErr := runRoot(t, args...)
 		var rep struct {
 			Gateway struct {
 				Via      string `json:"via"`
@@ -49,15 +62,17 @@ func TestBenchComparesTheGatewayWithItsRouteCalledDirectly(t *testing.T) {
 			} `json:"added"`
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatalf("bench %s: output is not one JSON object: %v\n%s", door[0], err, out)
+			t.Fatalf("bench %s: %v; output is not one JSON object: %v\n%s", strings.Join(door, " "), benchErr, err, out)
 		}
 		switch {
 		case rep.Gateway.Requests == 0 || rep.Gateway.OK != rep.Gateway.Requests || rep.Gateway.Via != map[string]string{"--url": "http", "--nats": "nats"}[door[0]]:
-			t.Errorf("bench %s: gateway %+v, want every request answered over %s; the report says why:\n%s", door[0], rep.Gateway, door[0], out)
+			t.Errorf("bench %s: gateway %+v, want every request answered over %s (%v); the report says why:\n%s", door[0], rep.Gateway, door[0], benchErr, out)
 		case rep.Direct == nil || rep.Direct.Requests == 0 || rep.Direct.OK != rep.Direct.Requests:
-			t.Errorf("bench %s: direct %+v, want every request answered; the report says why:\n%s", door[0], rep.Direct, out)
+			t.Errorf("bench %s: direct %+v, want every request answered (%v); the report says why:\n%s", door[0], rep.Direct, benchErr, out)
 		case rep.Added == nil || rep.Added.P50 == nil || rep.Added.P99 == nil:
 			t.Errorf("bench %s: no added latency:\n%s", door[0], out)
+		case benchErr != nil:
+			t.Errorf("bench %s: every request answered, yet bench failed: %v\n%s", door[0], benchErr, out)
 		}
 	}
 	if err := serve.stop(); err != nil {
@@ -77,5 +92,32 @@ func TestBenchNeedsExactlyOneGateway(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "exactly one of --url and --nats") {
 			t.Errorf("%v: err %v, output %q", args, err, out)
 		}
+	}
+}
+
+// bench prints its whole report, then exits non-zero naming the failures
+// when any request failed.
+func TestBenchFailsAfterItsReportWhenRequestsFailed(t *testing.T) {
+	fake := startCmd(t, "fakellm", "--listen", "127.0.0.1:0", "--instant", "5")
+	fakeURL := fake.waitFor(servingURL)
+	// The gateway URL is a closed port: every request fails; the direct
+	// route answers.
+	out, err := runRoot(t, "bench", "--url", "http://127.0.0.1:1", "--compare-direct", fakeURL, "--rate", "50",
+		"--duration", "200ms", "--warmup", "0s", "--timeout", "2s", "--json", "--quiet")
+	var rep struct {
+		Gateway struct {
+			Requests, Errors int
+		} `json:"gateway"`
+		Direct *struct{ OK int } `json:"direct"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || rep.Gateway.Requests == 0 || rep.Direct == nil {
+		t.Fatalf("bench printed no whole report before failing (%v): %q", jerr, out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "requests failed") || !strings.Contains(err.Error(), "gateway:") ||
+		exitCode(err) == 0 {
+		t.Fatalf("bench with %d failed requests returned %v, want a non-zero exit naming the failures", rep.Gateway.Errors, err)
+	}
+	if err := fake.stop(); err != nil {
+		t.Fatalf("fakellm: %v", err)
 	}
 }

@@ -43,6 +43,15 @@ type AskHedgeBudget struct {
 	SameRoute bool
 }
 
+// Reoffer publishes a refused attempt again — the same attempt number, its
+// slot and reservation kept — to the least-loaded route of the pool other
+// than Busy (the route that refused it), or to Busy when no other has room
+// (docs/architecture.md §4 rule 4). Answer with Reoffered, naming the route.
+type Reoffer struct {
+	Attempt int
+	Busy    string
+}
+
 // Elect asks the winner gate to elect Attempt. Answer with GateDecided.
 type Elect struct{ Attempt int }
 
@@ -165,6 +174,7 @@ func (Admit) isAction()           {}
 func (Launch) isAction()          {}
 func (ArmTimer) isAction()        {}
 func (AskHedgeBudget) isAction()  {}
+func (Reoffer) isAction()         {}
 func (Elect) isAction()           {}
 func (Cancel) isAction()          {}
 func (Commit) isAction()          {}

@@ -15,11 +15,14 @@ import (
 // after Fail (nor Fail after Commit); Commit only of an attempt that was valid
 // at the commit point and won the gate; at most MaxAttempts launches; no Launch
 // after the outcome or past the deadline; no attempt ends twice; no reservation
-// is settled or released twice, nor one that was never granted; nothing after
-// the group record; a heartbeat timer that fires once a running attempt has
-// been silent (no Accept, heartbeat, first byte or chunk) for
-// HeartbeatTimeout — before or after its first byte — ends or cancels it,
-// and one that fires earlier does not end it as lost. Finish checks liveness for a group that is done: every
+// is settled or released twice, nor one that was never granted; a refused
+// attempt re-offered only while it runs, before the outcome and the deadline
+// (a re-offer is never a launch, so Busy spends no slot); nothing after the
+// group record; a heartbeat timer that fires once a running attempt has been
+// silent (no Accept, heartbeat, first byte or chunk) for HeartbeatTimeout —
+// before or after its first byte — ends or cancels it, and one that fires
+// earlier does not end it as lost. Finish checks liveness for a group that
+// is done: every
 // launched attempt ended exactly once, every granted reservation was settled
 // or released, and every won gate claim was committed or cleared.
 type Checker struct {
@@ -194,6 +197,17 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 			return fmt.Errorf("second AskHedgeBudget while one is unanswered")
 		}
 		c.budgetAsked = true
+	case Reoffer:
+		// Busy is backpressure (docs/architecture.md §4 rule 4): a refused
+		// attempt goes out again under its own number, never as a launch.
+		switch {
+		case c.commits > 0 || c.fails > 0:
+			return fmt.Errorf("Reoffer of attempt %d after the outcome", a.Attempt)
+		case !now.Before(c.deadline):
+			return fmt.Errorf("Reoffer of attempt %d at or past the deadline", a.Attempt)
+		case a.Attempt < 1 || a.Attempt > c.launched || c.ended[a.Attempt] > 0:
+			return fmt.Errorf("Reoffer of attempt %d, not a running launched attempt", a.Attempt)
+		}
 	case Elect:
 		if !c.valid[a.Attempt] {
 			return fmt.Errorf("Elect of attempt %d, which was never valid at the commit point", a.Attempt)

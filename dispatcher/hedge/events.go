@@ -62,6 +62,7 @@ const (
 	TimerHeartbeat   TimerKind = "heartbeat"    // per attempt: no reply (heartbeat, first byte, chunk) for HeartbeatTimeout
 	TimerAttempt     TimerKind = "attempt"      // per attempt: the policy's per-try timeout
 	TimerCancelGrace TimerKind = "cancel_grace" // per attempt: no report after a cancel
+	TimerReoffer     TimerKind = "reoffer"      // per attempt: the backoff after a Busy ended
 )
 
 // TimerFired reports that a timer armed by ArmTimer reached its time.
@@ -74,7 +75,15 @@ type TimerFired struct {
 type Accepted struct{ Attempt int }
 
 // Busy reports that the worker refused an attempt at its in-flight limit.
+// It is backpressure, not a failure (docs/architecture.md §4 rule 4): the
+// attempt is offered again, with Reoffer, until the policy's QueueWait.
 type Busy struct{ Attempt int }
+
+// Reoffered answers Reoffer: the attempt was published again to Route.
+type Reoffered struct {
+	Attempt int
+	Route   string
+}
 
 // Heartbeat reports a worker heartbeat: the attempt is alive, before and
 // after its first byte (docs/architecture.md §8).
@@ -146,6 +155,7 @@ func (Admitted) isEvent()           {}
 func (TimerFired) isEvent()         {}
 func (Accepted) isEvent()           {}
 func (Busy) isEvent()               {}
+func (Reoffered) isEvent()          {}
 func (Heartbeat) isEvent()          {}
 func (FirstByte) isEvent()          {}
 func (Progress) isEvent()           {}

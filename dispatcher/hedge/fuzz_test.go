@@ -44,12 +44,12 @@ func FuzzEngine(f *testing.F) {
 			attempt := int(arg%5) + 0
 			now = now.Add(time.Duration(arg) * 37 * time.Millisecond)
 			var ev Event
-			switch op % 15 {
+			switch op % 16 {
 			case 0:
 				res++
 				ev = Admitted{Allowed: arg%4 != 0, Route: "a", Reservation: ReservationID(fmt.Sprint(res))}
 			case 1:
-				ev = TimerFired{Kind: []TimerKind{TimerHedge, TimerDeadline, TimerAccept, TimerHeartbeat, TimerAttempt, TimerCancelGrace}[arg%6], Attempt: attempt}
+				ev = TimerFired{Kind: []TimerKind{TimerHedge, TimerDeadline, TimerAccept, TimerHeartbeat, TimerAttempt, TimerCancelGrace, TimerReoffer}[arg%7], Attempt: attempt}
 			case 2:
 				ev = Accepted{Attempt: attempt}
 			case 3:
@@ -76,6 +76,8 @@ func FuzzEngine(f *testing.F) {
 				ev = CallerGone{}
 			case 13:
 				ev = start
+			case 14:
+				ev = Reoffered{Attempt: attempt, Route: "c"}
 			default:
 				now = now.Add(-time.Duration(arg) * time.Millisecond) // time going backwards is clamped
 				ev = Heartbeat{Attempt: attempt}

@@ -34,6 +34,16 @@ type attempt struct {
 	launchedAt  time.Time
 	state       attemptState
 
+	// Busy is backpressure (docs/architecture.md §4 rule 4): offeredAt is
+	// the last (re-)offer, queuedSince the first Busy (zero: none), busies
+	// how many came back; waiting is set while the re-offer's backoff runs,
+	// reoffering while its Reoffer is unanswered.
+	offeredAt   time.Time
+	queuedSince time.Time
+	busies      int
+	waiting     bool
+	reoffering  bool
+
 	accepted      bool
 	lastHeartbeat time.Time // the attempt's last reply of any kind (§4 rule 4, lost heartbeats)
 	heartbeatSet  bool      // a heartbeat timer is armed for this attempt
@@ -78,7 +88,11 @@ type Group struct {
 	hedgeLaunched   bool   // a hedge attempt was launched
 	suppressed      string // first suppression reason, for the group record
 	pushbackSeen    bool   // a route pushed back: no more load than the primary path needs
-	lastFailScope   schemas.ErrorScope
+	// overloaded is set while the group's last offer came back Busy (cleared
+	// by an Accept): no hedge or replacement goes into a saturated pool, and a
+	// group left with nothing fails overloaded (docs/architecture.md §4 rule 4).
+	overloaded    bool
+	lastFailScope schemas.ErrorScope
 
 	committed   bool
 	winner      int
@@ -143,8 +157,12 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 			g.onAccepted(a)
 		}
 	case Busy:
-		if a := g.live(e.Attempt); a != nil && !a.accepted {
-			g.attemptFailed(a, schemas.StatusBusy, schemas.ScopeTransient, "", 0, schemas.Usage{})
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering {
+			g.onBusy(a)
+		}
+	case Reoffered:
+		if a := g.live(e.Attempt); a != nil && a.reoffering {
+			g.onReoffered(a, e)
 		}
 	case Heartbeat:
 		if a := g.live(e.Attempt); a != nil {
@@ -308,6 +326,7 @@ func (g *Group) launch(role schemas.Role, route string, res ReservationID) {
 		role:          role,
 		reservation:   res,
 		launchedAt:    g.now,
+		offeredAt:     g.now,
 		lastHeartbeat: g.now,
 	}
 	g.attempts = append(g.attempts, a)
@@ -335,7 +354,10 @@ func (g *Group) onTimer(e TimerFired) {
 			}
 		}
 	case TimerAccept:
-		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted {
+		// A refused attempt offered again has an accept timer of its own:
+		// the one armed for an earlier offer is stale.
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering &&
+			(a.busies == 0 || g.now.Sub(a.offeredAt) >= g.policy.AcceptTimeout) {
 			// No worker took it in time; it may still be queued somewhere, so it is
 			// cancelled as well, but nothing more is waited for.
 			g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
@@ -367,7 +389,57 @@ func (g *Group) onTimer(e TimerFired) {
 		if a := g.live(e.Attempt); a != nil && a.state == attemptCancelling {
 			g.endCancelled(a, schemas.Usage{}, false, false)
 		}
+	case TimerReoffer:
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && a.waiting && g.phase == phaseRunning {
+			a.waiting = false
+			a.reoffering = true
+			g.emit(Reoffer{Attempt: a.n, Busy: a.route})
+		}
 	}
+}
+
+// maxBusyBackoffFactor caps the re-offer backoff at this multiple of
+// Policy.BusyBackoff.
+const maxBusyBackoffFactor = 8
+
+// Rule 4, busy is backpressure: a Busy spends no slot and no duplicate
+// token. The same attempt is offered again after a backoff, to another route
+// when one has room, until QueueWait from the first Busy (never past the
+// deadline); past that bound it ends, and a group left with nothing fails
+// overloaded rather than all_routes_failed.
+func (g *Group) onBusy(a *attempt) {
+	g.overloaded = true
+	if a.queuedSince.IsZero() {
+		a.queuedSince = g.now
+	}
+	a.busies++
+	backoff := g.policy.BusyBackoff << min(a.busies-1, 3)
+	backoff = min(backoff, maxBusyBackoffFactor*g.policy.BusyBackoff)
+	end := a.queuedSince.Add(g.policy.QueueWait)
+	if g.deadline.Before(end) {
+		end = g.deadline
+	}
+	if !g.now.Add(backoff).Before(end) {
+		// The bound passed: this attempt gives up; nothing replaces it.
+		g.endAttempt(a, OutcomeFailed, schemas.StatusBusy, schemas.ScopePushback, schemas.Usage{}, false)
+		g.lastFailScope = schemas.ScopePushback
+		g.suppress(schemas.RoleReplacement, "overloaded")
+		g.failIfNothingLeft()
+		return
+	}
+	a.waiting = true
+	g.emit(ArmTimer{Kind: TimerReoffer, Attempt: a.n, At: g.now.Add(backoff)})
+}
+
+// onReoffered notes where a refused attempt went and gives that offer an
+// accept timeout of its own.
+func (g *Group) onReoffered(a *attempt, e Reoffered) {
+	a.reoffering = false
+	if e.Route != "" {
+		a.route = e.Route
+	}
+	a.offeredAt = g.now
+	g.emit(ArmTimer{Kind: TimerAccept, Attempt: a.n, At: g.now.Add(g.policy.AcceptTimeout)})
 }
 
 // Rule 2: the hedge trigger and the gates it re-checks.
@@ -405,6 +477,8 @@ func (g *Group) hedgeBlocked() string {
 		return "nothing_to_hedge"
 	case g.askPending:
 		return "replacement_pending"
+	case g.overloaded:
+		return "overloaded"
 	case g.pushbackSeen:
 		return "pushback"
 	case g.remaining() < g.policy.MinUsefulTime:
@@ -457,6 +531,8 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 		blocked = "decided"
 	case role == schemas.RoleHedge:
 		blocked = g.hedgeBlocked()
+	case g.overloaded:
+		blocked = "overloaded" // the pool saturated while the budget was asked
 	case g.remaining() < g.policy.MinUsefulTime:
 		blocked = "no_time"
 	case len(g.attempts) >= g.policy.MaxAttempts:
@@ -486,6 +562,7 @@ func (g *Group) onAccepted(a *attempt) {
 // moved: when it fires early relative to the last reply it re-arms.
 func (g *Group) heard(a *attempt) {
 	a.lastHeartbeat = g.now
+	g.overloaded = false // a worker had room
 	if a.state == attemptRunning && !a.heartbeatSet && g.policy.HeartbeatTimeout > 0 {
 		a.heartbeatSet = true
 		g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: g.now.Add(g.policy.HeartbeatTimeout)})
@@ -637,6 +714,12 @@ func (g *Group) afterFailure(scope schemas.ErrorScope) {
 		g.suppress(schemas.RoleReplacement, "pushback")
 		return
 	}
+	// Never answer overload with more load (rule 4, busy is backpressure).
+	if g.overloaded {
+		g.suppress(schemas.RoleReplacement, "overloaded")
+		g.failIfNothingLeft()
+		return
+	}
 	switch {
 	case len(g.attempts) >= g.policy.MaxAttempts:
 		g.suppressIfNothingLeft("no_slot")
@@ -663,7 +746,13 @@ func (g *Group) failIfNothingLeft() {
 	if scope == "" {
 		scope = schemas.ScopeTransient
 	}
-	g.fail(failCode(scope), scope, "", CancelGroupError)
+	code := failCode(scope)
+	if g.overloaded {
+		// The pool stayed saturated: that, not the last failure, is why
+		// nothing is left (rule 4, busy is backpressure).
+		code, scope = schemas.ErrOverloaded, schemas.ScopePushback
+	}
+	g.fail(code, scope, "", CancelGroupError)
 }
 
 func failCode(scope schemas.ErrorScope) schemas.ErrorCode {
@@ -762,6 +851,16 @@ func (g *Group) decide(committed bool, code schemas.ErrorCode, scope schemas.Err
 func (g *Group) stop(a *attempt, reason CancelReason) {
 	switch a.state {
 	case attemptRunning:
+		if a.waiting {
+			// Refused and waiting for its re-offer: no worker holds it, so
+			// it ends now, its reservation released.
+			outcome := OutcomeCanceled
+			if g.committed {
+				outcome = OutcomeLoserCanceled
+			}
+			g.endAttempt(a, outcome, schemas.StatusCanceled, schemas.ScopeNone, schemas.Usage{}, false)
+			return
+		}
 		g.cancel(a, reason)
 	case attemptFinished:
 		g.endAttempt(a, OutcomeLoserLate, a.finishedStatus, schemas.ScopeNone, a.finishedUsage, false)

@@ -50,6 +50,14 @@ type Policy struct {
 	// CancelGrace bounds the wait for a cancelled attempt's report before its
 	// usage is estimated and its record written without it.
 	CancelGrace time.Duration
+	// QueueWait bounds how long an attempt refused Busy is offered again
+	// (same attempt, no new slot) before the group gives up with overloaded
+	// (docs/architecture.md §4 rule 4); never past the deadline. Zero gives
+	// up at the first Busy.
+	QueueWait time.Duration
+	// BusyBackoff is the pause before the first re-offer of a refused
+	// attempt; it doubles with every Busy, up to 8× (maxBusyBackoffFactor).
+	BusyBackoff time.Duration
 	// SameRouteHedging allows a hedge or replacement on a route the group used.
 	SameRouteHedging bool
 	// PushbackTTL is used when a pushback carries no Retry-After.
@@ -73,6 +81,8 @@ func DefaultPolicy() Policy {
 		AcceptTimeout:    250 * time.Millisecond,
 		HeartbeatTimeout: time.Second,
 		CancelGrace:      2 * time.Second,
+		QueueWait:        time.Second,
+		BusyBackoff:      10 * time.Millisecond,
 		PushbackTTL:      5 * time.Second,
 		QuarantineTTL:    time.Minute,
 	}
@@ -101,6 +111,8 @@ func (p Policy) Validate() error {
 		return bad("heartbeat_timeout and attempt_timeout must not be negative")
 	case p.CancelGrace <= 0:
 		return bad("cancel_grace %v: must be positive", p.CancelGrace)
+	case p.QueueWait < 0 || p.BusyBackoff <= 0:
+		return bad("queue_wait %v must not be negative and busy_backoff %v must be positive", p.QueueWait, p.BusyBackoff)
 	case p.PushbackTTL <= 0 || p.QuarantineTTL <= 0:
 		return bad("pushback_ttl and quarantine_ttl must be positive")
 	}

@@ -20,6 +20,9 @@ type coverage struct {
 	// silentAfterFirstByte: an attempt lost to the heartbeat timer after its
 	// first byte; silentWinner: a committed winner lost that way.
 	silentAfterFirstByte, silentWinner int
+	// Busy is backpressure (§4 rule 4): re-offers, groups that failed
+	// overloaded, hedges and replacements suppressed as overloaded.
+	reoffers, overloadedFails, overloadedSuppressions int
 }
 
 // simWorker is the random world's view of one launched attempt.
@@ -48,6 +51,7 @@ type randomWorld struct {
 	admit    bool
 	ask      *AskHedgeBudget
 	elect    int
+	reoffers []int // attempts whose Reoffer is unanswered
 	workers  []*simWorker
 	nextRes  int
 	cov      *coverage
@@ -55,6 +59,11 @@ type randomWorld struct {
 	steps    int
 	trace    []string
 	lastFail schemas.ErrorCode
+	// saturated worlds answer most offers Busy, so queue waits run out.
+	saturated bool
+	// overloaded is set while the group's last offer came back Busy: no
+	// hedge or replacement may launch then (§4 rule 4).
+	overloaded bool
 }
 
 func randomPolicy(rng *rand.Rand) Policy {
@@ -94,13 +103,20 @@ func newRandomWorld(t *testing.T, seed uint64, cov *coverage) *randomWorld {
 	return &randomWorld{
 		rng: rng, g: g, chk: NewChecker(policy), policy: policy,
 		now: time.Unix(1_700_000_000, 0), cov: cov,
-		routes: []string{"a", "b", "c"},
+		routes:    []string{"a", "b", "c"},
+		saturated: rng.IntN(8) == 0,
 	}
 }
 
 func (w *randomWorld) step(ev Event) error {
 	w.steps++
+	if _, ok := ev.(Accepted); ok {
+		w.overloaded = false
+	}
 	acts := w.g.Step(w.now, ev)
+	if _, ok := ev.(Busy); ok && len(acts) > 0 {
+		w.overloaded = true // the engine took the refusal
+	}
 	w.trace = append(w.trace, fmt.Sprintf("%v %T%+v -> %d actions", w.now.Sub(time.Unix(1_700_000_000, 0)), ev, ev, len(acts)))
 	if err := w.chk.Step(w.now, ev, acts); err != nil {
 		return err
@@ -114,9 +130,19 @@ func (w *randomWorld) step(ev Event) error {
 			w.ask = &cp
 		case Elect:
 			w.elect = a.Attempt
+		case Reoffer:
+			w.reoffers = append(w.reoffers, a.Attempt)
+			w.cov.reoffers++
+		case HedgeSuppressed:
+			if a.Reason == "overloaded" {
+				w.cov.overloadedSuppressions++
+			}
 		case ArmTimer:
 			w.timers = append(w.timers, a)
 		case Launch:
+			if w.overloaded && a.Role != schemas.RolePrimary {
+				return fmt.Errorf("%s launched while the pool was saturated", a.Role)
+			}
 			w.workers = append(w.workers, &simWorker{n: a.Attempt})
 			switch a.Role {
 			case schemas.RoleHedge:
@@ -136,6 +162,8 @@ func (w *randomWorld) step(ev Event) error {
 				w.cov.lostElections++
 			case schemas.ErrDeadlineExceeded:
 				w.cov.deadlines++
+			case schemas.ErrOverloaded:
+				w.cov.overloadedFails++
 			}
 		case ClearGate:
 			w.cov.gateClears++
@@ -194,6 +222,14 @@ func (w *randomWorld) choices() []func() Event {
 			return GateDecided{Attempt: n, Won: true, Gate: fmt.Sprintf("g/%d/1", n)}
 		})
 	}
+	if len(w.reoffers) > 0 {
+		out = append(out, func() Event {
+			n := w.reoffers[0]
+			w.reoffers = w.reoffers[1:]
+			w.workers[n-1].busy = false // offered again: another worker answers
+			return Reoffered{Attempt: n, Route: w.routes[w.rng.IntN(3)]}
+		})
+	}
 	for _, sw := range w.workers {
 		if sw.done || sw.busy || sw.silent {
 			continue
@@ -236,7 +272,7 @@ func (w *randomWorld) workerEvent(sw *simWorker) func() Event {
 			sw.done = true // completed anyway: a late loser
 			return Result{Attempt: sw.n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 50}}
 		case !sw.accepted:
-			if r < 8 {
+			if r < 8 || (w.saturated && r < 90) {
 				sw.busy = true
 				return Busy{Attempt: sw.n}
 			}
@@ -338,6 +374,9 @@ func TestPropertyInvariantsHoldOverRandomSchedules(t *testing.T) {
 		"gate claim cleared":          cov.gateClears,
 		"silent after its first byte": cov.silentAfterFirstByte,
 		"silent committed winner":     cov.silentWinner,
+		"busy re-offered":             cov.reoffers,
+		"overloaded failure":          cov.overloadedFails,
+		"overloaded suppressed":       cov.overloadedSuppressions,
 	} {
 		if n == 0 {
 			t.Errorf("no schedule exercised: %s", name)

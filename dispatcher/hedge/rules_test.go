@@ -46,8 +46,16 @@ func (h *harness) launched(s Start) []Action {
 	return h.at(1, Admitted{Allowed: true, Route: "a", Reservation: "r1"})
 }
 
-// hedged starts a group, fires the hedge timer at 1 s and grants a hedge on route "b".
+// hedged starts a group, fires the hedge timer at 1 s and grants a hedge on
+// route "b", which its worker accepts at 1002ms.
 func (h *harness) hedged(s Start) {
+	h.t.Helper()
+	h.hedgeLaunched(s)
+	h.at(1002, Accepted{Attempt: 2})
+}
+
+// hedgeLaunched is hedged without the hedge's Accept.
+func (h *harness) hedgeLaunched(s Start) {
 	h.t.Helper()
 	h.launched(s)
 	h.at(2, Accepted{Attempt: 1})
@@ -57,7 +65,6 @@ func (h *harness) hedged(s Start) {
 	if _, ok := find[Launch](h.at(1001, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})); !ok {
 		h.t.Fatal("granted hedge was not launched")
 	}
-	h.at(1002, Accepted{Attempt: 2})
 }
 
 func find[T Action](acts []Action) (T, bool) {
@@ -508,7 +515,7 @@ func TestRule4ArrivalOrderDoesNotChangeTheOutcome(t *testing.T) {
 	}
 }
 
-func TestRule4BusyMissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
+func TestRule4MissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
 	tests := []struct {
 		name   string
 		events func(h *harness) []Action
@@ -516,7 +523,6 @@ func TestRule4BusyMissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
 		// started: the worker had accepted, so its reservation is settled, not released.
 		started bool
 	}{
-		{"a busy worker", func(h *harness) []Action { return h.at(10, Busy{Attempt: 1}) }, schemas.StatusBusy, false},
 		{"no accept within the accept timeout", func(h *harness) []Action { return h.at(250, TimerFired{Kind: TimerAccept, Attempt: 1}) }, schemas.StatusLost, false},
 		{"heartbeats stop before the first byte", func(h *harness) []Action {
 			h.at(10, Accepted{Attempt: 1})
@@ -619,6 +625,153 @@ func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t 
 			}
 		}
 	})
+}
+
+// Rule 4, busy is backpressure: a Busy ends nothing and asks for nothing;
+// the same attempt is offered again after a backoff, and its new route is
+// the one its records and marks name.
+func TestRule4BusyIsBackpressureNotAFailure(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.launched(streamingStart)
+	acts := h.at(10, Busy{Attempt: 1})
+	if has[AttemptEnded](acts) || has[AskHedgeBudget](acts) || has[Release](acts) || has[Launch](acts) {
+		t.Fatalf("Busy was treated as a failure: %v", acts)
+	}
+	at, ok := timerAt(acts, TimerReoffer)
+	if !ok || at != h.t0.Add(20*time.Millisecond) {
+		t.Fatalf("re-offer timer = %v %v, want at 20ms (10ms backoff)", at, ok)
+	}
+	// A second Busy before the re-offer is a duplicate: ignored.
+	if acts := h.at(15, Busy{Attempt: 1}); len(acts) != 0 {
+		t.Fatalf("duplicate Busy = %v", acts)
+	}
+	r, ok := find[Reoffer](h.at(20, TimerFired{Kind: TimerReoffer, Attempt: 1}))
+	if !ok || r.Attempt != 1 || r.Busy != "a" {
+		t.Fatalf("re-offer = %+v %v, want attempt 1 refused on a", r, ok)
+	}
+	// The primary's accept timer (armed at 251ms) fires while the attempt
+	// waits for its re-offer's answer: it is stale.
+	if acts := h.at(251, TimerFired{Kind: TimerAccept, Attempt: 1}); len(acts) != 0 {
+		t.Fatalf("stale accept timer = %v", acts)
+	}
+	acts = h.at(252, Reoffered{Attempt: 1, Route: "b"})
+	if at, ok := timerAt(acts, TimerAccept); !ok || at != h.t0.Add(502*time.Millisecond) {
+		t.Fatalf("re-offer's accept timer = %v %v, want at 502ms", at, ok)
+	}
+	h.at(260, Accepted{Attempt: 1})
+	// Capacity was found: the pool is no longer saturated, so the hedge may go.
+	if _, ok := find[AskHedgeBudget](h.at(1000, TimerFired{Kind: TimerHedge})); !ok {
+		t.Fatal("no hedge asked after the re-offered attempt was accepted")
+	}
+	h.at(1001, HedgeBudgetDecided{Allowed: false, Reason: "duplicate_rate"})
+	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	h.at(1101, GateDecided{Attempt: 1, Won: true, Gate: "g"})
+	acts = h.at(1200, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 1, OutputUnits: 1}})
+	rec, ok := find[AttemptEnded](acts)
+	if !ok || rec.Route != "b" || rec.Outcome != OutcomeWinner {
+		t.Fatalf("winner record = %+v, want attempt 1 won on its new route b", rec)
+	}
+	if g, ok := find[GroupEnded](acts); !ok || g.Attempts != 1 {
+		t.Fatalf("group record = %+v: a Busy must spend no attempt slot", g)
+	}
+}
+
+// Past QueueWait from the first Busy the attempt gives up, and a group with
+// nothing else fails overloaded: never all_routes_failed, no hedge, no
+// replacement, its reservation released.
+func TestRule4BusyPastTheQueueWaitFailsOverloaded(t *testing.T) {
+	p := DefaultPolicy()
+	h := newHarness(t, p)
+	h.launched(streamingStart)
+	now, backoffs := 10, []int{}
+	var acts []Action
+	for range 100 {
+		acts = h.at(now, Busy{Attempt: 1})
+		if has[Fail](acts) {
+			break
+		}
+		if has[AskHedgeBudget](acts) || has[Launch](acts) {
+			t.Fatalf("Busy at %dms asked for more load: %v", now, acts)
+		}
+		at, ok := timerAt(acts, TimerReoffer)
+		if !ok {
+			t.Fatalf("Busy at %dms: no re-offer and no failure: %v", now, acts)
+		}
+		backoffs = append(backoffs, int(at.Sub(h.t0)/time.Millisecond)-now)
+		now = int(at.Sub(h.t0) / time.Millisecond)
+		if acts := h.at(now, TimerFired{Kind: TimerReoffer, Attempt: 1}); !has[Reoffer](acts) {
+			t.Fatalf("re-offer timer at %dms: %v", now, acts)
+		}
+		h.at(now, Reoffered{Attempt: 1, Route: "b"})
+		if now >= 300 && now < 1000 {
+			// The hedge timer fires into the saturated pool: suppressed.
+			if s, ok := find[HedgeSuppressed](h.at(now, TimerFired{Kind: TimerHedge})); ok && s.Reason != "overloaded" {
+				t.Fatalf("hedge suppressed as %q, want overloaded", s.Reason)
+			}
+		}
+		now++
+	}
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrOverloaded || f.Scope != schemas.ScopePushback {
+		t.Fatalf("fail = %+v %v, want overloaded", f, ok)
+	}
+	if queued := time.Duration(now-10) * time.Millisecond; queued > p.QueueWait {
+		t.Fatalf("gave up %v after the first Busy, past the queue wait %v", queued, p.QueueWait)
+	}
+	if want := []int{10, 20, 40, 80, 80}; len(backoffs) < len(want) || !slices.Equal(backoffs[:len(want)], want) {
+		t.Fatalf("backoffs = %v, want doubling from 10ms, capped at 80ms", backoffs)
+	}
+	rec, _ := find[AttemptEnded](acts)
+	if rec.Status != schemas.StatusBusy || rec.Outcome != OutcomeFailed || !has[Release](acts) {
+		t.Fatalf("record %+v: want the refused attempt failed busy and its reservation released", rec)
+	}
+	if g, ok := find[GroupEnded](acts); !ok || g.Attempts != 1 || g.HedgeLaunched || g.HedgeSuppressed != "overloaded" {
+		t.Fatalf("group record = %+v, want one attempt, no hedge, suppressed overloaded", g)
+	}
+}
+
+// While the group's last offer came back Busy, a failure of another attempt
+// asks for no replacement, and a budget granted meanwhile is given back.
+func TestRule4SaturationSuppressesReplacementsAndHedges(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedgeLaunched(streamingStart)
+	// The primary fails while the hedge's worker is full.
+	h.at(1100, Busy{Attempt: 2})
+	acts := h.at(1101, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+	if has[AskHedgeBudget](acts) {
+		t.Fatalf("replacement asked into a saturated pool: %v", acts)
+	}
+	if s, ok := find[HedgeSuppressed](acts); !ok || s.Role != schemas.RoleReplacement || s.Reason != "overloaded" {
+		t.Fatalf("suppression = %+v %v, want replacement overloaded", s, ok)
+	}
+	if has[Fail](acts) {
+		t.Fatalf("failed while the refused hedge still waits for room: %v", acts)
+	}
+	// The caller leaves while the hedge waits for its re-offer: no worker
+	// holds it, so it ends at once.
+	acts = h.at(1105, CallerGone{})
+	if rec, ok := find[AttemptEnded](acts); !ok || rec.Attempt != 2 || has[Cancel](acts) {
+		t.Fatalf("waiting attempt not ended at once: %v", acts)
+	}
+	if !has[GroupEnded](acts) {
+		t.Fatalf("group not done: %v", acts)
+	}
+}
+
+// A replacement granted after the pool saturated is released unlaunched.
+func TestRule4ReplacementGrantedIntoSaturationIsReleased(t *testing.T) {
+	p := DefaultPolicy()
+	p.MaxAttempts = 3
+	h := newHarness(t, p)
+	h.hedgeLaunched(streamingStart)
+	if ask, ok := find[AskHedgeBudget](h.at(1100, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})); !ok || ask.Role != schemas.RoleReplacement {
+		t.Fatal("no replacement asked")
+	}
+	h.at(1101, Busy{Attempt: 2})
+	acts := h.at(1102, HedgeBudgetDecided{Allowed: true, Route: "c", Reservation: "r3"})
+	if has[Launch](acts) || !has[Release](acts) {
+		t.Fatalf("replacement granted into saturation: %v", acts)
+	}
 }
 
 // Rule 5: the deadline, records after the outcome, CallerGone, gate clearing.

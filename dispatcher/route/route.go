@@ -394,6 +394,31 @@ func differsFromAll(rs *routeState, excluded []*routeState, key string) bool {
 	return true
 }
 
+// PickLeastLoaded picks where an attempt a worker of route busy refused
+// (Busy, at its in-flight limit) is offered again: the healthy route of the
+// pool other than busy with the lowest in-flight count (local or fresh
+// shared, as for scores); ties go to the first after busy in the pool's
+// cyclic order, so refusals spread over the pool instead of piling onto its
+// first route (docs/architecture.md §4 rule 4). ok is false when no other
+// route is healthy.
+func (p *Picker) PickLeastLoaded(pool []string, busy string, now time.Time) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := slices.Index(pool, busy) + 1 // 0 when busy is not in the pool
+	best, bestLoad := "", 0
+	for i := range pool {
+		name := pool[(start+i)%len(pool)]
+		rs, ok := p.routes[name]
+		if !ok || name == busy || !rs.healthy(now) {
+			continue
+		}
+		if l := rs.load(now); best == "" || l < bestLoad {
+			best, bestLoad = name, l
+		}
+	}
+	return best, best != ""
+}
+
 // eligible returns the pool's known, healthy routes not in exclude, in pool
 // order (so that a seeded rng makes the same choice every run), each once.
 // p.mu must be held.

@@ -521,3 +521,22 @@ func TestPickerIsSafeForConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+func TestPickLeastLoadedTakesTheIdlestOtherRouteAndSpreadsTies(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c", "d")...)
+	pool := []string{"a", "b", "c", "d"}
+	// Ties go to the first route after the refusing one, cyclically.
+	for busy, want := range map[string]string{"a": "b", "b": "c", "d": "a"} {
+		if got, ok := p.PickLeastLoaded(pool, busy, t0); !ok || got != want {
+			t.Fatalf("refused on %s: picked %q %v, want %s", busy, got, ok, want)
+		}
+	}
+	mustDo(t, p.Acquire("b"))
+	mustDo(t, p.SetState("c", Quarantined, t0.Add(time.Minute)))
+	if got, _ := p.PickLeastLoaded(pool, "a", t0); got != "d" {
+		t.Fatalf("picked %q, want d (b is loaded, c quarantined)", got)
+	}
+	if got, ok := p.PickLeastLoaded([]string{"a"}, "a", t0); ok {
+		t.Fatalf("a one-route pool offered %q, want none", got)
+	}
+}

@@ -304,6 +304,7 @@ func TestHTTPDispatcherErrorsMapToStatusAndRetryHints(t *testing.T) {
 		{&dispatcher.GroupError{Code: schemas.ErrAlreadyCommitted, Holder: "g1/2/7"}, 409, "invalid_request_error", "already_committed", "", "g1/2/7", "false"},
 		{&dispatcher.GroupError{Code: schemas.ErrRateLimited}, 429, "rate_limit_error", "rate_limited", "1", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrRateLimited, RetryAfter: 2500 * time.Millisecond}, 429, "rate_limit_error", "rate_limited", "3", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrOverloaded, RetryAfter: time.Second}, 429, "rate_limit_error", "overloaded", "1", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted}, 429, "insufficient_quota", "budget_exhausted", "", "", "false"},
 		{&dispatcher.GroupError{Code: schemas.ErrBudgetExhausted, RetryAfter: 90 * time.Second}, 429, "insufficient_quota", "budget_exhausted", "90", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "server_error", "all_routes_failed", "", "", "true"},

@@ -160,6 +160,11 @@ type Pool struct {
 	// Kind is what the pool serves: chat completions (PoolChat, also when
 	// empty) or embeddings (PoolEmbeddings, POST /v1/embeddings).
 	Kind PoolKind `yaml:"kind"`
+	// QueueWait bounds how long an attempt a worker refused Busy is offered
+	// again to the pool's routes before the caller gets 429 overloaded
+	// (docs/architecture.md §4 rule 4); never past the deadline. Default
+	// 1 s; it must be positive.
+	QueueWait time.Duration `yaml:"queue_wait"`
 }
 
 // Contract says what makes a result valid for a pool (docs/architecture.md §4 rule 3, §6).

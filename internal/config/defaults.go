@@ -40,6 +40,7 @@ var defaults = []defaultSetting{
 	{"http.idempotency.max_total_bytes", 256 * ByteSize(1<<20)},
 
 	{"routes.*.max_inflight", 64},
+	{"pools.*.queue_wait", time.Second},
 
 	{"policies.*.hedge", policyDefaults.Hedge},
 	{"policies.*.idempotent", policyDefaults.Idempotent},

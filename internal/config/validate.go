@@ -197,6 +197,9 @@ func (v *validator) pools() {
 		if len(pool.Routes) == 0 {
 			v.addf(p+".routes", "a pool needs at least one route")
 		}
+		if pool.QueueWait <= 0 {
+			v.addf(p+".queue_wait", "must be positive")
+		}
 		seen := map[string]bool{}
 		for i, rn := range pool.Routes {
 			rp := indexPath(p+".routes", i)
