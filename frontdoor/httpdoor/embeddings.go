@@ -34,7 +34,7 @@ func (d embeddingsDialect) parse(body []byte) (string, schemas.ChatRequest, bool
 	if f != nil {
 		return "", req, false, f
 	}
-	if name, known := d.h.poolOf(pool); known && !slices.Contains(d.h.opts.EmbeddingPools, name) {
+	if embeddings, known := d.h.embeddingModel[pool]; known && !embeddings {
 		return "", req, false, frontdoor.InvalidParam("model",
 			fmt.Sprintf("The model '%s' does not serve embeddings: see GET /v1/models for the embedding models.", pool))
 	}
@@ -165,7 +165,7 @@ func embeddingsParam(err error) string {
 // checkPoolKind refuses a chat request naming an embeddings pool, naming
 // model: its routes may serve no chat at all.
 func (h *handler) checkPoolKind(pool string, req schemas.ChatRequest) *frontdoor.Failure {
-	if name, _ := h.poolOf(pool); req.Embedding == nil && slices.Contains(h.opts.EmbeddingPools, name) {
+	if req.Embedding == nil && h.embeddingModel[pool] {
 		return frontdoor.InvalidParam("model",
 			fmt.Sprintf("The model '%s' serves embeddings: send it to POST /v1/embeddings.", pool))
 	}
@@ -174,26 +174,25 @@ func (h *handler) checkPoolKind(pool string, req schemas.ChatRequest) *frontdoor
 
 // embeddingsLast orders /v1/models: the chat models, then the embedding
 // models, each in the order the Submitter lists them.
-func embeddingsLast(models []dispatcher.Model, embeddings []string) {
+func embeddingsLast(models []dispatcher.Model, embeddingModel map[string]bool) {
 	slices.SortStableFunc(models, func(a, b dispatcher.Model) int {
-		return cmp.Compare(kindRank(a.Pool, embeddings), kindRank(b.Pool, embeddings))
+		return cmp.Compare(kindRank(embeddingModel[a.Name]), kindRank(embeddingModel[b.Name]))
 	})
 }
 
-func kindRank(pool string, embeddings []string) int {
-	if slices.Contains(embeddings, pool) {
+func kindRank(embeddings bool) int {
+	if embeddings {
 		return 1
 	}
 	return 0
 }
 
-// poolOf is the pool a model name names — its own name or one of its
-// aliases — and whether any does.
-func (h *handler) poolOf(model string) (string, bool) {
-	for _, m := range h.d.Models() {
-		if m.Name == model {
-			return m.Pool, true
-		}
+// embeddingModels indexes every model name — a pool's own or one of its
+// aliases — by whether its pool is one of the embeddings pools.
+func embeddingModels(models []dispatcher.Model, embeddingPools []string) map[string]bool {
+	out := make(map[string]bool, len(models))
+	for _, m := range models {
+		out[m.Name] = slices.Contains(embeddingPools, m.Pool)
 	}
-	return "", false
+	return out
 }

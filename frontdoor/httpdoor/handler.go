@@ -98,6 +98,10 @@ type handler struct {
 	// flights are the user actions this door is serving now, which a
 	// request of the same key joins (idempotency.go).
 	flights *replay.Flights
+	// embeddingModel says, for every model name callers may send, whether
+	// its pool serves embeddings: indexed once, since the Submitter's
+	// models do not change, so a request never scans the listing.
+	embeddingModel map[string]bool
 }
 
 // New returns the HTTP front door of d:
@@ -157,6 +161,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 		h.now = time.Now
 	}
 	h.ready = newReadiness(opts.Conn, opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
+	h.embeddingModel = embeddingModels(d.Models(), opts.EmbeddingPools) // embeddings.go
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.
 	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
@@ -405,7 +410,7 @@ func (h *handler) failureFor(r *http.Request, err error) *frontdoor.Failure {
 // still get a chat model.
 func (h *handler) listModels(w http.ResponseWriter, r *http.Request) {
 	models := h.d.Models()
-	embeddingsLast(models, h.opts.EmbeddingPools) // embeddings.go
+	embeddingsLast(models, h.embeddingModel) // embeddings.go
 	list := modelList{Object: "list", Data: make([]model, 0, len(models))}
 	for _, m := range models {
 		list.Data = append(list.Data, newModel(m.Name))
