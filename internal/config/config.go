@@ -253,15 +253,3 @@ func (c *Config) PolicyFor(class string) *Policy {
 	}
 	return c.Policies[DefaultPolicy]
 }
-
-// TenantByKeyHash returns the tenant holding an API key hash.
-func (c *Config) TenantByKeyHash(hash string) (string, bool) {
-	for name, t := range c.Tenants {
-		for _, h := range t.APIKeyHashes {
-			if h == hash {
-				return name, true
-			}
-		}
-	}
-	return "", false
-}

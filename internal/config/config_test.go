@@ -427,18 +427,6 @@ func TestOneKeyHashMayBelongToOneTenantOnly(t *testing.T) {
 	wantProblem(t, ps, "tenants.b.api_key_hashes[0]", `already a key of tenant "a"`)
 }
 
-func TestHashAPIKeyFindsItsTenant(t *testing.T) {
-	src := minimal + "tenants:\n  acme:\n    api_key_hashes: [" + HashAPIKey("secret") + "]\n"
-	c, ps := parse(t, src, RoleServe, noEnv)
-	wantNoProblems(t, ps)
-	if name, ok := c.TenantByKeyHash(HashAPIKey("secret")); !ok || name != "acme" {
-		t.Fatalf("TenantByKeyHash = %q, %v; want acme, true", name, ok)
-	}
-	if _, ok := c.TenantByKeyHash(HashAPIKey("other")); ok {
-		t.Fatalf("TenantByKeyHash found a tenant for an unknown key")
-	}
-}
-
 func TestEveryProblemIsReportedInOnePassSortedByLine(t *testing.T) {
 	src := `nats:
   max_payload: 1MiB

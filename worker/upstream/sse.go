@@ -19,13 +19,6 @@ import (
 // are a few hundred bytes; a longer line means a broken or hostile stream.
 const MaxEventBytes = 1 << 20
 
-// event is one Server-Sent Event: its type ("" unless an "event:" field set
-// one) and its data lines joined by newlines.
-type event struct {
-	typ  string
-	data string
-}
-
 // eventReader splits a Server-Sent Events body into events, following the
 // WHATWG event-stream format: lines end in CRLF, LF or CR; lines starting
 // with ':' are comments; "data" fields accumulate; a blank line dispatches.
@@ -60,19 +53,11 @@ func (r *eventReader) release() {
 	}
 }
 
-// next returns the next event with data. At the end of the body it returns
-// io.EOF; an event not ended by a blank line is discarded, as the format
-// requires, so a stream cut inside an event never yields half a chunk.
-func (r *eventReader) next() (event, error) {
-	typ, data, err := r.nextBytes()
-	if err != nil {
-		return event{}, err
-	}
-	return event{typ: string(typ), data: string(data)}, nil
-}
-
-// nextBytes is next without copies: typ and data stay valid until the next
-// call only.
+// nextBytes returns the next event with data: its type ("" unless an
+// "event:" field set one) and its data lines joined by newlines. At the end
+// of the body it returns io.EOF; an event not ended by a blank line is
+// discarded, as the format requires, so a stream cut inside an event never
+// yields half a chunk. typ and data stay valid until the next call only.
 func (r *eventReader) nextBytes() (typ, data []byte, err error) {
 	r.typ, r.data = r.typ[:0], r.data[:0]
 	hasData := false

@@ -8,6 +8,22 @@ import (
 	"testing"
 )
 
+// event is one Server-Sent Event, as a test reads it: its type ("" unless an "event:" field set
+// one) and its data lines joined by newlines.
+type event struct {
+	typ  string
+	data string
+}
+
+// next is nextBytes with copies, for tests that collect events.
+func (r *eventReader) next() (event, error) {
+	typ, data, err := r.nextBytes()
+	if err != nil {
+		return event{}, err
+	}
+	return event{typ: string(typ), data: string(data)}, nil
+}
+
 func TestEventReaderFollowsTheEventStreamFormat(t *testing.T) {
 	for _, tc := range []struct {
 		name string
