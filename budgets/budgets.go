@@ -1,15 +1,15 @@
 // Package budgets holds the ceilings that bound a user action across every
 // dispatcher replica (docs/architecture.md §7): the attempt ledger of each user action, the
 // duplicate-rate bucket of each cohort with a floor per pool, spend ceilings
-// per user action and per tenant window, route pushback and quarantine flags,
-// and route in-flight leases.
+// per user action and per tenant window, route pushback, quarantine and
+// ejection flags, and route in-flight leases.
 //
 // Everything sits behind one Store interface with two implementations: Memory
 // for a single replica (and the simulator, on virtual time) and a Redis store
 // (package budgets/redisstore) for many. Both must pass the conformance suite
 // in budgets/storetest. Store is the union of three roles that a consumer can
-// ask for alone: Reservations (attempts and spend), RouteFlags (pushback and
-// quarantine) and RouteLeases (attempts in flight).
+// ask for alone: Reservations (attempts and spend), RouteFlags (pushback,
+// quarantine and ejection) and RouteLeases (attempts in flight).
 //
 // The interface is coarse on purpose. Each request-path call (Admit for a
 // primary, ReserveExtra for a hedge or replacement) carries everything the
@@ -89,7 +89,7 @@ type Reservations interface {
 	// one token of the cohort's duplicate-rate bucket (or, when that is
 	// empty, of the pool's floor), and a spend reservation. On denial
 	// nothing is kept; the reason is the first refusal in the order
-	// route_quarantined, route_pushback, attempts, duplicate_rate,
+	// route_quarantined, route_pushback, route_ejected, attempts, duplicate_rate,
 	// spend_user_action, spend_tenant. A store that decides entity by entity
 	// (the Redis store, whose entities may sit on different servers) may
 	// let a concurrent decision glimpse a grant that is then compensated (a
@@ -120,16 +120,18 @@ type Reservations interface {
 	EndAll(ctx context.Context, ends []Ending) []error
 }
 
-// RouteFlags holds the pushback and quarantine flags of routes, shared by
-// every replica so that one replica's pushback spares the route for all.
+// RouteFlags holds the pushback, quarantine and ejection flags of routes,
+// shared by every replica so that one replica's pushback (or ejection)
+// spares the route for all.
 type RouteFlags interface {
-	// MarkRoute flags a route as in pushback or quarantined for ttl, for every
-	// replica. A flag that is already set keeps the later of its two expiries;
-	// pushback and quarantine expire independently.
+	// MarkRoute flags a route as in pushback, quarantined or ejected for
+	// ttl, for every replica. A flag that is already set keeps the later of
+	// its two expiries; the three flags expire independently.
 	MarkRoute(ctx context.Context, route string, state RouteState, ttl time.Duration) error
 
 	// RouteStates reports the current state of each named route; a route
-	// without a live flag is RouteHealthy, and quarantine outranks pushback.
+	// without a live flag is RouteHealthy; quarantine outranks pushback, which outranks
+	// ejection.
 	RouteStates(ctx context.Context, routes []string) (map[string]RouteState, error)
 }
 
@@ -182,6 +184,9 @@ const (
 	ReasonRoutePushback Reason = "route_pushback"
 	// ReasonRouteQuarantined: the target route failed with a route-local permanent error and is quarantined.
 	ReasonRouteQuarantined Reason = "route_quarantined"
+	// ReasonRouteEjected: the target route failed too often (outlier
+	// ejection) and its ejection has not expired.
+	ReasonRouteEjected Reason = "route_ejected"
 )
 
 // IsSpend reports whether the reason is one of the spend ceilings.
@@ -199,6 +204,10 @@ const (
 	// RouteQuarantined: a route-local permanent failure (auth, missing model,
 	// bad route config); the route takes no attempts until the flag expires.
 	RouteQuarantined RouteState = "quarantined"
+	// RouteEjected: the route failed too often (consecutive transient
+	// failures or a failure rate over a window, outlier ejection); it takes
+	// no attempts until the flag expires, then is probed back in.
+	RouteEjected RouteState = "ejected"
 )
 
 // TokenSource says where an extra attempt's duplicate-rate token came from.
@@ -412,8 +421,8 @@ func ValidateRouteMark(route string, state RouteState, ttl time.Duration) error 
 	if route == "" {
 		return invalid("mark route: route is empty")
 	}
-	if state != RoutePushback && state != RouteQuarantined {
-		return invalid(fmt.Sprintf("mark route %q: state %q is neither pushback nor quarantined", route, state))
+	if state != RoutePushback && state != RouteQuarantined && state != RouteEjected {
+		return invalid(fmt.Sprintf("mark route %q: state %q is not pushback, quarantined or ejected", route, state))
 	}
 	if ttl <= 0 {
 		return invalid(fmt.Sprintf("mark route %q: ttl %v is not positive", route, ttl))

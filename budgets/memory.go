@@ -125,7 +125,7 @@ func (f *floorBucket) refill(now time.Time) {
 }
 
 type routeFlags struct {
-	pushbackUntil, quarantineUntil time.Time
+	pushbackUntil, quarantineUntil, ejectedUntil time.Time
 }
 
 func (f *routeFlags) state(now time.Time) RouteState {
@@ -134,6 +134,8 @@ func (f *routeFlags) state(now time.Time) RouteState {
 		return RouteQuarantined
 	case now.Before(f.pushbackUntil):
 		return RoutePushback
+	case now.Before(f.ejectedUntil):
+		return RouteEjected
 	}
 	return RouteHealthy
 }
@@ -216,6 +218,8 @@ func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 			return Grant{Reason: ReasonRouteQuarantined}, nil
 		case RoutePushback:
 			return Grant{Reason: ReasonRoutePushback}, nil
+		case RouteEjected:
+			return Grant{Reason: ReasonRouteEjected}, nil
 		}
 	}
 	c := &claim{}
@@ -458,9 +462,12 @@ func (m *Memory) MarkRoute(ctx context.Context, route string, state RouteState, 
 		m.routes[route] = flags
 	}
 	until := now.Add(ttl)
-	if state == RouteQuarantined {
+	switch state {
+	case RouteQuarantined:
 		flags.quarantineUntil = latest(flags.quarantineUntil, until)
-	} else {
+	case RouteEjected:
+		flags.ejectedUntil = latest(flags.ejectedUntil, until)
+	default:
 		flags.pushbackUntil = latest(flags.pushbackUntil, until)
 	}
 	return nil

@@ -231,7 +231,7 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 
 	d := s.newDecision(req.UserAction, req.Spend.Units())
 	b := newBatch(s.client)
-	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p")
+	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p", "e")
 	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
 	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Cohort)
 	const one = 1_000_000
@@ -266,6 +266,8 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		reason = budgets.ReasonRouteQuarantined
 	case d.nowMs < untilField(flagVals, 1):
 		reason = budgets.ReasonRoutePushback
+	case d.nowMs < untilField(flagVals, 2):
+		reason = budgets.ReasonRouteEjected
 	case uaCode == takeAttempts:
 		reason = budgets.ReasonAttempts
 	case d.r.source == srcNone:

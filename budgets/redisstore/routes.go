@@ -19,8 +19,11 @@ func (s *Store) MarkRoute(ctx context.Context, route string, state budgets.Route
 		return err
 	}
 	field := "p"
-	if state == budgets.RouteQuarantined {
+	switch state {
+	case budgets.RouteQuarantined:
 		field = "q"
+	case budgets.RouteEjected:
+		field = "e"
 	}
 	parent := ctx
 	ctx, cancel, err := s.start(ctx, "mark route")
@@ -76,7 +79,7 @@ func (s *Store) readRoutes(ctx context.Context, op string, routes []string) (map
 	leases := make([]*redis.IntCmd, len(routes))
 	for i, r := range routes {
 		h := entityHash(r)
-		flags[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(h), "q", "p")
+		flags[i] = b.pipe.HMGet(ctx, s.keys.routeFlags(h), "q", "p", "e")
 		leases[i] = b.pipe.ZCount(ctx, s.keys.routeLeases(h), after, "+inf")
 	}
 	s.send(parent, ctx, b)
@@ -94,6 +97,8 @@ func (s *Store) readRoutes(ctx context.Context, op string, routes []string) (map
 			states[r] = budgets.RouteQuarantined
 		case now < untilField(vals, 1):
 			states[r] = budgets.RoutePushback
+		case now < untilField(vals, 2):
+			states[r] = budgets.RouteEjected
 		default:
 			states[r] = budgets.RouteHealthy
 		}

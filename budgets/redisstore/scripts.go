@@ -238,15 +238,15 @@ return 1
 
 // markScript sets a route flag, keeping the later of the old and new expiry.
 //
-// KEYS: route flags (HASH q quarantine-until, p pushback-until, ms).
-// ARGV: now, field (q | p), until, gc grace.
+// KEYS: route flags (HASH q quarantine-until, p pushback-until, e
+// ejected-until, ms). ARGV: now, field (q | p | e), until, gc grace.
 var markScript = redis.NewScript(prelude + `
 local now, untilMs, grace = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if untilMs > (tonumber(redis.call('HGET', KEYS[1], ARGV[2])) or 0) then
   redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 end
-local v = redis.call('HMGET', KEYS[1], 'q', 'p')
-local last = math.max(tonumber(v[1]) or 0, tonumber(v[2]) or 0)
+local v = redis.call('HMGET', KEYS[1], 'q', 'p', 'e')
+local last = math.max(tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0)
 redis.call('PEXPIRE', KEYS[1], int(last - now + grace))
 return 1
 `)

@@ -267,6 +267,46 @@ func testQuarantineExpires(f *fixture) {
 	f.wantGrant("replacement after both expired", f.extra(req), budgets.ReasonNone)
 }
 
+// testEjectedRouteTakesNoExtraAttemptUntilTTL: an ejected route (outlier
+// ejection, docs/architecture.md §7) refuses hedges and replacements until
+// its flag expires; pushback and quarantine outrank it while they last, and
+// it outlives them when its ttl is longer.
+func testEjectedRouteTakesNoExtraAttemptUntilTTL(f *fixture) {
+	f.mark(routeB, budgets.RouteEjected, 3*shortTTL)
+	f.wantStates("just ejected", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RouteEjected})
+	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement} {
+		req := extra(role, f.fresh("ua"))
+		req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+		f.wantGrant(string(role)+" towards the ejected route", f.extra(req), budgets.ReasonRouteEjected)
+	}
+	states, _, err := f.store.RouteSnapshot(f.ctx, []string{routeA, routeB})
+	if err != nil {
+		f.t.Fatalf("RouteSnapshot: %v", err)
+	}
+	if states[routeB] != budgets.RouteEjected || states[routeA] != budgets.RouteHealthy {
+		f.t.Errorf("snapshot of an ejected route: %v, want %s ejected and %s healthy", states, routeB, routeA)
+	}
+
+	f.mark(routeB, budgets.RoutePushback, shortTTL)
+	f.mark(routeB, budgets.RouteQuarantined, shortTTL/2)
+	f.wantStates("quarantine outranks pushback and ejection", map[string]budgets.RouteState{routeB: budgets.RouteQuarantined})
+	f.clock.Advance(shortTTL * 3 / 4)
+	f.wantStates("pushback outranks ejection", map[string]budgets.RouteState{routeB: budgets.RoutePushback})
+	f.clock.Advance(shortTTL / 2)
+	f.wantStates("the ejection outlives the pushback", map[string]budgets.RouteState{routeB: budgets.RouteEjected})
+
+	// A shorter second ejection does not cut the first one short.
+	f.mark(routeB, budgets.RouteEjected, shortTTL/4)
+	f.clock.Advance(shortTTL / 2)
+	f.wantStates("after a shorter second ejection expired", map[string]budgets.RouteState{routeB: budgets.RouteEjected})
+
+	f.clock.Advance(shortTTL * 3 / 2) // past the first ejection's 3 × shortTTL
+	f.wantStates("after the ejection's ttl", map[string]budgets.RouteState{routeB: budgets.RouteHealthy})
+	req := replacement(f.fresh("ua"))
+	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	f.wantGrant("replacement after the ejection expired (probed back in)", f.extra(req), budgets.ReasonNone)
+}
+
 func testLeaseOfDeadHolderExpires(f *fixture) {
 	lease := func(route, holder string) {
 		f.t.Helper()

@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"DenialCompensatesEarlierReservations", testDenialCompensatesEarlierReservations},
 		{"PushbackSuppressesRouteUntilTTL", testPushbackSuppressesRouteUntilTTL},
 		{"QuarantineExpires", testQuarantineExpires},
+		{"EjectedRouteTakesNoExtraAttemptUntilTTL", testEjectedRouteTakesNoExtraAttemptUntilTTL},
 		{"LeaseOfDeadHolderExpires", testLeaseOfDeadHolderExpires},
 		{"RouteSnapshotReadsWhatRouteStatesAndInFlightRead", testRouteSnapshotReadsWhatRouteStatesAndInFlightRead},
 		{"InvalidRequestIsAnErrorNotADenial", testInvalidRequestIsAnError},
