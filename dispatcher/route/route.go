@@ -67,6 +67,11 @@ const (
 	// Quarantined marks a route with a route-local permanent failure (auth,
 	// missing model) until a time.
 	Quarantined
+	// Ejected marks a route that failed too often (outlier ejection, see
+	// Health) until a time; then it is probed back in. A pool whose every
+	// route is out still sends its primaries to its ejected ones (panic
+	// mode, PickPrimary).
+	Ejected
 )
 
 func (s State) String() string {
@@ -77,6 +82,8 @@ func (s State) String() string {
 		return "pushback"
 	case Quarantined:
 		return "quarantined"
+	case Ejected:
+		return "ejected"
 	default:
 		return fmt.Sprintf("State(%d)", uint8(s))
 	}
@@ -117,6 +124,12 @@ type routeState struct {
 	weight   float64
 	wsum     float64 // Σ weight × latency in seconds
 	lastSeen time.Time
+
+	// The success ratio is time-decayed the same way: okWeight and
+	// failWeight are the decayed counts of the route's attempts that
+	// succeeded and that failed transiently, as of outcomeSeen.
+	okWeight, failWeight float64
+	outcomeSeen          time.Time
 }
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
@@ -154,10 +167,10 @@ func (p *Picker) lookup(name string) (*routeState, error) {
 }
 
 // SetState records a route's health, as synced from the budgets store's
-// shared route flags. until bounds Pushback and Quarantined (the route is
-// healthy again from then on) and is ignored for Healthy.
+// shared route flags. until bounds Pushback, Quarantined and Ejected (the
+// route is healthy again from then on) and is ignored for Healthy.
 func (p *Picker) SetState(name string, s State, until time.Time) error {
-	if s > Quarantined {
+	if s > Ejected {
 		return fmt.Errorf("route %q: invalid state %v", name, s)
 	}
 	p.mu.Lock()
@@ -214,11 +227,60 @@ func (p *Picker) Observe(name string, latency time.Duration, now time.Time) erro
 	return nil
 }
 
+// ObserveOutcome feeds how one attempt on a route ended into its success
+// ratio: ok for an answer, !ok for a transient failure (an error, a reset,
+// a malformed or invalid answer, a lost worker). Attempts that were
+// cancelled, refused Busy, pushed back or quarantined say nothing of the
+// route's health and are not fed. The score divides by the ratio, so a
+// route that fails fast — little in flight, no latency sample, which would
+// otherwise score like an idle fast route — stops drawing primaries after
+// a failure or two.
+func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	d := p.decayFrom(rs.outcomeSeen, rs.okWeight+rs.failWeight, now)
+	rs.okWeight *= d
+	rs.failWeight *= d
+	if ok {
+		rs.okWeight++
+	} else {
+		rs.failWeight++
+	}
+	if now.After(rs.outcomeSeen) {
+		rs.outcomeSeen = now
+	}
+	return nil
+}
+
+// minSuccessRatio bounds the success ratio's divisor: a route that only
+// fails scores 20 times its load-weighted latency, still finite so that a
+// pool whose every route fails keeps choosing among them.
+const minSuccessRatio = 0.05
+
+// successRatio is the route's decayed share of successful attempts, with a
+// prior of one success so that one failure of a fresh route halves it rather
+// than zeroing it: (ok + 1) / (ok + failed + 1), at least minSuccessRatio.
+func (p *Picker) successRatio(rs *routeState, now time.Time) float64 {
+	d := p.decayFrom(rs.outcomeSeen, rs.okWeight+rs.failWeight, now)
+	ok, failed := rs.okWeight*d, rs.failWeight*d
+	return max((ok+1)/(ok+failed+1), minSuccessRatio)
+}
+
 // decay is the factor by which a route's sample weights have shrunk since
 // its last sample. A clock that steps backwards decays nothing.
 func (p *Picker) decay(rs *routeState, now time.Time) float64 {
-	dt := now.Sub(rs.lastSeen)
-	if rs.weight == 0 || dt <= 0 {
+	return p.decayFrom(rs.lastSeen, rs.weight, now)
+}
+
+// decayFrom is the factor by which weights last updated at since have
+// shrunk by now (1 when there are none or the clock stepped back).
+func (p *Picker) decayFrom(since time.Time, weight float64, now time.Time) float64 {
+	dt := now.Sub(since)
+	if weight == 0 || dt <= 0 {
 		return 1
 	}
 	return math.Exp2(-dt.Seconds() / p.halfLife.Seconds())
@@ -274,6 +336,9 @@ type Stats struct {
 	// route has no fresh sample.
 	Latency    time.Duration
 	HasLatency bool
+	// SuccessRatio is the decayed share of successful attempts, with a
+	// prior of one success (ObserveOutcome); 1 for a route without outcomes.
+	SuccessRatio float64
 	// State is the state in force at the time asked: an expired pushback or
 	// quarantine reads Healthy.
 	State State
@@ -288,7 +353,7 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{InFlight: rs.inFlight}
+	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now)}
 	if rs.sharedFresh(now) {
 		st.SharedInFlight = rs.sharedInFlight
 	}
@@ -320,10 +385,12 @@ func (rs *routeState) healthy(now time.Time) bool {
 }
 
 // PickPrimary picks the primary's route from a pool: among healthy routes
-// (not quarantined, not in pushback at now) it draws two at random and takes
-// the one with the lower score, (in-flight + 1) × recent latency, where
-// in-flight is the larger of the local count and the fresh shared one
-// (SetSharedInFlight). A route
+// (not quarantined, in pushback or ejected at now) it draws two at random
+// and takes the one with the lower score, (in-flight + 1) × recent latency
+// ÷ success ratio, where in-flight is the larger of the local count and the
+// fresh shared one (SetSharedInFlight). When no route of the pool is
+// healthy but some are only ejected, it picks among those (panic mode, as
+// Envoy's: ejection must never leave a pool without a route). A route
 // without fresh latency data is scored at the median latency of the pool's
 // routes that have it, so it is neither starved nor flooded; when none has
 // data every route shares one neutral latency and in-flight alone decides.
@@ -332,7 +399,54 @@ func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (stri
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cands := p.eligible(pool, nil, now)
+	if len(cands) == 0 {
+		cands = p.ejectedOnly(pool, now)
+	}
 	return p.twoChoices(cands, pool, now, rng)
+}
+
+// ejectedOnly returns the pool's routes whose only flag in force is an
+// ejection, in pool order. p.mu must be held.
+func (p *Picker) ejectedOnly(pool []string, now time.Time) []*routeState {
+	var out []*routeState
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || rs.healthy(now) || rs.state != Ejected || slices.Contains(pool[:i], name) {
+			continue
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
+// MayEject reports whether route name may be ejected from pool at now: the
+// route must be in the pool and healthy, another route of the pool must
+// stay healthy (the last healthy route of a pool is never ejected), and the
+// routes of the pool ejected at now, this one included, must stay within
+// maxPercent of the pool — at least one, as Envoy's max_ejection_percent.
+func (p *Picker) MayEject(pool []string, name string, maxPercent int, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, ok := p.routes[name]
+	if !ok || !slices.Contains(pool, name) || !rs.healthy(now) {
+		return false
+	}
+	healthy, ejected, n := 0, 1, 0
+	for i, r := range pool {
+		other, ok := p.routes[r]
+		if !ok || slices.Contains(pool[:i], r) {
+			continue
+		}
+		n++
+		switch {
+		case r == name:
+		case other.healthy(now):
+			healthy++
+		case other.state == Ejected:
+			ejected++
+		}
+	}
+	return healthy > 0 && ejected <= max(1, n*maxPercent/100)
 }
 
 // PickHedge picks a hedge's route from a pool: a healthy route not in
@@ -467,14 +581,17 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	return a.route.Name, true
 }
 
-// score is (in-flight + 1) × recent latency: the expected wait behind the
-// route's current load, in-flight being the cluster's count while fresh.
+// score is (in-flight + 1) × recent latency ÷ success ratio: the expected
+// wait behind the route's current load, in-flight being the cluster's count
+// while fresh, stretched by the attempts that would have to be made again.
+// Without the ratio a route that fails at once would score best: it holds
+// nothing in flight and, reporting no first byte, has no latency of its own.
 func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
 		l = prior
 	}
-	return float64(rs.load(now)+1) * l
+	return float64(rs.load(now)+1) * l / p.successRatio(rs, now)
 }
 
 // poolMedian is the median fresh latency over the pool's routes, whatever
