@@ -119,8 +119,8 @@ type routeHealth struct {
 
 // healthSlot counts one slot's attempts; start identifies the slot.
 type healthSlot struct {
-	start       int64 // slot number since the Unix epoch, in slot spans
-	ok, failed  int
+	start      int64 // slot number since the Unix epoch, in slot spans
+	ok, failed int
 }
 
 // NewHealth returns a Health running cfg.

@@ -67,7 +67,7 @@ func TestHealthEjectsARouteOnConsecutiveFailuresOrAFailureRate(t *testing.T) {
 }
 
 func TestHealthEjectionBacksOffWithRepeatedEjectionsUpToTheCap(t *testing.T) {
-	h := newTestHealth(t, func(c *HealthConfig) { c.BaseEjection, c.MaxEjection = 10 * time.Second, 35 * time.Second })
+	h := newTestHealth(t, func(c *HealthConfig) { c.BaseEjection, c.MaxEjection = 10*time.Second, 35*time.Second })
 	now := t0
 	var got []time.Duration
 	for range 4 {
