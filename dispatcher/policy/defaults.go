@@ -62,5 +62,8 @@ func Default() *Policy {
 			MaxErrorRateIncrease: guardrail.ErrorRateMargin,
 			ProbeInterval:        guardrail.CoolDown,
 		},
+		// A provider's pushback speaks for its route, which every cohort of
+		// the pool shares: none of them answers it with more load.
+		PushbackScope: PushbackCohort,
 	}
 }

@@ -68,7 +68,27 @@ type Policy struct {
 	// fails the attempt as transient (docs/architecture.md §4 rule 4).
 	StallAfterFirstToken time.Duration `yaml:"stall_after_first_token"`
 	Guardrail            Guardrail     `yaml:"guardrail"`
+	// PushbackScope is what a provider's pushback (429, 529, a 503 with
+	// Retry-After) takes to primary-only until its Retry-After passes:
+	// PushbackCohort (the default) every cohort of a pool holding a route
+	// in pushback, PushbackRoute only the groups that met it
+	// (docs/architecture.md §4 rule 4, §5).
+	PushbackScope PushbackScope `yaml:"pushback_scope"`
 }
+
+// PushbackScope says how far a route's pushback stops hedging.
+type PushbackScope string
+
+// Pushback scopes.
+const (
+	// PushbackCohort: while a route of the pool is in pushback, no group of
+	// the class on that pool hedges (guardrail decision pushback); a
+	// replacement after a failure may still go to a route not in pushback.
+	PushbackCohort PushbackScope = "cohort"
+	// PushbackRoute: the route in pushback takes no attempt, and only the
+	// group that met the pushback stops hedging.
+	PushbackRoute PushbackScope = "route"
+)
 
 // Delay configures hedge-delay estimation.
 type Delay struct {

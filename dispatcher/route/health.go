@@ -49,6 +49,10 @@ type HealthConfig struct {
 	// long as that one, never more than MaxEjection.
 	BaseEjection time.Duration
 	MaxEjection  time.Duration
+	// MaxEjectedPercent bounds the share of a pool's routes ejected at once
+	// (at least one may be, never the last healthy one). Health does not
+	// use it: the caller passes it to Picker.MayEject.
+	MaxEjectedPercent int
 }
 
 // DefaultHealthConfig returns the defaults above.
@@ -60,6 +64,7 @@ func DefaultHealthConfig() HealthConfig {
 		Window:              DefaultFailureWindow,
 		BaseEjection:        DefaultBaseEjection,
 		MaxEjection:         DefaultMaxEjection,
+		MaxEjectedPercent:   DefaultMaxEjectedPercent,
 	}
 }
 
@@ -74,6 +79,9 @@ func (c HealthConfig) Validate() error {
 	}
 	if c.FailureRate > 0 && (c.MinRequests < 1 || c.Window <= 0) {
 		errs = append(errs, fmt.Errorf("a failure rate needs a positive min requests (%d) and window (%v)", c.MinRequests, c.Window))
+	}
+	if c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100 {
+		errs = append(errs, fmt.Errorf("max ejected percent %d is outside [0,100]", c.MaxEjectedPercent))
 	}
 	if c.Enabled() && (c.BaseEjection <= 0 || c.MaxEjection < c.BaseEjection) {
 		errs = append(errs, fmt.Errorf("ejection %v..%v: base must be positive and max at least base", c.BaseEjection, c.MaxEjection))

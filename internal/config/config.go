@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 )
 
 // DefaultPolicy is the name of the policy that applies when a request names
@@ -165,6 +166,44 @@ type Pool struct {
 	// (docs/architecture.md §4 rule 4); never past the deadline. Default
 	// 1 s; it must be positive.
 	QueueWait time.Duration `yaml:"queue_wait"`
+	// OutlierDetection ejects a route of the pool that keeps failing
+	// (docs/architecture.md §5, "Route health").
+	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+}
+
+// OutlierDetection configures route health, as Envoy's outlier detection:
+// consecutive transient failures, or a failure rate over a window, eject a
+// route for a backoff that doubles with repeated ejections up to
+// max_ejection; then it is probed back in. Defaults are
+// dispatcher/route's (route.DefaultHealthConfig).
+type OutlierDetection struct {
+	// ConsecutiveFailures in a row eject a route; 0 turns the trigger off.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// FailureRate in [0,1] of at least MinRequests attempts within Window
+	// ejects a route; 0 turns the trigger off.
+	FailureRate float64       `yaml:"failure_rate"`
+	MinRequests int           `yaml:"min_requests"`
+	Window      time.Duration `yaml:"window"`
+	// BaseEjection is a first ejection's length, MaxEjection the cap of
+	// the doubling backoff.
+	BaseEjection time.Duration `yaml:"base_ejection"`
+	MaxEjection  time.Duration `yaml:"max_ejection"`
+	// MaxEjectedPercent bounds the share of the pool's routes out at once
+	// (at least one may go; the last healthy route never does).
+	MaxEjectedPercent int `yaml:"max_ejected_percent"`
+}
+
+// Health returns the route package's form of the configuration.
+func (o OutlierDetection) Health() route.HealthConfig {
+	return route.HealthConfig{
+		ConsecutiveFailures: o.ConsecutiveFailures,
+		FailureRate:         o.FailureRate,
+		MinRequests:         o.MinRequests,
+		Window:              o.Window,
+		BaseEjection:        o.BaseEjection,
+		MaxEjection:         o.MaxEjection,
+		MaxEjectedPercent:   o.MaxEjectedPercent,
+	}
 }
 
 // Contract says what makes a result valid for a pool (docs/architecture.md §4 rule 3, §6).
@@ -217,6 +256,7 @@ func (s JSONSchema) IsZero() bool { return s.Source == "" && s.Document == nil }
 // validates them.
 type (
 	Trigger       = policy.Trigger
+	PushbackScope = policy.PushbackScope
 	Policy        = policy.Policy
 	Delay         = policy.Delay
 	DuplicateRate = policy.DuplicateRate
@@ -229,6 +269,8 @@ type (
 const (
 	TriggerFirstByte = policy.TriggerFirstByte
 	TriggerTotal     = policy.TriggerTotal
+	PushbackCohort   = policy.PushbackCohort
+	PushbackRoute    = policy.PushbackRoute
 )
 
 // HashAPIKey returns the form in which tenants' API keys are configured and

@@ -831,3 +831,52 @@ func TestContractPredicateKeysDecodeAndAreChecked(t *testing.T) {
 		})
 	}
 }
+
+func TestOutlierDetectionDefaultsAndBounds(t *testing.T) {
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	got := cfg.Pools["general"].OutlierDetection
+	want := OutlierDetection{ConsecutiveFailures: 3, FailureRate: 0.5, MinRequests: 10, Window: 10 * time.Second,
+		BaseEjection: 10 * time.Second, MaxEjection: 5 * time.Minute, MaxEjectedPercent: 50}
+	if got != want {
+		t.Fatalf("default outlier_detection %+v, want %+v", got, want)
+	}
+	cases := []struct {
+		yaml, path, msg string
+	}{
+		{"consecutive_failures: -1", "consecutive_failures", "negative"},
+		{"failure_rate: 1.5", "failure_rate", "outside [0,1]"},
+		{"min_requests: 0", "min_requests", "at least 1"},
+		{"window: 0s", "window", "must be positive"},
+		{"base_ejection: 0s", "base_ejection", "must be positive"},
+		{"max_ejection: 1s", "max_ejection", "shorter than base_ejection"},
+		{"max_ejected_percent: 101", "max_ejected_percent", "outside [0,100]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.yaml, func(t *testing.T) {
+			_, ps := parse(t, minimal+"    outlier_detection: {"+tc.yaml+"}\n", RoleServe, noEnv)
+			wantProblem(t, ps, "pools.general.outlier_detection."+tc.path, tc.msg)
+		})
+	}
+	// Both triggers off turn ejection off, which is valid.
+	cfg, ps = parse(t, minimal+"    outlier_detection: {consecutive_failures: 0, failure_rate: 0, min_requests: 0}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if cfg.Pools["general"].OutlierDetection.Health().Enabled() {
+		t.Fatal("outlier detection with both triggers off is enabled")
+	}
+}
+
+func TestPushbackScopeDefaultsToCohortAndIsCohortOrRoute(t *testing.T) {
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := cfg.Policies["default"].PushbackScope; got != PushbackCohort {
+		t.Fatalf("default pushback_scope %q, want cohort", got)
+	}
+	cfg, ps = parse(t, minimal+"policies:\n  default:\n    pushback_scope: route\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := cfg.Policies["default"].PushbackScope; got != PushbackRoute {
+		t.Fatalf("pushback_scope %q, want route", got)
+	}
+	_, ps = parse(t, minimal+"policies:\n  default:\n    pushback_scope: pool\n", RoleServe, noEnv)
+	wantProblem(t, ps, "policies.default.pushback_scope", "want cohort or route")
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 )
 
 // defaultSetting is the value a key takes when the file leaves it out. In
@@ -19,6 +20,10 @@ type defaultSetting struct {
 // policyDefaults are the values a policy takes for the keys it leaves out;
 // dispatcher/policy defines them, so the simulator runs the same.
 var policyDefaults = policy.Default()
+
+// healthDefaults are a pool's outlier-detection defaults; dispatcher/route
+// defines them.
+var healthDefaults = route.DefaultHealthConfig()
 
 // defaults is every default of the configuration, in one table. Keys not
 // listed here default to their zero value (empty, false, 0). Load adds a
@@ -41,6 +46,13 @@ var defaults = []defaultSetting{
 
 	{"routes.*.max_inflight", 64},
 	{"pools.*.queue_wait", time.Second},
+	{"pools.*.outlier_detection.consecutive_failures", healthDefaults.ConsecutiveFailures},
+	{"pools.*.outlier_detection.failure_rate", healthDefaults.FailureRate},
+	{"pools.*.outlier_detection.min_requests", healthDefaults.MinRequests},
+	{"pools.*.outlier_detection.window", healthDefaults.Window},
+	{"pools.*.outlier_detection.base_ejection", healthDefaults.BaseEjection},
+	{"pools.*.outlier_detection.max_ejection", healthDefaults.MaxEjection},
+	{"pools.*.outlier_detection.max_ejected_percent", healthDefaults.MaxEjectedPercent},
 
 	{"policies.*.hedge", policyDefaults.Hedge},
 	{"policies.*.idempotent", policyDefaults.Idempotent},
@@ -75,6 +87,7 @@ var defaults = []defaultSetting{
 	{"policies.*.guardrail.min_gain", policyDefaults.Guardrail.MinGain},
 	{"policies.*.guardrail.max_error_rate_increase", policyDefaults.Guardrail.MaxErrorRateIncrease},
 	{"policies.*.guardrail.probe_interval", policyDefaults.Guardrail.ProbeInterval},
+	{"policies.*.pushback_scope", policyDefaults.PushbackScope},
 
 	{"tenants.*.spend_window", 24 * time.Hour},
 }

@@ -187,6 +187,32 @@ func (v *validator) routes() {
 	}
 }
 
+// outlierDetection checks a pool's route-health keys.
+func (v *validator) outlierDetection(p string, o OutlierDetection) {
+	if o.ConsecutiveFailures < 0 {
+		v.addf(p+".consecutive_failures", "%d is negative; 0 turns the trigger off", o.ConsecutiveFailures)
+	}
+	if o.FailureRate < 0 || o.FailureRate > 1 {
+		v.addf(p+".failure_rate", "%v is outside [0,1]; 0 turns the trigger off", o.FailureRate)
+	}
+	if o.FailureRate > 0 {
+		if o.MinRequests < 1 {
+			v.addf(p+".min_requests", "%d must be at least 1 while failure_rate is set", o.MinRequests)
+		}
+		if o.Window <= 0 {
+			v.addf(p+".window", "%v must be positive while failure_rate is set", o.Window)
+		}
+	}
+	if o.BaseEjection <= 0 {
+		v.addf(p+".base_ejection", "%v must be positive", o.BaseEjection)
+	} else if o.MaxEjection < o.BaseEjection {
+		v.addf(p+".max_ejection", "%v is shorter than base_ejection %v", o.MaxEjection, o.BaseEjection)
+	}
+	if o.MaxEjectedPercent < 0 || o.MaxEjectedPercent > 100 {
+		v.addf(p+".max_ejected_percent", "%d is outside [0,100]", o.MaxEjectedPercent)
+	}
+}
+
 func (v *validator) pools() {
 	if len(v.cfg.Pools) == 0 {
 		v.addf("pools", "at least one pool is needed")
@@ -200,6 +226,7 @@ func (v *validator) pools() {
 		if pool.QueueWait <= 0 {
 			v.addf(p+".queue_wait", "must be positive")
 		}
+		v.outlierDetection(p+".outlier_detection", pool.OutlierDetection)
 		seen := map[string]bool{}
 		for i, rn := range pool.Routes {
 			rp := indexPath(p+".routes", i)
@@ -267,6 +294,9 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	}
 	if pol.Trigger != TriggerFirstByte && pol.Trigger != TriggerTotal {
 		v.addf(p+".trigger", "%q: want first_byte or total", pol.Trigger)
+	}
+	if pol.PushbackScope != PushbackCohort && pol.PushbackScope != PushbackRoute {
+		v.addf(p+".pushback_scope", "%q: want cohort or route", pol.PushbackScope)
 	}
 	if pol.MaxAttempts < 1 || pol.MaxAttempts > MaxAttemptsCap {
 		v.addf(p+".max_attempts", "%d is outside [1,%d]", pol.MaxAttempts, MaxAttemptsCap)
