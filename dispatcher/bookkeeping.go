@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,7 +152,7 @@ func (b *bookkeeping) refreshRoutes() {
 	}
 }
 
-// syncRoutes copies the shared pushback and quarantine flags and the
+// syncRoutes copies the shared pushback, quarantine and ejection flags and the
 // routes' in-flight counts across the cluster into the local picker until
 // the next refresh is due; a refresh that fails lets them lapse, and the
 // picker falls back on what this replica knows.
@@ -162,17 +163,32 @@ func (b *bookkeeping) syncRoutes(names []string) {
 	if err != nil {
 		return
 	}
-	until := b.d.now().Add(2 * routeRefreshInterval)
+	now := b.d.now()
+	until := now.Add(2 * routeRefreshInterval)
 	for name, st := range states {
-		switch st {
-		case budgets.RoutePushback:
-			_ = b.d.picker.SetState(name, route.Pushback, until)
-		case budgets.RouteQuarantined:
-			_ = b.d.picker.SetState(name, route.Quarantined, until)
+		rs, ok := routeStates[st]
+		if !ok || rs == route.Healthy {
+			continue
+		}
+		if cur, err := b.d.picker.Stats(name, now); err == nil && cur.State == rs && cur.Until.After(until) {
+			continue // this replica's own mark lasts longer: keep it
+		}
+		_ = b.d.picker.SetState(name, rs, until)
+		if rs == route.Ejected {
+			// Another replica's ejection: this one probes the route back
+			// in once it ends, as its own (docs/architecture.md §5).
+			for pool, h := range b.d.health {
+				if slices.Contains(b.d.pools[pool].Routes, name) {
+					h.Ejected(name, until)
+				}
+			}
 		}
 	}
 	for name, n := range inFlight {
 		_ = b.d.picker.SetSharedInFlight(name, n, until)
+	}
+	for _, name := range names {
+		b.d.exportRouteState(name, now)
 	}
 }
 

@@ -87,6 +87,10 @@ type Pool struct {
 	// before the group fails overloaded (docs/architecture.md §4 rule 4);
 	// zero means hedge.DefaultPolicy's (1 s), as config's pools.*.queue_wait.
 	QueueWait time.Duration
+	// Health is the pool's outlier detection (docs/architecture.md §5,
+	// "Route health"); the zero value ejects nothing, as config's
+	// pools.*.outlier_detection with both triggers off.
+	Health route.HealthConfig
 }
 
 // Model is one model name callers may send, and the pool answering to it.
@@ -110,6 +114,7 @@ type Dispatcher struct {
 	now       func() time.Time
 	id        string
 	picker    *route.Picker
+	health    map[string]*route.Health // each pool's outlier detection, when enabled
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
 	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
@@ -180,6 +185,9 @@ func New(c Config) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: pool %s contract: %w", name, err)
 		}
 		d.specs[name] = p.Contract
+	}
+	if d.health, err = newHealth(c.Pools); err != nil {
+		return nil, err
 	}
 	if d.models, d.listing, err = modelNames(c.Pools); err != nil {
 		return nil, err

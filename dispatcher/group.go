@@ -16,7 +16,6 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
-	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -280,7 +279,8 @@ func (g *group) startEvent() hedge.Start {
 // eligibility decides whether the group may hedge, by its class's rule, and
 // keeps what its records and its guardrail arm need of the decision.
 func (g *group) eligibility(now time.Time) policy.Eligibility {
-	el := g.class.Eligibility(policy.Group{ID: g.id, Routes: len(g.routes), Cohort: g.cohort, Now: now})
+	el := g.class.Eligibility(policy.Group{ID: g.id, Routes: len(g.routes), Cohort: g.cohort, Now: now,
+		PushedBack: g.d.picker.PushedBack(g.routes, now)})
 	g.arm, g.guard, g.armed = el.Arm, el.Guardrail, el.Eligible
 	return el
 }
@@ -513,17 +513,11 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Release: true})
 		}
 	case hedge.MarkRoute:
-		state, rs := budgets.RoutePushback, route.Pushback
+		state := budgets.RoutePushback
 		if a.Mark == hedge.MarkQuarantine {
-			state, rs = budgets.RouteQuarantined, route.Quarantined
+			state = budgets.RouteQuarantined
 		}
-		d.books.later(func(ctx context.Context) {
-			if err := d.store.MarkRoute(ctx, a.Route, state, a.TTL); err != nil {
-				d.log.Warn("route mark failed", "route", a.Route, "err", err)
-			}
-		})
-		_ = d.picker.SetState(a.Route, rs, d.now().Add(a.TTL))
-		d.metrics.routeState.WithLabelValues(a.Route, string(state)).Inc()
+		d.markRoute(a.Route, state, a.TTL)
 	case hedge.HedgeSuppressed:
 		d.metrics.suppressed.WithLabelValues(a.Reason).Inc()
 	case hedge.AttemptEnded:
@@ -589,6 +583,12 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	d := g.d
 	if reason := g.refuseIntoSaturation(); reason != "" {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reason}
+	}
+	if a.Role == schemas.RoleHedge && g.class.Policy.PushbackScope != policy.PushbackRoute && d.picker.PushedBack(g.routes, d.now()) {
+		// A route of the pool pushed back since the group started: its
+		// cohort is primary-only until the Retry-After passes (§4 rule 4).
+		// A replacement may still go to a route not in pushback.
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonCohortPushback}
 	}
 	d.rngMu.Lock()
 	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
@@ -754,6 +754,7 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	d := g.d
 	a := g.attempt(e.Attempt)
 	_ = d.picker.Release(a.route)
+	d.observeRoute(g.sub.Pool, e)
 	if e.Outcome == hedge.OutcomeWinner && g.sub.Request.Stream {
 		// The committed stream ended: success, or a failure after its commit
 		// point, which ends the caller's stream with an error, never with

@@ -289,7 +289,7 @@ func withConfig(base Config, cfg *config.Config) Config {
 	}
 	base.Pools = make(map[string]Pool, len(cfg.Pools))
 	for name, p := range cfg.Pools {
-		base.Pools[name] = Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, Contract: arbiter.ContractSpec{
+		base.Pools[name] = Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, Health: p.OutlierDetection.Health(), Contract: arbiter.ContractSpec{
 			RequireComplete: p.Contract.RequireComplete, AllowEmpty: p.Contract.AllowEmpty,
 			AllowTruncated: p.Contract.AllowTruncated, AllowContentFilter: p.Contract.AllowContentFilter,
 			MaxOutputTokens: p.Contract.MaxOutputTokens,

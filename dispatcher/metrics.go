@@ -19,7 +19,11 @@ type metrics struct {
 	usage         *prometheus.CounterVec
 	late          prometheus.Counter
 	cancellations *prometheus.CounterVec
-	routeState    *prometheus.CounterVec
+	routeState    *prometheus.GaugeVec
+	routeMarks    *prometheus.CounterVec
+	// Route health (docs/architecture.md §5).
+	ejections        *prometheus.CounterVec
+	ejectionsSkipped *prometheus.CounterVec
 	gateDegraded  prometheus.Counter
 	tailGain      *prometheus.GaugeVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
@@ -53,8 +57,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Losers that completed after their group was decided."}),
 		cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_cancellations_total",
 			Help: "Cancels sent, by whether the worker confirmed them."}, []string{"observed"}),
-		routeState: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_state",
-			Help: "Routes marked in pushback or quarantine."}, []string{"route", "state"}),
+		routeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_route_state",
+			Help: "1 for the state in force of each route (healthy, pushback, quarantined, ejected), 0 for the others; as this replica sees the shared flags."}, []string{"route", "state"}),
+		routeMarks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_marks_total",
+			Help: "Route flags this replica set, by state (pushback, quarantined, ejected)."}, []string{"route", "state"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_ejections_total",
+			Help: "Routes this replica ejected (outlier ejection), by reason (consecutive_failures, failure_rate, probe_failed)."}, []string{"route", "reason"}),
+		ejectionsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_ejections_skipped_total",
+			Help: "Ejections the outlier detection asked for that a pool could not spare (its last healthy route, or past max_ejected_percent)."}, []string{"route"}),
 		gateDegraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_degraded_total",
 			Help: "Elections decided locally because the shared gate was unreachable."}),
 		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
@@ -70,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
-		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.tailGain,
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped, m.gateDegraded, m.tailGain,
 		m.busy, m.reoffers, m.saturated} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/policy/policytest"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -21,8 +22,13 @@ func rulesGroup(t *testing.T, p *policy.Policy, routes int) *group {
 		t.Fatal(err)
 	}
 	g := &group{d: &Dispatcher{now: time.Now}, class: cl, id: "d0-1", cohort: delay.NewCohort("chat", "general", false, 0)}
+	defs := make([]route.Route, routes)
 	for i := range routes {
 		g.routes = append(g.routes, "r"+strconv.Itoa(i))
+		defs[i] = route.Route{Name: g.routes[i]}
+	}
+	if g.d.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+		t.Fatal(err)
 	}
 	return g
 }
@@ -30,10 +36,16 @@ func rulesGroup(t *testing.T, p *policy.Policy, routes int) *group {
 // The dispatcher decides the shared eligibility cases as the simulator does
 // (see the simulator's TestSharedEligibilityRules).
 func TestSharedEligibilityRules(t *testing.T) {
-	policytest.TestEligibility(t, func(t *testing.T, p *policy.Policy, routes int, breached bool) policytest.Decision {
-		g := rulesGroup(t, p, routes)
+	policytest.TestEligibility(t, func(t *testing.T, p *policy.Policy, f policytest.Facts) policytest.Decision {
+		g := rulesGroup(t, p, f.Routes)
 		now := time.Now()
-		if breached {
+		if f.PushedBack {
+			// As the bookkeeping's route refresh does with a shared flag.
+			if err := g.d.picker.SetState(g.routes[0], route.Pushback, now.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.Breached {
 			if err := g.class.Guardrail.ReportBreach(g.cohort, now, delay.ReasonDuplicateCeiling); err != nil {
 				t.Fatal(err)
 			}

@@ -100,6 +100,10 @@ const (
 	// GuardrailIneligible: the cohort is not hedge-eligible (non-idempotent
 	// operation, outside the rollout fraction, fewer than two routes).
 	GuardrailIneligible GuardrailDecision = "ineligible"
+	// GuardrailPushback: a route of the group's pool was in pushback (a
+	// provider's 429, 529 or 503 with Retry-After) when it started, and its
+	// class's pushback scope is cohort: the group ran primary-only.
+	GuardrailPushback GuardrailDecision = "pushback"
 )
 
 // Reporter names who published a record. Workers publish their attempt's

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/policy/policytest"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
@@ -30,10 +32,24 @@ func rulesRunner(t *testing.T, p *policy.Policy, routes int) *runner {
 // The simulator decides the shared eligibility cases as the dispatcher does
 // (see the dispatcher's TestSharedEligibilityRules).
 func TestSharedEligibilityRules(t *testing.T) {
-	policytest.TestEligibility(t, func(t *testing.T, p *policy.Policy, routes int, breached bool) policytest.Decision {
-		r := rulesRunner(t, p, routes)
+	policytest.TestEligibility(t, func(t *testing.T, p *policy.Policy, f policytest.Facts) policytest.Decision {
+		r := rulesRunner(t, p, f.Routes)
 		g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
-		if breached {
+		if f.PushedBack {
+			// As the simulator's MarkRoute does, on its route-aware picker.
+			defs := make([]route.Route, len(r.routes))
+			for i, name := range r.routes {
+				defs[i] = route.Route{Name: name}
+			}
+			var err error
+			if r.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.do(g, hedge.MarkRoute{Route: r.routes[0], Mark: hedge.MarkPushback, TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.Breached {
 			if err := r.class.Guardrail.ReportBreach(g.cohort, r.at(), delay.ReasonDuplicateCeiling); err != nil {
 				t.Fatal(err)
 			}

@@ -269,7 +269,8 @@ const notHedgingStrategy = "strategy"
 func (r *runner) eligibility(g *simGroup) policy.Eligibility {
 	el := policy.Eligibility{Reason: notHedgingStrategy, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible}
 	if r.strat.delay != delayNone {
-		el = r.class.Eligibility(policy.Group{ID: g.id, Routes: len(r.routes), Cohort: g.cohort, Now: r.at()})
+		pushedBack := r.picker != nil && r.picker.PushedBack(r.routes, r.at())
+		el = r.class.Eligibility(policy.Group{ID: g.id, Routes: len(r.routes), Cohort: g.cohort, Now: r.at(), PushedBack: pushedBack})
 	}
 	g.arm = el.Arm
 	return el

@@ -51,6 +51,7 @@ const (
 	ReasonControl     = "control"      // the group is in the primary-only control fraction
 	ReasonRollout     = "rollout"      // the group is outside the rollout fraction
 	ReasonGuardrail   = "guardrail"    // the guardrail switched hedging off for the cohort
+	ReasonPushback    = "pushback"     // a route of the pool is in pushback (scope cohort)
 )
 
 // Group is what the eligibility rule needs to know of a hedge group.
@@ -63,6 +64,9 @@ type Group struct {
 	Cohort delay.Cohort
 	// Now is when the group starts.
 	Now time.Time
+	// PushedBack: a route of its pool is in pushback at Now (the shared
+	// route flags, docs/architecture.md §7).
+	PushedBack bool
 }
 
 // Eligibility is whether a group may hedge, and why not.
@@ -83,7 +87,9 @@ type Eligibility struct {
 // Eligibility decides whether a group of the class may hedge. The rules
 // apply in order and the first that holds decides: the policy (hedge and
 // idempotent), a single route, the control fraction, the rollout fraction,
-// then the guardrail when enabled.
+// a route of the pool in pushback (with PushbackScope cohort: the cohort is
+// primary-only until the Retry-After passes, never answering the
+// provider's overload with more load), then the guardrail when enabled.
 func (c *Class) Eligibility(g Group) Eligibility {
 	p := c.Policy
 	e := Eligibility{Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible}
@@ -96,6 +102,8 @@ func (c *Class) Eligibility(g Group) Eligibility {
 		e.Reason, e.Guardrail, e.Arm = ReasonControl, schemas.GuardrailControl, delay.ArmControl
 	case delay.UniformFromID(g.ID+"/rollout") >= p.RolloutFraction:
 		e.Reason = ReasonRollout
+	case g.PushedBack && p.PushbackScope != PushbackRoute:
+		e.Reason, e.Guardrail = ReasonPushback, schemas.GuardrailPushback
 	default:
 		e.Eligible, e.Guardrail = true, schemas.GuardrailAllow
 		if !p.Guardrail.Enabled {

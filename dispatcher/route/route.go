@@ -419,6 +419,21 @@ func (p *Picker) ejectedOnly(pool []string, now time.Time) []*routeState {
 	return out
 }
 
+// PushedBack reports whether a route of pool is in pushback at now: what
+// makes the pool's cohorts primary-only under pushback scope cohort
+// (docs/architecture.md §4 rule 4). A route both in pushback and
+// quarantined reads quarantined, as the shared flags rank them.
+func (p *Picker) PushedBack(pool []string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, name := range pool {
+		if rs, ok := p.routes[name]; ok && rs.state == Pushback && !rs.healthy(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // MayEject reports whether route name may be ejected from pool at now: the
 // route must be in the pool and healthy, another route of the pool must
 // stay healthy (the last healthy route of a pool is never ejected), and the

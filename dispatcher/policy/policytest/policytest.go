@@ -24,6 +24,10 @@ type Eligibility struct {
 	// Breached: the cohort's guardrail switched hedging off before the
 	// group started (delay.Guardrail.ReportBreach).
 	Breached bool
+	// PushedBack: the first route of the group's pool is in pushback when
+	// the group starts (the driver's route flags, as a provider's 429 with
+	// Retry-After set them).
+	PushedBack bool
 
 	// The decision: whether the group may hedge, the rule that said no,
 	// the guardrail arm its latency counts in, and the guardrail decision
@@ -71,6 +75,16 @@ func EligibilityCases() []Eligibility {
 		{Name: "a control group is run primary-only even when the guardrail switched hedging off",
 			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3, Breached: true,
 			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+		{Name: "a cohort whose pool has a route in pushback runs primary-only", Routes: 3, PushedBack: true,
+			Reason: policy.ReasonPushback, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailPushback},
+		{Name: "with pushback scope route a route in pushback leaves the cohort hedging",
+			Policy: func(p *policy.Policy) { p.PushbackScope = policy.PushbackRoute }, Routes: 3, PushedBack: true,
+			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
+		{Name: "a control group stays a control group during a pushback",
+			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3, PushedBack: true,
+			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+		{Name: "the pushback rule goes before the guardrail", Routes: 3, PushedBack: true, Breached: true,
+			Reason: policy.ReasonPushback, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailPushback},
 	}
 }
 
@@ -137,18 +151,27 @@ type Decision struct {
 	Guardrail schemas.GuardrailDecision
 }
 
+// Facts are what a case sets up before its group starts.
+type Facts struct {
+	// Routes is how many routes the group's pool has.
+	Routes int
+	// Breached: the cohort's guardrail switched hedging off.
+	Breached bool
+	// PushedBack: the pool's first route is in pushback.
+	PushedBack bool
+}
+
 // TestEligibility runs every eligibility case through decide: the driver's
-// path from a group of a class running p, with the given number of routes
-// in its pool (its cohort's guardrail breached when breached), to the
-// decision it keeps.
-func TestEligibility(t *testing.T, decide func(t *testing.T, p *policy.Policy, routes int, breached bool) Decision) {
+// path from a group of a class running p, with the case's facts set up the
+// driver's way, to the decision it keeps.
+func TestEligibility(t *testing.T, decide func(t *testing.T, p *policy.Policy, f Facts) Decision) {
 	for _, tc := range EligibilityCases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			p := policy.Default()
 			if tc.Policy != nil {
 				tc.Policy(p)
 			}
-			got := decide(t, p, tc.Routes, tc.Breached)
+			got := decide(t, p, Facts{Routes: tc.Routes, Breached: tc.Breached, PushedBack: tc.PushedBack})
 			if want := (Decision{tc.Eligible, tc.Reason, tc.Arm, tc.Guardrail}); got != want {
 				t.Fatalf("eligible %v, reason %q, arm %s, guardrail decision %s; want %v, %q, %s, %s",
 					got.Eligible, got.Reason, got.Arm, got.Guardrail, want.Eligible, want.Reason, want.Arm, want.Guardrail)
