@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -40,6 +41,8 @@ type behaviour struct {
 	finish    string        // finish reason; empty means "stop"
 	stall     bool          // after its words, send only keep-alives until the client goes away
 	hold      chan struct{} // when set, hold the request until it is closed (or the client goes away)
+	reset     bool          // reset the connection (TCP RST) without answering
+	html      bool          // answer 200 with an HTML page (text/html), as a proxy's error page does
 }
 
 // script hands out behaviours in request order, across every provider that
@@ -111,6 +114,15 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	p.keepBody(r)
 	notify(p.arrived, p.route)
 	b := p.script.take()
+	if b.reset {
+		resetConn(w)
+		return
+	}
+	if b.html {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<html><body><h1>Service temporarily unavailable</h1></body></html>")
+		return
+	}
 	if b.status != 0 {
 		w.Header().Set("Content-Type", "application/json")
 		if b.status == http.StatusTooManyRequests {
@@ -190,6 +202,19 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	chunk("", cmp.Or(b.finish, "stop"))
 	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", words, words+10)
 	fl.Flush()
+}
+
+// resetConn closes the request's connection with a TCP reset, as a
+// crashing upstream or a middlebox does.
+func resetConn(w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close sends RST instead of FIN
+	}
+	_ = conn.Close()
 }
 
 // keepBody reads the request's body and reports it on bodies; a full
