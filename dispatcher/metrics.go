@@ -24,8 +24,8 @@ type metrics struct {
 	// Route health (docs/architecture.md §5).
 	ejections        *prometheus.CounterVec
 	ejectionsSkipped *prometheus.CounterVec
-	gateDegraded  prometheus.Counter
-	tailGain      *prometheus.GaugeVec
+	gateDegraded     prometheus.Counter
+	tailGain         *prometheus.GaugeVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
 	busy      *prometheus.CounterVec
 	reoffers  *prometheus.CounterVec
