@@ -115,6 +115,7 @@ type Dispatcher struct {
 	id        string
 	picker    *route.Picker
 	health    map[string]*route.Health // each pool's outlier detection, when enabled
+	ejectMu   sync.Mutex               // serialises ejection decisions (health.go)
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
 	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak

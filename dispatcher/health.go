@@ -68,6 +68,11 @@ func (d *Dispatcher) observeRoute(pool string, e hedge.AttemptEnded) {
 	if h == nil {
 		return
 	}
+	// One decision at a time: two groups seeing a route's third failure
+	// together must not eject it twice (doubling its backoff), nor eject two
+	// routes of a pool that can spare only one.
+	d.ejectMu.Lock()
+	defer d.ejectMu.Unlock()
 	reason := h.Observe(e.Route, failed, now)
 	if reason == "" {
 		return
