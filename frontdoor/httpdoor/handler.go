@@ -81,7 +81,15 @@ type Options struct {
 	// ReplayMaxBytes bounds the bytes recorded of one answer; a larger
 	// answer is not kept. Zero means replay.DefaultMaxEntryBytes.
 	ReplayMaxBytes int
-	Logger         *slog.Logger
+	// ReplayLease is the lease of a request's in-flight marker in Replays
+	// (replay.Flights): a request of another replica whose marker went
+	// unrefreshed this long with no answer was orphaned, and a retry takes
+	// it over. Zero means replay.DefaultLease.
+	ReplayLease time.Duration
+	// DispatcherID names the Submitter (dispatcher.ID): in-flight markers
+	// carry it, so a takeover names whose commit it supersedes.
+	DispatcherID string
+	Logger       *slog.Logger
 	// Now is the clock of the created stamps and the readiness cache; nil
 	// means time.Now.
 	Now func() time.Time
@@ -135,7 +143,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if len(opts.Pools) == 0 {
 		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
 	}
-	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -153,7 +161,13 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if opts.ReadyCacheTTL == 0 {
 		opts.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
-	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux(), flights: replay.NewFlights()}
+	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
+	if opts.Replays != nil {
+		var err error
+		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+			return nil, fmt.Errorf("httpdoor: %w", err)
+		}
+	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

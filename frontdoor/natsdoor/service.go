@@ -67,7 +67,11 @@ type Options struct {
 	// ReplayMaxBytes bounds the bytes kept of one answer; zero means
 	// replay.DefaultMaxEntryBytes.
 	ReplayMaxBytes int
-	Logger         *slog.Logger
+	// ReplayLease is the lease of a request's in-flight marker, as the
+	// HTTP door's (replay.Flights; markers carry DispatcherID); zero means
+	// replay.DefaultLease.
+	ReplayLease time.Duration
+	Logger      *slog.Logger
 }
 
 // Service is the hedgerow.submit front door of one Dispatcher: the NATS
@@ -96,7 +100,7 @@ type Service struct {
 	byProbe  map[string]*natsCall // streaming calls, by probe token
 	canceled map[string]time.Time // cancels that found no call, by request id
 	calls    sync.WaitGroup
-	flights  *replay.Flights // user actions in flight, for twins to join
+	flights  *replay.Flights // user actions in flight, for twins to join; nil without Replays
 }
 
 // natsCall is one request being served.
@@ -113,7 +117,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	if d == nil || nc == nil {
 		return nil, errors.New("natsdoor: a dispatcher and a NATS connection are required")
 	}
-	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("natsdoor: max in flight, replay TTL and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -128,7 +132,12 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
 		byID: map[string]*natsCall{}, byProbe: map[string]*natsCall{}, canceled: map[string]time.Time{},
-		flights: replay.NewFlights(),
+	}
+	if opts.Replays != nil {
+		var err error
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+			return nil, fmt.Errorf("natsdoor: %w", err)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
