@@ -70,10 +70,13 @@ type Options struct {
 	// ReadyCacheTTL is how long a readiness result is reused, so probes
 	// cannot flood NATS.
 	ReadyCacheTTL time.Duration
-	// Replays keeps the committed answers of user actions: a request
-	// naming the Idempotency-Key of one in flight joins it, and one naming
-	// a committed one gets its answer replayed (docs/architecture.md §2).
-	// Nil turns both off: a retry then meets the winner gate (409).
+	// Replays keeps the committed answers of user actions and the
+	// in-flight markers of the running ones: a request naming the
+	// Idempotency-Key of one in flight — on this door or a replica sharing
+	// the store — joins it, one naming a committed one gets its answer
+	// replayed, and one whose gateway died mid-flight is taken over
+	// (docs/architecture.md §2). Nil turns all off: a retry then meets the
+	// winner gate (409).
 	Replays replay.Store
 	// ReplayTTL is how long a committed answer is replayed; zero means
 	// replay.DefaultTTL.
@@ -103,8 +106,9 @@ type handler struct {
 	now   func() time.Time
 	ready *readiness
 	mux   *http.ServeMux
-	// flights are the user actions this door is serving now, which a
-	// request of the same key joins (idempotency.go).
+	// flights are the user actions in flight, here and on the replicas
+	// sharing Replays, which a request of the same key joins
+	// (idempotency.go); nil without Replays.
 	flights *replay.Flights
 	// embeddingModel says, for every model name callers may send, whether
 	// its pool serves embeddings: indexed once, since the Submitter's

@@ -26,15 +26,11 @@ const replayStoreTimeout = 2 * time.Second
 // idempotency_key_reused (409). A failure is not kept.
 func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatcher.Submission, sink *natsSink) {
 	key := replay.Key(sub.Tenant, sub.IdempotencyKey)
-	canonical, err := json.Marshal(struct {
-		Pool    string              `json:"pool"`
-		Request schemas.ChatRequest `json:"request"`
-	}{sub.Pool, sub.Request})
+	fp, err := requestFingerprint(sub)
 	if err != nil {
 		s.fail(c.reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The request could not be encoded."})
 		return
 	}
-	fp := replay.Fingerprint("nats", schemas.SubmitSubject, canonical)
 	wctx := ctx
 	if sub.Deadline > 0 { // the caller's own deadline bounds the wait too
 		var cancel context.CancelFunc
@@ -80,6 +76,19 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	if err := l.End(pctx, a, s.opts.ReplayTTL); err != nil {
 		s.log.Warn("committed answer not kept for replay, or in-flight marker not released", "err", err)
 	}
+}
+
+// requestFingerprint hashes what makes a submission the same request: the
+// door, its subject, the model and the canonical request.
+func requestFingerprint(sub dispatcher.Submission) (string, error) {
+	canonical, err := json.Marshal(struct {
+		Pool    string              `json:"pool"`
+		Request schemas.ChatRequest `json:"request"`
+	}{sub.Pool, sub.Request})
+	if err != nil {
+		return "", fmt.Errorf("natsdoor: encode the request's fingerprint: %w", err)
+	}
+	return replay.Fingerprint("nats", schemas.SubmitSubject, canonical), nil
 }
 
 // replay sends a committed answer again — its messages, each with

@@ -58,8 +58,9 @@ type Options struct {
 	MaxInFlight int
 	// Replays keeps committed answers for replay, as the HTTP door's
 	// (docs/architecture.md §2): a request naming the idempotency key of
-	// one in flight on this door joins it, one of a committed one gets its
-	// messages again. Nil turns both off.
+	// one in flight — on this door or a replica sharing the store — joins
+	// it, one of a committed one gets its messages again, one whose
+	// gateway died mid-flight is taken over. Nil turns all off.
 	Replays replay.Store
 	// ReplayTTL is how long an answer is replayed; zero means
 	// replay.DefaultTTL.
