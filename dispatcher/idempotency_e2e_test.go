@@ -23,6 +23,7 @@ import (
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
@@ -180,5 +181,39 @@ func TestHTTPTwinOnAnotherReplicaJoinsTheFirstRequest(t *testing.T) {
 				t.Fatalf("the provider had %d more requests; the twin must make none", n)
 			}
 		})
+	}
+}
+
+// A caller that leaves a committed stream midway never got its answer: the
+// door lapses the request's lease instead of releasing it, so the retry
+// takes the request over at once, supersedes the commit and gets a
+// complete answer — not 409 already_committed (docs/architecture.md §2).
+func TestHTTPRetryAfterTheCallerLeftMidStreamGetsACompleteAnswer(t *testing.T) {
+	p := dispatcher.NewTestProvider(t, "a", dispatcher.NewTestScript(dispatcher.Words(3), dispatcher.StallAfter(1)))
+	c := dispatcher.NewTestCluster(t, []string{"a"}, map[string]*dispatcher.TestProvider{"a": p}, "")
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := httpDoor(t, c, c.Dispatcher(), httpdoor.Options{Replays: store, DispatcherID: c.Dispatcher().ID()}).URL
+	key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-left"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := post(t, ctx, url, chatBody(true, ""), key)
+	defer first.Body.Close()
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d", first.StatusCode)
+	}
+	frontdoortest.ReadUntil(t, first.Body, `"content":"a0 "`)
+	cancel()
+	dispatcher.WaitGone(t, p)
+
+	retry := post(t, context.Background(), url, chatBody(true, ""), key)
+	body := readAll(t, retry)
+	if retry.StatusCode != http.StatusOK || !strings.HasSuffix(string(body), "data: [DONE]\n\n") || retry.Header.Get(frontdoor.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("retry: %d %q (replayed %q); want a complete stream, regenerated", retry.StatusCode, body, retry.Header.Get(frontdoor.HeaderIdempotentReplayed))
+	}
+	if n := len(p.Arrived()); n != 2 {
+		t.Fatalf("the provider had %d requests; want the first one and the retry's", n)
 	}
 }

@@ -84,6 +84,14 @@ func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub d
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), replayStoreTimeout)
 	defer cancel()
+	if a == nil && rec.status == http.StatusOK && r.Context().Err() != nil {
+		// The caller left a committed stream midway: its retry takes the
+		// request over at once rather than meet the commit (409).
+		if err := l.Orphan(ctx); err != nil {
+			h.log.Warn("in-flight marker not lapsed", "err", err)
+		}
+		return
+	}
 	if err := l.End(ctx, a, h.opts.ReplayTTL); err != nil && a != nil {
 		// Not kept: a retry meets the winner gate and is answered 409.
 		h.log.Warn("committed answer not kept for replay", "err", err, "bytes", len(a.Body))

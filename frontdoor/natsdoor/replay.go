@@ -73,6 +73,14 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayStoreTimeout)
 	defer cancel()
+	if a == nil && len(rec.frames) > 0 && ctx.Err() != nil {
+		// The caller left a committed stream midway: its retry takes the
+		// request over at once rather than meet the commit (409).
+		if err := l.Orphan(pctx); err != nil {
+			s.log.Warn("in-flight marker not lapsed", "err", err)
+		}
+		return
+	}
 	if err := l.End(pctx, a, s.opts.ReplayTTL); err != nil {
 		s.log.Warn("committed answer not kept for replay, or in-flight marker not released", "err", err)
 	}

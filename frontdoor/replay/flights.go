@@ -249,6 +249,30 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 	return err
 }
 
+// Orphan ends a request whose committed answer its caller never got
+// whole (the caller left mid-stream): no answer is kept and the lease is
+// lapsed rather than released, so the next request of the key takes it
+// over at once and may supersede this dispatcher's commit, as after a
+// gateway's death. Without a lease it only ends the flight.
+func (l *Lead) Orphan(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	if l.stop != nil {
+		close(l.stop)
+		l.beat.Wait()
+	}
+	defer l.fs.leave(l.key, l.flight)
+	if l.marker == nil {
+		return nil
+	}
+	if err := l.fs.store.Lapse(ctx, l.key, *l.marker); err != nil {
+		return fmt.Errorf("replay: lapse the lease: %w", err)
+	}
+	return nil
+}
+
 // leave ends this door's flight of key and wakes its waiters.
 func (fs *Flights) leave(key string, f *Flight) {
 	fs.mu.Lock()

@@ -167,6 +167,18 @@ func (m *Memory) Release(ctx context.Context, key string, mk Marker) error {
 	return nil
 }
 
+// Lapse ends the lease of key now if mk's token holds it, keeping the
+// marker as an orphan.
+func (m *Memory) Lapse(ctx context.Context, key string, mk Marker) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.markers[key]; ok && cur.m.Token == mk.Token {
+		cur.leaseExpiry = m.opts.Now()
+		m.markers[key] = cur
+	}
+	return nil
+}
+
 // sweepMarkers forgets the markers past their keep once their number
 // doubled since the last sweep (amortised O(1) per claim); m.mu is held.
 // Markers are few: one per request in flight, as a memory store does not

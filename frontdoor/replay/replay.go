@@ -83,6 +83,11 @@ type Store interface {
 	// ended with no answer kept, and the next request of the key runs
 	// afresh (not a takeover).
 	Release(ctx context.Context, key string, m Marker) error
+	// Lapse ends the lease of key now if m's token holds it, leaving the
+	// marker as an orphan: the request committed an answer its caller
+	// never got whole, and the next request of the key takes it over at
+	// once, as it would after its gateway's death.
+	Lapse(ctx context.Context, key string, m Marker) error
 }
 
 // Marker is the in-flight marker of a key: which request is being served

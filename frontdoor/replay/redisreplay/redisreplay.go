@@ -196,10 +196,9 @@ end
 return 0
 `)
 
+// encodeMarker is m with a lease from now (zero: lapsed now) and the
+// marker keep, and the key's PX in milliseconds.
 func (s *Store) encodeMarker(m replay.Marker, lease time.Duration) (string, int64, error) {
-	if lease <= 0 {
-		return "", 0, errors.New("redisreplay: the lease must be positive")
-	}
 	now, keep := s.opts.Now(), max(lease, s.opts.MarkerKeep)
 	data, err := json.Marshal(marker{Fingerprint: m.Fingerprint, Owner: m.Owner, Token: m.Token,
 		LeaseMs: now.Add(lease).UnixMilli(), KeepMs: now.Add(keep).UnixMilli()})
@@ -219,6 +218,9 @@ func decodeMarker(raw string) (*replay.Marker, error) {
 
 // Claim takes the lease of key for m unless a live marker holds it.
 func (s *Store) Claim(ctx context.Context, key string, m replay.Marker, lease time.Duration) (replay.Claimed, error) {
+	if lease <= 0 {
+		return replay.Claimed{}, errors.New("redisreplay: the lease must be positive")
+	}
 	data, keepMs, err := s.encodeMarker(m, lease)
 	if err != nil {
 		return replay.Claimed{}, err
@@ -252,6 +254,22 @@ func (s *Store) Claim(ctx context.Context, key string, m replay.Marker, lease ti
 
 // Refresh extends the lease of key if m's token holds it.
 func (s *Store) Refresh(ctx context.Context, key string, m replay.Marker, lease time.Duration) (bool, error) {
+	if lease <= 0 {
+		return false, errors.New("redisreplay: the lease must be positive")
+	}
+	return s.replaceMarker(ctx, key, m, lease)
+}
+
+// Lapse ends the lease of key now if m's token holds it, keeping the
+// marker as an orphan.
+func (s *Store) Lapse(ctx context.Context, key string, m replay.Marker) error {
+	_, err := s.replaceMarker(ctx, key, m, 0)
+	return err
+}
+
+// replaceMarker sets m with lease from now as the marker of key if m's
+// token holds it.
+func (s *Store) replaceMarker(ctx context.Context, key string, m replay.Marker, lease time.Duration) (bool, error) {
 	data, keepMs, err := s.encodeMarker(m, lease)
 	if err != nil {
 		return false, err
@@ -260,7 +278,7 @@ func (s *Store) Refresh(ctx context.Context, key string, m replay.Marker, lease 
 	defer cancel()
 	n, err := refreshScript.Run(ctx, s.client, []string{s.leaseKey(key)}, m.Token, data, keepMs, s.opts.Now().UnixMilli()).Int64()
 	if err != nil {
-		return false, fmt.Errorf("redisreplay: refresh: %w", err)
+		return false, fmt.Errorf("redisreplay: replace a marker: %w", err)
 	}
 	return n == 1, nil
 }

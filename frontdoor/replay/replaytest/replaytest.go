@@ -233,6 +233,23 @@ func markerSuite(t *testing.T, newStore Factory) {
 			t.Fatalf("Get = %v, %v; a claim must leave the answer", a, err)
 		}
 	})
+	t.Run("a lapsed lease is an orphan at once, and only its holder lapses it", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		claim(t, s, "k", mark("a"))
+		if err := s.Lapse(ctx, "k", mark("b")); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, s, "k", mark("c")); c.Won {
+			t.Fatal("another token's lapse ended a's lease")
+		}
+		if err := s.Lapse(ctx, "k", mark("a")); err != nil {
+			t.Fatal(err)
+		}
+		c := claim(t, s, "k", mark("c"))
+		if !c.Won || c.Orphaned == nil || *c.Orphaned != mark("a") {
+			t.Fatalf("claim after the lapse = %+v; want won over a's orphaned marker", c)
+		}
+	})
 	t.Run("an orphan is forgotten after the marker keep", func(t *testing.T) {
 		clock := NewClock()
 		s := newStore(t, clock, MaxEntry)
