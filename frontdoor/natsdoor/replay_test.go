@@ -1,6 +1,7 @@
 package natsdoor
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -206,5 +207,55 @@ func TestNATSRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
 	subs := d.sub.Submissions()
 	if len(subs) != 1 || subs[0].Supersedes != "d-dead" {
 		t.Fatalf("submissions %+v; want one superseding d-dead", subs)
+	}
+}
+
+// A caller that leaves a committed stream midway never got its answer: the
+// door lapses the request's lease, leaving it orphaned, so the retry takes
+// it over at once instead of meeting the commit.
+func TestNATSStreamWhoseCallerLeftLeavesItsRequestOrphaned(t *testing.T) {
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := sink.Delta(dispatcher.Delta{Content: "word "}); err != nil {
+				return nil, err
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}, Options{Replays: store, DispatcherID: "d-1"})
+	caller, err := nats.Connect(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	inbox := caller.NewInbox()
+	sub, err := caller.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caller.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: keyed(t, "action-1", true, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(natsWait); err != nil || m.Header.Get(schemas.HeaderStatus) != schemas.StatusChunk {
+		t.Fatalf("first message %v (%v), want a chunk", m, err)
+	}
+	caller.Close() // gone without a word, mid-stream
+	var orphan *replay.Marker
+	eventually.True(t, natsWait, "the request's lease to lapse", func() bool {
+		c, err := store.Claim(context.Background(), replay.Key("", "action-1"), replay.Marker{Fingerprint: "probe", Token: "probe"}, time.Minute)
+		orphan = c.Orphaned
+		return err == nil && c.Won
+	})
+	if orphan == nil || orphan.Owner != "d-1" {
+		t.Fatalf("the lapsed marker %+v; want d-1's request left orphaned", orphan)
 	}
 }
