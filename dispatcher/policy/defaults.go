@@ -36,14 +36,13 @@ func Default() *Policy {
 		Deadline:      engine.Deadline,
 		CommitPoint:   engine.CommitPoint,
 		// Measured with `hedgerow simulate` (the hedgerow strategy runs these
-		// defaults): room above the ~5.5% a P95 delay asks for on gpt4o, and
-		// a capacity small enough that no 10-second window of the degraded
-		// workload goes more than 0.02 over the ceiling.
+		// defaults): room above the ~5.5% a P95 delay asks for on gpt4o, over
+		// a 10-second window (500 primaries at the pinned 50/s), one
+		// replacement's room kept per window, and a floor for cold cohorts.
 		DuplicateRate: DuplicateRate{
 			Ceiling:            0.08,
-			Capacity:           8,
-			InitialFill:        4,
-			ReplacementReserve: 3,
+			Window:             10 * time.Second,
+			ReplacementReserve: 1,
 			PoolFloor:          1,
 			PoolFloorRefill:    0.05,
 		},
