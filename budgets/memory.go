@@ -175,17 +175,17 @@ type reservation struct {
 	tenant  *tenantAccount // nil without a tenant ceiling
 	counted *windowSlot    // where an extra attempt was counted
 	floor   *floorBucket   // the floor that paid for a hedge, if any
-	index   int // in byExpiry
+	index   int            // in byExpiry
 }
 
 // claim collects what a decision has taken so far and how to give it back.
 type claim struct {
-	ua     *userAction
+	ua      *userAction
 	tenant  *tenantAccount
 	counted *windowSlot
 	floor   *floorBucket
-	units  int64
-	undo   []func()
+	units   int64
+	undo    []func()
 }
 
 func (c *claim) compensate() {

@@ -102,13 +102,13 @@ func testHedgeIsAllowedOnlyUnderTheWindowCeiling(f *fixture) {
 // of every window of the run stays within the ceiling.
 func testBurstOfHedgesWithinAWindowIsAllowed(f *fixture) {
 	const (
-		c             = "steady"
-		perSlot       = 10 // primaries per slot: 100 per window
-		ceiling       = 0.1
-		reserve       = 2  // so hedges may take 10 − 2 = 8 per window
-		burstSlot     = 25 // the background hedge of this window came at slot 20
-		burst         = 7  // 1 + 7 = 8 fit
-		runSlots      = 40
+		c         = "steady"
+		perSlot   = 10 // primaries per slot: 100 per window
+		ceiling   = 0.1
+		reserve   = 2  // so hedges may take 10 − 2 = 8 per window
+		burstSlot = 25 // the background hedge of this window came at slot 20
+		burst     = 7  // 1 + 7 = 8 fit
+		runSlots  = 40
 	)
 	// One stall a window is hedged in the background, once a whole window
 	// of primaries is in (and the burst has left the window of slot 36).
