@@ -334,7 +334,7 @@ policies:
     accept_timeout: 250ms
     heartbeat_interval: 50ms
     heartbeat_timeout: 300ms
-    duplicate_rate: {ceiling: 1, replacement_reserve: 0}
+    duplicate_rate: {ceiling: 1}
 `
 
 // newCluster starts NATS, one worker per provider (routes without a provider

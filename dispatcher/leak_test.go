@@ -28,7 +28,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 3s
-    duplicate_rate: {ceiling: 1, replacement_reserve: 0}
+    duplicate_rate: {ceiling: 1}
 `
 
 // TestNoGoroutineLeakAfterTenThousandGroups runs 10,000 groups through real

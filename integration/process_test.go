@@ -62,7 +62,7 @@ policies:
     accept_timeout: 250ms
     heartbeat_interval: 50ms
     heartbeat_timeout: 300ms
-    duplicate_rate: {ceiling: 1, replacement_reserve: 0}
+    duplicate_rate: {ceiling: 1}
     guardrail: {enabled: false}
 `
 
