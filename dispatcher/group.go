@@ -569,9 +569,9 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
-		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
-		Spend:    g.spend(),
-		Bucket:   p.DuplicateBucket(),
+		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:      g.spend(),
+		Duplicates: p.DuplicateCeiling(),
 	})
 	switch {
 	case err != nil:
@@ -623,10 +623,10 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
-		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
-		Spend:    g.spend(),
-		Bucket:   p.DuplicateBucket(),
-		Floor:    p.FloorBucket(),
+		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:      g.spend(),
+		Duplicates: p.DuplicateCeiling(),
+		Floor:      p.FloorBucket(),
 	})
 	switch {
 	case err != nil:

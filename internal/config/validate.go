@@ -312,14 +312,11 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	if b.Ceiling <= 0 || b.Ceiling > 1 {
 		v.addf(bp+".ceiling", "%v is outside (0,1]; to stop hedging set hedge: false", b.Ceiling)
 	}
-	if b.Capacity <= 0 {
-		v.addf(bp+".capacity", "%v must be positive", b.Capacity)
+	if b.Window < time.Second || b.Window > time.Hour {
+		v.addf(bp+".window", "%v is outside [1s, 1h]", b.Window)
 	}
-	if b.InitialFill < 0 || b.InitialFill > b.Capacity {
-		v.addf(bp+".initial_fill", "%v is outside [0, capacity %v]", b.InitialFill, b.Capacity)
-	}
-	if b.ReplacementReserve < 0 || b.ReplacementReserve > b.Capacity {
-		v.addf(bp+".replacement_reserve", "%v is outside [0, capacity %v]", b.ReplacementReserve, b.Capacity)
+	if b.ReplacementReserve < 0 || b.ReplacementReserve > 1e6 {
+		v.addf(bp+".replacement_reserve", "%v is outside [0, 1000000]", b.ReplacementReserve)
 	}
 	if b.PoolFloor < 0 {
 		v.addf(bp+".pool_floor", "%v is negative", b.PoolFloor)
