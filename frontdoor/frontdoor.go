@@ -20,7 +20,6 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 )
 
-
 // Submitter is what a front door needs from the runtime. *dispatcher.Dispatcher
 // implements it; door tests script it.
 type Submitter interface {
