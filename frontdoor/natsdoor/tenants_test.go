@@ -40,7 +40,9 @@ func tenantOptions(t *testing.T, limit tenantlimit.Limit, clock *tenantlimittest
 	}, store
 }
 
-func bearer(key string) nats.Header { return nats.Header{schemas.HeaderAuthorization: {"Bearer " + key}} }
+func bearer(key string) nats.Header {
+	return nats.Header{schemas.HeaderAuthorization: {"Bearer " + key}}
+}
 
 func answered(t *testing.T, m *nats.Msg) {
 	t.Helper()
