@@ -215,3 +215,28 @@ func TestNATSDoorFreesTheSlotOfARequestItsCallerCancelled(t *testing.T) {
 	}
 	eventually.True(t, natsWait, "acme's slot freed after its caller cancelled", slotFree(store, 1))
 }
+
+// An Idempotency-Key names a user action of the caller's tenant only: the
+// same key from another tenant is another action (neither replayed nor
+// refused as reused), and the same tenant's retry is replayed.
+func TestNATSDoorKeepsEachTenantsIdempotencyKeysApart(t *testing.T) {
+	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
+	opts.Replays = replayOptions(t).Replays
+	d := startDoor(t, frontdoortest.Answer(committed, false), opts)
+	answered(t, request(t, d.nc, keyed(t, "k-1", false, 0), bearer(acmeKey)))
+	// other sends the same key with another request: not acme's action.
+	other := request(t, d.nc, keyed(t, "k-1", false, 0.5), bearer(otherKey))
+	answered(t, other)
+	if other.Header.Get(frontdoor.HeaderIdempotentReplayed) != "" {
+		t.Fatal("another tenant's request was replayed acme's answer")
+	}
+	again := request(t, d.nc, keyed(t, "k-1", false, 0), bearer(acmeKey))
+	answered(t, again)
+	if again.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" {
+		t.Fatal("acme's retry was not replayed")
+	}
+	subs := d.sub.Submissions()
+	if len(subs) != 2 || subs[0].Tenant != "acme" || subs[1].Tenant != "other" {
+		t.Fatalf("submissions %+v; want acme's then other's, the retry replayed", subs)
+	}
+}
