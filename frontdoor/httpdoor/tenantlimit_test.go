@@ -237,3 +237,22 @@ func TestHTTPARequestThatPanicsFreesItsTenantSlot(t *testing.T) {
 	}
 	eventually.True(t, limitWait, "the panicking request's slot freed", slotFree(store, 1))
 }
+
+// A caller at its tenant's concurrency limit that sends each request once it
+// has read the whole answer of the last is admitted every time, on both
+// dialects, streaming or not: the slot is freed before the handler returns,
+// so before the answer's last bytes leave.
+func TestHTTPAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
+	opts, _ := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	srv, _ := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok", FinishReason: "stop"}, true, dispatcher.Delta{Content: "ok"}), opts)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/chat/completions", chatBody(false, "")}, {"/v1/chat/completions", chatBody(true, "")},
+		{"/v1/messages", messagesRequest(false, "")}, {"/v1/messages", messagesRequest(true, "")},
+	} {
+		for i := range 10 {
+			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+tc.path, tc.body, withKey(acmeKey)); resp.StatusCode != 200 {
+				t.Fatalf("%s request %d: %d %s", tc.path, i+1, resp.StatusCode, body)
+			}
+		}
+	}
+}

@@ -114,6 +114,10 @@ type natsCall struct {
 	reply  string
 	id     string // the caller's request id; empty if none
 	tenant string // the caller's tenant, authenticated by its key
+	// freeSlot releases the tenant's concurrency slot before the final
+	// message goes out, so a caller that has its answer may send the next
+	// request at once; serve releases it too, on every other path.
+	freeSlot func()
 	token  string // the probe token of a streaming call
 	cancel context.CancelFunc
 }
@@ -292,7 +296,7 @@ func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
 		delete(s.canceled, id)
 		return nil, nil
 	}
-	c := &natsCall{reply: reply, id: id}
+	c := &natsCall{reply: reply, id: id, freeSlot: func() {}}
 	if id != "" {
 		s.byID[id] = c
 	}
@@ -373,7 +377,8 @@ func (s *Service) serve(c *natsCall, data []byte) {
 		s.fail(c.reply, serr)
 		return
 	}
-	defer release() // on every path: answer, failure, caller gone, panic
+	c.freeSlot = release
+	defer release() // on every path: answer, failure, caller gone, panic (a second call frees nothing)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sink *natsSink
@@ -412,10 +417,12 @@ func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submissio
 			return nil // the caller cancelled or went away: nobody is left to tell
 		}
 		if f := s.failureFor(err); f != nil {
+			c.freeSlot()
 			s.fail(c.reply, f)
 		}
 		return nil
 	}
+	c.freeSlot()
 	return s.answer(c.reply, submitResponse(resp))
 }
 

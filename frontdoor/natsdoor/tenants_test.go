@@ -240,3 +240,19 @@ func TestNATSDoorKeepsEachTenantsIdempotencyKeysApart(t *testing.T) {
 		t.Fatalf("submissions %+v; want acme's then other's, the retry replayed", subs)
 	}
 }
+
+// A caller at its tenant's concurrency limit that sends each request once it
+// has the answer of the last is admitted every time, answered or failed: the
+// slot is freed before the final message goes out (run), so the next request
+// cannot overtake the release.
+func TestNATSDoorAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
+	opts, _ := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
+	for range 20 {
+		answered(t, request(t, d.nc, submitBody(t, false), bearer(acmeKey)))
+	}
+	failing := startDoor(t, frontdoortest.Fail(&dispatcher.GroupError{Group: "g-1", Code: schemas.ErrAllRoutesFailed}), opts)
+	for range 20 {
+		errorAnswer(t, request(t, failing.nc, submitBody(t, false), bearer(acmeKey)), schemas.ErrAllRoutesFailed, 503)
+	}
+}

@@ -143,7 +143,7 @@ func (l *Limiter) Admit(ctx context.Context, tenant string) (release func(), err
 		cancel()
 		switch {
 		case err != nil:
-			l.storeFailed("acquire", err)
+			l.storeFailed(ctx, "acquire", err)
 			ls = nil
 		case !got:
 			l.refusals.WithLabelValues(string(ReasonConcurrency)).Inc()
@@ -156,7 +156,7 @@ func (l *Limiter) Admit(ctx context.Context, tenant string) (release func(), err
 		cancel()
 		switch {
 		case err != nil:
-			l.storeFailed("take", err)
+			l.storeFailed(ctx, "take", err)
 		case !got:
 			if ls != nil {
 				l.free(ctx, ls)
@@ -178,7 +178,10 @@ func (l *Limiter) Admit(ctx context.Context, tenant string) (release func(), err
 			delete(l.live, ls)
 			l.mu.Unlock()
 			// The request's context may be gone (its caller left): the
-			// slot is freed regardless.
+			// slot is freed regardless. Synchronously: a door releases
+			// before its answer's last bytes leave, so a caller that saw
+			// its answer may send the next request at once (one store
+			// round trip on the answer's tail, with Redis).
 			l.free(context.WithoutCancel(ctx), ls)
 		})
 	}, nil
@@ -189,7 +192,7 @@ func (l *Limiter) free(ctx context.Context, ls *lease) {
 	sctx, cancel := context.WithTimeout(ctx, l.wait)
 	defer cancel()
 	if err := l.store.Release(sctx, ls.tenant, ls.holder); err != nil {
-		l.storeFailed("release", err) // the lease expires after its TTL
+		l.storeFailed(ctx, "release", err) // the lease expires after its TTL
 	}
 }
 
@@ -224,7 +227,7 @@ func (l *Limiter) refresh(ctx context.Context) {
 		ok, err := l.store.Refresh(sctx, ls.tenant, ls.holder, l.ttl)
 		cancel()
 		if err != nil {
-			l.storeFailed("refresh", err)
+			l.storeFailed(ctx, "refresh", err)
 			continue
 		}
 		if !ok {
@@ -234,8 +237,12 @@ func (l *Limiter) refresh(ctx context.Context) {
 }
 
 // storeFailed counts a store failure and logs it at most every
-// storeErrorLogEvery.
-func (l *Limiter) storeFailed(op string, err error) {
+// storeErrorLogEvery. A call cut short because its caller left is no
+// store failure: the request ends at once anyway.
+func (l *Limiter) storeFailed(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
 	l.storeErrors.Inc()
 	now := time.Now().UnixNano()
 	last := l.lastLogged.Load()

@@ -228,3 +228,22 @@ func TestNegativeLimitsAreRefused(t *testing.T) {
 		t.Fatal("a negative limit was accepted")
 	}
 }
+
+// BenchmarkAdmitAndRelease is the cost a limited request pays in one
+// gateway: a slot, a token and the release, on the memory store.
+func BenchmarkAdmitAndRelease(b *testing.B) {
+	l, err := New(NewMemory(nil), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		release, err := l.Admit(ctx, "acme")
+		if err != nil {
+			b.Fatal(err)
+		}
+		release()
+	}
+}

@@ -101,3 +101,25 @@ func TestUnreachableRedisIsAnError(t *testing.T) {
 		t.Error("Release on a dead Redis succeeded")
 	}
 }
+
+// BenchmarkAdmitAndReleaseOnRedis is the cost a limited request pays when
+// the replicas share Redis: three round trips (acquire, take, release).
+func BenchmarkAdmitAndReleaseOnRedis(b *testing.B) {
+	store, err := redistenantlimit.New(redistest.Start(b).Client(), redistenantlimit.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := tenantlimit.New(store, tenantlimit.Options{Limits: map[string]tenantlimit.Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		release, err := l.Admit(ctx, "acme")
+		if err != nil {
+			b.Fatal(err)
+		}
+		release()
+	}
+}
