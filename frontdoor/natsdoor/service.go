@@ -118,8 +118,8 @@ type natsCall struct {
 	// message goes out, so a caller that has its answer may send the next
 	// request at once; serve releases it too, on every other path.
 	freeSlot func()
-	token  string // the probe token of a streaming call
-	cancel context.CancelFunc
+	token    string // the probe token of a streaming call
+	cancel   context.CancelFunc
 }
 
 // Start registers the NATS front door of d on nc and returns
