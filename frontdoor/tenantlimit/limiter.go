@@ -23,6 +23,9 @@ const (
 	DefaultLeaseTTL = 10 * time.Second
 	// DefaultStoreTimeout bounds one store call of Admit or of a release.
 	DefaultStoreTimeout = time.Second
+	// minLeaseTTL is the shortest lease TTL: a store keeps expiries in
+	// milliseconds, and leases are refreshed every third of the TTL.
+	minLeaseTTL = 30 * time.Millisecond
 	// storeErrorLogEvery bounds how often a failing store is logged.
 	storeErrorLogEvery = 10 * time.Second
 )
@@ -78,6 +81,9 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	if opts.LeaseTTL < 0 || opts.StoreTimeout < 0 {
 		return nil, errors.New("tenantlimit: the lease TTL and the store timeout must not be negative")
+	}
+	if opts.LeaseTTL > 0 && opts.LeaseTTL < minLeaseTTL {
+		return nil, fmt.Errorf("tenantlimit: lease TTL %v is below %v: leases are refreshed every third of it", opts.LeaseTTL, minLeaseTTL)
 	}
 	for tenant, l := range opts.Limits {
 		if l.RequestsPerSecond < 0 || l.Burst < 0 || l.MaxConcurrent < 0 {

@@ -223,9 +223,21 @@ func TestAFailingStoreAdmitsAndIsCounted(t *testing.T) {
 	}
 }
 
-func TestNegativeLimitsAreRefused(t *testing.T) {
-	if _, err := New(NewMemory(nil), Options{Limits: map[string]Limit{"a": {MaxConcurrent: -1}}}); err == nil {
-		t.Fatal("a negative limit was accepted")
+func TestNewRefusesWhatItCannotApply(t *testing.T) {
+	for name, opts := range map[string]Options{
+		"a negative limit":         {Limits: map[string]Limit{"a": {MaxConcurrent: -1}}},
+		"a negative rate":          {Limits: map[string]Limit{"a": {RequestsPerSecond: -1}}},
+		"a negative lease TTL":     {LeaseTTL: -time.Second},
+		"a lease TTL too short":    {LeaseTTL: time.Millisecond},
+		"a negative store timeout": {StoreTimeout: -time.Second},
+	} {
+		if l, err := New(NewMemory(nil), opts); err == nil {
+			l.Close()
+			t.Errorf("%s was accepted", name)
+		}
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("a nil store was accepted")
 	}
 }
 
