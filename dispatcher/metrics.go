@@ -21,6 +21,7 @@ type metrics struct {
 	cancellations *prometheus.CounterVec
 	routeState    *prometheus.CounterVec
 	gateDegraded  prometheus.Counter
+	superseded    prometheus.Counter
 	tailGain      *prometheus.GaugeVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
 	busy      *prometheus.CounterVec
@@ -57,6 +58,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Routes marked in pushback or quarantine."}, []string{"route", "state"}),
 		gateDegraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_degraded_total",
 			Help: "Elections decided locally because the shared gate was unreachable."}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_superseded_total",
+			Help: "Winner gate holdings of orphaned requests (their gateway died mid-flight, no answer kept) cleared by a retry's takeover."}),
 		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
 			Help: "Control over hedged latency at the guardrail's quantile, per cohort."}, []string{"cohort"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_busy_total",
@@ -70,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
-		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.tailGain,
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.gateDegraded, m.superseded, m.tailGain,
 		m.busy, m.reoffers, m.saturated} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)

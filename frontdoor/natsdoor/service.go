@@ -68,8 +68,9 @@ type Options struct {
 	MaxInFlight int
 	// Replays keeps committed answers for replay, as the HTTP door's
 	// (docs/architecture.md §2): a request naming the idempotency key of
-	// one in flight on this door joins it, one of a committed one gets its
-	// messages again. Nil turns both off.
+	// one in flight — on this door or a replica sharing the store — joins
+	// it, one of a committed one gets its messages again, one whose
+	// gateway died mid-flight is taken over. Nil turns all off.
 	Replays replay.Store
 	// ReplayTTL is how long an answer is replayed; zero means
 	// replay.DefaultTTL.
@@ -77,7 +78,11 @@ type Options struct {
 	// ReplayMaxBytes bounds the bytes kept of one answer; zero means
 	// replay.DefaultMaxEntryBytes.
 	ReplayMaxBytes int
-	Logger         *slog.Logger
+	// ReplayLease is the lease of a request's in-flight marker, as the
+	// HTTP door's (replay.Flights; markers carry DispatcherID); zero means
+	// replay.DefaultLease.
+	ReplayLease time.Duration
+	Logger      *slog.Logger
 }
 
 // Service is the hedgerow.submit front door of one Dispatcher: the NATS
@@ -106,7 +111,7 @@ type Service struct {
 	byProbe  map[string]*natsCall // streaming calls, by probe token
 	canceled map[string]time.Time // cancels that found no call, by request id
 	calls    sync.WaitGroup
-	flights  *replay.Flights // user actions in flight, for twins to join
+	flights  *replay.Flights // user actions in flight, for twins to join; nil without Replays
 }
 
 // natsCall is one request being served.
@@ -128,7 +133,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	if d == nil || nc == nil {
 		return nil, errors.New("natsdoor: a dispatcher and a NATS connection are required")
 	}
-	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("natsdoor: max in flight, replay TTL and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -143,7 +148,12 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
 		byID: map[string]*natsCall{}, byProbe: map[string]*natsCall{}, canceled: map[string]time.Time{},
-		flights: replay.NewFlights(),
+	}
+	if opts.Replays != nil {
+		var err error
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+			return nil, fmt.Errorf("natsdoor: %w", err)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

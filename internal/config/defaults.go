@@ -38,6 +38,7 @@ var defaults = []defaultSetting{
 	{"http.idempotency.ttl", 24 * time.Hour},
 	{"http.idempotency.max_entry_bytes", 4 * ByteSize(1<<20)},
 	{"http.idempotency.max_total_bytes", 256 * ByteSize(1<<20)},
+	{"http.idempotency.lease", 5 * time.Second},
 
 	{"routes.*.max_inflight", 64},
 	{"pools.*.queue_wait", time.Second},

@@ -126,6 +126,9 @@ func (v *validator) http() {
 	if id := h.Idempotency; id.TTL <= 0 {
 		v.addf("http.idempotency.ttl", "%v is not positive", id.TTL)
 	}
+	if id := h.Idempotency; id.Lease < 30*time.Millisecond {
+		v.addf("http.idempotency.lease", "%v is below 30ms: it is refreshed every third of it", id.Lease)
+	}
 	if id := h.Idempotency; id.MaxEntryBytes <= 0 || id.MaxTotalBytes < id.MaxEntryBytes {
 		v.addf("http.idempotency.max_entry_bytes", "%v must be positive and at most http.idempotency.max_total_bytes %v", id.MaxEntryBytes, id.MaxTotalBytes)
 	}

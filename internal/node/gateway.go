@@ -110,6 +110,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		Replays:        replays,
 		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
+		ReplayLease:    cfg.HTTP.Idempotency.Lease,
+		DispatcherID:   d.ID(),
 		Logger:         log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
@@ -139,7 +141,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	}
 	nopts := natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
 		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
-		Keyring: hopts.Keyring, Limiter: hopts.Limiter}
+		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter}
 	g.nats, err = natsdoor.Start(d, nc, nopts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
@@ -154,8 +156,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
 	id := cfg.HTTP.Idempotency
 	if sh.client != nil {
+		// A lapsed marker is remembered as long as the winner gate holding it
+		// left may stand, so the retry that takes it over can clear that.
 		return redisreplay.New(sh.client, redisreplay.Options{Prefix: cfg.Redis.KeyPrefix,
-			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout})
+			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout, MarkerKeep: gateTTL(cfg)})
 	}
 	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
 }
