@@ -151,6 +151,14 @@ type Tenant struct {
 	// zero means no limit.
 	SpendLimit  int64         `yaml:"spend_limit"`
 	SpendWindow time.Duration `yaml:"spend_window"`
+	// RequestsPerSecond, Burst and MaxConcurrent are the tenant's request
+	// limits, which the front doors apply (frontdoor/tenantlimit), not the
+	// dispatcher: a token bucket refilled at RequestsPerSecond holding
+	// Burst requests (zero: the rate rounded up), and at most
+	// MaxConcurrent requests in flight. Zero is no limit.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
+	MaxConcurrent     int     `yaml:"max_concurrent"`
 }
 
 // HashAPIKey returns the form in which tenants' API keys are configured and

@@ -60,6 +60,10 @@ type Options struct {
 	// Keyring authenticates callers by their API key. Nil means no API key
 	// is required (local use).
 	Keyring *frontdoor.Keyring
+	// Limiter applies each tenant's request rate and requests in flight
+	// once the caller is authenticated, before anything runs: over a limit
+	// is a 429 with Retry-After. Nil limits nothing.
+	Limiter frontdoor.TenantLimiter
 	// EmbeddingPools are the pools that serve POST /v1/embeddings (a
 	// pool's kind); /v1/models lists them after the chat pools. An
 	// embeddings request naming another pool is refused naming model.
@@ -253,6 +257,12 @@ func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
 			dl.writeFailure(w, f)
 			return
 		}
+		release, f := frontdoor.AdmitTenant(r.Context(), h.opts.Limiter, sub.Tenant)
+		if f != nil {
+			dl.writeFailure(w, f)
+			return
+		}
+		defer release() // on every path: answer, failure, caller gone, panic
 		if h.opts.Replays != nil && sub.IdempotencyKey != "" {
 			h.serveIdempotent(w, r, dl, sub, includeUsage)
 			return

@@ -188,7 +188,7 @@ func TestNATSRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
 	}
 	d := startDoor(t, frontdoortest.Answer(committed, false), Options{Replays: store, DispatcherID: "d-2", ReplayLease: time.Second})
 	// The dead gateway's request: same fingerprint, its lease never refreshed.
-	sub, f := d.svc.submission(keyed(t, "action-1", false, 0))
+	sub, f := d.svc.submission(keyed(t, "action-1", false, 0), "")
 	if f != nil {
 		t.Fatal(f.Message)
 	}

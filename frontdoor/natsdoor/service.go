@@ -48,10 +48,20 @@ type Options struct {
 	// DispatcherID names the runtime behind the door in the service's
 	// metadata, so an operator can tell replicas apart.
 	DispatcherID string
+	// Keyring authenticates callers as tenants, as the HTTP door does: a
+	// request carries its API key in the header Authorization as
+	// "Bearer <key>" (schemas.HeaderAuthorization). A request with no key or a
+	// wrong one is refused unauthenticated (401) before anything runs.
+	// Nil asks for no key: NATS permissions on hedgerow.submit then decide
+	// who may submit, and submissions count against Tenant.
+	Keyring *frontdoor.Keyring
 	// Tenant is the tenant NATS submissions count against (tenant spend
-	// ceilings, user action ids). NATS permissions on hedgerow.submit decide
-	// who may submit at all; empty is no tenant.
+	// ceilings, idempotency keys, user action ids) when Keyring is nil;
+	// empty is no tenant.
 	Tenant string
+	// Limiter applies each tenant's request rate and requests in flight
+	// before a group runs, as the HTTP door does; nil limits nothing.
+	Limiter frontdoor.TenantLimiter
 	// MaxInFlight bounds the requests served at once; one more is answered
 	// "unavailable" at once so its caller can retry on another replica.
 	// Zero means DefaultMaxInFlight.
@@ -108,8 +118,13 @@ type Service struct {
 type natsCall struct {
 	reply  string
 	id     string // the caller's request id; empty if none
-	token  string // the probe token of a streaming call
-	cancel context.CancelFunc
+	tenant string // the caller's tenant, authenticated by its key
+	// freeSlot releases the tenant's concurrency slot before the final
+	// message goes out, so a caller that has its answer may send the next
+	// request at once; serve releases it too, on every other path.
+	freeSlot func()
+	token    string // the probe token of a streaming call
+	cancel   context.CancelFunc
 }
 
 // Start registers the NATS front door of d on nc and returns
@@ -239,6 +254,11 @@ func (s *Service) handleSubmit(req micro.Request) {
 			Message: "header " + schemas.HeaderRequestID + " must be 1 to 64 letters, digits, '_' or '-'"})
 		return
 	}
+	tenant, refusal := s.authenticate(req.Headers())
+	if refusal != nil {
+		s.fail(reply, refusal)
+		return
+	}
 	call, refusal := s.admit(reply, id)
 	if refusal != nil {
 		s.fail(reply, refusal)
@@ -247,7 +267,24 @@ func (s *Service) handleSubmit(req micro.Request) {
 	if call == nil {
 		return // cancelled before it arrived: the caller is gone
 	}
+	call.tenant = tenant
 	go s.serve(call, req.Data())
+}
+
+// authenticate maps the caller's API key to its tenant when keys are
+// required. The key never appears in an answer or a log.
+func (s *Service) authenticate(h micro.Headers) (string, *frontdoor.Failure) {
+	if s.opts.Keyring == nil {
+		return s.opts.Tenant, nil
+	}
+	scheme, key, ok := strings.Cut(strings.TrimSpace(h.Get(schemas.HeaderAuthorization)), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		if tenant, ok := s.opts.Keyring.Tenant(strings.TrimSpace(key)); ok {
+			return tenant, nil
+		}
+	}
+	return "", &frontdoor.Failure{Code: frontdoor.CodeInvalidAPIKey,
+		Message: "A valid API key is required in the " + schemas.HeaderAuthorization + " header as 'Bearer <key>'."}
 }
 
 // admit registers a call, or says why it is refused. A nil call with no
@@ -269,7 +306,7 @@ func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
 		delete(s.canceled, id)
 		return nil, nil
 	}
-	c := &natsCall{reply: reply, id: id}
+	c := &natsCall{reply: reply, id: id, freeSlot: func() {}}
 	if id != "" {
 		s.byID[id] = c
 	}
@@ -340,11 +377,18 @@ func (s *Service) onProbe(m *nats.Msg) {
 // serve runs one request to its answer.
 func (s *Service) serve(c *natsCall, data []byte) {
 	defer s.release(c)
-	sub, serr := s.submission(data)
+	sub, serr := s.submission(data, c.tenant)
 	if serr != nil {
 		s.fail(c.reply, serr)
 		return
 	}
+	release, serr := frontdoor.AdmitTenant(context.Background(), s.opts.Limiter, sub.Tenant)
+	if serr != nil {
+		s.fail(c.reply, serr)
+		return
+	}
+	c.freeSlot = release
+	defer release() // on every path: answer, failure, caller gone, panic (a second call frees nothing)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sink *natsSink
@@ -383,16 +427,18 @@ func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submissio
 			return nil // the caller cancelled or went away: nobody is left to tell
 		}
 		if f := s.failureFor(err); f != nil {
+			c.freeSlot()
 			s.fail(c.reply, f)
 		}
 		return nil
 	}
+	c.freeSlot()
 	return s.answer(c.reply, submitResponse(resp))
 }
 
 // submission reads and checks a request: its version, its schema, then the
 // Submission it asks for.
-func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Failure) {
+func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission, *frontdoor.Failure) {
 	var req schemas.SubmitRequest
 	if err := schemas.Decode(data, &req); err != nil {
 		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Message: "the request is not a version-1 submit request: " + err.Error()}
@@ -417,7 +463,7 @@ func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Fai
 		}
 	}
 	return dispatcher.Submission{
-		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: s.opts.Tenant,
+		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: tenant,
 		IdempotencyKey: req.IdempotencyKey, Request: req.Request,
 		Deadline: frontdoor.CallerDeadline(req.DeadlineMs),
 	}, nil

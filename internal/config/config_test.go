@@ -462,6 +462,30 @@ func TestOneKeyHashMayBelongToOneTenantOnly(t *testing.T) {
 	wantProblem(t, ps, "tenants.b.api_key_hashes[0]", `already a key of tenant "a"`)
 }
 
+func TestTenantRequestLimitsMustBeNonNegativeAndABurstNeedsARate(t *testing.T) {
+	h := HashAPIKey("k")
+	tenant := func(limits string) string {
+		return minimal + "tenants:\n  acme:\n    api_key_hashes: [" + h + "]\n" + limits
+	}
+	tests := []struct{ name, limits, path, msg string }{
+		{"a negative rate", "    requests_per_second: -1\n", "tenants.acme.requests_per_second", "finite number"},
+		{"a negative burst", "    requests_per_second: 1\n    burst: -2\n", "tenants.acme.burst", "negative"},
+		{"a burst with no rate", "    burst: 5\n", "tenants.acme.burst", "needs requests_per_second"},
+		{"a negative concurrency", "    max_concurrent: -1\n", "tenants.acme.max_concurrent", "negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tenant(tc.limits), RoleGateway, noEnv)
+			wantProblem(t, ps, tc.path, tc.msg)
+		})
+	}
+	c, ps := parse(t, tenant("    requests_per_second: 2.5\n    burst: 10\n    max_concurrent: 4\n"), RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := c.Tenants["acme"]; got.RequestsPerSecond != 2.5 || got.Burst != 10 || got.MaxConcurrent != 4 {
+		t.Fatalf("tenant limits %+v, want 2.5/s, burst 10, 4 in flight", got)
+	}
+}
+
 func TestEveryProblemIsReportedInOnePassSortedByLine(t *testing.T) {
 	src := `nats:
   max_payload: 1MiB

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -370,6 +371,17 @@ func (v *validator) tenants() {
 			v.addf(p+".spend_limit", "%d is negative", t.SpendLimit)
 		}
 		v.positive(p+".spend_window", t.SpendWindow)
+		if t.RequestsPerSecond < 0 || math.IsNaN(t.RequestsPerSecond) || math.IsInf(t.RequestsPerSecond, 0) {
+			v.addf(p+".requests_per_second", "%v is not a finite number ≥ 0", t.RequestsPerSecond)
+		}
+		if t.Burst < 0 {
+			v.addf(p+".burst", "%d is negative", t.Burst)
+		} else if t.Burst > 0 && t.RequestsPerSecond <= 0 {
+			v.addf(p+".burst", "a burst needs requests_per_second, the rate that refills it")
+		}
+		if t.MaxConcurrent < 0 {
+			v.addf(p+".max_concurrent", "%d is negative", t.MaxConcurrent)
+		}
 	}
 }
 
