@@ -1,6 +1,6 @@
 // Package budgets holds the ceilings that bound a user action across every
 // dispatcher replica (docs/architecture.md §7): the attempt ledger of each user action, the
-// duplicate-rate bucket of each cohort with a floor per pool, spend ceilings
+// duplicate-rate window of each cohort with a floor per pool, spend ceilings
 // per user action and per tenant window, route pushback, quarantine and
 // ejection flags, and route in-flight leases.
 //
@@ -13,10 +13,10 @@
 //
 // The interface is coarse on purpose. Each request-path call (Admit for a
 // primary, ReserveExtra for a hedge or replacement) carries everything the
-// decision needs, including the bucket configuration, so a Redis store can
+// decision needs, including the ceiling's configuration, so a Redis store can
 // make it one pipelined batch and needs no configuration of its own. Keys fall
 // into one hash tag per entity — {ua:<id>} for the ledger and the user action's
-// spend, {pool:<pool>} for the cohort buckets and the pool floor,
+// spend, {pool:<pool>} for the cohort windows and the pool floor,
 // {tenant:<id>} for the tenant's spend window, {route:<name>} for route flags
 // and leases. A decision that spans several entities takes from them in that
 // order (or, as the Redis store does, from all at once, choosing the reason
@@ -70,24 +70,25 @@ type Store interface {
 }
 
 // Reservations is the accounting of a user action's attempts and spend: the
-// attempt ledgers, the duplicate-rate buckets and pool floors, and the spend
+// attempt ledgers, the duplicate-rate windows and pool floors, and the spend
 // ceilings. It decides on each attempt and ends the reservation it granted.
 type Reservations interface {
 	// Admit decides on a user action's primary attempt: it takes an attempt
 	// slot from the user action's ledger, reserves the attempt's estimated
-	// spend against the user action's and the tenant's ceilings, and deposits
-	// the cohort's ratio into its duplicate-rate bucket. On denial nothing is
-	// kept or deposited; the reason is the first refusal in the order
+	// spend against the user action's and the tenant's ceilings, and counts
+	// the primary in its cohort's duplicate-rate window. On denial nothing is
+	// kept or counted; the reason is the first refusal in the order
 	// attempts, spend_user_action, spend_tenant. A store that decides entity
 	// by entity may let concurrent decisions glimpse a part that is then
-	// given back, as for ReserveExtra; a hedge that spends a deposit about to
-	// be withdrawn leaves the bucket owing that token to later deposits.
+	// given back, as for ReserveExtra: a hedge decided in between may count
+	// a primary that is then uncounted.
 	Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 
 	// ReserveExtra decides on a hedge or a replacement: the target route must
-	// be neither in pushback nor quarantined; then it takes an attempt slot,
-	// one token of the cohort's duplicate-rate bucket (or, when that is
-	// empty, of the pool's floor), and a spend reservation. On denial
+	// be neither in pushback, quarantined nor ejected; then it takes an attempt slot,
+	// counts the attempt in its cohort's duplicate-rate window — a hedge
+	// only if it fits under the ceiling or, failing that, the pool's floor
+	// pays; a replacement always — and reserves spend. On denial
 	// nothing is kept; the reason is the first refusal in the order
 	// route_quarantined, route_pushback, route_ejected, attempts, duplicate_rate,
 	// spend_user_action, spend_tenant. A store that decides entity by entity
@@ -105,7 +106,8 @@ type Reservations interface {
 
 	// Release ends a live reservation whose grant never launched an attempt
 	// (e.g. a hedge budget granted after a winner arrived): the spend, the
-	// attempt slot and the bucket token are all given back. An attempt
+	// attempt slot, the window's count and any floor token are all given
+	// back (a count whose slot has left the window is gone already). An attempt
 	// that launched is Settled instead, even with zero usage. It returns
 	// ErrUnknownReservation, changing nothing, if the reservation is unknown,
 	// already ended or expired.
@@ -178,7 +180,7 @@ const (
 	ReasonSpendUserAction Reason = "spend_user_action"
 	// ReasonSpendTenant: the reservation would exceed the tenant's ceiling for the current window.
 	ReasonSpendTenant Reason = "spend_tenant"
-	// ReasonDuplicateRate: neither the cohort's duplicate-rate bucket nor the pool's floor holds a token.
+	// ReasonDuplicateRate: a hedge fits under neither its cohort's window ceiling nor the pool's floor.
 	ReasonDuplicateRate Reason = "duplicate_rate"
 	// ReasonRoutePushback: the target route asked for less load (429/529) and its pushback has not expired.
 	ReasonRoutePushback Reason = "route_pushback"
@@ -210,15 +212,16 @@ const (
 	RouteEjected RouteState = "ejected"
 )
 
-// TokenSource says where an extra attempt's duplicate-rate token came from.
+// TokenSource says what allowed a hedge under the duplicate-rate ceiling.
 type TokenSource string
 
 const (
-	// TokenNone: no token was taken (a replacement, or a denial).
+	// TokenNone: nothing was drawn (a replacement, which the ceiling never
+	// refuses, or a denial).
 	TokenNone TokenSource = ""
-	// TokenCohort: the token came from the cohort's duplicate-rate bucket.
+	// TokenCohort: the hedge fit under its cohort's window ceiling.
 	TokenCohort TokenSource = "cohort"
-	// TokenFloor: the cohort's bucket was empty and the pool's floor paid.
+	// TokenFloor: the cohort's window had no room and the pool's floor paid.
 	TokenFloor TokenSource = "floor"
 )
 
@@ -261,34 +264,90 @@ type SpendPolicy struct {
 // Units is the number of units the policy reserves.
 func (p SpendPolicy) Units() int64 { return p.InputUnits + p.OutputUnits }
 
-// DuplicateBucket configures a cohort's duplicate-rate bucket: each primary
-// deposits Ratio tokens (the allowed extra attempts per primary), each hedge
-// or replacement takes one, and the level never exceeds Capacity. A bucket
-// starts at InitialFill and is forgotten after BucketIdleTTL without use.
-type DuplicateBucket struct {
-	Ratio       float64
-	Capacity    float64
-	InitialFill float64
-	// ReplacementReserve is the level a hedge must leave in the bucket: the
-	// tokens below it are kept for replacements, which serve the primary
-	// path, so a burst of hedges cannot starve the retry of a failed attempt.
+// DuplicateCeiling configures a cohort's duplicate-rate ceiling: a rate over
+// a sliding window, not a bucket (docs/architecture.md §7). The store counts,
+// per cohort, the primaries admitted and the extra attempts (hedges and
+// replacements) granted in Slots consecutive slots of Window/Slots each,
+// aligned to the Unix epoch; the window of a decision is the slot holding now
+// and the Slots-1 before it. A hedge is allowed by the cohort when
+//
+//	extras + 1 + ReplacementReserve ≤ Ceiling × primaries
+//
+// over that window, so a burst of stalls can be hedged at once while, at
+// every hedge, the hedges and replacements of the window stay within the
+// ceiling. When the cohort refuses, the pool's floor may pay (FloorBucket). A
+// replacement is never refused by the ceiling: the attempt it replaces has
+// ended, so it adds no concurrent load, and the user action's attempt ledger
+// bounds how many there are; it is counted, so it leaves less room to hedges.
+type DuplicateCeiling struct {
+	// Ceiling is the largest share of extra attempts per primary over the
+	// window, in [0, 1].
+	Ceiling float64
+	// Window is the span the rate is taken over, kept as Slots counters of
+	// Window/Slots each (at least 1ms). A window of another slot length is
+	// another window: changing it starts the cohort's counts afresh.
+	Window time.Duration
+	Slots  int
+	// ReplacementReserve is the room, in extra attempts, a hedge must leave
+	// under the window's ceiling for replacements, which serve the primary
+	// path: a burst of hedges does not use the allowance a failure's retry
+	// is counted against.
 	ReplacementReserve float64
 }
 
+// MaxWindowSlots bounds DuplicateCeiling.Slots, so a decision reads a
+// bounded number of counters.
+const MaxWindowSlots = 100
+
+// SlotLength is the span of one of the window's slots, in whole
+// milliseconds (both stores align slots in milliseconds).
+func (c DuplicateCeiling) SlotLength() time.Duration {
+	if c.Slots < 1 {
+		return 0
+	}
+	return (c.Window / time.Duration(c.Slots)).Truncate(time.Millisecond)
+}
+
+// WindowSlot returns the index of the slot of length slot that contains
+// now: slots are aligned to the Unix epoch, so every replica counts in the
+// same slots.
+func WindowSlot(now time.Time, slot time.Duration) int64 {
+	ms, w := now.UnixMilli(), slot.Milliseconds()
+	i := ms / w
+	if ms < 0 && ms%w != 0 {
+		i--
+	}
+	return i
+}
+
+// AllowsHedge reports whether a window holding primaries and extras (every
+// hedge and replacement counted so far) has room for one more hedge under
+// the ceiling, the reserve left. It computes in microtokens, as the Redis
+// store's script does, so both decide alike to the last token.
+func (c DuplicateCeiling) AllowsHedge(primaries, extras int64) bool {
+	return (extras+1)*oneToken+Microtokens(c.ReplacementReserve) <= Microtokens(c.Ceiling)*primaries
+}
+
+// oneToken is one extra attempt in microtokens.
+const oneToken = 1_000_000
+
 // FloorBucket configures a pool's floor: a token bucket, full when created,
-// that refills continuously, so a low-traffic cohort whose own bucket never
-// fills can still hedge now and then. A zero Capacity disables the floor.
+// that refills continuously, so a low-traffic or cold cohort, whose window
+// holds too few primaries for a hedge, can still hedge now and then. A hedge
+// the floor pays is counted in its cohort's window like any other. A zero
+// Capacity disables the floor.
 type FloorBucket struct {
 	Capacity        float64
 	RefillPerSecond float64
 }
 
-// BucketIdleTTL is how long a duplicate-rate bucket or pool floor is kept
-// without being used; after that it starts again from its initial fill.
+// BucketIdleTTL is how long a pool floor is kept without being used; after
+// that it starts again full.
 const BucketIdleTTL = 24 * time.Hour
 
-// maxTokens bounds bucket capacities so that their fixed-point form (millionths
-// of a token, see microtokens) stays exact in int64 and in a Lua double.
+// maxTokens bounds floor capacities and the replacement reserve so that
+// their fixed-point form (millionths of a token, see Microtokens) stays
+// exact in int64 and in a Lua double.
 const maxTokens = 1e9
 
 // AdmitRequest asks for a user action's primary attempt.
@@ -300,13 +359,13 @@ type AdmitRequest struct {
 	// Spend.TenantCeiling is set.
 	Tenant string
 	// Pool is the pool of equivalent routes the cohort belongs to; the
-	// cohort's bucket lives with the pool's floor.
+	// cohort's window lives with the pool's floor.
 	Pool string
-	// Cohort identifies the duplicate-rate bucket the primary deposits into.
-	Cohort   string
-	Attempts AttemptPolicy
-	Spend    SpendPolicy
-	Bucket   DuplicateBucket
+	// Cohort identifies the duplicate-rate window the primary is counted in.
+	Cohort     string
+	Attempts   AttemptPolicy
+	Spend      SpendPolicy
+	Duplicates DuplicateCeiling
 }
 
 // Validate reports the first problem that makes the request unusable, wrapped
@@ -331,15 +390,14 @@ func (r AdmitRequest) validate() error {
 	if err := r.Spend.validate(r.Tenant); err != nil {
 		return err
 	}
-	return r.Bucket.validate()
+	return r.Duplicates.validate()
 }
 
 // ExtraRequest asks for a hedge or a replacement attempt of a user action.
 type ExtraRequest struct {
-	// Role is schemas.RoleHedge or schemas.RoleReplacement. Both take a
-	// duplicate-rate token: the ceiling bounds every attempt beyond the
-	// primary, as gRPC's retry throttling and retry budgets do, so that a
-	// burst of failures cannot turn into a burst of extra load.
+	// Role is schemas.RoleHedge or schemas.RoleReplacement. Both are
+	// counted in the cohort's duplicate-rate window; only a hedge can be
+	// refused by its ceiling (DuplicateCeiling).
 	Role       schemas.Role
 	UserAction string
 	Tenant     string
@@ -349,9 +407,10 @@ type ExtraRequest struct {
 	Cohort   string
 	Attempts AttemptPolicy
 	Spend    SpendPolicy
-	// Bucket and Floor pay for the attempt.
-	Bucket DuplicateBucket
-	Floor  FloorBucket
+	// Duplicates is the cohort's ceiling a hedge must fit under; Floor pays
+	// for a hedge the cohort refuses.
+	Duplicates DuplicateCeiling
+	Floor      FloorBucket
 }
 
 // Validate reports the first problem that makes the request unusable, wrapped
@@ -382,7 +441,7 @@ func (r ExtraRequest) validate() error {
 	if r.Pool == "" || r.Cohort == "" {
 		return invalid("an extra attempt needs its pool and cohort")
 	}
-	if err := r.Bucket.validate(); err != nil {
+	if err := r.Duplicates.validate(); err != nil {
 		return err
 	}
 	return r.Floor.validate()
@@ -412,7 +471,7 @@ type Grant struct {
 	AttemptsUsed int
 	// ReservedUnits is the spend held by the reservation.
 	ReservedUnits int64
-	// Token says which bucket paid for the attempt.
+	// Token says what allowed a hedge; TokenNone for a replacement.
 	Token TokenSource
 }
 
@@ -475,16 +534,16 @@ func (p SpendPolicy) validate(tenant string) error {
 	return nil
 }
 
-func (b DuplicateBucket) validate() error {
+func (c DuplicateCeiling) validate() error {
 	switch {
-	case !(b.Ratio >= 0 && b.Ratio <= maxTokens):
-		return invalid(fmt.Sprintf("duplicate bucket: ratio %v is outside [0, %g]", b.Ratio, float64(maxTokens)))
-	case !(b.Capacity >= 0 && b.Capacity <= maxTokens):
-		return invalid(fmt.Sprintf("duplicate bucket: capacity %v is outside [0, %g]", b.Capacity, float64(maxTokens)))
-	case !(b.InitialFill >= 0 && b.InitialFill <= b.Capacity):
-		return invalid(fmt.Sprintf("duplicate bucket: initial fill %v is outside [0, capacity %v]", b.InitialFill, b.Capacity))
-	case !(b.ReplacementReserve >= 0 && b.ReplacementReserve <= b.Capacity):
-		return invalid(fmt.Sprintf("duplicate bucket: replacement reserve %v is outside [0, capacity %v]", b.ReplacementReserve, b.Capacity))
+	case !(c.Ceiling >= 0 && c.Ceiling <= 1):
+		return invalid(fmt.Sprintf("duplicate ceiling: %v is outside [0, 1]", c.Ceiling))
+	case c.Slots < 1 || c.Slots > MaxWindowSlots:
+		return invalid(fmt.Sprintf("duplicate ceiling: %d slots is outside [1, %d]", c.Slots, MaxWindowSlots))
+	case c.SlotLength() < time.Millisecond:
+		return invalid(fmt.Sprintf("duplicate ceiling: window %v makes %d slots shorter than 1ms", c.Window, c.Slots))
+	case !(c.ReplacementReserve >= 0 && c.ReplacementReserve <= maxTokens):
+		return invalid(fmt.Sprintf("duplicate ceiling: replacement reserve %v is outside [0, %g]", c.ReplacementReserve, float64(maxTokens)))
 	}
 	return nil
 }
@@ -501,9 +560,10 @@ func (f FloorBucket) validate() error {
 
 func invalid(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidRequest, msg) }
 
-// Microtokens converts a bucket quantity to millionths of a token. Buckets keep
-// integer levels so that many small deposits (a ratio of 0.05 twenty times)
-// add up to exactly one token in every implementation.
+// Microtokens converts a quantity of extra attempts (a ceiling, a reserve, a
+// floor level) to millionths of one. Stores decide in integers so that
+// many small shares (a ceiling of 0.05 twenty times) add up to exactly one
+// attempt in every implementation.
 func Microtokens(tokens float64) int64 { return int64(tokens*1e6 + 0.5) }
 
 // TenantWindowStart returns the start, in Unix milliseconds, of the fixed

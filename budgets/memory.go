@@ -28,7 +28,7 @@ type Memory struct {
 	seq          uint64
 	userActions  map[string]*userAction
 	tenants      map[tenantWindowKey]*tenantAccount
-	buckets      map[cohortKey]*duplicateBucket
+	windows      map[windowKey]*duplicateWindow
 	floors       map[string]*floorBucket
 	routes       map[string]*routeFlags
 	leases       map[string]map[string]time.Time // route → holder → expiry
@@ -49,7 +49,7 @@ func NewMemory(now func() time.Time) *Memory {
 		now:          now,
 		userActions:  make(map[string]*userAction),
 		tenants:      make(map[tenantWindowKey]*tenantAccount),
-		buckets:      make(map[cohortKey]*duplicateBucket),
+		windows:      make(map[windowKey]*duplicateWindow),
 		floors:       make(map[string]*floorBucket),
 		routes:       make(map[string]*routeFlags),
 		leases:       make(map[string]map[string]time.Time),
@@ -90,16 +90,43 @@ type tenantAccount struct {
 	expires time.Time
 }
 
-type cohortKey struct{ pool, cohort string }
-
-// duplicateBucket holds a cohort's duplicate-rate tokens in microtokens.
-type duplicateBucket struct {
-	level, capacity int64
-	used            time.Time
+// windowKey names a cohort's duplicate-rate window; a window of another
+// slot length is another window.
+type windowKey struct {
+	pool, cohort string
+	slot         time.Duration
 }
 
-func (b *duplicateBucket) put(microtokens int64) {
-	b.level = min(b.capacity, b.level+microtokens)
+// duplicateWindow is a cohort's sliding window: the primaries and extra
+// attempts counted in each live slot, by slot index (WindowSlot).
+type duplicateWindow struct {
+	slots map[int64]*windowSlot
+	// expires is when the last slot counted in leaves every window.
+	expires time.Time
+}
+
+// windowSlot is one slot's counts. A reservation holds the slot its extra
+// attempt was counted in, so a release uncounts it there; a slot that has
+// left the window is forgotten, and uncounting it changes nothing.
+type windowSlot struct{ primaries, extras int64 }
+
+// sums returns the counts of the window's live slots.
+func (w *duplicateWindow) sums() (primaries, extras int64) {
+	for _, s := range w.slots {
+		primaries += s.primaries
+		extras += s.extras
+	}
+	return primaries, extras
+}
+
+// slot returns slot cur's counts, created empty.
+func (w *duplicateWindow) slot(cur int64) *windowSlot {
+	s := w.slots[cur]
+	if s == nil {
+		s = &windowSlot{}
+		w.slots[cur] = s
+	}
+	return s
 }
 
 // floorBucket is a pool's refilling token bucket, in microtokens.
@@ -147,20 +174,20 @@ type reservation struct {
 	units   int64
 	expires time.Time
 	ua      *userAction
-	tenant  *tenantAccount   // nil without a tenant ceiling
-	bucket  *duplicateBucket // the hedge token's source, if any
-	floor   *floorBucket
-	index   int // in byExpiry
+	tenant  *tenantAccount // nil without a tenant ceiling
+	counted *windowSlot    // where an extra attempt was counted
+	floor   *floorBucket   // the floor that paid for a hedge, if any
+	index   int            // in byExpiry
 }
 
 // claim collects what a decision has taken so far and how to give it back.
 type claim struct {
-	ua     *userAction
-	tenant *tenantAccount
-	bucket *duplicateBucket
-	floor  *floorBucket
-	units  int64
-	undo   []func()
+	ua      *userAction
+	tenant  *tenantAccount
+	counted *windowSlot
+	floor   *floorBucket
+	units   int64
+	undo    []func()
 }
 
 func (c *claim) compensate() {
@@ -190,7 +217,8 @@ func (m *Memory) Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 		c.compensate()
 		return Admission{Reason: reason}, nil
 	}
-	m.duplicateBucket(req.Pool, req.Cohort, req.Bucket, now).put(Microtokens(req.Bucket.Ratio))
+	w, cur := m.duplicateWindow(req.Pool, req.Cohort, req.Duplicates, now)
+	w.slot(cur).primaries++
 	res := m.commit(c, req.Attempts, req.Spend, now)
 	return Admission{
 		Allowed:       true,
@@ -226,8 +254,8 @@ func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 	if reason := m.takeSlot(c, req.UserAction, req.Attempts, now); reason != ReasonNone {
 		return Grant{Reason: reason}, nil
 	}
-	token := m.takeToken(c, req, now)
-	if token == TokenNone {
+	token, ok := m.countExtra(c, req, now)
+	if !ok {
 		c.compensate()
 		return Grant{Reason: ReasonDuplicateRate}, nil
 	}
@@ -261,32 +289,35 @@ func (m *Memory) takeSlot(c *claim, id string, p AttemptPolicy, now time.Time) R
 	return ReasonNone
 }
 
-// takeToken takes an extra attempt's token from the cohort's bucket or, when that
-// holds less than one (a hedge: less than one above the replacement
-// reserve), from the pool's floor.
-func (m *Memory) takeToken(c *claim, req ExtraRequest, now time.Time) TokenSource {
-	const one = 1_000_000
-	need := int64(one)
-	if req.Role == schemas.RoleHedge {
-		need += Microtokens(req.Bucket.ReplacementReserve)
+// countExtra counts an extra attempt in its cohort's window: a
+// replacement always, a hedge when it fits under the window's ceiling or,
+// failing that, when the pool's floor pays a token. ok is false when a
+// hedge fits under neither.
+func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token TokenSource, ok bool) {
+	w, cur := m.duplicateWindow(req.Pool, req.Cohort, req.Duplicates, now)
+	primaries, extras := w.sums()
+	switch {
+	case req.Role == schemas.RoleReplacement:
+		token = TokenNone
+	case req.Duplicates.AllowsHedge(primaries, extras):
+		token = TokenCohort
+	case req.Floor.Capacity == 0:
+		return TokenNone, false
+	default:
+		f := m.floorBucket(req.Pool, req.Floor, now)
+		if f.level < oneToken {
+			return TokenNone, false
+		}
+		f.level -= oneToken
+		c.floor = f
+		c.undo = append(c.undo, func() { f.level = min(f.capacity, f.level+oneToken) })
+		token = TokenFloor
 	}
-	if b := m.duplicateBucket(req.Pool, req.Cohort, req.Bucket, now); b.level >= need {
-		b.level -= one
-		c.bucket = b
-		c.undo = append(c.undo, func() { b.put(one) })
-		return TokenCohort
-	}
-	if req.Floor.Capacity == 0 {
-		return TokenNone
-	}
-	f := m.floorBucket(req.Pool, req.Floor, now)
-	if f.level < one {
-		return TokenNone
-	}
-	f.level -= one
-	c.floor = f
-	c.undo = append(c.undo, func() { f.level = min(f.capacity, f.level+one) })
-	return TokenFloor
+	s := w.slot(cur)
+	s.extras++
+	c.counted = s
+	c.undo = append(c.undo, func() { s.extras-- })
+	return token, true
 }
 
 // reserveSpend reserves the policy's units against the user action's ceiling
@@ -329,7 +360,7 @@ func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time)
 		expires: now.Add(p.ReservationTTL),
 		ua:      c.ua,
 		tenant:  c.tenant,
-		bucket:  c.bucket,
+		counted: c.counted,
 		floor:   c.floor,
 	}
 	c.ua.expires = latest(c.ua.expires, now.Add(a.TTL), res.expires)
@@ -338,19 +369,26 @@ func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time)
 	return res
 }
 
-// duplicateBucket returns the cohort's bucket, created at its initial fill,
-// with the request's capacity applied.
-func (m *Memory) duplicateBucket(pool, cohort string, cfg DuplicateBucket, now time.Time) *duplicateBucket {
-	key := cohortKey{pool: pool, cohort: cohort}
-	b := m.buckets[key]
-	if b == nil || !now.Before(b.used.Add(BucketIdleTTL)) {
-		b = &duplicateBucket{level: Microtokens(cfg.InitialFill)}
-		m.buckets[key] = b
+// duplicateWindow returns the cohort's window, holding only the slots of
+// the window that ends with now's, and the index of now's slot. The window
+// is kept until its last slot is gone.
+func (m *Memory) duplicateWindow(pool, cohort string, cfg DuplicateCeiling, now time.Time) (*duplicateWindow, int64) {
+	slot := cfg.SlotLength()
+	key := windowKey{pool: pool, cohort: cohort, slot: slot}
+	w := m.windows[key]
+	if w == nil {
+		w = &duplicateWindow{slots: make(map[int64]*windowSlot)}
+		m.windows[key] = w
 	}
-	b.capacity = Microtokens(cfg.Capacity)
-	b.level = min(b.level, b.capacity)
-	b.used = now
-	return b
+	cur := WindowSlot(now, slot)
+	for i := range w.slots {
+		if i <= cur-int64(cfg.Slots) {
+			delete(w.slots, i)
+		}
+	}
+	// The slot ends at (cur+1)·slot; it leaves the last window Slots-1 slots later.
+	w.expires = latest(w.expires, time.UnixMilli((cur+int64(cfg.Slots))*slot.Milliseconds()))
+	return w, cur
 }
 
 // floorBucket returns the pool's floor, created full, refilled up to now with
@@ -421,18 +459,17 @@ func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 	if !ok {
 		return fmt.Errorf("release %s: %w", id, ErrUnknownReservation)
 	}
-	const one = 1_000_000
 	res.ua.spend.reserved -= res.units
 	res.ua.attempts--
 	if res.tenant != nil {
 		res.tenant.reserved -= res.units
 	}
-	if res.bucket != nil {
-		res.bucket.put(one)
+	if res.counted != nil {
+		res.counted.extras--
 	}
 	if res.floor != nil {
 		res.floor.refill(now)
-		res.floor.level = min(res.floor.capacity, res.floor.level+one)
+		res.floor.level = min(res.floor.capacity, res.floor.level+oneToken)
 	}
 	m.end(res)
 	return nil
@@ -594,9 +631,9 @@ func (m *Memory) advance() time.Time {
 			delete(m.tenants, key)
 		}
 	}
-	for key, b := range m.buckets {
-		if !now.Before(b.used.Add(BucketIdleTTL)) {
-			delete(m.buckets, key)
+	for key, w := range m.windows {
+		if !now.Before(w.expires) {
+			delete(m.windows, key)
 		}
 	}
 	for pool, f := range m.floors {
@@ -622,13 +659,13 @@ func (m *Memory) advance() time.Time {
 	return now
 }
 
-// entities reports how many user actions, tenant windows, buckets, floors,
+// entities reports how many user actions, tenant windows, duplicate windows, floors,
 // flagged routes, leased routes and reservations Memory holds; tests use it to
 // check that forgotten entities are really gone.
 func (m *Memory) entities() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.userActions) + len(m.tenants) + len(m.buckets) + len(m.floors) +
+	return len(m.userActions) + len(m.tenants) + len(m.windows) + len(m.floors) +
 		len(m.routes) + len(m.leases) + len(m.reservations)
 }
 

@@ -25,7 +25,7 @@ func testAdmitRequest(ua string) AdmitRequest {
 			InputUnits: 10, OutputUnits: 10, TenantCeiling: 1000, TenantWindow: time.Hour,
 			ReservationTTL: time.Minute,
 		},
-		Bucket: DuplicateBucket{Ratio: 0.1, Capacity: 5},
+		Duplicates: DuplicateCeiling{Ceiling: 0.1, Window: 10 * time.Second, Slots: 10},
 	}
 }
 
@@ -44,7 +44,8 @@ func TestMemoryForgetsEntitiesPastTheirLifetime(t *testing.T) {
 	if _, err := m.ReserveExtra(ctx, ExtraRequest{
 		Role: schemas.RoleHedge, UserAction: "ua-hedge", Route: "route", Pool: "pool", Cohort: "cohort",
 		Attempts: AttemptPolicy{Max: 1, TTL: time.Minute}, Spend: SpendPolicy{ReservationTTL: time.Minute},
-		Floor: FloorBucket{Capacity: 1},
+		Duplicates: DuplicateCeiling{Ceiling: 0.1, Window: 10 * time.Second, Slots: 10},
+		Floor:      FloorBucket{Capacity: 1},
 	}); err != nil {
 		t.Fatalf("ReserveExtra: %v", err)
 	}
@@ -95,6 +96,27 @@ func TestMemoryRefusesEndedContext(t *testing.T) {
 	}
 	if n := m.entities(); n != 0 {
 		t.Errorf("%d entities after refused calls, want 0", n)
+	}
+}
+
+func TestWindowSlotAlignsToUnixEpoch(t *testing.T) {
+	tests := []struct {
+		now  time.Time
+		slot time.Duration
+		want int64
+	}{
+		{time.UnixMilli(0), time.Second, 0},
+		{time.UnixMilli(999), time.Second, 0},
+		{time.UnixMilli(1_000), time.Second, 1},
+		{time.UnixMilli(2_500), 250 * time.Millisecond, 10},
+		{time.UnixMilli(-1), time.Second, -1},
+		{time.UnixMilli(-1_000), time.Second, -1},
+		{time.UnixMilli(-1_001), time.Second, -2},
+	}
+	for _, tt := range tests {
+		if got := WindowSlot(tt.now, tt.slot); got != tt.want {
+			t.Errorf("WindowSlot(%d ms, %v) = %d, want %d", tt.now.UnixMilli(), tt.slot, got, tt.want)
+		}
 	}
 }
 

@@ -78,7 +78,10 @@ type Error struct {
 	Group string
 	// Winner is the committed winner of the user action (already_committed).
 	Winner *schemas.GateValue
-	err    error
+	// RetryAfter, when positive, is when the same request may succeed
+	// (the gateway's Retry-After, in whole seconds).
+	RetryAfter time.Duration
+	err        error
 }
 
 func (e *Error) Error() string {
@@ -91,10 +94,13 @@ func (e *Error) Unwrap() error { return e.err }
 
 // Retryable reports whether the same request may succeed if sent again
 // (to another replica, or later): the gateway was unavailable, no route
-// was healthy, the routes pushed back or the workers were full.
+// was healthy, the routes pushed back, the workers were full or the
+// caller's tenant was over its request rate or requests in flight
+// (RetryAfter says when).
 func (e *Error) Retryable() bool {
 	switch e.Code {
-	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed:
+	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed,
+		schemas.ErrTenantRateLimited, schemas.ErrTenantConcurrencyLimited:
 		return true
 	}
 	return false
@@ -105,6 +111,7 @@ func (e *Error) Retryable() bool {
 type Client struct {
 	nc      *nats.Conn
 	timeout time.Duration
+	apiKey  string
 }
 
 // Option configures a Client.
@@ -113,6 +120,13 @@ type Option func(*Client)
 // WithTimeout sets how long a call waits when its context has no deadline
 // (DefaultTimeout otherwise).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithAPIKey sends key with every request, in the header Authorization as
+// "Bearer <key>": a gateway with tenants configured refuses a request
+// without one of their keys (unauthenticated, 401), and counts the
+// request against the key's tenant (spend ceilings, request limits,
+// idempotency keys). The client never logs it.
+func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
 
 // New returns a client on nc, which the caller keeps owning and closing.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
@@ -220,12 +234,11 @@ func (c *Client) message(ctx context.Context, req Request, reply string) (*nats.
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	id := hex.EncodeToString(b[:])
-	return &nats.Msg{
-		Subject: schemas.SubmitSubject,
-		Reply:   reply,
-		Header:  nats.Header{schemas.HeaderRequestID: {id}},
-		Data:    data,
-	}, id, nil
+	h := nats.Header{schemas.HeaderRequestID: {id}}
+	if c.apiKey != "" {
+		h.Set(schemas.HeaderAuthorization, "Bearer "+c.apiKey)
+	}
+	return &nats.Msg{Subject: schemas.SubmitSubject, Reply: reply, Header: h, Data: data}, id, nil
 }
 
 // cancel tells every gateway replica that the request is abandoned; the one
@@ -248,6 +261,9 @@ func errorFrom(m *nats.Msg) *Error {
 		Group:   m.Header.Get(schemas.HeaderGroup),
 	}
 	e.Status, _ = strconv.Atoi(m.Header.Get(micro.ErrorCodeHeader))
+	if secs, err := strconv.Atoi(m.Header.Get(schemas.HeaderRetryAfter)); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	var body schemas.SubmitError
 	if len(m.Data) > 0 && json.Unmarshal(m.Data, &body) == nil {
 		if body.Code != "" {

@@ -260,3 +260,54 @@ func TestNewRejectsWhatItCannotUse(t *testing.T) {
 		t.Error("New with a zero timeout succeeded")
 	}
 }
+
+// WithAPIKey sends the key on every request, submitted or streamed, as
+// the gateway's doors read it; without it no Authorization header is sent.
+// A tenant-limit refusal is retryable and says when.
+func TestAPIKeyTravelsInTheAuthorizationHeaderOfEveryRequest(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(1<<20)), nats.Name("client-test"))
+	seen := make(chan string, 4)
+	sub, err := nc.Subscribe(schemas.SubmitSubject, func(m *nats.Msg) {
+		seen <- m.Header.Get(schemas.HeaderAuthorization)
+		h := nats.Header{}
+		h.Set(schemas.HeaderStatus, schemas.StatusError)
+		h.Set("Nats-Service-Error-Code", "429")
+		h.Set(schemas.HeaderErrorCode, string(schemas.ErrTenantRateLimited))
+		h.Set(schemas.HeaderRetryAfter, "3")
+		_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: h})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+
+	keyed, err := client.New(nc, client.WithAPIKey("sk-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = keyed.Submit(ctx, ask("hi"))
+	var herr *client.Error
+	if !errors.As(err, &herr) || herr.Code != schemas.ErrTenantRateLimited || herr.Status != 429 || !herr.Retryable() || herr.RetryAfter != 3*time.Second {
+		t.Fatalf("Submit: %v (%+v); want a retryable tenant_rate_limited, retry after 3s", err, herr)
+	}
+	s, err := keyed.Stream(ctx, ask("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.Next() {
+	}
+	_ = s.Close()
+	_, _ = newClient(t, nc).Submit(ctx, ask("hi"))
+	for _, want := range []string{"Bearer sk-test", "Bearer sk-test", ""} {
+		select {
+		case got := <-seen:
+			if got != want {
+				t.Fatalf("Authorization %q, want %q", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("a request never arrived")
+		}
+	}
+}

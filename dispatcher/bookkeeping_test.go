@@ -40,8 +40,9 @@ func TestSettlesWaitingTogetherReachTheStoreAsOneBatch(t *testing.T) {
 	for i := range 10 {
 		a, err := store.Admit(t.Context(), budgets.AdmitRequest{
 			UserAction: fmt.Sprintf("ua-%d", i), Pool: "general", Cohort: "c",
-			Attempts: budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
-			Spend:    budgets.SpendPolicy{InputUnits: 10, OutputUnits: 10, ReservationTTL: time.Minute},
+			Attempts:   budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
+			Spend:      budgets.SpendPolicy{InputUnits: 10, OutputUnits: 10, ReservationTTL: time.Minute},
+			Duplicates: budgets.DuplicateCeiling{Ceiling: 0.08, Window: 10 * time.Second, Slots: 10},
 		})
 		if err != nil || !a.Allowed {
 			t.Fatalf("Admit: %+v, %v", a, err)

@@ -302,7 +302,7 @@ const hedgyPolicyYAML = `
     deadline: 5s
     heartbeat_interval: 1s
     heartbeat_timeout: 4s
-    duplicate_rate: {ceiling: 1, capacity: 10, initial_fill: 10}
+    duplicate_rate: {ceiling: 1}
 `
 
 // sendChunk streams one content chunk of an attempt: its first byte and

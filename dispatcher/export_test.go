@@ -44,7 +44,9 @@ var (
 
 // Words is a provider answering n content tokens; Hang one that never
 // answers; Status one that answers an HTTP error at once; Late one whose
-// first byte comes after wait.
+// first byte comes after wait; StallAfter one that answers n tokens and
+// then only keeps the stream alive until its client goes away.
+func StallAfter(n int) Behaviour                   { return behaviour{words: n, stall: true} }
 func Words(n int) Behaviour                        { return behaviour{words: n} }
 func Hang() Behaviour                              { return behaviour{hang: true} }
 func Status(code int) Behaviour                    { return behaviour{status: code} }

@@ -441,6 +441,30 @@ func hasToolCalls(raw json.RawMessage) bool {
 	return s != "" && s != "null" && s != "[]"
 }
 
+// claim asks the winner gate for attempt. A group that supersedes an
+// orphaned request (Submission.Supersedes) and meets a holder of that
+// dispatcher's clears it, compare-and-delete, and claims once more: the
+// orphan's gateway died with no answer kept, so its commit reached nobody
+// (docs/architecture.md §2). A holder of any other dispatcher stands.
+func (g *group) claim(ctx context.Context, attempt int) (arbiter.Claim, error) {
+	claim, err := g.d.gate.Claim(ctx, g.ua, g.id, attempt)
+	if err != nil || claim.Won || g.sub.Supersedes == "" {
+		return claim, err
+	}
+	holder, perr := arbiter.ParseGateValue(claim.Holder)
+	if perr != nil || !strings.HasPrefix(holder.Group, g.sub.Supersedes+"-") {
+		return claim, err
+	}
+	orphan := arbiter.Claim{UserAction: g.ua, Group: holder.Group, Attempt: holder.Attempt, Won: true, Value: claim.Holder}
+	if cerr := g.d.gate.Clear(ctx, orphan); cerr != nil {
+		g.d.log.Warn("orphaned commit not superseded", "group", g.id, "err", cerr)
+		return claim, err
+	}
+	g.d.metrics.superseded.Inc()
+	g.d.log.Info("orphaned commit superseded", "group", g.id, "orphan", holder.Group)
+	return g.d.gate.Claim(ctx, g.ua, g.id, attempt)
+}
+
 // lost fails an attempt whose stream broke on the wire; its worker may still
 // be running, so it is told to stop.
 func (g *group) lost(a *attemptState, why string) hedge.Event {
@@ -466,7 +490,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	case hedge.Reoffer:
 		return g.reoffer(a)
 	case hedge.Elect:
-		claim, err := d.gate.Claim(ctx, g.ua, g.id, a.Attempt)
+		claim, err := g.claim(ctx, a.Attempt)
 		switch {
 		case errors.Is(err, arbiter.ErrGateDegraded):
 			// The shared gate was unreachable: the local decision stands.
@@ -539,9 +563,9 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
-		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
-		Spend:    g.spend(),
-		Bucket:   p.DuplicateBucket(),
+		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:      g.spend(),
+		Duplicates: p.DuplicateCeiling(),
 	})
 	switch {
 	case err != nil:
@@ -599,10 +623,10 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
-		Attempts: budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
-		Spend:    g.spend(),
-		Bucket:   p.DuplicateBucket(),
-		Floor:    p.FloorBucket(),
+		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Spend:      g.spend(),
+		Duplicates: p.DuplicateCeiling(),
+		Floor:      p.FloorBucket(),
 	})
 	switch {
 	case err != nil:

@@ -85,7 +85,7 @@ policies:
     control_fraction: 0
     delay: {initial: 3s, warmup_samples: 1000000}
     deadline: 6s
-    duplicate_rate: {ceiling: 1, capacity: 10, initial_fill: 10}
+    duplicate_rate: {ceiling: 1}
 `)
 	store := budgets.NewMemory(nil)
 	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})

@@ -8,6 +8,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -15,10 +16,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
+	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
 // replayingDoor is the HTTP door of a one-route cluster (no hedge to
@@ -109,5 +118,102 @@ func TestHTTPConcurrentTwinsShareOneAnswerAndOneProviderCall(t *testing.T) {
 	}
 	if n := len(p.Arrived()); n != 0 {
 		t.Fatalf("the provider had %d more requests; the twin must make none", n)
+	}
+}
+
+// redisReplica is one gateway replica over rs: a dispatcher whose budgets
+// and winner gate are in Redis and an HTTP door whose replay store is
+// there too, as internal/node assembles them.
+func redisReplica(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Server) string {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client, redisstore.Options{Prefix: "twins", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{Prefix: "twins", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replays, err := redisreplay.New(client, redisreplay.Options{Prefix: "twins", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.AddDispatcher(dispatcher.Config{Store: store, Gate: gate, Registerer: prometheus.NewRegistry(), Secret: []byte("replicas-share-it")})
+	return httpDoor(t, c, d, httpdoor.Options{Replays: replays, DispatcherID: d.ID()}).URL
+}
+
+// A twin reaching another replica while the first request runs waits for
+// its answer in the shared store and is replayed it: one provider call,
+// the same bytes (docs/architecture.md §2).
+func TestHTTPTwinOnAnotherReplicaJoinsTheFirstRequest(t *testing.T) {
+	rs := redistest.Start(t)
+	p := dispatcher.NewTestProvider(t, "a", dispatcher.NewTestScript(dispatcher.Late(500*time.Millisecond, 3)))
+	c := dispatcher.NewTestCluster(t, []string{"a"}, map[string]*dispatcher.TestProvider{"a": p}, "")
+	urls := []string{redisReplica(t, c, rs), redisReplica(t, c, rs)}
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			key := map[string]string{frontdoor.HeaderIdempotencyKey: fmt.Sprintf("twins-%t", stream)}
+			first := make(chan *http.Response, 1)
+			go func() { first <- post(t, context.Background(), urls[0], chatBody(stream, ""), key) }()
+			select {
+			case <-p.Arrived():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request never reached the provider")
+			}
+			twin := post(t, context.Background(), urls[1], chatBody(stream, ""), key)
+			twinBody := readAll(t, twin)
+			var resp *http.Response
+			select {
+			case resp = <-first:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request never answered")
+			}
+			firstBody := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK || twin.StatusCode != http.StatusOK || string(firstBody) != string(twinBody) {
+				t.Fatalf("first %d %q, twin %d %q; want one answer twice", resp.StatusCode, firstBody, twin.StatusCode, twinBody)
+			}
+			if twin.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" {
+				t.Fatalf("twin headers %v; want it marked replayed", twin.Header)
+			}
+			if n := len(p.Arrived()); n != 0 {
+				t.Fatalf("the provider had %d more requests; the twin must make none", n)
+			}
+		})
+	}
+}
+
+// A caller that leaves a committed stream midway never got its answer: the
+// door lapses the request's lease instead of releasing it, so the retry
+// takes the request over at once, supersedes the commit and gets a
+// complete answer — not 409 already_committed (docs/architecture.md §2).
+func TestHTTPRetryAfterTheCallerLeftMidStreamGetsACompleteAnswer(t *testing.T) {
+	p := dispatcher.NewTestProvider(t, "a", dispatcher.NewTestScript(dispatcher.Words(3), dispatcher.StallAfter(1)))
+	c := dispatcher.NewTestCluster(t, []string{"a"}, map[string]*dispatcher.TestProvider{"a": p}, "")
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := httpDoor(t, c, c.Dispatcher(), httpdoor.Options{Replays: store, DispatcherID: c.Dispatcher().ID()}).URL
+	key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-left"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := post(t, ctx, url, chatBody(true, ""), key)
+	defer first.Body.Close()
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("first: %d", first.StatusCode)
+	}
+	frontdoortest.ReadUntil(t, first.Body, `"content":"a0 "`)
+	cancel()
+	dispatcher.WaitGone(t, p)
+
+	retry := post(t, context.Background(), url, chatBody(true, ""), key)
+	body := readAll(t, retry)
+	if retry.StatusCode != http.StatusOK || !strings.HasSuffix(string(body), "data: [DONE]\n\n") || retry.Header.Get(frontdoor.HeaderIdempotentReplayed) != "" {
+		t.Fatalf("retry: %d %q (replayed %q); want a complete stream, regenerated", retry.StatusCode, body, retry.Header.Get(frontdoor.HeaderIdempotentReplayed))
+	}
+	if n := len(p.Arrived()); n != 2 {
+		t.Fatalf("the provider had %d requests; want the first one and the retry's", n)
 	}
 }

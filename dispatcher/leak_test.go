@@ -28,7 +28,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 3s
-    duplicate_rate: {ceiling: 1, capacity: 10, initial_fill: 10}
+    duplicate_rate: {ceiling: 1}
 `
 
 // TestNoGoroutineLeakAfterTenThousandGroups runs 10,000 groups through real

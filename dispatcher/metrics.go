@@ -25,6 +25,7 @@ type metrics struct {
 	ejections        *prometheus.CounterVec
 	ejectionsSkipped *prometheus.CounterVec
 	gateDegraded     prometheus.Counter
+	superseded       prometheus.Counter
 	tailGain         *prometheus.GaugeVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
 	busy      *prometheus.CounterVec
@@ -67,6 +68,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Ejections the outlier detection asked for that a pool could not spare (its last healthy route, or past max_ejected_percent)."}, []string{"route"}),
 		gateDegraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_degraded_total",
 			Help: "Elections decided locally because the shared gate was unreachable."}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_superseded_total",
+			Help: "Winner gate holdings of orphaned requests (their gateway died mid-flight, no answer kept) cleared by a retry's takeover."}),
 		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
 			Help: "Control over hedged latency at the guardrail's quantile, per cohort."}, []string{"cohort"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_busy_total",
@@ -80,7 +83,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
-		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped, m.gateDegraded, m.tailGain,
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
+		m.gateDegraded, m.superseded, m.tailGain,
 		m.busy, m.reoffers, m.saturated} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)

@@ -26,9 +26,9 @@ func BenchmarkAdmissionAndElectionOnRedis(b *testing.B) {
 	store, gate := redisShared(b, client, "bench")
 	admit := budgets.AdmitRequest{
 		Pool: "general", Cohort: "default/general/non-stream/256",
-		Attempts: budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
-		Spend:    budgets.SpendPolicy{InputUnits: 100, OutputUnits: 256, ReservationTTL: time.Minute},
-		Bucket:   budgets.DuplicateBucket{Ratio: 0.08, Capacity: 8, InitialFill: 4},
+		Attempts:   budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
+		Spend:      budgets.SpendPolicy{InputUnits: 100, OutputUnits: 256, ReservationTTL: time.Minute},
+		Duplicates: budgets.DuplicateCeiling{Ceiling: 0.08, Window: 10 * time.Second, Slots: 10},
 	}
 	// Warm up: the pool's connections are dialled and the scripts loaded
 	// before the clock starts.

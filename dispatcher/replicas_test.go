@@ -199,7 +199,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 3s
-    duplicate_rate: {ceiling: 0.05, capacity: 8, initial_fill: 4, replacement_reserve: 0, pool_floor: 0}
+    duplicate_rate: {ceiling: 0.05, window: 10s, replacement_reserve: 0, pool_floor: 0}
 `
 
 // slowThreeInTen makes 3 requests in 10 stall 400 ms before their first
@@ -389,5 +389,56 @@ func TestRedisLostAndBackMidRun(t *testing.T) {
 		if n > 1 {
 			t.Fatalf("group %s committed %d attempts", g, n)
 		}
+	}
+}
+
+// A retry that took over an orphaned request (its gateway died after its
+// group committed, no answer kept: the door's in-flight marker proved it,
+// docs/architecture.md §2) names that dispatcher in Supersedes: the
+// orphan's winner gate holding is cleared and the retry commits. A holder of
+// any other dispatcher stands, and without Supersedes the retry answers
+// already_committed as ever.
+func TestRetrySupersedesOnlyTheOrphanedCommitOfTheDispatcherItNames(t *testing.T) {
+	rs := redistest.Start(t)
+	c := newCluster(t, []string{"a"}, map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 2}))}, "")
+	ds, regs := replicas(t, c, rs, "supersede", 1)
+	d := ds[0]
+	_, gate := redisShared(t, redisClient(t, rs), "supersede")
+	tests := []struct {
+		name       string
+		supersedes string
+		commits    bool
+	}{
+		{"the dead dispatcher's commit is superseded", "deaddeadbeef", true},
+		{"another dispatcher's commit stands", "0123456789ab", false},
+		{"without a takeover the commit stands", "", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := fmt.Sprintf("orphaned-%d", i)
+			orphan, err := gate.Claim(t.Context(), schemas.UserActionID(d.secret, "", key), "deaddeadbeef-1", 1)
+			if err != nil || !orphan.Won {
+				t.Fatalf("the dead gateway's claim: %+v, %v", orphan, err)
+			}
+			resp, err := d.Submit(context.Background(), Submission{Pool: "general", IdempotencyKey: key, Request: chat(true),
+				Supersedes: tt.supersedes}, nil)
+			if !tt.commits {
+				var ge *GroupError
+				if !errors.As(err, &ge) || ge.Code != schemas.ErrAlreadyCommitted {
+					t.Fatalf("Submit = %+v, %v; want already_committed", resp, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Submit: %v; want the retry to commit", err)
+			}
+			v, perr := arbiter.ParseGateValue(resp.Gate)
+			if perr != nil || v.Epoch != orphan.Epoch+1 || !strings.HasPrefix(v.Group, d.ID()+"-") {
+				t.Fatalf("the retry's gate value %q; want this dispatcher's group at epoch %d", resp.Gate, orphan.Epoch+1)
+			}
+		})
+	}
+	if n := metricSum(t, regs, "hedgerow_gate_superseded_total", "", ""); n != 1 {
+		t.Fatalf("hedgerow_gate_superseded_total = %v; want 1", n)
 	}
 }

@@ -3,6 +3,7 @@ package frontdoor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -48,6 +50,11 @@ const (
 	// another request (another body, dialect or path) of the same tenant
 	// (docs/architecture.md §2, §3).
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeTenantRateLimited and CodeTenantConcurrencyLimited refuse a
+	// request over its tenant's request rate or requests in flight
+	// (frontdoor/tenantlimit, docs/architecture.md §2).
+	CodeTenantRateLimited        = string(schemas.ErrTenantRateLimited)
+	CodeTenantConcurrencyLimited = string(schemas.ErrTenantConcurrencyLimited)
 )
 
 // OpenAI error types: clients branch on the status, and on the code for the
@@ -83,7 +90,7 @@ var failureKinds = map[string]failureKind{
 	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrInvalidRequest, false},
+	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
 	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
@@ -102,6 +109,8 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
 	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
 	CodeIdempotencyKeyReused:            {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeTenantRateLimited:               {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
+	CodeTenantConcurrencyLimited:        {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantConcurrencyLimited, true},
 }
 
 // Failure is how a door answers one failure, in any dialect: the code names
@@ -193,6 +202,18 @@ func FailureFor(err error) *Failure {
 		return groupFailure(ge)
 	}
 	return &Failure{Code: CodeInternal, Message: "The gateway failed to serve the request."}
+}
+
+// TenantLimited is the answer to a request its tenant's limits refused
+// (frontdoor/tenantlimit): a 429 with the time a retry may be admitted.
+func TenantLimited(r *tenantlimit.Refusal) *Failure {
+	after := max(r.RetryAfter, time.Millisecond)
+	if r.Reason == tenantlimit.ReasonConcurrency {
+		return &Failure{Code: CodeTenantConcurrencyLimited, RetryAfter: after,
+			Message: fmt.Sprintf("Your requests in flight are at this API key's limit of %g; retry when one ends.", r.Limit)}
+	}
+	return &Failure{Code: CodeTenantRateLimited, RetryAfter: after,
+		Message: fmt.Sprintf("Your request rate is over this API key's limit of %g per second; retry after the Retry-After delay.", r.Limit)}
 }
 
 // IdempotencyKeyReused is the answer to an Idempotency-Key that names

@@ -13,9 +13,11 @@ package frontdoor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 )
 
 // Submitter is what a front door needs from the runtime. *dispatcher.Dispatcher
@@ -42,6 +44,36 @@ type Submitter interface {
 }
 
 var _ Submitter = (*dispatcher.Dispatcher)(nil)
+
+// TenantLimiter is what a door asks, once it knows the caller's tenant and
+// before a group runs, whether the tenant's request rate and requests in
+// flight allow one more (docs/architecture.md §2). *tenantlimit.Limiter
+// implements it.
+type TenantLimiter interface {
+	// Admit admits one request of tenant, or refuses it with a
+	// *tenantlimit.Refusal (answered with TenantLimited). An admitted
+	// request calls release when it ends, on every path.
+	Admit(ctx context.Context, tenant string) (release func(), err error)
+}
+
+var _ TenantLimiter = (*tenantlimit.Limiter)(nil)
+
+// AdmitTenant applies l (nil: no limits) to one request of tenant: the
+// release to defer, or the failure to answer. Neither door runs anything
+// for a refused request.
+func AdmitTenant(ctx context.Context, l TenantLimiter, tenant string) (release func(), f *Failure) {
+	if l == nil {
+		return func() {}, nil
+	}
+	release, err := l.Admit(ctx, tenant)
+	if err == nil {
+		return release, nil
+	}
+	if r, ok := errors.AsType[*tenantlimit.Refusal](err); ok {
+		return nil, TenantLimited(r)
+	}
+	return nil, &Failure{Code: CodeInternal, Message: "The gateway failed to check the request's limits."}
+}
 
 // Headers of the front doors. Callers name the user action and the policy
 // class and may shorten the deadline; answers say how they were won.

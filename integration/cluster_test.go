@@ -47,7 +47,7 @@ policies:
     accept_timeout: 250ms
     heartbeat_interval: 50ms
     heartbeat_timeout: 300ms
-    duplicate_rate: {ceiling: 1, capacity: 100, initial_fill: 100}
+    duplicate_rate: {ceiling: 1}
     guardrail: {enabled: false}
 `
 

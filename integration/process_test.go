@@ -62,7 +62,7 @@ policies:
     accept_timeout: 250ms
     heartbeat_interval: 50ms
     heartbeat_timeout: 300ms
-    duplicate_rate: {ceiling: 1, capacity: 10, initial_fill: 10}
+    duplicate_rate: {ceiling: 1}
     guardrail: {enabled: false}
 `
 

@@ -30,6 +30,7 @@ type provider struct {
 	closing   chan struct{} // closed first by cleanup, ending every held request
 
 	mu         sync.Mutex
+	served     int           // chat completion requests received
 	holds      int           // how many of the next requests to hold; -1: all
 	afterFirst bool          // hold after the first word instead of before the first byte
 	release    chan struct{} // closed to let the held requests answer
@@ -78,6 +79,13 @@ func (p *provider) setHold(n int, afterFirst bool) (release func()) {
 	}
 }
 
+// requests is how many chat completion requests the provider received.
+func (p *provider) requests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.served
+}
+
 // takeHold says whether and where this request is held, and on what.
 func (p *provider) takeHold() (release <-chan struct{}, afterFirst, held bool) {
 	p.mu.Lock()
@@ -116,6 +124,9 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	// Read the body as a provider does: net/http notices a client going
 	// away only once the request has been consumed.
 	_, _ = io.Copy(io.Discard, r.Body)
+	p.mu.Lock()
+	p.served++
+	p.mu.Unlock()
 	release, afterFirst, held := p.takeHold()
 	if held && !afterFirst && !p.wait(r, caller, release) {
 		return

@@ -44,6 +44,12 @@ const (
 	// SubmitCancelPrefix is followed by the request id (SubmitCancelSubject).
 	SubmitCancelPrefix = "hedgerow.submit.cancel."
 
+	// HeaderAuthorization carries the caller's API key as "Bearer <key>",
+	// the HTTP door's header and form: a gateway with tenants configured
+	// refuses a request without a key of theirs (unauthenticated, 401)
+	// and counts it against the key's tenant.
+	HeaderAuthorization = "Authorization"
+
 	HeaderStatus    = "Hedgerow-Status"
 	HeaderRequestID = "Hedgerow-Request-Id"
 	HeaderErrorCode = "Hedgerow-Error-Code"

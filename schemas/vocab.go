@@ -99,6 +99,14 @@ const (
 	// group runs; never in a group record.
 	ErrUnknownModel ErrorCode = "unknown_model" // model_class names no pool
 	ErrUnavailable  ErrorCode = "unavailable"   // this replica cannot take the request now: retry
+	// ErrUnauthenticated: tenants are configured and the request carried
+	// no key of theirs (header Authorization: Bearer <key>).
+	ErrUnauthenticated ErrorCode = "unauthenticated"
+	// ErrTenantRateLimited and ErrTenantConcurrencyLimited: the caller's
+	// tenant is over its request rate or its requests in flight; retry
+	// after the Retry-After hint (docs/architecture.md §2).
+	ErrTenantRateLimited        ErrorCode = "tenant_rate_limited"
+	ErrTenantConcurrencyLimited ErrorCode = "tenant_concurrency_limited"
 )
 
 // Usage is the work an attempt consumed, in provider usage units (tokens).

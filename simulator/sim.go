@@ -329,7 +329,7 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 		if r.store != nil {
 			adm, err := r.store.Admit(ctx, budgets.AdmitRequest{
 				UserAction: g.id, Pool: pool, Cohort: g.cohort.Key(),
-				Attempts: r.attemptPolicy(), Spend: r.spend(g), Bucket: r.strat.bucket,
+				Attempts: r.attemptPolicy(), Spend: r.spend(g), Duplicates: r.strat.duplicates,
 			})
 			if err != nil {
 				return err
@@ -433,7 +433,7 @@ func (r *runner) decideExtra(ctx context.Context, g *simGroup, a hedge.AskHedgeB
 	}
 	grant, err := r.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.id, Route: target, Pool: pool, Cohort: g.cohort.Key(),
-		Attempts: r.attemptPolicy(), Spend: r.spend(g), Bucket: r.strat.bucket, Floor: r.strat.floor,
+		Attempts: r.attemptPolicy(), Spend: r.spend(g), Duplicates: r.strat.duplicates, Floor: r.strat.floor,
 	})
 	if err != nil {
 		// The store is down: the optional duplicate fails closed.
@@ -488,6 +488,9 @@ func (r *runner) launch(g *simGroup, l hedge.Launch) {
 	sa := &simAttempt{route: idx, role: l.Role, start: start, draw: draw}
 	if l.Role != schemas.RolePrimary {
 		r.acc.windowExtras[int64(r.now/durationWindow)]++
+	}
+	if l.Role == schemas.RoleHedge {
+		r.acc.windowHedges[int64(r.now/durationWindow)]++
 	}
 	g.attempts = append(g.attempts, sa)
 	if r.picker != nil {

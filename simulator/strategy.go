@@ -40,7 +40,7 @@ type budgetMode int
 
 const (
 	budgetNone  budgetMode = iota // every extra attempt allowed
-	budgetStore                   // budgets.Store duplicate-rate bucket
+	budgetStore                   // budgets.Store duplicate-rate ceiling
 )
 
 // strategy is one way of running the same workload. Every strategy is the
@@ -61,7 +61,7 @@ type strategy struct {
 	// than the primary's own time to first byte (a naive quantile hedger).
 	observeGroup bool
 	budget       budgetMode
-	bucket       budgets.DuplicateBucket
+	duplicates   budgets.DuplicateCeiling
 	floor        budgets.FloorBucket
 	// routeAware picks routes by power of two choices, honouring pushback and
 	// quarantine; otherwise routes are drawn uniformly, the same one allowed.
@@ -96,7 +96,9 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 		s.globalCohort = true
 		s.observeGroup = true
 		s.budget = budgetStore
-		s.bucket = budgets.DuplicateBucket{Ratio: 0.20, Capacity: 20, InitialFill: 5}
+		// A retry budget in the manner of Finagle's: 20% of the requests
+		// of the last 10 s, no floor.
+		s.duplicates = budgets.DuplicateCeiling{Ceiling: 0.20, Window: 10 * time.Second, Slots: 10}
 	case StrategyHedgerow:
 		// This project's defaults: exactly what a configuration that sets
 		// nothing runs, pinned conditions aside.
@@ -109,7 +111,7 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 		s.policy.CancelGrace = p.CancelGrace
 		s.delay = delayEstimated
 		s.budget = budgetStore
-		s.bucket = d.DuplicateBucket()
+		s.duplicates = d.DuplicateCeiling()
 		s.floor = d.FloorBucket()
 		s.routeAware = true
 	default:

@@ -30,8 +30,9 @@ type decision struct {
 
 	uaGranted     bool
 	tenantGranted bool
-	deposited     int64  // microtokens a primary added to its cohort's bucket
-	bucketKey     string // the cohort's bucket
+	counted       bool   // a primary was counted in its cohort's window
+	windowKey     string // the cohort's window
+	slot          int64  // now's slot in it
 }
 
 func (s *Store) newDecision(userAction string, units int64) *decision {
@@ -88,8 +89,8 @@ func (d *decision) compensate(parent, ctx context.Context) error {
 	if d.tenantGranted {
 		d.endTenant(ctx, b, false, 0)
 	}
-	if d.deposited != 0 {
-		b.eval(ctx, withdrawScript, []string{d.bucketKey}, d.deposited)
+	if d.counted {
+		b.eval(ctx, uncountScript, []string{d.windowKey}, "p:"+strconv.FormatInt(d.slot, 10))
 	}
 	if d.r.source != srcNone {
 		d.endToken(ctx, b, false)
@@ -116,14 +117,19 @@ func (d *decision) endTenant(ctx context.Context, b *batch, settle bool, used in
 		d.nowMs, d.r.nonce, flag(settle), used, 0)
 }
 
-// endToken queues the end of the reservation's duplicate-rate token.
+// endToken queues the end of the reservation's count in its cohort's
+// duplicate-rate window (and floor token).
 func (d *decision) endToken(ctx context.Context, b *batch, settle bool) *scriptCall {
-	source := d.s.keys.floor(d.r.pool)
-	if d.r.source == srcCohort {
-		source = d.s.keys.bucket(d.r.pool, d.r.cohort)
-	}
-	return b.eval(ctx, poolEndScript, []string{source, d.s.keys.poolTokens(d.r.pool)},
-		d.nowMs, d.r.nonce, d.r.source, flag(!settle), idleMs)
+	k := d.s.keys
+	return b.eval(ctx, poolEndScript,
+		[]string{k.window(d.r.pool, d.r.cohort, d.r.slotMs), k.floor(d.r.pool), k.poolTokens(d.r.pool)},
+		d.nowMs, d.r.nonce, d.r.source, flag(!settle), d.r.slot, idleMs)
+}
+
+// windowTTL is how long a window key is kept after its last count: until
+// that count's slot has left the window, and a grace period.
+func windowTTL(c budgets.DuplicateCeiling) int64 {
+	return c.SlotLength().Milliseconds()*int64(c.Slots) + graceMs
 }
 
 func flag(b bool) int {
@@ -134,7 +140,8 @@ func flag(b bool) int {
 }
 
 // Admit implements budgets.Store in one round trip: the user action's take,
-// the tenant's take and the cohort deposit are pipelined together; a denial
+// the tenant's take and the primary's count in its cohort's window are
+// pipelined together; a denial
 // costs a second round trip that gives back what the others granted.
 func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Admission, error) {
 	if err := ended(ctx, "admit"); err != nil {
@@ -154,23 +161,21 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 	defer cancel()
 
 	d := s.newDecision(req.UserAction, req.Spend.Units())
-	d.bucketKey = s.keys.bucket(entityHash(req.Pool), entityHash(req.Cohort))
+	slotLen := req.Duplicates.SlotLength()
+	d.windowKey = s.keys.window(entityHash(req.Pool), entityHash(req.Cohort), slotLen.Milliseconds())
+	d.slot = budgets.WindowSlot(d.now, slotLen)
 	b := newBatch(s.client)
 	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
-	deposit := b.eval(ctx, depositScript, []string{d.bucketKey}, d.nowMs,
-		budgets.Microtokens(req.Bucket.InitialFill), budgets.Microtokens(req.Bucket.Capacity),
-		budgets.Microtokens(req.Bucket.Ratio), idleMs, graceMs)
+	count := b.eval(ctx, countScript, []string{d.windowKey}, d.slot, req.Duplicates.Slots, windowTTL(req.Duplicates))
 	s.send(parent, ctx, b)
 
 	uaCode, attempts, uaErr := takeResult(uaCall)
 	tenantCode, _, tenantErr := takeResult(tenantCall)
-	added, depositErr := deposit.cmd.Int64()
+	countErr := count.cmd.Err()
 	d.uaGranted = uaErr == nil && uaCode == takeGranted
 	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
-	if depositErr == nil {
-		d.deposited = added
-	}
-	if err := errors.Join(uaErr, tenantErr, depositErr); err != nil {
+	d.counted = countErr == nil
+	if err := errors.Join(uaErr, tenantErr, countErr); err != nil {
 		return budgets.Admission{}, d.fail(parent, ctx, "admit", err)
 	}
 
@@ -209,7 +214,8 @@ func (d *decision) fail(parent, ctx context.Context, op string, err error) error
 }
 
 // ReserveExtra implements budgets.Store in one round trip: the route's
-// flags, the user action's take, the pool's token and the tenant's take are
+// flags, the user action's take, the count in the cohort's window (or the
+// pool's floor token) and the tenant's take are
 // pipelined together; a denial costs a second round trip that gives back
 // what the others granted.
 func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (budgets.Grant, error) {
@@ -234,17 +240,15 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p", "e")
 	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
 	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Cohort)
-	const one = 1_000_000
-	need := int64(one)
-	if req.Role == schemas.RoleHedge {
-		need += budgets.Microtokens(req.Bucket.ReplacementReserve)
-	}
-	tokenCall := b.eval(ctx, poolTakeScript,
-		[]string{s.keys.bucket(poolHash, cohortHash), s.keys.floor(poolHash), s.keys.poolTokens(poolHash)},
-		d.nowMs, d.r.nonce,
-		budgets.Microtokens(req.Bucket.InitialFill), budgets.Microtokens(req.Bucket.Capacity), need,
+	slotLen := req.Duplicates.SlotLength()
+	slot := budgets.WindowSlot(d.now, slotLen)
+	tokenCall := b.eval(ctx, poolCountScript,
+		[]string{s.keys.window(poolHash, cohortHash, slotLen.Milliseconds()), s.keys.floor(poolHash), s.keys.poolTokens(poolHash)},
+		d.nowMs, d.r.nonce, slot, req.Duplicates.Slots,
+		budgets.Microtokens(req.Duplicates.Ceiling), budgets.Microtokens(req.Duplicates.ReplacementReserve),
+		flag(req.Role == schemas.RoleReplacement),
 		budgets.Microtokens(req.Floor.Capacity), strconv.FormatFloat(req.Floor.RefillPerSecond*1e6, 'g', -1, 64),
-		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs)
+		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs, windowTTL(req.Duplicates))
 	s.send(parent, ctx, b)
 
 	uaCode, attempts, uaErr := takeResult(uaCall)
@@ -252,8 +256,9 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	source, tokenErr := tokenCall.cmd.Int64()
 	d.uaGranted = uaErr == nil && uaCode == takeGranted
 	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
-	if tokenErr == nil && (source == srcCohort || source == srcFloor) {
+	if tokenErr == nil && source >= srcCohort && source <= srcReplacement {
 		d.r.source, d.r.pool, d.r.cohort = int(source), poolHash, cohortHash
+		d.r.slotMs, d.r.slot = slotLen.Milliseconds(), slot
 	}
 	flagVals, flagsErr := flags.Result()
 	if err := errors.Join(flagsErr, uaErr, tenantErr, tokenErr); err != nil {
@@ -283,8 +288,11 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		}
 		return budgets.Grant{Reason: reason}, nil
 	}
-	token := budgets.TokenCohort
-	if d.r.source == srcFloor {
+	token := budgets.TokenNone
+	switch d.r.source {
+	case srcCohort:
+		token = budgets.TokenCohort
+	case srcFloor:
 		token = budgets.TokenFloor
 	}
 	return budgets.Grant{

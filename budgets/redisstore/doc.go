@@ -14,9 +14,9 @@
 //	<prefix>:{ua:<h>}                       ledger and spend of a user action (HASH a attempts, s settled, r reserved, e expiry)
 //	<prefix>:{ua:<h>}:res, …:exp            its live reservations: units (HASH nonce → units), expiries (ZSET nonce → ms)
 //	<prefix>:{tenant:<h>}:w:<len>:<start>   a tenant's spend in one window (same three keys, no attempts)
-//	<prefix>:{pool:<h>}:b:<cohort h>        a cohort's duplicate-rate bucket (HASH l level, c capacity, u last use; microtokens)
+//	<prefix>:{pool:<h>}:w:<cohort h>:<ms>   a cohort's duplicate-rate window of slots of <ms> (HASH p:<slot> primaries, x:<slot> extra attempts)
 //	<prefix>:{pool:<h>}:floor               the pool's floor (HASH l, c, rate, t last refill, u last use)
-//	<prefix>:{pool:<h>}:tokens              tokens held by live reservations (ZSET "nonce:source" → expiry)
+//	<prefix>:{pool:<h>}:tokens              counts held by live reservations (ZSET "nonce:source" → expiry)
 //	<prefix>:{route:<h>}:flags              route flags (HASH q quarantined-until, p pushback-until; ms)
 //	<prefix>:{route:<h>}:leases             in-flight leases (ZSET holder → expiry)
 //
@@ -42,11 +42,12 @@
 // again as EVAL, a second batch that LoadScripts avoids up front.
 //
 //   - Admit: one batch — the user action's take (ledger slot and spend),
-//     the tenant window's take (with a tenant ceiling) and the cohort's
-//     deposit.
+//     the tenant window's take (with a tenant ceiling) and the primary's
+//     count in its cohort's window.
 //   - ReserveExtra: one batch — the route's flags (HMGET), the user
-//     action's take, the pool's token (cohort bucket, else floor) and the
-//     tenant window's take.
+//     action's take, the pool's count (one script on the pool's slot:
+//     the cohort's window decides a hedge, else the floor pays; a
+//     replacement is always counted) and the tenant window's take.
 //   - Settle and Release: one batch — each entity the reservation spans
 //     ends its own share. The ReservationID carries those entities (hashed)
 //     and a random nonce naming the reservation's record in each of them,
@@ -61,13 +62,13 @@
 // reserve-then-compensate: every entity's script grants or refuses on its
 // own, all in the one batch, and when any refuses (or a route flag is up)
 // a second batch gives back what the others granted — the slot and spend
-// through the same end script Release uses, the token likewise, a deposit
-// by withdrawing exactly what was added. The reason is the first refusal
+// through the same end script Release uses, the count likewise, a
+// primary's count by uncounting it. The reason is the first refusal
 // in the order of the budgets.Store docs. Between the two batches another
 // replica may glimpse a grant that is about to be given back: it is then
-// denied spuriously, or, for a deposit, it may spend the token; the bucket
-// then goes into debt (a negative level) that the next deposits repay, so
-// over time no grant stays that the ceilings did not allow.
+// denied spuriously, or, for a primary's count, a hedge may be allowed by
+// a primary that is then uncounted: one hedge more than the window's
+// primaries allow, until its slot leaves the window.
 //
 // # Failures and what is best-effort
 //
@@ -89,15 +90,15 @@
 // Exactness has limits where Redis failed part-way:
 //   - A batch that failed after some scripts ran: the granted parts Redis
 //     answered for are given back if the call has time left; the others
-//     hold their spend until the reservation expires, and a slot or token
+//     hold their spend until the reservation expires, and a slot, count or token
 //     taken that way stays taken (a spurious refusal later, never an
 //     excess).
 //   - A call that timed out may still run on the server afterwards (a
 //     stalled server runs its queue when it resumes); its reservation,
 //     never returned to the caller, expires after its ReservationTTL.
 //   - go-redis may resend a batch after a connection error; takes are
-//     idempotent on their nonce, ends on their record, but a deposit may
-//     land twice (one more hedge allowed, once).
+//     idempotent on their nonce, ends on their record, but a primary's
+//     count may land twice (a share of a hedge more, for one window).
 //   - Settle and Release end each entity's share at most once, and the user
 //     action's share decides the answer. If an earlier attempt ended only
 //     some shares (a partial failure), a retry ends the rest but reports
@@ -105,6 +106,6 @@
 //     each other may mix (one settles the user action, the other releases
 //     the tenant's share).
 //   - A Redis that lost its memory (a restart without persistence) forgets
-//     every ledger, bucket, reservation, flag and lease: budgets start
+//     every ledger, window, reservation, flag and lease: budgets start
 //     afresh and earlier reservations are unknown.
 package redisstore

@@ -44,12 +44,14 @@ func (k keys) tenantWindow(tenantHash string, lengthMs, startMs int64) []string 
 		strconv.FormatInt(lengthMs, 10) + ":" + strconv.FormatInt(startMs, 10))
 }
 
-// pool returns the pool's tag prefix: its cohort buckets, its floor and the
-// record of the tokens held by live reservations all share it.
+// pool returns the pool's tag prefix: its cohort windows, its floor and the
+// record of the counts held by live reservations all share it.
 func (k keys) pool(poolHash string) string { return k.prefix + ":{pool:" + poolHash + "}" }
 
-func (k keys) bucket(poolHash, cohortHash string) string {
-	return k.pool(poolHash) + ":b:" + cohortHash
+// window holds a cohort's duplicate-rate window of slots of slotMs,
+// named by the slot length so that windows of different slots never mix.
+func (k keys) window(poolHash, cohortHash string, slotMs int64) string {
+	return k.pool(poolHash) + ":w:" + cohortHash + ":" + strconv.FormatInt(slotMs, 10)
 }
 func (k keys) floor(poolHash string) string      { return k.pool(poolHash) + ":floor" }
 func (k keys) poolTokens(poolHash string) string { return k.pool(poolHash) + ":tokens" }
@@ -58,12 +60,13 @@ func (k keys) route(routeHash string) string       { return k.prefix + ":{route:
 func (k keys) routeFlags(routeHash string) string  { return k.route(routeHash) + ":flags" }
 func (k keys) routeLeases(routeHash string) string { return k.route(routeHash) + ":leases" }
 
-// token sources as the pool scripts report them and reservation ids carry
-// them.
+// What counted an extra attempt in its cohort's window, as the pool
+// scripts report it and reservation ids carry it.
 const (
-	srcNone   = 0
-	srcCohort = 1
-	srcFloor  = 2
+	srcNone        = 0 // nothing: a primary
+	srcCohort      = 1 // a hedge under the window's ceiling
+	srcFloor       = 2 // a hedge the pool's floor paid
+	srcReplacement = 3 // a replacement, never refused
 )
 
 // reservation is what a ReservationID encodes: every entity the
@@ -71,19 +74,23 @@ const (
 type reservation struct {
 	nonce  string // unique per reservation; its record's name in every entity
 	ua     string // user action hash
-	source int    // srcNone, srcCohort, srcFloor
+	source int    // srcNone, srcCohort, srcFloor, srcReplacement
 	pool   string // pool hash, with source ≠ srcNone
-	cohort string // cohort hash, with source == srcCohort
+	cohort string // cohort hash, with source ≠ srcNone
 	tenant string // tenant hash, when a tenant ceiling applied
 	winLen int64  // tenant window length, ms
 	winAt  int64  // tenant window start, Unix ms
+	slotMs int64  // the duplicate window's slot length, with source ≠ srcNone
+	slot   int64  // the slot the extra attempt was counted in
 }
 
-// idVersion starts every reservation id, so the format can change.
-const idVersion = "r1"
+// idVersion starts every reservation id, so the format can change. r1 ids
+// (a duplicate-rate bucket's tokens) are refused as unknown: their shares
+// return to the ceilings when they expire.
+const idVersion = "r2"
 
 // id renders the reservation as its opaque ReservationID:
-// r1.<nonce>.<ua>.<source>.<pool>.<cohort>.<tenant>.<window length>.<window start>.<check>,
+// r2.<nonce>.<ua>.<source>.<pool>.<cohort>.<tenant>.<window length>.<window start>.<slot length>.<slot>.<check>,
 // where check is a digest of the rest, so that an id damaged on its way
 // back (truncated, altered) is refused whole instead of ending the shares
 // of some entities and missing the others.
@@ -91,6 +98,7 @@ func (r reservation) id() budgets.ReservationID {
 	body := strings.Join([]string{
 		idVersion, r.nonce, r.ua, strconv.Itoa(r.source), r.pool, r.cohort, r.tenant,
 		strconv.FormatInt(r.winLen, 10), strconv.FormatInt(r.winAt, 10),
+		strconv.FormatInt(r.slotMs, 10), strconv.FormatInt(r.slot, 10),
 	}, ".")
 	return budgets.ReservationID(body + "." + idCheck(body))
 }
@@ -111,7 +119,7 @@ func parseReservation(id budgets.ReservationID) (r reservation, ok bool) {
 	}
 	body := string(id)[:i]
 	parts := strings.Split(body, ".")
-	if len(parts) != 9 || parts[0] != idVersion {
+	if len(parts) != 11 || parts[0] != idVersion {
 		return reservation{}, false
 	}
 	r.nonce, r.ua, r.pool, r.cohort, r.tenant = parts[1], parts[2], parts[4], parts[5], parts[6]
@@ -125,14 +133,18 @@ func parseReservation(id budgets.ReservationID) (r reservation, ok bool) {
 	if r.winAt, err = strconv.ParseInt(parts[8], 10, 64); err != nil {
 		return reservation{}, false
 	}
+	if r.slotMs, err = strconv.ParseInt(parts[9], 10, 64); err != nil {
+		return reservation{}, false
+	}
+	if r.slot, err = strconv.ParseInt(parts[10], 10, 64); err != nil {
+		return reservation{}, false
+	}
 	switch {
 	case !isHash(r.nonce) || !isHash(r.ua):
 		return reservation{}, false
-	case r.source < srcNone || r.source > srcFloor:
+	case r.source < srcNone || r.source > srcReplacement:
 		return reservation{}, false
-	case r.source != srcNone && !isHash(r.pool):
-		return reservation{}, false
-	case r.source == srcCohort && !isHash(r.cohort):
+	case r.source != srcNone && (!isHash(r.pool) || !isHash(r.cohort) || r.slotMs <= 0):
 		return reservation{}, false
 	case r.tenant != "" && (!isHash(r.tenant) || r.winLen <= 0):
 		return reservation{}, false

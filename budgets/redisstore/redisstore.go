@@ -177,7 +177,7 @@ func checkExact(what string, spend budgets.SpendPolicy) error {
 
 // scripts lists every script the store runs, for LoadScripts.
 var scripts = []*redis.Script{
-	takeScript, endScript, depositScript, withdrawScript, poolTakeScript, poolEndScript, markScript, leaseScript,
+	takeScript, endScript, countScript, uncountScript, poolCountScript, poolEndScript, markScript, leaseScript,
 }
 
 // LoadScripts loads every script into every server the client talks to

@@ -53,16 +53,16 @@ func ceilinged(ua string) budgets.AdmitRequest {
 			UserActionCeiling: 1000, TenantCeiling: 1_000_000, TenantWindow: time.Hour,
 			ReservationTTL: time.Minute,
 		},
-		Bucket: budgets.DuplicateBucket{Ratio: 1, Capacity: 100},
+		Duplicates: budgets.DuplicateCeiling{Ceiling: 1, Window: 10 * time.Second, Slots: 10},
 	}
 }
 
 // hedgeOf is the hedge of a ceilinged primary towards route, paid for by
-// the cohort's bucket or the pool's floor.
+// the cohort's window or the pool's floor.
 func hedgeOf(p budgets.AdmitRequest, route string) budgets.ExtraRequest {
 	return budgets.ExtraRequest{
 		Role: schemas.RoleHedge, UserAction: p.UserAction, Tenant: p.Tenant, Route: route,
-		Pool: p.Pool, Cohort: p.Cohort, Attempts: p.Attempts, Spend: p.Spend, Bucket: p.Bucket,
+		Pool: p.Pool, Cohort: p.Cohort, Attempts: p.Attempts, Spend: p.Spend, Duplicates: p.Duplicates,
 		Floor: budgets.FloorBucket{Capacity: 2, RefillPerSecond: 1},
 	}
 }

@@ -45,14 +45,32 @@ local function load(now, nowArg)
   return acct
 end
 
--- bucketLevel reads a cohort bucket (l level, c capacity, u last use),
--- starting it at its initial fill when new or idle too long, and caps it.
-local function bucketLevel(key, now, initial, cap, idle)
-  local v = redis.call('HMGET', key, 'l', 'u')
-  local l, u = tonumber(v[1]), tonumber(v[2])
-  if not l or not u or now >= u + idle then l = initial end
-  if l > cap then l = cap end
-  return l
+-- windowSums forgets the fields of a cohort's window (HASH p:<slot>
+-- primaries, x:<slot> extra attempts) whose slot left the window of n
+-- slots that ends with slot cur, and returns the primaries and extras of
+-- the slots left.
+local function windowSums(key, cur, n)
+  local all = redis.call('HGETALL', key)
+  local p, x, stale = 0, 0, {}
+  for i = 1, #all, 2 do
+    local slot = tonumber(string.sub(all[i], 3))
+    if not slot or slot <= cur - n then
+      stale[#stale + 1] = all[i]
+    elseif string.sub(all[i], 1, 1) == 'p' then
+      p = p + tonumber(all[i + 1])
+    else
+      x = x + tonumber(all[i + 1])
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  return p, x
+end
+
+-- uncount takes one back from a window's field, if the field is still
+-- there: a slot that left the window holds nothing to give back.
+local function uncount(key, field)
+  local v = tonumber(redis.call('HGET', key, field))
+  if v and v > 0 then redis.call('HINCRBY', key, field, -1) end
 end
 
 -- refill adds the floor tokens earned since t; t moves on only when at
@@ -129,62 +147,58 @@ redis.call('HSET', KEYS[1], 'a', int(acct.a), 's', int(acct.s), 'r', int(acct.r)
 return 1
 `)
 
-// depositScript puts a primary's ratio into its cohort's bucket, up to the
-// capacity.
+// countScript counts an admitted primary in its cohort's window.
 //
-// KEYS: cohort bucket (HASH l level, c capacity, u last use).
-// ARGV: now, initial fill, capacity, ratio (microtokens), idle ttl, gc grace.
-// Returns the microtokens actually added, which a compensation takes back.
-var depositScript = redis.NewScript(prelude + `
-local now, initial, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local ratio, idle, grace = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local l = bucketLevel(KEYS[1], now, initial, cap, idle)
-local added = math.min(cap, l + ratio) - l
-redis.call('HSET', KEYS[1], 'l', int(l + added), 'c', int(cap), 'u', int(now))
-redis.call('PEXPIRE', KEYS[1], int(idle + grace))
-return added
-`)
-
-// withdrawScript takes back a compensated deposit. The level may go below
-// zero when a concurrent hedge already spent the deposit: later deposits
-// repay that debt, so the glimpsed token does not stay granted.
-//
-// KEYS: cohort bucket. ARGV: microtokens to take back.
-var withdrawScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'l', -tonumber(ARGV[1]))
-end
+// KEYS: cohort window (HASH p:<slot> primaries, x:<slot> extra attempts).
+// ARGV: slot index, slots in the window, key ttl (ms).
+var countScript = redis.NewScript(prelude + `
+windowSums(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'p:' .. ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `)
 
-// poolTakeScript takes one token for an extra attempt: from the cohort's
-// bucket if it holds the need (one token, plus the replacement reserve for
-// a hedge), else from the pool's floor, refilled up to now.
+// uncountScript takes back the count of a primary whose admission was
+// denied. A hedge decided in between may have counted it; the window
+// then holds one hedge more than its primaries allowed, until that slot
+// leaves it.
 //
-// KEYS: cohort bucket, pool floor (HASH l level, c capacity, rate
+// KEYS: cohort window. ARGV: the field (p:<slot>).
+var uncountScript = redis.NewScript(prelude + `
+uncount(KEYS[1], ARGV[1])
+return 1
+`)
+
+// poolCountScript counts an extra attempt in its cohort's window: a
+// replacement always; a hedge when the window has room for it under the
+// ceiling, reserve left ((x + 1) + reserve ≤ ceiling × p, in
+// microtokens), else when the pool's floor, refilled up to now, pays a
+// token. It records the count in the pool's tokens, so it ends once.
+//
+// KEYS: cohort window, pool floor (HASH l level, c capacity, rate
 // microtokens/s, t last refill, u last use), pool tokens (ZSET
 // "nonce:source" → reservation expiry).
-// ARGV: now, nonce, initial fill, capacity, need, floor capacity, floor
-// rate (microtokens/s), reservation expiry, idle ttl, gc grace.
-// Returns the source: 0 none, 1 cohort, 2 floor. A replay of a granted
-// call returns the same source.
-var poolTakeScript = redis.NewScript(prelude + `
-local now, nonce = tonumber(ARGV[1]), ARGV[2]
-for src = 1, 2 do
+// ARGV: now, nonce, slot index, slots in the window, ceiling (microtokens
+// per primary), reserve (microtokens), 1 replacement | 0 hedge, floor
+// capacity, floor rate (microtokens/s), reservation expiry, floor idle
+// ttl, gc grace, window key ttl.
+// Returns the source: 0 none (a hedge refused), 1 cohort, 2 floor, 3 a
+// replacement. A replay of a granted call returns the same source.
+var poolCountScript = redis.NewScript(prelude + `
+local now, nonce, slot = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+for src = 1, 3 do
   if redis.call('ZSCORE', KEYS[3], nonce .. ':' .. src) then return src end
 end
-local initial, cap, need = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local fcap, rate = tonumber(ARGV[6]), tonumber(ARGV[7])
-local resExp, idle, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local n, ceiling, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local fcap, rate = tonumber(ARGV[8]), tonumber(ARGV[9])
+local resExp, idle, grace = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local p, x = windowSums(KEYS[1], tonumber(slot), n)
 local src = 0
-local l = bucketLevel(KEYS[1], now, initial, cap, idle)
-if l >= need then
-  l = l - ONE
+if ARGV[7] == '1' then
+  src = 3
+elseif (x + 1) * ONE + reserve <= ceiling * p then
   src = 1
-end
-redis.call('HSET', KEYS[1], 'l', int(l), 'c', int(cap), 'u', int(now))
-redis.call('PEXPIRE', KEYS[1], int(idle + grace))
-if src == 0 and fcap > 0 then
+elseif fcap > 0 then
   local v = redis.call('HMGET', KEYS[2], 'l', 't', 'u')
   local fl, ft, fu = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
   if not fl or not ft or not fu or now >= fu + idle then
@@ -195,10 +209,12 @@ if src == 0 and fcap > 0 then
     fl = fl - ONE
     src = 2
   end
-  redis.call('HSET', KEYS[2], 'l', int(fl), 'c', int(fcap), 'rate', ARGV[7], 't', int(ft), 'u', int(now))
+  redis.call('HSET', KEYS[2], 'l', int(fl), 'c', int(fcap), 'rate', ARGV[9], 't', int(ft), 'u', int(now))
   redis.call('PEXPIRE', KEYS[2], int(idle + grace))
 end
 if src ~= 0 then
+  redis.call('HINCRBY', KEYS[1], 'x:' .. slot, 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[13])
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
   redis.call('ZADD', KEYS[3], int(resExp), nonce .. ':' .. src)
   local keep = resExp - now + grace
@@ -207,30 +223,27 @@ end
 return src
 `)
 
-// poolEndScript ends a reservation's token: a settled attempt keeps it, a
-// released one gives it back (not above capacity; a floor is refilled up
-// to now first).
+// poolEndScript ends a reservation's count: a settled attempt stays
+// counted; a released one is uncounted from its slot (if the slot is
+// still in the window) and gives a floor token back (not above capacity,
+// the floor refilled up to now first).
 //
-// KEYS: the token's cohort bucket or pool floor, pool tokens.
-// ARGV: now, nonce, source (1 cohort | 2 floor), 1 release | 0 settle, idle ttl.
-// Returns 1 if the token was held, 0 (changing nothing) if not.
+// KEYS: the count's cohort window, pool floor, pool tokens.
+// ARGV: now, nonce, source (1 cohort | 2 floor | 3 replacement), 1 release
+// | 0 settle, slot index, floor idle ttl.
+// Returns 1 if the count was held, 0 (changing nothing) if not.
 var poolEndScript = redis.NewScript(prelude + `
-local now, idle = tonumber(ARGV[1]), tonumber(ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-if redis.call('ZREM', KEYS[2], ARGV[2] .. ':' .. ARGV[3]) == 0 then return 0 end
+local now, idle = tonumber(ARGV[1]), tonumber(ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+if redis.call('ZREM', KEYS[3], ARGV[2] .. ':' .. ARGV[3]) == 0 then return 0 end
 if ARGV[4] ~= '1' then return 1 end
-if ARGV[3] == '1' then
-  local v = redis.call('HMGET', KEYS[1], 'l', 'c', 'u')
-  local l, c, u = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
-  if l and c and u and now < u + idle then
-    redis.call('HSET', KEYS[1], 'l', int(math.min(c, l + ONE)))
-  end
-else
-  local v = redis.call('HMGET', KEYS[1], 'l', 'c', 'rate', 't', 'u')
+uncount(KEYS[1], 'x:' .. ARGV[5])
+if ARGV[3] == '2' then
+  local v = redis.call('HMGET', KEYS[2], 'l', 'c', 'rate', 't', 'u')
   local l, c, rate, t, u = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
   if l and c and rate and t and u and now < u + idle then
     l, t = refill(l, c, t, rate, now)
-    redis.call('HSET', KEYS[1], 'l', int(math.min(c, l + ONE)), 't', int(t))
+    redis.call('HSET', KEYS[2], 'l', int(math.min(c, l + ONE)), 't', int(t))
   end
 end
 return 1

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -11,7 +12,7 @@ import (
 
 // testConcurrentUseConservesEveryCeiling drives one store from many goroutines
 // that admit primaries, reserve hedges, settle and release, racing for one
-// tenant ceiling, one duplicate-rate bucket and their own user actions'
+// tenant ceiling, one duplicate-rate window and their own user actions'
 // ceilings. Once every reservation has ended, each ceiling must hold exactly
 // what was settled: nothing leaked by a compensation, nothing refunded twice.
 func testConcurrentUseConservesEveryCeiling(f *fixture) {
@@ -25,7 +26,9 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 		busyTenant    = "tenant-busy"
 		busyCohort    = "busy"
 	)
-	bucket := budgets.DuplicateBucket{Ratio: 1, Capacity: 1e6}
+	// A window of an hour, which the suite's clock never leaves, at a
+	// ceiling of 1: a primary earns one hedge.
+	bucket := budgets.DuplicateCeiling{Ceiling: 1, Window: time.Hour, Slots: 1}
 
 	// tally is what one worker saw granted and ended.
 	type tally struct {
@@ -81,7 +84,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 			if rng.IntN(2) == 0 {
 				a, err := f.store.Admit(f.ctx, budgets.AdmitRequest{
 					UserAction: userAction(w), Tenant: busyTenant, Pool: pool, Cohort: busyCohort,
-					Attempts: attempts, Spend: spend, Bucket: bucket,
+					Attempts: attempts, Spend: spend, Duplicates: bucket,
 				})
 				if err != nil {
 					t.err = fmt.Errorf("admit: %w", err)
@@ -95,7 +98,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 			}
 			g, err := f.store.ReserveExtra(f.ctx, budgets.ExtraRequest{
 				Role: schemas.RoleHedge, UserAction: userAction(w), Tenant: busyTenant, Route: routeA,
-				Pool: pool, Cohort: busyCohort, Attempts: attempts, Spend: spend, Bucket: bucket,
+				Pool: pool, Cohort: busyCohort, Attempts: attempts, Spend: spend, Duplicates: bucket,
 			})
 			if err != nil {
 				t.err = fmt.Errorf("reserve hedge: %w", err)
@@ -147,7 +150,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 	}
 	wantHedges := total.primaries - total.settledHedges
 	if got := f.hedgesAvailableIn(busyCohort, bucket, budgets.FloorBucket{}, wantHedges+1); got != wantHedges {
-		f.t.Errorf("duplicate-rate bucket holds %d tokens, want %d deposited − %d settled hedges = %d",
+		f.t.Errorf("duplicate-rate window has room for %d hedges, want %d primaries − %d settled hedges = %d",
 			got, total.primaries, total.settledHedges, wantHedges)
 	}
 }

@@ -13,8 +13,8 @@ import (
 func testDenialCompensatesEarlierReservations(f *fixture) {
 	// Each case is denied by a later entity after earlier ones granted, then
 	// proves with a follow-up that the earlier grants were given back: the
-	// follow-up only passes if the slot (max 1), the token (a bucket of one)
-	// and the user action's spend are all still there.
+	// follow-up only passes if the slot (max 1), the room (a window with
+	// room for one hedge) and the user action's spend are all still there.
 	tests := []struct {
 		name  string
 		deny  func(f *fixture, k key) budgets.Reason
@@ -37,24 +37,23 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			},
 		},
 		{
-			name: "user action refuses a primary: slot returns and nothing is deposited",
+			name: "user action refuses a primary: slot returns and the primary is not counted",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.primary(100)
-				req.Bucket = budgets.DuplicateBucket{Ratio: 1, Capacity: 10}
 				req.Spend.UserActionCeiling = 50
 				return f.admit(req).Reason
 			},
 			want: budgets.ReasonSpendUserAction,
 			check: func(f *fixture, k key) {
-				if n := f.hedgesIn(k, budgets.DuplicateBucket{Ratio: 1, Capacity: 10}, 3); n != 0 {
-					f.t.Errorf("%s: %d hedges granted from the refused primary's deposit, want 0", k.name, n)
+				if n := f.hedgesIn(k, 3); n != 1 {
+					f.t.Errorf("%s: %d hedges granted, want the 1 of the window's one counted primary", k.name, n)
 				}
 				a := f.admit(k.primary(100))
 				f.wantAttempt(k.name+": primary", a.Reason, a.AttemptsUsed, budgets.TokenNone, budgets.TokenNone)
 			},
 		},
 		{
-			name: "tenant refuses a hedge: slot, token and user-action spend return",
+			name: "tenant refuses a hedge: slot, count and user-action spend return",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.hedge(100, budgets.FloorBucket{})
 				req.Spend.UserActionCeiling, req.Spend.TenantCeiling = 100, 50
@@ -69,7 +68,7 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			},
 		},
 		{
-			name: "user action refuses a hedge: slot and cohort token return",
+			name: "user action refuses a hedge: slot and count return",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.hedge(100, budgets.FloorBucket{})
 				req.Spend.UserActionCeiling = 50
@@ -85,14 +84,14 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			name: "user action refuses a hedge: the floor token returns",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
-				req.Bucket.InitialFill = 0
+				req.Duplicates.Ceiling = 0
 				req.Spend.UserActionCeiling = 50
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonSpendUserAction,
 			check: func(f *fixture, k key) {
 				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
-				req.Bucket.InitialFill = 0
+				req.Duplicates.Ceiling = 0
 				g := f.extra(req)
 				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenFloor)
 			},
@@ -101,15 +100,15 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			name: "duplicate rate refuses a hedge: the slot returns",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.hedge(100, budgets.FloorBucket{})
-				req.Bucket.InitialFill = 0
+				req.Duplicates.Ceiling = 0
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonDuplicateRate,
 			check: func(f *fixture, k key) {
-				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
-				req.Role = schemas.RoleReplacement
+				req := k.hedge(100, budgets.FloorBucket{})
+				req.Role, req.Duplicates.Ceiling = schemas.RoleReplacement, 0
 				g := f.extra(req)
-				f.wantAttempt(k.name+": replacement", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenFloor)
+				f.wantAttempt(k.name+": replacement", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenNone)
 			},
 		},
 		{
@@ -136,6 +135,9 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			cohort: fmt.Sprintf("cohort-%d", i),
 			route:  fmt.Sprintf("route-%d", i),
 		}
+		room := primary(f.fresh("ua")) // room for one hedge
+		room.Pool, room.Cohort, room.Duplicates = k.pool, k.cohort, ceilingOf(1)
+		f.admit(room)
 		if got := tt.deny(f, k); got != tt.want {
 			f.t.Errorf("%s: denied with %q, want %q", tt.name, got, tt.want)
 			continue
@@ -145,14 +147,15 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 }
 
 // key names the entities of one compensation case: one user action with a
-// single attempt slot, a cohort bucket holding one token, its own tenant.
+// single attempt slot, a cohort window with room for one hedge, its own
+// tenant.
 type key struct{ name, ua, tenant, pool, cohort, route string }
 
 func (k key) primary(n int64) budgets.AdmitRequest {
 	req := primary(k.ua)
 	req.Tenant, req.Pool, req.Cohort = k.tenant, k.pool, k.cohort
 	req.Attempts.Max = 1
-	req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+	req.Duplicates = ceilingOf(1)
 	units(&req.Spend, n)
 	return req
 }
@@ -161,18 +164,18 @@ func (k key) hedge(n int64, floor budgets.FloorBucket) budgets.ExtraRequest {
 	req := hedge(k.ua)
 	req.Tenant, req.Pool, req.Cohort, req.Route = k.tenant, k.pool, k.cohort, k.route
 	req.Attempts.Max = 1
-	req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+	req.Duplicates = ceilingOf(1)
 	req.Floor = floor
 	units(&req.Spend, n)
 	return req
 }
 
 // hedgesIn counts the hedges k's cohort grants to other user actions.
-func (f *fixture) hedgesIn(k key, bucket budgets.DuplicateBucket, limit int) int {
+func (f *fixture) hedgesIn(k key, limit int) int {
 	f.t.Helper()
 	for n := 0; n <= limit; n++ {
 		req := hedge(f.fresh("other"))
-		req.Pool, req.Cohort, req.Bucket = k.pool, k.cohort, bucket
+		req.Pool, req.Cohort, req.Duplicates = k.pool, k.cohort, ceilingOf(1)
 		if g := f.extra(req); !g.Allowed {
 			return n
 		}
@@ -232,7 +235,6 @@ func testPushbackSuppressesRouteUntilTTL(f *fixture) {
 		f.clock.Advance(s.advance)
 		req := extra(s.role, f.fresh("ua"))
 		req.Route = s.route
-		req.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
 		req.Floor = budgets.FloorBucket{Capacity: 10}
 		f.wantGrant(s.name, f.extra(req), s.want)
 	}
@@ -364,8 +366,12 @@ func testInvalidRequestIsAnError(f *fixture) {
 		{"no reservation ttl", func(r *budgets.AdmitRequest) { r.Spend.ReservationTTL = 0 }},
 		{"tenant ceiling without tenant", func(r *budgets.AdmitRequest) { r.Tenant, r.Spend.TenantCeiling = "", 10 }},
 		{"tenant ceiling without window", func(r *budgets.AdmitRequest) { r.Spend.TenantCeiling, r.Spend.TenantWindow = 10, 0 }},
-		{"initial fill above capacity", func(r *budgets.AdmitRequest) { r.Bucket.InitialFill = 11 }},
-		{"negative ratio", func(r *budgets.AdmitRequest) { r.Bucket.Ratio = -0.1 }},
+		{"negative ceiling", func(r *budgets.AdmitRequest) { r.Duplicates.Ceiling = -0.1 }},
+		{"ceiling above one", func(r *budgets.AdmitRequest) { r.Duplicates.Ceiling = 1.5 }},
+		{"no window", func(r *budgets.AdmitRequest) { r.Duplicates.Window = 0 }},
+		{"no slots", func(r *budgets.AdmitRequest) { r.Duplicates.Slots = 0 }},
+		{"slots shorter than a millisecond", func(r *budgets.AdmitRequest) { r.Duplicates.Window, r.Duplicates.Slots = 5*time.Millisecond, 10 }},
+		{"negative reserve", func(r *budgets.AdmitRequest) { r.Duplicates.ReplacementReserve = -1 }},
 	}
 	for _, tt := range admits {
 		req := primary("ua-invalid")

@@ -88,13 +88,13 @@ func testReleaseRefundsWholeReservation(f *fixture) {
 		f.t.Errorf("admit after release with max 1: %+v, want the slot back", a)
 	}
 
-	// And so does a hedge's duplicate-rate token.
+	// And so does a hedge's count in its cohort's window.
 	h := hedge("ua-hedge")
-	h.Cohort = "cohort-of-one"
-	h.Bucket = budgets.DuplicateBucket{Capacity: 1, InitialFill: 1}
+	h.Cohort, h.Duplicates = "cohort-of-one", ceilingOf(1)
+	f.primaries(h.Cohort, h.Duplicates, 1)
 	f.release(f.extra(h).Reservation)
 	if g := f.extra(h); !g.Allowed || g.Token != budgets.TokenCohort {
-		f.t.Errorf("hedge after a released hedge: %+v, want the cohort's token back", g)
+		f.t.Errorf("hedge after a released hedge: %+v, want the cohort's room back", g)
 	}
 }
 

@@ -4,7 +4,7 @@
 // of docs/architecture.md §7 it checks.
 //
 // Contract for a factory:
-//   - it returns a store with no state of its own: no ledgers, buckets,
+//   - it returns a store with no state of its own: no ledgers, windows,
 //     reservations, flags or leases (a Redis factory uses a fresh key prefix or
 //     database per call), and releases it with t.Cleanup;
 //   - the store's notion of time is the Clock it is given (see Clock for the
@@ -36,10 +36,13 @@ func Run(t *testing.T, newStore Factory) {
 		{"AdmitTakesAttemptSlotFromLedger", testAdmitTakesAttemptSlotFromLedger},
 		{"LedgerCapsAttemptsAcrossGroupsOfOneUserAction", testLedgerCapsAttemptsAcrossGroups},
 		{"LedgerExpiresAfterTTL", testLedgerExpiresAfterTTL},
-		{"DuplicateBucketRefusesHedgeWhenEmpty", testDuplicateBucketRefusesHedgeWhenEmpty},
+		{"HedgeIsAllowedOnlyUnderTheWindowCeiling", testHedgeIsAllowedOnlyUnderTheWindowCeiling},
+		{"BurstOfHedgesWithinAWindowIsAllowed", testBurstOfHedgesWithinAWindowIsAllowed},
 		{"HedgesLeaveTheReplacementReserve", testHedgesLeaveTheReplacementReserve},
-		{"EachPrimaryDepositsRatio", testEachPrimaryDepositsRatio},
-		{"BucketNeverExceedsCapacity", testBucketNeverExceedsCapacity},
+		{"ReplacementsAreNeverRefusedByTheCeilingButCount", testReplacementsAreNeverRefusedByTheCeilingButCount},
+		{"WindowSlidesAndForgetsOldSlots", testWindowSlidesAndForgetsOldSlots},
+		{"ReleasedHedgeIsUncounted", testReleasedHedgeIsUncounted},
+		{"CeilingHoldsOverEveryWindowOfASeededSequence", testCeilingHoldsOverEveryWindowOfASeededSequence},
 		{"PoolFloorLetsLowTrafficHedge", testPoolFloorLetsLowTrafficHedge},
 		{"SpendReserveSettleRefunds", testSpendReserveSettleRefunds},
 		{"SettleChargesOverUse", testSettleChargesOverUse},
@@ -92,8 +95,8 @@ func (f *fixture) fresh(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, f.seq)
 }
 
-// primary is a plain primary request: 100 units, no ceilings, an empty
-// duplicate-rate bucket that primaries do not fill.
+// primary is a plain primary request: 100 units, no ceilings, and a
+// duplicate-rate ceiling of 0, under which its cohort never hedges.
 func primary(ua string) budgets.AdmitRequest {
 	return budgets.AdmitRequest{
 		UserAction: ua,
@@ -102,7 +105,7 @@ func primary(ua string) budgets.AdmitRequest {
 		Cohort:     cohort,
 		Attempts:   budgets.AttemptPolicy{Max: 4, TTL: longTTL},
 		Spend:      budgets.SpendPolicy{InputUnits: 20, OutputUnits: 80, TenantWindow: oneWindow, ReservationTTL: longTTL},
-		Bucket:     budgets.DuplicateBucket{Capacity: 10},
+		Duplicates: ceilingOf(0),
 	}
 }
 
@@ -118,7 +121,7 @@ func extra(role schemas.Role, ua string) budgets.ExtraRequest {
 		Cohort:     p.Cohort,
 		Attempts:   p.Attempts,
 		Spend:      p.Spend,
-		Bucket:     p.Bucket,
+		Duplicates: p.Duplicates,
 	}
 }
 
@@ -149,8 +152,8 @@ func (f *fixture) extra(req budgets.ExtraRequest) budgets.Grant {
 	if g.Allowed == (g.Reason != budgets.ReasonNone) || g.Allowed == (g.Reservation == "") {
 		f.t.Fatalf("ReserveExtra(%s %s) = %+v: allowed must come with a reservation and no reason", req.Role, req.UserAction, g)
 	}
-	if g.Allowed && g.Token == budgets.TokenNone {
-		f.t.Fatalf("ReserveExtra(%s %s) = %+v: every extra attempt takes a token", req.Role, req.UserAction, g)
+	if g.Allowed && (g.Token == budgets.TokenNone) != (req.Role == schemas.RoleReplacement) {
+		f.t.Fatalf("ReserveExtra(%s %s) = %+v: a granted hedge names what allowed it, a replacement nothing", req.Role, req.UserAction, g)
 	}
 	return g
 }
@@ -236,7 +239,7 @@ func testLedgerCapsAttemptsAcrossGroups(f *fixture) {
 	// One user action, max 3: group 1 launches a primary and a hedge, the
 	// caller retries as group 2, and then every kind of attempt is refused.
 	const ua = "ua-retried"
-	bucket := budgets.DuplicateBucket{Capacity: 10, InitialFill: 10}
+	bucket := ceilingOf(1) // group 1's primary makes room for one hedge
 	steps := []struct {
 		name string
 		do   func() budgets.Reason
@@ -256,16 +259,16 @@ func testLedgerCapsAttemptsAcrossGroups(f *fixture) {
 	}
 }
 
-func (f *fixture) admitMax(ua string, bucket budgets.DuplicateBucket, max int) budgets.Reason {
+func (f *fixture) admitMax(ua string, dup budgets.DuplicateCeiling, max int) budgets.Reason {
 	req := primary(ua)
 	req.Attempts.Max = max
-	req.Bucket = bucket
+	req.Duplicates = dup
 	return f.admit(req).Reason
 }
 
-func (f *fixture) extraMax(req budgets.ExtraRequest, bucket budgets.DuplicateBucket, max int) budgets.Reason {
+func (f *fixture) extraMax(req budgets.ExtraRequest, dup budgets.DuplicateCeiling, max int) budgets.Reason {
 	req.Attempts.Max = max
-	req.Bucket = bucket
+	req.Duplicates = dup
 	return f.extra(req).Reason
 }
 
@@ -290,172 +293,4 @@ func testLedgerExpiresAfterTTL(f *fixture) {
 	f.clock.Advance(shortTTL)
 	f.wantAdmission("past the ledger ttl, within the reservation's", f.admit(req), budgets.ReasonAttempts)
 	f.settle(held.Reservation, 100)
-}
-
-func testHedgesLeaveTheReplacementReserve(f *fixture) {
-	bucket := budgets.DuplicateBucket{Capacity: 4, InitialFill: 3, ReplacementReserve: 2}
-	steps := []struct {
-		name string
-		role schemas.Role
-		want budgets.Reason
-	}{
-		{"a hedge down to the reserve", schemas.RoleHedge, budgets.ReasonNone},
-		{"a hedge into the reserve", schemas.RoleHedge, budgets.ReasonDuplicateRate},
-		{"a replacement from the reserve", schemas.RoleReplacement, budgets.ReasonNone},
-		{"a replacement taking the last token", schemas.RoleReplacement, budgets.ReasonNone},
-		{"a replacement on the empty bucket", schemas.RoleReplacement, budgets.ReasonDuplicateRate},
-	}
-	for _, st := range steps {
-		req := extra(st.role, f.fresh("ua"))
-		req.Cohort, req.Bucket = "reserve-cohort", bucket
-		f.wantGrant(st.name, f.extra(req), st.want)
-	}
-}
-
-func testDuplicateBucketRefusesHedgeWhenEmpty(f *fixture) {
-	tests := []struct {
-		name   string
-		role   schemas.Role
-		fill   float64
-		want   budgets.Reason
-		source budgets.TokenSource
-	}{
-		{"hedge on an empty bucket", schemas.RoleHedge, 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"hedge on half a token", schemas.RoleHedge, 0.5, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"hedge on one token", schemas.RoleHedge, 1, budgets.ReasonNone, budgets.TokenCohort},
-		{"replacement on an empty bucket", schemas.RoleReplacement, 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"replacement on one token", schemas.RoleReplacement, 1, budgets.ReasonNone, budgets.TokenCohort},
-	}
-	for i, tt := range tests {
-		req := extra(tt.role, f.fresh("ua"))
-		req.Cohort = fmt.Sprintf("cohort-%d", i)
-		req.Bucket = budgets.DuplicateBucket{Capacity: 10, InitialFill: tt.fill}
-		g := f.extra(req)
-		f.wantGrant(tt.name, g, tt.want)
-		if g.Token != tt.source {
-			f.t.Errorf("%s: token from %q, want %q", tt.name, g.Token, tt.source)
-		}
-	}
-}
-
-func testEachPrimaryDepositsRatio(f *fixture) {
-	tests := []struct {
-		ratio     float64
-		primaries int
-		hedges    int
-	}{
-		{ratio: 0, primaries: 5, hedges: 0},
-		{ratio: 1, primaries: 3, hedges: 3},
-		{ratio: 0.5, primaries: 3, hedges: 1},
-		{ratio: 0.25, primaries: 8, hedges: 2},
-		{ratio: 0.1, primaries: 10, hedges: 1},  // ten tenths make exactly one token
-		{ratio: 0.05, primaries: 20, hedges: 1}, // and so do twenty twentieths
-		{ratio: 0.05, primaries: 19, hedges: 0},
-	}
-	for i, tt := range tests {
-		bucket := budgets.DuplicateBucket{Ratio: tt.ratio, Capacity: 100}
-		c := fmt.Sprintf("cohort-%d", i)
-		for range tt.primaries {
-			req := primary(f.fresh("ua"))
-			req.Cohort, req.Bucket = c, bucket
-			f.admit(req)
-		}
-		got := f.hedgesAvailableIn(c, bucket, budgets.FloorBucket{}, tt.primaries+1)
-		if got != tt.hedges {
-			f.t.Errorf("ratio %v after %d primaries: %d hedges granted, want %d", tt.ratio, tt.primaries, got, tt.hedges)
-		}
-	}
-}
-
-// hedgesAvailableIn counts the hedges cohort c grants before the first
-// duplicate-rate denial, each from a user action of its own. The grants are
-// settled, so their tokens stay taken.
-func (f *fixture) hedgesAvailableIn(c string, bucket budgets.DuplicateBucket, floor budgets.FloorBucket, limit int) int {
-	f.t.Helper()
-	for n := 0; n <= limit; n++ {
-		req := hedge(f.fresh("hedge"))
-		req.Cohort, req.Bucket, req.Floor = c, bucket, floor
-		g := f.extra(req)
-		if !g.Allowed {
-			f.wantGrant(fmt.Sprintf("cohort %s hedge %d", c, n+1), g, budgets.ReasonDuplicateRate)
-			return n
-		}
-		f.settle(g.Reservation, 0)
-	}
-	f.t.Fatalf("cohort %s: more than %d hedges granted", c, limit)
-	return limit
-}
-
-func testBucketNeverExceedsCapacity(f *fixture) {
-	tests := []struct {
-		name      string
-		bucket    budgets.DuplicateBucket
-		primaries int
-		hedges    int
-	}{
-		{"deposits stop at capacity", budgets.DuplicateBucket{Ratio: 1, Capacity: 2}, 5, 2},
-		{"a full bucket takes no deposit", budgets.DuplicateBucket{Ratio: 1, Capacity: 3, InitialFill: 3}, 4, 3},
-		{"fractional capacity", budgets.DuplicateBucket{Ratio: 0.5, Capacity: 1.5}, 10, 1},
-	}
-	for i, tt := range tests {
-		c := fmt.Sprintf("cohort-%d", i)
-		for range tt.primaries {
-			req := primary(f.fresh("ua"))
-			req.Cohort, req.Bucket = c, tt.bucket
-			f.admit(req)
-		}
-		if got := f.hedgesAvailableIn(c, tt.bucket, budgets.FloorBucket{}, tt.primaries+5); got != tt.hedges {
-			f.t.Errorf("%s: %d hedges granted, want %d", tt.name, got, tt.hedges)
-		}
-	}
-	// A capacity lowered by configuration caps a fuller bucket at once.
-	full := primary(f.fresh("ua"))
-	full.Cohort, full.Bucket = "cohort-shrunk", budgets.DuplicateBucket{Capacity: 5, InitialFill: 5}
-	f.admit(full)
-	shrunk := budgets.DuplicateBucket{Capacity: 2}
-	if got := f.hedgesAvailableIn(full.Cohort, shrunk, budgets.FloorBucket{}, 6); got != 2 {
-		f.t.Errorf("bucket of 5 tokens with its capacity lowered to 2: %d hedges granted, want 2", got)
-	}
-
-	// A released hedge's token goes back, but not above capacity either.
-	bucket := budgets.DuplicateBucket{Ratio: 1, Capacity: 1}
-	req := hedge(f.fresh("ua"))
-	req.Cohort, req.Bucket = "cohort-release", budgets.DuplicateBucket{Ratio: 1, Capacity: 1, InitialFill: 1}
-	g := f.extra(req)
-	p := primary(f.fresh("ua"))
-	p.Cohort, p.Bucket = req.Cohort, bucket
-	f.admit(p) // refills the bucket while the hedge holds its token
-	f.release(g.Reservation)
-	if got := f.hedgesAvailableIn(req.Cohort, bucket, budgets.FloorBucket{}, 5); got != 1 {
-		f.t.Errorf("release into a full bucket: %d hedges granted, want 1", got)
-	}
-}
-
-func testPoolFloorLetsLowTrafficHedge(f *fixture) {
-	floor := budgets.FloorBucket{Capacity: 1, RefillPerSecond: 1}
-	bucket := budgets.DuplicateBucket{Capacity: 10, InitialFill: 1}
-	steps := []struct {
-		name    string
-		cohort  string
-		advance time.Duration
-		want    budgets.Reason
-		source  budgets.TokenSource
-	}{
-		{"the cohort's own token goes first", "quiet", 0, budgets.ReasonNone, budgets.TokenCohort},
-		{"then the pool's floor pays", "quiet", 0, budgets.ReasonNone, budgets.TokenFloor},
-		{"an empty floor refuses", "quiet", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"the floor is the pool's, not the cohort's", "quieter", 0, budgets.ReasonNone, budgets.TokenCohort},
-		{"another drained cohort shares the empty floor", "quieter", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"the floor refills over time", "quiet", 1100 * time.Millisecond, budgets.ReasonNone, budgets.TokenFloor},
-	}
-	for _, s := range steps {
-		f.clock.Advance(s.advance)
-		req := hedge(f.fresh("ua"))
-		req.Cohort, req.Bucket, req.Floor = s.cohort, bucket, floor
-		g := f.extra(req)
-		f.wantGrant(s.name, g, s.want)
-		if g.Token != s.source {
-			f.t.Errorf("%s: token from %q, want %q", s.name, g.Token, s.source)
-		}
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,10 @@ import (
 	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/internal/node"
 )
+
+// apiKeyEnv names the environment variable bench reads its API key from
+// when --api-key is not given.
+const apiKeyEnv = "HEDGEROW_API_KEY"
 
 func newBenchCmd() *cobra.Command {
 	opts := loadgen.BenchOptions{Rate: 100, Duration: 10 * time.Second, Warmup: 2 * time.Second, Seed: 1,
@@ -32,7 +37,8 @@ not earlier ones were answered (open loop: a slow gateway cannot slow the load d
 tail), through its OpenAI-compatible HTTP front door (--url) or its NATS front door hedgerow.submit
 (--nats). After an unmeasured warm-up it prints P50, P90, P99, P99.9 and max of each request's
 time from when it was due to the end of its answer, the time to the first token of streams, and
-the errors by code; --json prints one JSON object. When any request failed, bench prints its whole
+the errors by code; --json prints one JSON object. A gateway with tenants configured needs a
+tenant's key: --api-key or $HEDGEROW_API_KEY, sent to either door as 'Authorization: Bearer <key>'. When any request failed, bench prints its whole
 report and then exits non-zero (status 1), naming the failures on stderr.
 
 --compare-direct URL measures what the gateway adds: every arrival goes, by a seeded coin, either
@@ -46,13 +52,16 @@ with exactly 20 tokens.`,
 			if (opts.URL == "") == (len(natsURLs) == 0) {
 				return errors.New("bench: give exactly one of --url and --nats")
 			}
+			if opts.APIKey == "" {
+				opts.APIKey = os.Getenv(apiKeyEnv)
+			}
 			if len(natsURLs) > 0 {
 				nc, err := node.Connect(natsURLs, "hedgerow-bench", nil)
 				if err != nil {
 					return fmt.Errorf("bench: %w", err)
 				}
 				defer nc.Close()
-				if opts.NATS, err = client.New(nc, client.WithTimeout(opts.Timeout)); err != nil {
+				if opts.NATS, err = client.New(nc, client.WithTimeout(opts.Timeout), client.WithAPIKey(opts.APIKey)); err != nil {
 					return fmt.Errorf("bench: %w", err)
 				}
 				opts.NATSURL = strings.Join(natsURLs, ",")
@@ -82,7 +91,7 @@ with exactly 20 tokens.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.URL, "url", "", "root of the gateway's HTTP front door, e.g. http://127.0.0.1:8080")
 	f.StringSliceVar(&natsURLs, "nats", nil, "NATS servers of the gateway's NATS front door, comma-separated")
-	f.StringVar(&opts.APIKey, "api-key", "", "bearer key for the HTTP front door")
+	f.StringVar(&opts.APIKey, "api-key", "", "API key of a tenant, sent to either front door as 'Authorization: Bearer <key>' (default $"+apiKeyEnv+", which keeps it out of the process list)")
 	f.StringVar(&opts.CompareDirect, "compare-direct", "", "root of one of the gateway's routes, called directly side by side (e.g. http://127.0.0.1:9101)")
 	f.StringVar(&opts.DirectModel, "direct-model", "", "model named to the direct route (default: --model)")
 	f.StringVar(&opts.Model, "model", loadgen.DefaultBenchModel, "pool (model class) to ask for")

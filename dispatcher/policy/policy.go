@@ -52,7 +52,8 @@ type Policy struct {
 	// Deadline is the absolute budget of a whole user action.
 	Deadline    time.Duration       `yaml:"deadline"`
 	CommitPoint schemas.CommitPoint `yaml:"commit_point"`
-	// DuplicateRate bounds hedges as a share of primaries per cohort.
+	// DuplicateRate bounds extra attempts as a share of primaries per
+	// cohort, over a sliding window.
 	DuplicateRate DuplicateRate `yaml:"duplicate_rate"`
 	Spend         Spend         `yaml:"spend"`
 	// AcceptTimeout is how long a worker has to accept an attempt.
@@ -106,20 +107,21 @@ type Delay struct {
 	Slots  int           `yaml:"slots"`
 }
 
-// DuplicateRate configures a cohort's duplicate-rate bucket: each
-// primary deposits Ceiling tokens and each hedge or replacement takes one, so
-// over time extra attempts stay at or below Ceiling × primaries, and in any
-// stretch of time at most Capacity above it.
+// DuplicateRate configures a cohort's duplicate-rate ceiling, a rate over a
+// sliding Window (docs/architecture.md §7): a hedge goes only while the
+// window's extra attempts (hedges and replacements), this one and the
+// reserve included, stay within Ceiling × its primaries, so a burst of
+// stalls is hedged at once while every window stays within the ceiling. A
+// replacement is counted but never refused by it.
 type DuplicateRate struct {
-	// Ceiling is the largest share of extra attempts per primary, in (0,1];
-	// it is also the ratio a primary deposits.
+	// Ceiling is the largest share of extra attempts per primary over the
+	// window, in (0,1].
 	Ceiling float64 `yaml:"ceiling"`
-	// Capacity is the most tokens the bucket holds, bounding bursts.
-	Capacity float64 `yaml:"capacity"`
-	// InitialFill is the bucket's content when it is created.
-	InitialFill float64 `yaml:"initial_fill"`
-	// ReplacementReserve is the level a hedge must leave in the bucket for
-	// replacements, which serve the primary path. At most Capacity.
+	// Window is the span the rate is taken over, kept as
+	// DuplicateWindowSlots counters.
+	Window time.Duration `yaml:"window"`
+	// ReplacementReserve is the room, in extra attempts per window, that
+	// hedges leave under the ceiling for the replacements counted against it.
 	ReplacementReserve float64 `yaml:"replacement_reserve"`
 	// PoolFloor is the capacity of the per-pool floor: tokens a pool may
 	// spend beyond what its primaries deposited, so a pool with little
@@ -169,6 +171,14 @@ type Tenant struct {
 	// zero means no limit.
 	SpendLimit  int64         `yaml:"spend_limit"`
 	SpendWindow time.Duration `yaml:"spend_window"`
+	// RequestsPerSecond, Burst and MaxConcurrent are the tenant's request
+	// limits, which the front doors apply (frontdoor/tenantlimit), not the
+	// dispatcher: a token bucket refilled at RequestsPerSecond holding
+	// Burst requests (zero: the rate rounded up), and at most
+	// MaxConcurrent requests in flight. Zero is no limit.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
+	MaxConcurrent     int     `yaml:"max_concurrent"`
 }
 
 // HashAPIKey returns the form in which tenants' API keys are configured and
@@ -213,11 +223,18 @@ func (p *Policy) GuardrailConfig() delay.GuardrailConfig {
 	return c
 }
 
-// DuplicateBucket returns the cohort bucket every primary deposits into and
-// every hedge or replacement draws from.
-func (p *Policy) DuplicateBucket() budgets.DuplicateBucket {
+// DuplicateWindowSlots is the number of counters a duplicate-rate window is
+// kept as: its rate slides by a tenth of the window.
+const DuplicateWindowSlots = 10
+
+// DuplicateCeiling returns the cohort's duplicate-rate ceiling every primary
+// is counted in and every hedge must fit under.
+func (p *Policy) DuplicateCeiling() budgets.DuplicateCeiling {
 	d := p.DuplicateRate
-	return budgets.DuplicateBucket{Ratio: d.Ceiling, Capacity: d.Capacity, InitialFill: d.InitialFill, ReplacementReserve: d.ReplacementReserve}
+	return budgets.DuplicateCeiling{
+		Ceiling: d.Ceiling, Window: d.Window, Slots: DuplicateWindowSlots,
+		ReplacementReserve: d.ReplacementReserve,
+	}
 }
 
 // FloorBucket returns the pool's floor bucket.

@@ -60,6 +60,10 @@ type Options struct {
 	// Keyring authenticates callers by their API key. Nil means no API key
 	// is required (local use).
 	Keyring *frontdoor.Keyring
+	// Limiter applies each tenant's request rate and requests in flight
+	// once the caller is authenticated, before anything runs: over a limit
+	// is a 429 with Retry-After. Nil limits nothing.
+	Limiter frontdoor.TenantLimiter
 	// EmbeddingPools are the pools that serve POST /v1/embeddings (a
 	// pool's kind); /v1/models lists them after the chat pools. An
 	// embeddings request naming another pool is refused naming model.
@@ -70,10 +74,13 @@ type Options struct {
 	// ReadyCacheTTL is how long a readiness result is reused, so probes
 	// cannot flood NATS.
 	ReadyCacheTTL time.Duration
-	// Replays keeps the committed answers of user actions: a request
-	// naming the Idempotency-Key of one in flight joins it, and one naming
-	// a committed one gets its answer replayed (docs/architecture.md §2).
-	// Nil turns both off: a retry then meets the winner gate (409).
+	// Replays keeps the committed answers of user actions and the
+	// in-flight markers of the running ones: a request naming the
+	// Idempotency-Key of one in flight — on this door or a replica sharing
+	// the store — joins it, one naming a committed one gets its answer
+	// replayed, and one whose gateway died mid-flight is taken over
+	// (docs/architecture.md §2). Nil turns all off: a retry then meets the
+	// winner gate (409).
 	Replays replay.Store
 	// ReplayTTL is how long a committed answer is replayed; zero means
 	// replay.DefaultTTL.
@@ -81,7 +88,15 @@ type Options struct {
 	// ReplayMaxBytes bounds the bytes recorded of one answer; a larger
 	// answer is not kept. Zero means replay.DefaultMaxEntryBytes.
 	ReplayMaxBytes int
-	Logger         *slog.Logger
+	// ReplayLease is the lease of a request's in-flight marker in Replays
+	// (replay.Flights): a request of another replica whose marker went
+	// unrefreshed this long with no answer was orphaned, and a retry takes
+	// it over. Zero means replay.DefaultLease.
+	ReplayLease time.Duration
+	// DispatcherID names the Submitter (dispatcher.ID): in-flight markers
+	// carry it, so a takeover names whose commit it supersedes.
+	DispatcherID string
+	Logger       *slog.Logger
 	// Now is the clock of the created stamps and the readiness cache; nil
 	// means time.Now.
 	Now func() time.Time
@@ -95,8 +110,9 @@ type handler struct {
 	now   func() time.Time
 	ready *readiness
 	mux   *http.ServeMux
-	// flights are the user actions this door is serving now, which a
-	// request of the same key joins (idempotency.go).
+	// flights are the user actions in flight, here and on the replicas
+	// sharing Replays, which a request of the same key joins
+	// (idempotency.go); nil without Replays.
 	flights *replay.Flights
 	// embeddingModel says, for every model name callers may send, whether
 	// its pool serves embeddings: indexed once, since the Submitter's
@@ -135,7 +151,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if len(opts.Pools) == 0 {
 		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
 	}
-	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -153,7 +169,13 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	if opts.ReadyCacheTTL == 0 {
 		opts.ReadyCacheTTL = DefaultReadyCacheTTL
 	}
-	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux(), flights: replay.NewFlights()}
+	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
+	if opts.Replays != nil {
+		var err error
+		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+			return nil, fmt.Errorf("httpdoor: %w", err)
+		}
+	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -235,6 +257,12 @@ func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
 			dl.writeFailure(w, f)
 			return
 		}
+		release, f := frontdoor.AdmitTenant(r.Context(), h.opts.Limiter, sub.Tenant)
+		if f != nil {
+			dl.writeFailure(w, f)
+			return
+		}
+		defer release() // on every path: answer, failure, caller gone, panic
 		if h.opts.Replays != nil && sub.IdempotencyKey != "" {
 			h.serveIdempotent(w, r, dl, sub, includeUsage)
 			return

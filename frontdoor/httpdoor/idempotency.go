@@ -11,6 +11,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // replayStoreTimeout bounds one store call made after the caller's answer
@@ -23,11 +24,13 @@ var replayedHeaders = append([]string{"Content-Type", "Cache-Control"}, hedgeHea
 
 // serveIdempotent serves a request naming an Idempotency-Key, Stripe's way
 // (docs/architecture.md §2): the committed answer of the same key and
-// request is replayed; while a request of the key is in flight on this
-// door, the same request joins it (waits, then replays its answer, or runs
-// as a new try when it failed); another request under a key already in use
-// is refused idempotency_key_reused. Only committed answers written whole
-// are kept: a retry after a failure is a new try.
+// request is replayed; while the same request of the key is in flight — on
+// this door or on a replica sharing the store — this one joins it (waits,
+// then replays its answer, or runs as a new try when it failed); one whose
+// gateway died mid-flight (its lease lapsed, no answer) is taken over;
+// another request under a key already in use is refused
+// idempotency_key_reused. Only committed answers written whole are kept: a
+// retry after a failure is a new try.
 func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool) {
 	key := replay.Key(sub.Tenant, sub.IdempotencyKey)
 	fp, err := requestFingerprint(dl, r.URL.Path, sub, includeUsage)
@@ -35,71 +38,70 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 		h.writeSubmitError(w, r, dl, err)
 		return
 	}
-	for {
-		if h.replayed(w, r, dl, key, fp) {
-			return
-		}
-		fl, leader := h.flights.Join(key, fp)
-		if !leader {
-			if fl.Fingerprint() != fp {
-				dl.writeFailure(w, frontdoor.IdempotencyKeyReused())
-				return
-			}
-			select {
-			case <-fl.Done():
-				continue // replayed next time round, or a new try
-			case <-r.Context().Done():
-				w.WriteHeader(frontdoor.StatusClientClosedRequest)
-				return
-			}
-		}
-		defer h.flights.Leave(key, fl)
-		// A leader that finished between the look-up and join stored its
-		// answer already: look once more before running again.
-		if !h.replayed(w, r, dl, key, fp) {
-			h.lead(w, r, dl, sub, includeUsage, key, fp)
-		}
+	ctx := r.Context()
+	if sub.Deadline > 0 { // the caller's own deadline bounds the wait too
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sub.Deadline)
+		defer cancel()
+	}
+	turn, err := h.flights.Begin(ctx, key, fp)
+	switch {
+	case err != nil && r.Context().Err() != nil:
+		w.WriteHeader(frontdoor.StatusClientClosedRequest)
+		return
+	case err != nil:
+		dl.writeFailure(w, frontdoor.FailureFor(&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}))
+		return
+	case turn.Reused:
+		dl.writeFailure(w, frontdoor.IdempotencyKeyReused())
+		return
+	case turn.Answer != nil:
+		h.replay(w, turn.Answer)
 		return
 	}
+	h.lead(w, r, dl, sub, includeUsage, key, fp, turn.Lead)
 }
 
 // lead runs the request, recording what it writes, and keeps a committed
-// answer written whole.
-func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool, key, fp string) {
-	rec := &recorder{ResponseWriter: w, max: h.opts.ReplayMaxBytes}
-	if !h.serve(rec, r, dl, sub, includeUsage) || rec.over || rec.status != http.StatusOK {
-		return
+// answer written whole; any other end releases the key's lease.
+func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool, key, fp string, l *replay.Lead) {
+	if l.StoreErr != nil {
+		h.log.Warn("replay store unavailable", "err", l.StoreErr)
 	}
-	a := &replay.Answer{Fingerprint: fp, Status: rec.status, Header: map[string]string{}, Body: rec.body}
-	for _, name := range replayedHeaders {
-		if v := w.Header().Get(name); v != "" {
-			a.Header[name] = v
+	if l.Supersedes != "" {
+		h.log.Info("idempotent request taken over from a gateway that died mid-flight")
+	}
+	sub.Supersedes = l.Supersedes
+	rec := &recorder{ResponseWriter: w, max: h.opts.ReplayMaxBytes}
+	var a *replay.Answer
+	if h.serve(rec, r, dl, sub, includeUsage) && !rec.over && rec.status == http.StatusOK {
+		a = &replay.Answer{Fingerprint: fp, Status: rec.status, Header: map[string]string{}, Body: rec.body}
+		for _, name := range replayedHeaders {
+			if v := w.Header().Get(name); v != "" {
+				a.Header[name] = v
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), replayStoreTimeout)
 	defer cancel()
-	if err := h.opts.Replays.Put(ctx, key, a, h.opts.ReplayTTL); err != nil {
+	if a == nil && rec.status == http.StatusOK && r.Context().Err() != nil {
+		// The caller left a committed stream midway: its retry takes the
+		// request over at once rather than meet the commit (409).
+		if err := l.Orphan(ctx); err != nil {
+			h.log.Warn("in-flight marker not lapsed", "err", err)
+		}
+		return
+	}
+	if err := l.End(ctx, a, h.opts.ReplayTTL); err != nil && a != nil {
 		// Not kept: a retry meets the winner gate and is answered 409.
 		h.log.Warn("committed answer not kept for replay", "err", err, "bytes", len(a.Body))
+	} else if err != nil {
+		h.log.Warn("in-flight marker not released", "err", err)
 	}
 }
 
-// replayed writes the committed answer stored under key, or refuses a
-// different request under the key; false when there is none (or the store
-// failed, when the winner gate still guards the user action).
-func (h *handler) replayed(w http.ResponseWriter, r *http.Request, dl dialect, key, fp string) bool {
-	a, err := h.opts.Replays.Get(r.Context(), key)
-	if err != nil {
-		h.log.Warn("replay store unavailable", "err", err)
-		return false
-	}
-	if a == nil {
-		return false
-	}
-	if a.Fingerprint != fp {
-		dl.writeFailure(w, frontdoor.IdempotencyKeyReused())
-		return true
-	}
+// replay writes a committed answer again, marked Idempotent-Replayed.
+func (h *handler) replay(w http.ResponseWriter, a *replay.Answer) {
 	hdr := w.Header()
 	for name, v := range a.Header {
 		hdr.Set(name, v)
@@ -110,7 +112,6 @@ func (h *handler) replayed(w http.ResponseWriter, r *http.Request, dl dialect, k
 	if _, err := w.Write(a.Body); err != nil {
 		h.log.Debug("replay not written: client gone", "err", err)
 	}
-	return true
 }
 
 // requestFingerprint hashes what makes a request the same request: the

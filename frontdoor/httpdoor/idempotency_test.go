@@ -266,3 +266,52 @@ func TestTwinOfAFailedRequestRunsAgain(t *testing.T) {
 		t.Fatalf("first %d, twin %d, %d submissions", first.StatusCode, twin.StatusCode, len(sub.Submissions()))
 	}
 }
+
+// orphanDoor is a replay door whose store holds, under key action-1, the
+// in-flight marker of the same chat request from dispatcher d-dead, never
+// refreshed; the request's fingerprint is learnt from a first answer under
+// another key (a fingerprint does not depend on the key).
+func orphanDoor(t *testing.T) (*httptest.Server, *frontdoortest.Submitter, *replaytest.Clock) {
+	t.Helper()
+	clock := replaytest.NewClock()
+	srv, sub, h := replayDoor(t, frontdoortest.Answer(committed, false), clock, time.Hour)
+	answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), map[string]string{frontdoor.HeaderIdempotencyKey: "probe"})
+	probe, err := h.opts.Replays.Get(t.Context(), replay.Key("", "probe"))
+	if err != nil || probe == nil {
+		t.Fatalf("the probe's answer: %v, %v", probe, err)
+	}
+	dead := replay.Marker{Fingerprint: probe.Fingerprint, Owner: "d-dead", Token: "t"}
+	if c, err := h.opts.Replays.Claim(t.Context(), replay.Key("", "action-1"), dead, replay.DefaultLease); err != nil || !c.Won {
+		t.Fatalf("the dead gateway's claim: %+v, %v", c, err)
+	}
+	return srv, sub, clock
+}
+
+// A request whose lease lapsed with no answer (its gateway died) is taken
+// over: the retry submits, naming the dead dispatcher in Supersedes.
+func TestRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
+	srv, sub, clock := orphanDoor(t)
+	clock.Advance(replay.DefaultLease)
+	resp, body := answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), map[string]string{frontdoor.HeaderIdempotencyKey: "action-1"})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the retry: %d %s", resp.StatusCode, body)
+	}
+	subs := sub.Submissions()
+	if len(subs) != 2 || subs[1].Supersedes != "d-dead" {
+		t.Fatalf("submissions %+v; want the retry's superseding d-dead", subs)
+	}
+}
+
+// A twin waiting on a live lease of another replica waits no longer than
+// its caller's deadline: 504 deadline_exceeded, nothing submitted.
+func TestTwinWaitingPastItsCallersDeadlineIsAnsweredDeadlineExceeded(t *testing.T) {
+	srv, sub, _ := orphanDoor(t)
+	resp, body := answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""),
+		map[string]string{frontdoor.HeaderIdempotencyKey: "action-1", frontdoor.HeaderDeadlineMs: "200"})
+	if _, code, _ := openAIErrorOf(t, body); resp.StatusCode != http.StatusGatewayTimeout || code != "deadline_exceeded" {
+		t.Fatalf("the twin: %d %s; want 504 deadline_exceeded", resp.StatusCode, body)
+	}
+	if n := len(sub.Submissions()); n != 1 {
+		t.Fatalf("%d submissions; the waiting twin must submit none", n)
+	}
+}

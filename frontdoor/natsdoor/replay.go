@@ -20,82 +20,88 @@ const replayStoreTimeout = 2 * time.Second
 // serveIdempotent serves a request naming an idempotency key as the HTTP
 // door does (docs/architecture.md §2): the committed answer of the same
 // key and request is sent again — its chunks, then its response, each
-// with Idempotent-Replayed: true —; a twin of a request in flight on this
-// door waits for it; another request under the key is refused
+// with Idempotent-Replayed: true —; a twin of a request in flight, on this
+// door or a replica sharing the store, waits for it; one whose gateway died
+// mid-flight is taken over; another request under the key is refused
 // idempotency_key_reused (409). A failure is not kept.
 func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatcher.Submission, sink *natsSink) {
 	key := replay.Key(sub.Tenant, sub.IdempotencyKey)
+	fp, err := requestFingerprint(sub)
+	if err != nil {
+		s.fail(c.reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The request could not be encoded."})
+		return
+	}
+	wctx := ctx
+	if sub.Deadline > 0 { // the caller's own deadline bounds the wait too
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, sub.Deadline)
+		defer cancel()
+	}
+	turn, err := s.flights.Begin(wctx, key, fp)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return // the caller cancelled: nobody is left to tell
+	case err != nil:
+		s.fail(c.reply, frontdoor.FailureFor(&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}))
+		return
+	case turn.Reused:
+		s.fail(c.reply, frontdoor.IdempotencyKeyReused())
+		return
+	case turn.Answer != nil:
+		if !s.replay(c.reply, turn.Answer) {
+			s.fail(c.reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The stored answer could not be read."})
+		}
+		return
+	}
+	l := turn.Lead
+	if l.StoreErr != nil {
+		s.log.Warn("replay store unavailable", "err", l.StoreErr)
+	}
+	sub.Supersedes = l.Supersedes
+	rec := &frames{max: s.opts.ReplayMaxBytes}
+	if sink != nil {
+		sink.chunks = rec
+	}
+	var a *replay.Answer
+	if final := s.run(ctx, c, sub, sink); final != nil {
+		rec.add(final)
+		if !rec.over {
+			if body, err := json.Marshal(rec.frames); err == nil {
+				a = &replay.Answer{Fingerprint: fp, Status: 200, Body: body}
+			}
+		}
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayStoreTimeout)
+	defer cancel()
+	if a == nil && len(rec.frames) > 0 && ctx.Err() != nil {
+		// The caller left a committed stream midway: its retry takes the
+		// request over at once rather than meet the commit (409).
+		if err := l.Orphan(pctx); err != nil {
+			s.log.Warn("in-flight marker not lapsed", "err", err)
+		}
+		return
+	}
+	if err := l.End(pctx, a, s.opts.ReplayTTL); err != nil {
+		s.log.Warn("committed answer not kept for replay, or in-flight marker not released", "err", err)
+	}
+}
+
+// requestFingerprint hashes what makes a submission the same request: the
+// door, its subject, the model and the canonical request.
+func requestFingerprint(sub dispatcher.Submission) (string, error) {
 	canonical, err := json.Marshal(struct {
 		Pool    string              `json:"pool"`
 		Request schemas.ChatRequest `json:"request"`
 	}{sub.Pool, sub.Request})
 	if err != nil {
-		s.fail(c.reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The request could not be encoded."})
-		return
+		return "", fmt.Errorf("natsdoor: encode the request's fingerprint: %w", err)
 	}
-	fp := replay.Fingerprint("nats", schemas.SubmitSubject, canonical)
-	for {
-		if s.replayed(ctx, c.reply, key, fp) {
-			return
-		}
-		fl, leader := s.flights.Join(key, fp)
-		if !leader {
-			if fl.Fingerprint() != fp {
-				s.fail(c.reply, frontdoor.IdempotencyKeyReused())
-				return
-			}
-			select {
-			case <-fl.Done():
-				continue
-			case <-ctx.Done():
-				return // the caller cancelled: nobody is left to tell
-			}
-		}
-		defer s.flights.Leave(key, fl)
-		if s.replayed(ctx, c.reply, key, fp) {
-			return
-		}
-		rec := &frames{max: s.opts.ReplayMaxBytes}
-		if sink != nil {
-			sink.chunks = rec
-		}
-		final := s.run(ctx, c, sub, sink)
-		if final == nil {
-			return
-		}
-		rec.add(final)
-		if rec.over {
-			return
-		}
-		body, err := json.Marshal(rec.frames)
-		if err != nil {
-			return
-		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayStoreTimeout)
-		defer cancel()
-		if err := s.opts.Replays.Put(pctx, key, &replay.Answer{Fingerprint: fp, Status: 200, Body: body}, s.opts.ReplayTTL); err != nil {
-			s.log.Warn("committed answer not kept for replay", "err", err, "bytes", len(body))
-		}
-		return
-	}
+	return replay.Fingerprint("nats", schemas.SubmitSubject, canonical), nil
 }
 
-// replayed sends the committed answer stored under key again, or refuses
-// another request under the key; false when there is none (or the store
-// failed: the winner gate still guards the user action).
-func (s *Service) replayed(ctx context.Context, reply, key, fp string) bool {
-	a, err := s.opts.Replays.Get(ctx, key)
-	if err != nil {
-		s.log.Warn("replay store unavailable", "err", err)
-		return false
-	}
-	if a == nil {
-		return false
-	}
-	if a.Fingerprint != fp {
-		s.fail(reply, frontdoor.IdempotencyKeyReused())
-		return true
-	}
+// replay sends a committed answer again — its messages, each with
+// Idempotent-Replayed: true —; false when it cannot be read.
+func (s *Service) replay(reply string, a *replay.Answer) bool {
 	var msgs []json.RawMessage
 	if err := json.Unmarshal(a.Body, &msgs); err != nil || len(msgs) == 0 {
 		s.log.Warn("stored answer unreadable: not replayed", "err", err)

@@ -1,6 +1,7 @@
 package natsdoor
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/replaytest"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -137,5 +139,123 @@ func TestNATSTwinJoinsTheRequestInFlight(t *testing.T) {
 	wg.Wait()
 	if !sameMessages(answers[0], answers[1]) || len(d.sub.Submissions()) != 1 {
 		t.Fatalf("twin answer differs or it submitted: %d submissions", len(d.sub.Submissions()))
+	}
+}
+
+// A twin reaching another replica's door (its own NATS, the same store)
+// while the first request runs waits on its in-flight lease and is sent
+// the first one's messages, with no submission of its own.
+func TestNATSTwinOnAnotherReplicaWaitsAndIsReplayed(t *testing.T) {
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	first := startDoor(t, blockUntil(arrived, release, frontdoortest.Answer(committed, false)), Options{Replays: store, DispatcherID: "d-1"})
+	other := startDoor(t, frontdoortest.Answer(committed, false), Options{Replays: store, DispatcherID: "d-2"})
+	var wg sync.WaitGroup
+	answers := make([][]*nats.Msg, 2)
+	wg.Go(func() { answers[0] = exchange(t, first.nc, keyed(t, "action-1", false, 0)) })
+	select {
+	case <-arrived:
+	case <-time.After(natsWait):
+		t.Fatal("the first request never submitted")
+	}
+	wg.Go(func() { answers[1] = exchange(t, other.nc, keyed(t, "action-1", false, 0)) })
+	eventually.True(t, natsWait, "the twin to wait on the first one's lease", func() bool {
+		return other.svc.flights.Waiting(replay.Key("", "action-1")) >= 1
+	})
+	free()
+	wg.Wait()
+	if !sameMessages(answers[0], answers[1]) || answers[1][0].Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" {
+		t.Fatal("the twin's answer is not the first one's, replayed")
+	}
+	if n := len(other.sub.Submissions()); n != 0 {
+		t.Fatalf("the twin's replica submitted %d times; want none", n)
+	}
+}
+
+// A request whose lease lapsed with no answer (its gateway died) is taken
+// over: the retry submits, naming the dead dispatcher in Supersedes.
+func TestNATSRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
+	clock := replaytest.NewClock()
+	store, err := replay.NewMemory(replay.MemoryOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDoor(t, frontdoortest.Answer(committed, false), Options{Replays: store, DispatcherID: "d-2", ReplayLease: time.Second})
+	// The dead gateway's request: same fingerprint, its lease never refreshed.
+	sub, f := d.svc.submission(keyed(t, "action-1", false, 0), "")
+	if f != nil {
+		t.Fatal(f.Message)
+	}
+	fp, err := requestFingerprint(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := store.Claim(t.Context(), replay.Key("", "action-1"), replay.Marker{Fingerprint: fp, Owner: "d-dead", Token: "t"}, time.Second); err != nil || !c.Won {
+		t.Fatalf("the dead gateway's claim: %+v, %v", c, err)
+	}
+	clock.Advance(time.Second)
+	m := exchange(t, d.nc, keyed(t, "action-1", false, 0))
+	if len(m) != 1 || m[0].Header.Get(schemas.HeaderStatus) != schemas.StatusDone {
+		t.Fatalf("the retry's answer: %d messages", len(m))
+	}
+	subs := d.sub.Submissions()
+	if len(subs) != 1 || subs[0].Supersedes != "d-dead" {
+		t.Fatalf("submissions %+v; want one superseding d-dead", subs)
+	}
+}
+
+// A caller that leaves a committed stream midway never got its answer: the
+// door lapses the request's lease, leaving it orphaned, so the retry takes
+// it over at once instead of meeting the commit.
+func TestNATSStreamWhoseCallerLeftLeavesItsRequestOrphaned(t *testing.T) {
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := sink.Delta(dispatcher.Delta{Content: "word "}); err != nil {
+				return nil, err
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}, Options{Replays: store, DispatcherID: "d-1"})
+	caller, err := nats.Connect(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	inbox := caller.NewInbox()
+	sub, err := caller.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caller.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Data: keyed(t, "action-1", true, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(natsWait); err != nil || m.Header.Get(schemas.HeaderStatus) != schemas.StatusChunk {
+		t.Fatalf("first message %v (%v), want a chunk", m, err)
+	}
+	caller.Close() // gone without a word, mid-stream
+	var orphan *replay.Marker
+	eventually.True(t, natsWait, "the request's lease to lapse", func() bool {
+		c, err := store.Claim(context.Background(), replay.Key("", "action-1"), replay.Marker{Fingerprint: "probe", Token: "probe"}, time.Minute)
+		orphan = c.Orphaned
+		return err == nil && c.Won
+	})
+	if orphan == nil || orphan.Owner != "d-1" {
+		t.Fatalf("the lapsed marker %+v; want d-1's request left orphaned", orphan)
 	}
 }

@@ -48,18 +48,29 @@ type Options struct {
 	// DispatcherID names the runtime behind the door in the service's
 	// metadata, so an operator can tell replicas apart.
 	DispatcherID string
+	// Keyring authenticates callers as tenants, as the HTTP door does: a
+	// request carries its API key in the header Authorization as
+	// "Bearer <key>" (schemas.HeaderAuthorization). A request with no key or a
+	// wrong one is refused unauthenticated (401) before anything runs.
+	// Nil asks for no key: NATS permissions on hedgerow.submit then decide
+	// who may submit, and submissions count against Tenant.
+	Keyring *frontdoor.Keyring
 	// Tenant is the tenant NATS submissions count against (tenant spend
-	// ceilings, user action ids). NATS permissions on hedgerow.submit decide
-	// who may submit at all; empty is no tenant.
+	// ceilings, idempotency keys, user action ids) when Keyring is nil;
+	// empty is no tenant.
 	Tenant string
+	// Limiter applies each tenant's request rate and requests in flight
+	// before a group runs, as the HTTP door does; nil limits nothing.
+	Limiter frontdoor.TenantLimiter
 	// MaxInFlight bounds the requests served at once; one more is answered
 	// "unavailable" at once so its caller can retry on another replica.
 	// Zero means DefaultMaxInFlight.
 	MaxInFlight int
 	// Replays keeps committed answers for replay, as the HTTP door's
 	// (docs/architecture.md §2): a request naming the idempotency key of
-	// one in flight on this door joins it, one of a committed one gets its
-	// messages again. Nil turns both off.
+	// one in flight — on this door or a replica sharing the store — joins
+	// it, one of a committed one gets its messages again, one whose
+	// gateway died mid-flight is taken over. Nil turns all off.
 	Replays replay.Store
 	// ReplayTTL is how long an answer is replayed; zero means
 	// replay.DefaultTTL.
@@ -67,7 +78,11 @@ type Options struct {
 	// ReplayMaxBytes bounds the bytes kept of one answer; zero means
 	// replay.DefaultMaxEntryBytes.
 	ReplayMaxBytes int
-	Logger         *slog.Logger
+	// ReplayLease is the lease of a request's in-flight marker, as the
+	// HTTP door's (replay.Flights; markers carry DispatcherID); zero means
+	// replay.DefaultLease.
+	ReplayLease time.Duration
+	Logger      *slog.Logger
 }
 
 // Service is the hedgerow.submit front door of one Dispatcher: the NATS
@@ -96,15 +111,20 @@ type Service struct {
 	byProbe  map[string]*natsCall // streaming calls, by probe token
 	canceled map[string]time.Time // cancels that found no call, by request id
 	calls    sync.WaitGroup
-	flights  *replay.Flights // user actions in flight, for twins to join
+	flights  *replay.Flights // user actions in flight, for twins to join; nil without Replays
 }
 
 // natsCall is one request being served.
 type natsCall struct {
 	reply  string
 	id     string // the caller's request id; empty if none
-	token  string // the probe token of a streaming call
-	cancel context.CancelFunc
+	tenant string // the caller's tenant, authenticated by its key
+	// freeSlot releases the tenant's concurrency slot before the final
+	// message goes out, so a caller that has its answer may send the next
+	// request at once; serve releases it too, on every other path.
+	freeSlot func()
+	token    string // the probe token of a streaming call
+	cancel   context.CancelFunc
 }
 
 // Start registers the NATS front door of d on nc and returns
@@ -113,7 +133,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	if d == nil || nc == nil {
 		return nil, errors.New("natsdoor: a dispatcher and a NATS connection are required")
 	}
-	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 {
+	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("natsdoor: max in flight, replay TTL and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -128,7 +148,12 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
 		byID: map[string]*natsCall{}, byProbe: map[string]*natsCall{}, canceled: map[string]time.Time{},
-		flights: replay.NewFlights(),
+	}
+	if opts.Replays != nil {
+		var err error
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+			return nil, fmt.Errorf("natsdoor: %w", err)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -229,6 +254,11 @@ func (s *Service) handleSubmit(req micro.Request) {
 			Message: "header " + schemas.HeaderRequestID + " must be 1 to 64 letters, digits, '_' or '-'"})
 		return
 	}
+	tenant, refusal := s.authenticate(req.Headers())
+	if refusal != nil {
+		s.fail(reply, refusal)
+		return
+	}
 	call, refusal := s.admit(reply, id)
 	if refusal != nil {
 		s.fail(reply, refusal)
@@ -237,7 +267,24 @@ func (s *Service) handleSubmit(req micro.Request) {
 	if call == nil {
 		return // cancelled before it arrived: the caller is gone
 	}
+	call.tenant = tenant
 	go s.serve(call, req.Data())
+}
+
+// authenticate maps the caller's API key to its tenant when keys are
+// required. The key never appears in an answer or a log.
+func (s *Service) authenticate(h micro.Headers) (string, *frontdoor.Failure) {
+	if s.opts.Keyring == nil {
+		return s.opts.Tenant, nil
+	}
+	scheme, key, ok := strings.Cut(strings.TrimSpace(h.Get(schemas.HeaderAuthorization)), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		if tenant, ok := s.opts.Keyring.Tenant(strings.TrimSpace(key)); ok {
+			return tenant, nil
+		}
+	}
+	return "", &frontdoor.Failure{Code: frontdoor.CodeInvalidAPIKey,
+		Message: "A valid API key is required in the " + schemas.HeaderAuthorization + " header as 'Bearer <key>'."}
 }
 
 // admit registers a call, or says why it is refused. A nil call with no
@@ -259,7 +306,7 @@ func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
 		delete(s.canceled, id)
 		return nil, nil
 	}
-	c := &natsCall{reply: reply, id: id}
+	c := &natsCall{reply: reply, id: id, freeSlot: func() {}}
 	if id != "" {
 		s.byID[id] = c
 	}
@@ -330,11 +377,18 @@ func (s *Service) onProbe(m *nats.Msg) {
 // serve runs one request to its answer.
 func (s *Service) serve(c *natsCall, data []byte) {
 	defer s.release(c)
-	sub, serr := s.submission(data)
+	sub, serr := s.submission(data, c.tenant)
 	if serr != nil {
 		s.fail(c.reply, serr)
 		return
 	}
+	release, serr := frontdoor.AdmitTenant(context.Background(), s.opts.Limiter, sub.Tenant)
+	if serr != nil {
+		s.fail(c.reply, serr)
+		return
+	}
+	c.freeSlot = release
+	defer release() // on every path: answer, failure, caller gone, panic (a second call frees nothing)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sink *natsSink
@@ -373,16 +427,18 @@ func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submissio
 			return nil // the caller cancelled or went away: nobody is left to tell
 		}
 		if f := s.failureFor(err); f != nil {
+			c.freeSlot()
 			s.fail(c.reply, f)
 		}
 		return nil
 	}
+	c.freeSlot()
 	return s.answer(c.reply, submitResponse(resp))
 }
 
 // submission reads and checks a request: its version, its schema, then the
 // Submission it asks for.
-func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Failure) {
+func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission, *frontdoor.Failure) {
 	var req schemas.SubmitRequest
 	if err := schemas.Decode(data, &req); err != nil {
 		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Message: "the request is not a version-1 submit request: " + err.Error()}
@@ -407,7 +463,7 @@ func (s *Service) submission(data []byte) (dispatcher.Submission, *frontdoor.Fai
 		}
 	}
 	return dispatcher.Submission{
-		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: s.opts.Tenant,
+		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: tenant,
 		IdempotencyKey: req.IdempotencyKey, Request: req.Request,
 		Deadline: frontdoor.CallerDeadline(req.DeadlineMs),
 	}, nil

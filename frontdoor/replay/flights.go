@@ -1,49 +1,280 @@
 package replay
 
-import "sync"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
 
-// Flights are the user actions a door is serving now, by replay key: a
-// request of a key in flight waits for it rather than running again
-// (docs/architecture.md §2). They are per door, never shared.
+// Flights are the user actions being served now, by replay key: a request
+// of a key in flight waits for it rather than running again, on this door
+// and — through the Store's in-flight markers — on every replica sharing
+// the store (docs/architecture.md §2).
+//
+// A request that runs holds the key's lease (Store.Claim), refreshed every
+// third of a lease while it runs and replaced by its answer (Store.Put) or
+// released when it failed. A request that finds a live lease of the same
+// request waits — on this door for the leader's end, on another replica by
+// polling the store with backoff — and is then replayed the stored answer.
+// A lease left unrefreshed for a whole lease with no answer was orphaned
+// (its gateway died); the next request takes it over and runs, told which
+// dispatcher's commit it may supersede (Lead.Supersedes).
 type Flights struct {
+	store Store
+	opts  FlightOptions
+
 	mu sync.Mutex
 	m  map[string]*Flight
 }
 
-// Flight is one request being served; requests of its key wait for Done.
+// FlightOptions configure Flights; zero values take the defaults.
+type FlightOptions struct {
+	// Owner names the dispatcher behind the door (dispatcher.ID): markers
+	// carry it so a takeover knows whose commit it supersedes.
+	Owner string
+	// Lease is an in-flight marker's lease; zero means DefaultLease.
+	Lease time.Duration
+	// MaxPoll bounds the interval between two looks at a lease held on
+	// another replica; zero means a tenth of the lease, at most 250 ms. The
+	// first look is after MaxPoll/8; each doubles.
+	MaxPoll time.Duration
+}
+
+// Flight is one request being served on this door; requests of its key
+// here wait for Done.
 type Flight struct {
 	fingerprint string
 	done        chan struct{}
 	joined      int // under Flights.mu
+	waiting     int // under Flights.mu: looks at a lease held elsewhere
 }
 
-// NewFlights returns an empty set of flights.
-func NewFlights() *Flights { return &Flights{m: map[string]*Flight{}} }
-
-// Fingerprint is the fingerprint of the flight's request.
-func (f *Flight) Fingerprint() string { return f.fingerprint }
-
-// Done is closed when the flight's leader is done (its answer stored, if
-// kept).
-func (f *Flight) Done() <-chan struct{} { return f.done }
-
-// Join returns the flight of key, and whether the caller leads it (and
-// must Leave it). A request that does not lead counts as joined.
-func (fs *Flights) Join(key, fingerprint string) (*Flight, bool) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if f, ok := fs.m[key]; ok {
-		f.joined++
-		return f, false
+// NewFlights returns an empty set of flights over store.
+func NewFlights(store Store, opts FlightOptions) (*Flights, error) {
+	if store == nil {
+		return nil, errors.New("replay: flights need a store")
 	}
-	f := &Flight{fingerprint: fingerprint, done: make(chan struct{})}
-	fs.m[key] = f
-	return f, true
+	if opts.Lease < 0 || opts.MaxPoll < 0 {
+		return nil, errors.New("replay: the lease and the poll bound must not be negative")
+	}
+	if opts.Lease == 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.MaxPoll == 0 {
+		opts.MaxPoll = min(opts.Lease/10, 250*time.Millisecond)
+	}
+	return &Flights{store: store, opts: opts, m: map[string]*Flight{}}, nil
 }
 
-// Leave ends the leader's flight, after its answer is stored, and wakes
-// the requests waiting for it.
-func (fs *Flights) Leave(key string, f *Flight) {
+// Turn is what a request of a key does next: exactly one field is set.
+type Turn struct {
+	// Answer is the committed answer of the same request: replay it.
+	Answer *Answer
+	// Reused says another request holds or answered the key: refuse it
+	// (idempotency_key_reused).
+	Reused bool
+	// Lead says the request runs; the caller must End it.
+	Lead *Lead
+}
+
+// Lead is a request that runs for its key: it holds the key's lease (unless
+// the store failed) and this door's flight.
+type Lead struct {
+	// Supersedes names the dispatcher whose request of the same key was
+	// orphaned: its lease lapsed with no answer stored. Its commit of the
+	// user action may be superseded by this try (docs/architecture.md §2).
+	Supersedes string
+	// StoreErr is the store's failure when the request leads without a
+	// lease (replay is then best-effort; the winner gate still guards).
+	StoreErr error
+
+	fs     *Flights
+	key    string
+	flight *Flight
+	marker *Marker // nil without a lease
+	stop   chan struct{}
+	beat   sync.WaitGroup
+	ended  bool
+}
+
+// Begin decides what a request of key with fingerprint fp does. It waits
+// while the same request of the key is in flight, here or on a replica
+// sharing the store, until that one ends (then it is replayed its answer,
+// or runs itself when it failed), its lease lapses (then it takes over), or
+// ctx ends (ctx's error).
+func (fs *Flights) Begin(ctx context.Context, key, fp string) (Turn, error) {
+	for {
+		fs.mu.Lock()
+		if f, ok := fs.m[key]; ok {
+			f.joined++
+			fs.mu.Unlock()
+			if f.fingerprint != fp {
+				return Turn{Reused: true}, nil
+			}
+			select {
+			case <-f.done:
+				continue // replayed next time round, or a new try
+			case <-ctx.Done():
+				return Turn{}, ctx.Err()
+			}
+		}
+		f := &Flight{fingerprint: fp, done: make(chan struct{})}
+		fs.m[key] = f
+		fs.mu.Unlock()
+		t, err := fs.begin(ctx, key, fp, f)
+		if t.Lead == nil {
+			fs.leave(key, f)
+		}
+		return t, err
+	}
+}
+
+// begin is Begin for the request that leads this door's flight of key: it
+// looks for the answer and claims the lease, polling while another
+// replica's request of the key holds it.
+func (fs *Flights) begin(ctx context.Context, key, fp string, f *Flight) (Turn, error) {
+	poll := fs.opts.MaxPoll / 8
+	for {
+		a, err := fs.store.Get(ctx, key)
+		if err != nil {
+			return fs.degraded(ctx, key, f, err)
+		}
+		if a != nil {
+			return answered(a, fp), nil
+		}
+		m := Marker{Fingerprint: fp, Owner: fs.opts.Owner, Token: newToken()}
+		c, err := fs.store.Claim(ctx, key, m, fs.opts.Lease)
+		if err != nil {
+			return fs.degraded(ctx, key, f, err)
+		}
+		if c.Won {
+			// An answer stored between the look and the claim is there now
+			// (Put stores it before it drops the marker).
+			if a, err := fs.store.Get(ctx, key); err == nil && a != nil {
+				_ = fs.store.Release(context.WithoutCancel(ctx), key, m)
+				return answered(a, fp), nil
+			}
+			l := &Lead{fs: fs, key: key, flight: f, marker: &m, stop: make(chan struct{})}
+			if o := c.Orphaned; o != nil && o.Fingerprint == fp {
+				l.Supersedes = o.Owner
+			}
+			l.beat.Go(l.heartbeat)
+			return Turn{Lead: l}, nil
+		}
+		if c.Holder.Fingerprint != fp {
+			return Turn{Reused: true}, nil
+		}
+		fs.mu.Lock()
+		f.waiting++
+		fs.mu.Unlock()
+		wait := time.NewTimer(poll)
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return Turn{}, ctx.Err()
+		}
+		poll = min(2*poll, fs.opts.MaxPoll)
+	}
+}
+
+// degraded leads without a lease when the store failed: replay is then
+// best-effort, as the winner gate still guards the user action.
+func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err error) (Turn, error) {
+	if ctx.Err() != nil {
+		return Turn{}, ctx.Err()
+	}
+	return Turn{Lead: &Lead{fs: fs, key: key, flight: f, StoreErr: err}}, nil
+}
+
+func answered(a *Answer, fp string) Turn {
+	if a.Fingerprint != fp {
+		return Turn{Reused: true}
+	}
+	return Turn{Answer: a}
+}
+
+// heartbeat refreshes the lease every third of it until End; a lease
+// another request took over (this one was thought dead) is no longer
+// refreshed.
+func (l *Lead) heartbeat() {
+	every := l.fs.opts.Lease / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		held, err := l.fs.store.Refresh(ctx, l.key, *l.marker, l.fs.opts.Lease)
+		cancel()
+		if err == nil && !held {
+			return
+		}
+	}
+}
+
+// End ends the request: a non-nil answer is stored for ttl (replacing the
+// lease), else — or when it cannot be kept — the lease is released so the
+// next request of the key runs as a new try; then this door's waiters wake.
+// It returns the store's error for the caller to log.
+func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	if l.stop != nil {
+		close(l.stop)
+		l.beat.Wait()
+	}
+	defer l.fs.leave(l.key, l.flight)
+	var err error
+	if a != nil {
+		if err = l.fs.store.Put(ctx, l.key, a, ttl); err == nil {
+			return nil
+		}
+		err = fmt.Errorf("replay: keep the answer: %w", err)
+	}
+	if l.marker != nil {
+		if rerr := l.fs.store.Release(ctx, l.key, *l.marker); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("replay: release the lease: %w", rerr))
+		}
+	}
+	return err
+}
+
+// Orphan ends a request whose committed answer its caller never got
+// whole (the caller left mid-stream): no answer is kept and the lease is
+// lapsed rather than released, so the next request of the key takes it
+// over at once and may supersede this dispatcher's commit, as after a
+// gateway's death. Without a lease it only ends the flight.
+func (l *Lead) Orphan(ctx context.Context) error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	if l.stop != nil {
+		close(l.stop)
+		l.beat.Wait()
+	}
+	defer l.fs.leave(l.key, l.flight)
+	if l.marker == nil {
+		return nil
+	}
+	if err := l.fs.store.Lapse(ctx, l.key, *l.marker); err != nil {
+		return fmt.Errorf("replay: lapse the lease: %w", err)
+	}
+	return nil
+}
+
+// leave ends this door's flight of key and wakes its waiters.
+func (fs *Flights) leave(key string, f *Flight) {
 	fs.mu.Lock()
 	if fs.m[key] == f {
 		delete(fs.m, key)
@@ -52,8 +283,8 @@ func (fs *Flights) Leave(key string, f *Flight) {
 	close(f.done)
 }
 
-// Joined is how many requests joined the flight of key now (tests watch
-// it to know a twin waits).
+// Joined is how many requests joined the flight of key on this door now
+// (tests watch it to know a twin waits).
 func (fs *Flights) Joined(key string) int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -61,4 +292,23 @@ func (fs *Flights) Joined(key string) int {
 		return f.joined
 	}
 	return 0
+}
+
+// Waiting is how many times the flight of key on this door looked at a
+// lease held on another replica (tests watch it to know a twin waits
+// there).
+func (fs *Flights) Waiting(key string) int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f, ok := fs.m[key]; ok {
+		return f.waiting
+	}
+	return 0
+}
+
+// newToken is a lease's own id.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }

@@ -12,6 +12,9 @@ import (
 type MemoryOptions struct {
 	MaxEntryBytes int
 	MaxTotalBytes int
+	// MarkerKeep is how long a marker is remembered after its last claim
+	// or refresh; zero means DefaultMarkerKeep.
+	MarkerKeep time.Duration
 	// Now is the store's clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -27,6 +30,14 @@ type Memory struct {
 	order    *list.List
 	total    int
 	maxEntry int
+	markers  map[string]memMarker // in-flight leases, by key
+	sweepAt  int                  // sweep the markers when there are this many
+}
+
+type memMarker struct {
+	m           Marker
+	leaseExpiry time.Time
+	keepUntil   time.Time
 }
 
 type memEntry struct {
@@ -40,8 +51,11 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts MemoryOptions) (*Memory, error) {
-	if opts.MaxEntryBytes < 0 || opts.MaxTotalBytes < 0 {
-		return nil, errors.New("replay: size bounds must not be negative")
+	if opts.MaxEntryBytes < 0 || opts.MaxTotalBytes < 0 || opts.MarkerKeep < 0 {
+		return nil, errors.New("replay: size bounds and the marker keep must not be negative")
+	}
+	if opts.MarkerKeep == 0 {
+		opts.MarkerKeep = DefaultMarkerKeep
 	}
 	if opts.MaxEntryBytes == 0 {
 		opts.MaxEntryBytes = DefaultMaxEntryBytes
@@ -52,7 +66,7 @@ func NewMemory(opts MemoryOptions) (*Memory, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Memory{opts: opts, entries: map[string]*list.Element{}, order: list.New(),
+	return &Memory{opts: opts, entries: map[string]*list.Element{}, order: list.New(), markers: map[string]memMarker{},
 		maxEntry: min(opts.MaxEntryBytes, opts.MaxTotalBytes)}, nil
 }
 
@@ -99,7 +113,86 @@ func (m *Memory) Put(ctx context.Context, key string, a *Answer, ttl time.Durati
 	e := &memEntry{key: key, answer: clone(a), expires: now.Add(ttl), size: size}
 	m.entries[key] = m.order.PushBack(e)
 	m.total += size
+	delete(m.markers, key) // the answer replaces the marker
 	return nil
+}
+
+// Claim takes the lease of key for mk unless a live marker holds it.
+func (m *Memory) Claim(ctx context.Context, key string, mk Marker, lease time.Duration) (Claimed, error) {
+	if lease <= 0 {
+		return Claimed{}, errors.New("replay: the lease must be positive")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.opts.Now()
+	m.sweepMarkers(now)
+	var c Claimed
+	if cur, ok := m.markers[key]; ok && now.Before(cur.keepUntil) {
+		if now.Before(cur.leaseExpiry) {
+			held := cur.m
+			return Claimed{Holder: &held}, nil
+		}
+		orphan := cur.m
+		c.Orphaned = &orphan
+	}
+	m.markers[key] = memMarker{m: mk, leaseExpiry: now.Add(lease), keepUntil: now.Add(max(lease, m.opts.MarkerKeep))}
+	c.Won = true
+	return c, nil
+}
+
+// Refresh extends the lease of key if mk's token holds it.
+func (m *Memory) Refresh(ctx context.Context, key string, mk Marker, lease time.Duration) (bool, error) {
+	if lease <= 0 {
+		return false, errors.New("replay: the lease must be positive")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.opts.Now()
+	cur, ok := m.markers[key]
+	if !ok || cur.m.Token != mk.Token || !now.Before(cur.keepUntil) {
+		return false, nil
+	}
+	cur.leaseExpiry, cur.keepUntil = now.Add(lease), now.Add(max(lease, m.opts.MarkerKeep))
+	m.markers[key] = cur
+	return true, nil
+}
+
+// Release drops the lease of key if mk's token holds it.
+func (m *Memory) Release(ctx context.Context, key string, mk Marker) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.markers[key]; ok && cur.m.Token == mk.Token {
+		delete(m.markers, key)
+	}
+	return nil
+}
+
+// Lapse ends the lease of key now if mk's token holds it, keeping the
+// marker as an orphan.
+func (m *Memory) Lapse(ctx context.Context, key string, mk Marker) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.markers[key]; ok && cur.m.Token == mk.Token {
+		cur.leaseExpiry = m.opts.Now()
+		m.markers[key] = cur
+	}
+	return nil
+}
+
+// sweepMarkers forgets the markers past their keep once their number
+// doubled since the last sweep (amortised O(1) per claim); m.mu is held.
+// Markers are few: one per request in flight, as a memory store does not
+// outlive the requests it served.
+func (m *Memory) sweepMarkers(now time.Time) {
+	if len(m.markers) < m.sweepAt {
+		return
+	}
+	for k, cur := range m.markers {
+		if !now.Before(cur.keepUntil) {
+			delete(m.markers, k)
+		}
+	}
+	m.sweepAt = 2*len(m.markers) + 64
 }
 
 // Len is the number of entries held, expired ones not yet dropped

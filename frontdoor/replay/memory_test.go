@@ -11,7 +11,7 @@ import (
 
 func TestMemoryConformance(t *testing.T) {
 	replaytest.Run(t, func(t *testing.T, clock *replaytest.Clock, maxEntry int) replay.Store {
-		m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: maxEntry, Now: clock.Now})
+		m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: maxEntry, MarkerKeep: replaytest.MarkerKeep, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,14 +59,71 @@ func (a *Answer) size() int {
 	return n
 }
 
-// Store keeps committed answers by key for a TTL.
+// Store keeps committed answers by key for a TTL, and the in-flight
+// markers (leases) of the keys being served now, which every replica
+// sharing the store sees (docs/architecture.md §2).
 type Store interface {
 	// Get returns the live answer stored under key, or nil.
 	Get(ctx context.Context, key string) (*Answer, error)
 	// Put stores a copy of a under key for ttl, replacing any earlier
-	// answer; ErrTooLarge when a is over the bounds.
+	// answer, and ends the key's lease whoever holds it: the answer
+	// replaces the marker. ErrTooLarge when a is over the bounds (the
+	// lease is then left as it was).
 	Put(ctx context.Context, key string, a *Answer, ttl time.Duration) error
+	// Claim takes the lease of key for m, create-if-absent, for lease:
+	// won when no marker is there or the one there lapsed (its holder did
+	// not refresh it in time; Claimed.Orphaned is that marker); else the
+	// live marker is returned and nothing changes.
+	Claim(ctx context.Context, key string, m Marker, lease time.Duration) (Claimed, error)
+	// Refresh extends the lease of key by lease from now if m's token
+	// still holds it (even lapsed, when nobody took it over); false when
+	// another lease or an answer replaced it.
+	Refresh(ctx context.Context, key string, m Marker, lease time.Duration) (bool, error)
+	// Release drops the lease of key if m's token holds it: the request
+	// ended with no answer kept, and the next request of the key runs
+	// afresh (not a takeover).
+	Release(ctx context.Context, key string, m Marker) error
+	// Lapse ends the lease of key now if m's token holds it, leaving the
+	// marker as an orphan: the request committed an answer its caller
+	// never got whole, and the next request of the key takes it over at
+	// once, as it would after its gateway's death.
+	Lapse(ctx context.Context, key string, m Marker) error
 }
+
+// Marker is the in-flight marker of a key: which request is being served
+// and by whom.
+type Marker struct {
+	// Fingerprint is the request's (Fingerprint): a twin with another
+	// request is refused while the marker is live.
+	Fingerprint string
+	// Owner names the dispatcher serving the request (its groups' ids
+	// start with it), so a takeover can tell its commit from another's.
+	Owner string
+	// Token is this lease's own id, unique per claim.
+	Token string
+}
+
+// Claimed is the outcome of Store.Claim.
+type Claimed struct {
+	// Won reports that the caller holds the lease now.
+	Won bool
+	// Holder is the live marker of another lease when not Won.
+	Holder *Marker
+	// Orphaned is the lapsed marker a won claim replaced: its holder
+	// stopped refreshing before it stored an answer or released it.
+	Orphaned *Marker
+}
+
+// DefaultLease is the lease of an in-flight marker: its holder refreshes
+// it every third of it, and a marker left unrefreshed for a whole lease
+// counts as orphaned (docs/architecture.md §2).
+const DefaultLease = 5 * time.Second
+
+// DefaultMarkerKeep is how long a marker is remembered after its last
+// claim or refresh, so a retry still learns the request was orphaned while
+// a winner gate holding it left may stand (a gateway sets it to its gate's
+// TTL).
+const DefaultMarkerKeep = time.Hour
 
 // Key is the store key of a user action: a hash of tenant and the caller's
 // Idempotency-Key, so neither is kept in the clear.

@@ -114,6 +114,11 @@ type Idempotency struct {
 	// MaxTotalBytes bounds all answers kept in memory; the oldest go
 	// first. With redis.url, Redis' maxmemory bounds them instead.
 	MaxTotalBytes ByteSize `yaml:"max_total_bytes"`
+	// Lease is the lease of a request's in-flight marker: its gateway
+	// refreshes it every third of it, and a retry that finds it
+	// unrefreshed this long with no answer takes the request over
+	// (docs/architecture.md §2).
+	Lease time.Duration `yaml:"lease"`
 }
 
 // Provider is the API dialect of a route.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -117,6 +118,40 @@ func TestUnknownKeyIsAProblemAnywhere(t *testing.T) {
 				t.Fatalf("unknown key problem has no line: %v", p)
 			}
 		})
+	}
+}
+
+func TestRetiredDuplicateBucketKeysSayWhatReplacedThem(t *testing.T) {
+	cases := []struct{ key, hint string }{
+		{"capacity", "duplicate_rate.window"},
+		{"initial_fill", "pool_floor"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.key, func(t *testing.T) {
+			src := minimal + "policies:\n  default:\n    duplicate_rate:\n      " + tc.key + ": 4\n"
+			_, ps := parse(t, src, RoleServe, noEnv)
+			p := wantProblem(t, ps, "policies.default.duplicate_rate."+tc.key, "was removed")
+			if !strings.Contains(p.Message, "sliding window") || !strings.Contains(p.Message, tc.hint) || p.Line != 16 {
+				t.Fatalf("problem %v at line %d: want line 16, naming the sliding window and %s", p, p.Line, tc.hint)
+			}
+		})
+	}
+}
+
+func TestDuplicateRateWindowIsChecked(t *testing.T) {
+	for _, tc := range []struct{ window, msg string }{
+		{"500ms", "outside [1s, 1h]"},
+		{"2h", "outside [1s, 1h]"},
+	} {
+		src := minimal + "policies:\n  default:\n    duplicate_rate: {window: " + tc.window + "}\n"
+		_, ps := parse(t, src, RoleServe, noEnv)
+		wantProblem(t, ps, "policies.default.duplicate_rate.window", tc.msg)
+	}
+	src := minimal + "policies:\n  default:\n    duplicate_rate: {window: 30s, replacement_reserve: 2}\n"
+	cfg, ps := parse(t, src, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if d := cfg.PolicyFor("default").DuplicateCeiling(); d.Window != 30*time.Second || d.ReplacementReserve != 2 || d.Ceiling != 0.08 {
+		t.Fatalf("duplicate ceiling %+v, want the window and reserve set and the default ceiling", d)
 	}
 }
 
@@ -425,6 +460,30 @@ func TestOneKeyHashMayBelongToOneTenantOnly(t *testing.T) {
 	src := minimal + "tenants:\n  a:\n    api_key_hashes: [" + h + "]\n  b:\n    api_key_hashes: [" + h + "]\n"
 	_, ps := parse(t, src, RoleServe, noEnv)
 	wantProblem(t, ps, "tenants.b.api_key_hashes[0]", `already a key of tenant "a"`)
+}
+
+func TestTenantRequestLimitsMustBeNonNegativeAndABurstNeedsARate(t *testing.T) {
+	h := HashAPIKey("k")
+	tenant := func(limits string) string {
+		return minimal + "tenants:\n  acme:\n    api_key_hashes: [" + h + "]\n" + limits
+	}
+	tests := []struct{ name, limits, path, msg string }{
+		{"a negative rate", "    requests_per_second: -1\n", "tenants.acme.requests_per_second", "finite number"},
+		{"a negative burst", "    requests_per_second: 1\n    burst: -2\n", "tenants.acme.burst", "negative"},
+		{"a burst with no rate", "    burst: 5\n", "tenants.acme.burst", "needs requests_per_second"},
+		{"a negative concurrency", "    max_concurrent: -1\n", "tenants.acme.max_concurrent", "negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tenant(tc.limits), RoleGateway, noEnv)
+			wantProblem(t, ps, tc.path, tc.msg)
+		})
+	}
+	c, ps := parse(t, tenant("    requests_per_second: 2.5\n    burst: 10\n    max_concurrent: 4\n"), RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if got := c.Tenants["acme"]; got.RequestsPerSecond != 2.5 || got.Burst != 10 || got.MaxConcurrent != 4 {
+		t.Fatalf("tenant limits %+v, want 2.5/s, burst 10, 4 in flight", got)
+	}
 }
 
 func TestEveryProblemIsReportedInOnePassSortedByLine(t *testing.T) {
@@ -753,8 +812,18 @@ func TestDefaultPolicyConvertsToValidEngineEstimatorGuardrailAndBuckets(t *testi
 	if _, err := delay.NewGuardrail(p.GuardrailConfig()); err != nil {
 		t.Errorf("guardrail config: %v", err)
 	}
-	if b := p.DuplicateBucket(); b.Ratio != p.DuplicateRate.Ceiling || b.ReplacementReserve > b.Capacity {
-		t.Errorf("bucket %+v does not follow duplicate_rate %+v", b, p.DuplicateRate)
+	dup := p.DuplicateCeiling()
+	if dup.Ceiling != p.DuplicateRate.Ceiling || dup.Window != p.DuplicateRate.Window {
+		t.Errorf("duplicate ceiling %+v does not follow duplicate_rate %+v", dup, p.DuplicateRate)
+	}
+	admit := budgets.AdmitRequest{
+		UserAction: "ua", Pool: "pool", Cohort: "cohort",
+		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * p.Deadline},
+		Spend:      budgets.SpendPolicy{ReservationTTL: 2 * p.Deadline},
+		Duplicates: dup,
+	}
+	if err := admit.Validate(); err != nil {
+		t.Errorf("the default duplicate ceiling is refused by the budget stores: %v", err)
 	}
 	if got, want := p.Engine().Deadline, p.Deadline; got != want {
 		t.Errorf("engine deadline %v, want the policy's %v", got, want)

@@ -19,6 +19,18 @@ type nodeUnmarshaler interface {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
+// retiredKeys names, per section type, keys an earlier version accepted and
+// what to write instead, so that an old configuration fails with a way
+// forward rather than a bare unknown key.
+var retiredKeys = map[reflect.Type]map[string]string{
+	reflect.TypeFor[DuplicateRate](): {
+		"capacity": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
+			"(docs/architecture.md §7); delete it and set duplicate_rate.window (default 10s) if the default does not suit",
+		"initial_fill": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
+			"(docs/architecture.md §7); delete it: a cold cohort hedges on the pool's floor (pool_floor)",
+	},
+}
+
 // decoder fills Go values from a yaml.Node tree by their yaml tags, strictly:
 // unknown and duplicate keys, wrong kinds and unparsable scalars are all
 // reported, and decoding goes on after each so that one pass finds them all.
@@ -137,6 +149,10 @@ func (d *decoder) structure(n *yaml.Node, path string, v reflect.Value) {
 	fields := yamlFields(v.Type())
 	for _, kv := range d.pairs(n, path) {
 		i, ok := fields[kv.key]
+		if why, retired := retiredKeys[v.Type()][kv.key]; !ok && retired {
+			d.decodeFailed(joinPath(path, kv.key), kv.line, "key %q was removed: %s", kv.key, why)
+			continue
+		}
 		if !ok {
 			d.decodeFailed(joinPath(path, kv.key), kv.line, "unknown key %q (known keys: %s)",
 				kv.key, strings.Join(fieldNames(v.Type()), ", "))

@@ -43,6 +43,7 @@ var defaults = []defaultSetting{
 	{"http.idempotency.ttl", 24 * time.Hour},
 	{"http.idempotency.max_entry_bytes", 4 * ByteSize(1<<20)},
 	{"http.idempotency.max_total_bytes", 256 * ByteSize(1<<20)},
+	{"http.idempotency.lease", 5 * time.Second},
 
 	{"routes.*.max_inflight", 64},
 	{"pools.*.queue_wait", time.Second},
@@ -71,8 +72,7 @@ var defaults = []defaultSetting{
 	{"policies.*.deadline", policyDefaults.Deadline},
 	{"policies.*.commit_point", policyDefaults.CommitPoint},
 	{"policies.*.duplicate_rate.ceiling", policyDefaults.DuplicateRate.Ceiling},
-	{"policies.*.duplicate_rate.capacity", policyDefaults.DuplicateRate.Capacity},
-	{"policies.*.duplicate_rate.initial_fill", policyDefaults.DuplicateRate.InitialFill},
+	{"policies.*.duplicate_rate.window", policyDefaults.DuplicateRate.Window},
 	{"policies.*.duplicate_rate.replacement_reserve", policyDefaults.DuplicateRate.ReplacementReserve},
 	{"policies.*.duplicate_rate.pool_floor", policyDefaults.DuplicateRate.PoolFloor},
 	{"policies.*.duplicate_rate.pool_floor_refill", policyDefaults.DuplicateRate.PoolFloorRefill},

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -124,6 +125,9 @@ func (v *validator) http() {
 	}
 	if id := h.Idempotency; id.TTL <= 0 {
 		v.addf("http.idempotency.ttl", "%v is not positive", id.TTL)
+	}
+	if id := h.Idempotency; id.Lease < 30*time.Millisecond {
+		v.addf("http.idempotency.lease", "%v is below 30ms: it is refreshed every third of it", id.Lease)
 	}
 	if id := h.Idempotency; id.MaxEntryBytes <= 0 || id.MaxTotalBytes < id.MaxEntryBytes {
 		v.addf("http.idempotency.max_entry_bytes", "%v must be positive and at most http.idempotency.max_total_bytes %v", id.MaxEntryBytes, id.MaxTotalBytes)
@@ -339,14 +343,11 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	if b.Ceiling <= 0 || b.Ceiling > 1 {
 		v.addf(bp+".ceiling", "%v is outside (0,1]; to stop hedging set hedge: false", b.Ceiling)
 	}
-	if b.Capacity <= 0 {
-		v.addf(bp+".capacity", "%v must be positive", b.Capacity)
+	if b.Window < time.Second || b.Window > time.Hour {
+		v.addf(bp+".window", "%v is outside [1s, 1h]", b.Window)
 	}
-	if b.InitialFill < 0 || b.InitialFill > b.Capacity {
-		v.addf(bp+".initial_fill", "%v is outside [0, capacity %v]", b.InitialFill, b.Capacity)
-	}
-	if b.ReplacementReserve < 0 || b.ReplacementReserve > b.Capacity {
-		v.addf(bp+".replacement_reserve", "%v is outside [0, capacity %v]", b.ReplacementReserve, b.Capacity)
+	if b.ReplacementReserve < 0 || b.ReplacementReserve > 1e6 {
+		v.addf(bp+".replacement_reserve", "%v is outside [0, 1000000]", b.ReplacementReserve)
 	}
 	if b.PoolFloor < 0 {
 		v.addf(bp+".pool_floor", "%v is negative", b.PoolFloor)
@@ -400,6 +401,17 @@ func (v *validator) tenants() {
 			v.addf(p+".spend_limit", "%d is negative", t.SpendLimit)
 		}
 		v.positive(p+".spend_window", t.SpendWindow)
+		if t.RequestsPerSecond < 0 || math.IsNaN(t.RequestsPerSecond) || math.IsInf(t.RequestsPerSecond, 0) {
+			v.addf(p+".requests_per_second", "%v is not a finite number ≥ 0", t.RequestsPerSecond)
+		}
+		if t.Burst < 0 {
+			v.addf(p+".burst", "%d is negative", t.Burst)
+		} else if t.Burst > 0 && t.RequestsPerSecond <= 0 {
+			v.addf(p+".burst", "a burst needs requests_per_second, the rate that refills it")
+		}
+		if t.MaxConcurrent < 0 {
+			v.addf(p+".max_concurrent", "%d is negative", t.MaxConcurrent)
+		}
 	}
 }
 

@@ -45,7 +45,8 @@ type BenchOptions struct {
 	URL     string
 	NATS    *client.Client
 	NATSURL string
-	// APIKey is sent to the HTTP front door as a bearer token when set.
+	// APIKey is sent to the HTTP front door as a bearer token when set;
+	// a NATS client sends its own (client.WithAPIKey).
 	APIKey string
 	// CompareDirect, when set, is the root of an OpenAI-compatible server
 	// the gateway routes to (e.g. `hedgerow fakellm --instant 20`): every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -20,6 +21,8 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
+	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
+	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/redistenantlimit"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -40,6 +43,7 @@ type Gateway struct {
 	ownsShared bool // false when the process opened it (serve): it outlives the gateway
 	http       *httpServer
 	nats       *natsdoor.Service // the hedgerow.submit front door
+	limiter    *tenantlimit.Limiter
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -95,6 +99,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
+	if g.limiter, err = tenantLimiter(cfg, sh, reg, log.With("component", "tenantlimit")); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+	}
 	hopts := httpdoor.Options{
 		Conn:           nc,
 		Pools:          poolRoutes(cfg),
@@ -103,6 +110,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		Replays:        replays,
 		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
+		ReplayLease:    cfg.HTTP.Idempotency.Lease,
+		DispatcherID:   d.ID(),
 		Logger:         log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
@@ -112,6 +121,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	// time.
 	if len(cfg.Tenants) > 0 {
 		hopts.Keyring = keyring(cfg.Tenants)
+	}
+	if g.limiter != nil {
+		hopts.Limiter = g.limiter
 	}
 	api, err := httpdoor.New(d, hopts)
 	if err != nil {
@@ -127,8 +139,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.nats, err = natsdoor.Start(d, nc, natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
-		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes)})
+	nopts := natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
+		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
+		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter}
+	g.nats, err = natsdoor.Start(d, nc, nopts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
@@ -142,10 +156,44 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
 	id := cfg.HTTP.Idempotency
 	if sh.client != nil {
+		// A lapsed marker is remembered as long as the winner gate holding it
+		// left may stand, so the retry that takes it over can clear that.
 		return redisreplay.New(sh.client, redisreplay.Options{Prefix: cfg.Redis.KeyPrefix,
-			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout})
+			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout, MarkerKeep: gateTTL(cfg)})
 	}
 	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
+}
+
+// tenantLimiter is the doors' limiter of the tenants' request rates and
+// requests in flight (docs/architecture.md §2): on the shared Redis when
+// the replicas have one, so the limits hold across the cluster; else in
+// this gateway's memory, per replica. Nil when no tenant has a limit.
+func tenantLimiter(cfg *config.Config, sh *shared, reg prometheus.Registerer, log *slog.Logger) (*tenantlimit.Limiter, error) {
+	limits := map[string]tenantlimit.Limit{}
+	for name, t := range cfg.Tenants {
+		if t == nil {
+			continue
+		}
+		if l := (tenantlimit.Limit{RequestsPerSecond: t.RequestsPerSecond, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent}); !l.IsZero() {
+			limits[name] = l
+		}
+	}
+	if len(limits) == 0 {
+		return nil, nil
+	}
+	var store tenantlimit.Store = tenantlimit.NewMemory(nil)
+	if sh.client != nil {
+		rs, err := redistenantlimit.New(sh.client, redistenantlimit.Options{Prefix: cfg.Redis.KeyPrefix})
+		if err != nil {
+			return nil, err
+		}
+		store = rs
+	}
+	opts := tenantlimit.Options{Limits: limits, Registerer: reg, Logger: log}
+	if sh.client != nil && cfg.Redis.Timeout > 0 {
+		opts.StoreTimeout = cfg.Redis.Timeout
+	}
+	return tenantlimit.New(store, opts)
 }
 
 // poolRoutes lists each configured pool's routes, the shape
@@ -259,6 +307,9 @@ func (g *Gateway) Stop(ctx context.Context) error {
 // closeDispatcher stops the dispatcher, then what it shared with other
 // replicas: its last settles reach Redis before the client closes.
 func (g *Gateway) closeDispatcher(ctx context.Context) error {
+	if g.limiter != nil {
+		g.limiter.Close() // the doors are stopped: no lease needs refreshing
+	}
 	if err := g.d.Close(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.closeShared())
 	}

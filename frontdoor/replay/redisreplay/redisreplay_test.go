@@ -24,7 +24,7 @@ func factory(client redis.UniversalClient) replaytest.Factory {
 	var n atomic.Int64
 	return func(t *testing.T, clock *replaytest.Clock, maxEntry int) replay.Store {
 		s, err := redisreplay.New(client, redisreplay.Options{Prefix: "t" + strconv.FormatInt(n.Add(1), 10),
-			MaxEntryBytes: maxEntry, Timeout: 5 * time.Second, Now: clock.Now})
+			MaxEntryBytes: maxEntry, MarkerKeep: replaytest.MarkerKeep, Timeout: 5 * time.Second, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

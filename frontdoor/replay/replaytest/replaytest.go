@@ -45,6 +45,9 @@ type Factory func(t *testing.T, clock *Clock, maxEntryBytes int) replay.Store
 // MaxEntry is the per-entry bound the suite asks its stores for.
 const MaxEntry = 4096
 
+// MarkerKeep is the marker keep the suite's stores must be made with.
+const MarkerKeep = time.Hour
+
 // Run runs the suite against the stores newStore makes.
 func Run(t *testing.T, newStore Factory) {
 	ctx := context.Background()
@@ -113,6 +116,7 @@ func Run(t *testing.T, newStore Factory) {
 			t.Fatalf("Get = %v, %v; want nil", got, err)
 		}
 	})
+	markerSuite(t, newStore)
 	t.Run("concurrent puts and gets are safe", func(t *testing.T) {
 		s := newStore(t, NewClock(), MaxEntry)
 		var wg sync.WaitGroup
@@ -132,5 +136,151 @@ func Run(t *testing.T, newStore Factory) {
 			})
 		}
 		wg.Wait()
+	})
+}
+
+// markerSuite checks the in-flight markers (leases) of a store.
+func markerSuite(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	const lease = 5 * time.Second
+	mark := func(token string) replay.Marker {
+		return replay.Marker{Fingerprint: "fp", Owner: "owner-" + token, Token: token}
+	}
+	claim := func(t *testing.T, s replay.Store, key string, m replay.Marker) replay.Claimed {
+		t.Helper()
+		c, err := s.Claim(ctx, key, m, lease)
+		if err != nil {
+			t.Fatalf("Claim(%s, %s): %v", key, m.Token, err)
+		}
+		return c
+	}
+	t.Run("the first claim wins and a live marker turns the next away with its holder", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		if c := claim(t, s, "k", mark("a")); !c.Won || c.Holder != nil || c.Orphaned != nil {
+			t.Fatalf("first claim = %+v; want won, no orphan", c)
+		}
+		c := claim(t, s, "k", mark("b"))
+		if c.Won || c.Holder == nil || *c.Holder != mark("a") {
+			t.Fatalf("second claim = %+v; want lost to a's marker", c)
+		}
+		if c := claim(t, s, "other", mark("b")); !c.Won {
+			t.Fatalf("claim of another key = %+v; want won", c)
+		}
+	})
+	t.Run("a released lease is claimed afresh, not as an orphan", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		claim(t, s, "k", mark("a"))
+		if err := s.Release(ctx, "k", mark("b")); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, s, "k", mark("c")); c.Won {
+			t.Fatal("another token's release dropped a's lease")
+		}
+		if err := s.Release(ctx, "k", mark("a")); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, s, "k", mark("c")); !c.Won || c.Orphaned != nil {
+			t.Fatalf("claim after release = %+v; want won, no orphan", c)
+		}
+	})
+	t.Run("a lease left unrefreshed lapses and its claim names the orphan", func(t *testing.T) {
+		clock := NewClock()
+		s := newStore(t, clock, MaxEntry)
+		claim(t, s, "k", mark("a"))
+		clock.Advance(lease - time.Millisecond)
+		if c := claim(t, s, "k", mark("b")); c.Won {
+			t.Fatal("a live lease was taken over")
+		}
+		clock.Advance(time.Millisecond)
+		c := claim(t, s, "k", mark("b"))
+		if !c.Won || c.Orphaned == nil || *c.Orphaned != mark("a") {
+			t.Fatalf("claim at the lease's end = %+v; want won over a's orphaned marker", c)
+		}
+		if ok, err := s.Refresh(ctx, "k", mark("a"), lease); err != nil || ok {
+			t.Fatalf("the orphan's Refresh = %v, %v; want false: its lease was taken over", ok, err)
+		}
+		if c := claim(t, s, "k", mark("c")); c.Won || *c.Holder != mark("b") {
+			t.Fatalf("claim after the takeover = %+v; want held by b", c)
+		}
+	})
+	t.Run("a refresh keeps the lease live", func(t *testing.T) {
+		clock := NewClock()
+		s := newStore(t, clock, MaxEntry)
+		claim(t, s, "k", mark("a"))
+		for range 3 {
+			clock.Advance(lease - time.Second)
+			if ok, err := s.Refresh(ctx, "k", mark("a"), lease); err != nil || !ok {
+				t.Fatalf("Refresh = %v, %v; want true", ok, err)
+			}
+		}
+		if c := claim(t, s, "k", mark("b")); c.Won {
+			t.Fatal("a refreshed lease was taken over")
+		}
+	})
+	t.Run("an answer replaces the marker", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		claim(t, s, "k", mark("a"))
+		if err := s.Put(ctx, "k", &replay.Answer{Fingerprint: "fp", Status: 200, Body: []byte("x")}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Refresh(ctx, "k", mark("a"), lease); err != nil || ok {
+			t.Fatalf("Refresh after the answer = %v, %v; want false", ok, err)
+		}
+		if c := claim(t, s, "k", mark("b")); !c.Won || c.Orphaned != nil {
+			t.Fatalf("claim after the answer = %+v; want won, no orphan", c)
+		}
+		if a, err := s.Get(ctx, "k"); err != nil || a == nil || string(a.Body) != "x" {
+			t.Fatalf("Get = %v, %v; a claim must leave the answer", a, err)
+		}
+	})
+	t.Run("a lapsed lease is an orphan at once, and only its holder lapses it", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		claim(t, s, "k", mark("a"))
+		if err := s.Lapse(ctx, "k", mark("b")); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, s, "k", mark("c")); c.Won {
+			t.Fatal("another token's lapse ended a's lease")
+		}
+		if err := s.Lapse(ctx, "k", mark("a")); err != nil {
+			t.Fatal(err)
+		}
+		c := claim(t, s, "k", mark("c"))
+		if !c.Won || c.Orphaned == nil || *c.Orphaned != mark("a") {
+			t.Fatalf("claim after the lapse = %+v; want won over a's orphaned marker", c)
+		}
+	})
+	t.Run("an orphan is forgotten after the marker keep", func(t *testing.T) {
+		clock := NewClock()
+		s := newStore(t, clock, MaxEntry)
+		claim(t, s, "k", mark("a"))
+		clock.Advance(MarkerKeep + lease)
+		if c := claim(t, s, "k", mark("b")); !c.Won || c.Orphaned != nil {
+			t.Fatalf("claim past the keep = %+v; want won, no orphan", c)
+		}
+	})
+	t.Run("concurrent claims of one key elect one holder", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := 0
+		for i := range 8 {
+			wg.Go(func() {
+				c, err := s.Claim(ctx, "k", mark(string(rune('a'+i))), lease)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if c.Won {
+					mu.Lock()
+					won++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if won != 1 {
+			t.Fatalf("%d claims won; want 1", won)
+		}
 	})
 }

@@ -1,0 +1,10 @@
+package replay
+
+// Crash stops the lead as a killed gateway would: its lease is no longer
+// refreshed, and neither an answer nor a release ever reaches the store.
+func (l *Lead) Crash() {
+	l.ended = true
+	close(l.stop)
+	l.beat.Wait()
+	l.fs.leave(l.key, l.flight)
+}

@@ -1,0 +1,198 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/replaytest"
+	"github.com/hedgerow/hedgerow/internal/eventually"
+)
+
+const (
+	testLease = 300 * time.Millisecond
+	waitLong  = 10 * time.Second
+)
+
+// countingStore counts the refreshes of the store under it.
+type countingStore struct {
+	replay.Store
+	refreshes atomic.Int64
+}
+
+func (c *countingStore) Refresh(ctx context.Context, key string, m replay.Marker, lease time.Duration) (bool, error) {
+	ok, err := c.Store.Refresh(ctx, key, m, lease)
+	c.refreshes.Add(1)
+	return ok, err
+}
+
+// replicas are two doors' flights over one shared store, whose clock the
+// test moves (the leases' heartbeats run on real time).
+func replicas(t *testing.T) (a, b *replay.Flights, clock *replaytest.Clock, store *countingStore) {
+	t.Helper()
+	clock = replaytest.NewClock()
+	m, err := replay.NewMemory(replay.MemoryOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store = &countingStore{Store: m}
+	mk := func(owner string) *replay.Flights {
+		fs, err := replay.NewFlights(store, replay.FlightOptions{Owner: owner, Lease: testLease, MaxPoll: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fs
+	}
+	return mk("dispatcher-a"), mk("dispatcher-b"), clock, store
+}
+
+func lead(t *testing.T, fs *replay.Flights, key, fp string) *replay.Lead {
+	t.Helper()
+	turn, err := fs.Begin(context.Background(), key, fp)
+	if err != nil || turn.Lead == nil {
+		t.Fatalf("Begin = %+v, %v; want to lead", turn, err)
+	}
+	return turn.Lead
+}
+
+type begun struct {
+	turn replay.Turn
+	err  error
+}
+
+func beginAsync(ctx context.Context, fs *replay.Flights, key, fp string) <-chan begun {
+	out := make(chan begun, 1)
+	go func() {
+		turn, err := fs.Begin(ctx, key, fp)
+		out <- begun{turn, err}
+	}()
+	return out
+}
+
+func await(t *testing.T, ch <-chan begun) begun {
+	t.Helper()
+	select {
+	case b := <-ch:
+		return b
+	case <-time.After(waitLong):
+		t.Fatal("Begin never returned")
+		return begun{}
+	}
+}
+
+func answer(fp, body string) *replay.Answer {
+	return &replay.Answer{Fingerprint: fp, Status: 200, Body: []byte(body)}
+}
+
+func TestTwinOnTheSameDoorJoinsAndIsReplayedTheAnswer(t *testing.T) {
+	a, _, _, _ := replicas(t)
+	l := lead(t, a, "k", "fp")
+	twin := beginAsync(context.Background(), a, "k", "fp")
+	eventually.True(t, waitLong, "the twin to join", func() bool { return a.Joined("k") == 1 })
+	if err := l.End(context.Background(), answer("fp", "the answer"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, twin); got.err != nil || got.turn.Answer == nil || string(got.turn.Answer.Body) != "the answer" {
+		t.Fatalf("twin: %+v, %v; want the answer replayed", got.turn, got.err)
+	}
+}
+
+func TestTwinOnAnotherReplicaWaitsForTheLeaseAndIsReplayedTheAnswer(t *testing.T) {
+	a, b, _, _ := replicas(t)
+	l := lead(t, a, "k", "fp")
+	twin := beginAsync(context.Background(), b, "k", "fp")
+	eventually.True(t, waitLong, "the twin to wait on the other replica's lease", func() bool { return b.Waiting("k") >= 2 })
+	if err := l.End(context.Background(), answer("fp", "the answer"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, twin); got.err != nil || got.turn.Answer == nil || string(got.turn.Answer.Body) != "the answer" {
+		t.Fatalf("twin: %+v, %v; want the answer replayed", got.turn, got.err)
+	}
+}
+
+func TestAnotherRequestUnderAKeyInFlightElsewhereIsRefused(t *testing.T) {
+	a, b, _, _ := replicas(t)
+	lead(t, a, "k", "fp")
+	if got := await(t, beginAsync(context.Background(), b, "k", "another fp")); got.err != nil || !got.turn.Reused {
+		t.Fatalf("another request: %+v, %v; want refused as reused", got.turn, got.err)
+	}
+	if got := await(t, beginAsync(context.Background(), a, "k", "another fp")); got.err != nil || !got.turn.Reused {
+		t.Fatalf("another request on the same door: %+v, %v; want refused as reused", got.turn, got.err)
+	}
+}
+
+func TestTwinAfterAFailedLeadRunsAsANewTryNotATakeover(t *testing.T) {
+	a, b, _, _ := replicas(t)
+	l := lead(t, a, "k", "fp")
+	twin := beginAsync(context.Background(), b, "k", "fp")
+	eventually.True(t, waitLong, "the twin to wait", func() bool { return b.Waiting("k") >= 1 })
+	if err := l.End(context.Background(), nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got := await(t, twin)
+	if got.err != nil || got.turn.Lead == nil || got.turn.Lead.Supersedes != "" {
+		t.Fatalf("twin: %+v, %v; want to lead, superseding nobody", got.turn, got.err)
+	}
+	_ = got.turn.Lead.End(context.Background(), nil, time.Hour)
+}
+
+func TestLeaseOfADeadLeaderLapsesAndTheRetryTakesOverNamingIt(t *testing.T) {
+	a, b, clock, _ := replicas(t)
+	l := lead(t, a, "k", "fp")
+	l.Crash()
+	retry := beginAsync(context.Background(), b, "k", "fp")
+	eventually.True(t, waitLong, "the retry to wait on the live lease", func() bool { return b.Waiting("k") >= 1 })
+	clock.Advance(testLease)
+	got := await(t, retry)
+	if got.err != nil || got.turn.Lead == nil || got.turn.Lead.Supersedes != "dispatcher-a" {
+		t.Fatalf("retry: %+v, %v; want to lead, superseding dispatcher-a", got.turn, got.err)
+	}
+	if err := got.turn.Lead.End(context.Background(), answer("fp", "regenerated"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, beginAsync(context.Background(), a, "k", "fp")); got.turn.Answer == nil || string(got.turn.Answer.Body) != "regenerated" {
+		t.Fatalf("a later retry: %+v; want the takeover's answer", got.turn)
+	}
+}
+
+func TestLeaseRefreshedByALiveLeaderIsNeverTakenOver(t *testing.T) {
+	a, b, clock, store := replicas(t)
+	l := lead(t, a, "k", "fp")
+	defer func() { _ = l.End(context.Background(), nil, time.Hour) }()
+	for range 3 {
+		clock.Advance(testLease - time.Millisecond)
+		n := store.refreshes.Load()
+		eventually.True(t, waitLong, "the leader's heartbeat", func() bool { return store.refreshes.Load() >= n+2 }) // the second began after the advance
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	twin := beginAsync(ctx, b, "k", "fp")
+	eventually.True(t, waitLong, "the twin to wait", func() bool { return b.Waiting("k") >= 1 })
+	cancel()
+	if got := await(t, twin); !errors.Is(got.err, context.Canceled) || got.turn.Lead != nil {
+		t.Fatalf("twin: %+v, %v; want it still waiting when its caller left", got.turn, got.err)
+	}
+}
+
+// failingStore fails every call, as an unreachable Redis does.
+type failingStore struct{ replay.Store }
+
+var errDown = errors.New("store down")
+
+func (failingStore) Get(context.Context, string) (*replay.Answer, error) { return nil, errDown }
+func (failingStore) Claim(context.Context, string, replay.Marker, time.Duration) (replay.Claimed, error) {
+	return replay.Claimed{}, errDown
+}
+
+func TestUnreachableStoreLeadsWithoutALeaseAndSaysWhy(t *testing.T) {
+	fs, err := replay.NewFlights(failingStore{}, replay.FlightOptions{Owner: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn, err := fs.Begin(context.Background(), "k", "fp")
+	if err != nil || turn.Lead == nil || !errors.Is(turn.Lead.StoreErr, errDown) {
+		t.Fatalf("Begin = %+v, %v; want to lead, saying the store is down", turn, err)
+	}
+}
