@@ -12,31 +12,15 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/internal/fakeclock"
 )
 
-// Clock is a settable clock for stores that read one; the suite only
+// Clock is the settable clock the suite's stores read; the suite only
 // advances it, never sleeps.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type Clock = fakeclock.Clock
 
 // NewClock returns a clock at a fixed instant.
-func NewClock() *Clock { return &Clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock() *Clock { return fakeclock.New() }
 
 // Factory returns a fresh, empty store on clock that keeps entries of up
 // to maxEntryBytes.
