@@ -220,18 +220,27 @@ func (l *Lead) heartbeat() {
 	}
 }
 
-// End ends the request: a non-nil answer is stored for ttl (replacing the
-// lease), else — or when it cannot be kept — the lease is released so the
-// next request of the key runs as a new try; then this door's waiters wake.
-// It returns the store's error for the caller to log.
-func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
+// finish marks the request ended and stops its heartbeat; false when it
+// had already ended.
+func (l *Lead) finish() bool {
 	if l.ended {
-		return nil
+		return false
 	}
 	l.ended = true
 	if l.stop != nil {
 		close(l.stop)
 		l.beat.Wait()
+	}
+	return true
+}
+
+// End ends the request: a non-nil answer is stored for ttl (replacing the
+// lease), else — or when it cannot be kept — the lease is released so the
+// next request of the key runs as a new try; then this door's waiters wake.
+// It returns the store's error for the caller to log.
+func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
+	if !l.finish() {
+		return nil
 	}
 	defer l.fs.leave(l.key, l.flight)
 	var err error
@@ -255,13 +264,8 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 // over at once and may supersede this dispatcher's commit, as after a
 // gateway's death. Without a lease it only ends the flight.
 func (l *Lead) Orphan(ctx context.Context) error {
-	if l.ended {
+	if !l.finish() {
 		return nil
-	}
-	l.ended = true
-	if l.stop != nil {
-		close(l.stop)
-		l.beat.Wait()
 	}
 	defer l.fs.leave(l.key, l.flight)
 	if l.marker == nil {
