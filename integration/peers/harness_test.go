@@ -99,6 +99,10 @@ type conditionReport struct {
 	// Delay is the peers' fixed hedge delay: the P95 of the primary-only
 	// warm-up's client-measured time to first token.
 	Delay time.Duration
+	// ModelDelay is the workload model's own P95 first byte, scaled to
+	// real time: what Delay would be on an idle host. Delay far above it
+	// says the host, not the model, set the run's latencies.
+	ModelDelay time.Duration
 	// Contenders are in contenderNames order.
 	Contenders []contenderReport
 	// UpstreamRequests is what the fakes' own /stats counted over the
@@ -487,9 +491,42 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
-	rep = &conditionReport{Condition: c, Delay: delay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
+	modelDelay, err := modelFirstByteP95(o)
+	if err != nil {
+		return nil, err
+	}
+	rep = &conditionReport{Condition: c, Delay: delay, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
 	rep.Contenders = measure(reqs, sum, counts, o.deadline())
 	return rep, nil
+}
+
+// modelFirstByteP95 is the P95 of the first byte of the workload's
+// successful attempts on one route (20,000 draws), in real time.
+func modelFirstByteP95(o options) (time.Duration, error) {
+	m, err := workload.ByName(o.Workload)
+	if err != nil {
+		return 0, err
+	}
+	g, err := workload.NewGenerator(m, o.Seed)
+	if err != nil {
+		return 0, err
+	}
+	p, err := g.Provider(0, workload.RateLimit{})
+	if err != nil {
+		return 0, err
+	}
+	var firsts []time.Duration
+	for id := range uint64(20_000) {
+		a, err := p.Attempt(g.Request(id), 1, 0)
+		if err != nil {
+			return 0, err
+		}
+		if a.Outcome == workload.OutcomeOK {
+			firsts = append(firsts, a.FirstByte)
+		}
+	}
+	slices.Sort(firsts)
+	return scaled(quantile(firsts, 0.95), o.TimeScale), nil
 }
 
 // measure turns a run's results into one report per contender.

@@ -17,8 +17,9 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
 		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
 	for _, rep := range reps {
-		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (P95 of the primary-only warm-up's time to first token), max %d attempts each; run took %v\n",
-			rep.Condition.Name, ms(rep.Delay), maxAttempts, rep.Elapsed.Round(time.Second))
+		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (P95 of the primary-only warm-up's time to first token; the model's own P95 is %s ms), "+
+			"max %d attempts each; run took %v\n",
+			rep.Condition.Name, ms(rep.Delay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "contender\trequests\terrors\tupstream\tdup rate\tmax/req\t"+
 			"TTFT p50\tp90\tp99\tp99.9\tmax\tend p50\tp90\tp99\tp99.9\tmax\t")
