@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,6 +111,18 @@ type conditionReport struct {
 	// measured run; the contenders' Upstream counts must add up to it.
 	UpstreamRequests int64
 	Elapsed          time.Duration
+	// Hedgerow is what hedgerow's own /metrics said over the measured run:
+	// context for its row, never the source of its duplicate rate.
+	Hedgerow hedgerowMetrics
+}
+
+// hedgerowMetrics are counters of hedgerow's /metrics over one run.
+type hedgerowMetrics struct {
+	HedgesLaunched float64
+	// Suppressed counts hedges and replacements not launched, by reason.
+	Suppressed map[string]float64
+	// MeanDelay is the mean hedge delay armed.
+	MeanDelay time.Duration
 }
 
 // contenderReport is one contender's measured figures; times are real.
@@ -481,6 +495,10 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
+	metricsBefore, err := s.metrics(ctx, statsClient)
+	if err != nil {
+		return nil, err
+	}
 	logf("%s: peers' delay %v (P95 of %d primary-only first tokens); measured run, %d requests at %v/s",
 		c.Name, delay, len(ttfts), len(reqs), o.Rate)
 	sum, counts, err := s.runLoad(ctx, o.Seed, reqs, targets)
@@ -491,13 +509,74 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
+	metricsAfter, err := s.metrics(ctx, statsClient)
+	if err != nil {
+		return nil, err
+	}
 	modelDelay, err := modelFirstByteP95(o)
 	if err != nil {
 		return nil, err
 	}
 	rep = &conditionReport{Condition: c, Delay: delay, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
 	rep.Contenders = measure(reqs, sum, counts, o.deadline())
+	rep.Hedgerow = hedgerowDelta(metricsBefore, metricsAfter)
 	return rep, nil
+}
+
+// metrics reads hedgerow's /metrics as sample name (with its labels) →
+// value.
+func (s *stage) metrics(ctx context.Context, client *http.Client) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.serve.HTTPAddr().String()+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("hedgerow metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("hedgerow metrics: HTTP %d", resp.StatusCode)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("hedgerow metrics: %w", err)
+	}
+	return out, nil
+}
+
+func hedgerowDelta(before, after map[string]float64) hedgerowMetrics {
+	d := func(name string) float64 { return after[name] - before[name] }
+	m := hedgerowMetrics{HedgesLaunched: d("hedgerow_hedges_launched_total"), Suppressed: map[string]float64{}}
+	const prefix = `hedgerow_hedges_suppressed_total{reason="`
+	for name := range after {
+		if reason, ok := strings.CutPrefix(name, prefix); ok {
+			if n := d(name); n > 0 {
+				m.Suppressed[strings.TrimSuffix(reason, `"}`)] = n
+			}
+		}
+	}
+	if n := d("hedgerow_hedge_delay_seconds_count"); n > 0 {
+		m.MeanDelay = time.Duration(d("hedgerow_hedge_delay_seconds_sum") / n * float64(time.Second))
+	}
+	return m
 }
 
 // modelFirstByteP95 is the P95 of the first byte of the workload's

@@ -42,12 +42,22 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 				fmt.Fprintf(w, "%s errors: %s\n", c.Name, strings.Join(parts, ", "))
 			}
 		}
+		h := rep.Hedgerow
+		reasons := slices.Sorted(maps.Keys(h.Suppressed))
+		parts := make([]string, len(reasons))
+		for i, k := range reasons {
+			parts[i] = fmt.Sprintf("%s %.0f", k, h.Suppressed[k])
+		}
+		fmt.Fprintf(w, "hedgerow's own metrics: %.0f hedges launched, mean hedge delay armed %s ms, suppressed: %s\n",
+			h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "))
 		fmt.Fprintf(w, "upstream requests: %d counted by request at the fakes, %d by the fakes' /stats totals\n", upstream, rep.UpstreamRequests)
 		r := ratios(rep)
 		fmt.Fprintf(w, "hedgerow / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points over the lower peer's\n",
 			r.TTFTP99, r.TTFTP999, r.EndP99, r.EndP999, r.DupPoints)
 		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",
 			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
+		fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
+			verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
 	}
 }
 
@@ -82,6 +92,25 @@ func ratios(rep *conditionReport) ratioSet {
 		NoneEndP99:   over(h.End.P99, n.End.P99),
 		NoneEndP999:  over(h.End.P999, n.End.P999),
 	}
+}
+
+// verdict says whether hedgerow met the comparison target on one latency,
+// and which part it missed.
+func verdict(p99, p999, dupPoints float64) string {
+	var missed []string
+	if p99 > 1 {
+		missed = append(missed, "P99")
+	}
+	if p999 > 1 {
+		missed = append(missed, "P99.9")
+	}
+	if dupPoints > 1 {
+		missed = append(missed, "duplicate rate")
+	}
+	if len(missed) == 0 {
+		return "met"
+	}
+	return "not met (" + strings.Join(missed, ", ") + ")"
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
