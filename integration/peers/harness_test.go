@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -65,8 +66,11 @@ type options struct {
 	Rate float64
 	// TimeScale is real seconds per model second.
 	TimeScale float64
-	Seed      uint64
-	Workload  string
+	// Delay, when set, pins the peers' delay (real time) instead of the
+	// warm-up's P95: a noisy warm-up then cannot move it.
+	Delay    time.Duration
+	Seed     uint64
+	Workload string
 	// Conditions are run one after the other, each on fresh fakes and a
 	// fresh hedgerow.
 	Conditions []condition
@@ -99,8 +103,13 @@ func scaled(d time.Duration, scale float64) time.Duration {
 type conditionReport struct {
 	Condition condition
 	// Delay is the peers' fixed hedge delay: the P95 of the primary-only
-	// warm-up's client-measured time to first token.
+	// warm-up's client-measured time to first token, or options.Delay.
 	Delay time.Duration
+	// Pinned says Delay came from options.Delay.
+	Pinned bool
+	// RunDelay is the same P95 taken over none's requests of the measured
+	// run: how well the warm-up's figure stood for the run.
+	RunDelay time.Duration
 	// ModelDelay is the workload model's own P95 first byte, scaled to
 	// real time: what Delay would be on an idle host. Delay far above it
 	// says the host, not the model, set the run's latencies.
@@ -118,11 +127,16 @@ type conditionReport struct {
 
 // hedgerowMetrics are counters of hedgerow's /metrics over one run.
 type hedgerowMetrics struct {
+	// Attempts counts attempts launched, by role.
+	Attempts       map[string]float64
 	HedgesLaunched float64
 	// Suppressed counts hedges and replacements not launched, by reason.
 	Suppressed map[string]float64
 	// MeanDelay is the mean hedge delay armed.
 	MeanDelay time.Duration
+	// Warnings counts the live system's (fakes' included) log records at
+	// Warn and above over the run, by message and code.
+	Warnings map[string]int
 }
 
 // contenderReport is one contender's measured figures; times are real.
@@ -186,6 +200,54 @@ func compare(ctx context.Context, o options) ([]*conditionReport, error) {
 	return out, nil
 }
 
+// warnCounter is the live system's logger: it counts records at Warn and
+// above by message and their code or reason attributes (hedgerow's logs
+// carry no prompts or outputs), so the report can say why requests failed.
+type warnCounter struct {
+	mu     *sync.Mutex
+	counts map[string]int
+	attrs  []slog.Attr
+}
+
+func newWarnCounter() *warnCounter {
+	return &warnCounter{mu: &sync.Mutex{}, counts: map[string]int{}}
+}
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	key := r.Message
+	add := func(a slog.Attr) bool {
+		if k := strings.ToLower(a.Key); strings.Contains(k, "code") || strings.Contains(k, "reason") {
+			key += " " + a.Key + "=" + a.Value.String()
+		}
+		return true
+	}
+	for _, a := range w.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	w.mu.Lock()
+	w.counts[key]++
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warnCounter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &warnCounter{mu: w.mu, counts: w.counts, attrs: append(slices.Clone(w.attrs), attrs...)}
+}
+
+func (w *warnCounter) WithGroup(string) slog.Handler { return w }
+
+// take returns and forgets the counts.
+func (w *warnCounter) take() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := maps.Clone(w.counts)
+	clear(w.counts)
+	return out
+}
+
 // stage is a live system for one condition: three fakes, hedgerow's serve
 // in front of them, and the counter of what reached the fakes.
 type stage struct {
@@ -193,12 +255,13 @@ type stage struct {
 	fakes    []*node.FakeLLM
 	serve    *node.Serve
 	upstream *upstreamCounter
+	warns    *warnCounter
 	hosts    []string // host:port of each fake route
 }
 
 func startStage(o options, c condition) (*stage, error) {
-	log := slog.New(slog.DiscardHandler)
-	s := &stage{o: o, upstream: newUpstreamCounter()}
+	s := &stage{o: o, upstream: newUpstreamCounter(), warns: newWarnCounter()}
+	log := slog.New(s.warns)
 	for r := range routes {
 		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Config{
 			Workload: o.Workload, Seed: o.Seed, TimeScale: o.TimeScale, Route: r, OpenEarly: c.OpenEarly,
@@ -473,6 +536,9 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	}
 	slices.Sort(ttfts)
 	delay := quantile(ttfts, 0.95)
+	if o.Delay > 0 {
+		delay = o.Delay
+	}
 
 	hh, err := newHedgedHTTPTarget(s.hosts, delay)
 	if err != nil {
@@ -499,6 +565,7 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
+	s.warns.take() // the warm-up's
 	logf("%s: peers' delay %v (P95 of %d primary-only first tokens); measured run, %d requests at %v/s",
 		c.Name, delay, len(ttfts), len(reqs), o.Rate)
 	sum, counts, err := s.runLoad(ctx, o.Seed, reqs, targets)
@@ -517,9 +584,18 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
-	rep = &conditionReport{Condition: c, Delay: delay, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
+	rep = &conditionReport{Condition: c, Delay: delay, Pinned: o.Delay > 0, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
 	rep.Contenders = measure(reqs, sum, counts, o.deadline())
 	rep.Hedgerow = hedgerowDelta(metricsBefore, metricsAfter)
+	rep.Hedgerow.Warnings = s.warns.take()
+	var noneTTFT []time.Duration
+	for i, res := range sum.Results {
+		if reqs[i].contender == 0 && res.Err == nil && res.FirstToken > 0 {
+			noneTTFT = append(noneTTFT, res.FirstToken)
+		}
+	}
+	slices.Sort(noneTTFT)
+	rep.RunDelay = quantile(noneTTFT, 0.95)
 	return rep, nil
 }
 
@@ -564,15 +640,18 @@ func (s *stage) metrics(ctx context.Context, client *http.Client) (map[string]fl
 
 func hedgerowDelta(before, after map[string]float64) hedgerowMetrics {
 	d := func(name string) float64 { return after[name] - before[name] }
-	m := hedgerowMetrics{HedgesLaunched: d("hedgerow_hedges_launched_total"), Suppressed: map[string]float64{}}
-	const prefix = `hedgerow_hedges_suppressed_total{reason="`
-	for name := range after {
-		if reason, ok := strings.CutPrefix(name, prefix); ok {
-			if n := d(name); n > 0 {
-				m.Suppressed[strings.TrimSuffix(reason, `"}`)] = n
+	m := hedgerowMetrics{HedgesLaunched: d("hedgerow_hedges_launched_total"), Suppressed: map[string]float64{}, Attempts: map[string]float64{}}
+	by := func(into map[string]float64, prefix string) {
+		for name := range after {
+			if label, ok := strings.CutPrefix(name, prefix); ok {
+				if n := d(name); n > 0 {
+					into[strings.TrimSuffix(label, `"}`)] = n
+				}
 			}
 		}
 	}
+	by(m.Suppressed, `hedgerow_hedges_suppressed_total{reason="`)
+	by(m.Attempts, `hedgerow_attempts_total{role="`)
 	if n := d("hedgerow_hedge_delay_seconds_count"); n > 0 {
 		m.MeanDelay = time.Duration(d("hedgerow_hedge_delay_seconds_sum") / n * float64(time.Second))
 	}

@@ -27,8 +27,9 @@ func TestMain(m *testing.M) {
 var (
 	flagRequests   = flag.Int("peers.requests", 6000, "measured streaming requests per contender")
 	flagWarmup     = flag.Int("peers.warmup", 1000, "unmeasured warm-up requests for none and for hedgerow")
-	flagRate       = flag.Float64("peers.rate", 120, "Poisson arrivals per real second, all contenders together")
-	flagScale      = flag.Float64("peers.scale", 0.1, "time scale: real seconds per model second")
+	flagRate       = flag.Float64("peers.rate", 100, "Poisson arrivals per real second, all contenders together")
+	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
+	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of the primary-only warm-up")
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
 	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, or both")
@@ -57,7 +58,7 @@ func BenchmarkComparePeers(b *testing.B) {
 		b.Fatal(err)
 	}
 	o := options{
-		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale,
+		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale, Delay: *flagDelay,
 		Seed: *flagSeed, Workload: *flagWorkload, Conditions: conds,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))

@@ -17,9 +17,13 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
 		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
 	for _, rep := range reps {
-		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (P95 of the primary-only warm-up's time to first token; the model's own P95 is %s ms), "+
-			"max %d attempts each; run took %v\n",
-			rep.Condition.Name, ms(rep.Delay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
+		source := "P95 of the primary-only warm-up's time to first token"
+		if rep.Pinned {
+			source = "pinned by -peers.delay"
+		}
+		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (%s; the same P95 over none's measured requests was %s ms, "+
+			"the model's own %s ms), max %d attempts each; run took %v\n",
+			rep.Condition.Name, ms(rep.Delay), source, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "contender\trequests\terrors\tupstream\tdup rate\tmax/req\t"+
 			"TTFT p50\tp90\tp99\tp99.9\tmax\tend p50\tp90\tp99\tp99.9\tmax\t")
@@ -48,8 +52,19 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		for i, k := range reasons {
 			parts[i] = fmt.Sprintf("%s %.0f", k, h.Suppressed[k])
 		}
-		fmt.Fprintf(w, "hedgerow's own metrics: %.0f hedges launched, mean hedge delay armed %s ms, suppressed: %s\n",
-			h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "))
+		roles := slices.Sorted(maps.Keys(h.Attempts))
+		attempts := make([]string, len(roles))
+		for i, k := range roles {
+			attempts[i] = fmt.Sprintf("%s %.0f", k, h.Attempts[k])
+		}
+		fmt.Fprintf(w, "hedgerow's own metrics: attempts %s; %.0f hedges launched, mean hedge delay armed %s ms; suppressed: %s\n",
+			strings.Join(attempts, ", "), h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "))
+		if len(h.Warnings) > 0 {
+			msgs := slices.Sorted(maps.Keys(h.Warnings))
+			for _, m := range msgs {
+				fmt.Fprintf(w, "  live system logged %d× %s\n", h.Warnings[m], m)
+			}
+		}
 		fmt.Fprintf(w, "upstream requests: %d counted by request at the fakes, %d by the fakes' /stats totals\n", upstream, rep.UpstreamRequests)
 		r := ratios(rep)
 		fmt.Fprintf(w, "hedgerow / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points over the lower peer's\n",
