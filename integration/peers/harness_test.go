@@ -56,9 +56,11 @@ const modelDeadline = 30 * time.Second
 type options struct {
 	// PerContender is how many measured requests each contender sends.
 	PerContender int
-	// Warmup is how many unmeasured requests none and hedgerow each send
-	// first: none's measure the peers' delay, hedgerow's teach its delay
-	// estimator the routes.
+	// Warmup is how many unmeasured requests hedgerow sends first, to teach
+	// its delay estimator the routes; none sends three times as many,
+	// interleaved, so the warm-up loads the host as the measured run does
+	// (three direct contenders to one hedgerow), and the P95 of its time to
+	// first token over the warm-up's second half is the peers' delay.
 	Warmup int
 	// Rate is the Poisson arrival rate of all contenders together, per
 	// real second (each contender's share is a thinned Poisson process at
@@ -103,7 +105,8 @@ func scaled(d time.Duration, scale float64) time.Duration {
 type conditionReport struct {
 	Condition condition
 	// Delay is the peers' fixed hedge delay: the P95 of the primary-only
-	// warm-up's client-measured time to first token, or options.Delay.
+	// client-measured time to first token over the warm-up's second half,
+	// or options.Delay.
 	Delay time.Duration
 	// Pinned says Delay came from options.Delay.
 	Pinned bool
@@ -516,7 +519,7 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 
 	// Warm-up: none and hedgerow interleaved, unmeasured.
 	const warmNone, warmHedgerow = 0, 1
-	warm, err := makeRequests("Warm-up "+c.Name, 2*o.Warmup, interleave([]int{warmNone, warmHedgerow}, o.Warmup, o.Seed+1))
+	warm, err := makeRequests("Warm-up "+c.Name, 4*o.Warmup, interleave([]int{warmNone, warmNone, warmNone, warmHedgerow}, o.Warmup, o.Seed+1))
 	if err != nil {
 		return nil, err
 	}
@@ -525,14 +528,17 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
+	// The delay is taken over the warm-up's second half: its first
+	// seconds run on a cold process (connections, heap, hedgerow's
+	// estimator at its initial delay).
 	var ttfts []time.Duration
 	for i, res := range wsum.Results {
-		if warm[i].contender == warmNone && res.Err == nil && res.FirstToken > 0 {
+		if warm[i].contender == warmNone && i >= len(warm)/2 && res.Err == nil && res.FirstToken > 0 {
 			ttfts = append(ttfts, res.FirstToken)
 		}
 	}
-	if len(ttfts) < max(o.Warmup/4, 1) {
-		return nil, fmt.Errorf("warm-up: only %d of %d primary-only requests answered", len(ttfts), o.Warmup)
+	if len(ttfts) < max(o.Warmup/2, 1) {
+		return nil, fmt.Errorf("warm-up: only %d of the second half's ~%d primary-only requests answered", len(ttfts), 3*o.Warmup/2)
 	}
 	slices.Sort(ttfts)
 	delay := quantile(ttfts, 0.95)

@@ -26,10 +26,10 @@ func TestMain(m *testing.M) {
 // The full comparison's settings, as `make compare-peers` passes them.
 var (
 	flagRequests   = flag.Int("peers.requests", 6000, "measured streaming requests per contender")
-	flagWarmup     = flag.Int("peers.warmup", 1000, "unmeasured warm-up requests for none and for hedgerow")
+	flagWarmup     = flag.Int("peers.warmup", 1000, "unmeasured warm-up requests for hedgerow (none sends three times as many)")
 	flagRate       = flag.Float64("peers.rate", 100, "Poisson arrivals per real second, all contenders together")
 	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
-	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of the primary-only warm-up")
+	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of none's time to first token over the warm-up's second half")
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
 	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, or both")

@@ -17,7 +17,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
 		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
 	for _, rep := range reps {
-		source := "P95 of the primary-only warm-up's time to first token"
+		source := "P95 of primary-only time to first token over the warm-up's second half"
 		if rep.Pinned {
 			source = "pinned by -peers.delay"
 		}
