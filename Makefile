@@ -85,6 +85,7 @@ demo: build
 # requests per contender interleaved by a seeded shuffle, the peers at the P95
 # delay, headers at the first token and then open early. Prints the table.
 PEERS_REQUESTS ?= 6000
+PEERS_WARMUP   ?= 1000
 PEERS_RATE     ?= 100
 PEERS_SCALE    ?= 0.2
 PEERS_SEED     ?= 1
@@ -92,7 +93,7 @@ PEERS_CONDITIONS ?= both
 PEERS_DELAY    ?= 0
 compare-peers:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkComparePeers$$' -benchtime 1x -timeout 60m ./integration/peers \
-		-peers.requests=$(PEERS_REQUESTS) -peers.rate=$(PEERS_RATE) -peers.scale=$(PEERS_SCALE) \
+		-peers.requests=$(PEERS_REQUESTS) -peers.warmup=$(PEERS_WARMUP) -peers.rate=$(PEERS_RATE) -peers.scale=$(PEERS_SCALE) \
 		-peers.seed=$(PEERS_SEED) -peers.conditions=$(PEERS_CONDITIONS) \
 		-peers.delay=$(PEERS_DELAY)
 

@@ -572,8 +572,8 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 		return nil, err
 	}
 	s.warns.take() // the warm-up's
-	logf("%s: peers' delay %v (P95 of %d primary-only first tokens); measured run, %d requests at %v/s",
-		c.Name, delay, len(ttfts), len(reqs), o.Rate)
+	logf("%s: peers' delay %v (the warm-up's P95 over %d primary-only first tokens: %v); measured run, %d requests at %v/s",
+		c.Name, delay, len(ttfts), quantile(ttfts, 0.95), len(reqs), o.Rate)
 	sum, counts, err := s.runLoad(ctx, o.Seed, reqs, targets)
 	if err != nil {
 		return nil, fmt.Errorf("measured run: %w", err)
