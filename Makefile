@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build nats-server redis test lint fuzz simulate demo clean
+.PHONY: build nats-server redis test lint fuzz simulate demo compare-peers clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -78,6 +78,24 @@ simulate: build
 # Poisson load, once primary-only and once hedged, side by side.
 demo: build
 	$(BIN) demo
+
+# hedgerow against the hedging libraries a Go team would otherwise use
+# (cristalhq/hedgedhttp, failsafe-go's hedgepolicy; test dependencies only) and
+# against no hedging, on one live seeded load: three fake routes, 6,000 streaming
+# requests per contender interleaved by a seeded shuffle, the peers at the P95
+# delay, headers at the first token and then open early. Prints the table.
+PEERS_REQUESTS ?= 6000
+PEERS_WARMUP   ?= 1000
+PEERS_RATE     ?= 100
+PEERS_SCALE    ?= 0.2
+PEERS_SEED     ?= 1
+PEERS_CONDITIONS ?= both
+PEERS_DELAY    ?= 0
+compare-peers:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkComparePeers$$' -benchtime 1x -timeout 60m ./integration/peers \
+		-peers.requests=$(PEERS_REQUESTS) -peers.warmup=$(PEERS_WARMUP) -peers.rate=$(PEERS_RATE) -peers.scale=$(PEERS_SCALE) \
+		-peers.seed=$(PEERS_SEED) -peers.conditions=$(PEERS_CONDITIONS) \
+		-peers.delay=$(PEERS_DELAY)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,147 @@
+package peers
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hedgerow/hedgerow/simulator/workload"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// hedgedhttp runs its attempts on a package-level pool whose
+		// workers linger 10 s after their last task.
+		goleak.IgnoreTopFunction("github.com/cristalhq/hedgedhttp.runInPool.func1"),
+		goleak.IgnoreAnyFunction("github.com/cristalhq/hedgedhttp.runInPool.func1"),
+	)
+}
+
+// The full comparison's settings, as `make compare-peers` passes them.
+var (
+	flagRequests   = flag.Int("peers.requests", 6000, "measured streaming requests per contender")
+	flagWarmup     = flag.Int("peers.warmup", 1000, "unmeasured warm-up requests for hedgerow (none sends three times as many)")
+	flagRate       = flag.Float64("peers.rate", 100, "Poisson arrivals per real second, all contenders together")
+	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
+	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of none's time to first token over the warm-up's second half")
+	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
+	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
+	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, or both")
+)
+
+func conditionsOf(name string) ([]condition, error) {
+	switch name {
+	case "both":
+		return []condition{conditionHeadersAtFirstToken, conditionOpenEarly}, nil
+	case "first-token":
+		return []condition{conditionHeadersAtFirstToken}, nil
+	case "open-early":
+		return []condition{conditionOpenEarly}, nil
+	}
+	return nil, fmt.Errorf("unknown conditions %q: want first-token, open-early or both", name)
+}
+
+// BenchmarkComparePeers is the full comparison: every contender on the same
+// live fakes, one seeded interleaved load per condition, the table printed
+// to standard output. Each iteration is a whole comparison (minutes), so
+// run it with -benchtime 1x; its metrics are the first condition's ratios
+// and duplicate rates.
+func BenchmarkComparePeers(b *testing.B) {
+	conds, err := conditionsOf(*flagConditions)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := options{
+		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale, Delay: *flagDelay,
+		Seed: *flagSeed, Workload: *flagWorkload, Conditions: conds,
+		Log: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+		},
+	}
+	for range b.N {
+		reps, err := compare(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		writeTable(os.Stdout, o, reps)
+		r := ratios(reps[0])
+		b.ReportMetric(r.TTFTP99, "ttft-p99/best-peer")
+		b.ReportMetric(r.TTFTP999, "ttft-p99.9/best-peer")
+		b.ReportMetric(r.EndP999, "end-p99.9/best-peer")
+		b.ReportMetric(r.DupPoints, "dup-points-over-peer")
+	}
+}
+
+// A small interleaved run of every contender, headers at the first token
+// (the other condition only changes the fakes' OpenEarly flag): the
+// harness works — every contender answers, the duplicates counted by
+// request at the fakes add up to the fakes' own totals, nobody sends more
+// than max_attempts to the providers, and none never sends a duplicate.
+// Timing figures are the benchmark's, not this test's.
+func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the live system")
+	}
+	o := options{
+		// A slow model (time scale 0.2: a 6 s deadline) at a low rate so
+		// the race detector's slowdown on a busy machine does not turn the
+		// run into timeouts.
+		PerContender: 25, Warmup: 30, Rate: 40, TimeScale: 0.2, Seed: 7, Workload: workload.GPT4o,
+		Conditions: []condition{conditionHeadersAtFirstToken},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reps, err := compare(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 {
+		t.Fatalf("%d condition reports, want 1", len(reps))
+	}
+	for _, rep := range reps {
+		if rep.Delay <= 0 || rep.Delay > o.deadline() {
+			t.Errorf("%s: peers' delay %v, want within (0, %v]", rep.Condition.Name, rep.Delay, o.deadline())
+		}
+		upstream := 0
+		for i, c := range rep.Contenders {
+			upstream += c.Upstream
+			if c.Name != contenderNames[i] || c.Requests != o.PerContender {
+				t.Errorf("%s: contender %d is %q with %d requests, want %q with %d",
+					rep.Condition.Name, i, c.Name, c.Requests, contenderNames[i], o.PerContender)
+			}
+			// Every contender answers; how many of its requests fail on a
+			// loaded machine is a figure for the benchmark, not a rule.
+			if c.Errors >= c.Requests {
+				t.Errorf("%s: %s answered none of its %d requests: %v", rep.Condition.Name, c.Name, c.Requests, c.ErrorKinds)
+			}
+			if c.Unreached != 0 || c.MaxPerRequest > maxAttempts {
+				t.Errorf("%s: %s: %d requests never reached a fake, up to %d upstream requests for one; want 0 and ≤ %d",
+					rep.Condition.Name, c.Name, c.Unreached, c.MaxPerRequest, maxAttempts)
+			}
+			if c.Upstream != c.Requests+c.Extra {
+				t.Errorf("%s: %s: %d upstream requests for %d requests and %d extra", rep.Condition.Name, c.Name, c.Upstream, c.Requests, c.Extra)
+			}
+		}
+		if int64(upstream) != rep.UpstreamRequests {
+			t.Errorf("%s: %d upstream requests counted by request, the fakes' totals say %d",
+				rep.Condition.Name, upstream, rep.UpstreamRequests)
+		}
+		if none := rep.Contenders[0]; none.Extra != 0 {
+			t.Errorf("%s: none sent %d duplicates, want 0", rep.Condition.Name, none.Extra)
+		}
+	}
+	var b strings.Builder
+	writeTable(&b, o, reps)
+	for _, name := range contenderNames {
+		if !strings.Contains(b.String(), name) {
+			t.Errorf("table has no row for %s:\n%s", name, b.String())
+		}
+	}
+	t.Log("\n" + b.String())
+}

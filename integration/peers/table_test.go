@@ -1,0 +1,131 @@
+package peers
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// writeTable prints each condition's contenders side by side, then
+// hedgerow's figures over the best peer's.
+func writeTable(w io.Writer, o options, reps []*conditionReport) {
+	fmt.Fprintf(w, "peers comparison: workload %s, seed %d, time scale %v (deadline %v real), %d requests per contender, "+
+		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
+		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
+	for _, rep := range reps {
+		source := "P95 of primary-only time to first token over the warm-up's second half"
+		if rep.Pinned {
+			source = "pinned by -peers.delay"
+		}
+		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (%s; the same P95 over none's measured requests was %s ms, "+
+			"the model's own %s ms), max %d attempts each; run took %v\n",
+			rep.Condition.Name, ms(rep.Delay), source, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "contender\trequests\terrors\tupstream\tdup rate\tmax/req\t"+
+			"TTFT p50\tp90\tp99\tp99.9\tmax\tend p50\tp90\tp99\tp99.9\tmax\t")
+		upstream := 0
+		for _, c := range rep.Contenders {
+			upstream += c.Upstream
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+				c.Name, c.Requests, c.Errors, c.Upstream, 100*c.DuplicateRate(), c.MaxPerRequest,
+				ms(c.TTFT.P50), ms(c.TTFT.P90), ms(c.TTFT.P99), ms(c.TTFT.P999), ms(c.TTFT.Max),
+				ms(c.End.P50), ms(c.End.P90), ms(c.End.P99), ms(c.End.P999), ms(c.End.Max))
+		}
+		_ = tw.Flush()
+		for _, c := range rep.Contenders {
+			if c.Errors > 0 {
+				kinds := slices.Sorted(maps.Keys(c.ErrorKinds))
+				parts := make([]string, len(kinds))
+				for i, k := range kinds {
+					parts[i] = fmt.Sprintf("%d %s", c.ErrorKinds[k], k)
+				}
+				fmt.Fprintf(w, "%s errors: %s\n", c.Name, strings.Join(parts, ", "))
+			}
+		}
+		h := rep.Hedgerow
+		reasons := slices.Sorted(maps.Keys(h.Suppressed))
+		parts := make([]string, len(reasons))
+		for i, k := range reasons {
+			parts[i] = fmt.Sprintf("%s %.0f", k, h.Suppressed[k])
+		}
+		roles := slices.Sorted(maps.Keys(h.Attempts))
+		attempts := make([]string, len(roles))
+		for i, k := range roles {
+			attempts[i] = fmt.Sprintf("%s %.0f", k, h.Attempts[k])
+		}
+		fmt.Fprintf(w, "hedgerow's own metrics: attempts %s; %.0f hedges launched, mean hedge delay armed %s ms; suppressed: %s\n",
+			strings.Join(attempts, ", "), h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "))
+		if len(h.Warnings) > 0 {
+			msgs := slices.Sorted(maps.Keys(h.Warnings))
+			for _, m := range msgs {
+				fmt.Fprintf(w, "  live system logged %d× %s\n", h.Warnings[m], m)
+			}
+		}
+		fmt.Fprintf(w, "upstream requests: %d counted by request at the fakes, %d by the fakes' /stats totals\n", upstream, rep.UpstreamRequests)
+		r := ratios(rep)
+		fmt.Fprintf(w, "hedgerow / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points over the lower peer's\n",
+			r.TTFTP99, r.TTFTP999, r.EndP99, r.EndP999, r.DupPoints)
+		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",
+			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
+		fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
+			verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
+	}
+}
+
+// ratioSet is hedgerow's figures over the best peer's (the lower of the two
+// peers, quantile by quantile) and over none's.
+type ratioSet struct {
+	TTFTP99, TTFTP999, EndP99, EndP999                 float64
+	DupPoints                                          float64
+	NoneTTFTP99, NoneTTFTP999, NoneEndP99, NoneEndP999 float64
+}
+
+func ratios(rep *conditionReport) ratioSet {
+	by := map[string]contenderReport{}
+	for _, c := range rep.Contenders {
+		by[c.Name] = c
+	}
+	h, a, b, n := by[contenderHedgerow], by[contenderHedgedHTTP], by[contenderFailsafe], by[contenderNone]
+	over := func(x, y time.Duration) float64 {
+		if y == 0 {
+			return 0
+		}
+		return float64(x) / float64(y)
+	}
+	return ratioSet{
+		TTFTP99:      over(h.TTFT.P99, min(a.TTFT.P99, b.TTFT.P99)),
+		TTFTP999:     over(h.TTFT.P999, min(a.TTFT.P999, b.TTFT.P999)),
+		EndP99:       over(h.End.P99, min(a.End.P99, b.End.P99)),
+		EndP999:      over(h.End.P999, min(a.End.P999, b.End.P999)),
+		DupPoints:    100 * (h.DuplicateRate() - min(a.DuplicateRate(), b.DuplicateRate())),
+		NoneTTFTP99:  over(h.TTFT.P99, n.TTFT.P99),
+		NoneTTFTP999: over(h.TTFT.P999, n.TTFT.P999),
+		NoneEndP99:   over(h.End.P99, n.End.P99),
+		NoneEndP999:  over(h.End.P999, n.End.P999),
+	}
+}
+
+// verdict says whether hedgerow met the comparison target on one latency,
+// and which part it missed.
+func verdict(p99, p999, dupPoints float64) string {
+	var missed []string
+	if p99 > 1 {
+		missed = append(missed, "P99")
+	}
+	if p999 > 1 {
+		missed = append(missed, "P99.9")
+	}
+	if dupPoints > 1 {
+		missed = append(missed, "duplicate rate")
+	}
+	if len(missed) == 0 {
+		return "met"
+	}
+	return "not met (" + strings.Join(missed, ", ") + ")"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
