@@ -550,6 +550,7 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 }
 
 func (g *Group) onAccepted(a *attempt) {
+	g.overloaded = false // a worker had room for an offer
 	g.heard(a)
 	a.accepted = true
 }
@@ -559,10 +560,11 @@ func (g *Group) onAccepted(a *attempt) {
 // timer, which stays armed until the attempt ends — after the first byte
 // too, so a worker lost mid-answer is noticed within HeartbeatTimeout, not
 // at the deadline (docs/architecture.md §4 rule 4). The timer is never
-// moved: when it fires early relative to the last reply it re-arms.
+// moved: when it fires early relative to the last reply it re-arms. A reply
+// of an attempt already running says nothing of the pool's room: only an
+// Accept ends the group's overload.
 func (g *Group) heard(a *attempt) {
 	a.lastHeartbeat = g.now
-	g.overloaded = false // a worker had room
 	if a.state == attemptRunning && !a.heartbeatSet && g.policy.HeartbeatTimeout > 0 {
 		a.heartbeatSet = true
 		g.emit(ArmTimer{Kind: TimerHeartbeat, Attempt: a.n, At: g.now.Add(g.policy.HeartbeatTimeout)})
