@@ -57,17 +57,17 @@ func ExampleGroup() {
 	// 2ms hedge.Admitted
 	//   → ArmTimer deadline at +10s
 	//   → Launch attempt 1 primary on east with r1, deadline +10s (9.998s left)
-	//   → ArmTimer accept for attempt 1 at +252ms
+	//   → ArmTimer accept for attempt 1 at +1.002s
 	//   → ArmTimer hedge at +800ms
 	// 10ms hedge.Accepted
-	//   → ArmTimer heartbeat for attempt 1 at +1.01s
+	//   → ArmTimer heartbeat for attempt 1 at +3.01s
 	// 800ms hedge.TimerFired
 	//   → AskHedgeBudget attempt 2 hedge, not on [east]
 	// 801ms hedge.HedgeBudgetDecided
 	//   → Launch attempt 2 hedge on west with r2, deadline +10s (9.199s left)
-	//   → ArmTimer accept for attempt 2 at +1.051s
+	//   → ArmTimer accept for attempt 2 at +1.801s
 	// 806ms hedge.Accepted
-	//   → ArmTimer heartbeat for attempt 2 at +1.806s
+	//   → ArmTimer heartbeat for attempt 2 at +3.806s
 	// 1400ms hedge.Result
 	//   → Elect attempt 2
 	// 1401ms hedge.GateDecided

@@ -536,7 +536,7 @@ func TestRule4MissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, DefaultPolicy())
+			h := newHarness(t, livenessPolicy())
 			h.launched(streamingStart)
 			acts := tc.events(h)
 			rec, ok := find[AttemptEnded](acts)
@@ -560,7 +560,7 @@ func TestRule4MissingAcceptAndLostHeartbeatsAreTransient(t *testing.T) {
 // HeartbeatTimeout after its first byte is lost, not left to the deadline.
 func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t *testing.T) {
 	t.Run("before commit it is transient and replaced", func(t *testing.T) {
-		p := DefaultPolicy()
+		p := livenessPolicy()
 		p.CommitPoint = schemas.CommitPoint{Kind: schemas.CommitTokens, Tokens: 100}
 		h := newHarness(t, p)
 		h.launched(streamingStart)
@@ -593,7 +593,7 @@ func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t 
 		}
 	})
 	t.Run("after commit the committed stream ends at once", func(t *testing.T) {
-		h := newHarness(t, DefaultPolicy())
+		h := newHarness(t, livenessPolicy())
 		h.launched(streamingStart)
 		h.at(10, Accepted{Attempt: 1})
 		h.at(300, FirstByte{Attempt: 1})
@@ -615,7 +615,7 @@ func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t 
 		}
 	})
 	t.Run("zero timeout never arms it", func(t *testing.T) {
-		p := DefaultPolicy()
+		p := livenessPolicy()
 		p.HeartbeatTimeout = 0
 		h := newHarness(t, p)
 		h.launched(streamingStart)
@@ -631,7 +631,7 @@ func TestRule4AnAttemptSilentAfterItsFirstByteIsLostWithinTheHeartbeatTimeout(t 
 // the same attempt is offered again after a backoff, and its new route is
 // the one its records and marks name.
 func TestRule4BusyIsBackpressureNotAFailure(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, livenessPolicy())
 	h.launched(streamingStart)
 	acts := h.at(10, Busy{Attempt: 1})
 	if has[AttemptEnded](acts) || has[AskHedgeBudget](acts) || has[Release](acts) || has[Launch](acts) {
@@ -932,4 +932,13 @@ func TestAttemptTimeoutCancelsAndReplaces(t *testing.T) {
 	if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleReplacement {
 		t.Fatalf("want a replacement asked: %v", acts)
 	}
+}
+
+// livenessPolicy is the default policy with the accept and heartbeat
+// timeouts the liveness rule tests' timelines are written for (250 ms and
+// 1 s), so they read the same whatever the defaults become.
+func livenessPolicy() Policy {
+	p := DefaultPolicy()
+	p.AcceptTimeout, p.HeartbeatTimeout = 250*time.Millisecond, time.Second
+	return p
 }

@@ -571,7 +571,7 @@ func TestDefaultsFillOnlyKeysTheFileLeavesOut(t *testing.T) {
 		{"control fraction defaulted", chat.ControlFraction, delay.DefaultControlFraction},
 		{"max attempts defaulted", chat.MaxAttempts, 2},
 		{"deadline defaulted", chat.Deadline, 30 * time.Second},
-		{"accept timeout defaulted", chat.AcceptTimeout, 250 * time.Millisecond},
+		{"accept timeout defaulted", chat.AcceptTimeout, time.Second},
 		{"commit point defaulted", chat.CommitPoint, schemas.FirstToken},
 		{"trigger defaulted", chat.Trigger, TriggerFirstByte},
 		{"duplicate ceiling defaulted", chat.DuplicateRate.Ceiling, 0.08},
