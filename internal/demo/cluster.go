@@ -111,7 +111,8 @@ func (c *cluster) stop(ctx context.Context) error {
 // production would see the real provider: the 30 s deadline, the 500 ms
 // minimum useful time and the delay clamps (min 100 ms, initial 1 s, max
 // 10 s). What measures the system rather than the model keeps its default:
-// accept and heartbeat timeouts (wire latencies are real), the delay
+// accept and heartbeat timeouts (wire latencies are real; the accept
+// timeout at most half the scaled deadline), the delay
 // estimator's window and warm-up (sample counts: at 100 requests/s real a
 // 5-minute window holds about as many samples as at the pinned 50/s of
 // model time), the budgets and the guardrail. The primary class is the
@@ -135,9 +136,12 @@ func configYAML(o Options, baseURLs []string) string {
 	}
 	b.WriteString("]\n")
 	deadline, useful := scale(modelDeadline), scale(500*time.Millisecond)
+	// The accept timeout keeps its real default unless the scaled deadline
+	// is shorter: it must leave the attempt time to answer.
+	accept := min(config.Defaults().AcceptTimeout, deadline/2)
 	fmt.Fprintf(&b, "policies:\n")
-	fmt.Fprintf(&b, "  %s:\n    hedge: false\n    max_attempts: 1\n    deadline: %v\n    min_useful_time: %v\n", classPrimary, deadline, useful)
-	fmt.Fprintf(&b, "  %s:\n    hedge: true\n    deadline: %v\n    min_useful_time: %v\n", classHedged, deadline, useful)
+	fmt.Fprintf(&b, "  %s:\n    hedge: false\n    max_attempts: 1\n    deadline: %v\n    min_useful_time: %v\n    accept_timeout: %v\n", classPrimary, deadline, useful, accept)
+	fmt.Fprintf(&b, "  %s:\n    hedge: true\n    deadline: %v\n    min_useful_time: %v\n    accept_timeout: %v\n", classHedged, deadline, useful, accept)
 	fmt.Fprintf(&b, "    delay: {min: %v, initial: %v, max: %v}\n", scale(100*time.Millisecond), scale(time.Second), scale(10*time.Second))
 	return b.String()
 }

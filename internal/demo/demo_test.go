@@ -133,7 +133,7 @@ func TestConfigScalesTheModelDurationsButNotTheWire(t *testing.T) {
 		{"delay initial is 1 s of model time", hedged.Delay.Initial, 20 * time.Millisecond},
 		{"delay max is 10 s of model time", hedged.Delay.Max, 200 * time.Millisecond},
 		{"the estimator window counts samples, not model time", hedged.Delay.Window, defaults.Delay.Window},
-		{"accept timeout is a wire latency", hedged.AcceptTimeout, defaults.AcceptTimeout},
+		{"accept timeout is a wire latency, within half the scaled deadline", hedged.AcceptTimeout, min(defaults.AcceptTimeout, 300*time.Millisecond)},
 		{"NATS listens on loopback for the subscriber", cfg.NATS.Listen, "127.0.0.1:0"},
 	}
 	for _, tt := range tests {
