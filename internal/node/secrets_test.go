@@ -271,3 +271,23 @@ tenants:
 		}
 	}
 }
+
+// A failed connection names its servers with their passwords masked,
+// whether the URL does not parse (nats.Connect quotes it) or no server
+// answers.
+func TestConnectErrorsMaskPasswordsInURLs(t *testing.T) {
+	const secret = "s3cretpw"
+	for _, urls := range [][]string{
+		{"nats://alice:" + secret + "@127.0.0.1:bad"},
+		{"nats://alice:" + secret + "@127.0.0.1:1", "nats://" + secret + "@127.0.0.1:2"},
+	} {
+		nc, err := Connect(urls, "masked", nil)
+		if err == nil {
+			nc.Close()
+			t.Fatalf("Connect(%q) succeeded", urls)
+		}
+		if strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "alice:xxxxx@127.0.0.1") {
+			t.Errorf("Connect(%q): %v; want the password masked", urls, err)
+		}
+	}
+}
