@@ -186,24 +186,44 @@ tenants:
 	base := "http://" + s.HTTPAddr().String()
 	var callerSaw strings.Builder // what the callers got back
 	modes := []string{"mode-400", "mode-500", "mode-stream"}
-	for i, mode := range modes {
-		for _, stream := range []bool{false, true} {
-			body := fmt.Sprintf(`{"model":"general","max_tokens":20,"stream":%t,"user":%q,"messages":[{"role":"system","content":"%s %s"},{"role":"user","content":"%s"}]}`,
+	doors := []struct {
+		path string
+		body func(mode string, stream bool) string
+		key  func(h http.Header)
+	}{
+		{"/v1/chat/completions", func(mode string, stream bool) string {
+			return fmt.Sprintf(`{"model":"general","max_tokens":20,"stream":%t,"user":%q,"messages":[{"role":"system","content":"%s %s"},{"role":"user","content":"%s"}]}`,
 				stream, userMarker, mode, promptMarker, promptMarker)
-			req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
+		}, func(h http.Header) { h.Set("Authorization", "Bearer "+tenantKeyMarker) }},
+		{"/v1/messages", func(mode string, stream bool) string {
+			return fmt.Sprintf(`{"model":"general","max_tokens":20,"stream":%t,"metadata":{"user_id":%q},"system":"%s %s","messages":[{"role":"user","content":"%s"}]}`,
+				stream, userMarker, mode, promptMarker, promptMarker)
+		}, func(h http.Header) { h.Set("X-Api-Key", tenantKeyMarker) }},
+		{"/v1/responses", func(mode string, stream bool) string {
+			return fmt.Sprintf(`{"model":"general","max_output_tokens":20,"stream":%t,"user":%q,"instructions":"%s %s","input":"%s"}`,
+				stream, userMarker, mode, promptMarker, promptMarker)
+		}, func(h http.Header) { h.Set("Authorization", "Bearer "+tenantKeyMarker) }},
+	}
+	groups := 0
+	for _, door := range doors {
+		for i, mode := range modes {
+			for _, stream := range []bool{false, true} {
+				req, err := http.NewRequest(http.MethodPost, base+door.path, strings.NewReader(door.body(mode, stream)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				door.key(req.Header)
+				req.Header.Set("User-Agent", headerMarker)
+				req.Header.Set("X-Custom-Header", headerMarker)
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%s-%d-%t", idempotencyMarker, door.path, i, stream))
+				status, got := do(t, req)
+				if status == http.StatusOK && !stream {
+					t.Errorf("%s %s: %d %s; want the provider's failure", door.path, mode, status, got)
+				}
+				fmt.Fprintf(&callerSaw, "%s %d %s\n", door.path, status, got)
+				groups++
 			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+tenantKeyMarker)
-			req.Header.Set("User-Agent", headerMarker)
-			req.Header.Set("X-Custom-Header", headerMarker)
-			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d-%t", idempotencyMarker, i, stream))
-			status, got := do(t, req)
-			if status == http.StatusOK && !stream {
-				t.Errorf("%s: %d %s; want the provider's failure", mode, status, got)
-			}
-			fmt.Fprintf(&callerSaw, "%d %s\n", status, got)
 		}
 	}
 
@@ -232,7 +252,7 @@ tenants:
 
 	// Every group's record arrives after its caller's answer: wait for all
 	// of them, then for the workers' results to be on the wire.
-	groups := 2*len(modes) + len(modes)
+	groups += len(modes)
 	eventually.True(t, wait, "every group record published", func() bool {
 		_, counts := tap.snapshot()
 		return counts[dispatcher.GroupRecordSubject] >= groups
