@@ -250,6 +250,45 @@ tenants:
 		fmt.Fprintf(&callerSaw, "%v\n", err)
 	}
 
+	// Malformed requests carry the markers where the doors' parsers read
+	// them (a role, a member name, broken JSON, a bad parameter value). The
+	// caller may be told what it got wrong; logs, metrics and the wire may
+	// not repeat it. These answers are not checked for markers.
+	for _, body := range []string{
+		`{"model":"general","messages":[{"role":"` + promptMarker + `","content":"` + promptMarker + `"}]}`,
+		`{"model":"general","` + promptMarker + `":1,"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"general","messages":[{"role":"user","content":"` + promptMarker,
+		`{"model":"general","temperature":"` + promptMarker + `","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"` + promptMarker + `","messages":[{"role":"user","content":"x"}]}`,
+	} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses"} {
+			req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tenantKeyMarker)
+			if status, got := do(t, req); status < 400 || status >= 500 {
+				t.Errorf("malformed %s %s: %d %s; want a 4xx", path, body, status, got)
+			}
+		}
+		msg := nats.NewMsg(schemas.SubmitSubject)
+		msg.Header.Set("Authorization", "Bearer "+tenantKeyMarker)
+		msg.Data = []byte(`{"model_class":"general","request":` + body + `}`)
+		if _, err := callerConn.RequestMsg(msg, wait); err != nil {
+			t.Errorf("malformed NATS submission: %v; want an error answer", err)
+		}
+	}
+	// A request without a valid key, whose key is the marker.
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tenantKeyMarker+"x")
+	if status, _ := do(t, req); status != http.StatusUnauthorized {
+		t.Errorf("a wrong key: %d, want 401", status)
+	}
+
 	// Every group's record arrives after its caller's answer: wait for all
 	// of them, then for the workers' results to be on the wire.
 	groups += len(modes)
