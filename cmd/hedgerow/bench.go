@@ -17,8 +17,9 @@ import (
 	"github.com/hedgerow/hedgerow/internal/node"
 )
 
-// apiKeyEnv names the environment variable bench reads its API key from
-// when --api-key is not given.
+// apiKeyEnv is the default of --api-key-env, the environment variable
+// bench reads a tenant's API key from. There is no flag for the key itself:
+// flags are visible to every user of the host in the process list.
 const apiKeyEnv = "HEDGEROW_API_KEY"
 
 func newBenchCmd() *cobra.Command {
@@ -26,6 +27,7 @@ func newBenchCmd() *cobra.Command {
 		MaxTokens: loadgen.DefaultBenchMaxTokens, Timeout: loadgen.DefaultBenchTimeout}
 	var (
 		natsURLs []string
+		keyEnv   string
 		asJSON   bool
 		quiet    bool
 	)
@@ -38,7 +40,7 @@ tail), through its OpenAI-compatible HTTP front door (--url) or its NATS front d
 (--nats). After an unmeasured warm-up it prints P50, P90, P99, P99.9 and max of each request's
 time from when it was due to the end of its answer, the time to the first token of streams, and
 the errors by code; --json prints one JSON object. A gateway with tenants configured needs a
-tenant's key: --api-key or $HEDGEROW_API_KEY, sent to either door as 'Authorization: Bearer <key>'. When any request failed, bench prints its whole
+tenant's key in $HEDGEROW_API_KEY (or the variable --api-key-env names), sent to either door as 'Authorization: Bearer <key>'. When any request failed, bench prints its whole
 report and then exits non-zero (status 1), naming the failures on stderr.
 
 --compare-direct URL measures what the gateway adds: every arrival goes, by a seeded coin, either
@@ -52,9 +54,7 @@ with exactly 20 tokens.`,
 			if (opts.URL == "") == (len(natsURLs) == 0) {
 				return errors.New("bench: give exactly one of --url and --nats")
 			}
-			if opts.APIKey == "" {
-				opts.APIKey = os.Getenv(apiKeyEnv)
-			}
+			opts.APIKey = os.Getenv(keyEnv)
 			if len(natsURLs) > 0 {
 				nc, err := node.Connect(natsURLs, "hedgerow-bench", nil)
 				if err != nil {
@@ -91,7 +91,7 @@ with exactly 20 tokens.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.URL, "url", "", "root of the gateway's HTTP front door, e.g. http://127.0.0.1:8080")
 	f.StringSliceVar(&natsURLs, "nats", nil, "NATS servers of the gateway's NATS front door, comma-separated")
-	f.StringVar(&opts.APIKey, "api-key", "", "API key of a tenant, sent to either front door as 'Authorization: Bearer <key>' (default $"+apiKeyEnv+", which keeps it out of the process list)")
+	f.StringVar(&keyEnv, "api-key-env", apiKeyEnv, "environment variable holding a tenant's API key, sent to either front door as 'Authorization: Bearer <key>' (never the key itself: flags show in the process list)")
 	f.StringVar(&opts.CompareDirect, "compare-direct", "", "root of one of the gateway's routes, called directly side by side (e.g. http://127.0.0.1:9101)")
 	f.StringVar(&opts.DirectModel, "direct-model", "", "model named to the direct route (default: --model)")
 	f.StringVar(&opts.Model, "model", loadgen.DefaultBenchModel, "pool (model class) to ask for")

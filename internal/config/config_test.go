@@ -949,3 +949,33 @@ func TestPushbackScopeDefaultsToCohortAndIsCohortOrRoute(t *testing.T) {
 	_, ps = parse(t, minimal+"policies:\n  default:\n    pushback_scope: pool\n", RoleServe, noEnv)
 	wantProblem(t, ps, "policies.default.pushback_scope", "want cohort or route")
 }
+
+// A configuration problem never prints a credential: passwords in URLs are
+// masked, and a key pasted where a variable name belongs is not echoed
+// (docs/architecture.md §9).
+func TestProblemsNeverPrintACredential(t *testing.T) {
+	const secret = "s3cretpw"
+	for _, tc := range []struct {
+		name, yaml, path string
+		role             Role
+	}{
+		{"a nats url that does not parse", "nats:\n  urls: [\"nats://alice:" + secret + "@host:bad\"]\n", "nats.urls[0]", RoleGateway},
+		{"a nats url of another scheme", "nats:\n  urls: [\"http://alice:" + secret + "@host:4222\"]\n", "nats.urls[0]", RoleGateway},
+		{"a redis url that does not parse", "redis:\n  url: \"redis://:" + secret + "@host:bad\"\n", "redis.url", RoleServe},
+		{"a redis url of another scheme", "redis:\n  url: \"http://:" + secret + "@host:6379\"\n", "redis.url", RoleServe},
+		{"a base url of another scheme", strings.Replace(minimal, "http://127.0.0.1:9101", "ftp://bob:"+secret+"@127.0.0.1:9101", 1), "routes[0].base_url", RoleServe},
+		{"a key where its variable's name belongs", strings.Replace(minimal, "    model: m\n", "    model: m\n    api_key_env: sk-"+secret+"\n", 1), "routes[0].api_key_env", RoleServe},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := tc.yaml
+			if !strings.Contains(src, "routes:") {
+				src = minimal + src
+			}
+			_, ps := parse(t, src, tc.role, noEnv)
+			wantProblem(t, ps, tc.path, "")
+			if text := ps.Error(); strings.Contains(text, secret) {
+				t.Errorf("problems print the secret:\n%s", text)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/internal/redact"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -55,9 +56,9 @@ func (v *validator) nats() {
 		parsed, err := url.Parse(u)
 		switch {
 		case err != nil:
-			v.addf(p, "%q is not a URL", u)
+			v.addf(p, "%q is not a URL", redact.URL(u))
 		case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, parsed.Scheme) || parsed.Host == "":
-			v.addf(p, "%q: want nats://, tls://, ws:// or wss:// with a host", u)
+			v.addf(p, "%q: want nats://, tls://, ws:// or wss:// with a host", redact.URL(u))
 		}
 	}
 	if v.role.NeedsExternalNATS() && len(n.URLs) == 0 {
@@ -78,9 +79,9 @@ func (v *validator) redis() {
 		u, err := url.Parse(r.URL)
 		switch {
 		case err != nil:
-			v.addf("redis.url", "not a URL: %v", err)
+			v.addf("redis.url", "not a URL: %v", redact.Error(err))
 		case u.Scheme != "redis" && u.Scheme != "rediss" || u.Host == "":
-			v.addf("redis.url", "want redis:// or rediss:// with a host, got %q", r.URL)
+			v.addf("redis.url", "want redis:// or rediss:// with a host, got %q", redact.URL(r.URL))
 		case u.User != nil:
 			v.addf("redis.url", "must not hold credentials; use redis.username and redis.password_env")
 		default:
@@ -173,7 +174,7 @@ func (v *validator) routes() {
 		if r.BaseURL == "" {
 			v.addf(p+".base_url", "is required")
 		} else if u, err := url.Parse(r.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.addf(p+".base_url", "%q: want an absolute http:// or https:// URL", r.BaseURL)
+			v.addf(p+".base_url", "%q: want an absolute http:// or https:// URL", redact.URL(r.BaseURL))
 		}
 		if r.Model == "" {
 			v.addf(p+".model", "is required")
@@ -423,7 +424,8 @@ func (v *validator) secret(path, name string, needed bool, why string, args ...a
 		return
 	}
 	if !envVarName.MatchString(name) {
-		v.addf(path, "%q is not an environment variable name", name)
+		// Never echo the value: a key pasted here by mistake is the secret.
+		v.addf(path, "is not an environment variable name (name the variable that holds the secret, never the secret)")
 		return
 	}
 	if !needed {

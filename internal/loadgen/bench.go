@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/client"
+	"github.com/hedgerow/hedgerow/internal/redact"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -178,24 +179,24 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if o.NATS != nil {
 		targets = append(targets, NewNATSTarget(o.NATS))
 		kinds = append(kinds, "nats")
-		rep.Gateway = TargetReport{Name: TargetGateway, Via: "nats", Address: o.NATSURL}
+		rep.Gateway = TargetReport{Name: TargetGateway, Via: "nats", Address: redact.Text(o.NATSURL)}
 	} else {
 		t, err := NewHTTPTarget(o.URL, "", o.APIKey, httpClient)
 		if err != nil {
-			return nil, err
+			return nil, redact.Error(err)
 		}
 		targets = append(targets, t)
 		kinds = append(kinds, "http")
-		rep.Gateway = TargetReport{Name: TargetGateway, Via: "http", Address: o.URL}
+		rep.Gateway = TargetReport{Name: TargetGateway, Via: "http", Address: redact.URL(o.URL)}
 	}
 	if o.CompareDirect != "" {
 		t, err := NewHTTPTarget(o.CompareDirect, "", "", httpClient)
 		if err != nil {
-			return nil, fmt.Errorf("direct route: %w", err)
+			return nil, fmt.Errorf("direct route: %w", redact.Error(err))
 		}
 		targets = append(targets, t)
 		kinds = append(kinds, "direct")
-		rep.Direct = &TargetReport{Name: TargetDirect, Via: "http", Address: o.CompareDirect}
+		rep.Direct = &TargetReport{Name: TargetDirect, Via: "http", Address: redact.URL(o.CompareDirect)}
 	}
 	total := o.Rate * float64(len(targets)) // arrivals per second, all targets
 	run := func(d time.Duration, seed uint64) (*Summary, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/redact"
 )
 
 // Options are the settings of a process that do not come from its
@@ -70,7 +71,7 @@ func Connect(urls []string, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("nats disconnected", "err", err)
+				log.Warn("nats disconnected", "err", redact.Error(err))
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -79,7 +80,9 @@ func Connect(urls []string, name string, log *slog.Logger) (*nats.Conn, error) {
 	)
 	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats: connect to %s: %w", strings.Join(urls, ","), err)
+		// Both the URLs and nats.Connect's error (it quotes a URL it cannot
+		// parse) may hold a password: docs/architecture.md §9.
+		return nil, fmt.Errorf("nats: connect to %s: %w", redact.URLs(urls), redact.Error(err))
 	}
 	return nc, nil
 }
@@ -92,7 +95,7 @@ func connOptions(log *slog.Logger) []nats.Option {
 			if sub != nil {
 				subject = sub.Subject
 			}
-			log.Warn("nats async error", "subject", subject, "err", err)
+			log.Warn("nats async error", "subject", subject, "err", redact.Error(err))
 		}),
 	}
 }

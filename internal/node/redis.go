@@ -21,6 +21,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/redact"
 	"github.com/hedgerow/hedgerow/worker"
 )
 
@@ -128,7 +129,7 @@ func redisClient(cfg config.Redis, getenv func(string) string) (redis.UniversalC
 	if cfg.Cluster {
 		opts, err := redis.ParseClusterURL(cfg.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", err)
+			return nil, fmt.Errorf("redis.url: %w", redact.Error(err))
 		}
 		opts.Username, opts.Password = cfg.Username, password
 		opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConfig, hostOf(opts.Addrs[0]))
@@ -139,7 +140,7 @@ func redisClient(cfg config.Redis, getenv func(string) string) (redis.UniversalC
 	}
 	opts, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis.url: %w", err)
+		return nil, fmt.Errorf("redis.url: %w", redact.Error(err))
 	}
 	opts.Username, opts.Password = cfg.Username, password
 	opts.TLSConfig = mergeTLS(opts.TLSConfig, tlsConfig, hostOf(opts.Addr))

@@ -98,7 +98,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	// As in the OpenAI adapter: a stream held open after message_stop can be
 	// cut without failing the attempt.
-	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.key, a.now, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.now, func(h http.Header) {
 		h.Set("Anthropic-Version", AnthropicVersion)
 		if a.key != "" {
 			h.Set("X-Api-Key", a.key)
@@ -110,7 +110,7 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	defer ps.close()
 	ps.stallAfter = stallBound(ctx, a.stall)
 
-	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.key, a.now, "a stop reason")
+	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.now, "a stop reason")
 }
 
 // FinishReason maps a Messages stop_reason to the canonical finish reason

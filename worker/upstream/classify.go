@@ -25,6 +25,7 @@ type apiError struct {
 	Message string
 	Type    string
 	Code    string
+	Param   string
 }
 
 // parseAPIError reads an error body. It returns false if the body holds no
@@ -46,11 +47,12 @@ func parseAPIError(body []byte) (apiError, bool) {
 			Message string          `json:"message"`
 			Type    string          `json:"type"`
 			Code    json.RawMessage `json:"code"`
+			Param   json.RawMessage `json:"param"`
 		}
 		if json.Unmarshal(raw, &obj) != nil {
 			return apiError{}, false
 		}
-		return apiError{Message: obj.Message, Type: obj.Type, Code: codeText(obj.Code)}, true
+		return apiError{Message: obj.Message, Type: obj.Type, Code: codeText(obj.Code), Param: codeText(obj.Param)}, true
 	case len(raw) > 0 && raw[0] == '"':
 		var msg string
 		if json.Unmarshal(raw, &msg) != nil {
@@ -65,7 +67,8 @@ func parseAPIError(body []byte) (apiError, bool) {
 	return apiError{}, false
 }
 
-// codeText renders an error code that may be a JSON string or number.
+// codeText renders an error code (or param) that may be a JSON string or
+// number.
 func codeText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -187,35 +190,114 @@ func clampRetryAfter(ns float64) time.Duration {
 	return time.Duration(ns)
 }
 
-// errorMessage builds Error.Message from what the provider said: status,
-// type, code and its short message, sanitized, with the key redacted.
-func errorMessage(status int, e apiError, key string) string {
+// errorMessage builds Error.Message from a provider's error answer keeping
+// only what cannot carry the request's input or a credential
+// (docs/architecture.md §9): the HTTP status, the error type and code when
+// they are in the providers' published vocabulary (knownErrorNames), the
+// top-level request member the error names (knownParams), and a fixed
+// description of the failure class from our own table. The provider's free
+// text is never kept — providers echo prompts, keys and headers in it — only
+// its length, so an operator can tell that the provider said more. Unknown
+// codes, types and params are dropped whole, never truncated or redacted:
+// anything outside the vocabulary may be input.
+func errorMessage(status int, class schemas.StatusClass, e apiError) string {
 	var b strings.Builder
 	if status != 0 {
 		fmt.Fprintf(&b, "HTTP %d", status)
 	} else {
 		b.WriteString("error event in stream")
 	}
+	var dropped bool
 	for _, s := range []string{e.Type, e.Code} {
-		if s != "" {
+		switch {
+		case s == "":
+		case knownErrorNames[s]:
 			b.WriteString(" ")
 			b.WriteString(s)
+		default:
+			dropped = true
 		}
 	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(redact(e.Message, key))
+	if p := paramRoot(e.Param); p != "" {
+		fmt.Fprintf(&b, " (param %s)", p)
+	} else if e.Param != "" {
+		dropped = true
 	}
-	return schemas.SanitizeMessage(b.String())
+	b.WriteString(": ")
+	b.WriteString(classText[class])
+	if classText[class] == "" {
+		b.WriteString("the provider reported an error")
+	}
+	if e.Message != "" {
+		fmt.Fprintf(&b, "; provider message withheld (%d bytes)", len(e.Message))
+	}
+	if dropped {
+		b.WriteString("; unrecognized error fields withheld")
+	}
+	return b.String()
 }
 
-// redact removes the configured key from provider text: providers echo a
-// rejected key, sometimes in full.
-func redact(s, key string) string {
-	if key == "" {
-		return s
+// classText describes each failure class a provider's answer can be
+// classified as, in our words.
+var classText = map[schemas.StatusClass]string{
+	schemas.StatusInvalidRequest: "the provider refused the request as invalid",
+	schemas.StatusAuth:           "the provider refused the route's credentials or access",
+	schemas.StatusNotFound:       "the provider does not know the model or endpoint",
+	schemas.StatusRateLimited:    "the provider's rate limit or quota was reached",
+	schemas.StatusOverloaded:     "the provider is overloaded",
+	schemas.StatusTimeout:        "the provider timed out",
+	schemas.StatusServerError:    "the provider failed",
+}
+
+// knownErrorNames are the error types and codes OpenAI, Anthropic and
+// common compatible servers publish. Only these are copied into messages:
+// a provider may put anything in these fields, a key or the prompt among it.
+var knownErrorNames = setOf(
+	// types
+	"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+	"request_too_large", "rate_limit_error", "api_error", "overloaded_error", "billing_error",
+	"timeout_error", "server_error", "insufficient_quota", "requests", "tokens",
+	"request_forbidden", "invalid_request", "internal_error", "service_unavailable",
+	// codes
+	"context_length_exceeded", "content_filter", "content_policy_violation", "string_above_max_length",
+	"model_not_found", "invalid_api_key", "rate_limit_exceeded", "server_is_overloaded", "overloaded",
+	"unsupported_country_region_territory", "invalid_value", "invalid_type", "missing_required_parameter",
+	"unknown_parameter", "unsupported_parameter", "unsupported_value", "integer_above_max_value",
+	"integer_below_min_value", "array_above_max_length", "array_below_min_length", "invalid_prompt",
+	"invalid_organization", "account_deactivated", "model_not_available", "engine_overloaded",
+	"invalid_model", "max_tokens_exceeded", "tokens_exceeded", "quota_exceeded", "billing_hard_limit_reached",
+	"400", "401", "403", "404", "408", "409", "413", "422", "429", "500", "502", "503", "504", "529",
+)
+
+// knownParams are the top-level request members a provider's error param
+// may name (Chat Completions, Messages, Embeddings).
+var knownParams = setOf(
+	"messages", "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n",
+	"stream", "stream_options", "stop", "stop_sequences", "presence_penalty", "frequency_penalty",
+	"logit_bias", "logprobs", "top_logprobs", "user", "tools", "tool_choice", "parallel_tool_calls",
+	"response_format", "seed", "system", "metadata", "input", "encoding_format", "dimensions",
+	"service_tier", "reasoning_effort", "modalities", "audio", "prediction", "store", "thinking", "prompt",
+)
+
+func setOf(names ...string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
 	}
-	return strings.ReplaceAll(s, key, "[redacted]")
+	return m
+}
+
+// paramRoot is the known top-level member a param path starts with
+// ("messages" of "messages[2].content"), or "" when it names none.
+func paramRoot(param string) string {
+	root := param
+	if i := strings.IndexAny(root, ".["); i >= 0 {
+		root = root[:i]
+	}
+	if knownParams[root] {
+		return root
+	}
+	return ""
 }
 
 // transportError classifies a failure to get or read a response. The

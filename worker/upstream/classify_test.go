@@ -49,7 +49,7 @@ func TestErrorStatusesAreClassifiedIntoScopes(t *testing.T) {
 		{name: "409 is a transient server error", status: 409,
 			wantStatus: schemas.StatusServerError, wantScope: schemas.ScopeTransient, wantMessage: "HTTP 409"},
 		{name: "500 is a transient server error", status: 500, body: "error_500_server_error.json",
-			wantStatus: schemas.StatusServerError, wantScope: schemas.ScopeTransient, wantMessage: "The server had an error"},
+			wantStatus: schemas.StatusServerError, wantScope: schemas.ScopeTransient, wantMessage: "HTTP 500 server_error: the provider failed; provider message withheld (72 bytes)"},
 		{name: "502 without a body is a transient server error", status: 502,
 			wantStatus: schemas.StatusServerError, wantScope: schemas.ScopeTransient, wantMessage: "HTTP 502"},
 		{name: "503 without Retry-After is a transient server error", status: 503, body: "error_503_overloaded.json",
@@ -196,6 +196,52 @@ func TestProviderErrorBodiesOfCompatibleServersAreRead(t *testing.T) {
 			got, ok := parseAPIError([]byte(tc.body))
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("parseAPIError = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// A provider's error answer keeps, in Error.Message, only its status, the
+// type and code it names from the published vocabulary, the top-level
+// member its param names and our own description: never its free text, and
+// nothing from a field outside the vocabulary — whatever the provider put
+// there (an echoed key, the prompt) is dropped whole (docs/architecture.md §9).
+func TestProviderErrorMessagesKeepOnlyKnownNamesAndOurOwnWords(t *testing.T) {
+	const secret = "zqechoedsecret" // letters only: no pattern would redact it
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   string
+	}{
+		{name: "known type, code and param are kept; the message is withheld", status: 400,
+			body: `{"error":{"message":"you said ` + secret + `","type":"invalid_request_error","code":"context_length_exceeded","param":"messages[3].content"}}`,
+			want: "HTTP 400 invalid_request_error context_length_exceeded (param messages): the provider refused the request as invalid; provider message withheld (23 bytes)"},
+		{name: "a secret in code, type and param is dropped whole", status: 401,
+			body: `{"error":{"message":"","type":"` + secret + `","code":"` + secret + `","param":"` + secret + `"}}`,
+			want: "HTTP 401: the provider refused the route's credentials or access; unrecognized error fields withheld"},
+		{name: "a secret after a known param root is dropped with the path", status: 400,
+			body: `{"error":{"type":"invalid_request_error","param":"messages.` + secret + `"}}`,
+			want: "HTTP 400 invalid_request_error (param messages): the provider refused the request as invalid"},
+		{name: "a numeric code that is a status is kept", status: 500,
+			body: `{"error":{"message":"x","code":500}}`,
+			want: "HTTP 500 500: the provider failed; provider message withheld (1 bytes)"},
+		{name: "a long numeric code is dropped", status: 500,
+			body: `{"error":{"code":1234567890123}}`,
+			want: "HTTP 500: the provider failed; unrecognized error fields withheld"},
+		{name: "a top-level error string is withheld", status: 503,
+			body: `{"error":"` + secret + ` is overloaded"}`,
+			want: "HTTP 503: the provider failed; provider message withheld (28 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProvider(t, replay(answer{status: tc.status, body: []byte(tc.body)}))
+			_, err := newAdapter(t, p, testKey).Stream(context.Background(), hello(), nil)
+			ue := asError(t, err)
+			if ue.Message != tc.want {
+				t.Errorf("message %q, want %q", ue.Message, tc.want)
+			}
+			if strings.Contains(ue.Error(), secret) {
+				t.Errorf("error text %q keeps the provider's text", ue.Error())
 			}
 		})
 	}

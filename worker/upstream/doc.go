@@ -139,10 +139,13 @@
 // measured against the injected clock; values beyond MaxRetryAfter are
 // clamped so that a garbled header cannot park a route for days.
 //
-// Error messages are built from the status, the provider's error type and
-// code and its short error message, passed through schemas.SanitizeMessage
-// with the configured API key redacted. Request and response bodies,
-// headers and keys never appear in them.
+// Error messages keep nothing the provider wrote freely (providers echo
+// prompts, keys and headers in any field): they hold the HTTP status, the
+// error type and code only when they are in the providers' published
+// vocabulary, the top-level request member a param names when it is one,
+// a fixed description of the failure class, and the length of the
+// provider's message, which is withheld. Request and response bodies,
+// headers and keys never appear in them (docs/architecture.md §9).
 //
 // # Anthropic Messages
 //

@@ -90,7 +90,7 @@ func (o *OpenAI) embed(ctx context.Context, req *schemas.ChatRequest, sink Sink)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return Outcome{}, statusError(resp, o.key, o.now())
+		return Outcome{}, statusError(resp, o.now())
 	}
 	sink.FirstByte()
 	billed := Outcome{Usage: schemas.Usage{InputUnits: inputEstimate, Estimated: true}}
@@ -104,7 +104,7 @@ func (o *OpenAI) embed(ctx context.Context, req *schemas.ChatRequest, sink Sink)
 	}
 	if ae, ok := parseAPIError(raw); ok {
 		status, scope, _ := classifyStatus(0, ae, resp.Header, o.now())
-		return billed, &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, ae, o.key)}
+		return billed, &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, status, ae)}
 	}
 	vectors, usage, err := readEmbeddings(raw, len(req.Embedding.Input))
 	if err != nil {

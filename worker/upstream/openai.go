@@ -174,7 +174,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.key, o.now, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.now, func(h http.Header) {
 		if o.key != "" {
 			h.Set("Authorization", "Bearer "+o.key)
 		}
@@ -185,7 +185,7 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	defer ps.close()
 	ps.stallAfter = stallBound(ctx, o.stall)
 
-	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.key, o.now, "a finish reason")
+	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.now, "a finish reason")
 }
 
 // chatStream reads a chat completions stream: chunks until [DONE].
@@ -259,25 +259,25 @@ func (ps *providerStream) close() {
 }
 
 // statusError classifies a non-2xx answer from its status, error body and
-// headers; key is redacted from the provider's message.
-func statusError(resp *http.Response, key string, now time.Time) *Error {
+// headers; its message keeps none of the provider's text (errorMessage).
+func statusError(resp *http.Response, now time.Time) *Error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	ae, _ := parseAPIError(raw)
 	status, scope, wait := classifyStatus(resp.StatusCode, ae, resp.Header, now)
 	return &Error{
 		Status: status, Scope: scope, HTTPStatus: resp.StatusCode, RetryAfter: wait,
-		Message: errorMessage(resp.StatusCode, ae, key),
+		Message: errorMessage(resp.StatusCode, status, ae),
 	}
 }
 
 // unstreamedAnswer handles a 2xx JSON body where a stream was asked for:
 // either a provider error wrapped in a success status, or an endpoint that
 // ignores stream: true, which is a route that cannot serve hedged attempts.
-func unstreamedAnswer(resp *http.Response, key string, now time.Time) *Error {
+func unstreamedAnswer(resp *http.Response, now time.Time) *Error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if ae, ok := parseAPIError(raw); ok {
 		status, scope, _ := classifyStatus(0, ae, resp.Header, now)
-		return &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, ae, key)}
+		return &Error{Status: status, Scope: scope, HTTPStatus: resp.StatusCode, Message: errorMessage(0, status, ae)}
 	}
 	return &Error{
 		Status: schemas.StatusServerError, Scope: schemas.ScopeRoute, HTTPStatus: resp.StatusCode,
@@ -286,7 +286,7 @@ func unstreamedAnswer(resp *http.Response, key string, now time.Time) *Error {
 }
 
 // streamError classifies an error object sent inside a 200 stream.
-func streamError(data []byte, key string, now time.Time) *Error {
+func streamError(data []byte, now time.Time) *Error {
 	ae, ok := parseAPIError(data)
 	if !ok {
 		// An error event whose data is not an error object still ends the
@@ -294,7 +294,7 @@ func streamError(data []byte, key string, now time.Time) *Error {
 		return &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "error event in stream"}
 	}
 	status, scope, _ := classifyStatus(0, ae, nil, now)
-	return &Error{Status: status, Scope: scope, Message: errorMessage(0, ae, key)}
+	return &Error{Status: status, Scope: scope, Message: errorMessage(0, status, ae)}
 }
 
 // malformed is the error of a stream that stopped being parseable.
@@ -465,7 +465,7 @@ func unencodable(err error) *Error {
 //
 // The only resend the Go transport may make is of a request it could not
 // write at all to a reused idle connection, which the provider never saw.
-func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, key string, now func() time.Time,
+func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, now func() time.Time,
 	setHeaders func(http.Header)) (ps *providerStream, inputEstimate int64, out Outcome, err error) {
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel)
@@ -500,10 +500,10 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 		return nil, 0, Outcome{}, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return fail(statusError(resp, key, now()))
+		return fail(statusError(resp, now()))
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
-		return fail(unstreamedAnswer(resp, key, now()))
+		return fail(unstreamedAnswer(resp, now()))
 	}
 	return &providerStream{resp: resp, cancel: cancel, detach: detach, drainWait: drainWait}, inputEstimate, Outcome{}, nil
 }

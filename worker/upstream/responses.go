@@ -29,7 +29,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 	}
 	// The endpoint is {base_url}/responses, beside {base_url}/chat/completions.
 	endpoint := strings.TrimSuffix(o.endpoint, "/chat/completions") + "/responses"
-	ps, inputEstimate, out, err := openStream(ctx, o.client, endpoint, body, o.key, o.now, func(h http.Header) {
+	ps, inputEstimate, out, err := openStream(ctx, o.client, endpoint, body, o.now, func(h http.Header) {
 		if o.key != "" {
 			h.Set("Authorization", "Bearer "+o.key)
 		}
@@ -40,7 +40,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 	defer ps.close()
 	ps.stallAfter = stallBound(ctx, o.stall)
 
-	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.key, o.now, "a finish reason")
+	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.now, "a finish reason")
 }
 
 // responsesEvent is the part of a Responses streaming event the adapter

@@ -143,7 +143,7 @@ type eventStream interface {
 // failure, and so is one that produced no token for ps.stallAfter after its
 // first (a per-token idle timer cuts the request; docs/architecture.md §4
 // rule 4).
-func readEvents(ctx context.Context, ps *providerStream, s eventStream, key string, now func() time.Time, what string) (Outcome, error) {
+func readEvents(ctx context.Context, ps *providerStream, s eventStream, now func() time.Time, what string) (Outcome, error) {
 	events := newEventReader(ps.resp.Body)
 	defer events.release()
 	stall := stallWatch{bound: ps.stallAfter, cut: ps.cancel}
@@ -167,7 +167,7 @@ func readEvents(ctx context.Context, ps *providerStream, s eventStream, key stri
 			return s.outcome(), malformed(err)
 		}
 		if errObj != nil {
-			return s.outcome(), streamError(errObj, key, now())
+			return s.outcome(), streamError(errObj, now())
 		}
 		stall.observe(s.progress())
 	}
