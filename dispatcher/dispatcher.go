@@ -118,6 +118,10 @@ type Dispatcher struct {
 	ejectMu   sync.Mutex               // serialises ejection decisions (health.go)
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
+	// schemas compiles the contracts of requests with a response_format
+	// once per distinct schema: the door's check and the group's start
+	// share one compile (docs/architecture.md §6).
+	schemas *arbiter.SchemaCache
 	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
 	classes   map[string]*policy.Class
 	metrics   *metrics
@@ -153,6 +157,7 @@ func New(c Config) (*Dispatcher, error) {
 		nc: c.Conn, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
 		contracts: map[string]*arbiter.Contract{},
+		schemas:   arbiter.NewSchemaCache(0, 0),
 		specs:     map[string]arbiter.ContractSpec{},
 		classes:   map[string]*policy.Class{},
 
@@ -373,7 +378,7 @@ func modelNames(pools map[string]Pool) (map[string]string, []Model, error) {
 // group with no fallback. The group itself lives on until its late losers
 // are recorded.
 func (d *Dispatcher) Submit(ctx context.Context, sub Submission, sink Sink) (*Response, error) {
-	g, err := d.newGroup(sub)
+	g, err := d.newGroup(ctx, sub)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -21,9 +22,13 @@ func (d *Dispatcher) HasOperation(class string) bool { return d.classes[class] !
 // CheckResponseFormat refuses, before any group runs, a response_format the
 // contract of the pool model names (its own name or an alias) cannot honour (a schema that does not compile is the
 // caller's to fix). Errors match ErrUnknownPool, or ErrBadRequest together
-// with arbiter.ErrInvalidResponseFormat or arbiter.ErrInvalidContract.
-func (d *Dispatcher) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
-	_, err := d.contractFor(model, responseFormat)
+// with arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
+// schema over the limits, refused before it is parsed) or
+// arbiter.ErrInvalidContract, or ctx's error when the caller left during the
+// compile, which ctx stops. The compiled schema is kept for the group the
+// request then starts.
+func (d *Dispatcher) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
+	_, err := d.contractFor(ctx, model, responseFormat)
 	return err
 }
 

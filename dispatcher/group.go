@@ -125,8 +125,10 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 // another attempt may. A front door calls it to
 // refuse a response_format before submitting. Errors match ErrUnknownPool,
 // or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
-// arbiter.ErrInvalidContract (a schema that does not compile).
-func (d *Dispatcher) contractFor(model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
+// arbiter.ErrInvalidContract (a schema that does not compile, or whose
+// compile ctx or the cache's timeout stopped: arbiter.ErrCompileAborted).
+// The caller's schema is compiled once per distinct schema (d.schemas).
+func (d *Dispatcher) contractFor(ctx context.Context, model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
 	pool, ok := d.resolve(model)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, model)
@@ -139,14 +141,18 @@ func (d *Dispatcher) contractFor(model string, responseFormat json.RawMessage) (
 	if !changed {
 		return d.contracts[pool], nil
 	}
-	c, err := arbiter.NewContract(spec)
+	c, err := d.schemas.Contract(ctx, spec)
 	if err != nil {
+		if errors.Is(err, arbiter.ErrCompileAborted) && ctx.Err() != nil {
+			// The caller left: nobody is told, and the request was not bad.
+			return nil, fmt.Errorf("dispatcher: response_format: %w", ctx.Err())
+		}
 		return nil, fmt.Errorf("%w: response_format: %w", ErrBadRequest, err)
 	}
 	return c, nil
 }
 
-func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
+func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.nextSeq++
@@ -174,7 +180,7 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if cl == nil {
 		cl = d.classes[policy.DefaultName]
 	}
-	contract, err := d.contractFor(sub.Pool, sub.Request.ResponseFormat)
+	contract, err := d.contractFor(ctx, sub.Pool, sub.Request.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}

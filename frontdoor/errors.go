@@ -191,6 +191,9 @@ func FailureFor(err error) *Failure {
 	case errors.Is(err, dispatcher.ErrUnknownPool):
 		return ModelNotFound(unknownPool(err))
 	case errors.Is(err, dispatcher.ErrBadRequest):
+		if f := SchemaRefused(err); f != nil {
+			return f
+		}
 		if ue, ok := errors.AsType[*schemas.UntranslatableError](err); ok {
 			return untranslatable(ue)
 		}
@@ -202,6 +205,27 @@ func FailureFor(err error) *Failure {
 		return groupFailure(ge)
 	}
 	return &Failure{Code: CodeInternal, Message: "The gateway failed to serve the request."}
+}
+
+// ParamResponseSchema is where a request's JSON schema sits in every
+// dialect that takes one as response_format.
+const ParamResponseSchema = "response_format.json_schema.schema"
+
+// SchemaRefused is the answer to a response_format schema refused for its
+// cost (arbiter.ErrSchemaLimit: over the size, depth or container limits,
+// refused before it was parsed; arbiter.ErrCompileAborted: its compile ran
+// past the time limit), a 400 naming the schema; nil for any other error.
+func SchemaRefused(err error) *Failure {
+	switch {
+	case errors.Is(err, arbiter.ErrSchemaLimit):
+		return InvalidParam(ParamResponseSchema, fmt.Sprintf(
+			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays.",
+			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers))
+	case errors.Is(err, arbiter.ErrCompileAborted):
+		return InvalidParam(ParamResponseSchema,
+			"The JSON schema in 'response_format.json_schema.schema' is too complex: it could not be compiled within the time limit.")
+	}
+	return nil
 }
 
 // TenantLimited is the answer to a request its tenant's limits refused

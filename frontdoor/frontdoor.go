@@ -39,8 +39,9 @@ type Submitter interface {
 	// CheckResponseFormat refuses, before any group runs, a response_format
 	// the contract of the pool a model name names cannot honour. Errors match dispatcher.ErrUnknownPool,
 	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract or
-	// arbiter.ErrInvalidResponseFormat.
-	CheckResponseFormat(pool string, responseFormat json.RawMessage) error
+	// arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
+	// schema over the limits); ctx's error when ctx ended the check.
+	CheckResponseFormat(ctx context.Context, pool string, responseFormat json.RawMessage) error
 }
 
 var _ Submitter = (*dispatcher.Dispatcher)(nil)

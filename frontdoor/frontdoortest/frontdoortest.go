@@ -87,8 +87,9 @@ func (s *Submitter) resolve(model string) (string, bool) {
 func (s *Submitter) HasOperation(class string) bool { return slices.Contains(s.Operations, class) }
 
 // CheckResponseFormat judges a response_format against an empty pool
-// contract with the arbiter, as the dispatcher does.
-func (s *Submitter) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
+// contract with the arbiter, as the dispatcher does, the compile bounded by
+// ctx.
+func (s *Submitter) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
 	if _, ok := s.resolve(model); !ok {
 		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, model)
 	}
@@ -97,7 +98,7 @@ func (s *Submitter) CheckResponseFormat(model string, responseFormat json.RawMes
 		return fmt.Errorf("%w: %w", dispatcher.ErrBadRequest, err)
 	}
 	if changed {
-		if _, err := arbiter.NewContract(spec); err != nil {
+		if _, err := arbiter.NewSchemaCache(1, 0).Contract(ctx, spec); err != nil {
 			return fmt.Errorf("%w: response_format: %w", dispatcher.ErrBadRequest, err)
 		}
 	}

@@ -458,7 +458,7 @@ func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission,
 			Message: "embeddings are served by the HTTP door only (POST /v1/embeddings)."}
 	}
 	if len(req.Request.ResponseFormat) > 0 {
-		if err := s.d.CheckResponseFormat(req.ModelClass, req.Request.ResponseFormat); err != nil {
+		if err := s.d.CheckResponseFormat(context.Background(), req.ModelClass, req.Request.ResponseFormat); err != nil {
 			return dispatcher.Submission{}, frontdoor.FailureFor(err)
 		}
 	}
