@@ -91,7 +91,22 @@ type Pool struct {
 	// "Route health"); the zero value ejects nothing, as config's
 	// pools.*.outlier_detection with both triggers off.
 	Health route.HealthConfig
+	// MaxTokens is the largest output limit (max_tokens) a request may
+	// ask of the pool: the most its routes can produce, as config's
+	// pools.*.max_tokens. Zero means DefaultMaxTokens. A request over it is
+	// refused before anything runs (ErrMaxTokens): its figure would be
+	// reserved against the spend ceilings and could only fail upstream.
+	MaxTokens int
 }
+
+// DefaultMaxTokens is a pool's MaxTokens when it sets none: above every
+// provider's output limit today, far below what could overflow the budget
+// stores' arithmetic (budgets.MaxUnits).
+const DefaultMaxTokens = 1_000_000
+
+// ErrMaxTokens is wrapped, with ErrBadRequest, by Submit for a request whose
+// max_tokens is over its pool's MaxTokens.
+var ErrMaxTokens = errors.New("max_tokens is over the model's limit")
 
 // Model is one model name callers may send, and the pool answering to it.
 type Model struct {

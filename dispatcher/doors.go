@@ -32,6 +32,20 @@ func (d *Dispatcher) CheckResponseFormat(ctx context.Context, model string, resp
 	return err
 }
 
+// MaxTokens is the largest max_tokens a request naming model may ask for
+// (its pool's Pool.MaxTokens); 0 for a model no pool answers to. A door
+// refuses a request over it before anything runs, naming its parameter.
+func (d *Dispatcher) MaxTokens(model string) int {
+	pool, ok := d.resolve(model)
+	if !ok {
+		return 0
+	}
+	if n := d.pools[pool].MaxTokens; n > 0 {
+		return n
+	}
+	return DefaultMaxTokens
+}
+
 // checkDialects refuses, before any group runs, a request that some route
 // of its pool could not receive: a member with no equivalent in the route's
 // dialect (logit_bias for an Anthropic route, top_k for an OpenAI one) or a

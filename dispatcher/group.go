@@ -173,6 +173,9 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 	}
 	sub.Pool = poolName
 	pool := d.pools[poolName]
+	if limit := d.MaxTokens(poolName); sub.Request.MaxTokens > limit {
+		return nil, fmt.Errorf("%w: %w: %d, over %d", ErrBadRequest, ErrMaxTokens, sub.Request.MaxTokens, limit)
+	}
 	if err := d.checkDialects(sub.Pool, &sub.Request); err != nil {
 		return nil, err
 	}
@@ -558,6 +561,11 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	return nil
 }
 
+// reasonBudgetInvalid is the denial reason when the budget store refused a
+// decision's figures as invalid (budgets.ErrInvalidRequest): never read as
+// the store being unavailable, which would let the attempt run unceilinged.
+const reasonBudgetInvalid = "budget_invalid"
+
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
 	d.rngMu.Lock()
@@ -574,6 +582,12 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		Duplicates: p.DuplicateCeiling(),
 	})
 	switch {
+	case errors.Is(err, budgets.ErrInvalidRequest):
+		// The store refused the figures themselves (a spend estimate out
+		// of its range): the store works, so running on without it would
+		// run with no ceiling. The request fails instead.
+		d.log.Warn("budget store refused the admission as invalid", "err", err)
+		return hedge.Admitted{Allowed: false, Reason: reasonBudgetInvalid, Error: schemas.ErrInvalidRequest}
 	case err != nil:
 		// The primary goes on without the store; hedges will be refused.
 		d.log.Warn("budget store unavailable at admission", "err", err)
@@ -635,6 +649,8 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 		Floor:      p.FloorBucket(),
 	})
 	switch {
+	case errors.Is(err, budgets.ErrInvalidRequest):
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetInvalid}
 	case err != nil:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
 	case !grant.Allowed:

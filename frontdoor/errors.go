@@ -194,6 +194,9 @@ func FailureFor(err error) *Failure {
 		if f := SchemaRefused(err); f != nil {
 			return f
 		}
+		if errors.Is(err, dispatcher.ErrMaxTokens) {
+			return InvalidParam("max_tokens", "'max_tokens' is over the model's limit: "+badRequestMessage(err))
+		}
 		if ue, ok := errors.AsType[*schemas.UntranslatableError](err); ok {
 			return untranslatable(ue)
 		}
@@ -226,6 +229,12 @@ func SchemaRefused(err error) *Failure {
 			"The JSON schema in 'response_format.json_schema.schema' is too complex: it could not be compiled within the time limit.")
 	}
 	return nil
+}
+
+// MaxTokensOver is the answer to a request whose output limit, sent as
+// param, is over the model's limit (Submitter.MaxTokens).
+func MaxTokensOver(param string, limit int) *Failure {
+	return InvalidParam(param, fmt.Sprintf("'%s' must be at most %d for this model.", param, limit))
 }
 
 // TenantLimited is the answer to a request its tenant's limits refused
@@ -322,7 +331,7 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 	case schemas.ErrAllRoutesFailed, schemas.ErrNoRoute:
 		f.Message = "No route of the model could produce a valid answer."
 	case schemas.ErrInvalidRequest:
-		f.Message = "The provider rejected the request as invalid."
+		f.Message = "The request was refused as invalid: a provider rejected it, or its spend estimate (max_tokens, prompt size) is out of the budget's range."
 	default:
 		return &Failure{Code: CodeInternal, Group: ge.Group, Message: "The request failed."}
 	}

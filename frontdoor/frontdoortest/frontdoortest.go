@@ -30,6 +30,9 @@ type Submitter struct {
 	Aliases    map[string]string
 	Operations []string
 	Script     Script
+	// MaxOutputTokens is every pool's MaxTokens; zero means
+	// dispatcher.DefaultMaxTokens.
+	MaxOutputTokens int
 
 	mu   sync.Mutex
 	subs []dispatcher.Submission
@@ -85,6 +88,18 @@ func (s *Submitter) resolve(model string) (string, bool) {
 
 // HasOperation reports whether class is one of Operations.
 func (s *Submitter) HasOperation(class string) bool { return slices.Contains(s.Operations, class) }
+
+// MaxTokens is MaxOutputTokens (dispatcher.DefaultMaxTokens when zero) for
+// a known model, 0 for another.
+func (s *Submitter) MaxTokens(model string) int {
+	if _, ok := s.resolve(model); !ok {
+		return 0
+	}
+	if s.MaxOutputTokens > 0 {
+		return s.MaxOutputTokens
+	}
+	return dispatcher.DefaultMaxTokens
+}
 
 // CheckResponseFormat judges a response_format against an empty pool
 // contract with the arbiter, as the dispatcher does, the compile bounded by

@@ -337,6 +337,11 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 	if f != nil {
 		return dispatcher.Submission{}, false, f
 	}
+	if limit := h.d.MaxTokens(pool); req.MaxTokens > limit && limit > 0 {
+		// Past the pool's limit a figure could only fail upstream, and
+		// it would be reserved against the spend ceilings as sent.
+		return dispatcher.Submission{}, false, frontdoor.MaxTokensOver(maxTokensParam(dl, req), limit)
+	}
 	if len(req.ResponseFormat) > 0 {
 		// The dispatcher judges answers by this contract; a schema that
 		// does not compile is the caller's to fix, so it is refused here
@@ -352,6 +357,23 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 	sub := hdr
 	sub.Pool, sub.Request, sub.Tenant = pool, req, tenant
 	return sub, includeUsage, nil
+}
+
+// maxTokensParam names the member a request's output limit came from in
+// its dialect.
+func maxTokensParam(dl dialect, req schemas.ChatRequest) string {
+	switch {
+	case isResponses(dl):
+		return "max_output_tokens"
+	case req.MaxTokensField == schemas.ParamMaxCompletionTokens:
+		return schemas.ParamMaxCompletionTokens
+	}
+	return schemas.ParamMaxTokens
+}
+
+func isResponses(dl dialect) bool {
+	_, ok := dl.(responsesDialect)
+	return ok
 }
 
 // readHedgeHeaders reads the user action, the operation class and the

@@ -171,6 +171,11 @@ type Pool struct {
 	// (docs/architecture.md §4 rule 4); never past the deadline. Default
 	// 1 s; it must be positive.
 	QueueWait time.Duration `yaml:"queue_wait"`
+	// MaxTokens is the largest max_tokens (max_completion_tokens,
+	// max_output_tokens) a request may ask of the pool: the most its routes
+	// can produce. Over it the doors answer 400 naming the parameter. 0
+	// (the default) means dispatcher.DefaultMaxTokens, 1,000,000.
+	MaxTokens int `yaml:"max_tokens"`
 	// OutlierDetection ejects a route of the pool that keeps failing
 	// (docs/architecture.md §5, "Route health").
 	OutlierDetection OutlierDetection `yaml:"outlier_detection"`

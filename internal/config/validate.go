@@ -192,6 +192,10 @@ func (v *validator) routes() {
 }
 
 // outlierDetection checks a pool's route-health keys.
+// maxPoolTokens bounds pools.*.max_tokens far below what the budget
+// stores' sums can hold (budgets.MaxUnits, 2^50).
+const maxPoolTokens = 1 << 32
+
 func (v *validator) outlierDetection(p string, o OutlierDetection) {
 	if o.ConsecutiveFailures < 0 {
 		v.addf(p+".consecutive_failures", "%d is negative; 0 turns the trigger off", o.ConsecutiveFailures)
@@ -229,6 +233,9 @@ func (v *validator) pools() {
 		}
 		if pool.QueueWait <= 0 {
 			v.addf(p+".queue_wait", "must be positive")
+		}
+		if pool.MaxTokens < 0 || pool.MaxTokens > maxPoolTokens {
+			v.addf(p+".max_tokens", "%d is outside [0, %d]", pool.MaxTokens, maxPoolTokens)
 		}
 		v.outlierDetection(p+".outlier_detection", pool.OutlierDetection)
 		seen := map[string]bool{}

@@ -243,7 +243,7 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dialectOf(r.Provider)})
 	}
 	for name, p := range cfg.Pools {
-		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, Health: p.OutlierDetection.Health(), Contract: arbiter.ContractSpec{
+		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, MaxTokens: p.MaxTokens, Health: p.OutlierDetection.Health(), Contract: arbiter.ContractSpec{
 			RequireComplete:    p.Contract.RequireComplete,
 			AllowEmpty:         p.Contract.AllowEmpty,
 			AllowTruncated:     p.Contract.AllowTruncated,
