@@ -40,6 +40,7 @@ const (
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidBody      = "invalid_body"
 	CodeRequestTooLarge  = "request_too_large"
+	CodeHeadersTooLarge  = "request_header_fields_too_large"
 	CodeInvalidAPIKey    = "invalid_api_key"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnknownURL       = "unknown_url"
@@ -90,6 +91,7 @@ var failureKinds = map[string]failureKind{
 	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeHeadersTooLarge:                 {http.StatusRequestHeaderFieldsTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
 	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},

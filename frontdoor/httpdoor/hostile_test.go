@@ -1,8 +1,10 @@
 package httpdoor
 
 import (
+	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
@@ -56,6 +58,74 @@ func TestMaxTokensOverTheModelsLimitIsRefusedNamingItsParameter(t *testing.T) {
 			srv := frontDoor(t, sub, Options{})
 			resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+tc.path, tc.body, nil)
 			refusedInDialect(t, tc, resp, body, http.StatusBadRequest)
+			if n := len(sub.Submissions()); n != 0 {
+				t.Fatalf("%d submissions, want none", n)
+			}
+		})
+	}
+}
+
+// countingReader yields n bytes of 'a' and counts how many were read (the
+// client's transport reads it on a goroutine of its own).
+type countingReader struct {
+	n    int64
+	read atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	done := r.read.Load()
+	if done >= r.n {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), r.n-done)
+	for i := range k {
+		p[i] = 'a'
+	}
+	r.read.Add(k)
+	return int(k), nil
+}
+
+func TestOversizedRequestsAreRefusedInTheDoorsDialectBeforeTheBodyIsRead(t *testing.T) {
+	const bodySize = 50 << 20
+	bigHeader := strings.Repeat("h", 200<<10)
+	tests := []struct {
+		hostileCase
+		header string
+		status int
+	}{
+		{hostileCase{"a 50 MiB chat body", "/v1/chat/completions", "", ""}, "", http.StatusRequestEntityTooLarge},
+		{hostileCase{"a 50 MiB messages body", "/v1/messages", "", ""}, "", http.StatusRequestEntityTooLarge},
+		{hostileCase{"a 200 KiB header on chat", "/v1/chat/completions", "", ""}, bigHeader, http.StatusRequestHeaderFieldsTooLarge},
+		{hostileCase{"a 200 KiB header on messages", "/v1/messages", "", ""}, bigHeader, http.StatusRequestHeaderFieldsTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{})
+			body := &countingReader{n: bodySize}
+			if tc.header != "" {
+				body.n = int64(len(chatBody(false, "")))
+			}
+			req, err := http.NewRequest(http.MethodPost, srv.URL+tc.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = body.n
+			if tc.header != "" {
+				req.Header.Set("X-Padding", tc.header)
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refusedInDialect(t, tc.hostileCase, resp, raw, tc.status)
+			if tc.header == "" && body.read.Load() > bodySize/2 {
+				t.Errorf("the client sent %d of %d bytes before the refusal: the body was read", body.read.Load(), bodySize)
+			}
 			if n := len(sub.Submissions()); n != 0 {
 				t.Fatalf("%d submissions, want none", n)
 			}

@@ -86,14 +86,30 @@ type RedisTLS struct {
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
+// MaxHeaderLimit bounds http.header_limit: the API server's MaxHeaderBytes,
+// past which net/http answers 431 in plain text before the door sees the
+// request.
+const MaxHeaderLimit ByteSize = 1 << 20
+
 // HTTP configures the OpenAI-compatible front door.
 type HTTP struct {
 	Listen string `yaml:"listen"`
 	// BodyLimit is the largest request body accepted; it must fit in one NATS
 	// message with the attempt envelope (see PayloadHeadroom).
 	BodyLimit ByteSize `yaml:"body_limit"`
+	// HeaderLimit is the largest header block accepted; over it is a 431
+	// JSON error in the caller's dialect. At most MaxHeaderLimit: past that
+	// net/http refuses the request itself, in plain text.
+	HeaderLimit ByteSize `yaml:"header_limit"`
+	// MaxConnections caps the open connections of the API listener; a
+	// connection past it waits in the kernel's backlog until one closes.
+	// Zero means no cap.
+	MaxConnections int `yaml:"max_connections"`
 	// ReadTimeout bounds reading a request; zero means none.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// ReadHeaderTimeout bounds reading a request's headers, against
+	// clients that send them a byte at a time (slowloris).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// WriteTimeout bounds writing a response, streams included, so when set it
 	// must be at least every policy's deadline; zero means none.
 	WriteTimeout time.Duration `yaml:"write_timeout"`

@@ -123,6 +123,12 @@ func (v *validator) http() {
 		v.addf("http.body_limit", "%v is outside (0, %v]: a request must fit in nats.max_payload %v with %v for the attempt envelope",
 			h.BodyLimit, max(room, 0), v.cfg.NATS.MaxPayload, PayloadHeadroom)
 	}
+	if h.HeaderLimit <= 0 || h.HeaderLimit >= MaxHeaderLimit {
+		v.addf("http.header_limit", "%v is outside (0, %v)", h.HeaderLimit, MaxHeaderLimit)
+	}
+	if h.MaxConnections < 0 {
+		v.addf("http.max_connections", "%d is negative", h.MaxConnections)
+	}
 	if id := h.Idempotency; id.TTL <= 0 {
 		v.addf("http.idempotency.ttl", "%v is not positive", id.TTL)
 	}
@@ -135,7 +141,7 @@ func (v *validator) http() {
 	for _, t := range []struct {
 		key string
 		d   time.Duration
-	}{{"read_timeout", h.ReadTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
+	}{{"read_timeout", h.ReadTimeout}, {"read_header_timeout", h.ReadHeaderTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
 		if t.d < 0 {
 			v.addf("http."+t.key, "%v is negative", t.d)
 		}

@@ -107,6 +107,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		Pools:          poolRoutes(cfg),
 		Gatherer:       reg,
 		BodyLimit:      int64(cfg.HTTP.BodyLimit),
+		HeaderLimit:    int(cfg.HTTP.HeaderLimit),
 		Replays:        replays,
 		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
@@ -129,12 +130,16 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.http, err = serveHTTP(cfg.HTTP.Listen, &http.Server{
+	g.http, err = serveHTTPLimited(cfg.HTTP.Listen, cfg.HTTP.MaxConnections, &http.Server{
 		Handler:           api,
-		ReadHeaderTimeout: cfg.HTTP.ReadTimeout,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
 		IdleTimeout:       cfg.HTTP.IdleTimeout,
+		// Above the door's header_limit, so the door answers an oversized
+		// header block in the caller's dialect; past this net/http does,
+		// in plain text.
+		MaxHeaderBytes: int(config.MaxHeaderLimit),
 	}, log)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))

@@ -20,9 +20,18 @@ type httpServer struct {
 
 // serveHTTP binds addr and serves srv on it in a goroutine.
 func serveHTTP(addr string, srv *http.Server, log *slog.Logger) (*httpServer, error) {
+	return serveHTTPLimited(addr, 0, srv, log)
+}
+
+// serveHTTPLimited is serveHTTP with at most maxConns connections open at
+// once (0: no cap).
+func serveHTTPLimited(addr string, maxConns int, srv *http.Server, log *slog.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: listen %s: %w", addr, err)
+	}
+	if maxConns > 0 {
+		ln = limitListener(ln, maxConns)
 	}
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &httpServer{srv: srv, ln: ln, failed: make(chan error, 1), done: make(chan struct{})}
