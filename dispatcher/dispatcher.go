@@ -136,13 +136,13 @@ type Dispatcher struct {
 	// schemas compiles the contracts of requests with a response_format
 	// once per distinct schema: the door's check and the group's start
 	// share one compile (docs/architecture.md §6).
-	schemas *arbiter.SchemaCache
-	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
-	classes   map[string]*policy.Class
-	metrics   *metrics
-	books     *bookkeeping
-	replies   replyMux // routes every group's replies from one subscription
-	overload  overload // which pools' last offer came back Busy (§4 rule 4)
+	schemaCache *arbiter.SchemaCache
+	dialects    map[string][]schemas.Dialect // the dialects each pool's routes speak
+	classes     map[string]*policy.Class
+	metrics     *metrics
+	books       *bookkeeping
+	replies     replyMux // routes every group's replies from one subscription
+	overload    overload // which pools' last offer came back Busy (§4 rule 4)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -171,10 +171,10 @@ func New(c Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		nc: c.Conn, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
-		contracts: map[string]*arbiter.Contract{},
-		schemas:   arbiter.NewSchemaCache(0, 0),
-		specs:     map[string]arbiter.ContractSpec{},
-		classes:   map[string]*policy.Class{},
+		contracts:   map[string]*arbiter.Contract{},
+		schemaCache: arbiter.NewSchemaCache(0, 0),
+		specs:       map[string]arbiter.ContractSpec{},
+		classes:     map[string]*policy.Class{},
 
 		embeddingClasses: map[string]*policy.Class{},
 	}

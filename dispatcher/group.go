@@ -127,7 +127,7 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 // or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
 // arbiter.ErrInvalidContract (a schema that does not compile, or whose
 // compile ctx or the cache's timeout stopped: arbiter.ErrCompileAborted).
-// The caller's schema is compiled once per distinct schema (d.schemas).
+// The caller's schema is compiled once per distinct schema (d.schemaCache).
 func (d *Dispatcher) contractFor(ctx context.Context, model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
 	pool, ok := d.resolve(model)
 	if !ok {
@@ -141,7 +141,7 @@ func (d *Dispatcher) contractFor(ctx context.Context, model string, responseForm
 	if !changed {
 		return d.contracts[pool], nil
 	}
-	c, err := d.schemas.Contract(ctx, spec)
+	c, err := d.schemaCache.Contract(ctx, spec)
 	if err != nil {
 		if errors.Is(err, arbiter.ErrCompileAborted) && ctx.Err() != nil {
 			// The caller left: nobody is told, and the request was not bad.

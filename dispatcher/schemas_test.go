@@ -29,7 +29,7 @@ func TestTheDoorsCheckAndTheGroupShareOneSchemaCompile(t *testing.T) {
 			t.Fatalf("request %d: Submit: %v", i, err)
 		}
 	}
-	if got := c.d.schemas.Compiles(); got != 1 {
+	if got := c.d.schemaCache.Compiles(); got != 1 {
 		t.Errorf("schema compiled %d times for two checked and submitted requests, want 1", got)
 	}
 }
@@ -72,7 +72,7 @@ func TestResponseFormatSchemaRefusals(t *testing.T) {
 			if strings.Contains(err.Error(), `"a"`) {
 				t.Errorf("the error quotes the schema: %v", err)
 			}
-			if got := c.d.schemas.Compiles(); tt.want[len(tt.want)-1] == arbiter.ErrSchemaLimit && got != 0 {
+			if got := c.d.schemaCache.Compiles(); tt.want[len(tt.want)-1] == arbiter.ErrSchemaLimit && got != 0 {
 				t.Errorf("compiles = %d, want 0: the limits refuse before compiling", got)
 			}
 		})
