@@ -151,6 +151,42 @@ type handler struct {
 // Submitter tells its Sink the commit first (dispatcher.CommitSink), else
 // HTTP trailers after the last event.
 func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
+	h, err := newHandler(d, opts)
+	if err != nil {
+		return nil, err
+	}
+	h.operational(h.mux)
+	return h, nil
+}
+
+// NewSplit is New with /readyz and /metrics served by internal, a handler
+// of their own for a listener only operators reach, instead of by api
+// (which then answers them 404 unknown_url). Both serve /healthz.
+func NewSplit(d frontdoor.Submitter, opts Options) (api, internal http.Handler, err error) {
+	h, err := newHandler(d, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
+	h.operational(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
+			Message: "Unknown request URL: see /readyz and /metrics."})
+	})
+	return h, mux, nil
+}
+
+// operational adds readiness and metrics to mux.
+func (h *handler) operational(mux *http.ServeMux) {
+	mux.HandleFunc("/readyz", h.only(http.MethodGet, openAIDialect{}, h.readyz))
+	if h.opts.Gatherer != nil {
+		metrics := promhttp.HandlerFor(h.opts.Gatherer, promhttp.HandlerOpts{})
+		mux.HandleFunc("/metrics", h.only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
+	}
+}
+
+func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	if d == nil {
 		return nil, errors.New("httpdoor: a submitter is required")
 	}
@@ -202,11 +238,6 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
-	h.mux.HandleFunc("/readyz", h.only(http.MethodGet, openAIDialect{}, h.readyz))
-	if opts.Gatherer != nil {
-		metrics := promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
-		h.mux.HandleFunc("/metrics", h.only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
-	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
 			Message: "Unknown request URL: see /v1/chat/completions and /v1/models."})

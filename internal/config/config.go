@@ -118,6 +118,20 @@ type HTTP struct {
 	// Idempotency bounds the committed answers the HTTP door replays to a
 	// retry of the same Idempotency-Key (docs/architecture.md §2).
 	Idempotency Idempotency `yaml:"idempotency"`
+	// InternalListen, when set, moves /readyz and /metrics off the API
+	// listener onto this address (plain HTTP, for probes and scrapers on
+	// a private network); /healthz is on both. Empty keeps them on Listen.
+	InternalListen string `yaml:"internal_listen"`
+	// TLS serves the API listener over TLS; the other way is to terminate
+	// TLS at a load balancer in front of plain-HTTP gateways.
+	TLS HTTPTLS `yaml:"tls"`
+}
+
+// HTTPTLS is the API listener's certificate: both files or neither
+// (PEM; the chain first in CertFile).
+type HTTPTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Idempotency is how long and how much of the committed answers a gateway

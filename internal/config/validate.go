@@ -126,6 +126,15 @@ func (v *validator) http() {
 	if h.HeaderLimit <= 0 || h.HeaderLimit >= MaxHeaderLimit {
 		v.addf("http.header_limit", "%v is outside (0, %v)", h.HeaderLimit, MaxHeaderLimit)
 	}
+	if h.InternalListen != "" {
+		v.hostPort("http.internal_listen", h.InternalListen)
+		if h.InternalListen == h.Listen {
+			v.addf("http.internal_listen", "%q is http.listen: name another address, or leave it empty", h.InternalListen)
+		}
+	}
+	if (h.TLS.CertFile == "") != (h.TLS.KeyFile == "") {
+		v.addf("http.tls", "cert_file and key_file go together")
+	}
 	if h.MaxConnections < 0 {
 		v.addf("http.max_connections", "%d is negative", h.MaxConnections)
 	}

@@ -42,6 +42,7 @@ type Gateway struct {
 	shared     *shared
 	ownsShared bool // false when the process opened it (serve): it outlives the gateway
 	http       *httpServer
+	internal   *httpServer       // /readyz and /metrics with http.internal_listen; nil without
 	nats       *natsdoor.Service // the hedgerow.submit front door
 	limiter    *tenantlimit.Limiter
 }
@@ -126,11 +127,23 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.limiter != nil {
 		hopts.Limiter = g.limiter
 	}
-	api, err := httpdoor.New(d, hopts)
+	var api, internal http.Handler
+	if cfg.HTTP.InternalListen != "" {
+		api, internal, err = httpdoor.NewSplit(d, hopts)
+	} else {
+		api, err = httpdoor.New(d, hopts)
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.http, err = serveHTTPLimited(cfg.HTTP.Listen, cfg.HTTP.MaxConnections, &http.Server{
+	if internal != nil {
+		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: internal,
+			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, WriteTimeout: cfg.HTTP.ReadTimeout,
+		}, log); err != nil {
+			return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+		}
+	}
+	g.http, err = serveHTTPTLS(cfg.HTTP.Listen, cfg.HTTP.MaxConnections, cfg.HTTP.TLS.CertFile, cfg.HTTP.TLS.KeyFile, &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
@@ -142,6 +155,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		MaxHeaderBytes: int(config.MaxHeaderLimit),
 	}, log)
 	if err != nil {
+		if g.internal != nil {
+			_ = g.internal.shutdown(context.Background())
+		}
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
 	nopts := natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
@@ -292,6 +308,15 @@ func gateTTL(cfg *config.Config) time.Duration {
 	return ttl
 }
 
+// InternalAddr is the address of the internal listener (/readyz, /metrics;
+// http.internal_listen), nil without one.
+func (g *Gateway) InternalAddr() net.Addr {
+	if g.internal == nil {
+		return nil
+	}
+	return g.internal.Addr()
+}
+
 // Addr is the address the HTTP front door listens on.
 func (g *Gateway) Addr() net.Addr { return g.http.Addr() }
 
@@ -306,7 +331,11 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	if g.nats != nil {
 		stopNATS = g.nats.Stop(ctx)
 	}
-	return errors.Join(g.http.shutdown(ctx), stopNATS, g.closeDispatcher(ctx))
+	var stopInternal error
+	if g.internal != nil {
+		stopInternal = g.internal.shutdown(ctx)
+	}
+	return errors.Join(g.http.shutdown(ctx), stopInternal, stopNATS, g.closeDispatcher(ctx))
 }
 
 // closeDispatcher stops the dispatcher, then what it shared with other
