@@ -7,6 +7,7 @@ package arbiter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,6 +104,14 @@ type Contract struct {
 // so that validating results on the request path never parses it again.
 // External $refs are refused: a contract schema must be self-contained.
 func NewContract(spec ContractSpec) (*Contract, error) {
+	return newContract(spec, func(raw []byte) (*jsonschema.Schema, error) {
+		return compileSchemaContext(context.Background(), raw)
+	})
+}
+
+// newContract builds a contract with compile turning its schema's bytes
+// into a compiled schema.
+func newContract(spec ContractSpec, compile func([]byte) (*jsonschema.Schema, error)) (*Contract, error) {
 	if spec.MaxOutputTokens < 0 {
 		return nil, fmt.Errorf("%w: max output tokens %d is negative", ErrInvalidContract, spec.MaxOutputTokens)
 	}
@@ -122,7 +131,7 @@ func NewContract(spec ContractSpec) (*Contract, error) {
 		c.requiredFields = append(c.requiredFields, f)
 	}
 	if len(bytes.TrimSpace(spec.JSONSchema)) > 0 {
-		sch, err := compileSchema(spec.JSONSchema)
+		sch, err := compile(spec.JSONSchema)
 		if err != nil {
 			return nil, fmt.Errorf("%w: json schema: %w", ErrInvalidContract, err)
 		}
@@ -131,7 +140,9 @@ func NewContract(spec ContractSpec) (*Contract, error) {
 	return c, nil
 }
 
-func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+// compileSchemaContext compiles a contract's schema, stopping at the next
+// subschema once ctx ends (ErrCompileAborted).
+func compileSchemaContext(ctx context.Context, raw []byte) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
@@ -141,6 +152,8 @@ func compileSchema(raw []byte) (*jsonschema.Schema, error) {
 	// An empty scheme map refuses every external reference (file, http):
 	// validating a result must never touch the filesystem or the network.
 	comp.UseLoader(jsonschema.SchemeURLLoader{})
+	comp.RegisterVocabulary(abortVocabulary(ctx))
+	comp.AssertVocabs()
 	if err := comp.AddResource(contractSchemaURL, doc); err != nil {
 		return nil, fmt.Errorf("add resource: %w", err)
 	}
@@ -266,6 +279,9 @@ func (s ContractSpec) WithResponseFormat(raw json.RawMessage) (spec ContractSpec
 			return s, false, fmt.Errorf("%w: json_schema.schema is required", ErrInvalidResponseFormat)
 		}
 		schema = rf.JSONSchema.Schema
+		if err := CheckSchemaLimits(schema); err != nil {
+			return s, false, fmt.Errorf("%w: %w", ErrInvalidResponseFormat, err)
+		}
 	default:
 		return s, false, fmt.Errorf("%w: type %q is not text, json_object or json_schema", ErrInvalidResponseFormat, rf.Type)
 	}

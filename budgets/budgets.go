@@ -505,8 +505,20 @@ func ValidateUsage(usage schemas.Usage) error {
 	if usage.InputUnits < 0 || usage.OutputUnits < 0 {
 		return invalid(fmt.Sprintf("settle: negative usage %+v", usage))
 	}
+	if usage.InputUnits > MaxUnits || usage.OutputUnits > MaxUnits {
+		return invalid(fmt.Sprintf("settle: usage %+v is over %d units", usage, int64(MaxUnits)))
+	}
 	return nil
 }
+
+// MaxUnits bounds every figure of units a store takes (estimates, ceilings,
+// usage). Stores add them up: the Redis store in Lua, whose numbers are
+// doubles exact only below 2^53, the memory store in int64. Under this bound
+// the sums of any realistic number of reservations stay exact and never
+// overflow, so a store never mistakes a huge figure (a max_tokens of
+// 2^63-1) for room under a ceiling; over it is ErrInvalidRequest, never
+// an unavailable store.
+const MaxUnits = 1 << 50
 
 func (p AttemptPolicy) validate() error {
 	if p.Max < 1 {
@@ -522,8 +534,12 @@ func (p SpendPolicy) validate(tenant string) error {
 	switch {
 	case p.InputUnits < 0 || p.OutputUnits < 0:
 		return invalid(fmt.Sprintf("spend: negative estimate (input %d, output %d)", p.InputUnits, p.OutputUnits))
+	case p.InputUnits > MaxUnits || p.OutputUnits > MaxUnits:
+		return invalid(fmt.Sprintf("spend: estimate (input %d, output %d) is over %d units", p.InputUnits, p.OutputUnits, int64(MaxUnits)))
 	case p.UserActionCeiling < 0 || p.TenantCeiling < 0:
 		return invalid("spend: negative ceiling")
+	case p.UserActionCeiling > MaxUnits || p.TenantCeiling > MaxUnits:
+		return invalid(fmt.Sprintf("spend: ceiling is over %d units", int64(MaxUnits)))
 	case p.ReservationTTL <= 0:
 		return invalid(fmt.Sprintf("spend: reservation ttl %v is not positive", p.ReservationTTL))
 	case p.TenantCeiling > 0 && tenant == "":

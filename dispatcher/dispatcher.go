@@ -91,7 +91,22 @@ type Pool struct {
 	// "Route health"); the zero value ejects nothing, as config's
 	// pools.*.outlier_detection with both triggers off.
 	Health route.HealthConfig
+	// MaxTokens is the largest output limit (max_tokens) a request may
+	// ask of the pool: the most its routes can produce, as config's
+	// pools.*.max_tokens. Zero means DefaultMaxTokens. A request over it is
+	// refused before anything runs (ErrMaxTokens): its figure would be
+	// reserved against the spend ceilings and could only fail upstream.
+	MaxTokens int
 }
+
+// DefaultMaxTokens is a pool's MaxTokens when it sets none: above every
+// provider's output limit today, far below what could overflow the budget
+// stores' arithmetic (budgets.MaxUnits).
+const DefaultMaxTokens = 1_000_000
+
+// ErrMaxTokens is wrapped, with ErrBadRequest, by Submit for a request whose
+// max_tokens is over its pool's MaxTokens.
+var ErrMaxTokens = errors.New("max_tokens is over the model's limit")
 
 // Model is one model name callers may send, and the pool answering to it.
 type Model struct {
@@ -118,12 +133,16 @@ type Dispatcher struct {
 	ejectMu   sync.Mutex               // serialises ejection decisions (health.go)
 	contracts map[string]*arbiter.Contract
 	specs     map[string]arbiter.ContractSpec // the pools' contracts, for requests that add a response_format
-	dialects  map[string][]schemas.Dialect    // the dialects each pool's routes speak
-	classes   map[string]*policy.Class
-	metrics   *metrics
-	books     *bookkeeping
-	replies   replyMux // routes every group's replies from one subscription
-	overload  overload // which pools' last offer came back Busy (§4 rule 4)
+	// schemas compiles the contracts of requests with a response_format
+	// once per distinct schema: the door's check and the group's start
+	// share one compile (docs/architecture.md §6).
+	schemaCache *arbiter.SchemaCache
+	dialects    map[string][]schemas.Dialect // the dialects each pool's routes speak
+	classes     map[string]*policy.Class
+	metrics     *metrics
+	books       *bookkeeping
+	replies     replyMux // routes every group's replies from one subscription
+	overload    overload // which pools' last offer came back Busy (§4 rule 4)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -152,9 +171,10 @@ func New(c Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		nc: c.Conn, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
-		contracts: map[string]*arbiter.Contract{},
-		specs:     map[string]arbiter.ContractSpec{},
-		classes:   map[string]*policy.Class{},
+		contracts:   map[string]*arbiter.Contract{},
+		schemaCache: arbiter.NewSchemaCache(0, 0),
+		specs:       map[string]arbiter.ContractSpec{},
+		classes:     map[string]*policy.Class{},
 
 		embeddingClasses: map[string]*policy.Class{},
 	}
@@ -373,7 +393,7 @@ func modelNames(pools map[string]Pool) (map[string]string, []Model, error) {
 // group with no fallback. The group itself lives on until its late losers
 // are recorded.
 func (d *Dispatcher) Submit(ctx context.Context, sub Submission, sink Sink) (*Response, error) {
-	g, err := d.newGroup(sub)
+	g, err := d.newGroup(ctx, sub)
 	if err != nil {
 		return nil, err
 	}

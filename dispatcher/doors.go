@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -21,10 +22,28 @@ func (d *Dispatcher) HasOperation(class string) bool { return d.classes[class] !
 // CheckResponseFormat refuses, before any group runs, a response_format the
 // contract of the pool model names (its own name or an alias) cannot honour (a schema that does not compile is the
 // caller's to fix). Errors match ErrUnknownPool, or ErrBadRequest together
-// with arbiter.ErrInvalidResponseFormat or arbiter.ErrInvalidContract.
-func (d *Dispatcher) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
-	_, err := d.contractFor(model, responseFormat)
+// with arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
+// schema over the limits, refused before it is parsed) or
+// arbiter.ErrInvalidContract, or ctx's error when the caller left during the
+// compile, which ctx stops. The compiled schema is kept for the group the
+// request then starts.
+func (d *Dispatcher) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
+	_, err := d.contractFor(ctx, model, responseFormat)
 	return err
+}
+
+// MaxTokens is the largest max_tokens a request naming model may ask for
+// (its pool's Pool.MaxTokens); 0 for a model no pool answers to. A door
+// refuses a request over it before anything runs, naming its parameter.
+func (d *Dispatcher) MaxTokens(model string) int {
+	pool, ok := d.resolve(model)
+	if !ok {
+		return 0
+	}
+	if n := d.pools[pool].MaxTokens; n > 0 {
+		return n
+	}
+	return DefaultMaxTokens
 }
 
 // checkDialects refuses, before any group runs, a request that some route

@@ -125,8 +125,10 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 // another attempt may. A front door calls it to
 // refuse a response_format before submitting. Errors match ErrUnknownPool,
 // or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
-// arbiter.ErrInvalidContract (a schema that does not compile).
-func (d *Dispatcher) contractFor(model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
+// arbiter.ErrInvalidContract (a schema that does not compile, or whose
+// compile ctx or the cache's timeout stopped: arbiter.ErrCompileAborted).
+// The caller's schema is compiled once per distinct schema (d.schemaCache).
+func (d *Dispatcher) contractFor(ctx context.Context, model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
 	pool, ok := d.resolve(model)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, model)
@@ -139,14 +141,18 @@ func (d *Dispatcher) contractFor(model string, responseFormat json.RawMessage) (
 	if !changed {
 		return d.contracts[pool], nil
 	}
-	c, err := arbiter.NewContract(spec)
+	c, err := d.schemaCache.Contract(ctx, spec)
 	if err != nil {
+		if errors.Is(err, arbiter.ErrCompileAborted) && ctx.Err() != nil {
+			// The caller left: nobody is told, and the request was not bad.
+			return nil, fmt.Errorf("dispatcher: response_format: %w", ctx.Err())
+		}
 		return nil, fmt.Errorf("%w: response_format: %w", ErrBadRequest, err)
 	}
 	return c, nil
 }
 
-func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
+func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.nextSeq++
@@ -167,6 +173,9 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	}
 	sub.Pool = poolName
 	pool := d.pools[poolName]
+	if limit := d.MaxTokens(poolName); sub.Request.MaxTokens > limit {
+		return nil, fmt.Errorf("%w: %w: %d, over %d", ErrBadRequest, ErrMaxTokens, sub.Request.MaxTokens, limit)
+	}
 	if err := d.checkDialects(sub.Pool, &sub.Request); err != nil {
 		return nil, err
 	}
@@ -174,7 +183,7 @@ func (d *Dispatcher) newGroup(sub Submission) (*group, error) {
 	if cl == nil {
 		cl = d.classes[policy.DefaultName]
 	}
-	contract, err := d.contractFor(sub.Pool, sub.Request.ResponseFormat)
+	contract, err := d.contractFor(ctx, sub.Pool, sub.Request.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -552,6 +561,11 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	return nil
 }
 
+// reasonBudgetInvalid is the denial reason when the budget store refused a
+// decision's figures as invalid (budgets.ErrInvalidRequest): never read as
+// the store being unavailable, which would let the attempt run unceilinged.
+const reasonBudgetInvalid = "budget_invalid"
+
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
 	d.rngMu.Lock()
@@ -568,6 +582,12 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		Duplicates: p.DuplicateCeiling(),
 	})
 	switch {
+	case errors.Is(err, budgets.ErrInvalidRequest):
+		// The store refused the figures themselves (a spend estimate out
+		// of its range): the store works, so running on without it would
+		// run with no ceiling. The request fails instead.
+		d.log.Warn("budget store refused the admission as invalid", "err", err)
+		return hedge.Admitted{Allowed: false, Reason: reasonBudgetInvalid, Error: schemas.ErrInvalidRequest}
 	case err != nil:
 		// The primary goes on without the store; hedges will be refused.
 		d.log.Warn("budget store unavailable at admission", "err", err)
@@ -629,6 +649,8 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 		Floor:      p.FloorBucket(),
 	})
 	switch {
+	case errors.Is(err, budgets.ErrInvalidRequest):
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetInvalid}
 	case err != nil:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
 	case !grant.Allowed:

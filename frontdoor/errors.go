@@ -40,6 +40,7 @@ const (
 	CodeInvalidJSON      = "invalid_json"
 	CodeInvalidBody      = "invalid_body"
 	CodeRequestTooLarge  = "request_too_large"
+	CodeHeadersTooLarge  = "request_header_fields_too_large"
 	CodeInvalidAPIKey    = "invalid_api_key"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnknownURL       = "unknown_url"
@@ -90,6 +91,7 @@ var failureKinds = map[string]failureKind{
 	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeHeadersTooLarge:                 {http.StatusRequestHeaderFieldsTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
 	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
@@ -191,6 +193,12 @@ func FailureFor(err error) *Failure {
 	case errors.Is(err, dispatcher.ErrUnknownPool):
 		return ModelNotFound(unknownPool(err))
 	case errors.Is(err, dispatcher.ErrBadRequest):
+		if f := SchemaRefused(err); f != nil {
+			return f
+		}
+		if errors.Is(err, dispatcher.ErrMaxTokens) {
+			return InvalidParam("max_tokens", "'max_tokens' is over the model's limit: "+badRequestMessage(err))
+		}
 		if ue, ok := errors.AsType[*schemas.UntranslatableError](err); ok {
 			return untranslatable(ue)
 		}
@@ -202,6 +210,33 @@ func FailureFor(err error) *Failure {
 		return groupFailure(ge)
 	}
 	return &Failure{Code: CodeInternal, Message: "The gateway failed to serve the request."}
+}
+
+// ParamResponseSchema is where a request's JSON schema sits in every
+// dialect that takes one as response_format.
+const ParamResponseSchema = "response_format.json_schema.schema"
+
+// SchemaRefused is the answer to a response_format schema refused for its
+// cost (arbiter.ErrSchemaLimit: over the size, depth or container limits,
+// refused before it was parsed; arbiter.ErrCompileAborted: its compile ran
+// past the time limit), a 400 naming the schema; nil for any other error.
+func SchemaRefused(err error) *Failure {
+	switch {
+	case errors.Is(err, arbiter.ErrSchemaLimit):
+		return InvalidParam(ParamResponseSchema, fmt.Sprintf(
+			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays.",
+			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers))
+	case errors.Is(err, arbiter.ErrCompileAborted):
+		return InvalidParam(ParamResponseSchema,
+			"The JSON schema in 'response_format.json_schema.schema' is too complex: it could not be compiled within the time limit.")
+	}
+	return nil
+}
+
+// MaxTokensOver is the answer to a request whose output limit, sent as
+// param, is over the model's limit (Submitter.MaxTokens).
+func MaxTokensOver(param string, limit int) *Failure {
+	return InvalidParam(param, fmt.Sprintf("'%s' must be at most %d for this model.", param, limit))
 }
 
 // TenantLimited is the answer to a request its tenant's limits refused
@@ -298,7 +333,7 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 	case schemas.ErrAllRoutesFailed, schemas.ErrNoRoute:
 		f.Message = "No route of the model could produce a valid answer."
 	case schemas.ErrInvalidRequest:
-		f.Message = "The provider rejected the request as invalid."
+		f.Message = "The request was refused as invalid: a provider rejected it, or its spend estimate (max_tokens, prompt size) is out of the budget's range."
 	default:
 		return &Failure{Code: CodeInternal, Group: ge.Group, Message: "The request failed."}
 	}

@@ -39,8 +39,14 @@ type Submitter interface {
 	// CheckResponseFormat refuses, before any group runs, a response_format
 	// the contract of the pool a model name names cannot honour. Errors match dispatcher.ErrUnknownPool,
 	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract or
-	// arbiter.ErrInvalidResponseFormat.
-	CheckResponseFormat(pool string, responseFormat json.RawMessage) error
+	// arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
+	// schema over the limits); ctx's error when ctx ended the check.
+	CheckResponseFormat(ctx context.Context, pool string, responseFormat json.RawMessage) error
+	// MaxTokens is the largest max_tokens a request naming model may ask
+	// for (dispatcher.Pool.MaxTokens); 0 for an unknown model. Submit
+	// refuses more with dispatcher.ErrMaxTokens; a door refuses it first,
+	// naming its dialect's parameter.
+	MaxTokens(model string) int
 }
 
 var _ Submitter = (*dispatcher.Dispatcher)(nil)

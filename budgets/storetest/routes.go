@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
@@ -363,6 +364,10 @@ func testInvalidRequestIsAnError(f *fixture) {
 		{"zero max attempts", func(r *budgets.AdmitRequest) { r.Attempts.Max = 0 }},
 		{"no ledger ttl", func(r *budgets.AdmitRequest) { r.Attempts.TTL = 0 }},
 		{"negative estimate", func(r *budgets.AdmitRequest) { r.Spend.OutputUnits = -1 }},
+		{"an output estimate of 2^63-1 (max_tokens overflow)", func(r *budgets.AdmitRequest) { r.Spend.OutputUnits = math.MaxInt64 }},
+		{"an output estimate of 2^53, past exact doubles", func(r *budgets.AdmitRequest) { r.Spend.OutputUnits = 1 << 53 }},
+		{"an input estimate over MaxUnits", func(r *budgets.AdmitRequest) { r.Spend.InputUnits = budgets.MaxUnits + 1 }},
+		{"a tenant ceiling over MaxUnits", func(r *budgets.AdmitRequest) { r.Spend.TenantCeiling = math.MaxInt64 }},
 		{"no reservation ttl", func(r *budgets.AdmitRequest) { r.Spend.ReservationTTL = 0 }},
 		{"tenant ceiling without tenant", func(r *budgets.AdmitRequest) { r.Tenant, r.Spend.TenantCeiling = "", 10 }},
 		{"tenant ceiling without window", func(r *budgets.AdmitRequest) { r.Spend.TenantCeiling, r.Spend.TenantWindow = 10, 0 }},
@@ -388,6 +393,7 @@ func testInvalidRequestIsAnError(f *fixture) {
 		{"no route", func(r *budgets.ExtraRequest) { r.Route = "" }},
 		{"hedge without pool", func(r *budgets.ExtraRequest) { r.Pool = "" }},
 		{"negative floor refill", func(r *budgets.ExtraRequest) { r.Floor.RefillPerSecond = -1 }},
+		{"an output estimate of 2^63-1", func(r *budgets.ExtraRequest) { r.Spend.OutputUnits = math.MaxInt64 }},
 	}
 	for _, tt := range extras {
 		req := hedge("ua-invalid")
@@ -413,6 +419,9 @@ func testInvalidRequestIsAnError(f *fixture) {
 	}
 	if err := f.store.Settle(f.ctx, a.Reservation, schemas.Usage{OutputUnits: -5}); !errors.Is(err, budgets.ErrInvalidRequest) {
 		f.t.Errorf("Settle with negative usage: %v, want ErrInvalidRequest", err)
+	}
+	if err := f.store.Settle(f.ctx, a.Reservation, schemas.Usage{OutputUnits: math.MaxInt64}); !errors.Is(err, budgets.ErrInvalidRequest) {
+		f.t.Errorf("Settle with 2^63-1 units: %v, want ErrInvalidRequest", err)
 	}
 	f.settle(a.Reservation, 5)
 }

@@ -93,6 +93,11 @@ type Group struct {
 	// group left with nothing fails overloaded (docs/architecture.md §4 rule 4).
 	overloaded    bool
 	lastFailScope schemas.ErrorScope
+	// lastFailTimedOut says the last failed attempt ended by its deadline
+	// (StatusTimeout): the workers enforce the attempt's deadline and may
+	// report it before the group's own timer fires, and a group whose last
+	// attempt ran out of time failed for the deadline, not the routes.
+	lastFailTimedOut bool
 
 	committed   bool
 	winner      int
@@ -383,6 +388,7 @@ func (g *Group) onTimer(e TimerFired) {
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && a.n == g.winner) {
 			g.cancel(a, CancelTimeout)
 			g.lastFailScope = schemas.ScopeTransient
+			g.lastFailTimedOut = false
 			g.afterFailure(schemas.ScopeTransient)
 		}
 	case TimerCancelGrace:
@@ -423,6 +429,7 @@ func (g *Group) onBusy(a *attempt) {
 		// The bound passed: this attempt gives up; nothing replaces it.
 		g.endAttempt(a, OutcomeFailed, schemas.StatusBusy, schemas.ScopePushback, schemas.Usage{}, false)
 		g.lastFailScope = schemas.ScopePushback
+		g.lastFailTimedOut = false
 		g.suppress(schemas.RoleReplacement, "overloaded")
 		g.failIfNothingLeft()
 		return
@@ -601,6 +608,7 @@ func (g *Group) onProgress(a *attempt, e Progress) {
 		// A malformed or contract-breaking stream never wins; the others go on.
 		g.cancel(a, CancelInvalid)
 		g.lastFailScope = schemas.ScopeTransient
+		g.lastFailTimedOut = false
 		g.afterFailure(schemas.ScopeTransient)
 		return
 	}
@@ -652,6 +660,7 @@ func (g *Group) onResult(a *attempt, e Result) {
 		if !e.Valid {
 			// Rule 3: a truncated, malformed or schema-failing answer never wins.
 			g.lastFailScope = schemas.ScopeTransient
+			g.lastFailTimedOut = false
 			g.endAttempt(a, OutcomeFailed, schemas.StatusContractInvalid, schemas.ScopeTransient, e.Usage, false)
 			g.afterFailure(schemas.ScopeTransient)
 			return
@@ -677,9 +686,13 @@ func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope sche
 		return
 	}
 	g.lastFailScope = scope
+	g.lastFailTimedOut = status == schemas.StatusTimeout
 	if g.policy.FailFast {
 		if code == "" {
 			code = failCode(scope)
+		}
+		if g.lastFailTimedOut && scope == schemas.ScopeTransient {
+			code = schemas.ErrDeadlineExceeded
 		}
 		g.fail(code, scope, "", CancelGroupError)
 		return
@@ -749,6 +762,11 @@ func (g *Group) failIfNothingLeft() {
 		scope = schemas.ScopeTransient
 	}
 	code := failCode(scope)
+	if g.lastFailTimedOut && scope == schemas.ScopeTransient {
+		// The last attempt ran out of the deadline (rule 4): 504, not
+		// "every route failed", whoever noticed first.
+		code = schemas.ErrDeadlineExceeded
+	}
 	if g.overloaded {
 		// The pool stayed saturated: that, not the last failure, is why
 		// nothing is left (rule 4, busy is backpressure).

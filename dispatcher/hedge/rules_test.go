@@ -942,3 +942,35 @@ func livenessPolicy() Policy {
 	p.AcceptTimeout, p.HeartbeatTimeout = 250*time.Millisecond, time.Second
 	return p
 }
+
+// TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded: the
+// workers enforce the attempt's deadline and may report it (StatusTimeout)
+// before the group's timer fires; a group left with nothing after that
+// failed for the deadline (504), not because every route failed (503).
+func TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded(t *testing.T) {
+	tests := []struct {
+		name     string
+		failFast bool
+		last     schemas.StatusClass
+		want     schemas.ErrorCode
+	}{
+		{"both attempts timed out", false, schemas.StatusTimeout, schemas.ErrDeadlineExceeded},
+		{"fail fast on a timeout", true, schemas.StatusTimeout, schemas.ErrDeadlineExceeded},
+		{"the last attempt failed otherwise", false, schemas.StatusServerError, schemas.ErrAllRoutesFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			p.MaxAttempts, p.FailFast = 2, tt.failFast
+			h := newHarness(t, p)
+			h.hedged(streamingStart)
+			acts := h.at(1100, Result{Attempt: 1, Status: schemas.StatusTimeout, Scope: schemas.ScopeTransient})
+			if !tt.failFast {
+				acts = h.at(1101, Result{Attempt: 2, Status: tt.last, Scope: schemas.ScopeTransient})
+			}
+			if f, ok := find[Fail](acts); !ok || f.Error != tt.want {
+				t.Fatalf("actions %v, want Fail %s", acts, tt.want)
+			}
+		})
+	}
+}

@@ -30,6 +30,9 @@ type Submitter struct {
 	Aliases    map[string]string
 	Operations []string
 	Script     Script
+	// MaxOutputTokens is every pool's MaxTokens; zero means
+	// dispatcher.DefaultMaxTokens.
+	MaxOutputTokens int
 
 	mu   sync.Mutex
 	subs []dispatcher.Submission
@@ -86,9 +89,22 @@ func (s *Submitter) resolve(model string) (string, bool) {
 // HasOperation reports whether class is one of Operations.
 func (s *Submitter) HasOperation(class string) bool { return slices.Contains(s.Operations, class) }
 
+// MaxTokens is MaxOutputTokens (dispatcher.DefaultMaxTokens when zero) for
+// a known model, 0 for another.
+func (s *Submitter) MaxTokens(model string) int {
+	if _, ok := s.resolve(model); !ok {
+		return 0
+	}
+	if s.MaxOutputTokens > 0 {
+		return s.MaxOutputTokens
+	}
+	return dispatcher.DefaultMaxTokens
+}
+
 // CheckResponseFormat judges a response_format against an empty pool
-// contract with the arbiter, as the dispatcher does.
-func (s *Submitter) CheckResponseFormat(model string, responseFormat json.RawMessage) error {
+// contract with the arbiter, as the dispatcher does, the compile bounded by
+// ctx.
+func (s *Submitter) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
 	if _, ok := s.resolve(model); !ok {
 		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, model)
 	}
@@ -97,7 +113,7 @@ func (s *Submitter) CheckResponseFormat(model string, responseFormat json.RawMes
 		return fmt.Errorf("%w: %w", dispatcher.ErrBadRequest, err)
 	}
 	if changed {
-		if _, err := arbiter.NewContract(spec); err != nil {
+		if _, err := arbiter.NewSchemaCache(1, 0).Contract(ctx, spec); err != nil {
 			return fmt.Errorf("%w: response_format: %w", dispatcher.ErrBadRequest, err)
 		}
 	}

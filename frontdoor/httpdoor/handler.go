@@ -37,6 +37,7 @@ var hedgeHeaders = []string{frontdoor.HeaderAttempts, frontdoor.HeaderHedged, fr
 // Defaults of the optional Options fields.
 const (
 	DefaultBodyLimit        = 4 << 20
+	DefaultHeaderLimit      = 64 << 10
 	DefaultReadyProbeWindow = 250 * time.Millisecond
 	DefaultReadyCacheTTL    = time.Second
 )
@@ -57,6 +58,11 @@ type Options struct {
 	// DefaultBodyLimit. It must fit in one NATS message with the attempt
 	// envelope, which configuration validation checks.
 	BodyLimit int64
+	// HeaderLimit is the largest header block (request target, names and
+	// values) accepted; zero means DefaultHeaderLimit. Over it is a 431 in
+	// the caller's dialect. The http.Server's MaxHeaderBytes must be
+	// larger, or net/http answers first with its own plain-text 431.
+	HeaderLimit int
 	// Keyring authenticates callers by their API key. Nil means no API key
 	// is required (local use).
 	Keyring *frontdoor.Keyring
@@ -145,13 +151,49 @@ type handler struct {
 // Submitter tells its Sink the commit first (dispatcher.CommitSink), else
 // HTTP trailers after the last event.
 func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
+	h, err := newHandler(d, opts)
+	if err != nil {
+		return nil, err
+	}
+	h.operational(h.mux)
+	return h, nil
+}
+
+// NewSplit is New with /readyz and /metrics served by internal, a handler
+// of their own for a listener only operators reach, instead of by api
+// (which then answers them 404 unknown_url). Both serve /healthz.
+func NewSplit(d frontdoor.Submitter, opts Options) (api, internal http.Handler, err error) {
+	h, err := newHandler(d, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
+	h.operational(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
+			Message: "Unknown request URL: see /readyz and /metrics."})
+	})
+	return h, mux, nil
+}
+
+// operational adds readiness and metrics to mux.
+func (h *handler) operational(mux *http.ServeMux) {
+	mux.HandleFunc("/readyz", h.only(http.MethodGet, openAIDialect{}, h.readyz))
+	if h.opts.Gatherer != nil {
+		metrics := promhttp.HandlerFor(h.opts.Gatherer, promhttp.HandlerOpts{})
+		mux.HandleFunc("/metrics", h.only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
+	}
+}
+
+func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	if d == nil {
 		return nil, errors.New("httpdoor: a submitter is required")
 	}
 	if len(opts.Pools) == 0 {
 		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
 	}
-	if opts.BodyLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
+	if opts.BodyLimit < 0 || opts.HeaderLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
 	}
 	if opts.ReplayTTL == 0 {
@@ -162,6 +204,9 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	}
 	if opts.BodyLimit == 0 {
 		opts.BodyLimit = DefaultBodyLimit
+	}
+	if opts.HeaderLimit == 0 {
+		opts.HeaderLimit = DefaultHeaderLimit
 	}
 	if opts.ReadyProbeWindow == 0 {
 		opts.ReadyProbeWindow = DefaultReadyProbeWindow
@@ -186,18 +231,13 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	h.embeddingModel = embeddingModels(d.Models(), opts.EmbeddingPools) // embeddings.go
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.
-	h.mux.HandleFunc("/v1/chat/completions", only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
-	h.mux.HandleFunc("/v1/messages", only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
-	h.mux.HandleFunc("/v1/responses", only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{})))
-	h.mux.HandleFunc("/v1/embeddings", only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h})))
-	h.mux.HandleFunc("/v1/models", only(http.MethodGet, openAIDialect{}, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model...}", only(http.MethodGet, openAIDialect{}, h.getModel))
-	h.mux.HandleFunc("/healthz", only(http.MethodGet, openAIDialect{}, h.healthz))
-	h.mux.HandleFunc("/readyz", only(http.MethodGet, openAIDialect{}, h.readyz))
-	if opts.Gatherer != nil {
-		metrics := promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
-		h.mux.HandleFunc("/metrics", only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
-	}
+	h.mux.HandleFunc("/v1/chat/completions", h.only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
+	h.mux.HandleFunc("/v1/messages", h.only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
+	h.mux.HandleFunc("/v1/responses", h.only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{})))
+	h.mux.HandleFunc("/v1/embeddings", h.only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h})))
+	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
+	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
+	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
 			Message: "Unknown request URL: see /v1/chat/completions and /v1/models."})
@@ -207,9 +247,24 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// only admits one method (GET also admits HEAD).
-func only(method string, dl dialect, f http.HandlerFunc) http.HandlerFunc {
+// only admits one method (GET also admits HEAD), and refuses, before
+// anything reads the body, a request whose headers are over HeaderLimit
+// (431) or whose declared body is over BodyLimit (413), in dl's dialect.
+// The connection of a refused body is closed rather than drained: reading
+// 50 MiB to answer "too large" is what the limit is there to avoid.
+func (h *handler) only(method string, dl dialect, f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if n := headerBytes(r); n > h.opts.HeaderLimit {
+			w.Header().Set("Connection", "close")
+			dl.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeHeadersTooLarge,
+				Message: fmt.Sprintf("The request's headers are larger than the limit of %d bytes.", h.opts.HeaderLimit)})
+			return
+		}
+		if r.ContentLength > h.opts.BodyLimit {
+			w.Header().Set("Connection", "close")
+			dl.writeFailure(w, bodyTooLarge(h.opts.BodyLimit))
+			return
+		}
 		if r.Method == method || method == http.MethodGet && r.Method == http.MethodHead {
 			f(w, r)
 			return
@@ -325,8 +380,8 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.BodyLimit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeRequestTooLarge,
-				Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", h.opts.BodyLimit)}
+			w.Header().Set("Connection", "close")
+			return dispatcher.Submission{}, false, bodyTooLarge(h.opts.BodyLimit)
 		}
 		return dispatcher.Submission{}, false, &frontdoor.Failure{Code: frontdoor.CodeInvalidBody, Message: "The request body could not be read."}
 	}
@@ -337,11 +392,16 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 	if f != nil {
 		return dispatcher.Submission{}, false, f
 	}
+	if limit := h.d.MaxTokens(pool); req.MaxTokens > limit && limit > 0 {
+		// Past the pool's limit a figure could only fail upstream, and
+		// it would be reserved against the spend ceilings as sent.
+		return dispatcher.Submission{}, false, frontdoor.MaxTokensOver(maxTokensParam(dl, req), limit)
+	}
 	if len(req.ResponseFormat) > 0 {
 		// The dispatcher judges answers by this contract; a schema that
 		// does not compile is the caller's to fix, so it is refused here
 		// with its parameter named rather than failing the group.
-		if err := h.d.CheckResponseFormat(pool, req.ResponseFormat); err != nil {
+		if err := h.d.CheckResponseFormat(r.Context(), pool, req.ResponseFormat); err != nil {
 			f := responseFormatFailure(pool, err)
 			if rd, ok := dl.(responsesDialect); ok {
 				f = rd.formatParam(f)
@@ -352,6 +412,43 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 	sub := hdr
 	sub.Pool, sub.Request, sub.Tenant = pool, req, tenant
 	return sub, includeUsage, nil
+}
+
+// maxTokensParam names the member a request's output limit came from in
+// its dialect.
+func maxTokensParam(dl dialect, req schemas.ChatRequest) string {
+	switch {
+	case isResponses(dl):
+		return "max_output_tokens"
+	case req.MaxTokensField == schemas.ParamMaxCompletionTokens:
+		return schemas.ParamMaxCompletionTokens
+	}
+	return schemas.ParamMaxTokens
+}
+
+func isResponses(dl dialect) bool {
+	_, ok := dl.(responsesDialect)
+	return ok
+}
+
+// bodyTooLarge answers a body over the limit: 413, whether its
+// Content-Length said so or reading it found out (chunked).
+func bodyTooLarge(limit int64) *frontdoor.Failure {
+	return &frontdoor.Failure{Code: frontdoor.CodeRequestTooLarge,
+		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)}
+}
+
+// headerBytes is the size of a request's header block as sent, near
+// enough: the request line's target and every field's name and value with
+// their separators.
+func headerBytes(r *http.Request) int {
+	n := len(r.RequestURI)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // readHedgeHeaders reads the user action, the operation class and the

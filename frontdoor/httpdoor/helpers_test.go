@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -48,6 +49,12 @@ func scripted(t *testing.T, script frontdoortest.Script, opts Options) (*httptes
 	t.Helper()
 	sub := frontdoortest.New(script)
 	return frontDoor(t, sub, opts), sub
+}
+
+// schemaBomb is a JSON schema nested depth levels of "properties" deep: a
+// few bytes a level, and a compile that grows with the square of depth.
+func schemaBomb(depth int) string {
+	return strings.Repeat(`{"properties":{"a":`, depth) + `{}` + strings.Repeat(`}}`, depth)
 }
 
 func post(t *testing.T, ctx context.Context, url, body string, headers map[string]string) *http.Response {

@@ -164,7 +164,7 @@ func chatMaxTokens(maxTokens, maxCompletionTokens *int) (int, *frontdoor.Failure
 }
 
 // paramResponseSchema is where a request's JSON schema sits.
-const paramResponseSchema = "response_format.json_schema.schema"
+const paramResponseSchema = frontdoor.ParamResponseSchema
 
 // responseFormatFailure answers a response_format the pool's contract
 // cannot honour (Submitter.CheckResponseFormat). Its texts are fixed: the
@@ -173,6 +173,8 @@ func responseFormatFailure(pool string, err error) *frontdoor.Failure {
 	switch {
 	case errors.Is(err, dispatcher.ErrUnknownPool):
 		return frontdoor.ModelNotFound(pool)
+	case frontdoor.SchemaRefused(err) != nil:
+		return frontdoor.SchemaRefused(err)
 	case errors.Is(err, arbiter.ErrInvalidContract):
 		return frontdoor.InvalidParam(paramResponseSchema,
 			"The JSON schema in 'response_format.json_schema.schema' is not a valid, self-contained JSON Schema (external $ref is not allowed).")

@@ -140,6 +140,8 @@ func TestHTTPErrorsAnswerTheirStatusWithAnOpenAIErrorObject(t *testing.T) {
 			status: 400, typ: "invalid_request_error", code: "invalid_value", param: "response_format"},
 		{name: "a response schema that does not compile", body: chatBody(false, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"objekt"}}}`),
 			status: 400, typ: "invalid_request_error", code: "invalid_value", param: "response_format.json_schema.schema"},
+		{name: "a schema bomb 1600 levels deep, refused before compiling", body: chatBody(false, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":`+schemaBomb(1600)+`}}`),
+			status: 400, typ: "invalid_request_error", code: "invalid_value", param: "response_format.json_schema.schema"},
 		{name: "a response schema with an external reference", body: chatBody(false, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"$ref":"http://127.0.0.1:1/s.json"}}}`),
 			status: 400, typ: "invalid_request_error", code: "invalid_value", param: "response_format.json_schema.schema"},
 		{name: "an unknown operation class", body: chatBody(false, ""), headers: map[string]string{frontdoor.HeaderOperation: "nightly-batch"},

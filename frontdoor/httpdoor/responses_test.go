@@ -238,6 +238,7 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"verbosity", `{"model":"general","input":"hi","text":{"verbosity":"low"}}`, "text.verbosity"},
 		{"a bad format", `{"model":"general","input":"hi","text":{"format":{"type":"xml"}}}`, "text.format.type"},
 		{"a schema that does not compile", `{"model":"general","input":"hi","text":{"format":{"type":"json_schema","name":"s","schema":{"$ref":"https://x/s.json"}}}}`, "text.format.schema"},
+		{"a schema bomb 1600 levels deep", `{"model":"general","input":"hi","text":{"format":{"type":"json_schema","name":"s","schema":` + schemaBomb(1600) + `}}}`, "text.format.schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := postResponses(t, srv.URL, tc.body)

@@ -457,8 +457,11 @@ func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission,
 		return dispatcher.Submission{}, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest), Param: "embedding",
 			Message: "embeddings are served by the HTTP door only (POST /v1/embeddings)."}
 	}
+	if limit := s.d.MaxTokens(req.ModelClass); req.Request.MaxTokens > limit && limit > 0 {
+		return dispatcher.Submission{}, frontdoor.MaxTokensOver("max_tokens", limit)
+	}
 	if len(req.Request.ResponseFormat) > 0 {
-		if err := s.d.CheckResponseFormat(req.ModelClass, req.Request.ResponseFormat); err != nil {
+		if err := s.d.CheckResponseFormat(context.Background(), req.ModelClass, req.Request.ResponseFormat); err != nil {
 			return dispatcher.Submission{}, frontdoor.FailureFor(err)
 		}
 	}

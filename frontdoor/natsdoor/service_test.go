@@ -277,6 +277,11 @@ func TestNATSBadInputIsAnsweredWithAMicroErrorNamingTheProblem(t *testing.T) {
 		{"an unknown operation class", strings.Replace(valid, `"default"`, `"nightly-batch"`, 1), nil, schemas.ErrInvalidRequest, 400, "operation_class"},
 		{"a response schema that does not compile", strings.Replace(valid, `"messages":`, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"objekt"}}},"messages":`, 1), nil,
 			schemas.ErrInvalidRequest, 400, "response_format"},
+		{"a schema bomb 1600 levels deep", strings.Replace(valid, `"messages":`, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":`+
+			strings.Repeat(`{"properties":{"a":`, 1600)+`{}`+strings.Repeat(`}}`, 1600)+`}},"messages":`, 1), nil,
+			schemas.ErrInvalidRequest, 400, "over the limits"},
+		{"a max_tokens of 2^63-1", strings.Replace(valid, `"max_tokens":50`, `"max_tokens":9223372036854775807`, 1), nil,
+			schemas.ErrInvalidRequest, 400, "max_tokens"},
 		{"an embeddings request, which only the HTTP door serves",
 			`{"v":1,"operation_class":"default","model_class":"general","request":{"embedding":{"input":["a"]}}}`, nil,
 			schemas.ErrInvalidRequest, 400, "POST /v1/embeddings"},

@@ -86,14 +86,30 @@ type RedisTLS struct {
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
+// MaxHeaderLimit bounds http.header_limit: the API server's MaxHeaderBytes,
+// past which net/http answers 431 in plain text before the door sees the
+// request.
+const MaxHeaderLimit ByteSize = 1 << 20
+
 // HTTP configures the OpenAI-compatible front door.
 type HTTP struct {
 	Listen string `yaml:"listen"`
 	// BodyLimit is the largest request body accepted; it must fit in one NATS
 	// message with the attempt envelope (see PayloadHeadroom).
 	BodyLimit ByteSize `yaml:"body_limit"`
+	// HeaderLimit is the largest header block accepted; over it is a 431
+	// JSON error in the caller's dialect. At most MaxHeaderLimit: past that
+	// net/http refuses the request itself, in plain text.
+	HeaderLimit ByteSize `yaml:"header_limit"`
+	// MaxConnections caps the open connections of the API listener; a
+	// connection past it waits in the kernel's backlog until one closes.
+	// Zero means no cap.
+	MaxConnections int `yaml:"max_connections"`
 	// ReadTimeout bounds reading a request; zero means none.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// ReadHeaderTimeout bounds reading a request's headers, against
+	// clients that send them a byte at a time (slowloris).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// WriteTimeout bounds writing a response, streams included, so when set it
 	// must be at least every policy's deadline; zero means none.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
@@ -102,6 +118,20 @@ type HTTP struct {
 	// Idempotency bounds the committed answers the HTTP door replays to a
 	// retry of the same Idempotency-Key (docs/architecture.md §2).
 	Idempotency Idempotency `yaml:"idempotency"`
+	// InternalListen, when set, moves /readyz and /metrics off the API
+	// listener onto this address (plain HTTP, for probes and scrapers on
+	// a private network); /healthz is on both. Empty keeps them on Listen.
+	InternalListen string `yaml:"internal_listen"`
+	// TLS serves the API listener over TLS; the other way is to terminate
+	// TLS at a load balancer in front of plain-HTTP gateways.
+	TLS HTTPTLS `yaml:"tls"`
+}
+
+// HTTPTLS is the API listener's certificate: both files or neither
+// (PEM; the chain first in CertFile).
+type HTTPTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Idempotency is how long and how much of the committed answers a gateway
@@ -171,6 +201,11 @@ type Pool struct {
 	// (docs/architecture.md §4 rule 4); never past the deadline. Default
 	// 1 s; it must be positive.
 	QueueWait time.Duration `yaml:"queue_wait"`
+	// MaxTokens is the largest max_tokens (max_completion_tokens,
+	// max_output_tokens) a request may ask of the pool: the most its routes
+	// can produce. Over it the doors answer 400 naming the parameter. 0
+	// (the default) means dispatcher.DefaultMaxTokens, 1,000,000.
+	MaxTokens int `yaml:"max_tokens"`
 	// OutlierDetection ejects a route of the pool that keeps failing
 	// (docs/architecture.md §5, "Route health").
 	OutlierDetection OutlierDetection `yaml:"outlier_detection"`

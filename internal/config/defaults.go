@@ -37,7 +37,10 @@ var defaults = []defaultSetting{
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},
+	{"http.header_limit", 64 * ByteSize(1<<10)},
+	{"http.max_connections", 4096},
 	{"http.read_timeout", 10 * time.Second},
+	{"http.read_header_timeout", 5 * time.Second},
 	{"http.write_timeout", 60 * time.Second}, // ≥ the longest deadline, streams included
 	{"http.idle_timeout", 120 * time.Second},
 	{"http.idempotency.ttl", 24 * time.Hour},

@@ -124,6 +124,21 @@ func (v *validator) http() {
 		v.addf("http.body_limit", "%v is outside (0, %v]: a request must fit in nats.max_payload %v with %v for the attempt envelope",
 			h.BodyLimit, max(room, 0), v.cfg.NATS.MaxPayload, PayloadHeadroom)
 	}
+	if h.HeaderLimit <= 0 || h.HeaderLimit >= MaxHeaderLimit {
+		v.addf("http.header_limit", "%v is outside (0, %v)", h.HeaderLimit, MaxHeaderLimit)
+	}
+	if h.InternalListen != "" {
+		v.hostPort("http.internal_listen", h.InternalListen)
+		if h.InternalListen == h.Listen {
+			v.addf("http.internal_listen", "%q is http.listen: name another address, or leave it empty", h.InternalListen)
+		}
+	}
+	if (h.TLS.CertFile == "") != (h.TLS.KeyFile == "") {
+		v.addf("http.tls", "cert_file and key_file go together")
+	}
+	if h.MaxConnections < 0 {
+		v.addf("http.max_connections", "%d is negative", h.MaxConnections)
+	}
 	if id := h.Idempotency; id.TTL <= 0 {
 		v.addf("http.idempotency.ttl", "%v is not positive", id.TTL)
 	}
@@ -136,7 +151,7 @@ func (v *validator) http() {
 	for _, t := range []struct {
 		key string
 		d   time.Duration
-	}{{"read_timeout", h.ReadTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
+	}{{"read_timeout", h.ReadTimeout}, {"read_header_timeout", h.ReadHeaderTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
 		if t.d < 0 {
 			v.addf("http."+t.key, "%v is negative", t.d)
 		}
@@ -193,6 +208,10 @@ func (v *validator) routes() {
 }
 
 // outlierDetection checks a pool's route-health keys.
+// maxPoolTokens bounds pools.*.max_tokens far below what the budget
+// stores' sums can hold (budgets.MaxUnits, 2^50).
+const maxPoolTokens = 1 << 32
+
 func (v *validator) outlierDetection(p string, o OutlierDetection) {
 	if o.ConsecutiveFailures < 0 {
 		v.addf(p+".consecutive_failures", "%d is negative; 0 turns the trigger off", o.ConsecutiveFailures)
@@ -230,6 +249,9 @@ func (v *validator) pools() {
 		}
 		if pool.QueueWait <= 0 {
 			v.addf(p+".queue_wait", "must be positive")
+		}
+		if pool.MaxTokens < 0 || pool.MaxTokens > maxPoolTokens {
+			v.addf(p+".max_tokens", "%d is outside [0, %d]", pool.MaxTokens, maxPoolTokens)
 		}
 		v.outlierDetection(p+".outlier_detection", pool.OutlierDetection)
 		seen := map[string]bool{}

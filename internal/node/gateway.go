@@ -42,6 +42,7 @@ type Gateway struct {
 	shared     *shared
 	ownsShared bool // false when the process opened it (serve): it outlives the gateway
 	http       *httpServer
+	internal   *httpServer       // /readyz and /metrics with http.internal_listen; nil without
 	nats       *natsdoor.Service // the hedgerow.submit front door
 	limiter    *tenantlimit.Limiter
 }
@@ -107,6 +108,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		Pools:          poolRoutes(cfg),
 		Gatherer:       reg,
 		BodyLimit:      int64(cfg.HTTP.BodyLimit),
+		HeaderLimit:    int(cfg.HTTP.HeaderLimit),
 		Replays:        replays,
 		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
@@ -125,18 +127,37 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.limiter != nil {
 		hopts.Limiter = g.limiter
 	}
-	api, err := httpdoor.New(d, hopts)
+	var api, internal http.Handler
+	if cfg.HTTP.InternalListen != "" {
+		api, internal, err = httpdoor.NewSplit(d, hopts)
+	} else {
+		api, err = httpdoor.New(d, hopts)
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	g.http, err = serveHTTP(cfg.HTTP.Listen, &http.Server{
+	if internal != nil {
+		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: internal,
+			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, WriteTimeout: cfg.HTTP.ReadTimeout,
+		}, log); err != nil {
+			return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
+		}
+	}
+	g.http, err = serveHTTPTLS(cfg.HTTP.Listen, cfg.HTTP.MaxConnections, cfg.HTTP.TLS.CertFile, cfg.HTTP.TLS.KeyFile, &http.Server{
 		Handler:           api,
-		ReadHeaderTimeout: cfg.HTTP.ReadTimeout,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
 		IdleTimeout:       cfg.HTTP.IdleTimeout,
+		// Above the door's header_limit, so the door answers an oversized
+		// header block in the caller's dialect; past this net/http does,
+		// in plain text.
+		MaxHeaderBytes: int(config.MaxHeaderLimit),
 	}, log)
 	if err != nil {
+		if g.internal != nil {
+			_ = g.internal.shutdown(context.Background())
+		}
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
 	nopts := natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
@@ -243,7 +264,7 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dialectOf(r.Provider)})
 	}
 	for name, p := range cfg.Pools {
-		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, Health: p.OutlierDetection.Health(), Contract: arbiter.ContractSpec{
+		c.Pools[name] = dispatcher.Pool{Routes: p.Routes, Models: p.Models, QueueWait: p.QueueWait, MaxTokens: p.MaxTokens, Health: p.OutlierDetection.Health(), Contract: arbiter.ContractSpec{
 			RequireComplete:    p.Contract.RequireComplete,
 			AllowEmpty:         p.Contract.AllowEmpty,
 			AllowTruncated:     p.Contract.AllowTruncated,
@@ -287,6 +308,15 @@ func gateTTL(cfg *config.Config) time.Duration {
 	return ttl
 }
 
+// InternalAddr is the address of the internal listener (/readyz, /metrics;
+// http.internal_listen), nil without one.
+func (g *Gateway) InternalAddr() net.Addr {
+	if g.internal == nil {
+		return nil
+	}
+	return g.internal.Addr()
+}
+
 // Addr is the address the HTTP front door listens on.
 func (g *Gateway) Addr() net.Addr { return g.http.Addr() }
 
@@ -301,7 +331,11 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	if g.nats != nil {
 		stopNATS = g.nats.Stop(ctx)
 	}
-	return errors.Join(g.http.shutdown(ctx), stopNATS, g.closeDispatcher(ctx))
+	var stopInternal error
+	if g.internal != nil {
+		stopInternal = g.internal.shutdown(ctx)
+	}
+	return errors.Join(g.http.shutdown(ctx), stopInternal, stopNATS, g.closeDispatcher(ctx))
 }
 
 // closeDispatcher stops the dispatcher, then what it shared with other

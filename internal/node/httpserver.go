@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,15 +21,43 @@ type httpServer struct {
 
 // serveHTTP binds addr and serves srv on it in a goroutine.
 func serveHTTP(addr string, srv *http.Server, log *slog.Logger) (*httpServer, error) {
+	return serveHTTPLimited(addr, 0, srv, log)
+}
+
+// serveHTTPLimited is serveHTTP with at most maxConns connections open at
+// once (0: no cap).
+func serveHTTPLimited(addr string, maxConns int, srv *http.Server, log *slog.Logger) (*httpServer, error) {
+	return serveHTTPTLS(addr, maxConns, "", "", srv, log)
+}
+
+// serveHTTPTLS is serveHTTPLimited over TLS with the certificate and key
+// in certFile and keyFile (PEM), which are loaded before it returns; plain
+// HTTP when both are empty.
+func serveHTTPTLS(addr string, maxConns int, certFile, keyFile string, srv *http.Server, log *slog.Logger) (*httpServer, error) {
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("http: tls: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: listen %s: %w", addr, err)
+	}
+	if maxConns > 0 {
+		ln = limitListener(ln, maxConns)
 	}
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &httpServer{srv: srv, ln: ln, failed: make(chan error, 1), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if srv.TLSConfig != nil {
+			// The certificate is in TLSConfig already: no files named here.
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.failed <- fmt.Errorf("http: serve %s: %w", ln.Addr(), err)
 		}
 	}()

@@ -277,3 +277,38 @@ func FieldIndex(key []byte, names []string) int {
 	}
 	return -1
 }
+
+// Nesting measures a JSON document's shape in one pass without decoding it:
+// the deepest nesting of objects and arrays (a scalar is depth 0, "{}" depth
+// 1) and how many objects and arrays it holds. It reads brackets outside
+// strings only and does not validate the document, so a caller can refuse
+// input whose shape is too costly for a decoder or compiler before handing it
+// over, whatever else is wrong with it.
+func Nesting(data []byte) (depth, containers int) {
+	cur := 0
+	inString, escaped := false, false
+	for _, c := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			cur++
+			containers++
+			depth = max(depth, cur)
+		case '}', ']':
+			cur--
+		}
+	}
+	return depth, containers
+}
