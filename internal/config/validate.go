@@ -100,47 +100,38 @@ func (v *validator) natsAuth() {
 	// when that server has users.
 	connects := v.role.NeedsExternalNATS() || n.ServerConfig != ""
 	v.secret("nats.password_env", n.PasswordEnv, connects && n.User != "", "role %s authenticates to NATS with it", v.role)
-	v.file("nats.nkey_seed_file", &n.NKeySeedFile, connects)
-	v.file("nats.creds_file", &n.CredsFile, connects)
-	v.file("nats.tls.ca_file", &n.TLS.CAFile, connects)
-	v.file("nats.tls.cert_file", &n.TLS.CertFile, connects)
-	v.file("nats.tls.key_file", &n.TLS.KeyFile, connects)
+	v.file(&n.NKeySeedFile)
+	v.file(&n.CredsFile)
+	v.file(&n.TLS.CAFile)
+	v.file(&n.TLS.CertFile)
+	v.file(&n.TLS.KeyFile)
 	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
 		v.addf("nats.tls.cert_file", "cert_file and key_file go together")
 	}
 	serve := v.role == RoleServe
-	v.file("nats.server_config", &n.ServerConfig, serve)
+	v.file(&n.ServerConfig)
 	switch {
 	case n.ServerConfig != "" && !serve:
 		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
-	case serve && n.Listen != "" && n.ServerConfig == "":
-		v.addf("nats.listen", "%s", ErrOpenListener.Error())
 	case serve && n.ServerConfig != "" && !n.Authenticates():
 		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's")
 	}
 }
 
-// ErrOpenListener is why serve refuses nats.listen without users: anyone
+// ErrOpenListener is why serve refuses nats.listen without users
+// (internal/node.StartServe): anyone
 // who reaches the port could publish attempts, forge replies and records,
 // and read every prompt and answer.
 var ErrOpenListener = errors.New("nats.listen opens the embedded NATS server to other processes, which needs authentication: " +
 	"generate users and permissions with `hedgerow nats-auth --config FILE --out DIR`, then set nats.server_config " +
 	"to DIR/nats-server.conf and nats.nkey_seed_file to DIR/serve.nk (or remove nats.listen to stay in-process)")
 
-// file resolves a path against the configuration file's directory and,
-// when the role reads it, checks that it is there.
-func (v *validator) file(path string, p *string, used bool) {
-	if *p == "" {
-		return
-	}
-	if !filepath.IsAbs(*p) {
+// file resolves a path against the configuration file's directory. Its
+// presence is checked when the process opens it, not here: `hedgerow
+// nats-auth` writes these files from this very configuration.
+func (v *validator) file(p *string) {
+	if *p != "" && !filepath.IsAbs(*p) {
 		*p = filepath.Join(v.dir, *p)
-	}
-	if !used {
-		return
-	}
-	if _, err := os.Stat(*p); err != nil {
-		v.addf(path, "%v", err)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 )
@@ -101,6 +102,19 @@ func ResponsesFor(deadline, heartbeat time.Duration) Responses {
 		float64(maxTokenRate)/float64(worker.DefaultCoalesceTokens) +
 		float64(time.Second)/float64(heartbeat)
 	return Responses{Max: int(math.Ceil(secs*perSecond)) + fixedReplies, Expires: expires}
+}
+
+// ResponsesForConfig is ResponsesFor the longest policy deadline of cfg and
+// its shortest heartbeat interval (the one workers beat at).
+func ResponsesForConfig(cfg *config.Config) Responses {
+	var deadline, heartbeat time.Duration
+	for _, p := range cfg.Policies {
+		deadline = max(deadline, p.Deadline)
+		if p.HeartbeatInterval > 0 && (heartbeat == 0 || p.HeartbeatInterval < heartbeat) {
+			heartbeat = p.HeartbeatInterval
+		}
+	}
+	return ResponsesFor(deadline, heartbeat)
 }
 
 // Spec describes the users to generate.
@@ -261,7 +275,10 @@ func (u *User) drawSecret(method Method) error {
 			return fmt.Errorf("natsauth: user %s: %w", u.Name, err)
 		}
 		pw := []byte(fmt.Sprintf("%x", raw))
-		hash, err := bcrypt.GenerateFromPassword(pw, bcrypt.DefaultCost)
+		// The cost guards guessable passwords; one of passwordBytes random
+		// bytes is out of any search's reach at the lowest cost, and the
+		// server pays that cost on every connect.
+		hash, err := bcrypt.GenerateFromPassword(pw, bcrypt.MinCost)
 		if err != nil {
 			return fmt.Errorf("natsauth: user %s: %w", u.Name, err)
 		}
