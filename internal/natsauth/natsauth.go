@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
@@ -139,8 +140,8 @@ const (
 	UserServe    = "serve"
 	UserGateway  = "gateway"
 	UserObserver = "observer"
-	userWorker   = "worker"
-	userClient   = "client"
+	UserWorker   = "worker"
+	UserClient   = "client"
 )
 
 // User is one generated user.
@@ -203,11 +204,11 @@ func Generate(spec Spec) (*Bundle, error) {
 	}
 	workers := spec.Workers
 	if len(workers) == 0 {
-		workers = map[string][]string{userWorker: spec.Routes}
+		workers = map[string][]string{UserWorker: spec.Routes}
 	}
 	clients := spec.Clients
 	if len(clients) == 0 {
-		clients = []string{userClient}
+		clients = []string{UserClient}
 	}
 	resp := spec.Responses
 	users := []User{
@@ -226,11 +227,11 @@ func Generate(spec Spec) (*Bundle, error) {
 		if len(routes) == 0 {
 			return nil, fmt.Errorf("natsauth: worker user %q has no routes", name)
 		}
-		users = append(users, User{Name: name, Role: userWorker, Routes: slices.Clone(routes),
+		users = append(users, User{Name: name, Role: UserWorker, Routes: slices.Clone(routes),
 			InboxPrefix: WorkerInboxPrefix, Permissions: workerPermissions(routes, resp)})
 	}
 	for _, name := range clients {
-		users = append(users, User{Name: name, Role: userClient, InboxPrefix: ClientInbox(name),
+		users = append(users, User{Name: name, Role: UserClient, InboxPrefix: ClientInbox(name),
 			Permissions: clientPermissions(name)})
 	}
 	seen := map[string]bool{}
@@ -328,11 +329,12 @@ func workerPermissions(routes []string, resp Responses) Permissions {
 	return p
 }
 
-// clientPermissions: request hedgerow.submit, cancel its requests, read
-// its own inboxes.
+// clientPermissions: request hedgerow.submit, cancel its requests, find
+// the gateways (a micro ping of the submit service), read its own inboxes.
 func clientPermissions(name string) Permissions {
 	return Permissions{
-		Publish:   []string{schemas.SubmitSubject, schemas.SubmitCancelPrefix + "*"},
+		Publish: []string{schemas.SubmitSubject, schemas.SubmitCancelPrefix + "*",
+			micro.APIPrefix + ".PING." + schemas.SubmitServiceName},
 		Subscribe: []string{ClientInbox(name) + ".>"},
 	}
 }
@@ -447,4 +449,67 @@ func (b *Bundle) Write(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Local is an authorization written to Dir for processes of one machine:
+// `hedgerow demo` and tests that open serve's listener.
+type Local struct {
+	Dir string
+	*Bundle
+}
+
+// WriteLocal generates nkey users for routes (one worker user, "worker",
+// and one client, "client") and writes them into dir.
+func WriteLocal(dir string, routes []string, resp Responses) (*Local, error) {
+	b, err := Generate(Spec{Routes: routes, Responses: resp})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Write(dir); err != nil {
+		return nil, err
+	}
+	return &Local{Dir: dir, Bundle: b}, nil
+}
+
+// SeedFile is the path of user's nkey seed.
+func (l *Local) SeedFile(user string) string { return filepath.Join(l.Dir, user+".nk") }
+
+// ServerConfigPath is the path of the server configuration.
+func (l *Local) ServerConfigPath() string { return filepath.Join(l.Dir, ServerConfigFile) }
+
+// ServeYAML is the part of serve's nats section that uses the users: the
+// server configuration and serve's own seed, indented as keys of nats.
+func (l *Local) ServeYAML() string {
+	return fmt.Sprintf("  server_config: %q\n  nkey_seed_file: %q\n", l.ServerConfigPath(), l.SeedFile(UserServe))
+}
+
+// Options are the options of a connection as user: its seed and its
+// inbox prefix.
+func (l *Local) Options(user string) ([]nats.Option, error) {
+	u, ok := l.User(user)
+	if !ok {
+		return nil, fmt.Errorf("natsauth: no user %q", user)
+	}
+	seed, err := nats.NkeyOptionFromSeed(l.SeedFile(user))
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: %w", err)
+	}
+	opts := []nats.Option{seed}
+	if u.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(u.InboxPrefix))
+	}
+	return opts, nil
+}
+
+// Connect connects to url as user.
+func (l *Local) Connect(url, user string, opts ...nats.Option) (*nats.Conn, error) {
+	own, err := l.Options(user)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(url, append(own, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: connect as %s: %w", user, err)
+	}
+	return nc, nil
 }
