@@ -408,3 +408,17 @@ func postChat(t *testing.T, base string) (int, []byte) {
 	req.Header.Set("Content-Type", "application/json")
 	return do(t, req)
 }
+
+func TestAWorkerWhoseUserMayNotTakeItsRouteRefusesToStart(t *testing.T) {
+	bus := startAuthBus(t, natsauth.MethodNKey)
+	urlA, urlB := fakeRoute(t, 0), fakeRoute(t, 1)
+	cfg := bus.roleConfig(t, urlA, urlB, "wb") // wb may take fake-b only
+	w, err := StartWorkers(cfg, connectAs(t, cfg, config.RoleWorker, newAsyncErrors()), Options{Routes: []string{"fake-a"}})
+	if err == nil {
+		stop(t, w)
+		t.Fatal("a worker of fake-a started as a user of fake-b")
+	}
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "hedgerow nats-auth") {
+		t.Fatalf("StartWorkers: %v, want a permission violation naming the generator", err)
+	}
+}

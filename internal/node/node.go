@@ -150,6 +150,21 @@ func inboxPrefix(role config.Role) string {
 	return natsauth.GatewayInboxPrefix
 }
 
+// checkPermissions fails when the server refused anything the process
+// asked of it so far: a user whose permissions do not cover what this
+// process serves (a worker user of other routes) would otherwise start
+// and never take an attempt. The server answers a refused subscription
+// before the flush's PONG, so one flush sees it.
+func checkPermissions(nc *nats.Conn) error {
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("nats: flush: %w", err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (the NATS user's permissions do not cover this process: regenerate them with `hedgerow nats-auth`, e.g. --worker NAME=ROUTE,ROUTE for the routes it serves)", err)
+	}
+	return nil
+}
+
 // connOptions are the options of every connection a process opens.
 func connOptions(log *slog.Logger) []nats.Option {
 	return []nats.Option{
