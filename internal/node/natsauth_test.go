@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/hedgerow/hedgerow/internal/embednats"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
 
 // authBus is a NATS server (nats-server/v2 in process, on a loopback port)
@@ -420,5 +422,74 @@ func TestAWorkerWhoseUserMayNotTakeItsRouteRefusesToStart(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "hedgerow nats-auth") {
 		t.Fatalf("StartWorkers: %v, want a permission violation naming the generator", err)
+	}
+}
+
+func TestACallerThatGivesUpHasItsAttemptCancelledAcrossTheUsers(t *testing.T) {
+	bus := startAuthBus(t, natsauth.MethodNKey)
+	m, err := fakellm.InstantModel(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.TTFT.HangFraction = 1 // every request hangs until it is cancelled
+	started, ended := make(chan struct{}, 4), make(chan fakellm.Record, 4)
+	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 3,
+		OnStart:  func() { started <- struct{}{} },
+		OnRecord: func(r fakellm.Record) { ended <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(func() { fake.Close(); srv.Close() })
+	url := srv.URL + "/v1"
+
+	gcfg := bus.roleConfig(t, url, url, "gateway")
+	// A deadline far beyond the test's wait: only the cancel can end the
+	// upstream request in time.
+	gcfg.Policies[config.DefaultPolicy].Deadline = 50 * time.Second
+	g, err := StartGateway(gcfg, connectAs(t, gcfg, config.RoleGateway, newAsyncErrors()), nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, g)
+	for _, w := range []struct{ user, route string }{{"wa", "fake-a"}, {"wb", "fake-b"}} {
+		wcfg := bus.roleConfig(t, url, url, w.user)
+		ws, err := StartWorkers(wcfg, connectAs(t, wcfg, config.RoleWorker, newAsyncErrors()), Options{Routes: []string{w.route}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop(t, ws)
+	}
+	nc := bus.userConn(t, "alice", newAsyncErrors(), nats.CustomInboxPrefix(natsauth.ClientInbox("alice")))
+	// The client's timeout becomes the attempt's deadline: far too.
+	c, err := client.New(nc, client.WithTimeout(50*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(ctx, client.Request{ModelClass: "general", Request: schemas.ChatRequest{
+			Messages: []schemas.Message{{Role: "user", Content: schemas.TextContent("hang")}}}})
+		done <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(wait):
+		t.Fatal("the attempt never reached its route")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit: %v, want context.Canceled", err)
+	}
+	// The gateway's cancel reached the worker's control inbox, and the
+	// worker cut the upstream request.
+	select {
+	case r := <-ended:
+		if r.End != fakellm.EndDisconnected {
+			t.Fatalf("route record %+v, want the upstream request disconnected", r)
+		}
+	case <-time.After(wait):
+		t.Fatal("the hanging upstream request was never cancelled")
 	}
 }
