@@ -71,6 +71,10 @@ are never overwritten.`,
 			if err := b.Write(out); err != nil {
 				return err
 			}
+			// A directory that existed keeps its mode otherwise.
+			if err := os.Chmod(out, 0o700); err != nil {
+				return err
+			}
 			return printNATSAuth(cmd, b, out)
 		},
 	}
@@ -129,8 +133,5 @@ func printNATSAuth(cmd *cobra.Command, b *natsauth.Bundle, out string) error {
 	if err == nil {
 		_, err = fmt.Fprintln(cmd.ErrOrStderr(), "keep the secret files private:", abs(""))
 	}
-	if err != nil {
-		return err
-	}
-	return os.Chmod(out, 0o700)
+	return err
 }
