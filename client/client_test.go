@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hedgerow/hedgerow/client"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -139,7 +140,13 @@ func TestCancellingTheContextCancelsTheGroup(t *testing.T) {
 	h, nc := newHedgerow(t, 2, hanging(t))
 	c := newClient(t, nc)
 	groups := make(chan schemas.GroupRecord, 16)
-	sub, err := nc.Subscribe("hedgerow.events.group", func(m *nats.Msg) {
+	// Records are read as the observer: a client may not.
+	obs, err := h.users.Connect(h.NATSURL(), natsauth.UserObserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	sub, err := obs.Subscribe("hedgerow.events.group", func(m *nats.Msg) {
 		var r schemas.GroupRecord
 		if json.Unmarshal(m.Data, &r) == nil {
 			groups <- r
@@ -149,7 +156,7 @@ func TestCancellingTheContextCancelsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
+	if err := obs.Flush(); err != nil {
 		t.Fatal(err)
 	}
 

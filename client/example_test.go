@@ -10,13 +10,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/client"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
 
 // startExampleGateway runs `hedgerow serve` in front of one instant fake
-// route for the examples and returns its NATS address.
-func startExampleGateway() (string, func()) {
+// route for the examples and returns its NATS address and the seed file of
+// the client user `hedgerow nats-auth` generated for it.
+func startExampleGateway() (string, string, func()) {
 	model, err := fakellm.InstantModel(20)
 	if err != nil {
 		log.Fatal(err)
@@ -25,7 +27,7 @@ func startExampleGateway() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return h.NATSURL(), func() {
+	return h.NATSURL(), h.users.SeedFile(natsauth.UserClient), func() {
 		if err := h.Stop(); err != nil {
 			log.Print(err)
 		}
@@ -35,10 +37,16 @@ func startExampleGateway() (string, func()) {
 // A Go service submits one user action over NATS request-reply and gets the
 // committed answer, or one stable error code.
 func Example() {
-	natsURL, stop := startExampleGateway()
+	natsURL, seedFile, stop := startExampleGateway()
 	defer stop()
 
-	nc, err := nats.Connect(natsURL)
+	// The client user may only request hedgerow.submit and read inboxes
+	// under its own prefix (docs/architecture.md §13).
+	auth, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(natsauth.ClientInbox(natsauth.UserClient)))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -72,10 +80,16 @@ func Example() {
 
 // A stream hands over the committed answer as it is produced.
 func ExampleClient_Stream() {
-	natsURL, stop := startExampleGateway()
+	natsURL, seedFile, stop := startExampleGateway()
 	defer stop()
 
-	nc, err := nats.Connect(natsURL)
+	// The client user may only request hedgerow.submit and read inboxes
+	// under its own prefix (docs/architecture.md §13).
+	auth, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(natsauth.ClientInbox(natsauth.UserClient)))
 	if err != nil {
 		log.Fatal(err)
 	}

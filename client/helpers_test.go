@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -29,6 +31,7 @@ const wait = 10 * time.Second
 // per route, the gateway with both front doors) in front of fake LLM routes.
 type hedgerow struct {
 	serve   *node.Serve
+	users   *natsauth.Local // serve's NATS users, in a directory Stop removes
 	fakes   []*fakellm.Server
 	servers []*httptest.Server
 	// started receives once per request that reached a route; records once
@@ -42,7 +45,7 @@ type hedgerow struct {
 func startHedgerow(routes int, model *workload.Model) (*hedgerow, error) {
 	h := &hedgerow{started: make(chan struct{}, 1024), records: make(chan fakellm.Record, 1024)}
 	var y strings.Builder
-	y.WriteString("nats: {listen: \"127.0.0.1:0\"}\nhttp: {listen: \"127.0.0.1:0\"}\nroutes:\n")
+	y.WriteString("http: {listen: \"127.0.0.1:0\"}\nroutes:\n")
 	var names []string
 	for i := range routes {
 		fake, err := fakellm.New(fakellm.Config{Model: model, Seed: 11, Route: i,
@@ -70,6 +73,18 @@ func startHedgerow(routes int, model *workload.Model) (*hedgerow, error) {
 	}
 	fmt.Fprintf(&y, "pools:\n  general: {routes: [%s]}\n", strings.Join(names, ", "))
 	y.WriteString("policies:\n  default: {control_fraction: 0, deadline: 5s, heartbeat_interval: 50ms}\n")
+	// Callers connect over TCP, so serve listens, with users.
+	dir, err := os.MkdirTemp("", "hedgerow-client-test-")
+	if err != nil {
+		h.Stop()
+		return nil, err
+	}
+	if h.users, err = natsauth.WriteLocal(dir, names, natsauth.ResponsesFor(5*time.Second, 50*time.Millisecond)); err != nil {
+		_ = os.RemoveAll(dir)
+		h.Stop()
+		return nil, err
+	}
+	y.WriteString("nats:\n  listen: \"127.0.0.1:0\"\n" + h.users.ServeYAML())
 	cfg, err := config.Parse("client-test.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		h.Stop()
@@ -99,6 +114,9 @@ func (h *hedgerow) Stop() error {
 	for _, s := range h.servers {
 		s.Close()
 	}
+	if h.users != nil {
+		errs = append(errs, os.RemoveAll(h.users.Dir))
+	}
 	return errors.Join(errs...)
 }
 
@@ -114,7 +132,7 @@ func newHedgerow(t *testing.T, routes int, model *workload.Model) (*hedgerow, *n
 			t.Errorf("stop hedgerow: %v", err)
 		}
 	})
-	nc, err := nats.Connect(h.NATSURL())
+	nc, err := h.users.Connect(h.NATSURL(), natsauth.UserClient)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", h.NATSURL(), err)
 	}

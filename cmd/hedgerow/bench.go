@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/client"
@@ -26,10 +27,11 @@ func newBenchCmd() *cobra.Command {
 	opts := loadgen.BenchOptions{Rate: 100, Duration: 10 * time.Second, Warmup: 2 * time.Second, Seed: 1,
 		MaxTokens: loadgen.DefaultBenchMaxTokens, Timeout: loadgen.DefaultBenchTimeout}
 	var (
-		natsURLs []string
-		keyEnv   string
-		asJSON   bool
-		quiet    bool
+		natsURLs            []string
+		natsSeed, natsInbox string
+		keyEnv              string
+		asJSON              bool
+		quiet               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench (--url URL | --nats URL,...) [--rate R] [--duration D] [--stream] [--compare-direct URL]",
@@ -56,7 +58,18 @@ with exactly 20 tokens.`,
 			}
 			opts.APIKey = os.Getenv(keyEnv)
 			if len(natsURLs) > 0 {
-				nc, err := node.Connect(natsURLs, "hedgerow-bench", nil)
+				var auth []nats.Option
+				if natsSeed != "" {
+					seed, err := nats.NkeyOptionFromSeed(natsSeed)
+					if err != nil {
+						return fmt.Errorf("bench: --nats-nkey-seed: %w", err)
+					}
+					auth = append(auth, seed)
+				}
+				if natsInbox != "" {
+					auth = append(auth, nats.CustomInboxPrefix(natsInbox))
+				}
+				nc, err := node.Connect(natsURLs, "hedgerow-bench", nil, auth...)
 				if err != nil {
 					return fmt.Errorf("bench: %w", err)
 				}
@@ -92,6 +105,8 @@ with exactly 20 tokens.`,
 	f.StringVar(&opts.URL, "url", "", "root of the gateway's HTTP front door, e.g. http://127.0.0.1:8080")
 	f.StringSliceVar(&natsURLs, "nats", nil, "NATS servers of the gateway's NATS front door, comma-separated")
 	f.StringVar(&keyEnv, "api-key-env", apiKeyEnv, "environment variable holding a tenant's API key, sent to either front door as 'Authorization: Bearer <key>' (never the key itself: flags show in the process list)")
+	f.StringVar(&natsSeed, "nats-nkey-seed", "", "nkey seed file of a client user `hedgerow nats-auth` wrote (with --nats)")
+	f.StringVar(&natsInbox, "nats-inbox-prefix", "", "inbox prefix of that client user, e.g. _INBOX.cl.client (with --nats)")
 	f.StringVar(&opts.CompareDirect, "compare-direct", "", "root of one of the gateway's routes, called directly side by side (e.g. http://127.0.0.1:9101)")
 	f.StringVar(&opts.DirectModel, "direct-model", "", "model named to the direct route (default: --model)")
 	f.StringVar(&opts.Model, "model", loadgen.DefaultBenchModel, "pool (model class) to ask for")

@@ -21,9 +21,10 @@ func TestBenchComparesTheGatewayWithItsRouteCalledDirectly(t *testing.T) {
 	// Timeouts, an in-flight limit and a queue wait that a burst under
 	// -race on a loaded 2-core machine cannot reach: what this test
 	// measures is that every request is answered, not how fast.
-	path := filepath.Join(t.TempDir(), "hedgerow.yaml")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hedgerow.yaml")
 	if err := os.WriteFile(path, []byte(`http: {listen: 127.0.0.1:0}
-nats: {listen: "127.0.0.1:0"}
+nats: {listen: "127.0.0.1:0", server_config: auth/nats-server.conf, nkey_seed_file: auth/serve.nk}
 routes:
   - {name: fake-0, provider: openai, base_url: "`+fakeURL+`/v1", model: m, max_inflight: 4096}
 pools:
@@ -33,6 +34,11 @@ policies:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// serve's NATS listener admits only the users generated for it; bench
+	// submits as the client user.
+	if out, err := runRoot(t, "nats-auth", "--config", path, "--out", filepath.Join(dir, "auth")); err != nil {
+		t.Fatalf("nats-auth: %v\n%s", err, out)
+	}
 	serve := startCmd(t, "serve", "--config", path)
 	line := serve.waitFor(regexp.MustCompile(`(msg=serving .*)`))
 	gateway := servingURL.FindStringSubmatch(line)
@@ -40,7 +46,7 @@ policies:
 	if gateway == nil || natsURL == nil {
 		t.Fatalf("serve printed %q: want its http and nats addresses", line)
 	}
-	for _, door := range [][]string{{"--url", gateway[1]}, {"--nats", natsURL[1]}} {
+	for _, door := range [][]string{{"--url", gateway[1]}, {"--nats", natsURL[1], "--nats-nkey-seed", filepath.Join(dir, "auth", "client.nk"), "--nats-inbox-prefix", "_INBOX.cl.client"}} {
 		args := append([]string{"bench", "--compare-direct", fakeURL, "--rate", "100", "--duration", "1s", "--warmup", "200ms",
 			"--max-tokens", "20", "--json", "--quiet"}, door...)
 		// bench prints its whole report, then fails when requests failed:

@@ -33,6 +33,7 @@ result and cancels the rest.`,
 	root.AddCommand(newFakeLLMCmd())
 	root.AddCommand(newDemoCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newNATSAuthCmd())
 	return root
 }
 

@@ -90,7 +90,11 @@ func (f *processFlags) connect(cmd *cobra.Command, role config.Role, urls []stri
 	if len(urls) > 0 {
 		cfg.NATS.URLs = urls
 	}
-	nc, err := node.Connect(cfg.NATS.URLs, name, log)
+	opts, err := node.ClientOptions(cfg.NATS, role, os.LookupEnv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nc, err := node.Connect(cfg.NATS.URLs, name, log, opts...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -295,7 +295,6 @@ func startStage(o options, c condition) (*stage, error) {
 func configYAML(o options, hosts []string) string {
 	scale := func(d time.Duration) time.Duration { return scaled(d, o.TimeScale) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "nats:\n  listen: 127.0.0.1:0\n")
 	fmt.Fprintf(&b, "http:\n  listen: 127.0.0.1:0\n")
 	fmt.Fprintf(&b, "routes:\n")
 	names := make([]string, len(hosts))

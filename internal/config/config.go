@@ -46,6 +46,52 @@ type NATS struct {
 	// MaxPayload is the largest NATS message. The embedded server is started
 	// with it; a gateway refuses to start against a cluster with a smaller one.
 	MaxPayload ByteSize `yaml:"max_payload"`
+
+	// How this process authenticates to NATS (docs/architecture.md §13):
+	// at most one of User with PasswordEnv, NKeySeedFile or CredsFile.
+	// Secrets never go in the file or a URL.
+	User string `yaml:"user"`
+	// PasswordEnv names the environment variable holding User's password.
+	PasswordEnv string `yaml:"password_env"`
+	// NKeySeedFile is a file holding an nkey user seed (SU...), as
+	// `hedgerow nats-auth` writes them; relative to the configuration file.
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	// CredsFile is a NATS credentials file (user JWT and seed), for servers
+	// in operator mode; relative to the configuration file.
+	CredsFile string `yaml:"creds_file"`
+	// TLS configures TLS towards the NATS servers.
+	TLS NATSTLS `yaml:"tls"`
+	// ServerConfig is a nats-server configuration file, as `hedgerow
+	// nats-auth` writes it, whose authorization (users and their subject
+	// permissions) and TLS serve's embedded server takes. serve requires
+	// it when Listen is set; its own connections then authenticate with
+	// the keys above (the serve user).
+	ServerConfig string `yaml:"server_config"`
+}
+
+// NATSTLS configures TLS towards NATS; every path is relative to the
+// configuration file, and Load stores the resolved path.
+type NATSTLS struct {
+	// CAFile is a PEM bundle of the CAs to trust; empty trusts the
+	// system's roots (when the URL is tls:// or a cert is given).
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate and its key, for
+	// servers that verify clients; both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name to verify the server's certificate against,
+	// when it differs from the URL's host.
+	ServerName string `yaml:"server_name"`
+}
+
+// Enabled reports whether any TLS key is set.
+func (t NATSTLS) Enabled() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
+}
+
+// Authenticates reports whether the process presents credentials to NATS.
+func (n NATS) Authenticates() bool {
+	return n.User != "" || n.NKeySeedFile != "" || n.CredsFile != ""
 }
 
 // Redis configures the store shared by replicas: winner gate, ledgers,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -69,6 +70,69 @@ func (v *validator) nats() {
 	}
 	if n.MaxPayload <= 0 || n.MaxPayload > maxNATSPayload {
 		v.addf("nats.max_payload", "%v is outside (0, %v]", n.MaxPayload, maxNATSPayload)
+	}
+	v.natsAuth()
+}
+
+// natsAuth checks how the process authenticates to NATS: one method at
+// most, secrets only by reference (an environment variable, a file), the
+// files there; and that serve opens no listener without users.
+func (v *validator) natsAuth() {
+	n := &v.cfg.NATS
+	for i, u := range n.URLs {
+		if parsed, err := url.Parse(u); err == nil && parsed.User != nil {
+			// Never echo the URL: it holds a secret.
+			v.addf(indexPath("nats.urls", i), "must not hold credentials; use nats.user with nats.password_env, nats.nkey_seed_file or nats.creds_file")
+		}
+	}
+	methods := 0
+	for _, set := range []bool{n.User != "" || n.PasswordEnv != "", n.NKeySeedFile != "", n.CredsFile != ""} {
+		if set {
+			methods++
+		}
+	}
+	if methods > 1 {
+		v.addf("nats", "set one of user with password_env, nkey_seed_file or creds_file, not several")
+	}
+	if (n.User == "") != (n.PasswordEnv == "") {
+		v.addf("nats.password_env", "nats.user and nats.password_env go together")
+	}
+	// serve connects only to its own server, and only needs credentials
+	// when that server has users.
+	connects := v.role.NeedsExternalNATS() || n.ServerConfig != ""
+	v.secret("nats.password_env", n.PasswordEnv, connects && n.User != "", "role %s authenticates to NATS with it", v.role)
+	v.file(&n.NKeySeedFile)
+	v.file(&n.CredsFile)
+	v.file(&n.TLS.CAFile)
+	v.file(&n.TLS.CertFile)
+	v.file(&n.TLS.KeyFile)
+	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+		v.addf("nats.tls.cert_file", "cert_file and key_file go together")
+	}
+	serve := v.role == RoleServe
+	v.file(&n.ServerConfig)
+	switch {
+	case n.ServerConfig != "" && !serve:
+		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
+	case serve && n.ServerConfig != "" && !n.Authenticates():
+		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's")
+	}
+}
+
+// ErrOpenListener is why serve refuses nats.listen without users
+// (internal/node.StartServe): anyone
+// who reaches the port could publish attempts, forge replies and records,
+// and read every prompt and answer.
+var ErrOpenListener = errors.New("nats.listen opens the embedded NATS server to other processes, which needs authentication: " +
+	"generate users and permissions with `hedgerow nats-auth --config FILE --out DIR`, then set nats.server_config " +
+	"to DIR/nats-server.conf and nats.nkey_seed_file to DIR/serve.nk (or remove nats.listen to stay in-process)")
+
+// file resolves a path against the configuration file's directory. Its
+// presence is checked when the process opens it, not here: `hedgerow
+// nats-auth` writes these files from this very configuration.
+func (v *validator) file(p *string) {
+	if *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(v.dir, *p)
 	}
 }
 

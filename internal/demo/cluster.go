@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
@@ -31,7 +34,15 @@ type cluster struct {
 	fakes []*node.FakeLLM
 	serve *node.Serve
 	cfg   *config.Config
+	// auth holds the NATS users generated for this run (natsauth): serve's
+	// listener admits only them, and the recorder reads the records as
+	// the observer. Removed by stop.
+	auth string
 }
+
+// observerSeed is the nkey seed file of the observer user, which may only
+// read the records.
+func (c *cluster) observerSeed() string { return filepath.Join(c.auth, natsauth.UserObserver+".nk") }
 
 // startCluster starts the fake routes on loopback ephemeral ports, then
 // serve on a configuration naming them. Every route plays the same seed
@@ -54,7 +65,17 @@ func startCluster(o Options, key []byte, log *slog.Logger) (*cluster, error) {
 		}
 		c.fakes = append(c.fakes, f)
 	}
-	data := configYAML(o, c.baseURLs())
+	// serve's NATS listener is reachable by other processes, so it admits
+	// only users generated for this run: serve itself and the observer.
+	auth, err := os.MkdirTemp("", "hedgerow-demo-nats-")
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("demo nats users: %w", err), c.stop(context.Background()))
+	}
+	c.auth = auth
+	if err := writeUsers(auth, o); err != nil {
+		return nil, errors.Join(err, c.stop(context.Background()))
+	}
+	data := configYAML(o, c.baseURLs(), auth)
 	cfg, err := config.Parse("demo.yaml", []byte(data), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("demo configuration: %w", err), c.stop(context.Background()))
@@ -103,6 +124,11 @@ func (c *cluster) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop fake route %d: %w", i, err))
 		}
 	}
+	if c.auth != "" {
+		if err := os.RemoveAll(c.auth); err != nil {
+			errs = append(errs, fmt.Errorf("remove demo nats users: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -117,10 +143,11 @@ func (c *cluster) stop(ctx context.Context) error {
 // 5-minute window holds about as many samples as at the pinned 50/s of
 // model time), the budgets and the guardrail. The primary class is the
 // simulator's `none` strategy: one attempt, no hedge, no replacement.
-func configYAML(o Options, baseURLs []string) string {
+func configYAML(o Options, baseURLs []string, auth string) string {
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.TimeScale) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "nats:\n  listen: 127.0.0.1:0\n")
+	fmt.Fprintf(&b, "nats:\n  listen: 127.0.0.1:0\n  server_config: %q\n  nkey_seed_file: %q\n",
+		filepath.Join(auth, natsauth.ServerConfigFile), filepath.Join(auth, natsauth.UserServe+".nk"))
 	fmt.Fprintf(&b, "http:\n  listen: 127.0.0.1:0\n")
 	fmt.Fprintf(&b, "routes:\n")
 	for r, u := range baseURLs {
@@ -144,4 +171,19 @@ func configYAML(o Options, baseURLs []string) string {
 	fmt.Fprintf(&b, "  %s:\n    hedge: true\n    deadline: %v\n    min_useful_time: %v\n    accept_timeout: %v\n", classHedged, deadline, useful, accept)
 	fmt.Fprintf(&b, "    delay: {min: %v, initial: %v, max: %v}\n", scale(100*time.Millisecond), scale(time.Second), scale(10*time.Second))
 	return b.String()
+}
+
+// writeUsers generates the run's NATS users into dir: nkeys, the workers'
+// replies bounded by the demo's deadline.
+func writeUsers(dir string, o Options) error {
+	names := make([]string, routes)
+	for r := range routes {
+		names[r] = routeName(r)
+	}
+	b, err := natsauth.Generate(natsauth.Spec{Routes: names,
+		Responses: natsauth.ResponsesFor(time.Duration(float64(modelDeadline)*o.TimeScale), 0)})
+	if err != nil {
+		return fmt.Errorf("demo nats users: %w", err)
+	}
+	return b.Write(dir)
 }

@@ -185,7 +185,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			err = errors.Join(err, serr)
 		}
 	}()
-	rec, err := startRecorder(cl.serve.NATSURL())
+	rec, err := startRecorder(cl.serve.NATSURL(), cl.observerSeed())
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,7 +110,7 @@ func keys(m map[string]json.RawMessage) []string {
 
 func TestConfigScalesTheModelDurationsButNotTheWire(t *testing.T) {
 	o := DefaultOptions()
-	cfg, err := config.Parse("demo.yaml", []byte(configYAML(o, []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"})),
+	cfg, err := config.Parse("demo.yaml", []byte(configYAML(o, []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}, t.TempDir())),
 		config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -260,5 +262,35 @@ func TestDoubleCommitsAreCountedFromTheRecordsAlone(t *testing.T) {
 				t.Errorf("double commits %d (%d records undecodable), want %d", got, r.bad, tt.want)
 			}
 		})
+	}
+}
+
+func TestDemoNATSListenerAdmitsOnlyTheUsersItGenerated(t *testing.T) {
+	o := DefaultOptions()
+	cl, err := startCluster(o, make([]byte, 32), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = cl.stop(context.Background())
+		}
+	}()
+	if nc, err := nats.Connect(cl.serve.NATSURL(), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous client joined the demo's NATS listener")
+	}
+	rec, err := startRecorder(cl.serve.NATSURL(), cl.observerSeed())
+	if err != nil {
+		t.Fatalf("the observer could not connect: %v", err)
+	}
+	rec.close()
+	stopped = true
+	if err := cl.stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cl.auth); !os.IsNotExist(err) {
+		t.Fatalf("the run's secrets are still at %s: %v", cl.auth, err)
 	}
 }

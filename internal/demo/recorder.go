@@ -32,8 +32,14 @@ type recorder struct {
 
 // startRecorder connects to url and subscribes to both record subjects,
 // returning once the server has registered the subscriptions.
-func startRecorder(url string) (*recorder, error) {
-	nc, err := nats.Connect(url, nats.Name("hedgerow-demo-recorder"))
+// It connects as the observer user (seed: its nkey seed file), which may
+// read the records and nothing else.
+func startRecorder(url, seed string) (*recorder, error) {
+	auth, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("recorder: %w", err)
+	}
+	nc, err := nats.Connect(url, nats.Name("hedgerow-demo-recorder"), auth)
 	if err != nil {
 		return nil, fmt.Errorf("recorder: connect to %s: %w", url, err)
 	}

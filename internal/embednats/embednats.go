@@ -44,6 +44,11 @@ type Config struct {
 	MaxPayload int64
 	// ServerName names the server; empty means DefaultServerName.
 	ServerName string
+	// ConfigFile is a nats-server configuration file (as `hedgerow
+	// nats-auth` writes it) whose users, permissions and TLS the server
+	// takes; listen address, max payload, name and signals stay this
+	// Config's. Empty: no users, which Start allows only without Listen.
+	ConfigFile string
 	// Logger receives the server's logs: notices at debug level, warnings
 	// and errors as such. Nil discards them.
 	Logger *slog.Logger
@@ -52,6 +57,16 @@ type Config struct {
 // maxPayloadCeiling is the default max_pending of nats-server, which a
 // max_payload must not exceed.
 const maxPayloadCeiling = 64 << 20
+
+// ErrOpenListener: a listener was asked for with no users, which would let
+// anyone who reaches the port onto the bus (docs/architecture.md §13).
+var ErrOpenListener = errors.New("a TCP listener needs users: give a ConfigFile with an authorization block")
+
+// hasUsers reports whether opts authenticate clients.
+func hasUsers(o *server.Options) bool {
+	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.CustomClientAuthentication != nil
+}
 
 // Server is a running embedded NATS server.
 type Server struct {
@@ -69,18 +84,26 @@ func Start(cfg Config) (*Server, error) {
 	if name == "" {
 		name = DefaultServerName
 	}
-	opts := &server.Options{
-		ServerName: name,
-		MaxPayload: int32(cfg.MaxPayload),
-		NoSigs:     true,
-		// The server runs no accept loop without a listen address; the
-		// in-process connections of Connect are its only clients.
-		DontListen: cfg.Listen == "",
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
 	}
+	opts.ServerName = name
+	opts.MaxPayload = int32(cfg.MaxPayload)
+	opts.NoSigs = true
+	// The server runs no accept loop without a listen address; the
+	// in-process connections of Connect are its only clients.
+	opts.DontListen = cfg.Listen == ""
 	if cfg.Listen != "" {
 		host, port, err := splitHostPort(cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("%w: listen %q: %v", ErrInvalidConfig, cfg.Listen, err)
+		}
+		if !hasUsers(opts) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, ErrOpenListener)
 		}
 		opts.Host, opts.Port = host, port
 	}

@@ -3,6 +3,8 @@ package embednats
 import (
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,17 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testPayload = 1 << 20
+
+// usersConfig writes a server configuration with one user "u" (password
+// "p", allowed everything) and returns its path.
+func usersConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nats-server.conf")
+	if err := os.WriteFile(path, []byte(`authorization { users = [ {user: "u", password: "p"} ] }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 func start(t *testing.T, cfg Config) *Server {
 	t.Helper()
@@ -64,17 +77,21 @@ func TestInProcessServerOpensNoPortAndConnectsThroughMemory(t *testing.T) {
 }
 
 func TestListeningServerAcceptsTCPClients(t *testing.T) {
-	s := start(t, Config{Listen: "127.0.0.1:0", MaxPayload: testPayload})
+	s := start(t, Config{Listen: "127.0.0.1:0", MaxPayload: testPayload, ConfigFile: usersConfig(t)})
 	url := s.ClientURL()
 	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":0") {
 		t.Fatalf("ClientURL = %q, want a bound loopback address", url)
 	}
-	tcp, err := nats.Connect(url, nats.Name("tcp"))
+	if nc, err := nats.Connect(url, nats.Name("anonymous")); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous TCP client was let in")
+	}
+	tcp, err := nats.Connect(url, nats.Name("tcp"), nats.UserInfo("u", "p"))
 	if err != nil {
 		t.Fatalf("tcp connect: %v", err)
 	}
 	defer tcp.Close()
-	mem, err := s.Connect("mem")
+	mem, err := s.Connect("mem", nats.UserInfo("u", "p"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +126,8 @@ func TestStartRefusesBadConfig(t *testing.T) {
 		{"max payload beyond the server's ceiling", Config{MaxPayload: 65 << 20}},
 		{"listen without a port", Config{Listen: "127.0.0.1", MaxPayload: testPayload}},
 		{"listen with a bad port", Config{Listen: "127.0.0.1:http", MaxPayload: testPayload}},
+		{"listen without users", Config{Listen: "127.0.0.1:0", MaxPayload: testPayload}},
+		{"config file that is not there", Config{MaxPayload: testPayload, ConfigFile: "/nonexistent/nats-server.conf"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,9 +144,16 @@ func TestStartReportsAnAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = Start(Config{Listen: ln.Addr().String(), MaxPayload: testPayload})
+	_, err = Start(Config{Listen: ln.Addr().String(), MaxPayload: testPayload, ConfigFile: usersConfig(t)})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Fatalf("Start on a busy address: %v, want a listen error", err)
+	}
+}
+
+func TestListenWithoutUsersIsRefusedNamingTheFix(t *testing.T) {
+	_, err := Start(Config{Listen: "127.0.0.1:0", MaxPayload: testPayload})
+	if !errors.Is(err, ErrOpenListener) {
+		t.Fatalf("Start: %v, want ErrOpenListener", err)
 	}
 }
 

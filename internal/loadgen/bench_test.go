@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/hedgerow/hedgerow/client"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
@@ -129,7 +128,9 @@ func TestBenchComparesTheGatewayWithTheDirectRouteSideBySide(t *testing.T) {
 // startServe runs `hedgerow serve` (NATS on loopback) in front of one
 // instant fake route answering 20 tokens, and returns it with the route's
 // root URL.
-func startServe(t testing.TB) (*node.Serve, string) {
+//
+// Its NATS listener admits the users returned (serve refuses it without).
+func startServe(t testing.TB) (*node.Serve, string, *natsauth.Local) {
 	t.Helper()
 	model, err := fakellm.InstantModel(20)
 	if err != nil {
@@ -141,7 +142,11 @@ func startServe(t testing.TB) (*node.Serve, string) {
 	}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(func() { fake.Close(); srv.Close() })
-	y := fmt.Sprintf("nats: {listen: \"127.0.0.1:0\"}\nhttp: {listen: \"127.0.0.1:0\"}\n"+
+	users, err := natsauth.WriteLocal(t.TempDir(), []string{"fake-a"}, natsauth.ResponsesFor(30*time.Second, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := fmt.Sprintf("nats:\n  listen: \"127.0.0.1:0\"\n"+users.ServeYAML()+"http: {listen: \"127.0.0.1:0\"}\n"+
 		"routes:\n  - {name: fake-a, provider: openai, base_url: %q, model: m}\npools:\n  general: {routes: [fake-a]}\n"+
 		// Timeouts a burst under -race on a busy machine cannot reach.
 		"policies:\n  default: {accept_timeout: 5s, heartbeat_interval: 100ms, heartbeat_timeout: 5s}\n", srv.URL+"/v1")
@@ -160,12 +165,12 @@ func startServe(t testing.TB) (*node.Serve, string) {
 			t.Errorf("stop serve: %v", err)
 		}
 	})
-	return s, srv.URL
+	return s, srv.URL, users
 }
 
 func TestBenchOverNATSCountsAnswersAndErrorsByCode(t *testing.T) {
-	s, _ := startServe(t)
-	nc, err := nats.Connect(s.NATSURL())
+	s, _, users := startServe(t)
+	nc, err := users.Connect(s.NATSURL(), natsauth.UserClient)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/hedgerow/hedgerow/client"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -24,7 +23,7 @@ import (
 //	go test -run '^$' -bench GatewayPath -cpuprofile cpu.out ./internal/loadgen/
 //	go tool pprof -top cpu.out
 func BenchmarkGatewayPath(b *testing.B) {
-	s, route := startServe(b)
+	s, route, users := startServe(b)
 	hc := NewClient(8)
 	defer hc.CloseIdleConnections()
 	body := []byte(`{"model":"general","messages":[{"role":"user","content":"Say hello"}],"max_tokens":20}`)
@@ -50,7 +49,7 @@ func BenchmarkGatewayPath(b *testing.B) {
 		}
 	})
 	b.Run("gateway-nats", func(b *testing.B) {
-		nc, err := nats.Connect(s.NATSURL())
+		nc, err := users.Connect(s.NATSURL(), natsauth.UserClient)
 		if err != nil {
 			b.Fatal(err)
 		}

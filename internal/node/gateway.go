@@ -167,6 +167,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
+	if err := checkPermissions(nc); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
+	}
 	return g, nil
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/redact"
 )
 
@@ -59,14 +61,16 @@ func (o Options) env() config.LookupEnv {
 // worker processes do. It fails at once when no server answers, so a wrong
 // address is seen at start; once connected it reconnects forever, across
 // the cluster's servers, logging each disconnect and reconnect.
-func Connect(urls []string, name string, log *slog.Logger) (*nats.Conn, error) {
+//
+// opts (ClientOptions) come after the defaults.
+func Connect(urls []string, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("nats: no server URLs (set nats.urls or --nats)")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := append(connOptions(log),
+	all := append(connOptions(log),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -78,13 +82,90 @@ func Connect(urls []string, name string, log *slog.Logger) (*nats.Conn, error) {
 			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 	)
-	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	all = append(all, opts...)
+	nc, err := nats.Connect(strings.Join(urls, ","), all...)
 	if err != nil {
 		// Both the URLs and nats.Connect's error (it quotes a URL it cannot
 		// parse) may hold a password: docs/architecture.md §9.
 		return nil, fmt.Errorf("nats: connect to %s: %w", redact.URLs(urls), redact.Error(err))
 	}
 	return nc, nil
+}
+
+// ClientOptions are the options of a connection of role to NATS: its
+// inbox prefix (natsauth: the only inboxes the role's user may read) and,
+// as nats configures them, its credentials and TLS
+// (docs/architecture.md §13). A password comes from the environment
+// variable nats.password_env names, read through env; a missing one is an
+// error naming the variable, never a value.
+func ClientOptions(n config.NATS, role config.Role, env config.LookupEnv) ([]nats.Option, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	opts, err := authOptions(n, env)
+	if err != nil {
+		return nil, err
+	}
+	if n.TLS.Enabled() {
+		opts = append(opts, nats.Secure(&tls.Config{ServerName: n.TLS.ServerName, MinVersion: tls.VersionTLS12}))
+		if n.TLS.CAFile != "" {
+			opts = append(opts, nats.RootCAs(n.TLS.CAFile))
+		}
+		if n.TLS.CertFile != "" {
+			opts = append(opts, nats.ClientCert(n.TLS.CertFile, n.TLS.KeyFile))
+		}
+	}
+	return append(opts, nats.CustomInboxPrefix(inboxPrefix(role))), nil
+}
+
+// authOptions are the credentials of a connection: none, a user and the
+// password from the environment, an nkey seed file or a creds file.
+func authOptions(n config.NATS, env config.LookupEnv) ([]nats.Option, error) {
+	switch {
+	case n.User != "":
+		pw, ok := env(n.PasswordEnv)
+		if !ok || pw == "" {
+			return nil, fmt.Errorf("nats: environment variable %s (nats.password_env) is not set", n.PasswordEnv)
+		}
+		return []nats.Option{nats.UserInfo(n.User, pw)}, nil
+	case n.NKeySeedFile != "":
+		opt, err := nats.NkeyOptionFromSeed(n.NKeySeedFile)
+		if err != nil {
+			// nats.go's error names the file, never the seed.
+			return nil, fmt.Errorf("nats: nats.nkey_seed_file: %w", err)
+		}
+		return []nats.Option{opt}, nil
+	case n.CredsFile != "":
+		if _, err := os.Stat(n.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats: nats.creds_file: %w", err)
+		}
+		return []nats.Option{nats.UserCredentials(n.CredsFile)}, nil
+	}
+	return nil, nil
+}
+
+// inboxPrefix is the inbox prefix of role's connections; serve's gateway
+// connection is a gateway's.
+func inboxPrefix(role config.Role) string {
+	if role == config.RoleWorker {
+		return natsauth.WorkerInboxPrefix
+	}
+	return natsauth.GatewayInboxPrefix
+}
+
+// checkPermissions fails when the server refused anything the process
+// asked of it so far: a user whose permissions do not cover what this
+// process serves (a worker user of other routes) would otherwise start
+// and never take an attempt. The server answers a refused subscription
+// before the flush's PONG, so one flush sees it.
+func checkPermissions(nc *nats.Conn) error {
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("nats: flush: %w", err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (the NATS user's permissions do not cover this process: regenerate them with `hedgerow nats-auth`, e.g. --worker NAME=ROUTE,ROUTE for the routes it serves)", err)
+	}
+	return nil
 }
 
 // connOptions are the options of every connection a process opens.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -175,13 +176,17 @@ func TestServeAnswersAChatCompletionOverHTTP(t *testing.T) {
 
 func TestServeListensForExternalWorkersWhenAsked(t *testing.T) {
 	cfg := parse(t, fakeRoute(t, 0), fakeRoute(t, 1), "")
-	cfg.NATS.Listen = "127.0.0.1:0"
+	users := localUsers(t, cfg)
 	s, err := StartServe(cfg, Options{})
 	if err != nil {
 		t.Fatalf("StartServe: %v", err)
 	}
 	defer stop(t, s)
-	nc, err := Connect([]string{s.NATSURL()}, "external-worker", nil)
+	wopts, err := users.Options(natsauth.UserWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect([]string{s.NATSURL()}, "external-worker", nil, wopts...)
 	if err != nil {
 		t.Fatalf("connect to %q: %v", s.NATSURL(), err)
 	}
@@ -352,4 +357,21 @@ func waitInFlight(t *testing.T, base string) {
 		}
 		return st.Totals.InFlight > 0
 	})
+}
+
+// localUsers opens serve's NATS listener on a free loopback port with users
+// generated for cfg's routes (serve refuses a listener without them).
+func localUsers(t *testing.T, cfg *config.Config) *natsauth.Local {
+	t.Helper()
+	var routes []string
+	for _, r := range cfg.Routes {
+		routes = append(routes, r.Name)
+	}
+	l, err := natsauth.WriteLocal(t.TempDir(), routes, natsauth.ResponsesForConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.NATS.ServerConfig, cfg.NATS.NKeySeedFile = l.ServerConfigPath(), l.SeedFile(natsauth.UserServe)
+	return l
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -35,8 +36,22 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		return nil, errors.New("serve: a config is required")
 	}
 	log := o.logger()
+	if cfg.NATS.Listen != "" && cfg.NATS.ServerConfig == "" {
+		return nil, fmt.Errorf("serve: %w", config.ErrOpenListener)
+	}
+	// The embedded server's own connections authenticate like any other
+	// when it has users: as the serve user, whose permissions are a
+	// gateway's and a worker's of every route.
+	var auth []nats.Option
+	if cfg.NATS.ServerConfig != "" {
+		var err error
+		if auth, err = authOptions(cfg.NATS, o.env()); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
 	ns, err := embednats.Start(embednats.Config{
 		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
+		ConfigFile: cfg.NATS.ServerConfig,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -50,11 +65,13 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		return fail(err)
 	}
 	o.FingerprintKey = key
-	workerConn, err := s.connect("hedgerow-serve-workers", log)
+	workerConn, err := s.connect("hedgerow-serve-workers", log,
+		append(slices.Clone(auth), nats.CustomInboxPrefix(inboxPrefix(config.RoleWorker)))...)
 	if err != nil {
 		return fail(err)
 	}
-	gatewayConn, err := s.connect("hedgerow-serve-gateway", log)
+	gatewayConn, err := s.connect("hedgerow-serve-gateway", log,
+		append(slices.Clone(auth), nats.CustomInboxPrefix(inboxPrefix(config.RoleGateway)))...)
 	if err != nil {
 		return fail(err)
 	}
@@ -82,8 +99,8 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 }
 
 // connect opens an in-process connection that Stop closes.
-func (s *Serve) connect(name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := s.nats.Connect(name, connOptions(log)...)
+func (s *Serve) connect(name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := s.nats.Connect(name, append(connOptions(log), opts...)...)
 	if err != nil {
 		return nil, err
 	}

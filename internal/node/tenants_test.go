@@ -10,6 +10,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/client"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -26,13 +27,17 @@ func TestGatewaysSharingRedisShareATenantsRequestRateOverBothDoors(t *testing.T)
 tenants:
   acme: {api_key_hashes: [`+config.HashAPIKey(key)+`], requests_per_second: 0.001, burst: 2}
 `)
-	cfg.NATS.Listen = "127.0.0.1:0"
+	users := localUsers(t, cfg)
 	s, err := StartServe(cfg, Options{})
 	if err != nil {
 		t.Fatalf("StartServe: %v", err)
 	}
 	defer stop(t, s)
-	nc, err := Connect([]string{s.NATSURL()}, "second-gateway", nil)
+	gopts, err := users.Options(natsauth.UserGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect([]string{s.NATSURL()}, "second-gateway", nil, gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +71,11 @@ tenants:
 	if status, body, _ := chat(s.HTTPAddr().String()); status != http.StatusOK {
 		t.Fatalf("first request, HTTP on the first gateway: %d %s", status, body)
 	}
-	callerConn, err := Connect([]string{s.NATSURL()}, "caller", nil)
+	copts, err := users.Options(natsauth.UserClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerConn, err := Connect([]string{s.NATSURL()}, "caller", nil, copts...)
 	if err != nil {
 		t.Fatal(err)
 	}

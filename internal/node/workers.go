@@ -55,6 +55,9 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		return nil, errors.Join(fmt.Errorf("workers: %w", err), w.closeRedis())
 	}
 	w.pool = pool
+	if err := checkPermissions(nc); err != nil {
+		return nil, errors.Join(fmt.Errorf("workers: %w", err), unwind(w.Stop))
+	}
 	if o.MetricsListen == "" {
 		return w, nil
 	}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
+)
+
+func newNATSAuthCmd() *cobra.Command {
+	var (
+		configPath, out, method string
+		workers, clients        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "nats-auth --config FILE --out DIR",
+		Short: "Write NATS users with least-privilege permissions for every hedgerow role",
+		Long: `nats-auth writes DIR/nats-server.conf, an authorization block with one NATS user per
+role and the subjects that role needs (docs/architecture.md §13), and each user's
+secret in a file of its own (mode 0600): an nkey seed DIR/<user>.nk, or with
+--method password a random password DIR/<user>.password (the server keeps its
+bcrypt hash). Users: serve (gateway and workers of every route in one process),
+gateway, one worker user per --worker NAME=ROUTE,ROUTE (default: "worker", every
+route), one client per --client NAME (default: "client"; it may only request
+hedgerow.submit and must connect with the inbox prefix printed for it) and
+observer (reads the records only). Route names and the workers' reply bound
+(the longest policy deadline) come from --config.
+
+Give DIR/nats-server.conf to serve as nats.server_config (or include it in your
+nats-server's configuration) and each process its user's secret. Existing files
+are never overwritten.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Only routes and policies are read: the secrets the file
+			// names need not be set where the users are generated.
+			cfg, err := config.Load(configPath, config.RoleServe, func(string) (string, bool) { return "set", true })
+			var problems config.Problems
+			if errors.As(err, &problems) {
+				for _, p := range problems {
+					if _, werr := fmt.Fprintln(cmd.ErrOrStderr(), p); werr != nil {
+						return werr
+					}
+				}
+				return invalidConfigError{file: configPath, count: len(problems)}
+			}
+			if err != nil {
+				return err
+			}
+			spec := natsauth.Spec{Method: natsauth.Method(method), Clients: clients, Workers: map[string][]string{}}
+			for _, r := range cfg.Routes {
+				spec.Routes = append(spec.Routes, r.Name)
+			}
+			for _, w := range workers {
+				name, routes, ok := strings.Cut(w, "=")
+				if !ok || name == "" || routes == "" {
+					return fmt.Errorf("--worker %q: want NAME=ROUTE[,ROUTE...]", w)
+				}
+				spec.Workers[name] = strings.Split(routes, ",")
+			}
+			spec.Responses = natsauth.ResponsesForConfig(cfg)
+			b, err := natsauth.Generate(spec)
+			if err != nil {
+				return err
+			}
+			if err := b.Write(out); err != nil {
+				return err
+			}
+			// A directory that existed keeps its mode otherwise.
+			if err := os.Chmod(out, 0o700); err != nil {
+				return err
+			}
+			return printNATSAuth(cmd, b, out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "configuration file whose routes and policies the permissions follow (required)")
+	f.StringVar(&out, "out", "", "directory to write the server configuration and the secrets into (required)")
+	f.StringVar(&method, "method", string(natsauth.MethodNKey), "how users authenticate: nkey or password")
+	f.StringArrayVar(&workers, "worker", nil, "a worker user and its routes, NAME=ROUTE,ROUTE (repeatable; default: worker=every route)")
+	f.StringArrayVar(&clients, "client", nil, "a client user (repeatable; default: client)")
+	_ = cmd.MarkFlagRequired("config")
+	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+// printNATSAuth tells the operator what each process sets.
+func printNATSAuth(cmd *cobra.Command, b *natsauth.Bundle, out string) error {
+	w := cmd.OutOrStdout()
+	abs := func(name string) string {
+		p, err := filepath.Abs(filepath.Join(out, name))
+		if err != nil {
+			return filepath.Join(out, name)
+		}
+		return p
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "wrote %s and one secret file per user (mode 0600)\n\n", abs(natsauth.ServerConfigFile))
+	for _, u := range b.Users {
+		fmt.Fprintf(&s, "%s (%s", u.Name, u.Role)
+		if len(u.Routes) > 0 {
+			fmt.Fprintf(&s, " of %s", strings.Join(u.Routes, ", "))
+		}
+		s.WriteString("):\n")
+		switch {
+		case u.Name == natsauth.UserServe:
+			fmt.Fprintf(&s, "  nats: {server_config: %s, ", abs(natsauth.ServerConfigFile))
+		case u.Role == "gateway" || u.Role == "worker":
+			s.WriteString("  nats: {urls: [...], ")
+		default:
+			fmt.Fprintf(&s, "  connect with ")
+		}
+		if b.Method == natsauth.MethodNKey {
+			fmt.Fprintf(&s, "nkey_seed_file: %s", abs(u.SecretFile))
+		} else {
+			fmt.Fprintf(&s, "user: %s, password_env: <a variable holding the contents of %s>", u.Name, abs(u.SecretFile))
+		}
+		if u.Role == "serve" || u.Role == "gateway" || u.Role == "worker" {
+			s.WriteString("}\n")
+		} else {
+			s.WriteString("\n")
+		}
+		if u.Role == "client" {
+			fmt.Fprintf(&s, "  and the inbox prefix %s (nats.CustomInboxPrefix; nats CLI --inbox-prefix)\n", u.InboxPrefix)
+		}
+	}
+	_, err := fmt.Fprint(w, s.String())
+	if err == nil {
+		_, err = fmt.Fprintln(cmd.ErrOrStderr(), "keep the secret files private:", abs(""))
+	}
+	return err
+}

@@ -1,0 +1,87 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const natsURL = "nats:\n  urls: [nats://127.0.0.1:4222]\n"
+
+func TestNATSCredentialsAreCheckedForTheRolesThatConnect(t *testing.T) {
+	tests := []struct {
+		name     string
+		role     Role
+		nats     string // the nats section's lines after urls
+		env      map[string]string
+		path     string // "" when the file is valid
+		msg      string
+		secretOK string // a value that must never appear in a problem
+	}{
+		{name: "a password from the environment", role: RoleGateway,
+			nats: "  user: gw\n  password_env: NATS_PW\n", env: map[string]string{"NATS_PW": "s3cret-value"}},
+		{name: "a missing password variable is named, never a value", role: RoleWorker,
+			nats: "  user: wk\n  password_env: NATS_PW\n", path: "nats.password_env",
+			msg: "environment variable NATS_PW is not set"},
+		{name: "a user without a password variable", role: RoleGateway,
+			nats: "  user: gw\n", path: "nats.password_env", msg: "go together"},
+		{name: "two methods at once", role: RoleGateway,
+			nats: "  nkey_seed_file: gw.nk\n  creds_file: gw.creds\n", path: "nats", msg: "not several"},
+		{name: "credentials in a URL are refused without echoing it", role: RoleGateway,
+			nats: "  urls: [nats://gw:hunter2@127.0.0.1:4222]\n", path: "nats.urls[0]", msg: "must not hold credentials",
+			secretOK: "hunter2"},
+		{name: "a client certificate without its key", role: RoleWorker,
+			nats: "  tls: {cert_file: c.pem}\n", path: "nats.tls.cert_file", msg: "go together"},
+		{name: "only serve embeds a server", role: RoleGateway,
+			nats: "  server_config: nats-server.conf\n", path: "nats.server_config", msg: "only serve"},
+		{name: "serve with users connects as one of them", role: RoleServe,
+			nats: "  listen: 127.0.0.1:4333\n  server_config: nats-server.conf\n", path: "nats.server_config", msg: "serve connects to its own server"},
+		{name: "serve with users and its seed", role: RoleServe,
+			nats: "  listen: 127.0.0.1:4333\n  server_config: nats-server.conf\n  nkey_seed_file: serve.nk\n"},
+		{name: "serve in process needs no password", role: RoleServe,
+			nats: "  user: serve\n  password_env: NATS_PW\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := minimal + natsURL + tt.nats
+			if strings.HasPrefix(tt.nats, "  urls:") {
+				src = minimal + "nats:\n" + tt.nats
+			}
+			_, ps := parse(t, src, tt.role, envOf(tt.env))
+			if tt.path == "" {
+				if ps != nil {
+					t.Fatalf("problems: %v", ps)
+				}
+				return
+			}
+			wantProblem(t, ps, tt.path, tt.msg)
+			for _, p := range ps {
+				if tt.secretOK != "" && strings.Contains(fmt.Sprint(p), tt.secretOK) {
+					t.Errorf("a problem echoes the secret: %v", p)
+				}
+				if strings.Contains(fmt.Sprint(p), "s3cret-value") {
+					t.Errorf("a problem echoes the password: %v", p)
+				}
+			}
+		})
+	}
+}
+
+func TestNATSFilePathsAreResolvedAgainstTheConfigFile(t *testing.T) {
+	src := minimal + natsURL + "  nkey_seed_file: secrets/gw.nk\n  tls: {ca_file: ca.pem, cert_file: /abs/c.pem, key_file: k.pem}\n"
+	c, err := Parse(filepath.Join("/etc/hedgerow", "h.yaml"), []byte(src), RoleGateway, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got, want := range map[string]string{
+		c.NATS.NKeySeedFile: "/etc/hedgerow/secrets/gw.nk",
+		c.NATS.TLS.CAFile:   "/etc/hedgerow/ca.pem",
+		c.NATS.TLS.CertFile: "/abs/c.pem",
+		c.NATS.TLS.KeyFile:  "/etc/hedgerow/k.pem",
+	} {
+		if got != want {
+			t.Errorf("path %q, want %q", got, want)
+		}
+	}
+}

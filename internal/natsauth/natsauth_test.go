@@ -1,0 +1,149 @@
+package natsauth
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/hedgerow/hedgerow/worker"
+)
+
+func spec() Spec {
+	return Spec{Routes: []string{"a", "b"}, Workers: map[string][]string{"wa": {"a"}, "wab": {"a", "b"}},
+		Clients: []string{"alice", "bob"}, Responses: ResponsesFor(30*time.Second, 250*time.Millisecond)}
+}
+
+func TestWorkersMayAnswerEveryMessageOfAStreamedAttemptUntilPastTheDeadline(t *testing.T) {
+	const deadline, heartbeat = 30 * time.Second, 250 * time.Millisecond
+	r := ResponsesFor(deadline, heartbeat)
+	if r.Expires <= deadline {
+		t.Errorf("responses expire after %v, not after the deadline %v", r.Expires, deadline)
+	}
+	// A chunk per coalesce delay, a heartbeat per interval, all the way to
+	// the deadline, plus Accept, FirstByte and the result.
+	worst := int(deadline/worker.DefaultCoalesceDelay) + int(deadline/heartbeat) + 3
+	if r.Max < worst {
+		t.Errorf("responses allow %d messages, a streamed attempt may send %d", r.Max, worst)
+	}
+}
+
+func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.T) {
+	b, err := Generate(spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := b.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, ServerConfigFile))
+	if err != nil {
+		t.Fatalf("nats-server cannot read the generated configuration: %v", err)
+	}
+	byKey := map[string]*server.NkeyUser{}
+	for _, u := range opts.Nkeys {
+		byKey[u.Nkey] = u
+	}
+	want := []string{"serve", "gateway", "observer", "wa", "wab", "alice", "bob"}
+	if len(b.Users) != len(want) || len(opts.Nkeys) != len(want) {
+		t.Fatalf("users %d, server nkeys %d, want %d", len(b.Users), len(opts.Nkeys), len(want))
+	}
+	tests := []struct {
+		user      string
+		subscribe []string
+		responses bool
+	}{
+		{"wa", []string{"hedgerow.attempt.a", "_INBOX.wk.>", "$SRV.*", "$SRV.*.hedgerow-worker", "$SRV.*.hedgerow-worker.*"}, true},
+		{"wab", []string{"hedgerow.attempt.a", "hedgerow.attempt.b", "_INBOX.wk.>", "$SRV.*", "$SRV.*.hedgerow-worker", "$SRV.*.hedgerow-worker.*"}, true},
+		{"alice", []string{"_INBOX.cl.alice.>"}, false},
+		{"bob", []string{"_INBOX.cl.bob.>"}, false},
+		{"observer", []string{"hedgerow.events.>"}, false},
+		{"gateway", []string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.*", "$SRV.*", "$SRV.*.hedgerow", "$SRV.*.hedgerow.*"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.user, func(t *testing.T) {
+			u, ok := b.User(tt.user)
+			if !ok {
+				t.Fatalf("no user %s", tt.user)
+			}
+			su := byKey[u.Public]
+			if su == nil || su.Permissions == nil {
+				t.Fatalf("the server has no permissions for %s", tt.user)
+			}
+			if got := su.Permissions.Subscribe.Allow; !slices.Equal(got, tt.subscribe) {
+				t.Errorf("subscribe %q, want %q", got, tt.subscribe)
+			}
+			if got := su.Permissions.Response != nil; got != tt.responses {
+				t.Errorf("allow_responses %v, want %v", got, tt.responses)
+			}
+			if r := su.Permissions.Response; r != nil && (r.MaxMsgs != spec().Responses.Max || r.Expires != spec().Responses.Expires) {
+				t.Errorf("allow_responses %+v, want %+v", r, spec().Responses)
+			}
+		})
+	}
+}
+
+func TestSecretsAreWrittenPrivatelyAndNeverOverwritten(t *testing.T) {
+	for _, m := range []Method{MethodNKey, MethodPassword} {
+		t.Run(string(m), func(t *testing.T) {
+			s := spec()
+			s.Method = m
+			b, err := Generate(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "auth")
+			if err := b.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range b.Users {
+				fi, err := os.Stat(filepath.Join(dir, u.SecretFile))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != 0o600 {
+					t.Errorf("%s has mode %v, want 0600", u.SecretFile, fi.Mode().Perm())
+				}
+				if len(u.Secret) == 0 || strings.Contains(string(conf), string(u.Secret)) {
+					t.Errorf("the server configuration holds %s's secret", u.Name)
+				}
+			}
+			if err := b.Write(dir); err == nil {
+				t.Fatal("a second Write overwrote the secrets")
+			}
+		})
+	}
+}
+
+func TestGenerateRefusesASpecItCannotHonour(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Spec)
+	}{
+		{"a worker of a route that does not exist", func(s *Spec) { s.Workers = map[string][]string{"w": {"nope"}} }},
+		{"a worker with no routes", func(s *Spec) { s.Workers = map[string][]string{"w": nil} }},
+		{"a user name that is not a token", func(s *Spec) { s.Clients = []string{"Alice.Smith"} }},
+		{"a client named like a role's user", func(s *Spec) { s.Clients = []string{"gateway"} }},
+		{"an unknown method", func(s *Spec) { s.Method = "jwt" }},
+		{"no routes", func(s *Spec) { s.Routes = nil }},
+		{"no response bound", func(s *Spec) { s.Responses = Responses{} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := spec()
+			tt.change(&s)
+			if _, err := Generate(s); err == nil {
+				t.Fatal("Generate accepted it")
+			}
+		})
+	}
+}
