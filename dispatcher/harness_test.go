@@ -604,7 +604,14 @@ func startFakeWorker(t *testing.T, c *cluster, routes []string, handle func(fw *
 	return fw
 }
 
+// fakeWorkerID names the fake worker in the replies it sends.
+const fakeWorkerID = "fake"
+
+// send publishes msg on a's reply inbox as a worker does: naming itself and
+// returning the attempt's secret (stamped here, so tests build replies by
+// what they say).
 func (fw *fakeWorker) send(a schemas.Attempt, msg any) {
+	msg = stamp(msg, fakeWorkerID, a.Secret)
 	data, err := json.Marshal(msg)
 	if err != nil {
 		fw.t.Error(err)
@@ -613,8 +620,42 @@ func (fw *fakeWorker) send(a schemas.Attempt, msg any) {
 	_ = fw.nc.Publish(a.ReplyInbox, data)
 }
 
+// stamp returns reply msg naming worker and carrying secret, where the
+// message leaves them empty.
+func stamp(msg any, worker, secret string) any {
+	set := func(w, s *string) {
+		if *w == "" {
+			*w = worker
+		}
+		if *s == "" {
+			*s = secret
+		}
+	}
+	switch m := msg.(type) {
+	case schemas.Accept:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Busy:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Heartbeat:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.FirstByte:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Chunk:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.AttemptResult:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	}
+	return msg
+}
+
 func (fw *fakeWorker) accept(a schemas.Attempt) {
-	fw.send(a, schemas.Accept{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", ControlInbox: fw.inbox})
+	fw.send(a, schemas.Accept{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: fakeWorkerID, ControlInbox: fw.inbox})
 }
 
 // answer accepts and completes an attempt at once with a valid answer.
