@@ -300,6 +300,8 @@ type cluster struct {
 	records chan schemas.AttemptRecord
 	groups  chan schemas.GroupRecord
 	cfg     *config.Config
+	// workerMetrics are the collectors every worker of the cluster counts on.
+	workerMetrics *worker.Metrics
 }
 
 // withConfig fills base's routes, pools, policies and tenants from a loaded
@@ -391,7 +393,8 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 	routes, providers, poolYAML, extraYAML := o.routes, o.providers, o.poolYAML, o.extraYAML
 	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
 	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
-		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
+		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024),
+		workerMetrics: worker.NewMetrics()}
 	var y strings.Builder
 	y.WriteString("routes:\n")
 	for _, r := range routes {
@@ -434,7 +437,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 			t.Fatal(err)
 		}
 		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
-			MaxInflight: r.MaxInflight, Logger: testLogger()})
+			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics})
 		if err != nil {
 			t.Fatal(err)
 		}
