@@ -370,7 +370,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 	reply, err := schemas.DecodeReply(in.msg.Data)
 	if err != nil {
 		g.d.dropReply(dropMalformed)
-		g.d.log.Warn("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
+		g.d.log.Debug("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
 		return nil
 	}
 	if reason := g.checkReply(a, reply); reason != "" {
