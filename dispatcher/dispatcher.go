@@ -222,8 +222,15 @@ func New(c Config) (*Dispatcher, error) {
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
+	d.replies.dropped = d.dropReply
 	d.books = startBookkeeping(d)
 	return d, nil
+}
+
+// dropReply counts a reply not taken for an attempt. It never logs the
+// message: a forger could fill the logs, and a reply may carry a secret.
+func (d *Dispatcher) dropReply(reason string) {
+	d.metrics.repliesDropped.WithLabelValues(reason).Inc()
 }
 
 func beUint64(b []byte) uint64 {

@@ -30,6 +30,7 @@ type attemptState struct {
 	route        string
 	role         schemas.Role
 	launchedAt   time.Time
+	secret       string // schemas.Attempt.Secret: never logged, recorded or counted
 	controlInbox string
 	cancel       *schemas.Cancel // decided before the Accept named the inbox
 	lastSeq      int64
@@ -358,18 +359,32 @@ func (g *group) attempt(n int) *attemptState {
 	return g.attempts[n-1]
 }
 
-// translate turns a wire message into an engine event (nil: none).
+// translate turns a wire message into an engine event (nil: none), once
+// checkReply has found it is what the attempt's worker would send.
 func (g *group) translate(in inboundEvent) hedge.Event {
 	a := g.attempt(in.attempt)
 	if a == nil {
+		g.d.dropReply(dropAttempt)
 		return nil
 	}
 	if in.msg.Header != nil && in.msg.Header.Get("Status") == "503" {
+		// The server's no-responders answer to the attempt's publication:
+		// it comes before any worker took the attempt, or not at all.
+		if a.workerID != "" {
+			g.d.dropReply(dropStatus)
+			return nil
+		}
 		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}
 	}
 	reply, err := schemas.DecodeReply(in.msg.Data)
 	if err != nil {
-		g.d.log.Warn("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
+		g.d.dropReply(dropMalformed)
+		g.d.log.Debug("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
+		return nil
+	}
+	if reason := g.checkReply(a, reply); reason != "" {
+		g.d.dropReply(reason)
+		g.d.log.Debug("reply dropped", "group", g.id, "attempt", a.n, "type", reply.ReplyType(), "reason", reason)
 		return nil
 	}
 	now := g.d.now()
@@ -441,6 +456,36 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
 	}
 	return nil
+}
+
+// checkReply returns why reply, which came on attempt a's inbox, is not
+// one of a's worker's (a dropReason), or "" when it is: it names a's group
+// and number, returns a's secret, and comes from the worker that accepted
+// a — an Accept or Busy from any worker before one accepted, anything
+// from that worker after (docs/architecture.md §8). The secret is
+// compared in constant time.
+func (g *group) checkReply(a *attemptState, reply schemas.Reply) string {
+	group, n := reply.AttemptRef()
+	worker, secret := reply.Sender()
+	switch {
+	case n != a.n:
+		return dropAttempt
+	case group != g.id:
+		return dropGroup
+	case !schemas.SameSecret(a.secret, secret):
+		return dropSecret
+	case worker == "":
+		return dropWorker
+	case a.workerID != "":
+		if worker != a.workerID {
+			return dropWorker
+		}
+	default: // no worker has accepted a yet
+		if t := reply.ReplyType(); t != schemas.ReplyAccept && t != schemas.ReplyBusy {
+			return dropWorker
+		}
+	}
+	return ""
 }
 
 // hasToolCalls reports whether a result's tool calls hold any: a JSON null
@@ -663,6 +708,13 @@ func (g *group) launch(l hedge.Launch) {
 	d := g.d
 	a := &attemptState{n: l.Attempt, route: l.Route, role: l.Role, launchedAt: d.now()}
 	g.attempts = append(g.attempts, a)
+	secret, err := schemas.NewAttemptSecret()
+	if err != nil { // crypto/rand does not fail on the platforms Go supports
+		d.log.Warn("attempt not published", "group", g.id, "route", a.route, "err", err)
+		g.post(hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient})
+		return
+	}
+	a.secret = secret
 	_ = d.picker.Acquire(l.Route)
 	d.metrics.attempts.WithLabelValues(string(l.Role)).Inc()
 	if l.Role == schemas.RoleHedge {
@@ -680,6 +732,7 @@ func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining ti
 		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		DeadlineUnixMs: deadline.UnixMilli(), RemainingMs: max(remaining.Milliseconds(), 1),
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(a.n),
+		Secret:                 a.secret,
 		Request:                g.sub.Request,
 		StallAfterFirstTokenMs: g.class.Policy.StallAfterFirstToken.Milliseconds(),
 	}
@@ -695,7 +748,7 @@ func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining ti
 }
 
 func (g *group) sendCancel(a *attemptState, reason hedge.CancelReason) {
-	c := schemas.Cancel{GroupID: g.id, Attempt: a.n, Reason: schemas.CancelReason(reason)}
+	c := schemas.Cancel{GroupID: g.id, Attempt: a.n, Reason: schemas.CancelReason(reason), Secret: a.secret}
 	if a.controlInbox == "" {
 		a.cancel = &c // sent when the Accept names the control inbox
 		return

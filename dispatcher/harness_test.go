@@ -300,6 +300,8 @@ type cluster struct {
 	records chan schemas.AttemptRecord
 	groups  chan schemas.GroupRecord
 	cfg     *config.Config
+	// workerMetrics are the collectors every worker of the cluster counts on.
+	workerMetrics *worker.Metrics
 }
 
 // withConfig fills base's routes, pools, policies and tenants from a loaded
@@ -391,7 +393,8 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 	routes, providers, poolYAML, extraYAML := o.routes, o.providers, o.poolYAML, o.extraYAML
 	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
 	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
-		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024)}
+		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024),
+		workerMetrics: worker.NewMetrics()}
 	var y strings.Builder
 	y.WriteString("routes:\n")
 	for _, r := range routes {
@@ -434,7 +437,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 			t.Fatal(err)
 		}
 		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
-			MaxInflight: r.MaxInflight, Logger: testLogger()})
+			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -604,7 +607,14 @@ func startFakeWorker(t *testing.T, c *cluster, routes []string, handle func(fw *
 	return fw
 }
 
+// fakeWorkerID names the fake worker in the replies it sends.
+const fakeWorkerID = "fake"
+
+// send publishes msg on a's reply inbox as a worker does: naming itself and
+// returning the attempt's secret (stamped here, so tests build replies by
+// what they say).
 func (fw *fakeWorker) send(a schemas.Attempt, msg any) {
+	msg = stamp(msg, fakeWorkerID, a.Secret)
 	data, err := json.Marshal(msg)
 	if err != nil {
 		fw.t.Error(err)
@@ -613,8 +623,42 @@ func (fw *fakeWorker) send(a schemas.Attempt, msg any) {
 	_ = fw.nc.Publish(a.ReplyInbox, data)
 }
 
+// stamp returns reply msg naming worker and carrying secret, where the
+// message leaves them empty.
+func stamp(msg any, worker, secret string) any {
+	set := func(w, s *string) {
+		if *w == "" {
+			*w = worker
+		}
+		if *s == "" {
+			*s = secret
+		}
+	}
+	switch m := msg.(type) {
+	case schemas.Accept:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Busy:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Heartbeat:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.FirstByte:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.Chunk:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	case schemas.AttemptResult:
+		set(&m.WorkerID, &m.Secret)
+		return m
+	}
+	return msg
+}
+
 func (fw *fakeWorker) accept(a schemas.Attempt) {
-	fw.send(a, schemas.Accept{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: "fake", ControlInbox: fw.inbox})
+	fw.send(a, schemas.Accept{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: fakeWorkerID, ControlInbox: fw.inbox})
 }
 
 // answer accepts and completes an attempt at once with a valid answer.

@@ -31,6 +31,8 @@ type metrics struct {
 	busy      *prometheus.CounterVec
 	reoffers  *prometheus.CounterVec
 	saturated *prometheus.GaugeVec
+	// Replies not taken for an attempt (docs/architecture.md §8).
+	repliesDropped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -78,6 +80,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Refused attempts offered again (same attempt, no new slot), by pool."}, []string{"pool"}),
 		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_pool_saturated",
 			Help: "1 while the pool's last offer came back Busy: no hedge or replacement goes to it."}, []string{"pool"}),
+		repliesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_replies_dropped_total",
+			Help: "Messages on reply inboxes not taken for an attempt, by reason: unknown_inbox (a late reply of an ended group, or a guess), malformed, attempt, group, secret, worker (not what the attempt's worker would send: forged or misrouted), status (a no-responders status after an accept), overflow (the group's queue was full)."}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -85,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.superseded, m.tailGain,
-		m.busy, m.reoffers, m.saturated} {
+		m.busy, m.reoffers, m.saturated, m.repliesDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}

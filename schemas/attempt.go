@@ -27,7 +27,14 @@ type Attempt struct {
 	RemainingMs    int64       `json:"remaining_ms"`
 	CommitPoint    CommitPoint `json:"commit_point"`
 	ReplyInbox     string      `json:"reply_inbox"`
-	Request        ChatRequest `json:"request"`
+	// Secret is this attempt's secret (NewAttemptSecret), which the worker
+	// returns in every reply and the dispatcher puts in every Cancel, so
+	// that neither side takes a message for the attempt from anyone who
+	// has not seen the attempt (docs/architecture.md §8). Never logged,
+	// recorded or counted. Additive in v1: a gateway that predates it
+	// sends none, and a worker then echoes none.
+	Secret  string      `json:"secret,omitempty"`
+	Request ChatRequest `json:"request"`
 	// StallAfterFirstTokenMs is the policy's bound on the wait for each
 	// next token once the first came (docs/architecture.md §4 rule 4); 0
 	// leaves the worker's own. Additive in v1: an older worker ignores it.
@@ -88,6 +95,9 @@ type Cancel struct {
 	GroupID string       `json:"group_id"`
 	Attempt int          `json:"attempt"`
 	Reason  CancelReason `json:"reason"`
+	// Secret is the attempt's secret (Attempt.Secret): a worker obeys a
+	// cancel only when it matches (SameSecret).
+	Secret string `json:"secret,omitempty"`
 }
 
 // Kind names the cancel's schema.

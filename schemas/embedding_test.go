@@ -21,7 +21,7 @@ func TestEmbeddingRequestValidatesAndTravelsInAnAttemptAndAResult(t *testing.T) 
 	}
 	att := Attempt{V: Version, GroupID: "g1", UserActionID: "ua_1", Attempt: 1, Role: RolePrimary, Route: "r1",
 		OperationClass: "default", ModelClass: "emb", DeadlineUnixMs: 1, RemainingMs: 1,
-		CommitPoint: Complete, ReplyInbox: "_INBOX.a", Request: req}
+		CommitPoint: Complete, ReplyInbox: "_INBOX.a", Secret: "0123456789abcdef0123456789abcdef", Request: req}
 	data, err := json.Marshal(att)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestEmbeddingRequestValidatesAndTravelsInAnAttemptAndAResult(t *testing.T) 
 	if err := Validate(KindAttempt, data); err != nil {
 		t.Fatalf("attempt with an embeddings request: %v", err)
 	}
-	res := AttemptResult{V: Version, GroupID: "g1", Attempt: 1, WorkerID: "w1", StatusClass: StatusOK, ErrorScope: ScopeNone,
+	res := AttemptResult{V: Version, GroupID: "g1", Attempt: 1, WorkerID: "w1", StatusClass: StatusOK, ErrorScope: ScopeNone, Secret: "0123456789abcdef0123456789abcdef",
 		Embeddings: json.RawMessage(`[{"object":"embedding","index":0,"embedding":[0.5,-0.25]}]`)}
 	data, err = json.Marshal(res)
 	if err != nil {

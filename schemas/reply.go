@@ -27,6 +27,10 @@ type Reply interface {
 	ReplyType() ReplyType
 	// AttemptRef names the group and attempt the message belongs to.
 	AttemptRef() (groupID string, attempt int)
+	// Sender names the worker that sent the message and the attempt's
+	// secret it returned (Attempt.Secret); workerID is empty in messages
+	// of workers that predate it.
+	Sender() (workerID, secret string)
 }
 
 // Accept says a worker took the attempt; cancels go to ControlInbox.
@@ -36,6 +40,7 @@ type Accept struct {
 	Attempt      int    `json:"attempt"`
 	WorkerID     string `json:"worker_id"`
 	ControlInbox string `json:"control_inbox"`
+	Secret       string `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // Busy says the worker is at its in-flight limit and did not take the
@@ -45,15 +50,18 @@ type Busy struct {
 	GroupID  string `json:"group_id"`
 	Attempt  int    `json:"attempt"`
 	WorkerID string `json:"worker_id"`
+	Secret   string `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // Heartbeat says an accepted attempt is alive and still waiting for its
 // first byte. Seq counts heartbeats from 1.
 type Heartbeat struct {
-	V       int    `json:"v"`
-	GroupID string `json:"group_id"`
-	Attempt int    `json:"attempt"`
-	Seq     int64  `json:"seq"`
+	V        int    `json:"v"`
+	GroupID  string `json:"group_id"`
+	Attempt  int    `json:"attempt"`
+	Seq      int64  `json:"seq"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Secret   string `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // FirstByte says the model has produced its first token of any kind (text,
@@ -67,6 +75,8 @@ type FirstByte struct {
 	GroupID   string `json:"group_id"`
 	Attempt   int    `json:"attempt"`
 	ElapsedMs int64  `json:"elapsed_ms"`
+	WorkerID  string `json:"worker_id,omitempty"`
+	Secret    string `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // Chunk carries coalesced output of a streaming attempt. Seq counts chunks
@@ -84,6 +94,8 @@ type Chunk struct {
 	Tokens           int64           `json:"tokens"`            // output tokens in this chunk
 	CumulativeTokens int64           `json:"cumulative_tokens"` // output tokens so far, this chunk included
 	First            bool            `json:"first,omitempty"`
+	WorkerID         string          `json:"worker_id,omitempty"`
+	Secret           string          `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // AttemptResult ends an attempt: how it ended, what it produced (in full for
@@ -122,6 +134,7 @@ type AttemptResult struct {
 	// ErrorMessage is a sanitized, bounded description (see SanitizeMessage);
 	// never a raw provider body, which can echo prompts or credentials.
 	ErrorMessage string `json:"error_message,omitempty"`
+	Secret       string `json:"secret,omitempty"` // the attempt's (Attempt.Secret)
 }
 
 // ReplyType implements Reply.
@@ -159,6 +172,24 @@ func (m *Chunk) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
 
 // AttemptRef implements Reply.
 func (m *AttemptResult) AttemptRef() (string, int) { return m.GroupID, m.Attempt }
+
+// Sender implements Reply.
+func (m *Accept) Sender() (string, string) { return m.WorkerID, m.Secret }
+
+// Sender implements Reply.
+func (m *Busy) Sender() (string, string) { return m.WorkerID, m.Secret }
+
+// Sender implements Reply.
+func (m *Heartbeat) Sender() (string, string) { return m.WorkerID, m.Secret }
+
+// Sender implements Reply.
+func (m *FirstByte) Sender() (string, string) { return m.WorkerID, m.Secret }
+
+// Sender implements Reply.
+func (m *Chunk) Sender() (string, string) { return m.WorkerID, m.Secret }
+
+// Sender implements Reply.
+func (m *AttemptResult) Sender() (string, string) { return m.WorkerID, m.Secret }
 
 // Kind names the message's schema.
 func (Accept) Kind() string { return KindAccept }

@@ -49,28 +49,29 @@ func wireFieldsOf(m flatDecodable, f []wireField) []wireField {
 
 func (m *Accept) wireFields(f []wireField) []wireField {
 	return append(f, wireField{"v", &m.V}, wireField{"group_id", &m.GroupID}, wireField{"attempt", &m.Attempt},
-		wireField{"worker_id", &m.WorkerID}, wireField{"control_inbox", &m.ControlInbox})
+		wireField{"worker_id", &m.WorkerID}, wireField{"control_inbox", &m.ControlInbox}, wireField{"secret", &m.Secret})
 }
 
 func (m *Busy) wireFields(f []wireField) []wireField {
 	return append(f, wireField{"v", &m.V}, wireField{"group_id", &m.GroupID}, wireField{"attempt", &m.Attempt},
-		wireField{"worker_id", &m.WorkerID})
+		wireField{"worker_id", &m.WorkerID}, wireField{"secret", &m.Secret})
 }
 
 func (m *Heartbeat) wireFields(f []wireField) []wireField {
 	return append(f, wireField{"v", &m.V}, wireField{"group_id", &m.GroupID}, wireField{"attempt", &m.Attempt},
-		wireField{"seq", &m.Seq})
+		wireField{"seq", &m.Seq}, wireField{"worker_id", &m.WorkerID}, wireField{"secret", &m.Secret})
 }
 
 func (m *FirstByte) wireFields(f []wireField) []wireField {
 	return append(f, wireField{"v", &m.V}, wireField{"group_id", &m.GroupID}, wireField{"attempt", &m.Attempt},
-		wireField{"elapsed_ms", &m.ElapsedMs})
+		wireField{"elapsed_ms", &m.ElapsedMs}, wireField{"worker_id", &m.WorkerID}, wireField{"secret", &m.Secret})
 }
 
 func (m *Chunk) wireFields(f []wireField) []wireField {
 	return append(f, wireField{"v", &m.V}, wireField{"group_id", &m.GroupID}, wireField{"attempt", &m.Attempt},
 		wireField{"seq", &m.Seq}, wireField{"delta", &m.Delta}, wireField{"tool_calls", &m.ToolCalls},
-		wireField{"tokens", &m.Tokens}, wireField{"cumulative_tokens", &m.CumulativeTokens}, wireField{"first", &m.First})
+		wireField{"tokens", &m.Tokens}, wireField{"cumulative_tokens", &m.CumulativeTokens}, wireField{"first", &m.First},
+		wireField{"worker_id", &m.WorkerID}, wireField{"secret", &m.Secret})
 }
 
 func (m *AttemptResult) wireFields(f []wireField) []wireField {
@@ -81,7 +82,7 @@ func (m *AttemptResult) wireFields(f []wireField) []wireField {
 		wireField{"content", &m.Content}, wireField{"tool_calls", &m.ToolCalls}, wireField{"refusal", &m.Refusal}, wireField{"last_seq", &m.LastSeq},
 		wireField{"usage", &m.Usage}, wireField{"first_byte_ms", &m.FirstByteMs}, wireField{"elapsed_ms", &m.ElapsedMs},
 		wireField{"cancellation_observed", &m.CancellationObserved}, wireField{"error_message", &m.ErrorMessage},
-		wireField{"embeddings", &m.Embeddings})
+		wireField{"embeddings", &m.Embeddings}, wireField{"secret", &m.Secret})
 }
 
 func (u *Usage) wireFields(f []wireField) []wireField {
@@ -102,12 +103,12 @@ type flatReader struct{ jsonscan.Scanner }
 
 // object reads an object into m's fields, skipping unknown ones.
 func (r *flatReader) object(m flatDecodable, depth int) bool {
-	var buf [20]wireField
+	var buf [24]wireField
 	fields := wireFieldsOf(m, buf[:0])
 	if len(fields) == 0 {
 		return false
 	}
-	var nameBuf [20]string
+	var nameBuf [24]string
 	names := nameBuf[:len(fields)]
 	for i, f := range fields {
 		names[i] = f.name

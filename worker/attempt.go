@@ -192,7 +192,7 @@ func (r *attemptRun) run() {
 // closed connection can.
 func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.AttemptResult, *upstream.Error) {
 	res := schemas.AttemptResult{
-		GroupID: r.att.GroupID, Attempt: r.att.Attempt, WorkerID: r.w.cfg.WorkerID,
+		GroupID: r.att.GroupID, Attempt: r.att.Attempt, WorkerID: r.w.cfg.WorkerID, Secret: r.att.Secret,
 		StatusClass: schemas.StatusOK, ErrorScope: schemas.ScopeNone,
 		FinishReason: out.FinishReason,
 		LastSeq:      r.seq,
@@ -277,7 +277,7 @@ func (r *attemptRun) firstByteLocked() {
 	}
 	r.firstByteAt = r.w.cfg.Now()
 	r.send(schemas.FirstByte{
-		GroupID: r.att.GroupID, Attempt: r.att.Attempt,
+		GroupID: r.att.GroupID, Attempt: r.att.Attempt, WorkerID: r.w.cfg.WorkerID, Secret: r.att.Secret,
 		ElapsedMs: max(r.firstByteAt.Sub(r.received).Milliseconds(), 0),
 	})
 }
@@ -320,6 +320,7 @@ func (r *attemptRun) flushLocked(first bool) {
 	r.seq++
 	c := schemas.Chunk{
 		GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.seq,
+		WorkerID: r.w.cfg.WorkerID, Secret: r.att.Secret,
 		Delta:  r.pend.content.String(),
 		Tokens: r.pend.tokens, CumulativeTokens: r.cumTokens,
 		First: first,
@@ -360,7 +361,8 @@ func (r *attemptRun) heartbeat() bool {
 		return true
 	}
 	r.heartbeats++
-	r.send(schemas.Heartbeat{GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.heartbeats})
+	r.send(schemas.Heartbeat{GroupID: r.att.GroupID, Attempt: r.att.Attempt, Seq: r.heartbeats,
+		WorkerID: r.w.cfg.WorkerID, Secret: r.att.Secret})
 	return true
 }
 

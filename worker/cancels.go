@@ -25,6 +25,14 @@ type attemptKey struct {
 	attempt int
 }
 
+// pendingKey names a remembered cancel by its attempt and the secret it
+// carried: only the cancel whose secret is the attempt's stands for it, and
+// a forged one remembered first does not shadow it.
+type pendingKey struct {
+	attemptKey
+	secret string
+}
+
 // pendingCancel is a cancel that arrived before its attempt.
 type pendingCancel struct {
 	reason schemas.CancelReason
@@ -34,22 +42,24 @@ type pendingCancel struct {
 // pendingCancels remembers early cancels for PendingCancelTTL, oldest
 // first. It is not safe for concurrent use; the worker's mutex guards it.
 type pendingCancels struct {
-	byKey map[attemptKey]pendingCancel
+	byKey map[pendingKey]pendingCancel
 	order []pendingEntry // insertion order, for expiry
 }
 
 type pendingEntry struct {
-	key attemptKey
+	key pendingKey
 	at  time.Time
 }
 
 func newPendingCancels() *pendingCancels {
-	return &pendingCancels{byKey: make(map[attemptKey]pendingCancel)}
+	return &pendingCancels{byKey: make(map[pendingKey]pendingCancel)}
 }
 
-// add remembers a cancel received at now; a repeated cancel keeps the first.
-func (p *pendingCancels) add(k attemptKey, reason schemas.CancelReason, now time.Time) {
+// add remembers a cancel carrying secret received at now; a repeated cancel
+// keeps the first.
+func (p *pendingCancels) add(a attemptKey, secret string, reason schemas.CancelReason, now time.Time) {
 	p.expire(now)
+	k := pendingKey{a, secret}
 	if _, ok := p.byKey[k]; ok {
 		return
 	}
@@ -60,9 +70,13 @@ func (p *pendingCancels) add(k attemptKey, reason schemas.CancelReason, now time
 	}
 }
 
-// take removes and returns the cancel remembered for k, if it is still fresh.
-func (p *pendingCancels) take(k attemptKey, now time.Time) (pendingCancel, bool) {
+// take removes and returns the cancel remembered for attempt a with the
+// attempt's secret, if it is still fresh. The map lookup compares secrets
+// in time that depends on where they differ; it learns a forger nothing,
+// who never sees whether its early cancel matched.
+func (p *pendingCancels) take(a attemptKey, secret string, now time.Time) (pendingCancel, bool) {
 	p.expire(now)
+	k := pendingKey{a, secret}
 	c, ok := p.byKey[k]
 	if ok {
 		delete(p.byKey, k)

@@ -235,7 +235,12 @@ func newHarness(t *testing.T, s setup) *harness {
 // attempt returns a streaming attempt of a fresh group with a 30 s budget.
 func (h *harness) attempt(group string) schemas.Attempt {
 	now := time.Now()
+	secret, err := schemas.NewAttemptSecret()
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	return schemas.Attempt{
+		Secret:  secret,
 		GroupID: group, UserActionID: "ua_test", Attempt: 1, Role: schemas.RolePrimary, Route: testRoute,
 		OperationClass: "chat", ModelClass: "general",
 		DeadlineUnixMs: now.Add(30 * time.Second).UnixMilli(), RemainingMs: 30_000,
@@ -249,8 +254,10 @@ func (h *harness) attempt(group string) schemas.Attempt {
 
 // inbox is the dispatcher's end of one attempt's reply inbox.
 type inbox struct {
-	t   *testing.T
-	sub *nats.Subscription
+	t      *testing.T
+	sub    *nats.Subscription
+	secret string // the attempt's: every reply must return it
+	worker string // the worker's id: every reply must name it
 }
 
 // listen subscribes to an attempt's reply inbox.
@@ -265,7 +272,7 @@ func (h *harness) listen(att schemas.Attempt) *inbox {
 	if err := h.dc.Flush(); err != nil {
 		h.t.Fatal(err)
 	}
-	return &inbox{t: h.t, sub: sub}
+	return &inbox{t: h.t, sub: sub, secret: att.Secret, worker: h.w.ID()}
 }
 
 // send publishes att on the route's attempt subject and returns its inbox.
@@ -287,10 +294,11 @@ func (h *harness) publish(subject string, m json.Marshaler) {
 	}
 }
 
-// cancel sends a Cancel for att to the control inbox its Accept named.
+// cancel sends a Cancel, with the attempt's secret (which inbox.next
+// checked the Accept returned), to the control inbox the Accept named.
 func (h *harness) cancel(acc *schemas.Accept, reason schemas.CancelReason) {
 	h.t.Helper()
-	h.publish(acc.ControlInbox, schemas.Cancel{GroupID: acc.GroupID, Attempt: acc.Attempt, Reason: reason})
+	h.publish(acc.ControlInbox, schemas.Cancel{GroupID: acc.GroupID, Attempt: acc.Attempt, Reason: reason, Secret: acc.Secret})
 }
 
 var replyKinds = map[schemas.ReplyType]string{
@@ -312,6 +320,10 @@ func (in *inbox) next() schemas.Reply {
 	}
 	if err := schemas.Validate(replyKinds[r.ReplyType()], msg.Data); err != nil {
 		in.t.Fatalf("reply %s does not match its schema: %v", msg.Data, err)
+	}
+	if w, secret := r.Sender(); w != in.worker || secret != in.secret {
+		in.t.Fatalf("%s names worker %q and returns the attempt's secret: %v; want %q and true",
+			r.ReplyType(), w, secret == in.secret, in.worker)
 	}
 	return r
 }

@@ -19,6 +19,13 @@ const (
 	DropDuplicate = "duplicate" // the same group and attempt is already running here
 )
 
+// Reasons a Cancel is rejected, the "reason" label of
+// hedgerow_worker_cancels_rejected_total.
+const (
+	RejectMalformed = "malformed" // not a cancel of this wire version
+	RejectSecret    = "secret"    // the attempt runs here, and the cancel does not carry its secret
+)
+
 // Metrics are the worker's Prometheus collectors (docs/architecture.md §9). One Metrics is
 // shared by every worker of a process, so that several routes can run in one
 // process against one registry; the route is a label.
@@ -29,6 +36,7 @@ type Metrics struct {
 	cancellations *prometheus.CounterVec
 	cancelLatency prometheus.Histogram
 	leaseErrors   *prometheus.CounterVec
+	rejected      *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors; register them with Register
@@ -60,13 +68,17 @@ func NewMetrics() *Metrics {
 			Name: "hedgerow_worker_lease_errors_total",
 			Help: "Route in-flight lease calls to the shared store that failed, by operation (acquire, renew, release); the attempts went on, and an unrenewed lease expires on its own.",
 		}, []string{"route", "op"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_worker_cancels_rejected_total",
+			Help: "Cancels a worker did not obey, by reason: malformed, or secret (it does not carry the running attempt's secret: not from the dispatcher that sent the attempt).",
+		}, []string{"route", "reason"}),
 	}
 }
 
 // Collectors returns the collectors, for callers that register them
 // themselves.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency, m.leaseErrors}
+	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency, m.leaseErrors, m.rejected}
 }
 
 // Register registers every collector with reg.
@@ -89,6 +101,10 @@ func (m *Metrics) answered(route string, status schemas.StatusClass) {
 
 func (m *Metrics) drop(route, reason string) {
 	m.dropped.WithLabelValues(route, reason).Inc()
+}
+
+func (m *Metrics) rejectCancel(route, reason string) {
+	m.rejected.WithLabelValues(route, reason).Inc()
 }
 
 func (m *Metrics) setInflight(route string, n int) {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestPendingCancelIsTakenOnceWhileFresh(t *testing.T) {
+	const sec = "0123456789abcdef0123456789abcdef"
 	t0 := time.Date(2026, 7, 31, 12, 0, 0, 0, time.UTC)
 	k := attemptKey{"hg_1", 2}
 	for name, tc := range map[string]struct {
@@ -28,15 +29,15 @@ func TestPendingCancelIsTakenOnceWhileFresh(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := newPendingCancels()
-			p.add(k, schemas.CancelLostRace, t0)
-			c, ok := p.take(k, t0.Add(tc.takeAt))
+			p.add(k, sec, schemas.CancelLostRace, t0)
+			c, ok := p.take(k, sec, t0.Add(tc.takeAt))
 			if ok != tc.want || (ok && (c.reason != schemas.CancelLostRace || !c.at.Equal(t0))) {
 				t.Fatalf("take = %+v, %v; want found=%v", c, ok, tc.want)
 			}
-			if _, again := p.take(k, t0.Add(tc.takeAt)); again {
+			if _, again := p.take(k, sec, t0.Add(tc.takeAt)); again {
 				t.Error("a cancel was taken twice")
 			}
-			if _, other := p.take(attemptKey{"hg_1", 1}, t0); other {
+			if _, other := p.take(attemptKey{"hg_1", 1}, sec, t0); other {
 				t.Error("a cancel applied to another attempt of the group")
 			}
 		})
@@ -44,34 +45,52 @@ func TestPendingCancelIsTakenOnceWhileFresh(t *testing.T) {
 }
 
 func TestPendingCancelsStayBounded(t *testing.T) {
+	const sec = "0123456789abcdef0123456789abcdef"
 	t0 := time.Date(2026, 7, 31, 12, 0, 0, 0, time.UTC)
 	p := newPendingCancels()
 	for i := range maxPendingCancels + 100 {
-		p.add(attemptKey{"hg", i + 1}, schemas.CancelDeadline, t0)
+		p.add(attemptKey{"hg", i + 1}, sec, schemas.CancelDeadline, t0)
 	}
 	if p.len() != maxPendingCancels {
 		t.Fatalf("%d cancels remembered, want the bound %d", p.len(), maxPendingCancels)
 	}
-	if _, ok := p.take(attemptKey{"hg", 1}, t0); ok {
+	if _, ok := p.take(attemptKey{"hg", 1}, sec, t0); ok {
 		t.Error("the oldest cancel survived the bound")
 	}
-	if _, ok := p.take(attemptKey{"hg", maxPendingCancels + 100}, t0); !ok {
+	if _, ok := p.take(attemptKey{"hg", maxPendingCancels + 100}, sec, t0); !ok {
 		t.Error("the newest cancel was dropped")
 	}
-	p.add(attemptKey{"hg_late", 1}, schemas.CancelDeadline, t0.Add(PendingCancelTTL))
+	p.add(attemptKey{"hg_late", 1}, sec, schemas.CancelDeadline, t0.Add(PendingCancelTTL))
 	if p.len() != 1 {
 		t.Errorf("%d cancels remembered after the rest expired, want 1", p.len())
 	}
 }
 
 func TestRepeatedCancelKeepsTheFirstReason(t *testing.T) {
+	const sec = "0123456789abcdef0123456789abcdef"
 	t0 := time.Date(2026, 7, 31, 12, 0, 0, 0, time.UTC)
 	p := newPendingCancels()
 	k := attemptKey{"hg", 1}
-	p.add(k, schemas.CancelLostRace, t0)
-	p.add(k, schemas.CancelDeadline, t0.Add(time.Second))
-	if c, ok := p.take(k, t0.Add(time.Second)); !ok || c.reason != schemas.CancelLostRace {
+	p.add(k, sec, schemas.CancelLostRace, t0)
+	p.add(k, sec, schemas.CancelDeadline, t0.Add(time.Second))
+	if c, ok := p.take(k, sec, t0.Add(time.Second)); !ok || c.reason != schemas.CancelLostRace {
 		t.Errorf("take = %+v, %v; want the first cancel", c, ok)
+	}
+}
+
+func TestEarlyCancelStandsOnlyForTheAttemptWhoseSecretItCarries(t *testing.T) {
+	const real, forged = "0123456789abcdef0123456789abcdef", "ffffffffffffffffffffffffffffffff"
+	t0 := time.Date(2026, 7, 31, 12, 0, 0, 0, time.UTC)
+	p := newPendingCancels()
+	k := attemptKey{"hg", 1}
+	p.add(k, forged, schemas.CancelCallerGone, t0) // the forger is first
+	if _, ok := p.take(k, real, t0); ok {
+		t.Fatal("a forged early cancel stood for the attempt")
+	}
+	p.add(k, forged, schemas.CancelCallerGone, t0)
+	p.add(k, real, schemas.CancelLostRace, t0.Add(time.Millisecond))
+	if c, ok := p.take(k, real, t0.Add(time.Millisecond)); !ok || c.reason != schemas.CancelLostRace {
+		t.Errorf("take = %+v, %v; want the real cancel, not shadowed by the forged one before it", c, ok)
 	}
 }
 

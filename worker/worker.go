@@ -340,11 +340,11 @@ func (w *Worker) handleAttempt(msg *nats.Msg) {
 	}
 	if w.state != started || len(w.running) >= w.cfg.MaxInflight {
 		w.mu.Unlock()
-		w.publishReply(att.ReplyInbox, schemas.Busy{GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID})
+		w.publishReply(att.ReplyInbox, schemas.Busy{GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID, Secret: att.Secret})
 		w.metrics.answered(w.cfg.Route, schemas.StatusBusy)
 		return
 	}
-	early, cancelled := w.pending.take(key, received)
+	early, cancelled := w.pending.take(key, att.Secret, received)
 	r := newAttemptRun(w, att, received)
 	w.running[key] = r
 	w.metrics.setInflight(w.cfg.Route, len(w.running))
@@ -358,6 +358,7 @@ func (w *Worker) handleAttempt(msg *nats.Msg) {
 
 	if err := w.publishReply(att.ReplyInbox, schemas.Accept{
 		GroupID: att.GroupID, Attempt: att.Attempt, WorkerID: w.cfg.WorkerID, ControlInbox: w.controlInbox,
+		Secret: att.Secret,
 	}); err != nil {
 		r.cancel(errReplyLost)
 	}
@@ -365,12 +366,17 @@ func (w *Worker) handleAttempt(msg *nats.Msg) {
 	go r.run()
 }
 
-// handleControl applies a Cancel from the control inbox.
+// handleControl applies a Cancel from the control inbox: only one that
+// carries the attempt's secret, which only the dispatcher that sent the
+// attempt (and whoever could read it) knows (docs/architecture.md §8).
+// Anyone may publish on the control inbox, whose name every Accept
+// carries.
 func (w *Worker) handleControl(msg *nats.Msg) {
 	now := w.cfg.Now()
 	var c schemas.Cancel
 	if err := schemas.Decode(msg.Data, &c); err != nil {
-		w.log.Warn("control message dropped", "error", err)
+		w.metrics.rejectCancel(w.cfg.Route, RejectMalformed)
+		w.log.Warn("control message dropped", "reason", RejectMalformed, "error", err)
 		return
 	}
 	key := attemptKey{c.GroupID, c.Attempt}
@@ -378,7 +384,14 @@ func (w *Worker) handleControl(msg *nats.Msg) {
 	defer w.mu.Unlock()
 	r, ok := w.running[key]
 	if !ok {
-		w.pending.add(key, c.Reason, now)
+		// Kept by its secret: a forged cancel that comes first neither
+		// stands for the real one nor cancels the attempt when it comes.
+		w.pending.add(key, c.Secret, c.Reason, now)
+		return
+	}
+	if !schemas.SameSecret(r.att.Secret, c.Secret) {
+		w.metrics.rejectCancel(w.cfg.Route, RejectSecret)
+		w.log.Warn("cancel rejected", "reason", RejectSecret, "group_id", c.GroupID, "attempt", c.Attempt)
 		return
 	}
 	if r.cancelAt.IsZero() {

@@ -302,7 +302,7 @@ func TestCancelStopsTheUpstreamAndReportsCanceledObserved(t *testing.T) {
 func TestCancelArrivingBeforeItsAttemptStillCancelsIt(t *testing.T) {
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 40, 1000)}})
 	att := h.attempt("hg_early")
-	data, err := schemas.Cancel{GroupID: att.GroupID, Attempt: att.Attempt, Reason: schemas.CancelLostRace}.MarshalJSON()
+	data, err := schemas.Cancel{GroupID: att.GroupID, Attempt: att.Attempt, Reason: schemas.CancelLostRace, Secret: att.Secret}.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,4 +637,68 @@ func TestStopAfterTheConnectionClosedReturnsWithoutWaiting(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Error("Stop waited for its context on a closed connection")
 	}
+}
+
+func TestCancelWithoutTheAttemptsSecretIsNotObeyed(t *testing.T) {
+	// The attempt hangs before its first byte: only a cancel ends it.
+	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t)}})
+	att := h.attempt("hg_forged_cancel")
+	in := h.send(att)
+	acc := in.accept()
+	other, err := schemas.NewAttemptSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := "0"
+	if att.Secret[31] == '0' {
+		flip = "1"
+	}
+	forged := []struct {
+		name   string
+		secret string
+	}{
+		{"no secret", ""},
+		{"another attempt's secret", other},
+		{"the secret with its last digit changed", att.Secret[:31] + flip},
+		{"a prefix of the secret", att.Secret[:16]},
+		{"the secret in upper case", strings.ToUpper(att.Secret)},
+	}
+	for i, f := range forged {
+		h.publish(acc.ControlInbox, schemas.Cancel{GroupID: att.GroupID, Attempt: att.Attempt, Reason: schemas.CancelCallerGone, Secret: f.secret})
+		eventually.True(t, wait, "cancel with "+f.name+" rejected", func() bool {
+			return h.metric("hedgerow_worker_cancels_rejected_total", "reason", RejectSecret) == float64(i+1)
+		})
+	}
+	// Every forged cancel has been handled; the attempt still runs: the
+	// cancel that carries its secret is the one that ends it.
+	h.cancel(acc, schemas.CancelLostRace)
+	rs, res := in.untilResult()
+	for _, r := range rs[:len(rs)-1] {
+		if r.ReplyType() != schemas.ReplyHeartbeat {
+			t.Errorf("replies %v before the result, want heartbeats", kinds(rs))
+			break
+		}
+	}
+	if res.StatusClass != schemas.StatusCanceled || !res.CancellationObserved {
+		t.Errorf("result %s observed=%v, want canceled by the real cancel", res.StatusClass, res.CancellationObserved)
+	}
+	if rec := h.record(); rec.Outcome != schemas.OutcomeLoserCanceled {
+		t.Errorf("record outcome %s, want loser_canceled: the real cancel's reason, not a forged one's", rec.Outcome)
+	}
+	if got := h.metric("hedgerow_worker_cancellations_total", "observed", "true"); got != 1 {
+		t.Errorf("cancellations_total{observed=true} = %v, want the one real cancel", got)
+	}
+	if logs := h.logs.String(); strings.Contains(logs, att.Secret) || strings.Contains(logs, other) {
+		t.Errorf("a secret reached the logs:\n%s", logs)
+	}
+}
+
+func TestMalformedControlMessageIsCountedAndIgnored(t *testing.T) {
+	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 5, 1000)}})
+	if err := h.dc.Publish(h.w.ControlInbox(), []byte(`{"v":1,"group_id":`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, wait, "malformed control message counted", func() bool {
+		return h.metric("hedgerow_worker_cancels_rejected_total", "reason", RejectMalformed) == 1
+	})
 }
