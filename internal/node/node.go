@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,7 +65,9 @@ func (o Options) env() config.LookupEnv {
 //
 // opts (ClientOptions) come after the defaults.
 func Connect(urls []string, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
-	if len(urls) == 0 {
+	// An empty URL would make nats.go dial its default, 127.0.0.1:4222:
+	// whatever server happens to run there, never the one meant.
+	if len(urls) == 0 || slices.Contains(urls, "") {
 		return nil, errors.New("nats: no server URLs (set nats.urls or --nats)")
 	}
 	if log == nil {

@@ -137,9 +137,7 @@ func (w *wireTap) snapshot() (string, map[string]int) {
 
 func TestNoMarkerLeavesThroughLogsMetricsRecordsOrReplies(t *testing.T) {
 	provider := echoingProvider(t)
-	y := fmt.Sprintf(`nats:
-  listen: 127.0.0.1:0
-http:
+	y := fmt.Sprintf(`http:
   listen: 127.0.0.1:0
 routes:
   - {name: echo-openai, provider: openai, base_url: %q, model: m, api_key_env: MARKER_PROVIDER_KEY, labels: {region: a}}
@@ -168,7 +166,9 @@ tenants:
 	}
 	defer stop(t, s)
 
-	tapConn, err := Connect([]string{s.NATSURL()}, "wire-tap", nil)
+	// The tap reads every subject, which no generated NATS user may: it
+	// joins serve's in-process server, which opens no listener.
+	tapConn, err := s.nats.Connect("wire-tap")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ tenants:
 		}
 	}
 
-	callerConn, err := Connect([]string{s.NATSURL()}, "caller", nil)
+	callerConn, err := s.nats.Connect("caller")
 	if err != nil {
 		t.Fatal(err)
 	}
