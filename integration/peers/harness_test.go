@@ -423,28 +423,13 @@ func makeRequests(run string, n int, contenders []int) ([]request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode request %d: %w", i, err)
 		}
-		id, err := fakeRequestID(chat)
+		id, err := fakellm.RequestID(chat.Messages, chat.MaxTokens)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = request{body: body, id: id, contender: contenders[i]}
 	}
 	return out, nil
-}
-
-// fakeRequestID is the request id the fake LLM derives from a request: an
-// FNV hash of its canonical key, the messages and the output cap (as
-// internal/demo derives it). A fake record whose id matches no request of
-// the run means the derivations parted; the run fails rather than guess.
-func fakeRequestID(req schemas.ChatRequest) (uint64, error) {
-	key, err := json.Marshal(struct {
-		Messages  []schemas.Message `json:"messages"`
-		MaxTokens int               `json:"max_tokens"`
-	}{req.Messages, req.MaxTokens})
-	if err != nil {
-		return 0, fmt.Errorf("request key: %w", err)
-	}
-	return workload.RequestIDFromKey(key), nil
 }
 
 // interleave assigns each of perContender × len(contenders) arrivals to a

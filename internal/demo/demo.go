@@ -268,7 +268,7 @@ func (r *runner) run(ctx context.Context, name, class, prompt string, n int) (*r
 		if err != nil {
 			return nil, fmt.Errorf("encode request %d: %w", i, err)
 		}
-		id, err := fakeRequestID(chat)
+		id, err := fakellm.RequestID(chat.Messages, chat.MaxTokens)
 		if err != nil {
 			return nil, err
 		}

@@ -9,9 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
-	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
 // statsPageLimit is how many records one /stats poll asks for.
@@ -110,20 +108,3 @@ func (u *upstream) stats(ctx context.Context, route int, since uint64, limit int
 }
 
 func (u *upstream) close() { u.client.CloseIdleConnections() }
-
-// fakeRequestID is the request id the fake LLM derives from a request it
-// receives: an FNV hash of its canonical key, the messages and the output
-// cap (simulator/fakellm, canonicalKey). It is what joins the fake's
-// records to the demo's requests; a record whose id matches no request
-// means the two derivations parted, and the demo reports it as an error
-// rather than guess.
-func fakeRequestID(req schemas.ChatRequest) (uint64, error) {
-	key, err := json.Marshal(struct {
-		Messages  []schemas.Message `json:"messages"`
-		MaxTokens int               `json:"max_tokens"`
-	}{req.Messages, req.MaxTokens})
-	if err != nil {
-		return 0, fmt.Errorf("request key: %w", err)
-	}
-	return workload.RequestIDFromKey(key), nil
-}

@@ -68,6 +68,18 @@ func parseChat(body []byte, maxOutput int) (chatParams, error) {
 		req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 }
 
+// RequestID is the request id the fake derives from a chat request's
+// messages and output cap (below the model's longest answer; 0 for none):
+// the FNV hash of their canonical key. A load generator that computes it
+// for the requests it sends can join the fake's records to them.
+func RequestID(msgs []schemas.Message, maxTokens int) (uint64, error) {
+	key, err := json.Marshal(canonicalKey{Messages: msgs, MaxTokens: maxTokens})
+	if err != nil {
+		return 0, fmt.Errorf("fakellm: request key: %w", err)
+	}
+	return workload.RequestIDFromKey(key), nil
+}
+
 // newChatParams identifies a request by its conversation and output cap,
 // whichever API it came in. A cap at or above maxOutput, the longest answer
 // the model draws, cannot change the answer, so it is no cap: a Messages
@@ -77,14 +89,14 @@ func newChatParams(model string, msgs []schemas.Message, limit, maxOutput int, s
 	if limit >= maxOutput {
 		limit = 0
 	}
-	key, err := json.Marshal(canonicalKey{Messages: msgs, MaxTokens: limit})
+	id, err := RequestID(msgs, limit)
 	if err != nil {
 		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
 			message: fmt.Sprintf("messages could not be encoded: %v", err)}
 	}
 	return chatParams{
 		model:        model,
-		requestID:    workload.RequestIDFromKey(key),
+		requestID:    id,
 		maxTokens:    limit,
 		stream:       stream,
 		includeUsage: includeUsage,
