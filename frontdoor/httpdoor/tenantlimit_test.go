@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
-	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
@@ -22,12 +21,6 @@ import (
 // limitWait bounds every wait for what the door does as soon as the test
 // acts; reaching it is a failure.
 const limitWait = 10 * time.Second
-
-// The key of tenant acme, limited in each test, and of other, never.
-const (
-	acmeKey  = "acme-secret-key"
-	otherKey = "other-secret-key"
-)
 
 // limitedDialects are both dialects' chat paths, with the body and the
 // error type each answers a tenant limit with.
@@ -55,16 +48,8 @@ func (d limitedDialect) code(c string) string {
 // on a memory store on clock.
 func limitedOptions(t *testing.T, limit tenantlimit.Limit, clock *tenantlimittest.Clock) (Options, *tenantlimit.Memory) {
 	t.Helper()
-	store := tenantlimit.NewMemory(clock.Now)
-	l, err := tenantlimit.New(store, tenantlimit.Options{Limits: map[string]tenantlimit.Limit{"acme": limit}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	return Options{
-		Keyring: frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey(acmeKey)}, "other": {policy.HashAPIKey(otherKey)}}),
-		Limiter: l,
-	}, store
+	keys, l, store := frontdoortest.TenantLimits(t, limit, clock)
+	return Options{Keyring: keys, Limiter: l}, store
 }
 
 func withKey(key string) map[string]string {
@@ -100,20 +85,20 @@ func TestHTTPBothDialectsRateLimitATenantThenAdmitItAfterTheRefill(t *testing.T)
 			opts, _ := limitedOptions(t, tenantlimit.Limit{RequestsPerSecond: 0.25, Burst: 2}, clock)
 			srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 			for i := range 2 {
-				if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(acmeKey)); resp.StatusCode != 200 {
+				if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(frontdoortest.AcmeKey)); resp.StatusCode != 200 {
 					t.Fatalf("request %d of the burst: %d %s", i+1, resp.StatusCode, body)
 				}
 			}
-			resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(acmeKey))
+			resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(frontdoortest.AcmeKey))
 			wantRefused(t, resp, body, dl.code(frontdoor.CodeTenantRateLimited), dl.typ, "4", dl.errType)
-			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(otherKey)); resp.StatusCode != 200 {
+			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(frontdoortest.OtherKey)); resp.StatusCode != 200 {
 				t.Fatalf("another tenant refused for acme's rate: %d %s", resp.StatusCode, body)
 			}
 			if n := len(sub.Submissions()); n != 3 {
 				t.Fatalf("%d submissions, want 3: the refused request ran nothing", n)
 			}
 			clock.Advance(4 * time.Second)
-			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(acmeKey)); resp.StatusCode != 200 {
+			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(frontdoortest.AcmeKey)); resp.StatusCode != 200 {
 				t.Fatalf("request after the refill: %d %s", resp.StatusCode, body)
 			}
 		})
@@ -154,7 +139,7 @@ func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *
 				if err != nil {
 					return 0
 				}
-				for k, v := range withKey(acmeKey) {
+				for k, v := range withKey(frontdoortest.AcmeKey) {
 					req.Header.Set(k, v)
 				}
 				resp, err := http.DefaultClient.Do(req)
@@ -180,7 +165,7 @@ func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *
 					t.Fatal("a request never reached the runtime")
 				}
 			}
-			resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(acmeKey))
+			resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+dl.path, dl.body, withKey(frontdoortest.AcmeKey))
 			wantRefused(t, resp, body, dl.code(frontdoor.CodeTenantConcurrencyLimited), dl.typ, "1", dl.errType)
 
 			leave() // the caller goes away: its slot is freed
@@ -230,7 +215,7 @@ func TestHTTPARequestThatPanicsFreesItsTenantSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+acmeKey)
+	req.Header.Set("Authorization", "Bearer "+frontdoortest.AcmeKey)
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a panicking request answered %d", resp.StatusCode)
@@ -250,7 +235,7 @@ func TestHTTPAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
 		{"/v1/messages", messagesRequest(false, "")}, {"/v1/messages", messagesRequest(true, "")},
 	} {
 		for i := range 10 {
-			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+tc.path, tc.body, withKey(acmeKey)); resp.StatusCode != 200 {
+			if resp, body := frontdoortest.Do(t, http.MethodPost, srv.URL+tc.path, tc.body, withKey(frontdoortest.AcmeKey)); resp.StatusCode != 200 {
 				t.Fatalf("%s request %d: %d %s", tc.path, i+1, resp.StatusCode, body)
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
-	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
@@ -18,26 +17,12 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// The keys of tenants acme and other in tenantOptions.
-const (
-	acmeKey  = "acme-secret-key"
-	otherKey = "other-secret-key"
-)
-
 // tenantOptions is a door with tenants acme (limited by limit) and other
 // (unlimited), on a memory store on clock.
 func tenantOptions(t *testing.T, limit tenantlimit.Limit, clock *tenantlimittest.Clock) (Options, *tenantlimit.Memory) {
 	t.Helper()
-	store := tenantlimit.NewMemory(clock.Now)
-	l, err := tenantlimit.New(store, tenantlimit.Options{Limits: map[string]tenantlimit.Limit{"acme": limit}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
-	return Options{
-		Keyring: frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey(acmeKey)}, "other": {policy.HashAPIKey(otherKey)}}),
-		Limiter: l,
-	}, store
+	keys, l, store := frontdoortest.TenantLimits(t, limit, clock)
+	return Options{Keyring: keys, Limiter: l}, store
 }
 
 func bearer(key string) nats.Header {
@@ -72,8 +57,8 @@ func TestNATSDoorRefusesARequestWithoutItsTenantsKeyBeforeAnythingRuns(t *testin
 	}{
 		{"no key at all", nil},
 		{"a wrong key", bearer("not-a-key")},
-		{"a key without its Bearer scheme", nats.Header{schemas.HeaderAuthorization: {acmeKey}}},
-		{"a key under another scheme", nats.Header{schemas.HeaderAuthorization: {"Basic " + acmeKey}}},
+		{"a key without its Bearer scheme", nats.Header{schemas.HeaderAuthorization: {frontdoortest.AcmeKey}}},
+		{"a key under another scheme", nats.Header{schemas.HeaderAuthorization: {"Basic " + frontdoortest.AcmeKey}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,11 +68,11 @@ func TestNATSDoorRefusesARequestWithoutItsTenantsKeyBeforeAnythingRuns(t *testin
 				t.Errorf("%s = %q, want false", schemas.HeaderShouldRetry, got)
 			}
 			for k, vs := range m.Header {
-				if strings.Contains(k+strings.Join(vs, " "), acmeKey) {
+				if strings.Contains(k+strings.Join(vs, " "), frontdoortest.AcmeKey) {
 					t.Errorf("header %s echoes the key", k)
 				}
 			}
-			if strings.Contains(string(m.Data), acmeKey) {
+			if strings.Contains(string(m.Data), frontdoortest.AcmeKey) {
 				t.Error("the answer echoes the key")
 			}
 		})
@@ -100,7 +85,7 @@ func TestNATSDoorRefusesARequestWithoutItsTenantsKeyBeforeAnythingRuns(t *testin
 func TestNATSDoorCountsAKeyedRequestAgainstItsTenant(t *testing.T) {
 	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
-	for _, tc := range []struct{ key, tenant string }{{acmeKey, "acme"}, {otherKey, "other"}} {
+	for _, tc := range []struct{ key, tenant string }{{frontdoortest.AcmeKey, "acme"}, {frontdoortest.OtherKey, "other"}} {
 		answered(t, request(t, d.nc, submitBody(t, false), bearer(tc.key)))
 		subs := d.sub.Submissions()
 		if got := subs[len(subs)-1].Tenant; got != tc.tenant {
@@ -123,20 +108,20 @@ func TestNATSDoorRateLimitsATenantThenAdmitsItAfterTheRefill(t *testing.T) {
 	opts, _ := tenantOptions(t, tenantlimit.Limit{RequestsPerSecond: 0.5, Burst: 2}, clock)
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	for range 2 {
-		answered(t, request(t, d.nc, submitBody(t, false), bearer(acmeKey)))
+		answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))
 	}
-	m := request(t, d.nc, submitBody(t, false), bearer(acmeKey))
+	m := request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey))
 	errorAnswer(t, m, schemas.ErrTenantRateLimited, 429)
 	if m.Header.Get(schemas.HeaderRetryAfter) != "2" || m.Header.Get(schemas.HeaderShouldRetry) != "true" {
 		t.Fatalf("retry hints %s=%q %s=%q; want 2 (one token at 0.5/s) and true", schemas.HeaderRetryAfter,
 			m.Header.Get(schemas.HeaderRetryAfter), schemas.HeaderShouldRetry, m.Header.Get(schemas.HeaderShouldRetry))
 	}
-	answered(t, request(t, d.nc, submitBody(t, false), bearer(otherKey))) // another tenant is not limited by acme's
+	answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.OtherKey))) // another tenant is not limited by acme's
 	if n := len(d.sub.Submissions()); n != 3 {
 		t.Fatalf("%d submissions; want 3 (the refused request ran nothing)", n)
 	}
 	clock.Advance(2 * time.Second)
-	answered(t, request(t, d.nc, submitBody(t, false), bearer(acmeKey)))
+	answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))
 }
 
 // heldDoor is a door whose runtime holds every submission until release
@@ -166,7 +151,7 @@ func hold(t *testing.T, d *door, arrived <-chan struct{}, id string) *nats.Subsc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	h := bearer(acmeKey)
+	h := bearer(frontdoortest.AcmeKey)
 	h.Set(schemas.HeaderRequestID, id)
 	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox, Header: h, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
@@ -183,7 +168,7 @@ func TestNATSDoorRefusesATenantsRequestOverItsConcurrencyUntilOneEnds(t *testing
 	opts, store := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
 	d, arrived, _, release := heldDoor(t, opts)
 	first := hold(t, d, arrived, "first")
-	m := request(t, d.nc, submitBody(t, false), bearer(acmeKey))
+	m := request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey))
 	errorAnswer(t, m, schemas.ErrTenantConcurrencyLimited, 429)
 	if m.Header.Get(schemas.HeaderRetryAfter) != "1" || m.Header.Get(schemas.HeaderShouldRetry) != "true" {
 		t.Fatalf("retry hints %q %q, want 1 and true", m.Header.Get(schemas.HeaderRetryAfter), m.Header.Get(schemas.HeaderShouldRetry))
@@ -195,7 +180,7 @@ func TestNATSDoorRefusesATenantsRequestOverItsConcurrencyUntilOneEnds(t *testing
 	}
 	answered(t, ans)
 	eventually.True(t, natsWait, "acme's slot freed after its answer", slotFree(store, 1))
-	answered(t, request(t, d.nc, submitBody(t, false), bearer(acmeKey)))
+	answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))
 }
 
 func TestNATSDoorFreesTheSlotOfARequestItsCallerCancelled(t *testing.T) {
@@ -223,14 +208,14 @@ func TestNATSDoorKeepsEachTenantsIdempotencyKeysApart(t *testing.T) {
 	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
 	opts.Replays = replayOptions(t).Replays
 	d := startDoor(t, frontdoortest.Answer(committed, false), opts)
-	answered(t, request(t, d.nc, keyed(t, "k-1", false, 0), bearer(acmeKey)))
+	answered(t, request(t, d.nc, keyed(t, "k-1", false, 0), bearer(frontdoortest.AcmeKey)))
 	// other sends the same key with another request: not acme's action.
-	other := request(t, d.nc, keyed(t, "k-1", false, 0.5), bearer(otherKey))
+	other := request(t, d.nc, keyed(t, "k-1", false, 0.5), bearer(frontdoortest.OtherKey))
 	answered(t, other)
 	if other.Header.Get(frontdoor.HeaderIdempotentReplayed) != "" {
 		t.Fatal("another tenant's request was replayed acme's answer")
 	}
-	again := request(t, d.nc, keyed(t, "k-1", false, 0), bearer(acmeKey))
+	again := request(t, d.nc, keyed(t, "k-1", false, 0), bearer(frontdoortest.AcmeKey))
 	answered(t, again)
 	if again.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" {
 		t.Fatal("acme's retry was not replayed")
@@ -249,10 +234,10 @@ func TestNATSDoorAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
 	opts, _ := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	for range 20 {
-		answered(t, request(t, d.nc, submitBody(t, false), bearer(acmeKey)))
+		answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))
 	}
 	failing := startDoor(t, frontdoortest.Fail(&dispatcher.GroupError{Group: "g-1", Code: schemas.ErrAllRoutesFailed}), opts)
 	for range 20 {
-		errorAnswer(t, request(t, failing.nc, submitBody(t, false), bearer(acmeKey)), schemas.ErrAllRoutesFailed, 503)
+		errorAnswer(t, request(t, failing.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)), schemas.ErrAllRoutesFailed, 503)
 	}
 }
