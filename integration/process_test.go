@@ -258,8 +258,16 @@ func startSystem(t *testing.T, workerNames ...string) *system {
 	cfg := writeConfig("gateway", httpAddr, p.baseURL("gateway"))
 	startProcess(t, dir, "gateway", bins.hedgerow, "gateway", "--config", cfg, "--nats", natsURL, "--log-level", "debug")
 	s.gateway = "http://" + httpAddr
-	eventually.True(t, 15*time.Second, "the gateway's /readyz to answer 200", func() bool {
-		resp, err := http.Get(s.gateway + "/readyz")
+	waitReady(t, s.gateway)
+	return s
+}
+
+// waitReady waits until a gateway's /readyz answers 200: every pool has a
+// worker.
+func waitReady(t *testing.T, gateway string) {
+	t.Helper()
+	eventually.True(t, 15*time.Second, gateway+"/readyz to answer 200", func() bool {
+		resp, err := http.Get(gateway + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -267,7 +275,6 @@ func startSystem(t *testing.T, workerNames ...string) *system {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return s
 }
 
 // kill kills a worker process with SIGKILL and reaps it.

@@ -55,15 +55,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 		gateways = append(gateways, "http://"+addr)
 	}
 	for _, g := range gateways {
-		eventually.True(t, 15*time.Second, g+"/readyz to answer 200", func() bool {
-			resp, err := http.Get(g + "/readyz")
-			if err != nil {
-				return false
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		waitReady(t, g)
 	}
 
 	client := &http.Client{Timeout: processDeadline + 10*time.Second}

@@ -69,15 +69,7 @@ func startReplicas(t *testing.T, firstByte time.Duration) *replicaSystem {
 		s.gateways = append(s.gateways, "http://"+addr)
 	}
 	for _, g := range s.gateways {
-		eventually.True(t, 15*time.Second, g+"/readyz to answer 200", func() bool {
-			resp, err := http.Get(g + "/readyz")
-			if err != nil {
-				return false
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		waitReady(t, g)
 	}
 	return s
 }
