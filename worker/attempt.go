@@ -165,11 +165,13 @@ func (r *attemptRun) run() {
 		// A refusal is never streamed as chunks: every caller gets it here.
 		res.Refusal = out.Refusal
 	}
+	// Counted before it is published: whoever sees the result sees it
+	// counted.
+	m := r.w.metrics
+	m.answered(r.w.cfg.Route, res.StatusClass)
 	r.publishResult(res)
 	r.publishRecord(res, out.Usage, cancelAt, reason)
 
-	m := r.w.metrics
-	m.answered(r.w.cfg.Route, res.StatusClass)
 	if !cancelAt.IsZero() {
 		latency := time.Duration(-1)
 		if called && !returned.Before(cancelAt) {
