@@ -34,6 +34,12 @@ var (
 	// counts the election as degraded; only errors without it (an invalid
 	// claim) leave no decision.
 	ErrGateDegraded = errors.New("arbiter: redis gate degraded: local decision only")
+	// ErrGateUnavailable is wrapped by the errors of a claim that no store
+	// could decide and that the gate refuses rather than decide locally
+	// (RedisGateConfig.OnUnavailable refuse, or fallback when the ledger
+	// does not answer either). The Claim holds no decision: the group must
+	// not commit.
+	ErrGateUnavailable = errors.New("arbiter: winner gate unavailable")
 
 	// The contract's errors reach a caller of the NATS front door inside
 	// its invalid_request message, so their texts stay as callers know

@@ -43,6 +43,38 @@ type RedisGateConfig struct {
 	// with the same TTL. Passing a shared one lets other code of this
 	// dispatcher see the elections.
 	Local *LocalGate
+	// OnUnavailable is what a claim does when Redis cannot answer it; empty
+	// means UnavailableLocal. UnavailableFallback needs Ledger.
+	OnUnavailable Unavailable
+	// Ledger, in fallback mode, confirms every win and decides alone while
+	// Redis is unreachable. It must be nil in the other modes.
+	Ledger *KVLedger
+}
+
+// Unavailable names what a RedisGate does with a claim Redis cannot answer
+// (config gate.on_unavailable, docs/architecture.md §6).
+type Unavailable string
+
+const (
+	// UnavailableLocal keeps the local decision: within a replica a user
+	// action still commits once, across replicas it may commit twice.
+	UnavailableLocal Unavailable = "local"
+	// UnavailableFallback lets the ledger decide. The ledger also confirms
+	// every Redis win, so it is the authority and Redis the fast path: no
+	// user action commits twice, whether Redis is unreachable or restarted
+	// empty. A claim neither answers is refused.
+	UnavailableFallback Unavailable = "fallback"
+	// UnavailableRefuse refuses the claim: no commit while Redis is down.
+	UnavailableRefuse Unavailable = "refuse"
+)
+
+// ParseUnavailable reads a gate.on_unavailable value.
+func ParseUnavailable(s string) (Unavailable, error) {
+	switch u := Unavailable(s); u {
+	case UnavailableLocal, UnavailableFallback, UnavailableRefuse:
+		return u, nil
+	}
+	return "", fmt.Errorf("%q is not one of local, fallback, refuse", s)
 }
 
 // RedisGate is the winner gate shared by every replica of one Redis
@@ -80,12 +112,14 @@ type RedisGateConfig struct {
 // only with ContextTimeoutEnabled, so NewRedisGate requires it of the
 // go-redis clients it can inspect.
 type RedisGate struct {
-	client  redis.UniversalClient
-	local   *LocalGate
-	prefix  string
-	ttlMS   int64
-	timeout time.Duration
-	locks   actionLocks
+	client        redis.UniversalClient
+	local         *LocalGate
+	prefix        string
+	ttlMS         int64
+	timeout       time.Duration
+	onUnavailable Unavailable
+	ledger        *KVLedger
+	locks         actionLocks
 }
 
 var _ Gate = (*RedisGate)(nil)
@@ -125,6 +159,20 @@ end
 return 0
 `)
 
+// adoptScript replaces the winner key KEYS[1] holding ARGV[1] with the
+// ledger's holder ARGV[2] (TTL ARGV[3] ms) and raises the epoch key KEYS[2]
+// to the holder's epoch ARGV[4], so later claims lose at once to the holder
+// the ledger chose. A key meanwhile holding something else is left alone.
+var adoptScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[4]) then
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+end
+return 1
+`)
+
 // NewRedisGate returns a gate over client, which may be a standalone,
 // cluster or failover client.
 func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate, error) {
@@ -152,6 +200,16 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	if !contextTimeoutEnabled(client) {
 		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
 	}
+	switch cfg.OnUnavailable {
+	case "":
+		cfg.OnUnavailable = UnavailableLocal
+	case UnavailableLocal, UnavailableRefuse, UnavailableFallback:
+	default:
+		return nil, fmt.Errorf("redis gate: on unavailable %q is not one of local, fallback, refuse", cfg.OnUnavailable)
+	}
+	if (cfg.OnUnavailable == UnavailableFallback) != (cfg.Ledger != nil) {
+		return nil, fmt.Errorf("redis gate: a ledger goes with fallback mode, and only with it (mode %s)", cfg.OnUnavailable)
+	}
 	local := cfg.Local
 	if local == nil {
 		var err error
@@ -162,6 +220,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	return &RedisGate{
 		client: client, local: local, prefix: cfg.Prefix,
 		ttlMS: cfg.TTL.Milliseconds(), timeout: cfg.Timeout,
+		onUnavailable: cfg.OnUnavailable, ledger: cfg.Ledger,
 		locks: actionLocks{held: make(map[string]chan struct{})},
 	}, nil
 }
@@ -184,39 +243,110 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 func (g *RedisGate) Local() *LocalGate { return g.local }
 
 // Claim implements Gate. See RedisGate for how Redis and the local gate
-// combine; an error wrapping ErrGateDegraded comes with the local decision.
+// combine. When Redis cannot answer, the mode decides: local returns the
+// local decision with an error wrapping ErrGateDegraded; refuse returns an
+// error wrapping ErrGateUnavailable and no decision; fallback asks the
+// ledger, which also confirms every Redis win.
 func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt int) (Claim, error) {
 	if userAction == "" || group == "" || attempt < 0 {
 		return Claim{}, fmt.Errorf("%w: user action %q, group %q, attempt %d", ErrInvalidClaim, userAction, group, attempt)
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	// If the wait for another claim of this user action times out, the
 	// claim goes on unserialised: the local CAS still decides, and a local
 	// win meets the expired context below and degrades.
-	release := g.locks.acquire(ctx, userAction)
+	release := g.locks.acquire(redisCtx, userAction)
 	defer release()
 
-	local, err := g.local.Claim(ctx, userAction, group, attempt)
+	local, err := g.local.Claim(redisCtx, userAction, group, attempt)
 	if err != nil || !local.Won {
 		return local, err
 	}
 
-	res, err := claimScript.Run(ctx, g.client, g.keys(userAction), group+"/"+strconv.Itoa(attempt), g.ttlMS).Slice()
-	if err != nil {
-		return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, err)
+	proposal, redisErr := g.claimRedis(redisCtx, userAction, group, attempt)
+	if redisErr == nil && (!proposal.won || g.ledger == nil) {
+		g.local.adopt(userAction, local.Value, proposal.holder, proposal.won)
+		return claimOf(userAction, group, attempt, proposal.holder, proposal.won), nil
 	}
-	won, holder, err := parseClaimReply(res)
+	if redisErr != nil {
+		switch g.onUnavailable {
+		case UnavailableLocal:
+			return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, redisErr)
+		case UnavailableRefuse:
+			g.giveBack(ctx, local, false)
+			return Claim{}, fmt.Errorf("gate claim %s: %w: redis: %w", group, ErrGateUnavailable, redisErr)
+		}
+		proposal.holder, _ = ParseGateValue(local.Value)
+	}
+
+	// Fallback: the ledger decides every win, Redis' or the local one.
+	holder, won, err := g.ledger.Propose(ctx, userAction, proposal.holder)
 	if err != nil {
-		return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, err)
+		// The write may have landed before its answer was lost: give the
+		// holding back everywhere, so the user action stays claimable.
+		g.giveBack(ctx, Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: true, Value: proposal.holder.String()}, redisErr == nil)
+		return Claim{}, fmt.Errorf("gate claim %s: %w: ledger: %w (redis: %v)", group, ErrGateUnavailable, err, redisErr)
+	}
+	if redisErr == nil && holder != proposal.holder {
+		// Redis forgot the holder (it restarted empty) or never saw it (the
+		// ledger decided while this gate could not reach Redis): teach it.
+		g.adoptRedis(ctx, userAction, proposal.holder, holder)
 	}
 	g.local.adopt(userAction, local.Value, holder, won)
+	return claimOf(userAction, group, attempt, holder, won), nil
+}
 
+// redisAnswer is claimScript's decision.
+type redisAnswer struct {
+	won    bool
+	holder GateValue
+}
+
+// claimRedis runs claimScript for the claimant; an error means Redis did
+// not decide.
+func (g *RedisGate) claimRedis(ctx context.Context, userAction, group string, attempt int) (redisAnswer, error) {
+	res, err := claimScript.Run(ctx, g.client, g.keys(userAction), group+"/"+strconv.Itoa(attempt), g.ttlMS).Slice()
+	if err != nil {
+		return redisAnswer{}, err
+	}
+	won, holder, err := parseClaimReply(res)
+	return redisAnswer{won: won, holder: holder}, err
+}
+
+// claimOf is the Claim of a decided election.
+func claimOf(userAction, group string, attempt int, holder GateValue, won bool) Claim {
 	c := Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: won, Epoch: holder.Epoch, Holder: holder.String()}
 	if won {
 		c.Value = c.Holder
 	}
-	return c, nil
+	return c
+}
+
+// giveBack undoes the holdings of a refused claim: the local entry, and in
+// Redis and the ledger the value c holds there (inRedis says Redis has it),
+// compare-and-delete, each bounded by its own timeout. Failures are left to
+// the TTLs: until then the user action loses to a claim that never committed.
+func (g *RedisGate) giveBack(ctx context.Context, c Claim, inRedis bool) {
+	ctx = context.WithoutCancel(ctx)
+	_ = g.local.Clear(ctx, c)
+	if inRedis {
+		redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
+		_, _ = clearScript.Run(redisCtx, g.client, g.keys(c.UserAction)[:1], c.Value).Result()
+		cancel()
+	}
+	if g.ledger != nil {
+		_, _ = g.ledger.Release(ctx, c.UserAction, c.Value)
+	}
+}
+
+// adoptRedis replaces the holding Redis gave (from) with the ledger's
+// holder (to). It is best effort: a Redis that keeps the wrong holder only
+// makes later claims lose to it, never win.
+func (g *RedisGate) adoptRedis(ctx context.Context, userAction string, from, to GateValue) {
+	redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	_, _ = adoptScript.Run(redisCtx, g.client, g.keys(userAction), from.String(), to.String(), g.ttlMS, to.Epoch).Result()
 }
 
 // parseClaimReply reads claimScript's {won, holder}. A holder that does not
@@ -256,15 +386,22 @@ func (g *RedisGate) Clear(ctx context.Context, c Claim) error {
 	release := g.locks.acquire(ctx, c.UserAction)
 	defer release()
 
-	// Both are cleared whatever the other answers: a Redis failover may
+	// All are cleared whatever the others answer: a Redis failover may
 	// have lost the key while the local entry still holds it, or the local
 	// entry may have lapsed while Redis still holds the key.
 	deleted, redisErr := clearScript.Run(ctx, g.client, g.keys(c.UserAction)[:1], c.Value).Int64()
 	localErr := g.local.Clear(ctx, c)
+	var released bool
+	var ledgerErr error
+	if g.ledger != nil {
+		released, ledgerErr = g.ledger.Release(context.WithoutCancel(ctx), c.UserAction, c.Value)
+	}
 	switch {
-	case redisErr != nil:
+	case ledgerErr != nil:
+		return fmt.Errorf("gate clear %s: %w: ledger: %w", c.Group, ErrGateUnavailable, ledgerErr)
+	case redisErr != nil && g.ledger == nil:
 		return fmt.Errorf("gate clear %s: %w: %w", c.Group, ErrGateDegraded, redisErr)
-	case deleted == 0 && localErr != nil:
+	case deleted == 0 && localErr != nil && !released:
 		return fmt.Errorf("clear %s: %w", c.Group, ErrNotHolder)
 	}
 	return nil

@@ -35,6 +35,12 @@ func Name(name string) Option {
 	return func(o *server.Options) { o.ServerName = name }
 }
 
+// JetStream enables JetStream with its store in dir (a test's TempDir):
+// the file-backed streams and key-value buckets a real deployment keeps.
+func JetStream(dir string) Option {
+	return func(o *server.Options) { o.JetStream, o.StoreDir = true, dir }
+}
+
 // Cluster makes the server a node of the named cluster: it listens for
 // routes on a free loopback port (see RouteURL) and routes to each of
 // routes, the route URLs of nodes already running.
