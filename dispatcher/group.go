@@ -110,6 +110,8 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 		return max(g.retryAfter, time.Second)
 	case code == schemas.ErrOverloaded:
 		return g.overloadedRetryAfter()
+	case code == schemas.ErrGateUnavailable:
+		return time.Second
 	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
 		if sp := g.spend(); sp.TenantWindow > 0 {
 			now := g.d.now()
@@ -551,9 +553,11 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			d.metrics.gateDegraded.Inc()
 			d.log.Warn("winner gate degraded to the local decision", "group", g.id, "err", err)
 		case err != nil:
-			d.metrics.gateDegraded.Inc()
-			d.log.Warn("winner gate failed; the group's own attempt wins", "group", g.id, "err", err)
-			return hedge.GateDecided{Attempt: a.Attempt, Won: true, Gate: arbiter.GateValue{Group: g.id, Attempt: a.Attempt}.String()}
+			// Refused (gate.on_unavailable), or a claim the gate could not
+			// take: committing undecided could commit the user action twice.
+			d.metrics.gateRefused.Inc()
+			d.log.Warn("winner gate refused the election; the group fails gate_unavailable", "group", g.id, "err", err)
+			return hedge.GateDecided{Attempt: a.Attempt, Unavailable: true}
 		}
 		return hedge.GateDecided{Attempt: a.Attempt, Won: claim.Won, Gate: claim.Value, Holder: claim.Holder}
 	case hedge.ClearGate:

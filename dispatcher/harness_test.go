@@ -391,7 +391,7 @@ type clusterOptions struct {
 func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
 	routes, providers, poolYAML, extraYAML := o.routes, o.providers, o.poolYAML, o.extraYAML
-	ns := natstest.Start(t, natstest.MaxPayload(natsPayload))
+	ns := natstest.Start(t, natstest.MaxPayload(natsPayload), natstest.JetStream(t.TempDir()))
 	c := &cluster{t: t, ns: ns, nc: natstest.Connect(t, ns),
 		records: make(chan schemas.AttemptRecord, 1024), groups: make(chan schemas.GroupRecord, 1024),
 		workerMetrics: worker.NewMetrics()}

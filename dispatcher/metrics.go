@@ -25,6 +25,7 @@ type metrics struct {
 	ejections        *prometheus.CounterVec
 	ejectionsSkipped *prometheus.CounterVec
 	gateDegraded     prometheus.Counter
+	gateRefused      prometheus.Counter
 	superseded       prometheus.Counter
 	tailGain         *prometheus.GaugeVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
@@ -70,6 +71,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Ejections the outlier detection asked for that a pool could not spare (its last healthy route, or past max_ejected_percent)."}, []string{"route"}),
 		gateDegraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_degraded_total",
 			Help: "Elections decided locally because the shared gate was unreachable."}),
+		gateRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_refused_total",
+			Help: "Elections no gate store could decide (gate.on_unavailable refuse, or fallback with the ledger down too): the group failed gate_unavailable."}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_superseded_total",
 			Help: "Winner gate holdings of orphaned requests (their gateway died mid-flight, no answer kept) cleared by a retry's takeover."}),
 		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
@@ -88,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
-		m.gateDegraded, m.superseded, m.tailGain,
+		m.gateDegraded, m.gateRefused, m.superseded, m.tailGain,
 		m.busy, m.reoffers, m.saturated, m.repliesDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)

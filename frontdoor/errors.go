@@ -109,6 +109,7 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
 	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
 	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
+	string(schemas.ErrGateUnavailable):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrGateUnavailable, true},
 	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
 	CodeIdempotencyKeyReused:            {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeTenantRateLimited:               {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
@@ -319,6 +320,9 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		// (docs/architecture.md §4 rule 4): waiting is the remedy.
 		f.RetryAfter = max(ge.RetryAfter, time.Second)
 		f.Message = "Every worker of the model is at its in-flight limit; retry later."
+	case schemas.ErrGateUnavailable:
+		f.RetryAfter = max(ge.RetryAfter, time.Second)
+		f.Message = "The winner gate cannot decide now, so nothing was committed; retry later."
 	case schemas.ErrBudgetExhausted:
 		if ge.RetryAfter > 0 {
 			// The tenant's spend window refused: a new window will not.

@@ -235,7 +235,7 @@ func startSystem(t *testing.T, workerNames ...string) *system {
 	dir := t.TempDir()
 	natsURL := "nats://" + freeAddr(t)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port)
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
 	nc := waitNATS(t, natsURL)
 
 	p := newProvider(t, 10*time.Millisecond)

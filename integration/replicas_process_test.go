@@ -31,7 +31,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	natsURL := "nats://" + freeAddr(t)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port)
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
 	nc := waitNATS(t, natsURL)
 	p := newProvider(t, 10*time.Millisecond)
 

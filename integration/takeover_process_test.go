@@ -43,7 +43,7 @@ func startReplicas(t *testing.T, firstByte time.Duration) *replicaSystem {
 	rs := redistest.Start(t)
 	natsURL := "nats://" + freeAddr(t)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port)
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
 	nc := waitNATS(t, natsURL)
 	s := &replicaSystem{provider: newProvider(t, firstByte), redis: rs,
 		client: &http.Client{Timeout: processDeadline + 10*time.Second}}

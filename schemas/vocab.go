@@ -95,6 +95,10 @@ const (
 	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
 	ErrOverloaded       ErrorCode = "overloaded"        // the pool's workers stayed full for the whole queue wait (§4 rule 4)
 	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+	// ErrGateUnavailable: the winner gate could not decide and was told
+	// not to decide alone (docs/architecture.md §6); nothing committed, a
+	// retry may.
+	ErrGateUnavailable ErrorCode = "gate_unavailable"
 	// Codes of the hedgerow.submit front door only, for failures before any
 	// group runs; never in a group record.
 	ErrUnknownModel ErrorCode = "unknown_model" // model_class names no pool

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -118,6 +119,26 @@ func (f *processFlags) runUntilDone(ctx context.Context, p process, log *slog.Lo
 	return nil
 }
 
+// defaultStoreDir is where serve keeps its embedded JetStream's state when
+// nats.store_dir is empty: hedgerow/nats under the user's state directory
+// ($XDG_STATE_HOME, else ~/.local/state), so the gate's ledger outlives a
+// restart.
+func defaultStoreDir() (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("nats.store_dir is empty and there is no home directory to keep state under: %w", err)
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	dir := filepath.Join(base, "hedgerow", "nats")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("JetStream store %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
 func newServeCmd() *cobra.Command {
 	var flags processFlags
 	cmd := &cobra.Command{
@@ -126,7 +147,9 @@ func newServeCmd() *cobra.Command {
 		Long: `serve runs everything in one process: an embedded NATS server (in-process only,
 unless nats.listen is set so workers of other processes can join), one worker per
 configured route and the gateway's OpenAI-compatible HTTP front door on http.listen,
-with budgets and the winner gate in memory. SIGINT or SIGTERM stops it gracefully.`,
+with budgets and the winner gate in memory (or on Redis when redis.url is set).
+The embedded server runs JetStream on nats.store_dir (default hedgerow/nats under
+$XDG_STATE_HOME or ~/.local/state). SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := flags.logger(cmd.ErrOrStderr())
@@ -136,6 +159,11 @@ with budgets and the winner gate in memory. SIGINT or SIGTERM stops it gracefull
 			cfg, err := flags.loadConfig(cmd, config.RoleServe)
 			if err != nil {
 				return err
+			}
+			if cfg.NATS.StoreDir == "" {
+				if cfg.NATS.StoreDir, err = defaultStoreDir(); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()

@@ -144,6 +144,10 @@ type GateDecided struct {
 	Gate string
 	// Holder names the group that holds the gate when Won is false.
 	Holder string
+	// Unavailable reports that no store could decide and the gate refused
+	// to decide locally (gate.on_unavailable): the group fails
+	// gate_unavailable, as committing might commit the user action twice.
+	Unavailable bool
 }
 
 // CallerGone reports that the caller went away: everything is cancelled, and

@@ -821,6 +821,8 @@ func (g *Group) onGate(e GateDecided) {
 		}
 	case e.Won:
 		g.commit(a, e.Gate)
+	case e.Unavailable && g.phase == phaseRunning:
+		g.fail(schemas.ErrGateUnavailable, schemas.ScopeGroup, "", CancelGroupError)
 	case g.phase == phaseRunning:
 		// Another group of this user action committed: every attempt of this
 		// group would lose the same gate.

@@ -442,6 +442,23 @@ func TestRule3EveryAttemptLosingTheElectionEndsAlreadyCommitted(t *testing.T) {
 	}
 }
 
+func TestRule3AnElectionNoGateCouldDecideFailsTheGroupWithoutACommit(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.hedged(streamingStart)
+	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	acts := h.at(1101, GateDecided{Attempt: 1, Unavailable: true})
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrGateUnavailable {
+		t.Fatalf("undecided election = %v, want Fail(gate_unavailable)", acts)
+	}
+	if has[Commit](acts) || has[Elect](acts) {
+		t.Fatalf("an undecided election must neither commit nor elect another attempt: %v", acts)
+	}
+	if len(all[Cancel](acts)) != 2 {
+		t.Fatalf("want both attempts cancelled, got %v", all[Cancel](acts))
+	}
+}
+
 // Rule 4: the error's scope decides, never the arrival order.
 func TestRule4ErrorScopeDecidesWhatAFailureReaches(t *testing.T) {
 	tests := []struct {

@@ -28,6 +28,7 @@ type Config struct {
 
 	NATS     NATS               `yaml:"nats"`
 	Redis    Redis              `yaml:"redis"`
+	Gate     Gate               `yaml:"gate"`
 	HTTP     HTTP               `yaml:"http"`
 	Routes   []*Route           `yaml:"routes"`
 	Pools    map[string]*Pool   `yaml:"pools"`
@@ -67,6 +68,11 @@ type NATS struct {
 	// it when Listen is set; its own connections then authenticate with
 	// the keys above (the serve user).
 	ServerConfig string `yaml:"server_config"`
+	// StoreDir is where serve's embedded server keeps its JetStream state
+	// (the winner gate's ledger); relative to the configuration file. Empty:
+	// the CLI uses hedgerow/nats under the user's state directory, and an
+	// embedding program a temporary directory removed at stop.
+	StoreDir string `yaml:"store_dir"`
 }
 
 // NATSTLS configures TLS towards NATS; every path is relative to the
@@ -121,6 +127,27 @@ type Redis struct {
 	// serve and gateway need it; a worker uses it, when set, to key its
 	// records' prompt fingerprints like the dispatchers'.
 	HashKeyEnv string `yaml:"hash_key_env"`
+}
+
+// Gate configures the winner gate of replicas sharing Redis
+// (docs/architecture.md §6). Without redis.url the single replica's own gate
+// is authoritative and the section is unused.
+type Gate struct {
+	// OnUnavailable is what an election does when Redis cannot answer:
+	// fallback (the default) lets a JetStream key-value ledger decide — the
+	// ledger also confirms every win, so no user action commits twice, but
+	// the NATS servers need JetStream; local keeps each replica's own
+	// decision (two replicas may each commit one); refuse fails the group
+	// gate_unavailable.
+	OnUnavailable string `yaml:"on_unavailable"`
+	// Bucket is the ledger's key-value bucket.
+	Bucket string `yaml:"bucket"`
+	// Replicas is the bucket's replication factor: 1 on one server, 3 on a
+	// three-node cluster.
+	Replicas int `yaml:"replicas"`
+	// Timeout bounds one ledger operation; an election the ledger does not
+	// answer within it is refused.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // RedisTLS configures TLS towards Redis.

@@ -731,6 +731,28 @@ func TestRedisTimeoutAndKeyPrefixAreBounded(t *testing.T) {
 	}
 }
 
+func TestGateSettingsAreCheckedAndDefaultToTheLedgerFallback(t *testing.T) {
+	tests := []struct {
+		name, gate, field, mentions string
+	}{
+		{"an unknown mode", "  on_unavailable: sometimes\n", "gate.on_unavailable", "not one of local, fallback, refuse"},
+		{"a bucket name NATS refuses", "  bucket: \"gate.x\"\n", "gate.bucket", "not a bucket name"},
+		{"more replicas than JetStream allows", "  replicas: 7\n", "gate.replicas", "outside [1, 5]"},
+		{"a ledger never waited for", "  timeout: 0s\n", "gate.timeout", "outside (0, 10s]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+"gate:\n"+tt.gate, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if g := cfg.Gate; g.OnUnavailable != "fallback" || g.Bucket != "hedgerow_gate" || g.Replicas != 1 || g.Timeout != time.Second {
+		t.Errorf("gate defaults = %+v; want fallback, hedgerow_gate, 1 replica, 1s", g)
+	}
+}
+
 func TestByteSizeParsesPlainAndSuffixedSizes(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -35,6 +35,11 @@ var defaults = []defaultSetting{
 	{"redis.timeout", 100 * time.Millisecond},
 	{"redis.key_prefix", "hr"},
 
+	{"gate.on_unavailable", "fallback"},
+	{"gate.bucket", "hedgerow_gate"},
+	{"gate.replicas", 1},
+	{"gate.timeout", time.Second},
+
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},
 	{"http.header_limit", 64 * ByteSize(1<<10)},

@@ -41,6 +41,7 @@ type validator struct {
 func (v *validator) validate() {
 	v.nats()
 	v.redis()
+	v.gate()
 	v.http()
 	v.routes()
 	v.pools()
@@ -111,6 +112,7 @@ func (v *validator) natsAuth() {
 	}
 	serve := v.role == RoleServe
 	v.file(&n.ServerConfig)
+	v.file(&n.StoreDir)
 	switch {
 	case n.ServerConfig != "" && !serve:
 		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
@@ -180,6 +182,27 @@ func (v *validator) redis() {
 	}
 	v.secret("redis.hash_key_env", r.HashKeyEnv, hashes, "role %s hashes user action ids with it", v.role)
 }
+
+func (v *validator) gate() {
+	g := v.cfg.Gate
+	switch g.OnUnavailable {
+	case "local", "fallback", "refuse":
+	default:
+		v.addf("gate.on_unavailable", "%q is not one of local, fallback, refuse", g.OnUnavailable)
+	}
+	if !bucketName.MatchString(g.Bucket) {
+		v.addf("gate.bucket", "%q is not a bucket name of [A-Za-z0-9_-]", g.Bucket)
+	}
+	if g.Replicas < 1 || g.Replicas > 5 {
+		v.addf("gate.replicas", "%d is outside [1, 5]", g.Replicas)
+	}
+	if g.Timeout <= 0 || g.Timeout > 10*time.Second {
+		v.addf("gate.timeout", "%v is outside (0, 10s]", g.Timeout)
+	}
+}
+
+// bucketName is a JetStream key-value bucket name.
+var bucketName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 func (v *validator) http() {
 	h := v.cfg.HTTP

@@ -49,6 +49,9 @@ type Config struct {
 	// takes; listen address, max payload, name and signals stay this
 	// Config's. Empty: no users, which Start allows only without Listen.
 	ConfigFile string
+	// StoreDir enables JetStream, keeping its state (the winner gate's
+	// ledger) in this directory; empty runs the server without JetStream.
+	StoreDir string
 	// Logger receives the server's logs: notices at debug level, warnings
 	// and errors as such. Nil discards them.
 	Logger *slog.Logger
@@ -93,6 +96,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	opts.ServerName = name
 	opts.MaxPayload = int32(cfg.MaxPayload)
+	if cfg.StoreDir != "" {
+		opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	}
 	opts.NoSigs = true
 	// The server runs no accept loop without a listen address; the
 	// in-process connections of Connect are its only clients.

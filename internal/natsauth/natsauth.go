@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -133,6 +134,9 @@ type Spec struct {
 	Clients []string
 	// Responses bound the workers' replies (ResponsesFor).
 	Responses Responses
+	// GateBucket is the winner gate's ledger bucket (gate.bucket) that
+	// gateways read and write; empty means arbiter.DefaultLedgerBucket.
+	GateBucket string
 }
 
 // Role names of the generated users that are not per worker or client.
@@ -211,10 +215,14 @@ func Generate(spec Spec) (*Bundle, error) {
 		clients = []string{UserClient}
 	}
 	resp := spec.Responses
+	bucket := spec.GateBucket
+	if bucket == "" {
+		bucket = arbiter.DefaultLedgerBucket
+	}
 	users := []User{
 		{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
-			Permissions: union(gatewayPermissions(), workerPermissions(spec.Routes, resp))},
-		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions()},
+			Permissions: union(gatewayPermissions(bucket), workerPermissions(spec.Routes, resp))},
+		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket)},
 		{Name: UserObserver, Role: UserObserver, Permissions: observerPermissions()},
 	}
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
@@ -296,11 +304,20 @@ func srvSubjects(name string) []string {
 
 // gatewayPermissions: publish attempts (to every route), cancels (to the
 // workers' control inboxes), records, answers to clients and readiness
-// pings of the workers; subscribe to its own inboxes and to the submit
-// service.
-func gatewayPermissions() Permissions {
+// pings of the workers; use the winner gate's ledger bucket (create it,
+// read and write its keys) and nothing else of JetStream; subscribe to its
+// own inboxes and to the submit service.
+func gatewayPermissions(gateBucket string) Permissions {
+	stream := "KV_" + gateBucket
 	return Permissions{
 		Publish: []string{
+			"$JS.API.INFO",
+			"$JS.API.STREAM.INFO." + stream,
+			"$JS.API.STREAM.CREATE." + stream,
+			"$JS.API.STREAM.UPDATE." + stream,
+			"$JS.API.STREAM.MSG.GET." + stream,
+			"$JS.API.DIRECT.GET." + stream + ".>",
+			"$KV." + gateBucket + ".>",
 			dispatcher.AttemptSubjectPrefix + "*",
 			WorkerInboxPrefix + ".>",
 			dispatcher.AttemptRecordSubject,

@@ -80,7 +80,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	}
 	g := &Gateway{shared: sh, ownsShared: sh == nil}
 	if g.ownsShared {
-		if sh, err = openShared(cfg, log.With("component", "redis")); err != nil {
+		if sh, err = openShared(cfg, nc, log.With("component", "redis")); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.shared = sh

@@ -13,6 +13,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
@@ -37,9 +39,11 @@ type shared struct {
 
 // openShared builds the shared state of cfg: Redis when redis.url is set,
 // memory otherwise. An unreachable Redis is not fatal — the dispatcher runs
-// degraded (hedges suppressed, local elections) until it answers — but it is
-// logged, so a wrong address shows at start.
-func openShared(cfg *config.Config, log *slog.Logger) (*shared, error) {
+// degraded (hedges suppressed, elections as gate.on_unavailable says) until
+// it answers — but it is logged, so a wrong address shows at start. In
+// fallback mode the gate's ledger is opened on nc's JetStream, which must
+// answer: without it the guarantee the mode promises does not hold.
+func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, error) {
 	gateTTL := gateTTL(cfg)
 	if cfg.Redis.URL == "" {
 		gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: gateTTL})
@@ -52,13 +56,47 @@ func openShared(cfg *config.Config, log *slog.Logger) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{
+	gcfg := arbiter.RedisGateConfig{
 		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, arbiter.MaxRedisGateTimeout),
-	})
+	}
+	if gcfg.OnUnavailable, err = arbiter.ParseUnavailable(cfg.Gate.OnUnavailable); err != nil {
+		return nil, errors.Join(fmt.Errorf("gate.on_unavailable: %w", err), client.Close())
+	}
+	if gcfg.OnUnavailable == arbiter.UnavailableFallback {
+		if gcfg.Ledger, err = openLedger(cfg, nc, gateTTL); err != nil {
+			return nil, errors.Join(err, client.Close())
+		}
+	}
+	gate, err := arbiter.NewRedisGate(client, gcfg)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
 	}
 	return &shared{store: store, gate: gate, client: client}, nil
+}
+
+// ledgerStartTimeout bounds opening the gate's bucket at start.
+const ledgerStartTimeout = 10 * time.Second
+
+// openLedger opens the winner gate's ledger bucket (gate.bucket) on nc's
+// JetStream, creating it when missing.
+func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*arbiter.KVLedger, error) {
+	if nc == nil {
+		return nil, errors.New("gate ledger: a NATS connection is required")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("gate ledger: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerStartTimeout)
+	defer cancel()
+	l, err := arbiter.OpenLedger(ctx, js, arbiter.LedgerConfig{
+		Bucket: cfg.Gate.Bucket, Replicas: cfg.Gate.Replicas, TTL: ttl, Timeout: cfg.Gate.Timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (gate.on_unavailable fallback keeps every commit in a JetStream bucket: "+
+			"enable JetStream on the NATS servers, or set gate.on_unavailable to local or refuse, docs/architecture.md §6)", err)
+	}
+	return l, nil
 }
 
 // leases is where the workers of a process record their attempts in

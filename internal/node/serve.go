@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,7 @@ import (
 // per route and a gateway, in one process.
 type Serve struct {
 	nats    *embednats.Server
+	tempDir string // JetStream's store when nats.store_dir is empty, removed at Stop
 	conns   []*nats.Conn
 	shared  *shared // budgets, gate and, on Redis, the workers' route leases
 	workers *worker.Pool
@@ -49,14 +51,23 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
+	s := &Serve{}
+	storeDir := cfg.NATS.StoreDir
+	if storeDir == "" {
+		dir, err := os.MkdirTemp("", "hedgerow-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("serve: JetStream store: %w", err)
+		}
+		s.tempDir, storeDir = dir, dir
+	}
 	ns, err := embednats.Start(embednats.Config{
 		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
-		ConfigFile: cfg.NATS.ServerConfig,
+		ConfigFile: cfg.NATS.ServerConfig, StoreDir: storeDir,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, errors.Join(fmt.Errorf("serve: %w", err), s.removeTempDir())
 	}
-	s := &Serve{nats: ns}
+	s.nats = ns
 	fail := func(err error) (*Serve, error) {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), unwind(s.Stop))
 	}
@@ -79,7 +90,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if s.shared, err = openShared(cfg, log.With("component", "redis")); err != nil {
+	if s.shared, err = openShared(cfg, gatewayConn, log.With("component", "redis")); err != nil {
 		return fail(err)
 	}
 	m := worker.NewMetrics()
@@ -138,5 +149,17 @@ func (s *Serve) Stop(ctx context.Context) error {
 		nc.Close()
 	}
 	s.nats.Shutdown()
+	errs = append(errs, s.removeTempDir())
 	return errors.Join(errs...)
+}
+
+// removeTempDir removes the JetStream store serve made for itself.
+func (s *Serve) removeTempDir() error {
+	if s.tempDir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(s.tempDir); err != nil {
+		return fmt.Errorf("serve: remove JetStream store: %w", err)
+	}
+	return nil
 }
