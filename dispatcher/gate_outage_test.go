@@ -3,12 +3,14 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
@@ -17,19 +19,26 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// gateReplicas starts n dispatchers on c sharing rs under prefix, whose
-// gates handle an unreachable Redis as mode says; in fallback mode each has
-// its own connection to the bucket on c's JetStream, as gateways do.
-func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int, mode arbiter.Unavailable) []*Dispatcher {
+// outagePerPhase is how many new contested user actions each phase of the
+// outage test sends in fallback mode; `-outage.per-phase 340` runs the
+// 1,000-action figure of docs/architecture.md §6.
+var outagePerPhase = flag.Int("outage.per-phase", 100, "new contested user actions per phase of the gate outage test (fallback mode)")
+
+// gateReplicas starts n dispatchers on c sharing rs under prefix (see
+// replicas), whose gates handle an unreachable Redis as mode says; in
+// fallback mode each has its own connection to the bucket (named prefix)
+// on c's JetStream, as gateways do.
+func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int, mode arbiter.Unavailable) ([]*Dispatcher, []*prometheus.Registry) {
 	t.Helper()
 	var ds []*Dispatcher
+	var regs []*prometheus.Registry
 	for range n {
 		client := redisClient(t, rs)
-		store, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: 200 * time.Millisecond})
+		store, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := arbiter.RedisGateConfig{Prefix: prefix, Timeout: 200 * time.Millisecond, OnUnavailable: mode}
+		cfg := arbiter.RedisGateConfig{Prefix: prefix, Timeout: time.Second, OnUnavailable: mode}
 		if mode == arbiter.UnavailableFallback {
 			js, err := jetstream.New(natstest.Connect(t, c.ns))
 			if err != nil {
@@ -43,9 +52,11 @@ func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string,
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds = append(ds, c.addDispatcher(Config{Store: store, Gate: gate, Secret: []byte("shared-secret")}))
+		reg := prometheus.NewRegistry()
+		ds = append(ds, c.addDispatcher(Config{Store: store, Gate: gate, Registerer: reg, Secret: []byte("shared-secret")}))
+		regs = append(regs, reg)
 	}
-	return ds
+	return ds, regs
 }
 
 // commitLog counts the commits of each user action (by Idempotency-Key)
@@ -84,7 +95,7 @@ func TestNoUserActionCommitsTwiceThroughARedisOutageAndAnEmptyRestart(t *testing
 		perPhase    int // new contested user actions per phase
 		wantDoubles bool
 	}{
-		{arbiter.UnavailableFallback, 340, false},
+		{arbiter.UnavailableFallback, *outagePerPhase, false},
 		{arbiter.UnavailableLocal, 40, true},
 	}
 	for _, tt := range tests {
@@ -96,7 +107,7 @@ func TestNoUserActionCommitsTwiceThroughARedisOutageAndAnEmptyRestart(t *testing
 				ps[r] = newProvider(t, r, sc)
 			}
 			c := newCluster(t, []string{"a", "b"}, ps, contestedPolicy)
-			ds := gateReplicas(t, c, rs, "outage"+string(tt.mode), 2, tt.mode)
+			ds, _ := gateReplicas(t, c, rs, "outage"+string(tt.mode), 2, tt.mode)
 			log := &commitLog{commits: map[string]int{}}
 			var keys []string
 			phase := func(name string) {

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -140,20 +142,13 @@ func metricSum(t *testing.T, regs []*prometheus.Registry, name, label, value str
 	return sum
 }
 
-// replicas starts n dispatchers on c sharing rs under prefix, each with its
-// own metrics registry, and the same secret, so a user action's id is the
-// same on every replica.
+// replicas starts n dispatchers on c sharing rs under prefix, as gateways
+// run by default: each with its own metrics registry, the same secret, so a
+// user action's id is the same on every replica, and a gate in fallback
+// mode on c's JetStream.
 func replicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int) ([]*Dispatcher, []*prometheus.Registry) {
 	t.Helper()
-	var ds []*Dispatcher
-	var regs []*prometheus.Registry
-	for range n {
-		store, gate := redisShared(t, redisClient(t, rs), prefix)
-		reg := prometheus.NewRegistry()
-		ds = append(ds, c.addDispatcher(Config{Store: store, Gate: gate, Registerer: reg, Secret: []byte("shared-secret")}))
-		regs = append(regs, reg)
-	}
-	return ds, regs
+	return gateReplicas(t, c, rs, prefix, n, arbiter.UnavailableFallback)
 }
 
 // run submits requests from workers goroutines per replica until each
@@ -304,29 +299,24 @@ func TestElectionsAcrossReplicasCommitOneGroupPerUserAction(t *testing.T) {
 		errors.As(failures[0], &ge)
 		t.Fatalf("%d groups failed otherwise than already_committed, first: %v %+v", len(failures), failures[0], c.attemptRecords(ge.Group, 1))
 	}
-	held := map[string]bool{}
-	keys, err := redisClient(t, rs).Keys(t.Context(), "elect:*:win").Result()
+	// The ledger, the gate's authority, holds each committed winner.
+	js, err := jetstream.New(natstest.Connect(t, c.ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range keys {
-		v, err := redisClient(t, rs).Get(t.Context(), k).Result()
-		if err != nil {
-			t.Fatalf("GET %s: %v", k, err)
-		}
-		held[v] = true
+	ledger, err := arbiter.OpenLedger(t.Context(), js, arbiter.LedgerConfig{Bucket: "elect"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	for ua := range userActions {
 		key := fmt.Sprintf("action-%d", ua)
 		if got := won[key]; len(got) != 1 {
 			t.Fatalf("user action %s committed %d groups (%q), want exactly 1", key, len(got), got)
 		}
-		if !held[won[key][0]] {
-			t.Fatalf("user action %s committed with gate value %q, which Redis does not hold", key, won[key][0])
+		holder, held, err := ledger.Holder(t.Context(), schemas.UserActionID(ds[0].secret, "", key))
+		if err != nil || !held || holder.String() != won[key][0] {
+			t.Fatalf("user action %s committed with gate value %q; the ledger holds %v (%v, %v)", key, won[key][0], holder, held, err)
 		}
-	}
-	if len(held) != userActions {
-		t.Fatalf("Redis holds %d winners, want %d", len(held), userActions)
 	}
 }
 
