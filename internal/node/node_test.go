@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
@@ -212,10 +214,17 @@ func TestGatewayRefusesToStart(t *testing.T) {
 	}{
 		{"against a NATS server whose max_payload is below nats.max_payload", "", 1 << 20, ErrPayloadTooSmall,
 			"the NATS server takes messages of up to 1MiB, nats.max_payload is 8MiB"},
+		{"with redis and the default gate.on_unavailable, against a NATS server without JetStream", "redis", 16 << 20,
+			jetstream.ErrJetStreamNotEnabled, "enable JetStream on the NATS servers, or set gate.on_unavailable to local or refuse"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := parse(t, "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", tt.extra)
+			extra := tt.extra
+			if extra == "redis" {
+				t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
+				extra = "redis: {url: \"" + redistest.Start(t).URL() + "\", hash_key_env: NODE_TEST_HASH_KEY}\n"
+			}
+			cfg := parse(t, "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1", extra)
 			nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(int32(tt.maxPayload))), nats.Name("gateway"))
 			g, err := StartGateway(cfg, nc, nil, Options{})
 			if !errors.Is(err, tt.want) {
@@ -278,6 +287,24 @@ func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 	}
 	if !ledger || !winner {
 		t.Fatalf("redis keys %q: want the user action's ledger and its winner", keys)
+	}
+	// The gate's ledger, on serve's own JetStream, holds the winner too.
+	nc, err := s.nats.Connect("ledger-reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), arbiter.DefaultLedgerBucket)
+	if err != nil {
+		t.Fatalf("the gate's ledger bucket: %v", err)
+	}
+	keys, err = kv.Keys(t.Context())
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("ledger keys %q, %v; want the one user action's", keys, err)
 	}
 	// The latency sketch of the request's cohort is shared too, at the
 	// sketch syncer's next tick (one a second).
