@@ -255,12 +255,15 @@ type Submission struct {
 	// Deadline overrides the policy's deadline when positive (never longer).
 	Deadline time.Duration
 	Request  schemas.ChatRequest
-	// Supersedes names a dispatcher (ID) whose request of this user action
+	// GroupID is the group's id when the caller reserved it (NewGroupID);
+	// empty: a new one.
+	GroupID string
+	// Supersedes names the group (ID) of a request of this user action that
 	// was orphaned: its gateway died mid-flight with no answer kept, as the
 	// door's in-flight marker proved (docs/architecture.md §2). A winner
-	// gate held by one of that dispatcher's groups is cleared
-	// (compare-and-delete) when this group's election meets it, so this
-	// try commits instead of answering already_committed.
+	// gate held by that group is cleared (compare-and-delete) when this
+	// group's election meets it, so this try commits instead of answering
+	// already_committed.
 	Supersedes string
 }
 

@@ -155,14 +155,30 @@ func (d *Dispatcher) contractFor(ctx context.Context, model string, responseForm
 	return c, nil
 }
 
-func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, error) {
+// NewGroupID reserves the id of a group this dispatcher will run. A door
+// that must name its request's group before it runs — in the in-flight
+// marker a takeover reads (docs/architecture.md §2) — passes it back in
+// Submission.GroupID.
+func (d *Dispatcher) NewGroupID() string {
 	d.mu.Lock()
-	closed := d.closed
 	d.nextSeq++
 	seq := d.nextSeq
 	d.mu.Unlock()
+	return d.id + "-" + strconv.FormatUint(seq, 36)
+}
+
+func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
 	if closed {
 		return nil, ErrShuttingDown
+	}
+	id := sub.GroupID
+	if id == "" {
+		id = d.NewGroupID()
+	} else if !strings.HasPrefix(id, d.id+"-") {
+		return nil, fmt.Errorf("%w: group id %q was not reserved on this dispatcher", ErrBadRequest, id)
 	}
 	if err := sub.Request.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -198,7 +214,7 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
 		cohort:   cohort,
-		id:       d.id + "-" + strconv.FormatUint(seq, 36),
+		id:       id,
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),
 		gone:     make(chan struct{}),
@@ -498,17 +514,18 @@ func hasToolCalls(raw json.RawMessage) bool {
 }
 
 // claim asks the winner gate for attempt. A group that supersedes an
-// orphaned request (Submission.Supersedes) and meets a holder of that
-// dispatcher's clears it, compare-and-delete, and claims once more: the
-// orphan's gateway died with no answer kept, so its commit reached nobody
-// (docs/architecture.md §2). A holder of any other dispatcher stands.
+// orphaned request (Submission.Supersedes) and meets that request's own
+// group as the holder clears it, compare-and-delete, and claims once more:
+// the orphan's gateway died with no answer kept, so its commit reached
+// nobody (docs/architecture.md §2). Any other holder stands — another
+// request's commit, even of the same dispatcher, may have been answered.
 func (g *group) claim(ctx context.Context, attempt int) (arbiter.Claim, error) {
 	claim, err := g.d.gate.Claim(ctx, g.ua, g.id, attempt)
 	if err != nil || claim.Won || g.sub.Supersedes == "" {
 		return claim, err
 	}
 	holder, perr := arbiter.ParseGateValue(claim.Holder)
-	if perr != nil || !strings.HasPrefix(holder.Group, g.sub.Supersedes+"-") {
+	if perr != nil || holder.Group != g.sub.Supersedes {
 		return claim, err
 	}
 	orphan := arbiter.Claim{UserAction: g.ua, Group: holder.Group, Attempt: holder.Attempt, Won: true, Value: claim.Holder}

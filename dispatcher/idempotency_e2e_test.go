@@ -141,7 +141,7 @@ func redisReplica(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Server)
 		t.Fatal(err)
 	}
 	d := c.AddDispatcher(dispatcher.Config{Store: store, Gate: gate, Registerer: prometheus.NewRegistry(), Secret: []byte("replicas-share-it")})
-	return httpDoor(t, c, d, httpdoor.Options{Replays: replays, DispatcherID: d.ID()}).URL
+	return httpDoor(t, c, d, httpdoor.Options{Replays: replays}).URL
 }
 
 // A twin reaching another replica while the first request runs waits for
@@ -195,7 +195,7 @@ func TestHTTPRetryAfterTheCallerLeftMidStreamGetsACompleteAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := httpDoor(t, c, c.Dispatcher(), httpdoor.Options{Replays: store, DispatcherID: c.Dispatcher().ID()}).URL
+	url := httpDoor(t, c, c.Dispatcher(), httpdoor.Options{Replays: store}).URL
 	key := map[string]string{frontdoor.HeaderIdempotencyKey: "action-left"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -384,11 +384,11 @@ func TestRedisLostAndBackMidRun(t *testing.T) {
 
 // A retry that took over an orphaned request (its gateway died after its
 // group committed, no answer kept: the door's in-flight marker proved it,
-// docs/architecture.md §2) names that dispatcher in Supersedes: the
-// orphan's winner gate holding is cleared and the retry commits. A holder of
-// any other dispatcher stands, and without Supersedes the retry answers
-// already_committed as ever.
-func TestRetrySupersedesOnlyTheOrphanedCommitOfTheDispatcherItNames(t *testing.T) {
+// docs/architecture.md §2) names that request's group in Supersedes: the
+// orphan's winner gate holding is cleared and the retry commits. Any other
+// holder stands — another group, even of the same dispatcher — and without
+// Supersedes the retry answers already_committed as ever.
+func TestRetrySupersedesOnlyTheOrphanedCommitOfTheGroupItNames(t *testing.T) {
 	rs := redistest.Start(t)
 	c := newCluster(t, []string{"a"}, map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 2}))}, "")
 	ds, regs := replicas(t, c, rs, "supersede", 1)
@@ -399,8 +399,9 @@ func TestRetrySupersedesOnlyTheOrphanedCommitOfTheDispatcherItNames(t *testing.T
 		supersedes string
 		commits    bool
 	}{
-		{"the dead dispatcher's commit is superseded", "deaddeadbeef", true},
-		{"another dispatcher's commit stands", "0123456789ab", false},
+		{"the orphaned group's commit is superseded", "deaddeadbeef-1", true},
+		{"another group's commit of the same dispatcher stands", "deaddeadbeef-2", false},
+		{"another dispatcher's commit stands", "0123456789ab-1", false},
 		{"without a takeover the commit stands", "", false},
 	}
 	for i, tt := range tests {

@@ -27,6 +27,9 @@ type Submitter interface {
 	// handing a streaming request's committed stream to sink as it arrives.
 	// Cancelling ctx cancels the group with no fallback.
 	Submit(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error)
+	// NewGroupID reserves the id of the group a Submission with that
+	// GroupID will run: the in-flight marker names it before it runs.
+	NewGroupID() string
 	// Pools lists the pools' own names.
 	Pools() []string
 	// Models lists every model name callers may send — each chat pool's

@@ -26,56 +26,8 @@ import (
 // ledger, the user action's id and the committed answers are shared
 // through Redis.
 func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	rs := redistest.Start(t)
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
-	nc := waitNATS(t, natsURL)
-	p := newProvider(t, 10*time.Millisecond)
-
-	// The gateways read the hash key from their environment, as in production.
-	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
-	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: procs\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL())
-	writeConfig := func(name, listen string) string {
-		path := filepath.Join(dir, name+".yaml")
-		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
-	waitWorkers(t, nc, 1)
-	var gateways []string
-	for _, name := range []string{"gateway-1", "gateway-2"} {
-		addr := freeAddr(t)
-		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
-		gateways = append(gateways, "http://"+addr)
-	}
-	for _, g := range gateways {
-		waitReady(t, g)
-	}
-
-	client := &http.Client{Timeout: processDeadline + 10*time.Second}
-	t.Cleanup(client.CloseIdleConnections)
-	send := func(gateway, key string) (*http.Response, string, error) {
-		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
-		if err != nil {
-			return nil, "", err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp, string(body), err
-	}
+	rp := startReplicaProcesses(t, "procs", 10*time.Millisecond)
+	rs, p, gateways, send := rp.redis, rp.provider, rp.gateways, rp.send
 	chat := func(gateway, key string) (*http.Response, string) {
 		t.Helper()
 		resp, body, err := send(gateway, key)
@@ -139,6 +91,147 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 	other, body := chat(gateways[1], "order-43")
 	if other.StatusCode != http.StatusOK {
 		t.Fatalf("second gateway, another user action: %d %s", other.StatusCode, body)
+	}
+}
+
+// replicaProcesses are two `hedgerow gateway` processes sharing one Redis
+// (key prefix, hash key) and a worker process, on a nats-server process
+// with JetStream, as a deployment of replicas runs.
+type replicaProcesses struct {
+	redis    *redistest.Server
+	provider *provider
+	gateways []string // base URLs
+	// send posts a chat completion with an Idempotency-Key to a gateway
+	// and returns the answer with its body read.
+	send func(gateway, key string) (*http.Response, string, error)
+}
+
+func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Duration) *replicaProcesses {
+	t.Helper()
+	bins := buildBinaries(t)
+	dir := t.TempDir()
+	rs := redistest.Start(t)
+	natsURL := "nats://" + freeAddr(t)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
+	nc := waitNATS(t, natsURL)
+	p := newProvider(t, providerDelay)
+
+	// The gateways read the hash key from their environment, as in production.
+	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
+	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: %s\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL(), prefix)
+	writeConfig := func(name, listen string) string {
+		path := filepath.Join(dir, name+".yaml")
+		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
+	waitWorkers(t, nc, 1)
+	rp := &replicaProcesses{redis: rs, provider: p}
+	for _, name := range []string{"gateway-1", "gateway-2"} {
+		addr := freeAddr(t)
+		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
+		rp.gateways = append(rp.gateways, "http://"+addr)
+	}
+	for _, g := range rp.gateways {
+		waitReady(t, g)
+	}
+	client := &http.Client{Timeout: processDeadline + 10*time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	rp.send = func(gateway, key string) (*http.Response, string, error) {
+		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
+	return rp
+}
+
+// TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage
+// sends each user action to both gateway processes at once — twice to
+// each — while Redis is stopped, then, after Redis restarts empty, retries
+// every one of them on both and sends as many new ones. Every answer of a
+// user action carries the same gate value: it committed once, and retries
+// got that answer replayed or already_committed.
+func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *testing.T) {
+	rp := startReplicaProcesses(t, "outage", 0)
+	type answer struct {
+		key, gate string
+		status    int
+		err       error
+	}
+	var answers []answer
+	burst := func(keys []string, perGateway int) {
+		out := make(chan answer, len(keys)*perGateway*len(rp.gateways))
+		sem := make(chan struct{}, 16)
+		for _, key := range keys {
+			for i := range perGateway * len(rp.gateways) {
+				go func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					resp, _, err := rp.send(rp.gateways[i%len(rp.gateways)], key)
+					a := answer{key: key, err: err}
+					if err == nil {
+						a.status, a.gate = resp.StatusCode, resp.Header.Get(frontdoor.HeaderGate)
+					}
+					out <- a
+				}()
+			}
+		}
+		for range cap(out) {
+			answers = append(answers, <-out)
+		}
+	}
+	keysOf := func(phase string, n int) []string {
+		var keys []string
+		for i := range n {
+			keys = append(keys, fmt.Sprintf("%s-%d", phase, i))
+		}
+		return keys
+	}
+	const perPhase = 40
+	rp.redis.Kill()
+	down := keysOf("down", perPhase)
+	burst(down, 2)
+	rp.redis.Restart()
+	burst(append(down, keysOf("restarted", perPhase)...), 2)
+
+	gates := map[string]map[string]bool{}
+	statuses := map[int]int{}
+	for _, a := range answers {
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.key, a.err)
+		}
+		statuses[a.status]++
+		switch a.status {
+		case http.StatusOK:
+			if gates[a.key] == nil {
+				gates[a.key] = map[string]bool{}
+			}
+			gates[a.key][a.gate] = true
+		case http.StatusConflict:
+		default:
+			t.Errorf("%s answered %d; want 200 or 409", a.key, a.status)
+		}
+	}
+	t.Logf("answers by status: %v", statuses)
+	for _, key := range append(down, keysOf("restarted", perPhase)...) {
+		if n := len(gates[key]); n != 1 {
+			t.Errorf("user action %s committed %d times (gate values %v), want once", key, n, gates[key])
+		}
 	}
 }
 

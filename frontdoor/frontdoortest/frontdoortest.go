@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/hedgerow/hedgerow/arbiter"
@@ -34,8 +35,17 @@ type Submitter struct {
 	// dispatcher.DefaultMaxTokens.
 	MaxOutputTokens int
 
-	mu   sync.Mutex
-	subs []dispatcher.Submission
+	mu     sync.Mutex
+	subs   []dispatcher.Submission
+	groups int
+}
+
+// NewGroupID returns test-1, test-2, …
+func (s *Submitter) NewGroupID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.groups++
+	return "test-" + strconv.Itoa(s.groups)
 }
 
 // New returns a Submitter of the pool "general" and the operation class

@@ -99,10 +99,7 @@ type Options struct {
 	// unrefreshed this long with no answer was orphaned, and a retry takes
 	// it over. Zero means replay.DefaultLease.
 	ReplayLease time.Duration
-	// DispatcherID names the Submitter (dispatcher.ID): in-flight markers
-	// carry it, so a takeover names whose commit it supersedes.
-	DispatcherID string
-	Logger       *slog.Logger
+	Logger      *slog.Logger
 	// Now is the clock of the created stamps and the readiness cache; nil
 	// means time.Now.
 	Now func() time.Time
@@ -217,7 +214,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
 	if opts.Replays != nil {
 		var err error
-		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease}); err != nil {
 			return nil, fmt.Errorf("httpdoor: %w", err)
 		}
 	}

@@ -288,8 +288,8 @@ func orphanDoor(t *testing.T) (*httptest.Server, *frontdoortest.Submitter, *repl
 }
 
 // A request whose lease lapsed with no answer (its gateway died) is taken
-// over: the retry submits, naming the dead dispatcher in Supersedes.
-func TestRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
+// over: the retry submits, naming the orphaned request's group in Supersedes.
+func TestRetryOfAnOrphanedRequestSupersedesItsGroup(t *testing.T) {
 	srv, sub, clock := orphanDoor(t)
 	clock.Advance(replay.DefaultLease)
 	resp, body := answered(t, srv.URL, "/v1/chat/completions", chatBody(false, ""), map[string]string{frontdoor.HeaderIdempotencyKey: "action-1"})

@@ -37,7 +37,8 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 		wctx, cancel = context.WithTimeout(ctx, sub.Deadline)
 		defer cancel()
 	}
-	turn, err := s.flights.Begin(wctx, key, fp)
+	sub.GroupID = s.d.NewGroupID()
+	turn, err := s.flights.Begin(wctx, key, fp, sub.GroupID)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // the caller cancelled: nobody is left to tell

@@ -179,8 +179,8 @@ func TestNATSTwinOnAnotherReplicaWaitsAndIsReplayed(t *testing.T) {
 }
 
 // A request whose lease lapsed with no answer (its gateway died) is taken
-// over: the retry submits, naming the dead dispatcher in Supersedes.
-func TestNATSRetryOfAnOrphanedRequestSupersedesItsDispatcher(t *testing.T) {
+// over: the retry submits, naming the orphaned request's group in Supersedes.
+func TestNATSRetryOfAnOrphanedRequestSupersedesItsGroup(t *testing.T) {
 	clock := replaytest.NewClock()
 	store, err := replay.NewMemory(replay.MemoryOptions{Now: clock.Now})
 	if err != nil {
@@ -255,7 +255,7 @@ func TestNATSStreamWhoseCallerLeftLeavesItsRequestOrphaned(t *testing.T) {
 		orphan = c.Orphaned
 		return err == nil && c.Won
 	})
-	if orphan == nil || orphan.Owner != "d-1" {
-		t.Fatalf("the lapsed marker %+v; want d-1's request left orphaned", orphan)
+	if orphan == nil || orphan.Owner != "test-1" {
+		t.Fatalf("the lapsed marker %+v; want the request of group test-1 left orphaned", orphan)
 	}
 }

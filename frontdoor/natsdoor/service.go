@@ -151,7 +151,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	}
 	if opts.Replays != nil {
 		var err error
-		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Owner: opts.DispatcherID, Lease: opts.ReplayLease}); err != nil {
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease}); err != nil {
 			return nil, fmt.Errorf("natsdoor: %w", err)
 		}
 	}

@@ -22,7 +22,7 @@ import (
 // polling the store with backoff — and is then replayed the stored answer.
 // A lease left unrefreshed for a whole lease with no answer was orphaned
 // (its gateway died); the next request takes it over and runs, told which
-// dispatcher's commit it may supersede (Lead.Supersedes).
+// group's commit it may supersede (Lead.Supersedes).
 type Flights struct {
 	store Store
 	opts  FlightOptions
@@ -33,9 +33,6 @@ type Flights struct {
 
 // FlightOptions configure Flights; zero values take the defaults.
 type FlightOptions struct {
-	// Owner names the dispatcher behind the door (dispatcher.ID): markers
-	// carry it so a takeover knows whose commit it supersedes.
-	Owner string
 	// Lease is an in-flight marker's lease; zero means DefaultLease.
 	Lease time.Duration
 	// MaxPoll bounds the interval between two looks at a lease held on
@@ -84,9 +81,10 @@ type Turn struct {
 // Lead is a request that runs for its key: it holds the key's lease (unless
 // the store failed) and this door's flight.
 type Lead struct {
-	// Supersedes names the dispatcher whose request of the same key was
-	// orphaned: its lease lapsed with no answer stored. Its commit of the
-	// user action may be superseded by this try (docs/architecture.md §2).
+	// Supersedes names the group of the request of the same key that was
+	// orphaned: its lease lapsed with no answer stored. That group's commit
+	// of the user action may be superseded by this try
+	// (docs/architecture.md §2).
 	Supersedes string
 	// StoreErr is the store's failure when the request leads without a
 	// lease (replay is then best-effort; the winner gate still guards).
@@ -105,8 +103,10 @@ type Lead struct {
 // while the same request of the key is in flight, here or on a replica
 // sharing the store, until that one ends (then it is replayed its answer,
 // or runs itself when it failed), its lease lapses (then it takes over), or
-// ctx ends (ctx's error).
-func (fs *Flights) Begin(ctx context.Context, key, fp string) (Turn, error) {
+// ctx ends (ctx's error). group names the group the request runs as if it
+// leads: its marker carries it, so a takeover supersedes that group's
+// commit and no other.
+func (fs *Flights) Begin(ctx context.Context, key, fp, group string) (Turn, error) {
 	for {
 		fs.mu.Lock()
 		if f, ok := fs.m[key]; ok {
@@ -125,7 +125,7 @@ func (fs *Flights) Begin(ctx context.Context, key, fp string) (Turn, error) {
 		f := &Flight{fingerprint: fp, done: make(chan struct{})}
 		fs.m[key] = f
 		fs.mu.Unlock()
-		t, err := fs.begin(ctx, key, fp, f)
+		t, err := fs.begin(ctx, key, fp, group, f)
 		if t.Lead == nil {
 			fs.leave(key, f)
 		}
@@ -136,7 +136,7 @@ func (fs *Flights) Begin(ctx context.Context, key, fp string) (Turn, error) {
 // begin is Begin for the request that leads this door's flight of key: it
 // looks for the answer and claims the lease, polling while another
 // replica's request of the key holds it.
-func (fs *Flights) begin(ctx context.Context, key, fp string, f *Flight) (Turn, error) {
+func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) (Turn, error) {
 	poll := fs.opts.MaxPoll / 8
 	for {
 		a, err := fs.store.Get(ctx, key)
@@ -146,7 +146,7 @@ func (fs *Flights) begin(ctx context.Context, key, fp string, f *Flight) (Turn, 
 		if a != nil {
 			return answered(a, fp), nil
 		}
-		m := Marker{Fingerprint: fp, Owner: fs.opts.Owner, Token: newToken()}
+		m := Marker{Fingerprint: fp, Owner: group, Token: newToken()}
 		c, err := fs.store.Claim(ctx, key, m, fs.opts.Lease)
 		if err != nil {
 			return fs.degraded(ctx, key, f, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,19 +40,30 @@ func replicas(t *testing.T) (a, b *replay.Flights, clock *replaytest.Clock, stor
 		t.Fatal(err)
 	}
 	store = &countingStore{Store: m}
-	mk := func(owner string) *replay.Flights {
-		fs, err := replay.NewFlights(store, replay.FlightOptions{Owner: owner, Lease: testLease, MaxPoll: 20 * time.Millisecond})
+	mk := func(group string) *replay.Flights {
+		fs, err := replay.NewFlights(store, replay.FlightOptions{Lease: testLease, MaxPoll: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
+		groupOf.Store(fs, group)
 		return fs
 	}
 	return mk("dispatcher-a"), mk("dispatcher-b"), clock, store
 }
 
+// groupOf names the group each door's requests run as (its markers'
+// Owner), one per door here: what a takeover names in Supersedes.
+var groupOf sync.Map // *replay.Flights → string
+
+func group(fs *replay.Flights) string {
+	g, _ := groupOf.Load(fs)
+	s, _ := g.(string)
+	return s
+}
+
 func lead(t *testing.T, fs *replay.Flights, key, fp string) *replay.Lead {
 	t.Helper()
-	turn, err := fs.Begin(context.Background(), key, fp)
+	turn, err := fs.Begin(context.Background(), key, fp, group(fs))
 	if err != nil || turn.Lead == nil {
 		t.Fatalf("Begin = %+v, %v; want to lead", turn, err)
 	}
@@ -66,7 +78,7 @@ type begun struct {
 func beginAsync(ctx context.Context, fs *replay.Flights, key, fp string) <-chan begun {
 	out := make(chan begun, 1)
 	go func() {
-		turn, err := fs.Begin(ctx, key, fp)
+		turn, err := fs.Begin(ctx, key, fp, group(fs))
 		out <- begun{turn, err}
 	}()
 	return out
@@ -187,11 +199,11 @@ func (failingStore) Claim(context.Context, string, replay.Marker, time.Duration)
 }
 
 func TestUnreachableStoreLeadsWithoutALeaseAndSaysWhy(t *testing.T) {
-	fs, err := replay.NewFlights(failingStore{}, replay.FlightOptions{Owner: "d"})
+	fs, err := replay.NewFlights(failingStore{}, replay.FlightOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	turn, err := fs.Begin(context.Background(), "k", "fp")
+	turn, err := fs.Begin(context.Background(), "k", "fp", "d-1")
 	if err != nil || turn.Lead == nil || !errors.Is(turn.Lead.StoreErr, errDown) {
 		t.Fatalf("Begin = %+v, %v; want to lead, saying the store is down", turn, err)
 	}

@@ -96,8 +96,8 @@ type Marker struct {
 	// Fingerprint is the request's (Fingerprint): a twin with another
 	// request is refused while the marker is live.
 	Fingerprint string
-	// Owner names the dispatcher serving the request (its groups' ids
-	// start with it), so a takeover can tell its commit from another's.
+	// Owner names the group serving the request, so a takeover can tell
+	// its commit from another's.
 	Owner string
 	// Token is this lease's own id, unique per claim.
 	Token string

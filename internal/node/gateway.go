@@ -113,7 +113,6 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
 		ReplayLease:    cfg.HTTP.Idempotency.Lease,
-		DispatcherID:   d.ID(),
 		Logger:         log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
