@@ -1,7 +1,11 @@
 package simulator
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -89,4 +93,41 @@ func (r *runner) recordGroup(g *simGroup, e hedge.GroupEnded) error {
 		}
 	}
 	return r.records.GroupRecord(rec)
+}
+
+// JSONLines is a RecordSink that writes each record as one JSON object per
+// line, the format ReadTraffic reads. It is safe for concurrent use; Flush
+// writes out what is buffered.
+type JSONLines struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+// NewJSONLines returns a JSONLines writing to w.
+func NewJSONLines(w io.Writer) *JSONLines { return &JSONLines{w: bufio.NewWriter(w)} }
+
+// AttemptRecord writes one attempt record.
+func (j *JSONLines) AttemptRecord(r schemas.AttemptRecord) error { return j.write(r) }
+
+// GroupRecord writes one group record.
+func (j *JSONLines) GroupRecord(r schemas.GroupRecord) error { return j.write(r) }
+
+func (j *JSONLines) write(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, err := j.w.Write(append(data, '\n')); err != nil {
+		return fmt.Errorf("write record: %w", err)
+	}
+	return nil
+}
+
+// Flush writes out the buffered records.
+func (j *JSONLines) Flush() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.w.Flush()
 }
