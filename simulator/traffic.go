@@ -318,7 +318,15 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
 		}
+		// Groups are gathered in map order: sorting makes the draws a
+		// function of the records alone.
 		slices.Sort(c.itl)
+		slices.SortFunc(c.tokens, func(a, b workload.TokenCounts) int {
+			if a.Input != b.Input {
+				return a.Input - b.Input
+			}
+			return a.Output - b.Output
+		})
 		model, err := workload.EmpiricalModel(k.String(), &workload.Empirical{Ends: ends, ITL: c.itl, Tokens: c.tokens})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
@@ -335,7 +343,27 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 			hang -= a.P
 		}
 		summary = append(summary, RecordedCohort{Name: k.String(), Groups: len(c.arrivals), Primaries: len(c.ends),
-			Censored: c.censored, Rate: rate, HangFraction: max(hang, 0)})
+			Censored: c.censored, Rate: rate, HangFraction: roundOff(hang)})
 	}
 	return out, summary, nil
+}
+
+// roundOff clears the rounding residue of a probability computed as one
+// minus a sum.
+func roundOff(p float64) float64 {
+	if p < 1e-12 {
+		return 0
+	}
+	return p
+}
+
+// Groups returns how many groups have a group record.
+func (t *Traffic) Groups() int {
+	n := 0
+	for _, g := range t.groups {
+		if !g.arrival.IsZero() {
+			n++
+		}
+	}
+	return n
 }

@@ -167,7 +167,7 @@ func (w whatIf) run(cmd *cobra.Command, opts simulator.Options, requestsSet, asJ
 			so.Requests = opts.Requests
 		}
 		var done func()
-		so.Progress, done = progress(int64(max(so.Requests, traffic.Lines))*settings, "replaying", quiet)
+		so.Progress, done = progress(int64(max(so.Requests, traffic.Groups()))*settings, "replaying", quiet)
 		defer done()
 		if frontier, err = simulator.SweepRecords(traffic, w.records, so); err != nil {
 			return err
