@@ -24,6 +24,9 @@ type SweepOptions struct {
 	// Quantiles are the delay quantiles tried (DefaultSweepQuantiles when
 	// empty), each in (0, 1).
 	Quantiles []float64
+	// AsConfigured runs the configured setting alone, each class at its
+	// own delay quantile and ceiling: a replay without a sweep.
+	AsConfigured bool
 	// Ceilings are the duplicate-rate ceilings tried with every quantile;
 	// empty: each class's configured ceiling only.
 	Ceilings []float64
@@ -118,7 +121,7 @@ func SweepWorkload(o Options, so SweepOptions) (*Frontier, error) {
 
 // setting is one point of the sweep.
 type setting struct {
-	quantile, ceiling float64 // ceiling 0: as configured
+	quantile, ceiling float64 // 0: as configured
 }
 
 func (so SweepOptions) policyFor(operation string) *policy.Policy {
@@ -133,6 +136,9 @@ func (so SweepOptions) policyFor(operation string) *policy.Policy {
 }
 
 func (so SweepOptions) settings() ([]setting, error) {
+	if so.AsConfigured {
+		return []setting{{}}, nil
+	}
 	qs := so.Quantiles
 	if len(qs) == 0 {
 		qs = DefaultSweepQuantiles
@@ -205,11 +211,20 @@ func runSetting(traffic []cohortTraffic, so SweepOptions, st setting) (FrontierP
 		total += t.Requests
 	}
 	acc := newAccumulator(total)
-	name := "q" + strconv.FormatFloat(st.quantile, 'g', -1, 64)
+	name := "configured"
+	if st.quantile > 0 {
+		name = "q" + strconv.FormatFloat(st.quantile, 'g', -1, 64)
+	}
 	pt := FrontierPoint{Quantile: st.quantile, DuplicateCeiling: math.Inf(1)}
+	largest := 0
 	for i, t := range traffic {
 		rules := so.policyFor(t.Operation)
-		rules.Delay.Quantile = st.quantile
+		if st.quantile > 0 {
+			rules.Delay.Quantile = st.quantile
+		} else if t.Requests > largest {
+			// As configured: the row shows the busiest cohort's quantile.
+			pt.Quantile, largest = rules.Delay.Quantile, t.Requests
+		}
 		if st.ceiling > 0 {
 			rules.DuplicateRate.Ceiling = st.ceiling
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/simulator"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -128,22 +127,22 @@ func (w whatIf) run(cmd *cobra.Command, opts simulator.Options, requestsSet, asJ
 	if w.maxExtraCost < 0 {
 		return fmt.Errorf("--max-extra-cost %v must be ≥ 0", w.maxExtraCost)
 	}
-	configured := policy.Default()
 	if w.config != "" {
 		cfg, err := config.Load(w.config, config.RoleGateway, os.LookupEnv)
 		if err != nil {
 			return err
 		}
 		so.Policy = cfg.PolicyFor
-		configured = cfg.PolicyFor(policy.DefaultName)
 	}
-	if !w.sweep {
-		// A replay without a sweep runs the configured setting alone.
-		so.Quantiles, so.Ceilings = []float64{configured.Delay.Quantile}, nil
-	}
-	settings := int64(max(len(so.Quantiles), 1) * max(len(so.Ceilings), 1))
-	if len(so.Quantiles) == 0 {
-		settings = int64(len(simulator.DefaultSweepQuantiles) * max(len(so.Ceilings), 1))
+	// A replay without a sweep runs the configured setting alone.
+	so.AsConfigured = !w.sweep
+	settings := int64(1)
+	if w.sweep {
+		quantiles := len(so.Quantiles)
+		if quantiles == 0 {
+			quantiles = len(simulator.DefaultSweepQuantiles)
+		}
+		settings = int64(quantiles * max(len(so.Ceilings), 1))
 	}
 	var frontier *simulator.Frontier
 	if w.records == "" {

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -140,8 +143,10 @@ func TestSimulateRecordsTakesTheConfiguredPolicy(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &f); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(f.Frontier) != 1 || f.Frontier[0].Quantile != 0.95 || f.Ceilings.DuplicateRate != 0.1 {
-		t.Fatalf("frontier %+v, ceilings %+v: want the example's q 0.95 alone and its 0.1 ceiling", f.Frontier, f.Ceilings)
+	// The simulated records' operation class is chat, which the example
+	// configures at q 0.9 under a 0.1 ceiling (its default class: 0.95, 0.08).
+	if len(f.Frontier) != 1 || f.Frontier[0].Quantile != 0.9 || f.Ceilings.DuplicateRate != 0.1 {
+		t.Fatalf("frontier %+v, ceilings %+v: want the example chat class's q 0.9 alone and its 0.1 ceiling", f.Frontier, f.Ceilings)
 	}
 }
 
