@@ -74,11 +74,14 @@ type Ceilings struct {
 // Frontier is the outcome of a sweep; its JSON form is what `hedgerow
 // simulate --sweep --json` prints.
 type Frontier struct {
-	Source   string           `json:"source"` // the records file or the workload
-	Seed     uint64           `json:"seed"`
-	Cohorts  []RecordedCohort `json:"cohorts,omitempty"`
-	Frontier []FrontierPoint  `json:"frontier"`
-	Ceilings Ceilings         `json:"ceilings"`
+	Source  string           `json:"source"` // the records file or the workload
+	Seed    uint64           `json:"seed"`
+	Cohorts []RecordedCohort `json:"cohorts,omitempty"`
+	// OrphanGroups counts recorded groups left out for want of their group
+	// record.
+	OrphanGroups int             `json:"orphan_groups,omitempty"`
+	Frontier     []FrontierPoint `json:"frontier"`
+	Ceilings     Ceilings        `json:"ceilings"`
 	// Recommended is the setting with the best P99.9 (then P99, then the
 	// fewest duplicates) whose duplicate rate and extra cost stay inside
 	// Ceilings; null when none does.
@@ -96,7 +99,7 @@ func SweepRecords(t *Traffic, source string, so SweepOptions) (*Frontier, error)
 	if err != nil {
 		return nil, err
 	}
-	f.Source, f.Cohorts = source, summary
+	f.Source, f.Cohorts, f.OrphanGroups = source, summary, t.Orphans()
 	return f, nil
 }
 
@@ -277,6 +280,9 @@ func (f *Frontier) WriteTable(w io.Writer) error {
 	for _, c := range f.Cohorts {
 		fmt.Fprintf(w, "  cohort %s: %d groups at %.1f/s, %d primaries (%d censored by a cancel), hang fraction %.4f\n",
 			c.Name, c.Groups, c.Rate, c.Primaries, c.Censored, c.HangFraction)
+	}
+	if f.OrphanGroups > 0 {
+		fmt.Fprintf(w, "  %d groups left out: attempt records without their group record\n", f.OrphanGroups)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -63,7 +63,7 @@ type Traffic struct {
 	groups map[string]*recordedGroup
 	// Lines is how many records were read; Skipped counts worker-reported
 	// attempt records (the dispatcher's record of the same attempt is the
-	// one read) and attempt records whose group record is missing.
+	// one read).
 	Lines, Skipped int
 }
 
@@ -264,8 +264,7 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 	total := 0
 	for _, g := range t.groups {
 		if g.arrival.IsZero() {
-			t.Skipped++ // attempt records of a group whose record is missing
-			continue
+			continue // attempt records of a group whose record is missing: Orphans
 		}
 		c := by[g.cohort]
 		if c == nil {
@@ -355,6 +354,12 @@ func roundOff(p float64) float64 {
 		return 0
 	}
 	return p
+}
+
+// Orphans returns how many groups have attempt records but no group
+// record (an export cut mid-group): the replay leaves them out.
+func (t *Traffic) Orphans() int {
+	return len(t.groups) - t.Groups()
 }
 
 // Groups returns how many groups have a group record.
