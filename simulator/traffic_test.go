@@ -133,3 +133,29 @@ func TestReadTrafficDoesNotDependOnTheOrderOfRecords(t *testing.T) {
 		t.Fatalf("in order %+v, reversed %+v", a, b)
 	}
 }
+
+// A group whose record is missing (an export cut mid-group) is left out and
+// counted, not replayed with a guessed cohort.
+func TestSweepRecordsCountsGroupsWithoutTheirRecord(t *testing.T) {
+	lines := smallRecords(t)
+	var kept [][]byte
+	dropped := false
+	for _, l := range lines {
+		if !dropped && bytes.Contains(l, []byte(`"event":"`+schemas.EventGroupComplete+`"`)) {
+			dropped = true
+			continue
+		}
+		kept = append(kept, l)
+	}
+	tr, err := ReadTraffic(bytes.NewReader(join(kept...)), "f.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := SweepRecords(tr, "f.jsonl", SweepOptions{Quantiles: []float64{0.95}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.OrphanGroups != 1 || f.Cohorts[0].Groups != 299 || f.Cohorts[0].Primaries != 299 {
+		t.Fatalf("orphans %d, cohorts %+v: want 1 group left out of 300", f.OrphanGroups, f.Cohorts)
+	}
+}
