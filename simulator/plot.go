@@ -87,8 +87,13 @@ func (f *Frontier) WritePlot(path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("delay frontier of %s, seed %d", f.Source, f.Seed)
 	p.X.Label.Text = "duplicate rate (extra attempts per group)"
-	p.Y.Label.Text = "latency (ms)"
+	p.Y.Label.Text = "latency (ms, log scale)"
+	// Log scale: a setting that leaves hangs unhedged sits at the deadline,
+	// an order of magnitude above the rest.
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.DefaultTicks{} // log ticks label nothing within a decade
 	p.Legend.Top = true
+	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	points := sortedByDuplicates(f.Frontier)
 	for i, series := range []struct {
@@ -101,7 +106,7 @@ func (f *Frontier) WritePlot(path string) error {
 		xys := make(plotter.XYs, len(points))
 		labels := make([]string, len(points))
 		for j, pt := range points {
-			xys[j] = plotter.XY{X: pt.DuplicateRate, Y: series.y(pt)}
+			xys[j] = plotter.XY{X: pt.DuplicateRate, Y: math.Max(series.y(pt), 1)} // log axis: nothing below 1 ms
 			labels[j] = fmt.Sprintf("q%g", pt.Quantile)
 		}
 		line, scatter, err := plotter.NewLinePoints(xys)
@@ -118,11 +123,11 @@ func (f *Frontier) WritePlot(path string) error {
 		p.Legend.Add(series.name, line, scatter)
 	}
 	if c := f.Ceilings.DuplicateRate; c > 0 && !math.IsInf(c, 0) {
-		ymax := 0.0
+		ymin, ymax := math.Inf(1), 1.0
 		for _, pt := range points {
-			ymax = math.Max(ymax, pt.P999)
+			ymin, ymax = math.Min(ymin, math.Max(pt.P99, 1)), math.Max(ymax, pt.P999)
 		}
-		ceiling, err := plotter.NewLine(plotter.XYs{{X: c, Y: 0}, {X: c, Y: ymax}})
+		ceiling, err := plotter.NewLine(plotter.XYs{{X: c, Y: ymin}, {X: c, Y: ymax}})
 		if err != nil {
 			return fmt.Errorf("plot ceiling: %w", err)
 		}
