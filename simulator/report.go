@@ -49,6 +49,9 @@ type StrategyResult struct {
 	// invariants; Latencies are their latencies in ms, sorted, for plots.
 	Groups    int       `json:"-"`
 	Latencies []float64 `json:"-"`
+	// MedianHedgeDelay is the median delay, in ms, of the hedge timers of
+	// groups that could hedge (0 when none could).
+	MedianHedgeDelay float64 `json:"-"`
 }
 
 // accumulator gathers one strategy's per-group figures.
@@ -61,6 +64,7 @@ type accumulator struct {
 	windowGroups, windowExtras map[int64]int
 	windowHedges               map[int64]int
 	lastArrival                time.Duration
+	hedgeDelays                []float64 // ms, the delay of every group that may hedge
 }
 
 func newAccumulator(requests int) *accumulator {
@@ -129,6 +133,8 @@ func (acc *accumulator) result(name string, cond workload.Conditions) StrategyRe
 	res.P90 = quantile(acc.latencies, 0.90)
 	res.P99 = quantile(acc.latencies, 0.99)
 	res.P999 = quantile(acc.latencies, 0.999)
+	slices.Sort(acc.hedgeDelays)
+	res.MedianHedgeDelay = quantile(acc.hedgeDelays, 0.5)
 	res.DuplicateRate = float64(acc.extras) / n
 	res.DeadlineMissRate = float64(acc.deadlineMisses) / n
 	res.ErrorRate = float64(acc.errors) / n

@@ -27,6 +27,9 @@ type Options struct {
 	// Progress, when set, is told of finished groups in batches (the argument
 	// is how many finished since the last call), from any goroutine.
 	Progress func(groups int)
+	// Records, when set, receives every group's sanitized records; it
+	// needs exactly one strategy, whose groups they are.
+	Records RecordSink
 }
 
 // Conditions are the pinned evaluation conditions, as reported.
@@ -66,6 +69,9 @@ func Run(o Options) (*Report, error) {
 	if len(names) == 0 {
 		names = StrategyNames()
 	}
+	if o.Records != nil && len(names) != 1 {
+		return nil, fmt.Errorf("%w: records need exactly one strategy, got %d", ErrInvalidOptions, len(names))
+	}
 	cond := workload.PinnedConditions()
 	strategies := make([]strategy, len(names))
 	for i, name := range names {
@@ -89,8 +95,13 @@ func Run(o Options) (*Report, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r, err := newRunner(s, o, cond)
+			t, err := builtinTraffic(o, cond)
+			var r *runner
 			if err == nil {
+				r, err = newRunner(s, t, o.Seed, newAccumulator(o.Requests))
+			}
+			if err == nil {
+				r.records = o.Records
 				results[i], err = r.run(o.Requests, o.Seed, o.Progress)
 			}
 			errs[i] = err

@@ -89,6 +89,10 @@ type simGroup struct {
 	commitAt time.Duration
 	failed   bool
 	errCode  schemas.ErrorCode
+	// hedgeDelay is the delay the group's hedge timer was armed with (0:
+	// none); guard is the guardrail's decision, both for its records.
+	hedgeDelay time.Duration
+	guard      schemas.GuardrailDecision
 }
 
 // runner simulates one strategy over the whole workload on virtual time.
@@ -109,30 +113,53 @@ type runner struct {
 	gate      *arbiter.LocalGate
 	nextRes   int
 	acc       *accumulator
-	model     string
+	model     string     // the cohort's model class
+	operation string     // the cohort's operation class
+	records   RecordSink // nil: no records
 }
 
-func newRunner(strat strategy, o Options, cond workload.Conditions) (*runner, error) {
+// cohortTraffic is one cohort's traffic as a runner simulates it: a
+// workload model, the cohort's classes and stream mode, how many requests
+// arrive and under which conditions.
+type cohortTraffic struct {
+	Operation  string
+	ModelClass string
+	Model      *workload.Model
+	Stream     bool
+	Requests   int
+	Cond       workload.Conditions
+}
+
+// builtinTraffic is a built-in workload as the single cohort of a run.
+func builtinTraffic(o Options, cond workload.Conditions) (cohortTraffic, error) {
 	model, err := workload.ByName(o.Workload)
 	if err != nil {
-		return nil, err
+		return cohortTraffic{}, err
 	}
-	gen, err := workload.NewGenerator(model, o.Seed)
+	return cohortTraffic{Operation: "chat", ModelClass: o.Workload, Model: model, Stream: o.Stream, Requests: o.Requests, Cond: cond}, nil
+}
+
+// newRunner prepares one strategy over one cohort's traffic; its groups'
+// figures go to acc, which several cohorts' runners may share.
+func newRunner(strat strategy, t cohortTraffic, seed uint64, acc *accumulator) (*runner, error) {
+	gen, err := workload.NewGenerator(t.Model, seed)
 	if err != nil {
 		return nil, err
 	}
+	cond := t.Cond
 	n := gen.Routes()
 	if n == 0 {
 		n = simRoutes
 	}
 	r := &runner{
-		strat:  strat,
-		cond:   cond,
-		stream: o.Stream,
-		gen:    gen,
-		rng:    rand.New(rand.NewPCG(o.Seed, 0x5eed_0f_70_7e)),
-		acc:    newAccumulator(o.Requests),
-		model:  o.Workload,
+		strat:     strat,
+		cond:      cond,
+		stream:    t.Stream,
+		gen:       gen,
+		rng:       rand.New(rand.NewPCG(seed, 0x5eed_0f_70_7e)),
+		acc:       acc,
+		model:     t.ModelClass,
+		operation: t.Operation,
 	}
 	defs := make([]route.Route, n)
 	for i := range n {
@@ -153,7 +180,7 @@ func newRunner(strat strategy, o Options, cond workload.Conditions) (*runner, er
 	if strat.budget == budgetStore {
 		r.store = budgets.NewMemory(clock)
 	}
-	if r.class, err = policy.NewClass("chat", strat.rules); err != nil {
+	if r.class, err = policy.NewClass(r.operation, strat.rules); err != nil {
 		return nil, err
 	}
 	if r.gate, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: 2 * cond.Deadline, Now: clock}); err != nil {
@@ -187,6 +214,7 @@ func (r *runner) run(requests int, seed uint64, progress func(int)) (StrategyRes
 		heap.Push(&r.queue, item{at: a.At, seq: r.seq, arrival: a.ID})
 	}
 	nextArrival()
+	before := r.acc.groups
 	for r.queue.Len() > 0 {
 		it := heap.Pop(&r.queue).(item)
 		r.now = it.at
@@ -222,8 +250,8 @@ func (r *runner) run(requests int, seed uint64, progress func(int)) (StrategyRes
 	if progress != nil {
 		progress(r.acc.groups % progressBatch)
 	}
-	if r.acc.groups != requests {
-		return StrategyResult{}, fmt.Errorf("strategy %s: %d of %d groups finished", r.strat.name, r.acc.groups, requests)
+	if r.acc.groups-before != requests {
+		return StrategyResult{}, fmt.Errorf("strategy %s: %d of %d groups finished", r.strat.name, r.acc.groups-before, requests)
 	}
 	return r.acc.result(r.strat.name, r.cond), nil
 }
@@ -233,7 +261,7 @@ func (r *runner) arrive(id uint64) error {
 		id:      "g" + strconv.FormatUint(id, 10),
 		arrival: r.now,
 		req:     r.gen.Request(id),
-		cohort:  delay.NewCohort("chat", r.model, r.stream, 0),
+		cohort:  delay.NewCohort(r.operation, r.model, r.stream, 0),
 	}
 	if r.strat.globalCohort {
 		g.cohort = delay.NewCohort("all", "all", false, 0)
@@ -256,6 +284,11 @@ func (r *runner) arrive(id uint64) error {
 	}
 	el := r.eligibility(g)
 	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
+	g.guard = el.Guardrail
+	if el.Eligible && r.strat.policy.MaxAttempts > 1 {
+		g.hedgeDelay = start.HedgeDelay
+		r.acc.hedgeDelays = append(r.acc.hedgeDelays, float64(start.HedgeDelay)/float64(time.Millisecond))
+	}
 	return r.step(g, start)
 }
 
@@ -394,6 +427,9 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 		}
 	case hedge.AttemptEnded:
 		r.class.ObserveAnswer(g.cohort.Key(), a.Status, a.Usage, a.Elapsed, a.FirstByte)
+		if err := r.recordAttempt(g, a); err != nil {
+			return err
+		}
 		sa := g.attempts[a.Attempt-1]
 		if !sa.stopped {
 			sa.stopped = true
@@ -404,6 +440,7 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 		}
 	case hedge.GroupEnded:
 		r.endGroup(g, a)
+		return r.recordGroup(g, a)
 	}
 	return nil
 }

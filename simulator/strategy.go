@@ -102,24 +102,32 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 	case StrategyHedgerow:
 		// This project's defaults: exactly what a configuration that sets
 		// nothing runs, pinned conditions aside.
-		d := policy.Default()
-		d.Deadline = cond.Deadline
-		s.rules = d
-		s.policy = d.Engine()
-		s.policy.Deadline = cond.Deadline
-		s.policy.HeartbeatTimeout = 0
-		s.policy.CancelGrace = p.CancelGrace
-		s.delay = delayEstimated
-		s.budget = budgetStore
-		s.duplicates = d.DuplicateCeiling()
-		s.floor = d.FloorBucket()
-		s.routeAware = true
+		return configuredStrategy(name, policy.Default(), cond)
 	default:
 		return strategy{}, fmt.Errorf("unknown strategy %q (want one of %s)", name, strings.Join(StrategyNames(), ", "))
 	}
 	if s.rules == nil {
 		s.rules = peerRules(s.policy.Trigger)
 	}
+	return s, s.policy.Validate()
+}
+
+// configuredStrategy runs a class policy as the dispatcher runs it: its
+// engine policy, estimated delay, duplicate ceiling and floor, route-aware
+// picking. rules is taken as it is, its deadline set to the conditions'.
+func configuredStrategy(name string, rules *policy.Policy, cond workload.Conditions) (strategy, error) {
+	rules.Deadline = cond.Deadline
+	s := strategy{name: name, rules: rules, policy: rules.Engine()}
+	s.policy.Deadline = cond.Deadline
+	// As for every strategy: simulated workers neither die nor stall
+	// before accepting.
+	s.policy.HeartbeatTimeout = 0
+	s.policy.CancelGrace = time.Second
+	s.delay = delayEstimated
+	s.budget = budgetStore
+	s.duplicates = rules.DuplicateCeiling()
+	s.floor = rules.FloorBucket()
+	s.routeAware = true
 	return s, s.policy.Validate()
 }
 

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -60,5 +63,137 @@ func TestSimulateRejectsAnUnknownStrategy(t *testing.T) {
 	out, err := runRoot(t, "simulate", "--requests", "10", "--strategy", "none,telepathy", "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "telepathy") {
 		t.Fatalf("simulate with an unknown strategy: err %v, output %q", err, out)
+	}
+}
+
+// exportRecords writes the records of a short hedged run to a file.
+func exportRecords(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "records.jsonl")
+	out, err := runRoot(t, "simulate", "--workload", "gpt4o", "--stream", "--requests", "2000", "--seed", "5",
+		"--strategy", "hedgerow", "--export-records", path, "--quiet")
+	if err != nil {
+		t.Fatalf("simulate --export-records: %v\n%s", err, out)
+	}
+	return path
+}
+
+// The what-if JSON carries the frontier rows the issue names, one per
+// setting, and the plot is drawn.
+func TestSimulateRecordsSweepJSONHasTheDocumentedShape(t *testing.T) {
+	dir := t.TempDir()
+	records := exportRecords(t, dir)
+	plotPath := filepath.Join(dir, "frontier.png")
+	out, err := runRoot(t, "simulate", "--records", records, "--sweep", "--quantiles", "0.9,0.95", "--ceilings", "0.05,0.08",
+		"--json", "--quiet", "--plot", plotPath)
+	if err != nil {
+		t.Fatalf("simulate --records --sweep: %v\n%s", err, out)
+	}
+	var f struct {
+		Frontier    []map[string]any `json:"frontier"`
+		Ceilings    map[string]any   `json:"ceilings"`
+		Recommended map[string]any   `json:"recommended"`
+		Cohorts     []map[string]any `json:"cohorts"`
+	}
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+	}
+	if len(f.Frontier) != 4 {
+		t.Fatalf("%d frontier rows, want 2 quantiles × 2 ceilings", len(f.Frontier))
+	}
+	want := []string{"quantile", "duplicate_ceiling", "delay_ms", "p99_ms", "p999_ms", "duplicate_rate", "extra_cost_ratio"}
+	slices.Sort(want)
+	for _, row := range f.Frontier {
+		got := slices.Sorted(maps.Keys(row))
+		if !slices.Equal(got, want) {
+			t.Fatalf("frontier row fields %v, want %v", got, want)
+		}
+		if row["p999_ms"].(float64) < row["p99_ms"].(float64) || row["p99_ms"].(float64) <= 0 {
+			t.Fatalf("row %v: want 0 < P99 ≤ P99.9", row)
+		}
+	}
+	if f.Ceilings["duplicate_rate"] != 0.08 || len(f.Cohorts) != 1 || f.Cohorts[0]["groups"] != 2000.0 {
+		t.Fatalf("ceilings %v, cohorts %v: want the default 0.08 ceiling and one cohort of 2000 groups", f.Ceilings, f.Cohorts)
+	}
+	if f.Recommended == nil || f.Recommended["duplicate_rate"].(float64) > 0.08 {
+		t.Fatalf("recommended %v, want a setting inside the 0.08 ceiling", f.Recommended)
+	}
+	if st, err := os.Stat(plotPath); err != nil || st.Size() == 0 {
+		t.Fatalf("plot: %v", err)
+	}
+}
+
+// A configuration file's class policy sets the ceilings a recommendation
+// must keep, and a replay without --sweep runs its configured quantile.
+func TestSimulateRecordsTakesTheConfiguredPolicy(t *testing.T) {
+	dir := t.TempDir()
+	records := exportRecords(t, dir)
+	out, err := runRoot(t, "simulate", "--records", records, "--config", "../../deploy/examples/local.yaml", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("simulate --records --config: %v\n%s", err, out)
+	}
+	var f struct {
+		Frontier []struct {
+			Quantile float64 `json:"quantile"`
+		} `json:"frontier"`
+		Ceilings struct {
+			DuplicateRate float64 `json:"duplicate_rate"`
+		} `json:"ceilings"`
+	}
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// The simulated records' operation class is chat, which the example
+	// configures at q 0.9 under a 0.1 ceiling (its default class: 0.95, 0.08).
+	if len(f.Frontier) != 1 || f.Frontier[0].Quantile != 0.9 || f.Ceilings.DuplicateRate != 0.1 {
+		t.Fatalf("frontier %+v, ceilings %+v: want the example chat class's q 0.9 alone and its 0.1 ceiling", f.Frontier, f.Ceilings)
+	}
+}
+
+func TestSimulateRecordsRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	records := exportRecords(t, dir)
+	data, err := os.ReadFile(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	malformed := write("malformed.jsonl", first+"\n{\"event\": \"hedge_group_complete\", \"route\": \"secretish\n")
+	var groupsOnly strings.Builder
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, `"event":"hedge_group_complete"`) {
+			groupsOnly.WriteString(l + "\n")
+		}
+	}
+	noPrimaries := write("groups.jsonl", groupsOnly.String())
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a missing file", []string{"--records", filepath.Join(dir, "absent.jsonl")}, "absent.jsonl"},
+		{"a malformed line", []string{"--records", malformed}, "malformed.jsonl:2: malformed JSON"},
+		{"no primaries", []string{"--records", noPrimaries}, "no primary attempt records"},
+		{"a quantile outside (0, 1)", []string{"--records", records, "--sweep", "--quantiles", "0.9,1.5"}, "--quantiles"},
+		{"export with a replay", []string{"--records", records, "--export-records", filepath.Join(dir, "x.jsonl")}, "--export-records"},
+		{"export of several strategies", []string{"--requests", "10", "--strategy", "none,hedgerow", "--export-records", filepath.Join(dir, "y.jsonl")}, "exactly one strategy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runRoot(t, append([]string{"simulate", "--quiet"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v (output %q), want an error naming %q", err, out, tt.want)
+			}
+			if strings.Contains(err.Error(), "secretish") {
+				t.Fatalf("the error quotes a record: %v", err)
+			}
+		})
 	}
 }

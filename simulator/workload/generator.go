@@ -83,6 +83,10 @@ func (g *Generator) Request(id uint64) Request {
 	}
 	req.InputTokens = tokenCount(m.InputTokens.at(zIn), math.MaxInt32)
 	req.OutputTokens = tokenCount(out.at(zOut), m.MaxOutputTokens)
+	if m.Empirical != nil {
+		req.Short = false
+		req.InputTokens, req.OutputTokens = m.Empirical.request(uShort)
+	}
 	return req
 }
 

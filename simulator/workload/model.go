@@ -163,6 +163,29 @@ type Model struct {
 	CancelLag time.Duration
 	// Degradation, when set, gives the routes correlated degraded episodes.
 	Degradation *Degradation
+	// Empirical, when set, replaces the TTFT mixture, the decode speed, the
+	// token counts and the error fraction with distributions measured from
+	// recorded traffic (see EmpiricalModel).
+	Empirical *Empirical
+}
+
+// EmpiricalModel returns a model that draws from measured distributions:
+// the gpt4o model's remaining parameters (cancellation lag, 429 delay)
+// apply, and MaxOutputTokens is the longest measured answer.
+func EmpiricalModel(name string, e *Empirical) (*Model, error) {
+	if e == nil {
+		return nil, fmt.Errorf("%w: nil", ErrEmptyEmpirical)
+	}
+	if err := e.validate(); err != nil {
+		return nil, fmt.Errorf("workload model %q: %w", name, err)
+	}
+	m := baseModel(name)
+	m.Empirical = e
+	m.MaxOutputTokens = 1
+	for _, tc := range e.Tokens {
+		m.MaxOutputTokens = max(m.MaxOutputTokens, tc.Output)
+	}
+	return m, nil
 }
 
 // gpt4oTTFT and sonnetTTFT are the published first-byte fits of docs/architecture.md §11.
@@ -281,6 +304,11 @@ func (m *Model) validate() error {
 		return fmt.Errorf("reject delay %v must be ≥ 0", m.RejectAfter)
 	case m.CancelLag < 0:
 		return fmt.Errorf("cancel lag %v must be ≥ 0", m.CancelLag)
+	}
+	if m.Empirical != nil {
+		if err := m.Empirical.validate(); err != nil {
+			return err
+		}
 	}
 	if m.Degradation != nil {
 		return m.Degradation.validate()

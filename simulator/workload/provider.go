@@ -98,6 +98,9 @@ func (p *Provider) Attempt(req Request, number int, start time.Duration) (Attemp
 	r := newRand(p.g.seed, domainAttempt, req.ID, uint64(p.route), uint64(number))
 	uErr, uMix, zTTFT, zITL, uErrAfter := r.Float64(), r.Float64(), r.NormFloat64(), r.NormFloat64(), r.Float64()
 
+	if m.Empirical != nil {
+		return m.Empirical.attempt(a, uMix, zITL), nil
+	}
 	errFraction, ttftFactor := m.ErrorFraction, 1.0
 	if p.Degraded(start) {
 		a.Degraded = true
