@@ -335,6 +335,9 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 	case schemas.ErrRouteFailed:
 		f.Message = "Every route of the model failed permanently (credentials or model at the provider)."
 	case schemas.ErrAllRoutesFailed, schemas.ErrNoRoute:
+		// Retryable: routes recover (ejections and pushback lapse), and a
+		// client told when backs off instead of retrying at once.
+		f.RetryAfter = max(ge.RetryAfter, time.Second)
 		f.Message = "No route of the model could produce a valid answer."
 	case schemas.ErrInvalidRequest:
 		f.Message = "The request was refused as invalid: a provider rejected it, or its spend estimate (max_tokens, prompt size) is out of the budget's range."
