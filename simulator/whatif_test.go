@@ -98,7 +98,7 @@ var frontierFigures = []sweepCheck{
 func TestReplayingAWorkloadsRecordsRecoversItsFrontier(t *testing.T) {
 	if raceEnabled {
 		t.Skip("simulates 480,000 groups, over 10 minutes under -race on 2 cores: run it without -race " +
-			"(go test -run TestReplayingAWorkloadsRecordsRecoversItsFrontier ./simulator/); under -race the replay path " +
+			"(make test does: go test -run TestReplayingAWorkloadsRecordsRecoversItsFrontier ./simulator/); under -race the replay path " +
 			"runs in TestReadTrafficDoesNotDependOnTheOrderOfRecords and the cmd/hedgerow simulate tests")
 	}
 	const requests = 60_000
