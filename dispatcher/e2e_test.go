@@ -8,13 +8,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines, and silences go-redis' own logger:
+// the outage tests stop Redis on purpose, and its every failed dial would
+// print a line (the dispatcher counts and logs what matters itself).
+func TestMain(m *testing.M) {
+	redis.SetLogger(discardRedisLog{})
+	goleak.VerifyTestMain(m)
+}
+
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}
 
 // twoRoutes starts providers a and b sharing one script.
 func twoRoutes(t *testing.T, sc *script) (*cluster, map[string]*provider) {
