@@ -43,7 +43,7 @@ type Checker struct {
 	wonGate     map[int]string
 	gateEnded   map[int]int // won claims committed or cleared
 	groupEnded  bool
-	heard       map[int]time.Time // an attempt's last reply
+	heard       map[int]time.Time // an attempt's last reply, or its launch
 	stopped     map[int]bool      // result reported, cancel sent or ended
 }
 
@@ -215,6 +215,9 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 		c.electAsked[a.Attempt] = true
 	case Launch:
 		c.launched++
+		// Silence counts from the launch, as the engine counts it: an
+		// attempt never heard from is silent since it was offered.
+		c.heard[a.Attempt] = now
 		switch {
 		case c.commits > 0 || c.fails > 0:
 			return fmt.Errorf("Launch of attempt %d after the outcome", a.Attempt)
