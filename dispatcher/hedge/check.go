@@ -90,8 +90,10 @@ func (c *Checker) silentAttempt(now time.Time, ev Event) bool {
 	if !ok || t.Kind != TimerHeartbeat || c.policy.HeartbeatTimeout == 0 {
 		return false
 	}
+	// A reply of an attempt never launched is no attempt's: the engine
+	// ignores it, and its timer.
 	last, heard := c.heard[t.Attempt]
-	return heard && !c.stopped[t.Attempt] && c.ended[t.Attempt] == 0 && !c.groupEnded &&
+	return heard && t.Attempt >= 1 && t.Attempt <= c.launched && !c.stopped[t.Attempt] && c.ended[t.Attempt] == 0 && !c.groupEnded &&
 		now.Sub(last) >= c.policy.HeartbeatTimeout
 }
 
