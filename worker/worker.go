@@ -324,7 +324,9 @@ func (w *Worker) handleAttempt(msg *nats.Msg) {
 		w.log.Warn("attempt dropped", "reason", reason, "error", err)
 		return
 	}
-	if att.GroupID == "" || att.Attempt < 1 || att.ReplyInbox == "" {
+	// A commit point is required (attempt.schema.json): without one the
+	// attempt's record would carry commit_point "", which no reader takes.
+	if att.GroupID == "" || att.Attempt < 1 || att.ReplyInbox == "" || att.CommitPoint == (schemas.CommitPoint{}) {
 		w.metrics.drop(w.cfg.Route, DropMalformed)
 		w.log.Warn("attempt dropped", "reason", DropMalformed, "group_id", att.GroupID, "attempt", att.Attempt)
 		return

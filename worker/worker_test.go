@@ -470,6 +470,11 @@ func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
 		{"no version", DropVersion, func(r string) string { return `{"group_id":"hg_v0","attempt":1,"reply_inbox":"` + r + `"}` }},
 		{"not json", DropMalformed, func(r string) string { return `{"v":1,` }},
 		{"no attempt number", DropMalformed, func(r string) string { return `{"v":1,"group_id":"hg_n","reply_inbox":"` + r + `"}` }},
+		// Its record would carry commit_point "", which no reader takes
+		// (found by schemas.FuzzWireMessageRoundTrips).
+		{"no commit point", DropMalformed, func(r string) string {
+			return `{"v":1,"group_id":"hg_c","attempt":1,"reply_inbox":"` + r + `","secret":"0123456789abcdef0123456789abcdef","request":{"messages":[{"role":"user","content":"hi"}]}}`
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			badInbox := h.dc.NewInbox()
@@ -490,8 +495,8 @@ func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
 				t.Errorf("the dropped attempt got %d replies", n)
 			}
 			want := map[string]float64{DropVersion: 0, DropMalformed: 0}
-			for _, prev := range []string{"major version 2", "no version", "not json", "no attempt number"}[:i+1] {
-				if prev == "not json" || prev == "no attempt number" {
+			for _, prev := range []string{"major version 2", "no version", "not json", "no attempt number", "no commit point"}[:i+1] {
+				if prev == "not json" || prev == "no attempt number" || prev == "no commit point" {
 					want[DropMalformed]++
 				} else {
 					want[DropVersion]++

@@ -43,7 +43,7 @@ type Checker struct {
 	wonGate     map[int]string
 	gateEnded   map[int]int // won claims committed or cleared
 	groupEnded  bool
-	heard       map[int]time.Time // an attempt's last reply
+	heard       map[int]time.Time // an attempt's last reply, or its launch
 	stopped     map[int]bool      // result reported, cancel sent or ended
 }
 
@@ -90,8 +90,10 @@ func (c *Checker) silentAttempt(now time.Time, ev Event) bool {
 	if !ok || t.Kind != TimerHeartbeat || c.policy.HeartbeatTimeout == 0 {
 		return false
 	}
+	// A reply of an attempt never launched is no attempt's: the engine
+	// ignores it, and its timer.
 	last, heard := c.heard[t.Attempt]
-	return heard && !c.stopped[t.Attempt] && c.ended[t.Attempt] == 0 && !c.groupEnded &&
+	return heard && t.Attempt >= 1 && t.Attempt <= c.launched && !c.stopped[t.Attempt] && c.ended[t.Attempt] == 0 && !c.groupEnded &&
 		now.Sub(last) >= c.policy.HeartbeatTimeout
 }
 
@@ -215,6 +217,9 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 		c.electAsked[a.Attempt] = true
 	case Launch:
 		c.launched++
+		// Silence counts from the launch, as the engine counts it: an
+		// attempt never heard from is silent since it was offered.
+		c.heard[a.Attempt] = now
 		switch {
 		case c.commits > 0 || c.fails > 0:
 			return fmt.Errorf("Launch of attempt %d after the outcome", a.Attempt)

@@ -88,3 +88,38 @@ func FuzzEngine(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckerCountsSilenceFromTheLaunch: an attempt never heard from is
+// silent since its launch, for the engine and for the checker alike, so a
+// heartbeat timer past HeartbeatTimeout ends it lost without a checker
+// complaint (FuzzEngine found the checker counting silence only from a
+// first reply).
+func TestCheckerCountsSilenceFromTheLaunch(t *testing.T) {
+	p := DefaultPolicy()
+	g, err := New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk := NewChecker(p)
+	now := time.Unix(1_900_000_000, 0)
+	step := func(ev Event) []Action {
+		t.Helper()
+		acts := g.Step(now, ev)
+		if err := chk.Step(now, ev, acts); err != nil {
+			t.Fatalf("%T%+v: %v", ev, ev, err)
+		}
+		return acts
+	}
+	step(Start{InputUnits: 10, DecodeTokensPerSecond: 50})
+	step(Admitted{Allowed: true, Route: "a", Reservation: "r1"})
+	now = now.Add(p.HeartbeatTimeout)
+	lost := false
+	for _, act := range step(TimerFired{Kind: TimerHeartbeat, Attempt: 1}) {
+		if e, ok := act.(AttemptEnded); ok && e.Attempt == 1 && e.Status == schemas.StatusLost {
+			lost = true
+		}
+	}
+	if !lost {
+		t.Fatal("an attempt silent since its launch for HeartbeatTimeout was not ended lost")
+	}
+}

@@ -228,7 +228,7 @@ func userTurn(field string, raw json.RawMessage) ([]schemas.Message, *frontdoor.
 			}
 			out = append(out, msg)
 		default:
-			return nil, invalidMessages(at+".type", "content blocks of type %q are not supported by this gateway", b.Type)
+			return nil, invalidMessages(at+".type", "content blocks of type %q are not supported by this gateway", clip(b.Type))
 		}
 	}
 	if len(parts) > 0 {
@@ -315,7 +315,7 @@ func assistantTurn(field string, raw json.RawMessage) ([]schemas.Message, *front
 			calls = append(calls, toolCall{ID: b.ID, Type: "function", Function: toolFunction{Name: b.Name, Arguments: args.String()}})
 		case "thinking", "redacted_thinking":
 		default:
-			return nil, invalidMessages(at+".type", "content blocks of type %q are not supported by this gateway", b.Type)
+			return nil, invalidMessages(at+".type", "content blocks of type %q are not supported by this gateway", clip(b.Type))
 		}
 	}
 	msg := schemas.Message{Role: schemas.MessageAssistant}
@@ -373,7 +373,7 @@ func openAITools(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) {
 	for i, t := range tools {
 		switch {
 		case t.Type != "" && t.Type != "custom":
-			return nil, invalidMessages(fmt.Sprintf("tools.%d.type", i), "tools of type %q are not supported by this gateway", t.Type)
+			return nil, invalidMessages(fmt.Sprintf("tools.%d.type", i), "tools of type %q are not supported by this gateway", clip(t.Type))
 		case t.Name == "":
 			return nil, invalidMessages(fmt.Sprintf("tools.%d.name", i), "Field required")
 		case len(bytes.TrimSpace(t.InputSchema)) == 0 || bytes.TrimSpace(t.InputSchema)[0] != '{':

@@ -89,3 +89,12 @@ func validationMessage(err error) string {
 func invalidRequest(err error) *frontdoor.Failure {
 	return frontdoor.InvalidParam(validationParam(err), validationMessage(err))
 }
+
+// clip bounds a caller's name quoted back in an error message, so that the
+// answer to a bad body stays small whatever the body's size.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}

@@ -360,11 +360,3 @@ func responsesFormat(raw json.RawMessage) (json.RawMessage, *frontdoor.Failure) 
 	}
 	return nil, frontdoor.InvalidParam("text.format.type", "'text.format.type' must be text, json_object or json_schema.")
 }
-
-// clip bounds a caller's name quoted back in an error message.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64]
-	}
-	return s
-}

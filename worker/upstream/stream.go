@@ -154,8 +154,11 @@ func (a *accumulator) chunk(data []byte) (json.RawMessage, error) {
 		if d.Content != "" || refusal != "" || namedCall || reasoning {
 			a.firstToken()
 		}
-		if d.Content == "" && d.ToolCalls == nil && refusal == "" && !reasoning {
-			continue // role-only or empty delta: no output
+		if d.Content == "" && !namedCall && refusal == "" && !reasoning {
+			// Role-only or empty delta, or tool-call fragments that carry
+			// an index alone ([] included): no output, so no Delta, which
+			// would come before its first byte and count a token.
+			continue
 		}
 		d.Tokens = 1
 		if c.Usage != nil && c.Usage.CompletionTokens >= a.completionTokens {
