@@ -179,6 +179,9 @@ func (c *Checker) observeEvent(now time.Time, ev Event) error {
 	case FirstByte:
 		c.heard[e.Attempt] = now
 	case Result:
+		if e.Attempt < 1 || e.Attempt > c.launched {
+			break // a reply of no launched attempt: the engine ignores it
+		}
 		c.stopped[e.Attempt] = true
 		if (e.Scope == schemas.ScopeNone || e.Scope == "") && e.Status == schemas.StatusOK && e.Valid {
 			c.valid[e.Attempt] = true
