@@ -261,7 +261,11 @@ func tails(reqs []request, tr []requestTrace) []tailReport {
 		slices.SortStableFunc(sorted, func(a, b requestTrace) int { return int(b.TTFT - a.TTFT) })
 		rep.Slowest = sorted[:min(len(sorted), (len(sorted)+99)/100)]
 		for _, t := range rep.Slowest {
-			rep.Classes[classify(t)]++
+			class := classify(t)
+			if t.Group != nil && len(t.Attempts) == 1 {
+				class += " (" + groupDecision(*t.Group) + ")"
+			}
+			rep.Classes[class]++
 		}
 		out[k] = rep
 	}
