@@ -123,8 +123,9 @@ type DuplicateRate struct {
 	Window time.Duration `yaml:"window"`
 	// BurstWindow and BurstCeiling bound bursts inside the window: over
 	// the last BurstWindow, extra attempts stay within BurstCeiling of the
-	// primaries too (docs/architecture.md §7, "two windows"). A zero
-	// BurstWindow turns the burst bound off.
+	// primaries too (docs/architecture.md §7, "two windows"); a
+	// BurstCeiling under Ceiling counts as Ceiling. A zero BurstWindow
+	// turns the burst bound off.
 	BurstWindow  time.Duration `yaml:"burst_window"`
 	BurstCeiling float64       `yaml:"burst_ceiling"`
 	// ReplacementReserve is the room, in extra attempts per window, that
@@ -249,7 +250,10 @@ func (p *Policy) DuplicateCeiling() budgets.DuplicateCeiling {
 	if d.BurstWindow > 0 {
 		slot := min(d.BurstWindow, d.Window) / DuplicateWindowSlots
 		c.Slots = int(d.Window / slot)
-		c.BurstSlots, c.BurstCeiling = DuplicateWindowSlots, d.BurstCeiling
+		// Never below the window's own ceiling: a class that raises its
+		// ceiling (up to 1, hedge everything) is not held under the
+		// default burst ceiling it did not set.
+		c.BurstSlots, c.BurstCeiling = DuplicateWindowSlots, max(d.BurstCeiling, d.Ceiling)
 	}
 	return c
 }

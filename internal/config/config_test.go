@@ -160,8 +160,8 @@ func TestDuplicateRateBurstWindowIsChecked(t *testing.T) {
 		{"under a second", "{burst_window: 500ms}", "burst_window", "below 1s"},
 		{"window not a whole number of its tenths", "{window: 1m, burst_window: 7s}", "burst_window", "whole number of tenths"},
 		{"more than 100 counters", "{window: 1h, burst_window: 10s}", "burst_window", "at most 100"},
-		{"burst ceiling under the ceiling", "{ceiling: 0.1, burst_ceiling: 0.05}", "burst_ceiling", "outside [ceiling 0.1, 1]"},
-		{"burst ceiling over 1", "{burst_ceiling: 1.5}", "burst_ceiling", "outside [ceiling 0.08, 1]"},
+		{"burst ceiling negative", "{burst_ceiling: -0.1}", "burst_ceiling", "outside [0, 1]"},
+		{"burst ceiling over 1", "{burst_ceiling: 1.5}", "burst_ceiling", "outside [0, 1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := minimal + "policies:\n  default:\n    duplicate_rate: " + tc.rate + "\n"
@@ -175,6 +175,13 @@ func TestDuplicateRateBurstWindowIsChecked(t *testing.T) {
 		d := cfg.PolicyFor("default").DuplicateCeiling()
 		if d.Window != time.Minute || d.Slots != 60 || d.SlotLength() != time.Second || d.BurstSlots != 10 || d.BurstCeiling != 0.16 {
 			t.Fatalf("duplicate ceiling %+v, want a 1m window of 60 slots, the last 10 bounded at 0.16", d)
+		}
+	})
+	t.Run("a ceiling above the burst ceiling raises it", func(t *testing.T) {
+		cfg, ps := parse(t, minimal+"policies:\n  default:\n    duplicate_rate: {ceiling: 1}\n", RoleServe, noEnv)
+		wantNoProblems(t, ps)
+		if d := cfg.PolicyFor("default").DuplicateCeiling(); d.BurstCeiling != 1 {
+			t.Fatalf("duplicate ceiling %+v, want the burst ceiling raised to the ceiling 1", d)
 		}
 	})
 	t.Run("burst_window 0 turns the burst bound off", func(t *testing.T) {

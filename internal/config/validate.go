@@ -446,8 +446,8 @@ func (v *validator) policy(p, name string, pol *Policy) {
 			v.addf(bp+".burst_window", "%v does not fit window %v: the window must be a whole number of tenths of it, at most %d",
 				bw, b.Window, budgets.MaxWindowSlots)
 		}
-		if b.BurstCeiling < b.Ceiling || b.BurstCeiling > 1 {
-			v.addf(bp+".burst_ceiling", "%v is outside [ceiling %v, 1]", b.BurstCeiling, b.Ceiling)
+		if b.BurstCeiling < 0 || b.BurstCeiling > 1 {
+			v.addf(bp+".burst_ceiling", "%v is outside [0, 1]", b.BurstCeiling)
 		}
 	}
 	if b.ReplacementReserve < 0 || b.ReplacementReserve > 1e6 {
