@@ -275,7 +275,14 @@ func (p SpendPolicy) Units() int64 { return p.InputUnits + p.OutputUnits }
 //
 // over that window, so a burst of stalls can be hedged at once while, at
 // every hedge, the hedges and replacements of the window stay within the
-// ceiling. When the cohort refuses, the pool's floor may pay (FloorBucket). A
+// ceiling. With BurstSlots set, a hedge must also fit a second, shorter
+// bound over the last BurstSlots slots of the same counters:
+//
+//	burst extras + 1 ≤ BurstCeiling × burst primaries
+//
+// so a long window can hold the average while the burst bound caps what an
+// incident adds within seconds (docs/architecture.md §7, "two windows").
+// When the cohort refuses, the pool's floor may pay (FloorBucket). A
 // replacement is never refused by the ceiling: the attempt it replaces has
 // ended, so it adds no concurrent load, and the user action's attempt ledger
 // bounds how many there are; it is counted, so it leaves less room to hedges.
@@ -293,6 +300,14 @@ type DuplicateCeiling struct {
 	// path: a burst of hedges does not use the allowance a failure's retry
 	// is counted against.
 	ReplacementReserve float64
+	// BurstSlots is how many of the window's most recent slots (now's
+	// included) the burst bound is taken over, in [0, Slots]; 0 means no
+	// burst bound.
+	BurstSlots int
+	// BurstCeiling is the largest share of extra attempts per primary over
+	// the burst slots, in [0, 1]; usually a multiple of Ceiling, the room
+	// a short stretch may take above the window's average.
+	BurstCeiling float64
 }
 
 // MaxWindowSlots bounds DuplicateCeiling.Slots, so a decision reads a
@@ -326,6 +341,14 @@ func WindowSlot(now time.Time, slot time.Duration) int64 {
 // store's script does, so both decide alike to the last token.
 func (c DuplicateCeiling) AllowsHedge(primaries, extras int64) bool {
 	return (extras+1)*oneToken+Microtokens(c.ReplacementReserve) <= Microtokens(c.Ceiling)*primaries
+}
+
+// AllowsBurst reports whether the burst slots, holding primaries and
+// extras, have room for one more hedge under BurstCeiling; always, without
+// a burst bound. A hedge the cohort pays for needs AllowsHedge over the
+// window and AllowsBurst over its last BurstSlots slots.
+func (c DuplicateCeiling) AllowsBurst(primaries, extras int64) bool {
+	return c.BurstSlots == 0 || (extras+1)*oneToken <= Microtokens(c.BurstCeiling)*primaries
 }
 
 // oneToken is one extra attempt in microtokens.
@@ -560,6 +583,10 @@ func (c DuplicateCeiling) validate() error {
 		return invalid(fmt.Sprintf("duplicate ceiling: window %v makes %d slots shorter than 1ms", c.Window, c.Slots))
 	case !(c.ReplacementReserve >= 0 && c.ReplacementReserve <= maxTokens):
 		return invalid(fmt.Sprintf("duplicate ceiling: replacement reserve %v is outside [0, %g]", c.ReplacementReserve, float64(maxTokens)))
+	case c.BurstSlots < 0 || c.BurstSlots > c.Slots:
+		return invalid(fmt.Sprintf("duplicate ceiling: %d burst slots is outside [0, %d]", c.BurstSlots, c.Slots))
+	case !(c.BurstCeiling >= 0 && c.BurstCeiling <= 1):
+		return invalid(fmt.Sprintf("duplicate ceiling: burst ceiling %v is outside [0, 1]", c.BurstCeiling))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -110,11 +111,14 @@ type duplicateWindow struct {
 // left the window is forgotten, and uncounting it changes nothing.
 type windowSlot struct{ primaries, extras int64 }
 
-// sums returns the counts of the window's live slots.
-func (w *duplicateWindow) sums() (primaries, extras int64) {
-	for _, s := range w.slots {
-		primaries += s.primaries
-		extras += s.extras
+// sums returns the counts of the window's live slots from slot from on
+// (the whole window when from is before its first slot).
+func (w *duplicateWindow) sums(from int64) (primaries, extras int64) {
+	for i, s := range w.slots {
+		if i >= from {
+			primaries += s.primaries
+			extras += s.extras
+		}
 	}
 	return primaries, extras
 }
@@ -295,11 +299,12 @@ func (m *Memory) takeSlot(c *claim, id string, p AttemptPolicy, now time.Time) R
 // hedge fits under neither.
 func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token TokenSource, ok bool) {
 	w, cur := m.duplicateWindow(req.Pool, req.Cohort, req.Duplicates, now)
-	primaries, extras := w.sums()
+	primaries, extras := w.sums(math.MinInt64)
+	burstPrimaries, burstExtras := w.sums(cur - int64(req.Duplicates.BurstSlots) + 1)
 	switch {
 	case req.Role == schemas.RoleReplacement:
 		token = TokenNone
-	case req.Duplicates.AllowsHedge(primaries, extras):
+	case req.Duplicates.AllowsHedge(primaries, extras) && req.Duplicates.AllowsBurst(burstPrimaries, burstExtras):
 		token = TokenCohort
 	case req.Floor.Capacity == 0:
 		return TokenNone, false

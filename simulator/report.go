@@ -44,6 +44,11 @@ type StrategyResult struct {
 	// refused by it (docs/architecture.md §7), so in a window of failures
 	// MaxWindowDuplicateRate may pass the ceiling where this does not.
 	MaxWindowHedgeRate float64 `json:"max_window_hedge_rate"`
+	// MaxMinuteHedgeRate is the worst hedge rate over the run's full
+	// 1-minute windows (six 10-second windows in a row, sliding by 10 s):
+	// what the duplicate ceiling's long window bounds, where
+	// MaxWindowHedgeRate is what its burst bound bounds.
+	MaxMinuteHedgeRate float64 `json:"max_minute_hedge_rate"`
 
 	// Groups is how many groups finished, each checked against the engine's
 	// invariants; Latencies are their latencies in ms, sorted, for plots.
@@ -153,6 +158,17 @@ func (acc *accumulator) result(name string, cond workload.Conditions) StrategyRe
 		}
 		res.MaxWindowDuplicateRate = max(res.MaxWindowDuplicateRate, float64(acc.windowExtras[w])/float64(groups))
 		res.MaxWindowHedgeRate = max(res.MaxWindowHedgeRate, float64(acc.windowHedges[w])/float64(groups))
+	}
+	const perMinute = int64(time.Minute / durationWindow)
+	for first := int64(0); first+perMinute <= last; first++ {
+		groups, hedges := 0, 0
+		for w := first; w < first+perMinute; w++ {
+			groups += acc.windowGroups[w]
+			hedges += acc.windowHedges[w]
+		}
+		if groups > 0 {
+			res.MaxMinuteHedgeRate = max(res.MaxMinuteHedgeRate, float64(hedges)/float64(groups))
+		}
 	}
 	return res
 }

@@ -114,12 +114,19 @@ func TestDegradedScenarioHasTeethAndHedgerowHoldsItsCeiling(t *testing.T) {
 	if fixed.MaxWindowDuplicateRate < 0.3 {
 		t.Errorf("fixed-delay's worst window duplicates %.3f: the scenario has no teeth", fixed.MaxWindowDuplicateRate)
 	}
-	// The ceiling bounds hedges; replacements, which it never refuses, are
-	// bounded by each user action's attempts and still leave the window far
-	// below a hedger without a budget.
-	if limit := policy.Default().DuplicateRate.Ceiling + 0.02; hr.MaxWindowHedgeRate > limit {
-		t.Errorf("hedgerow's worst window hedges %.3f, above its ceiling + 0.02 = %.2f", hr.MaxWindowHedgeRate, limit)
+	// The ceiling bounds hedges over its minute, the burst bound over every
+	// 10 s (docs/architecture.md §7, "two windows"); replacements, which
+	// neither refuses, are bounded by each user action's attempts and still
+	// leave the window far below a hedger without a budget.
+	rate := policy.Default().DuplicateRate
+	if limit := rate.Ceiling + 0.02; hr.MaxMinuteHedgeRate > limit {
+		t.Errorf("hedgerow's worst minute hedges %.3f, above its ceiling + 0.02 = %.2f", hr.MaxMinuteHedgeRate, limit)
 	}
+	if limit := rate.BurstCeiling + 0.02; hr.MaxWindowHedgeRate > limit {
+		t.Errorf("hedgerow's worst 10 s hedge %.3f, above its burst ceiling + 0.02 = %.2f", hr.MaxWindowHedgeRate, limit)
+	}
+	t.Logf("hedgerow's worst minute hedges %.3f, worst 10 s %.3f; fixed-delay's worst 10 s duplicates %.3f",
+		hr.MaxMinuteHedgeRate, hr.MaxWindowHedgeRate, fixed.MaxWindowDuplicateRate)
 	if hr.MaxWindowDuplicateRate > fixed.MaxWindowDuplicateRate/2 {
 		t.Errorf("hedgerow's worst window duplicates %.3f, not well below fixed-delay's %.3f", hr.MaxWindowDuplicateRate, fixed.MaxWindowDuplicateRate)
 	}

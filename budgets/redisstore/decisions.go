@@ -248,7 +248,8 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		budgets.Microtokens(req.Duplicates.Ceiling), budgets.Microtokens(req.Duplicates.ReplacementReserve),
 		flag(req.Role == schemas.RoleReplacement),
 		budgets.Microtokens(req.Floor.Capacity), strconv.FormatFloat(req.Floor.RefillPerSecond*1e6, 'g', -1, 64),
-		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs, windowTTL(req.Duplicates))
+		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs, windowTTL(req.Duplicates),
+		req.Duplicates.BurstSlots, budgets.Microtokens(req.Duplicates.BurstCeiling))
 	s.send(parent, ctx, b)
 
 	uaCode, attempts, uaErr := takeResult(uaCall)

@@ -48,22 +48,28 @@ end
 -- windowSums forgets the fields of a cohort's window (HASH p:<slot>
 -- primaries, x:<slot> extra attempts) whose slot left the window of n
 -- slots that ends with slot cur, and returns the primaries and extras of
--- the slots left.
-local function windowSums(key, cur, n)
+-- the slots left, then those of its last nb slots (the burst bound's).
+local function windowSums(key, cur, n, nb)
   local all = redis.call('HGETALL', key)
-  local p, x, stale = 0, 0, {}
+  local p, x, pb, xb, stale = 0, 0, 0, 0, {}
   for i = 1, #all, 2 do
     local slot = tonumber(string.sub(all[i], 3))
     if not slot or slot <= cur - n then
       stale[#stale + 1] = all[i]
-    elseif string.sub(all[i], 1, 1) == 'p' then
-      p = p + tonumber(all[i + 1])
     else
-      x = x + tonumber(all[i + 1])
+      local v = tonumber(all[i + 1])
+      local burst = slot > cur - nb
+      if string.sub(all[i], 1, 1) == 'p' then
+        p = p + v
+        if burst then pb = pb + v end
+      else
+        x = x + v
+        if burst then xb = xb + v end
+      end
     end
   end
   if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
-  return p, x
+  return p, x, pb, xb
 end
 
 -- uncount takes one back from a window's field, if the field is still
@@ -152,7 +158,7 @@ return 1
 // KEYS: cohort window (HASH p:<slot> primaries, x:<slot> extra attempts).
 // ARGV: slot index, slots in the window, key ttl (ms).
 var countScript = redis.NewScript(prelude + `
-windowSums(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+windowSums(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), 0)
 redis.call('HINCRBY', KEYS[1], 'p:' .. ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
@@ -172,8 +178,10 @@ return 1
 // poolCountScript counts an extra attempt in its cohort's window: a
 // replacement always; a hedge when the window has room for it under the
 // ceiling, reserve left ((x + 1) + reserve ≤ ceiling × p, in
-// microtokens), else when the pool's floor, refilled up to now, pays a
-// token. It records the count in the pool's tokens, so it ends once.
+// microtokens), and its last burst slots under the burst ceiling (xb + 1
+// ≤ burst ceiling × pb, when burst slots > 0), else when the pool's floor,
+// refilled up to now, pays a token. It records the count in the pool's
+// tokens, so it ends once.
 //
 // KEYS: cohort window, pool floor (HASH l level, c capacity, rate
 // microtokens/s, t last refill, u last use), pool tokens (ZSET
@@ -181,7 +189,8 @@ return 1
 // ARGV: now, nonce, slot index, slots in the window, ceiling (microtokens
 // per primary), reserve (microtokens), 1 replacement | 0 hedge, floor
 // capacity, floor rate (microtokens/s), reservation expiry, floor idle
-// ttl, gc grace, window key ttl.
+// ttl, gc grace, window key ttl, burst slots, burst ceiling (microtokens
+// per primary).
 // Returns the source: 0 none (a hedge refused), 1 cohort, 2 floor, 3 a
 // replacement. A replay of a granted call returns the same source.
 var poolCountScript = redis.NewScript(prelude + `
@@ -192,11 +201,12 @@ end
 local n, ceiling, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fcap, rate = tonumber(ARGV[8]), tonumber(ARGV[9])
 local resExp, idle, grace = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local p, x = windowSums(KEYS[1], tonumber(slot), n)
+local nb, burstCeiling = tonumber(ARGV[14]), tonumber(ARGV[15])
+local p, x, pb, xb = windowSums(KEYS[1], tonumber(slot), n, nb)
 local src = 0
 if ARGV[7] == '1' then
   src = 3
-elseif (x + 1) * ONE + reserve <= ceiling * p then
+elseif (x + 1) * ONE + reserve <= ceiling * p and (nb == 0 or (xb + 1) * ONE <= burstCeiling * pb) then
   src = 1
 elseif fcap > 0 then
   local v = redis.call('HMGET', KEYS[2], 'l', 't', 'u')

@@ -95,6 +95,53 @@ func testHedgeIsAllowedOnlyUnderTheWindowCeiling(f *fixture) {
 	}
 }
 
+// testBurstBoundCapsHedgesWithinTheWindowsRoom: with a burst bound, a
+// hedge must fit both the window's ceiling and the burst ceiling over the
+// window's last slots (docs/architecture.md §7, "two windows"); whichever
+// is tighter refuses, and a replacement is refused by neither.
+func testBurstBoundCapsHedgesWithinTheWindowsRoom(f *fixture) {
+	twoWindows := func(ceiling, burstCeiling float64, burstSlots int) budgets.DuplicateCeiling {
+		d := ceilingOf(ceiling)
+		d.BurstSlots, d.BurstCeiling = burstSlots, burstCeiling
+		return d
+	}
+	tight := twoWindows(0.1, 0.2, 2)   // the burst bound binds
+	loose := twoWindows(0.1, 1, 2)     // the window's ceiling binds
+	unbounded := twoWindows(0.1, 0, 0) // no burst bound: the window alone
+	for slot := range 9 {
+		if slot > 0 {
+			f.clock.Advance(dupSlot)
+		}
+		f.primaries("tight", tight, 10)
+		f.primaries("unbounded", unbounded, 10)
+		if slot >= 7 {
+			f.primaries("loose", loose, 10)
+		}
+	}
+	// Slots 0–8 hold 90 primaries (room for 9 hedges at 10%); the last two
+	// slots hold 20 (room for 4 at 20%).
+	if got := f.hedgesAvailableIn("tight", tight, budgets.FloorBucket{}, 10); got != 4 {
+		f.t.Errorf("burst ceiling 20%% over 20 primaries in a window of 90 at 10%%: %d hedges, want 4", got)
+	}
+	if got := f.hedgesAvailableIn("unbounded", unbounded, budgets.FloorBucket{}, 10); got != 9 {
+		f.t.Errorf("no burst bound, 90 primaries at 10%%: %d hedges, want 9", got)
+	}
+	// 20 primaries in all, all in the burst slots: the window's 10% binds.
+	if got := f.hedgesAvailableIn("loose", loose, budgets.FloorBucket{}, 10); got != 2 {
+		f.t.Errorf("burst ceiling 100%% over a window of 20 primaries at 10%%: %d hedges, want 2", got)
+	}
+	if g := f.extraIn(schemas.RoleReplacement, "tight", tight); !g.Allowed {
+		f.t.Errorf("a replacement with the burst bound full: refused (%s)", g.Reason)
+	}
+	// Two slots on, the burst slots hold only slot 10's primaries; the
+	// window still holds slots 1–8's and the 5 extra attempts counted.
+	f.clock.Advance(2 * dupSlot)
+	f.primaries("tight", tight, 10)
+	if got := f.hedgesAvailableIn("tight", tight, budgets.FloorBucket{}, 10); got != 2 {
+		f.t.Errorf("burst slots of 10 fresh primaries at 20%% (window 90 primaries, 5 extras, at 10%%): %d hedges, want 2", got)
+	}
+}
+
 // testBurstOfHedgesWithinAWindowIsAllowed: primaries arrive at a steady
 // rate, one stall per window is hedged, and then a burst of stalls arrives
 // in one slot. Every hedge of the burst that fits under the window's

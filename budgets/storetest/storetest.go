@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"LedgerExpiresAfterTTL", testLedgerExpiresAfterTTL},
 		{"HedgeIsAllowedOnlyUnderTheWindowCeiling", testHedgeIsAllowedOnlyUnderTheWindowCeiling},
 		{"BurstOfHedgesWithinAWindowIsAllowed", testBurstOfHedgesWithinAWindowIsAllowed},
+		{"BurstBoundCapsHedgesWithinTheWindowsRoom", testBurstBoundCapsHedgesWithinTheWindowsRoom},
 		{"HedgesLeaveTheReplacementReserve", testHedgesLeaveTheReplacementReserve},
 		{"ReplacementsAreNeverRefusedByTheCeilingButCount", testReplacementsAreNeverRefusedByTheCeilingButCount},
 		{"WindowSlidesAndForgetsOldSlots", testWindowSlidesAndForgetsOldSlots},

@@ -118,8 +118,16 @@ type DuplicateRate struct {
 	// window, in (0,1].
 	Ceiling float64 `yaml:"ceiling"`
 	// Window is the span the rate is taken over, kept as
-	// DuplicateWindowSlots counters.
+	// DuplicateWindowSlots counters (without a burst window) or as
+	// counters a tenth of the burst window long.
 	Window time.Duration `yaml:"window"`
+	// BurstWindow and BurstCeiling bound bursts inside the window: over
+	// the last BurstWindow, extra attempts stay within BurstCeiling of the
+	// primaries too (docs/architecture.md §7, "two windows"); a
+	// BurstCeiling under Ceiling counts as Ceiling. A zero BurstWindow
+	// turns the burst bound off.
+	BurstWindow  time.Duration `yaml:"burst_window"`
+	BurstCeiling float64       `yaml:"burst_ceiling"`
 	// ReplacementReserve is the room, in extra attempts per window, that
 	// hedges leave under the ceiling for the replacements counted against it.
 	ReplacementReserve float64 `yaml:"replacement_reserve"`
@@ -224,17 +232,30 @@ func (p *Policy) GuardrailConfig() delay.GuardrailConfig {
 }
 
 // DuplicateWindowSlots is the number of counters a duplicate-rate window is
-// kept as: its rate slides by a tenth of the window.
+// kept as without a burst window (its rate slides by a tenth of the
+// window), and the number the burst window spans with one.
 const DuplicateWindowSlots = 10
 
 // DuplicateCeiling returns the cohort's duplicate-rate ceiling every primary
-// is counted in and every hedge must fit under.
+// is counted in and every hedge must fit under. With a burst window, the
+// counters are a tenth of the burst window long, the window is as many of
+// them as it spans, and the burst bound is taken over its last
+// DuplicateWindowSlots (a burst window longer than the window spans it).
 func (p *Policy) DuplicateCeiling() budgets.DuplicateCeiling {
 	d := p.DuplicateRate
-	return budgets.DuplicateCeiling{
+	c := budgets.DuplicateCeiling{
 		Ceiling: d.Ceiling, Window: d.Window, Slots: DuplicateWindowSlots,
 		ReplacementReserve: d.ReplacementReserve,
 	}
+	if d.BurstWindow > 0 {
+		slot := min(d.BurstWindow, d.Window) / DuplicateWindowSlots
+		c.Slots = int(d.Window / slot)
+		// Never below the window's own ceiling: a class that raises its
+		// ceiling (up to 1, hedge everything) is not held under the
+		// default burst ceiling it did not set.
+		c.BurstSlots, c.BurstCeiling = DuplicateWindowSlots, max(d.BurstCeiling, d.Ceiling)
+	}
+	return c
 }
 
 // FloorBucket returns the pool's floor bucket.

@@ -123,6 +123,8 @@ type conditionReport struct {
 	// measured run; the contenders' Upstream counts must add up to it.
 	UpstreamRequests int64
 	Elapsed          time.Duration
+	// Tails take each contender's slowest requests apart (tail_test.go).
+	Tails []tailReport
 	// Hedgerow is what hedgerow's own /metrics said over the measured run:
 	// context for its row, never the source of its duplicate rate.
 	Hedgerow hedgerowMetrics
@@ -259,8 +261,13 @@ type stage struct {
 	serve    *node.Serve
 	upstream *upstreamCounter
 	warns    *warnCounter
+	groups   *groupTap
 	hosts    []string // host:port of each fake route
 }
+
+// fingerprintKey keys hedgerow's prompt fingerprints, so the harness can
+// find each of its requests' group record (tail_test.go).
+var fingerprintKey = []byte("peers comparison fingerprint key")
 
 func startStage(o options, c condition) (*stage, error) {
 	s := &stage{o: o, upstream: newUpstreamCounter(), warns: newWarnCounter()}
@@ -280,8 +287,11 @@ func startStage(o options, c condition) (*stage, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hedgerow configuration: %w", err), s.stop(context.Background()))
 	}
-	s.serve, err = node.StartServe(cfg, node.Options{Logger: log, FingerprintKey: []byte("peers comparison fingerprint key")})
+	s.serve, err = node.StartServe(cfg, node.Options{Logger: log, FingerprintKey: fingerprintKey})
 	if err != nil {
+		return nil, errors.Join(err, s.stop(context.Background()))
+	}
+	if s.groups, err = tapGroupRecords(s.serve); err != nil {
 		return nil, errors.Join(err, s.stop(context.Background()))
 	}
 	return s, nil
@@ -310,6 +320,9 @@ func configYAML(o options, hosts []string) string {
 
 func (s *stage) stop(ctx context.Context) error {
 	var errs []error
+	if s.groups != nil {
+		s.groups.close()
+	}
 	if s.serve != nil {
 		if err := s.serve.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop serve: %w", err))
@@ -352,18 +365,18 @@ func (s *stage) totalRequests(ctx context.Context, client *http.Client) (int64, 
 type upstreamCounter struct {
 	started, finished atomic.Int64
 	mu                sync.Mutex
-	byRequest         map[uint64]int
+	byRequest         map[uint64][]fakellm.Record
 }
 
 func newUpstreamCounter() *upstreamCounter {
-	return &upstreamCounter{byRequest: make(map[uint64]int)}
+	return &upstreamCounter{byRequest: make(map[uint64][]fakellm.Record)}
 }
 
 func (u *upstreamCounter) start() { u.started.Add(1) }
 
 func (u *upstreamCounter) record(r fakellm.Record) {
 	u.mu.Lock()
-	u.byRequest[r.RequestID]++
+	u.byRequest[r.RequestID] = append(u.byRequest[r.RequestID], r)
 	u.mu.Unlock()
 	u.finished.Add(1)
 }
@@ -387,12 +400,12 @@ func (u *upstreamCounter) quiet(ctx context.Context, timeout time.Duration) erro
 	return nil
 }
 
-// take returns and forgets the counts by request id.
-func (u *upstreamCounter) take() map[uint64]int {
+// take returns and forgets the records by request id.
+func (u *upstreamCounter) take() map[uint64][]fakellm.Record {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := u.byRequest
-	u.byRequest = make(map[uint64]int)
+	u.byRequest = make(map[uint64][]fakellm.Record)
 	return out
 }
 
@@ -401,12 +414,14 @@ func (u *upstreamCounter) take() map[uint64]int {
 // grace are well inside it).
 const drainTimeout = 15 * time.Second
 
-// request is one request of a run: its body, its fake request id and the
+// request is one request of a run: its body, its fake request id, its
+// prompt fingerprint (what hedgerow's records name it by) and the
 // contender that sends it.
 type request struct {
-	body      []byte
-	id        uint64
-	contender int
+	body        []byte
+	id          uint64
+	fingerprint string
+	contender   int
 }
 
 // makeRequests builds n streaming chat requests whose texts say which run
@@ -427,7 +442,11 @@ func makeRequests(run string, n int, contenders []int) ([]request, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = request{body: body, id: id, contender: contenders[i]}
+		fp, err := chat.Fingerprint(fingerprintKey)
+		if err != nil {
+			return nil, fmt.Errorf("fingerprint request %d: %w", i, err)
+		}
+		out[i] = request{body: body, id: id, fingerprint: fp, contender: contenders[i]}
 	}
 	return out, nil
 }
@@ -446,8 +465,9 @@ func interleave(contenders []int, perContender int, seed uint64) []int {
 }
 
 // runLoad sends reqs open-loop through the contenders' targets and returns
-// what the client measured and what reached the fakes, by request.
-func (s *stage) runLoad(ctx context.Context, seed uint64, reqs []request, targets []loadgen.Target) (*loadgen.Summary, []int, error) {
+// what the client measured and the fakes' records of what reached them, by
+// request.
+func (s *stage) runLoad(ctx context.Context, seed uint64, reqs []request, targets []loadgen.Target) (*loadgen.Summary, [][]fakellm.Record, error) {
 	lreqs := make([]loadgen.Request, len(reqs))
 	index := make(map[uint64]int, len(reqs))
 	for i, r := range reqs {
@@ -464,16 +484,16 @@ func (s *stage) runLoad(ctx context.Context, seed uint64, reqs []request, target
 	if err := s.upstream.quiet(ctx, drainTimeout); err != nil {
 		return nil, nil, err
 	}
-	counts := make([]int, len(reqs))
-	for id, n := range s.upstream.take() {
+	upstream := make([][]fakellm.Record, len(reqs))
+	for id, recs := range s.upstream.take() {
 		i, ok := index[id]
 		if !ok {
 			return nil, nil, fmt.Errorf("%d fake requests with id %x match no request of the run: "+
-				"the harness's request ids no longer follow the fake LLM's derivation", n, id)
+				"the harness's request ids no longer follow the fake LLM's derivation", len(recs), id)
 		}
-		counts[i] = n
+		upstream[i] = recs
 	}
-	return sum, counts, nil
+	return sum, upstream, nil
 }
 
 func runCondition(ctx context.Context, o options, c condition) (rep *conditionReport, err error) {
@@ -556,9 +576,10 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 		return nil, err
 	}
 	s.warns.take() // the warm-up's
+	s.groups.reset()
 	logf("%s: peers' delay %v (the warm-up's P95 over %d primary-only first tokens: %v); measured run, %d requests at %v/s",
 		c.Name, delay, len(ttfts), quantile(ttfts, 0.95), len(reqs), o.Rate)
-	sum, counts, err := s.runLoad(ctx, o.Seed, reqs, targets)
+	sum, upstream, err := s.runLoad(ctx, o.Seed, reqs, targets)
 	if err != nil {
 		return nil, fmt.Errorf("measured run: %w", err)
 	}
@@ -575,8 +596,19 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 		return nil, err
 	}
 	rep = &conditionReport{Condition: c, Delay: delay, Pinned: o.Delay > 0, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
-	rep.Contenders = measure(reqs, sum, counts, o.deadline())
+	rep.Contenders = measure(reqs, sum, upstream, o.deadline())
 	rep.Hedgerow = hedgerowDelta(metricsBefore, metricsAfter)
+	var want []string
+	for _, r := range reqs {
+		if contenderNames[r.contender] == contenderHedgerow {
+			want = append(want, r.fingerprint)
+		}
+	}
+	groups, _, err := s.groups.wait(ctx, want, drainTimeout)
+	if err != nil {
+		return nil, err
+	}
+	rep.Tails = tails(reqs, traces(reqs, sum, upstream, groups, o.deadline()))
 	rep.Hedgerow.Warnings = s.warns.take()
 	var noneTTFT []time.Duration
 	for i, res := range sum.Results {
@@ -678,18 +710,19 @@ func modelFirstByteP95(o options) (time.Duration, error) {
 }
 
 // measure turns a run's results into one report per contender.
-func measure(reqs []request, sum *loadgen.Summary, counts []int, deadline time.Duration) []contenderReport {
+func measure(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, deadline time.Duration) []contenderReport {
 	out := make([]contenderReport, len(contenderNames))
 	ttft := make([][]time.Duration, len(contenderNames))
 	end := make([][]time.Duration, len(contenderNames))
 	for i, res := range sum.Results {
 		k := reqs[i].contender
 		c := &out[k]
+		n := len(upstream[i])
 		c.Requests++
-		c.Upstream += counts[i]
-		c.Extra += max(counts[i]-1, 0)
-		c.MaxPerRequest = max(c.MaxPerRequest, counts[i])
-		if counts[i] == 0 {
+		c.Upstream += n
+		c.Extra += max(n-1, 0)
+		c.MaxPerRequest = max(c.MaxPerRequest, n)
+		if n == 0 {
 			c.Unreached++
 		}
 		if res.Err != nil || res.FirstToken <= 0 {

@@ -73,6 +73,9 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
 		fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
 			verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
+		if rep.Tails != nil {
+			writeTails(w, rep.Tails, o.PerContender)
+		}
 	}
 }
 

@@ -155,6 +155,44 @@ func TestDuplicateRateWindowIsChecked(t *testing.T) {
 	}
 }
 
+func TestDuplicateRateBurstWindowIsChecked(t *testing.T) {
+	for _, tc := range []struct{ name, rate, key, msg string }{
+		{"under a second", "{burst_window: 500ms}", "burst_window", "below 1s"},
+		{"window not a whole number of its tenths", "{window: 1m, burst_window: 7s}", "burst_window", "whole number of tenths"},
+		{"more than 100 counters", "{window: 1h, burst_window: 10s}", "burst_window", "at most 100"},
+		{"burst ceiling negative", "{burst_ceiling: -0.1}", "burst_ceiling", "outside [0, 1]"},
+		{"burst ceiling over 1", "{burst_ceiling: 1.5}", "burst_ceiling", "outside [0, 1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := minimal + "policies:\n  default:\n    duplicate_rate: " + tc.rate + "\n"
+			_, ps := parse(t, src, RoleServe, noEnv)
+			wantProblem(t, ps, "policies.default.duplicate_rate."+tc.key, tc.msg)
+		})
+	}
+	t.Run("the default keeps a minute of one-second counters and bounds their last ten", func(t *testing.T) {
+		cfg, ps := parse(t, minimal, RoleServe, noEnv)
+		wantNoProblems(t, ps)
+		d := cfg.PolicyFor("default").DuplicateCeiling()
+		if d.Window != time.Minute || d.Slots != 60 || d.SlotLength() != time.Second || d.BurstSlots != 10 || d.BurstCeiling != 0.16 {
+			t.Fatalf("duplicate ceiling %+v, want a 1m window of 60 slots, the last 10 bounded at 0.16", d)
+		}
+	})
+	t.Run("a ceiling above the burst ceiling raises it", func(t *testing.T) {
+		cfg, ps := parse(t, minimal+"policies:\n  default:\n    duplicate_rate: {ceiling: 1}\n", RoleServe, noEnv)
+		wantNoProblems(t, ps)
+		if d := cfg.PolicyFor("default").DuplicateCeiling(); d.BurstCeiling != 1 {
+			t.Fatalf("duplicate ceiling %+v, want the burst ceiling raised to the ceiling 1", d)
+		}
+	})
+	t.Run("burst_window 0 turns the burst bound off", func(t *testing.T) {
+		cfg, ps := parse(t, minimal+"policies:\n  default:\n    duplicate_rate: {window: 10s, burst_window: 0s}\n", RoleServe, noEnv)
+		wantNoProblems(t, ps)
+		if d := cfg.PolicyFor("default").DuplicateCeiling(); d.BurstSlots != 0 || d.Slots != 10 {
+			t.Fatalf("duplicate ceiling %+v, want 10 slots and no burst bound", d)
+		}
+	})
+}
+
 func TestPoolNamingMissingRouteIsAProblem(t *testing.T) {
 	src := strings.Replace(minimal, "routes: [a, b]", "routes: [a, z]", 1)
 	_, ps := parse(t, src, RoleServe, noEnv)

@@ -25,7 +25,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 var retiredKeys = map[reflect.Type]map[string]string{
 	reflect.TypeFor[DuplicateRate](): {
 		"capacity": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
-			"(docs/architecture.md §7); delete it and set duplicate_rate.window (default 10s) if the default does not suit",
+			"(docs/architecture.md §7); delete it and set duplicate_rate.window (default 1m) and burst_window (default 10s) if the defaults do not suit",
 		"initial_fill": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
 			"(docs/architecture.md §7); delete it: a cold cohort hedges on the pool's floor (pool_floor)",
 	},

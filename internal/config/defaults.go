@@ -81,6 +81,8 @@ var defaults = []defaultSetting{
 	{"policies.*.commit_point", policyDefaults.CommitPoint},
 	{"policies.*.duplicate_rate.ceiling", policyDefaults.DuplicateRate.Ceiling},
 	{"policies.*.duplicate_rate.window", policyDefaults.DuplicateRate.Window},
+	{"policies.*.duplicate_rate.burst_window", policyDefaults.DuplicateRate.BurstWindow},
+	{"policies.*.duplicate_rate.burst_ceiling", policyDefaults.DuplicateRate.BurstCeiling},
 	{"policies.*.duplicate_rate.replacement_reserve", policyDefaults.DuplicateRate.ReplacementReserve},
 	{"policies.*.duplicate_rate.pool_floor", policyDefaults.DuplicateRate.PoolFloor},
 	{"policies.*.duplicate_rate.pool_floor_refill", policyDefaults.DuplicateRate.PoolFloorRefill},

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/internal/redact"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -455,6 +457,21 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	}
 	if b.Window < time.Second || b.Window > time.Hour {
 		v.addf(bp+".window", "%v is outside [1s, 1h]", b.Window)
+	}
+	if bw := b.BurstWindow; bw != 0 {
+		// The counters are a tenth of the burst window long; the window is
+		// a whole number of them, at most budgets.MaxWindowSlots.
+		slot := min(bw, b.Window) / policy.DuplicateWindowSlots
+		switch {
+		case bw < time.Second:
+			v.addf(bp+".burst_window", "%v is below 1s (0 turns the burst bound off)", bw)
+		case b.Window >= time.Second && (b.Window%slot != 0 || b.Window/slot > budgets.MaxWindowSlots):
+			v.addf(bp+".burst_window", "%v does not fit window %v: the window must be a whole number of tenths of it, at most %d",
+				bw, b.Window, budgets.MaxWindowSlots)
+		}
+		if b.BurstCeiling < 0 || b.BurstCeiling > 1 {
+			v.addf(bp+".burst_ceiling", "%v is outside [0, 1]", b.BurstCeiling)
+		}
 	}
 	if b.ReplacementReserve < 0 || b.ReplacementReserve > 1e6 {
 		v.addf(bp+".replacement_reserve", "%v is outside [0, 1000000]", b.ReplacementReserve)

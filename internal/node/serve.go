@@ -119,6 +119,13 @@ func (s *Serve) connect(name string, log *slog.Logger, opts ...nats.Option) (*na
 	return nc, nil
 }
 
+// Observe opens an in-process connection to the embedded server for an
+// observer in the same process — the peer comparison reads the records of
+// the groups it sent (dispatcher.GroupRecordSubject) — without an open
+// listener. The caller closes it; it authenticates as nothing, so it works
+// only while the server has no users.
+func (s *Serve) Observe(name string) (*nats.Conn, error) { return s.nats.Connect(name) }
+
 // HTTPAddr is the address the HTTP front door listens on.
 func (s *Serve) HTTPAddr() net.Addr { return s.gateway.Addr() }
 
