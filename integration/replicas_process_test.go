@@ -165,13 +165,14 @@ func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Durat
 // each — while Redis is stopped, then, after Redis restarts empty, retries
 // every one of them on both and sends as many new ones. Every answer of a
 // user action carries the same gate value: it committed once, and retries
-// got that answer replayed or already_committed.
+// got that answer replayed, already_committed, or budget_exhausted once
+// its attempt ledger was spent.
 func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *testing.T) {
 	rp := startReplicaProcesses(t, "outage", 0)
 	type answer struct {
-		key, gate string
-		status    int
-		err       error
+		key, gate, body string
+		status          int
+		err             error
 	}
 	var answers []answer
 	burst := func(keys []string, perGateway int) {
@@ -182,8 +183,8 @@ func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *te
 				go func() {
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					resp, _, err := rp.send(rp.gateways[i%len(rp.gateways)], key)
-					a := answer{key: key, err: err}
+					resp, body, err := rp.send(rp.gateways[i%len(rp.gateways)], key)
+					a := answer{key: key, body: body, err: err}
 					if err == nil {
 						a.status, a.gate = resp.StatusCode, resp.Header.Get(frontdoor.HeaderGate)
 					}
@@ -223,8 +224,14 @@ func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *te
 			}
 			gates[a.key][a.gate] = true
 		case http.StatusConflict:
+		case http.StatusTooManyRequests:
+			// The user action's attempt ledger caps attempts across its
+			// groups and retries (max_attempts 3): a refusal, no commit.
+			if !strings.Contains(a.body, `"budget_exhausted"`) {
+				t.Errorf("%s answered 429 %s; want budget_exhausted", a.key, a.body)
+			}
 		default:
-			t.Errorf("%s answered %d; want 200 or 409", a.key, a.status)
+			t.Errorf("%s answered %d %s; want 200, 409 or 429", a.key, a.status, a.body)
 		}
 	}
 	t.Logf("answers by status: %v", statuses)

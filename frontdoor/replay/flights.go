@@ -239,13 +239,23 @@ func (l *Lead) finish() bool {
 // next request of the key runs as a new try; then this door's waiters wake.
 // It returns the store's error for the caller to log.
 func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
-	if !l.finish() {
+	if l.ended {
 		return nil
 	}
-	defer l.fs.leave(l.key, l.flight)
 	var err error
 	if a != nil {
-		if err = l.fs.store.Put(ctx, l.key, a, ttl); err == nil {
+		// A committed answer that reached its caller must not look
+		// orphaned: if its marker lapsed unanswered, a retry would
+		// supersede the commit and the user action commit twice. So the
+		// answer is stored with retries, within ctx, while the heartbeat
+		// still holds the lease (a store just restarted refuses the first
+		// calls of a client that saw it die).
+		err = l.putRetrying(ctx, a, ttl)
+	}
+	l.finish()
+	defer l.fs.leave(l.key, l.flight)
+	if a != nil {
+		if err == nil {
 			return nil
 		}
 		err = fmt.Errorf("replay: keep the answer: %w", err)
@@ -256,6 +266,28 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		}
 	}
 	return err
+}
+
+// putRetrying stores a, retrying a Put that failed for want of the store
+// with backoff (10 ms doubling to 250 ms) until it succeeds or ctx ends; an
+// answer the store will never keep (ErrTooLarge) is not retried. It returns
+// the last error.
+func (l *Lead) putRetrying(ctx context.Context, a *Answer, ttl time.Duration) error {
+	pause := 10 * time.Millisecond
+	for {
+		err := l.fs.store.Put(ctx, l.key, a, ttl)
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
+			return err
+		}
+		wait := time.NewTimer(pause)
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return err
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+	}
 }
 
 // Orphan ends a request whose committed answer its caller never got
