@@ -101,12 +101,7 @@ func TestNoUserActionCommitsTwiceThroughARedisOutageAndAnEmptyRestart(t *testing
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			rs := redistest.Start(t)
-			ps := map[string]*provider{}
-			sc := newScript(behaviour{words: 1})
-			for _, r := range []string{"a", "b"} {
-				ps[r] = newProvider(t, r, sc)
-			}
-			c := newCluster(t, []string{"a", "b"}, ps, contestedPolicy)
+			c := contestedCluster(t)
 			ds, _ := gateReplicas(t, c, rs, "outage"+string(tt.mode), 2, tt.mode)
 			log := &commitLog{commits: map[string]int{}}
 			var keys []string

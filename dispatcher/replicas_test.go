@@ -256,14 +256,21 @@ policies:
     heartbeat_timeout: 3s
 `
 
-func TestElectionsAcrossReplicasCommitOneGroupPerUserAction(t *testing.T) {
-	rs := redistest.Start(t)
+// contestedCluster is two routes answering one word at once under
+// contestedPolicy: groups of one user action race to the gate.
+func contestedCluster(t *testing.T) *cluster {
+	t.Helper()
 	ps := map[string]*provider{}
 	sc := newScript(behaviour{words: 1})
 	for _, r := range []string{"a", "b"} {
 		ps[r] = newProvider(t, r, sc)
 	}
-	c := newCluster(t, []string{"a", "b"}, ps, contestedPolicy)
+	return newCluster(t, []string{"a", "b"}, ps, contestedPolicy)
+}
+
+func TestElectionsAcrossReplicasCommitOneGroupPerUserAction(t *testing.T) {
+	rs := redistest.Start(t)
+	c := contestedCluster(t)
 	ds, _ := replicas(t, c, rs, "elect", 2)
 	const userActions, perAction = 500, 4 // two groups per user action on each replica
 

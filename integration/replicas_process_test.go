@@ -26,8 +26,56 @@ import (
 // ledger, the user action's id and the committed answers are shared
 // through Redis.
 func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
-	rp := startReplicaProcesses(t, "procs", 10*time.Millisecond)
-	rs, p, gateways, send := rp.redis, rp.provider, rp.gateways, rp.send
+	bins := buildBinaries(t)
+	dir := t.TempDir()
+	rs := redistest.Start(t)
+	natsURL := "nats://" + freeAddr(t)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
+	nc := waitNATS(t, natsURL)
+	p := newProvider(t, 10*time.Millisecond)
+
+	// The gateways read the hash key from their environment, as in production.
+	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
+	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: procs\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL())
+	writeConfig := func(name, listen string) string {
+		path := filepath.Join(dir, name+".yaml")
+		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
+	waitWorkers(t, nc, 1)
+	var gateways []string
+	for _, name := range []string{"gateway-1", "gateway-2"} {
+		addr := freeAddr(t)
+		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
+		gateways = append(gateways, "http://"+addr)
+	}
+	for _, g := range gateways {
+		waitReady(t, g)
+	}
+
+	client := &http.Client{Timeout: processDeadline + 10*time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	send := func(gateway, key string) (*http.Response, string, error) {
+		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
 	chat := func(gateway, key string) (*http.Response, string) {
 		t.Helper()
 		resp, body, err := send(gateway, key)
@@ -94,72 +142,6 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 	}
 }
 
-// replicaProcesses are two `hedgerow gateway` processes sharing one Redis
-// (key prefix, hash key) and a worker process, on a nats-server process
-// with JetStream, as a deployment of replicas runs.
-type replicaProcesses struct {
-	redis    *redistest.Server
-	provider *provider
-	gateways []string // base URLs
-	// send posts a chat completion with an Idempotency-Key to a gateway
-	// and returns the answer with its body read.
-	send func(gateway, key string) (*http.Response, string, error)
-}
-
-func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Duration) *replicaProcesses {
-	t.Helper()
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	rs := redistest.Start(t)
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
-	nc := waitNATS(t, natsURL)
-	p := newProvider(t, providerDelay)
-
-	// The gateways read the hash key from their environment, as in production.
-	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
-	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: %s\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL(), prefix)
-	writeConfig := func(name, listen string) string {
-		path := filepath.Join(dir, name+".yaml")
-		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
-	waitWorkers(t, nc, 1)
-	rp := &replicaProcesses{redis: rs, provider: p}
-	for _, name := range []string{"gateway-1", "gateway-2"} {
-		addr := freeAddr(t)
-		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
-		rp.gateways = append(rp.gateways, "http://"+addr)
-	}
-	for _, g := range rp.gateways {
-		waitReady(t, g)
-	}
-	client := &http.Client{Timeout: processDeadline + 10*time.Second}
-	t.Cleanup(client.CloseIdleConnections)
-	rp.send = func(gateway, key string) (*http.Response, string, error) {
-		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
-		if err != nil {
-			return nil, "", err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp, string(body), err
-	}
-	return rp
-}
-
 // TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage
 // sends each user action to both gateway processes at once — twice to
 // each — while Redis is stopped, then, after Redis restarts empty, retries
@@ -168,27 +150,21 @@ func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Durat
 // got that answer replayed, already_committed, or budget_exhausted once
 // its attempt ledger was spent.
 func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *testing.T) {
-	rp := startReplicaProcesses(t, "outage", 0)
-	type answer struct {
-		key, gate, body string
-		status          int
-		err             error
+	s := startReplicas(t, 0)
+	type keyed struct {
+		key string
+		answer
 	}
-	var answers []answer
+	var answers []keyed
 	burst := func(keys []string, perGateway int) {
-		out := make(chan answer, len(keys)*perGateway*len(rp.gateways))
+		out := make(chan keyed, len(keys)*perGateway*len(s.gateways))
 		sem := make(chan struct{}, 16)
 		for _, key := range keys {
-			for i := range perGateway * len(rp.gateways) {
+			for i := range perGateway * len(s.gateways) {
 				go func() {
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					resp, body, err := rp.send(rp.gateways[i%len(rp.gateways)], key)
-					a := answer{key: key, body: body, err: err}
-					if err == nil {
-						a.status, a.gate = resp.StatusCode, resp.Header.Get(frontdoor.HeaderGate)
-					}
-					out <- a
+					out <- keyed{key, s.send(s.gateways[i%len(s.gateways)], key)}
 				}()
 			}
 		}
@@ -204,10 +180,10 @@ func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *te
 		return keys
 	}
 	const perPhase = 40
-	rp.redis.Kill()
+	s.redis.Kill()
 	down := keysOf("down", perPhase)
 	burst(down, 2)
-	rp.redis.Restart()
+	s.redis.Restart()
 	burst(append(down, keysOf("restarted", perPhase)...), 2)
 
 	gates := map[string]map[string]bool{}
@@ -222,7 +198,7 @@ func TestTwoGatewayProcessesNeverCommitAUserActionTwiceThroughARedisOutage(t *te
 			if gates[a.key] == nil {
 				gates[a.key] = map[string]bool{}
 			}
-			gates[a.key][a.gate] = true
+			gates[a.key][a.header.Get(frontdoor.HeaderGate)] = true
 		case http.StatusConflict:
 		case http.StatusTooManyRequests:
 			// The user action's attempt ledger caps attempts across its
