@@ -63,8 +63,11 @@ func TestPrimariesAvoidARouteLoadedByOtherReplicasWorkers(t *testing.T) {
 			}
 			waitSharedInFlight(t, d, "a", 0)
 			primaries = submitAndCountPrimaries(t, c, d, 20)
-			if primaries["a"] == 0 || primaries["b"] == 0 {
-				t.Fatalf("primaries %v: want both twins used once a is idle again", primaries)
+			// Which twin wins each sequential pick then depends on their
+			// latency samples alone, which machine load skews either way;
+			// the rule is only that a is no longer avoided.
+			if primaries["a"] == 0 {
+				t.Fatalf("primaries %v: want a used again once it is idle", primaries)
 			}
 		})
 	}
