@@ -262,12 +262,23 @@ func TestARedisWinTheLedgerCannotConfirmIsRefusedAndGivenBack(t *testing.T) {
 	l.timeout = 200 * time.Millisecond
 	client := redisClient(t, rs.Addr())
 	g := newRedisGate(t, client, RedisGateConfig{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: l})
+	// Another replica won and cleared the user action once: Redis' epoch
+	// is ahead of this replica's local one, so the two values differ.
+	other := newRedisGate(t, client, RedisGateConfig{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: openTestLedger(t, ns)})
+	if err := other.Clear(ctx, mustClaim(t, other, "ua", "g0", 0)); err != nil {
+		t.Fatal(err)
+	}
 	ns.Shutdown()
 	if c, err := g.Claim(ctx, "ua", "g1", 0); !errors.Is(err, ErrGateUnavailable) || c.Won {
 		t.Fatalf("claim with the ledger down = %+v, %v; want refused", c, err)
 	}
 	if got := redisHolds(t, client, g, "ua"); got != "" {
 		t.Fatalf("Redis still holds %q for a refused claim", got)
+	}
+	// Nor does the local gate: another group of this replica is refused
+	// the same way, not lost to a holder that never committed.
+	if c, err := g.Claim(ctx, "ua", "g2", 0); !errors.Is(err, ErrGateUnavailable) || c.Holder != "" {
+		t.Fatalf("second claim = %+v, %v; want refused again, no holder", c, err)
 	}
 }
 

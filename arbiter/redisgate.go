@@ -200,12 +200,11 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	if !contextTimeoutEnabled(client) {
 		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
 	}
-	switch cfg.OnUnavailable {
-	case "":
+	if cfg.OnUnavailable == "" {
 		cfg.OnUnavailable = UnavailableLocal
-	case UnavailableLocal, UnavailableRefuse, UnavailableFallback:
-	default:
-		return nil, fmt.Errorf("redis gate: on unavailable %q is not one of local, fallback, refuse", cfg.OnUnavailable)
+	}
+	if _, err := ParseUnavailable(string(cfg.OnUnavailable)); err != nil {
+		return nil, fmt.Errorf("redis gate: on unavailable: %w", err)
 	}
 	if (cfg.OnUnavailable == UnavailableFallback) != (cfg.Ledger != nil) {
 		return nil, fmt.Errorf("redis gate: a ledger goes with fallback mode, and only with it (mode %s)", cfg.OnUnavailable)
@@ -274,7 +273,7 @@ func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt
 		case UnavailableLocal:
 			return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, redisErr)
 		case UnavailableRefuse:
-			g.giveBack(ctx, local, false)
+			g.giveBack(ctx, local, "", false)
 			return Claim{}, fmt.Errorf("gate claim %s: %w: redis: %w", group, ErrGateUnavailable, redisErr)
 		}
 		proposal.holder, _ = ParseGateValue(local.Value)
@@ -285,7 +284,7 @@ func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt
 	if err != nil {
 		// The write may have landed before its answer was lost: give the
 		// holding back everywhere, so the user action stays claimable.
-		g.giveBack(ctx, Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: true, Value: proposal.holder.String()}, redisErr == nil)
+		g.giveBack(ctx, local, proposal.holder.String(), redisErr == nil)
 		return Claim{}, fmt.Errorf("gate claim %s: %w: ledger: %w (redis: %v)", group, ErrGateUnavailable, err, redisErr)
 	}
 	if redisErr == nil && holder != proposal.holder {
@@ -323,20 +322,21 @@ func claimOf(userAction, group string, attempt int, holder GateValue, won bool) 
 	return c
 }
 
-// giveBack undoes the holdings of a refused claim: the local entry, and in
-// Redis and the ledger the value c holds there (inRedis says Redis has it),
-// compare-and-delete, each bounded by its own timeout. Failures are left to
-// the TTLs: until then the user action loses to a claim that never committed.
-func (g *RedisGate) giveBack(ctx context.Context, c Claim, inRedis bool) {
+// giveBack undoes the holdings of a refused claim: the local win, and the
+// value shared proposed in Redis (inRedis says Redis holds it) and the
+// ledger, compare-and-delete, each bounded by its own timeout. Failures are
+// left to the TTLs: until then the user action loses to a claim that never
+// committed.
+func (g *RedisGate) giveBack(ctx context.Context, local Claim, shared string, inRedis bool) {
 	ctx = context.WithoutCancel(ctx)
-	_ = g.local.Clear(ctx, c)
+	_ = g.local.Clear(ctx, local)
 	if inRedis {
 		redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
-		_, _ = clearScript.Run(redisCtx, g.client, g.keys(c.UserAction)[:1], c.Value).Result()
+		_, _ = clearScript.Run(redisCtx, g.client, g.keys(local.UserAction)[:1], shared).Result()
 		cancel()
 	}
-	if g.ledger != nil {
-		_, _ = g.ledger.Release(ctx, c.UserAction, c.Value)
+	if g.ledger != nil && shared != "" {
+		_, _ = g.ledger.Release(ctx, local.UserAction, shared)
 	}
 }
 
