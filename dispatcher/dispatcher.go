@@ -141,8 +141,9 @@ type Dispatcher struct {
 	classes     map[string]*policy.Class
 	metrics     *metrics
 	books       *bookkeeping
-	replies     replyMux // routes every group's replies from one subscription
-	overload    overload // which pools' last offer came back Busy (§4 rule 4)
+	replies     replyMux       // routes every group's replies from one subscription
+	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
+	dupRates    duplicateRates // each cohort's duplicate window as this replica counts it (opsmetrics.go)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -221,6 +222,12 @@ func New(c Config) (*Dispatcher, error) {
 	}
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
+	}
+	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)))
+	if c.Registerer != nil {
+		if err := c.Registerer.Register(newCohortCollector(d)); err != nil {
+			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
+		}
 	}
 	d.replies.dropped = d.dropReply
 	d.books = startBookkeeping(d)

@@ -298,9 +298,6 @@ func (g *group) startEvent() hedge.Start {
 	g.delay = d.Value
 	el := g.eligibility(now)
 	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
-	if el.Consulted {
-		g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(el.Stats.TailGainRatio)
-	}
 	return s
 }
 
@@ -638,7 +635,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	primary, ok := d.picker.PickPrimary(g.routes, d.now(), d.rng)
 	d.rngMu.Unlock()
 	if !ok {
-		return hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute}
+		return hedge.Admitted{Allowed: false, Reason: reasonNoRoute, Error: schemas.ErrNoRoute}
 	}
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
@@ -657,11 +654,13 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	case err != nil:
 		// The primary goes on without the store; hedges will be refused.
 		d.log.Warn("budget store unavailable at admission", "err", err)
+		g.countPrimary()
 		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
 	case !adm.Allowed:
 		g.denied = adm.Reason
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
+	g.countPrimary()
 	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
 }
 
@@ -704,7 +703,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
 	d.rngMu.Unlock()
 	if !ok {
-		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonNoRoute}
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
@@ -718,10 +717,11 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	case errors.Is(err, budgets.ErrInvalidRequest):
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetInvalid}
 	case err != nil:
-		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetUnavailable}
 	case !grant.Allowed:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
 	}
+	g.countExtra(grant.Token == budgets.TokenFloor)
 	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
 }
 
@@ -927,6 +927,7 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 		}
 	}
 	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	g.checkSpendBreach(e)
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

@@ -39,6 +39,11 @@ func NewCohort(operation, model string, stream bool, maxTokens int) Cohort {
 // linearly, and coarser buckets keep each cohort warm on modest traffic.
 var maxTokensBuckets = [...]int{64, 256, 1024, 4096, 16384, 65536}
 
+// MaxTokensBuckets returns every max_tokens bucket a cohort can have, 0
+// (unset) first: with the classes, pools and stream flags it enumerates the
+// cohorts, so metrics can name each before its first request.
+func MaxTokensBuckets() []int { return append([]int{0}, maxTokensBuckets[:]...) }
+
 // MaxTokensBucket maps a request's max_tokens to its cohort bucket: 0 when
 // unset (≤ 0), else the smallest bound in 64, 256, 1024, 4096, 16384, 65536
 // that is ≥ maxTokens; anything larger shares the last bucket.
