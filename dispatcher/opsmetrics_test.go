@@ -1,0 +1,103 @@
+package dispatcher
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"testing"
+
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+)
+
+// breachPolicy hedges nothing in practice (a 5 s delay on quick answers),
+// replaces a failed primary once, and holds the cohort to 5% extra attempts
+// with no reserve and no floor, so replacements alone can breach it.
+const breachPolicy = `
+policies:
+  default:
+    control_fraction: 0
+    max_attempts: 2
+    delay: {initial: 5s, min: 5s, max: 5s, warmup_samples: 1000000}
+    deadline: 20s
+    accept_timeout: 2s
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 5s
+    duplicate_rate: {ceiling: 0.05, window: 60s, replacement_reserve: 0, pool_floor: 0}
+`
+
+// TestADuplicateCeilingBreachSwitchesTheCohortsHedgingOff: 100 quick
+// groups, then groups whose primary fails at once and is replaced. The
+// ceiling never refuses a replacement, so the window's rate climbs: at 5
+// replacements for 105 primaries (4.8%) the cohort still hedges; the sixth
+// (6 of 106, 5.7%) breaches the 5% ceiling, ReportBreach switches the
+// cohort off, and the next group is suppressed by the guardrail.
+func TestADuplicateCeilingBreachSwitchesTheCohortsHedgingOff(t *testing.T) {
+	const steady = 100
+	var next []behaviour
+	for range steady {
+		next = append(next, behaviour{words: 2})
+	}
+	for range 6 {
+		next = append(next, behaviour{status: http.StatusServiceUnavailable}, behaviour{words: 2})
+	}
+	sc := newScript(behaviour{words: 2}, next...)
+	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc), "c": newProvider(t, "c", sc)}
+	c := newCluster(t, []string{"a", "b", "c"}, ps, breachPolicy)
+	d, regs := singleDispatcher(t, c)
+	reg := regs[0]
+	req := chat(false)
+	cohort := delay.NewCohort("default", "general", false, req.MaxTokens).Key()
+	state := func(s delay.GuardrailState) float64 {
+		return gaugeValue(t, reg, "hedgerow_guardrail_state", map[string]string{"cohort": cohort, "state": string(s)})
+	}
+	submit := func(what string) {
+		t.Helper()
+		if _, err := d.Submit(context.Background(), Submission{Pool: "general", Request: req}, nil); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	for range steady {
+		submit("steady request")
+	}
+	for i := range 6 {
+		if state(delay.StateEnabled) != 1 {
+			t.Fatalf("disabled after %d replacements for %d primaries, under the 5%% ceiling", i, steady+i)
+		}
+		submit("failing primary")
+	}
+	tests := []struct {
+		name   string
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"the window's rate is 6 replacements per 106 primaries", "hedgerow_duplicate_rate", map[string]string{"cohort": cohort}, 6.0 / 106},
+		{"the cohort's ceiling is exported beside it", "hedgerow_duplicate_rate_ceiling", map[string]string{"cohort": cohort}, 0.05},
+		{"the cohort is disabled", "hedgerow_guardrail_state", map[string]string{"cohort": cohort, "state": "disabled"}, 1},
+		{"and no longer enabled", "hedgerow_guardrail_state", map[string]string{"cohort": cohort, "state": "enabled"}, 0},
+		{"for the duplicate ceiling", "hedgerow_guardrail_reason", map[string]string{"cohort": cohort, "reason": "duplicate_ceiling"}, 1},
+		{"the breach is counted once", "hedgerow_guardrail_breaches_total", map[string]string{"reason": "duplicate_ceiling"}, 1},
+		{"no spend breach", "hedgerow_guardrail_breaches_total", map[string]string{"reason": "spend_ceiling"}, 0},
+		{"no tail gain below the sample floor", "hedgerow_tail_gain_ratio", map[string]string{"cohort": cohort}, math.NaN()},
+		{"beside the samples it would rest on", "hedgerow_tail_gain_samples", map[string]string{"cohort": cohort, "arm": "hedged"}, steady + 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := gaugeValue(t, reg, tt.metric, tt.labels)
+			if math.IsNaN(tt.want) != math.IsNaN(got) || !math.IsNaN(got) && math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("%s%v = %v, want %v", tt.metric, tt.labels, got, tt.want)
+			}
+		})
+	}
+	if s := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "reason", "guardrail"); s != 0 {
+		t.Fatalf("%v groups suppressed by the guardrail before the breach", s)
+	}
+	submit("request after the breach")
+	if s := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "reason", "guardrail"); s != 1 {
+		t.Fatalf("the group after the breach: %v suppressed by the guardrail, want 1", s)
+	}
+	if r := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "reason", string(budgets.ReasonDuplicateRate)); r != 0 {
+		t.Fatalf("%v replacements refused by the ceiling, want none", r)
+	}
+}
