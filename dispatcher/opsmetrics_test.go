@@ -101,3 +101,55 @@ func TestADuplicateCeilingBreachSwitchesTheCohortsHedgingOff(t *testing.T) {
 		t.Fatalf("%v replacements refused by the ceiling, want none", r)
 	}
 }
+
+// TestEverySuppressionIsCountedByItsReason: groups that never could hedge —
+// the class does not hedge, the pool has one route, the group is a control
+// group or outside the rollout, the delay ends past the deadline — count in
+// hedgerow_hedges_suppressed_total by the reason their records carry, as a
+// refused budget does.
+func TestEverySuppressionIsCountedByItsReason(t *testing.T) {
+	const base = `
+policies:
+  default:
+    delay: {initial: 5s, min: 5s, max: 5s, warmup_samples: 1000000}
+    deadline: 20s
+    accept_timeout: 2s
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 5s
+`
+	tests := []struct {
+		name   string
+		routes []string
+		policy string
+		reason string
+	}{
+		{"a class that does not hedge", []string{"a", "b"}, "    hedge: false\n", "policy"},
+		{"a pool of one route", []string{"a"}, "", "single_route"},
+		{"control groups", []string{"a", "b"}, "    control_fraction: 1\n", "control"},
+		{"groups outside the rollout", []string{"a", "b"}, "    control_fraction: 0\n    rollout_fraction: 0\n", "rollout"},
+		{"a delay past the deadline", []string{"a", "b"}, "    control_fraction: 0\n    min_useful_time: 16s\n", "delay_past_deadline"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := newScript(behaviour{words: 2})
+			ps := map[string]*provider{}
+			for _, r := range tt.routes {
+				ps[r] = newProvider(t, r, sc)
+			}
+			c := newCluster(t, tt.routes, ps, base+tt.policy)
+			d, regs := singleDispatcher(t, c)
+			const requests = 3
+			for i := range requests {
+				if _, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil); err != nil {
+					t.Fatalf("request %d: %v", i+1, err)
+				}
+			}
+			if got := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "reason", tt.reason); got != requests {
+				t.Fatalf("suppressed{reason=%q} = %v, want %d", tt.reason, got, requests)
+			}
+			if got := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "", ""); got != requests {
+				t.Fatalf("%v suppressions in all, want only the %d of %q", got, requests, tt.reason)
+			}
+		})
+	}
+}
