@@ -272,6 +272,12 @@ type Submission struct {
 	// group's election meets it, so this try commits instead of answering
 	// already_committed.
 	Supersedes string
+	// AwaitTotalUsage holds the final answer until every attempt of the
+	// group ended, so Response.TotalUsage carries the losers' usage too
+	// (the NATS door's total_usage). It costs the caller the losers' cancel
+	// round trip, bounded by the policy's cancel grace; the HTTP doors,
+	// whose answers have no such field, leave it off.
+	AwaitTotalUsage bool
 }
 
 // Response is a committed answer.
@@ -289,7 +295,10 @@ type Response struct {
 	Embeddings   []byte
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
-	Usage       schemas.Usage
+	Usage schemas.Usage
+	// TotalUsage is every attempt's usage, winner and losers, estimates
+	// for cancelled ones included; set only with Submission.AwaitTotalUsage.
+	TotalUsage  schemas.Usage
 	Attempts    int
 	Hedged      bool
 	Winner      int

@@ -87,6 +87,9 @@ type group struct {
 	winner    int
 	gateValue string
 	delivered bool // the caller got its final delivery
+	// held is the final answer kept until the group ends, for a caller
+	// that awaits the total usage (Submission.AwaitTotalUsage).
+	held *Response
 	streamed  bool // bytes of the committed stream reached the caller
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
@@ -861,12 +864,17 @@ func (g *group) deliver() {
 	g.publishRecords()
 }
 
-// finish hands the caller its one final delivery.
+// finish hands the caller its one final delivery; an answer awaiting the
+// total usage waits for the group's end (groupEnded).
 func (g *group) finish(dl delivery) {
 	if g.delivered {
 		return
 	}
 	g.delivered = true
+	if dl.resp != nil && g.sub.AwaitTotalUsage {
+		g.held = dl.resp
+		return
+	}
 	g.send(dl)
 }
 
@@ -928,6 +936,11 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 	}
 	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
 	g.checkSpendBreach(e)
+	if g.held != nil {
+		g.held.TotalUsage = e.Usage
+		g.send(delivery{resp: g.held})
+		g.held = nil
+	}
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

@@ -5,9 +5,11 @@ import (
 	"math"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // breachPolicy hedges nothing in practice (a 5 s delay on quick answers),
@@ -149,6 +151,63 @@ policies:
 			}
 			if got := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "", ""); got != requests {
 				t.Fatalf("%v suppressions in all, want only the %d of %q", got, requests, tt.reason)
+			}
+		})
+	}
+}
+
+// hedgeAtOnePolicy hedges a primary without its first byte after 200 ms.
+const hedgeAtOnePolicy = `
+policies:
+  default:
+    control_fraction: 0
+    max_attempts: 2
+    delay: {initial: 200ms, min: 200ms, max: 200ms, warmup_samples: 1000000}
+    deadline: 20s
+    min_useful_time: 10ms
+    accept_timeout: 2s
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 5s
+`
+
+// TestAwaitedTotalUsageCountsTheLosers: a primary stalls, a hedge wins and
+// the primary is cancelled. An answer that awaits the total usage (the NATS
+// door's total_usage) carries both attempts' usage — what the group record
+// sums — not the winner's alone; one that does not await it carries none.
+func TestAwaitedTotalUsageCountsTheLosers(t *testing.T) {
+	tests := []struct {
+		name  string
+		await bool
+	}{
+		{"an awaiting caller gets every attempt's usage", true},
+		{"a caller that does not await gets the winner's usage only", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := newScript(behaviour{words: 2}, behaviour{firstByte: 3 * time.Second, words: 2})
+			ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+			c := newCluster(t, []string{"a", "b"}, ps, hedgeAtOnePolicy)
+			d, _ := singleDispatcher(t, c)
+			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false), AwaitTotalUsage: tt.await}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Winner != 2 || resp.Attempts != 2 {
+				t.Fatalf("winner %d of %d attempts, want the hedge of 2", resp.Winner, resp.Attempts)
+			}
+			rec := c.groupRecord(resp.GroupID)
+			if !tt.await {
+				if resp.TotalUsage != (schemas.Usage{}) {
+					t.Fatalf("TotalUsage %+v without awaiting it", resp.TotalUsage)
+				}
+				return
+			}
+			total := schemas.Usage{InputUnits: rec.UsageInputUnits, OutputUnits: rec.UsageOutputUnits, Estimated: rec.UsageEstimated}
+			if resp.TotalUsage != total {
+				t.Fatalf("TotalUsage %+v, want the group record's %+v", resp.TotalUsage, total)
+			}
+			if resp.TotalUsage.InputUnits <= resp.Usage.InputUnits {
+				t.Fatalf("TotalUsage %+v holds no more than the winner's %+v: the cancelled primary is missing", resp.TotalUsage, resp.Usage)
 			}
 		})
 	}
