@@ -89,8 +89,8 @@ type group struct {
 	delivered bool // the caller got its final delivery
 	// held is the final answer kept until the group ends, for a caller
 	// that awaits the total usage (Submission.AwaitTotalUsage).
-	held *Response
-	streamed  bool // bytes of the committed stream reached the caller
+	held     *Response
+	streamed bool // bytes of the committed stream reached the caller
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
