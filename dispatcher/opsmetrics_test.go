@@ -212,3 +212,44 @@ func TestAwaitedTotalUsageCountsTheLosers(t *testing.T) {
 		})
 	}
 }
+
+// TestASpendCeilingBreachSwitchesTheCohortsHedgingOff: a hedged group's
+// attempts, reserved at their estimates (52 units each, within the user
+// action's 110), use more than the ceiling once the winner's answer runs
+// past its estimate: ReportBreach(spend_ceiling) switches the cohort off. A
+// group within the ceiling, or with no ceiling, breaches nothing.
+func TestASpendCeilingBreachSwitchesTheCohortsHedgingOff(t *testing.T) {
+	tests := []struct {
+		name       string
+		spend      string
+		words      int
+		wantBreach bool
+	}{
+		{"a hedged group using more than the user action's ceiling", "    spend: {per_user_action: 110}\n", 120, true},
+		{"a hedged group within the ceiling", "    spend: {per_user_action: 110}\n", 2, false},
+		{"a hedged group with no ceiling", "", 120, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := newScript(behaviour{words: tt.words}, behaviour{firstByte: 3 * time.Second, words: 2})
+			ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+			c := newCluster(t, []string{"a", "b"}, ps, hedgeAtOnePolicy+tt.spend)
+			d, regs := singleDispatcher(t, c)
+			req := chat(false)
+			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: req, AwaitTotalUsage: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Attempts != 2 {
+				t.Fatalf("%d attempts, want a hedge", resp.Attempts)
+			}
+			cohort := delay.NewCohort("default", "general", false, req.MaxTokens).Key()
+			breaches := gaugeValue(t, regs[0], "hedgerow_guardrail_breaches_total", map[string]string{"reason": "spend_ceiling"})
+			disabled := gaugeValue(t, regs[0], "hedgerow_guardrail_reason", map[string]string{"cohort": cohort, "reason": "spend_ceiling"})
+			used := resp.TotalUsage.InputUnits + resp.TotalUsage.OutputUnits
+			if got := breaches == 1 && disabled == 1; got != tt.wantBreach {
+				t.Fatalf("breaches %v, cohort disabled for spend %v (group used %d units); want breach %v", breaches, disabled, used, tt.wantBreach)
+			}
+		})
+	}
+}
