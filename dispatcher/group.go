@@ -724,7 +724,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	case !grant.Allowed:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
 	}
-	g.countExtra(grant.Token == budgets.TokenFloor)
+	g.countExtra(a.Role)
 	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
 }
 

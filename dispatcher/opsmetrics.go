@@ -13,6 +13,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // suppressionReasons are every reason hedgerow_hedges_suppressed_total
@@ -45,7 +46,7 @@ const breachMinPrimaries = 100
 // duplicateRates keeps this replica's duplicate-rate window of each cohort
 // (docs/architecture.md §9): the primaries the store admitted and the extra
 // attempts it granted, in the slots the store's own window uses
-// (budgets.WindowSlot), and how many of the extras the pool's floor paid.
+// (budgets.WindowSlot), and how many of the extras were replacements.
 // The store's window spans every replica and decides; this one is what the
 // replica saw, which reads the same rate on a share of the traffic and
 // needs no round trip to export or to judge a breach.
@@ -60,10 +61,10 @@ type rateWindow struct {
 	slots map[int64]*rateSlot
 }
 
-type rateSlot struct{ primaries, extras, floorPaid int64 }
+type rateSlot struct{ primaries, extras, replacements int64 }
 
 // duplicateWindowRead is a cohort window's sums.
-type duplicateWindowRead struct{ primaries, extras, floorPaid int64 }
+type duplicateWindowRead struct{ primaries, extras, replacements int64 }
 
 // rate is extras per primary, 0 with no primary.
 func (r duplicateWindowRead) rate() float64 {
@@ -74,18 +75,22 @@ func (r duplicateWindowRead) rate() float64 {
 }
 
 // breaches reports whether the window shows the ceiling breached: enough
-// primaries, and more extras the floor did not pay than the ceiling and the
-// replacement reserve allow. Hedges the ceiling granted never breach it;
-// replacements beyond the reserve, grants raced across replicas and a store
-// that lost its counts do.
+// primaries, and more replacements alone than the ceiling and the
+// replacement reserve allow. The ceiling never refuses a replacement, so
+// only replacements carry the window past it for good; hedges are granted
+// under it (or paid by the floor, on purpose), and the shared window hands
+// its room to whichever replica asks first, so one replica's share of the
+// hedges says nothing of the cohort's rate: judged locally, two replicas
+// under a 5% ceiling read breaches that were not and switched hedging off.
+// Replacements follow failures, which every replica sees its share of.
 func (r duplicateWindowRead) breaches(c budgets.DuplicateCeiling) bool {
 	return r.primaries >= breachMinPrimaries &&
-		float64(r.extras-r.floorPaid) > c.Ceiling*float64(r.primaries)+c.ReplacementReserve
+		float64(r.replacements) > c.Ceiling*float64(r.primaries)+c.ReplacementReserve
 }
 
-// count adds a primary (extra false) or an extra attempt to cohort's window
-// at now and returns the window's sums.
-func (d *duplicateRates) count(cohort string, c budgets.DuplicateCeiling, now time.Time, extra, floor bool) duplicateWindowRead {
+// count adds an attempt of role to cohort's window at now and returns the
+// window's sums.
+func (d *duplicateRates) count(cohort string, c budgets.DuplicateCeiling, now time.Time, role schemas.Role) duplicateWindowRead {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.window(cohort, c)
@@ -95,12 +100,12 @@ func (d *duplicateRates) count(cohort string, c budgets.DuplicateCeiling, now ti
 		s = &rateSlot{}
 		w.slots[cur] = s
 	}
-	switch {
-	case !extra:
+	switch role {
+	case schemas.RolePrimary:
 		s.primaries++
-	case floor:
+	case schemas.RoleReplacement:
 		s.extras++
-		s.floorPaid++
+		s.replacements++
 	default:
 		s.extras++
 	}
@@ -138,7 +143,7 @@ func (w *rateWindow) read(cur int64) duplicateWindowRead {
 		if i <= cur {
 			r.primaries += s.primaries
 			r.extras += s.extras
-			r.floorPaid += s.floorPaid
+			r.replacements += s.replacements
 		}
 	}
 	return r
@@ -146,15 +151,15 @@ func (w *rateWindow) read(cur int64) duplicateWindowRead {
 
 // countPrimary counts an admitted primary in its cohort's window.
 func (g *group) countPrimary() {
-	g.d.dupRates.count(g.cohort.Key(), g.class.Policy.DuplicateCeiling(), g.d.now(), false, false)
+	g.d.dupRates.count(g.cohort.Key(), g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
 }
 
 // countExtra counts a granted hedge or replacement in its cohort's window
 // and reports a breach of the duplicate ceiling to the cohort's guardrail,
 // which switches hedging off at once.
-func (g *group) countExtra(floor bool) {
+func (g *group) countExtra(role schemas.Role) {
 	c, now := g.class.Policy.DuplicateCeiling(), g.d.now()
-	if w := g.d.dupRates.count(g.cohort.Key(), c, now, true, floor); w.breaches(c) {
+	if w := g.d.dupRates.count(g.cohort.Key(), c, now, role); w.breaches(c) {
 		g.reportBreach(now, delay.ReasonDuplicateCeiling)
 	}
 }
