@@ -534,3 +534,50 @@ func errorRiseZ(ph, nh, pc, nc, margin float64) float64 {
 	se := math.Sqrt(ah*(1-ah)/(nh+2) + ac*(1-ac)/(nc+2))
 	return (ah - ac - margin) / se
 }
+
+// Disabling is a cohort disabled by a guardrail: why and since when.
+type Disabling struct {
+	Cohort Cohort
+	Reason GuardrailReason
+	Since  time.Time
+}
+
+// Disabled lists the cohorts disabled at now whose cool-down has not ended,
+// for sharing with the other replicas.
+func (g *Guardrail) Disabled(now time.Time) []Disabling {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Disabling
+	for c, gc := range g.cohorts {
+		if gc.state == StateDisabled && now.Before(gc.since.Add(g.cfg.CoolDown)) {
+			out = append(out, Disabling{Cohort: c, Reason: gc.reason, Since: gc.since})
+		}
+	}
+	return out
+}
+
+// ErrNotADisabling is returned by Adopt for a reason that never disables.
+var ErrNotADisabling = errors.New("delay: not a reason that disables")
+
+// Adopt disables cohort c as another replica's guardrail did at since, for
+// reason, unless this one is disabled already since then or later: every
+// replica then holds hedging off for the same cool-down. A disabling whose
+// cool-down ended by now is ignored.
+func (g *Guardrail) Adopt(c Cohort, now time.Time, reason GuardrailReason, since time.Time) error {
+	switch reason {
+	case ReasonFlatGain, ReasonErrorRate, ReasonDuplicateCeiling, ReasonSpendCeiling:
+	default:
+		return fmt.Errorf("%w: %q", ErrNotADisabling, reason)
+	}
+	if !now.Before(since.Add(g.cfg.CoolDown)) {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gc := g.cohort(c, now)
+	if gc.state == StateDisabled && !gc.since.Before(since) {
+		return nil
+	}
+	gc.disable(since, reason)
+	return nil
+}

@@ -483,3 +483,59 @@ func TestGuardrailStatusReadsWithoutMovingTheState(t *testing.T) {
 		t.Fatalf("Status after Decide = %s/%s, want probing/probe", s.State, s.Reason)
 	}
 }
+
+func TestGuardrailAdoptsAnotherReplicasDisablingForItsCoolDown(t *testing.T) {
+	cfg := GuardrailConfig{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute}
+	tests := []struct {
+		name       string
+		local      func(g *Guardrail) // what this replica decided first
+		reason     GuardrailReason
+		since      time.Duration // of the adopted disabling, from t0
+		at         time.Duration // when it is adopted
+		wantState  GuardrailState
+		wantReason GuardrailReason
+		wantSince  time.Duration
+	}{
+		{"an enabled cohort is disabled as the peer's was", nil, ReasonErrorRate, 0, time.Minute,
+			StateDisabled, ReasonErrorRate, 0},
+		{"a disabling whose cool-down ended is ignored", nil, ReasonErrorRate, 0, 5 * time.Minute,
+			StateEnabled, ReasonInsufficientSamples, 0},
+		{"an older disabling does not replace a newer local one",
+			func(g *Guardrail) { _ = g.ReportBreach(testCohort, t0.Add(2*time.Minute), ReasonSpendCeiling) },
+			ReasonDuplicateCeiling, time.Minute, 3 * time.Minute, StateDisabled, ReasonSpendCeiling, 2 * time.Minute},
+		{"a newer disabling restarts the local cool-down",
+			func(g *Guardrail) { _ = g.ReportBreach(testCohort, t0, ReasonSpendCeiling) },
+			ReasonDuplicateCeiling, time.Minute, 2 * time.Minute, StateDisabled, ReasonDuplicateCeiling, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := mustGuardrail(t, cfg)
+			if tt.local != nil {
+				tt.local(g)
+			}
+			if err := g.Adopt(testCohort, t0.Add(tt.at), tt.reason, t0.Add(tt.since)); err != nil {
+				t.Fatal(err)
+			}
+			s := g.Status(testCohort, t0.Add(tt.at))
+			if s.State != tt.wantState || s.Reason != tt.wantReason || s.State == StateDisabled && !s.Since.Equal(t0.Add(tt.wantSince)) {
+				t.Fatalf("Status = %s/%s since %v, want %s/%s since +%v", s.State, s.Reason, s.Since.Sub(t0), tt.wantState, tt.wantReason, tt.wantSince)
+			}
+		})
+	}
+	t.Run("a reason that never disables is refused", func(t *testing.T) {
+		g := mustGuardrail(t, cfg)
+		if err := g.Adopt(testCohort, t0, ReasonGain, t0); !errors.Is(err, ErrNotADisabling) {
+			t.Fatalf("Adopt(gain) = %v, want ErrNotADisabling", err)
+		}
+	})
+	t.Run("Disabled lists what is in its cool-down", func(t *testing.T) {
+		g := mustGuardrail(t, cfg)
+		_ = g.ReportBreach(testCohort, t0, ReasonDuplicateCeiling)
+		if d := g.Disabled(t0.Add(time.Minute)); len(d) != 1 || d[0].Cohort != testCohort || d[0].Reason != ReasonDuplicateCeiling || !d[0].Since.Equal(t0) {
+			t.Fatalf("Disabled = %+v, want the one breach", d)
+		}
+		if d := g.Disabled(t0.Add(5 * time.Minute)); len(d) != 0 {
+			t.Fatalf("Disabled after the cool-down = %+v, want none", d)
+		}
+	})
+}
