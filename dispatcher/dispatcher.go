@@ -367,6 +367,16 @@ func (d *Dispatcher) Estimators() map[string]*delay.Estimator {
 	return out
 }
 
+// Guardrails returns each class's guardrail by class name; its embeddings
+// class shares it.
+func (d *Dispatcher) Guardrails() map[string]*delay.Guardrail {
+	out := make(map[string]*delay.Guardrail, len(d.classes))
+	for name, cl := range d.classes {
+		out[name] = cl.Guardrail
+	}
+	return out
+}
+
 // Pools lists the pools' own names.
 func (d *Dispatcher) Pools() []string {
 	out := make([]string, 0, len(d.pools))

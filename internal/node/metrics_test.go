@@ -2,9 +2,12 @@ package node
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
@@ -77,4 +80,29 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeAdoptsAPeerReplicasDisablingThroughRedis: another replica of
+// the same Redis disabled a cohort (its guardshare entry); within a sync or
+// two this serve's guardrail holds the cohort disabled for that reason too.
+func TestServeAdoptsAPeerReplicasDisablingThroughRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
+	extra := "redis: {url: \"" + rs.URL() + "\", key_prefix: nodetest, hash_key_env: NODE_TEST_HASH_KEY}\n"
+	s, err := StartServe(parse(t, fakeRoute(t, 0), fakeRoute(t, 1), extra), Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	defer stop(t, s)
+	const cohort = "default/general/stream/mt1024"
+	if err := rs.Client().HSet(t.Context(), "nodetest:{gr:default}", cohort,
+		"error_rate|"+strconv.FormatInt(time.Now().UnixMilli(), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	line := `hedgerow_guardrail_reason{cohort="` + cohort + `",reason="error_rate"} 1`
+	eventually.True(t, wait, "the peer's disabling adopted", func() bool {
+		status, body := get(t, "http://"+s.HTTPAddr().String()+"/metrics")
+		return status == http.StatusOK && strings.Contains(string(body), line) &&
+			strings.Contains(string(body), `hedgerow_guardrail_state{cohort="`+cohort+`",state="disabled"} 1`)
+	})
 }
