@@ -141,8 +141,9 @@ type Dispatcher struct {
 	classes     map[string]*policy.Class
 	metrics     *metrics
 	books       *bookkeeping
-	replies     replyMux // routes every group's replies from one subscription
-	overload    overload // which pools' last offer came back Busy (§4 rule 4)
+	replies     replyMux       // routes every group's replies from one subscription
+	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
+	dupRates    duplicateRates // each cohort's duplicate window as this replica counts it (opsmetrics.go)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -222,6 +223,12 @@ func New(c Config) (*Dispatcher, error) {
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
+	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)))
+	if c.Registerer != nil {
+		if err := c.Registerer.Register(newCohortCollector(d)); err != nil {
+			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
+		}
+	}
 	d.replies.dropped = d.dropReply
 	d.books = startBookkeeping(d)
 	return d, nil
@@ -265,6 +272,12 @@ type Submission struct {
 	// group's election meets it, so this try commits instead of answering
 	// already_committed.
 	Supersedes string
+	// AwaitTotalUsage holds the final answer until every attempt of the
+	// group ended, so Response.TotalUsage carries the losers' usage too
+	// (the NATS door's total_usage). It costs the caller the losers' cancel
+	// round trip, bounded by the policy's cancel grace; the HTTP doors,
+	// whose answers have no such field, leave it off.
+	AwaitTotalUsage bool
 }
 
 // Response is a committed answer.
@@ -282,7 +295,10 @@ type Response struct {
 	Embeddings   []byte
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
-	Usage       schemas.Usage
+	Usage schemas.Usage
+	// TotalUsage is every attempt's usage, winner and losers, estimates
+	// for cancelled ones included; set only with Submission.AwaitTotalUsage.
+	TotalUsage  schemas.Usage
 	Attempts    int
 	Hedged      bool
 	Winner      int
@@ -347,6 +363,16 @@ func (d *Dispatcher) Estimators() map[string]*delay.Estimator {
 	out := make(map[string]*delay.Estimator, len(d.classes))
 	for name, cl := range d.classes {
 		out[name] = cl.Estimator
+	}
+	return out
+}
+
+// Guardrails returns each class's guardrail by class name; its embeddings
+// class shares it.
+func (d *Dispatcher) Guardrails() map[string]*delay.Guardrail {
+	out := make(map[string]*delay.Guardrail, len(d.classes))
+	for name, cl := range d.classes {
+		out[name] = cl.Guardrail
 	}
 	return out
 }

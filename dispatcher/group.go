@@ -87,7 +87,10 @@ type group struct {
 	winner    int
 	gateValue string
 	delivered bool // the caller got its final delivery
-	streamed  bool // bytes of the committed stream reached the caller
+	// held is the final answer kept until the group ends, for a caller
+	// that awaits the total usage (Submission.AwaitTotalUsage).
+	held     *Response
+	streamed bool // bytes of the committed stream reached the caller
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
@@ -298,9 +301,6 @@ func (g *group) startEvent() hedge.Start {
 	g.delay = d.Value
 	el := g.eligibility(now)
 	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
-	if el.Consulted {
-		g.d.metrics.tailGain.WithLabelValues(g.cohort.Key()).Set(el.Stats.TailGainRatio)
-	}
 	return s
 }
 
@@ -638,7 +638,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	primary, ok := d.picker.PickPrimary(g.routes, d.now(), d.rng)
 	d.rngMu.Unlock()
 	if !ok {
-		return hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute}
+		return hedge.Admitted{Allowed: false, Reason: reasonNoRoute, Error: schemas.ErrNoRoute}
 	}
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
@@ -657,11 +657,13 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	case err != nil:
 		// The primary goes on without the store; hedges will be refused.
 		d.log.Warn("budget store unavailable at admission", "err", err)
+		g.countPrimary()
 		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
 	case !adm.Allowed:
 		g.denied = adm.Reason
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
+	g.countPrimary()
 	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
 }
 
@@ -704,7 +706,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
 	d.rngMu.Unlock()
 	if !ok {
-		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "no_route"}
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonNoRoute}
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
@@ -718,10 +720,11 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	case errors.Is(err, budgets.ErrInvalidRequest):
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetInvalid}
 	case err != nil:
-		return hedge.HedgeBudgetDecided{Allowed: false, Reason: "budget_unavailable"}
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonBudgetUnavailable}
 	case !grant.Allowed:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
 	}
+	g.countExtra(a.Role)
 	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
 }
 
@@ -861,12 +864,17 @@ func (g *group) deliver() {
 	g.publishRecords()
 }
 
-// finish hands the caller its one final delivery.
+// finish hands the caller its one final delivery; an answer awaiting the
+// total usage waits for the group's end (groupEnded).
 func (g *group) finish(dl delivery) {
 	if g.delivered {
 		return
 	}
 	g.delivered = true
+	if dl.resp != nil && g.sub.AwaitTotalUsage {
+		g.held = dl.resp
+		return
+	}
 	g.send(dl)
 }
 
@@ -927,6 +935,12 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 		}
 	}
 	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	g.checkSpendBreach(e)
+	if g.held != nil {
+		g.held.TotalUsage = e.Usage
+		g.send(delivery{resp: g.held})
+		g.held = nil
+	}
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

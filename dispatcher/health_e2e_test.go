@@ -117,7 +117,8 @@ func TestAFailingRouteIsEjectedWithinAFewFailuresAndNoRequestFails(t *testing.T)
 	}
 }
 
-// gaugeValue is the value of the gauge name whose labels include labels.
+// gaugeValue is the value of the gauge (or counter) name whose labels
+// include labels.
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -134,6 +135,9 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string, labels map[
 				if labels[lp.GetName()] == lp.GetValue() {
 					n++
 				}
+			}
+			if n == len(labels) && m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
 			}
 			if n == len(labels) {
 				return m.GetGauge().GetValue()

@@ -2,8 +2,12 @@ package dispatcher
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // metrics are the dispatcher's part of docs/architecture.md §9, prefix hedgerow_.
@@ -27,7 +31,8 @@ type metrics struct {
 	gateDegraded     prometheus.Counter
 	gateRefused      prometheus.Counter
 	superseded       prometheus.Counter
-	tailGain         *prometheus.GaugeVec
+	// Ceiling breaches reported to the guardrail (docs/architecture.md §5).
+	breaches *prometheus.CounterVec
 	// Busy is backpressure (docs/architecture.md §4 rule 4).
 	busy      *prometheus.CounterVec
 	reoffers  *prometheus.CounterVec
@@ -75,8 +80,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Elections no gate store could decide (gate.on_unavailable refuse, or fallback with the ledger down too): the group failed gate_unavailable."}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "hedgerow_gate_superseded_total",
 			Help: "Winner gate holdings of orphaned requests (their gateway died mid-flight, no answer kept) cleared by a retry's takeover."}),
-		tailGain: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_tail_gain_ratio",
-			Help: "Control over hedged latency at the guardrail's quantile, per cohort."}, []string{"cohort"}),
+		breaches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_guardrail_breaches_total",
+			Help: "Ceiling breaches this replica reported to a cohort's guardrail, which switched hedging off, by reason (duplicate_ceiling, spend_ceiling)."}, []string{"reason"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_busy_total",
 			Help: "Offers a worker refused at its in-flight limit (Busy), by pool."}, []string{"pool"}),
 		reoffers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_reoffers_total",
@@ -91,11 +96,41 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
-		m.gateDegraded, m.gateRefused, m.superseded, m.tailGain,
+		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
 		m.busy, m.reoffers, m.saturated, m.repliesDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// createLabelSets creates, at zero, every label set whose values are known
+// before the first request, so a dashboard or an alert finds each series
+// from the start (an absent series reads as "no data", not as 0).
+func (m *metrics) createLabelSets(pools []string) {
+	for _, r := range suppressionReasons() {
+		m.suppressed.WithLabelValues(r)
+	}
+	for _, r := range []delay.GuardrailReason{delay.ReasonDuplicateCeiling, delay.ReasonSpendCeiling} {
+		m.breaches.WithLabelValues(string(r))
+	}
+	m.groups.WithLabelValues("committed")
+	for _, role := range []schemas.Role{schemas.RolePrimary, schemas.RoleHedge, schemas.RoleReplacement} {
+		m.attempts.WithLabelValues(string(role))
+		m.wins.WithLabelValues(string(role))
+		m.usage.WithLabelValues(string(role), "input")
+		m.usage.WithLabelValues(string(role), "output")
+	}
+	for _, observed := range []bool{false, true} {
+		m.cancellations.WithLabelValues(strconv.FormatBool(observed))
+	}
+	for _, r := range []string{dropUnknownInbox, dropMalformed, dropAttempt, dropGroup, dropSecret, dropWorker, dropStatus, dropOverflow} {
+		m.repliesDropped.WithLabelValues(r)
+	}
+	for _, p := range pools {
+		m.busy.WithLabelValues(p)
+		m.reoffers.WithLabelValues(p)
+		m.saturated.WithLabelValues(p)
+	}
 }

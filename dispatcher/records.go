@@ -36,6 +36,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 		ContractValid: e.ContractValid, CancellationSent: e.CancellationSent, CancellationObserved: e.CancellationObserved,
 		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(),
+		DuplicateRateWindow: g.duplicateRateWindow(),
 	}
 	if e.FirstByte > 0 {
 		r.FirstByteMs = schemas.Millis(e.FirstByte)
@@ -60,7 +61,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		LoserFinishedLate: e.LoserFinishedLate,
 		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(), GuardrailDecision: g.guard,
-		ErrorScope: e.Scope,
+		ErrorScope: e.Scope, DuplicateRateWindow: g.duplicateRateWindow(),
 	}
 	if r.ErrorScope == "" {
 		r.ErrorScope = schemas.ScopeNone

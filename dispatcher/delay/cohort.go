@@ -1,6 +1,8 @@
 package delay
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,6 +40,11 @@ func NewCohort(operation, model string, stream bool, maxTokens int) Cohort {
 // four rather than two: output length drives the total latency roughly
 // linearly, and coarser buckets keep each cohort warm on modest traffic.
 var maxTokensBuckets = [...]int{64, 256, 1024, 4096, 16384, 65536}
+
+// MaxTokensBuckets returns every max_tokens bucket a cohort can have, 0
+// (unset) first: with the classes, pools and stream flags it enumerates the
+// cohorts, so metrics can name each before its first request.
+func MaxTokensBuckets() []int { return append([]int{0}, maxTokensBuckets[:]...) }
 
 // MaxTokensBucket maps a request's max_tokens to its cohort bucket: 0 when
 // unset (≤ 0), else the smallest bound in 64, 256, 1024, 4096, 16384, 65536
@@ -78,3 +85,39 @@ func (c Cohort) Key() string {
 
 // String returns Key, so cohorts print readably in logs and test failures.
 func (c Cohort) String() string { return c.Key() }
+
+// ParseCohortKey inverts Cohort.Key, for cohorts a replica learns of from
+// another (sketch and guardrail sharing) before it has seen them. Only the canonical form is
+// accepted, so a cohort maps to exactly one key.
+func ParseCohortKey(k string) (Cohort, error) {
+	parts := strings.Split(k, "/")
+	if len(parts) != 4 {
+		return Cohort{}, fmt.Errorf("cohort key %q: want operation/model/stream/mtN", k)
+	}
+	op, err1 := url.PathUnescape(parts[0])
+	model, err2 := url.PathUnescape(parts[1])
+	if err := errors.Join(err1, err2); err != nil {
+		return Cohort{}, fmt.Errorf("cohort key %q: %w", k, err)
+	}
+	var stream bool
+	var kind string
+	switch parts[2] {
+	case "stream":
+		stream = true
+	case "nostream":
+	case KindEmbeddings:
+		kind = KindEmbeddings
+	default:
+		return Cohort{}, fmt.Errorf("cohort key %q: %q is neither stream, nostream nor embeddings", k, parts[2])
+	}
+	digits, ok := strings.CutPrefix(parts[3], "mt")
+	mt, err := strconv.Atoi(digits)
+	if !ok || err != nil || mt < 0 || MaxTokensBucket(mt) != mt {
+		return Cohort{}, fmt.Errorf("cohort key %q: bad max_tokens bucket %q", k, parts[3])
+	}
+	c := Cohort{Operation: op, Model: model, Stream: stream, MaxTokens: mt, Kind: kind}
+	if c.Key() != k {
+		return Cohort{}, fmt.Errorf("cohort key %q is not canonical (%q)", k, c.Key())
+	}
+	return c, nil
+}

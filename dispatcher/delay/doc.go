@@ -49,16 +49,20 @@
 //
 //  1. Ceilings. A duplicate-rate or spend-ceiling breach reported by the
 //     caller (ReportBreach) disables hedging at once.
-//  2. Sample size. Nothing is decided until the control arm holds
+//  2. Error rate, once each arm holds MinErrorSamples (50) groups — far
+//     fewer than the tail's floor, so failing hedges are switched off on a
+//     few requests per second. In Agresti and Caffo's form, with p̃ =
+//     (failures + 1)/(n + 2) for n_h hedged and n_c control groups,
+//     z = (p̃_h − p̃_c − margin) / √(p̃_h(1−p̃_h)/(n_h+2) + p̃_c(1−p̃_c)/(n_c+2)).
+//     z > ErrorZ (3.09, one-sided 0.1%: the test is repeated at every
+//     arrival, so a 1% level would fire by chance) means hedged groups fail
+//     more than ErrorRateMargin (one point) above control: disabled,
+//     error_rate. The added counts matter at a few dozen control groups: the
+//     plain Wald form read a clean control arm as certain and fired on equal
+//     rates (TestGuardrailErrorRateRuleActsOnFarFewerSamplesThanTheTailRule).
+//  3. Sample size. The tail is not judged until the control arm holds
 //     MinControlSamples (1000) and the hedged arm MinHedgedSamples (500); the
 //     reason is then insufficient_samples and the state does not change.
-//  3. Error rate. With p_h, p_c the failed shares of n_h hedged and n_c
-//     control groups, z = (p_h − p_c − margin) / √(p̃_h(1−p̃_h)/n_h +
-//     p̃_c(1−p̃_c)/n_c), where p̃ = (failures + ½)/(n + 1) keeps the standard
-//     error above zero. z > ErrorZ (3.09, one-sided 0.1%: the test is repeated
-//     at every arrival, so a 1% level would fire by chance) means hedged groups
-//     fail more than ErrorRateMargin (one point) above control: disabled,
-//     error_rate.
 //  4. Flat gain. For each arm the Quantile is bracketed by a distribution-free
 //     confidence interval: the number of samples below the true q-quantile is
 //     Binomial(n, q), so the order statistics of 1-based ranks
@@ -99,8 +103,9 @@
 // gain at all a gain is never reported, and at 80,000 control groups hedging
 // is switched off in at least half of 10 replicas. Size Window
 // so that control fraction × rate × Window reaches the floor. TailGainRatio
-// in the statistics is control over hedged at the compared quantile and
-// feeds the tail_gain_ratio metric.
+// in the statistics is control over hedged at the compared quantile;
+// TailGain gives it, with the interval its arms' bounds allow, only above
+// the sample floors, for the tail_gain_ratio metrics.
 //
 // Re-enabling. A disabled cohort stays so for CoolDown, then enters probing:
 // hedging runs again, the hedged arm is cleared (its old samples describe

@@ -74,8 +74,11 @@ func TestGuardrailDecidesOnControlVersusHedgedTail(t *testing.T) {
 		{"tolerates an error rise within the margin", p95,
 			arm{600, p95Lognormal(2 * time.Second), 0.01}, arm{5000, p95Lognormal(800 * time.Millisecond), 0.015},
 			StateEnabled, ReasonGain},
-		{"refuses to judge error rates below 500 control samples", p95,
+		{"judges error rates below the tail's 500 control samples", p95,
 			arm{499, p95Lognormal(2 * time.Second), 0.01}, arm{5000, p95Lognormal(800 * time.Millisecond), 0.20},
+			StateDisabled, ReasonErrorRate},
+		{"refuses to judge error rates below 50 control samples", p95,
+			arm{49, p95Lognormal(2 * time.Second), 0.01}, arm{5000, p95Lognormal(800 * time.Millisecond), 0.20},
 			StateEnabled, ReasonInsufficientSamples},
 	}
 	for _, tt := range tests {
@@ -369,4 +372,170 @@ func TestGuardrailRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The error-rate rule needs MinErrorSamples (50) per arm, not the tail
+// rule's 1000 control groups: at a 1% control share that is 20 times less
+// traffic before failing hedges are switched off. Over 200 seeded replicas
+// it acts on a real rise and never on equal error rates.
+func TestGuardrailErrorRateRuleActsOnFarFewerSamplesThanTheTailRule(t *testing.T) {
+	lat := p95Lognormal(time.Second)
+	tests := []struct {
+		name            string
+		control, hedged arm
+		// minDisabled and maxDisabled bound the replicas (of 200) disabled
+		// for error_rate.
+		minDisabled, maxDisabled int
+	}{
+		{"hedged groups failing 30% against a clean control: disabled on 60 control groups",
+			arm{60, lat, 0}, arm{600, lat, 0.30}, 200, 200},
+		{"hedged groups failing 15% against 1%: disabled on 100 control groups in nearly every replica",
+			arm{100, lat, 0.01}, arm{2000, lat, 0.15}, 190, 200},
+		{"equal error rates of 5% on 60 control groups: never disabled",
+			arm{60, lat, 0.05}, arm{600, lat, 0.05}, 0, 0},
+		{"equal error rates of 2% on 50 control groups: never disabled",
+			arm{50, lat, 0.02}, arm{5000, lat, 0.02}, 0, 0},
+		{"equal error rates of 10% on 50 control groups: never disabled",
+			arm{50, lat, 0.10}, arm{5000, lat, 0.10}, 0, 0},
+		{"a rise within the one-point margin: never disabled",
+			arm{100, lat, 0.01}, arm{2000, lat, 0.015}, 0, 0},
+		{"below the 50-sample floor the rule waits, however bad the hedged arm",
+			arm{49, lat, 0}, arm{600, lat, 0.5}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			disabled := 0
+			for seed := range uint64(200) {
+				g := mustGuardrail(t, GuardrailConfig{})
+				r := newRand(1000 + seed)
+				feed(t, g, r, t0, ArmControl, tt.control)
+				feed(t, g, r, t0, ArmHedged, tt.hedged)
+				d := g.Decide(testCohort, t0)
+				switch {
+				case d.State == StateDisabled && d.Reason == ReasonErrorRate:
+					disabled++
+				case d.State != StateEnabled || d.Reason != ReasonInsufficientSamples:
+					t.Fatalf("seed %d: Decide = %s/%s, want error_rate or insufficient_samples below the tail floor", seed, d.State, d.Reason)
+				}
+			}
+			if disabled < tt.minDisabled || disabled > tt.maxDisabled {
+				t.Fatalf("disabled for error_rate in %d of 200 replicas, want %d–%d", disabled, tt.minDisabled, tt.maxDisabled)
+			}
+		})
+	}
+}
+
+func TestGuardrailTailGainIsWithheldBelowTheSampleFloorAndBracketed(t *testing.T) {
+	slow, fast := p95Lognormal(2*time.Second), p95Lognormal(800*time.Millisecond)
+	tests := []struct {
+		name            string
+		control, hedged arm
+		wantKnown       bool
+	}{
+		{"40 control groups: no gain given", arm{40, slow, 0}, arm{4000, fast, 0}, false},
+		{"999 control groups: no gain given", arm{999, slow, 0}, arm{4000, fast, 0}, false},
+		{"enough control but 499 hedged: no gain given", arm{1500, slow, 0}, arm{499, fast, 0}, false},
+		{"1000 control and 500 hedged: the gain with its interval", arm{1000, slow, 0}, arm{500, fast, 0}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := mustGuardrail(t, GuardrailConfig{})
+			r := newRand(77)
+			feed(t, g, r, t0, ArmControl, tt.control)
+			feed(t, g, r, t0, ArmHedged, tt.hedged)
+			tg := g.TailGain(g.Status(testCohort, t0).Stats)
+			if tg.ControlSamples != tt.control.n || tg.HedgedSamples != tt.hedged.n {
+				t.Fatalf("samples %d/%d, want %d/%d", tg.ControlSamples, tg.HedgedSamples, tt.control.n, tt.hedged.n)
+			}
+			if tg.Known != tt.wantKnown {
+				t.Fatalf("Known = %v, want %v (%+v)", tg.Known, tt.wantKnown, tg)
+			}
+			if !tt.wantKnown {
+				if tg.Ratio != 0 || tg.Lower != 0 || tg.Upper != 0 {
+					t.Fatalf("a withheld gain carries figures: %+v", tg)
+				}
+				return
+			}
+			// Same σ, P95 2 s against 0.8 s: the true ratio is 2.5.
+			if !(tg.Lower <= tg.Ratio && tg.Ratio <= tg.Upper) || tg.Lower > 2.5 || tg.Upper < 2.5 || tg.Lower < 1 {
+				t.Fatalf("gain %.2f in [%.2f, %.2f], want an interval around the true 2.5 above 1", tg.Ratio, tg.Lower, tg.Upper)
+			}
+		})
+	}
+}
+
+func TestGuardrailStatusReadsWithoutMovingTheState(t *testing.T) {
+	g := mustGuardrail(t, GuardrailConfig{CoolDown: time.Minute, ProbePeriod: time.Minute})
+	if s := g.Status(testCohort, t0); s.State != StateEnabled || s.Reason != ReasonInsufficientSamples {
+		t.Fatalf("a cohort never seen: %s/%s, want enabled/insufficient_samples", s.State, s.Reason)
+	}
+	if err := g.ReportBreach(testCohort, t0, ReasonDuplicateCeiling); err != nil {
+		t.Fatal(err)
+	}
+	// Past the cool-down, Status still reads disabled: only Decide probes.
+	if s := g.Status(testCohort, t0.Add(2*time.Minute)); s.State != StateDisabled || s.Reason != ReasonDuplicateCeiling {
+		t.Fatalf("Status after the cool-down = %s/%s, want disabled/duplicate_ceiling untouched", s.State, s.Reason)
+	}
+	if d := g.Decide(testCohort, t0.Add(2*time.Minute)); d.State != StateProbing {
+		t.Fatalf("Decide after the cool-down = %s, want probing", d.State)
+	}
+	if s := g.Status(testCohort, t0.Add(2*time.Minute)); s.State != StateProbing || s.Reason != ReasonProbe {
+		t.Fatalf("Status after Decide = %s/%s, want probing/probe", s.State, s.Reason)
+	}
+}
+
+func TestGuardrailAdoptsAnotherReplicasDisablingForItsCoolDown(t *testing.T) {
+	cfg := GuardrailConfig{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute}
+	tests := []struct {
+		name       string
+		local      func(g *Guardrail) // what this replica decided first
+		reason     GuardrailReason
+		since      time.Duration // of the adopted disabling, from t0
+		at         time.Duration // when it is adopted
+		wantState  GuardrailState
+		wantReason GuardrailReason
+		wantSince  time.Duration
+	}{
+		{"an enabled cohort is disabled as the peer's was", nil, ReasonErrorRate, 0, time.Minute,
+			StateDisabled, ReasonErrorRate, 0},
+		{"a disabling whose cool-down ended is ignored", nil, ReasonErrorRate, 0, 5 * time.Minute,
+			StateEnabled, ReasonInsufficientSamples, 0},
+		{"an older disabling does not replace a newer local one",
+			func(g *Guardrail) { _ = g.ReportBreach(testCohort, t0.Add(2*time.Minute), ReasonSpendCeiling) },
+			ReasonDuplicateCeiling, time.Minute, 3 * time.Minute, StateDisabled, ReasonSpendCeiling, 2 * time.Minute},
+		{"a newer disabling restarts the local cool-down",
+			func(g *Guardrail) { _ = g.ReportBreach(testCohort, t0, ReasonSpendCeiling) },
+			ReasonDuplicateCeiling, time.Minute, 2 * time.Minute, StateDisabled, ReasonDuplicateCeiling, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := mustGuardrail(t, cfg)
+			if tt.local != nil {
+				tt.local(g)
+			}
+			if err := g.Adopt(testCohort, t0.Add(tt.at), tt.reason, t0.Add(tt.since)); err != nil {
+				t.Fatal(err)
+			}
+			s := g.Status(testCohort, t0.Add(tt.at))
+			if s.State != tt.wantState || s.Reason != tt.wantReason || s.State == StateDisabled && !s.Since.Equal(t0.Add(tt.wantSince)) {
+				t.Fatalf("Status = %s/%s since %v, want %s/%s since +%v", s.State, s.Reason, s.Since.Sub(t0), tt.wantState, tt.wantReason, tt.wantSince)
+			}
+		})
+	}
+	t.Run("a reason that never disables is refused", func(t *testing.T) {
+		g := mustGuardrail(t, cfg)
+		if err := g.Adopt(testCohort, t0, ReasonGain, t0); !errors.Is(err, ErrNotADisabling) {
+			t.Fatalf("Adopt(gain) = %v, want ErrNotADisabling", err)
+		}
+	})
+	t.Run("Disabled lists what is in its cool-down", func(t *testing.T) {
+		g := mustGuardrail(t, cfg)
+		_ = g.ReportBreach(testCohort, t0, ReasonDuplicateCeiling)
+		if d := g.Disabled(t0.Add(time.Minute)); len(d) != 1 || d[0].Cohort != testCohort || d[0].Reason != ReasonDuplicateCeiling || !d[0].Since.Equal(t0) {
+			t.Fatalf("Disabled = %+v, want the one breach", d)
+		}
+		if d := g.Disabled(t0.Add(5 * time.Minute)); len(d) != 0 {
+			t.Fatalf("Disabled after the cool-down = %+v, want none", d)
+		}
+	})
 }

@@ -303,7 +303,7 @@ func (g *Group) onAdmitted(e Admitted) {
 		if code == "" {
 			code = schemas.ErrBudgetExhausted
 		}
-		g.suppressed = "not_admitted"
+		g.suppress(schemas.RoleHedge, ReasonNotAdmitted)
 		g.decide(false, code, schemas.ScopeGroup, "")
 		return
 	}
@@ -313,12 +313,13 @@ func (g *Group) onAdmitted(e Admitted) {
 
 	switch {
 	case !g.start.HedgeEligible:
-		g.suppressed = g.start.NotEligibleReason
-		if g.suppressed == "" {
-			g.suppressed = "not_eligible"
+		reason := g.start.NotEligibleReason
+		if reason == "" {
+			reason = ReasonNotEligible
 		}
+		g.suppress(schemas.RoleHedge, reason)
 	case g.start.HedgeDelay < 0 || g.startedAt.Add(g.start.HedgeDelay).After(g.deadline.Add(-g.policy.MinUsefulTime)):
-		g.suppressed = "delay_past_deadline"
+		g.suppress(schemas.RoleHedge, ReasonDelayPastDeadline)
 	default:
 		g.emit(ArmTimer{Kind: TimerHedge, At: g.startedAt.Add(g.start.HedgeDelay)})
 	}
@@ -430,7 +431,7 @@ func (g *Group) onBusy(a *attempt) {
 		g.endAttempt(a, OutcomeFailed, schemas.StatusBusy, schemas.ScopePushback, schemas.Usage{}, false)
 		g.lastFailScope = schemas.ScopePushback
 		g.lastFailTimedOut = false
-		g.suppress(schemas.RoleReplacement, "overloaded")
+		g.suppress(schemas.RoleReplacement, ReasonOverloaded)
 		g.failIfNothingLeft()
 		return
 	}
@@ -467,31 +468,31 @@ func (g *Group) hedgeBlocked() string {
 	running := 0
 	for _, a := range g.attempts {
 		if a.state == attemptFinished || a.candidate {
-			return "valid_result"
+			return ReasonValidResult
 		}
 		if a.state != attemptRunning {
 			continue
 		}
 		running++
 		if g.policy.Trigger == TriggerFirstByte && !a.firstByteAt.IsZero() {
-			return "not_stalled"
+			return ReasonNotStalled
 		}
 	}
 	switch {
 	case g.electing != 0:
-		return "valid_result"
+		return ReasonValidResult
 	case running == 0:
-		return "nothing_to_hedge"
+		return ReasonNothingToHedge
 	case g.askPending:
-		return "replacement_pending"
+		return ReasonReplacementPending
 	case g.overloaded:
-		return "overloaded"
+		return ReasonOverloaded
 	case g.pushbackSeen:
-		return "pushback"
+		return ReasonPushback
 	case g.remaining() < g.policy.MinUsefulTime:
-		return "no_time"
+		return ReasonNoTime
 	case len(g.attempts) >= g.policy.MaxAttempts:
-		return "no_slot"
+		return ReasonNoSlot
 	}
 	return ""
 }
@@ -522,7 +523,7 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 	if !e.Allowed {
 		reason := e.Reason
 		if reason == "" {
-			reason = "budget"
+			reason = ReasonBudget
 		}
 		if g.phase == phaseRunning {
 			g.suppress(role, reason)
@@ -535,15 +536,15 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 	var blocked string
 	switch {
 	case g.phase != phaseRunning:
-		blocked = "decided"
+		blocked = ReasonDecided
 	case role == schemas.RoleHedge:
 		blocked = g.hedgeBlocked()
 	case g.overloaded:
-		blocked = "overloaded" // the pool saturated while the budget was asked
+		blocked = ReasonOverloaded // the pool saturated while the budget was asked
 	case g.remaining() < g.policy.MinUsefulTime:
-		blocked = "no_time"
+		blocked = ReasonNoTime
 	case len(g.attempts) >= g.policy.MaxAttempts:
-		blocked = "no_slot"
+		blocked = ReasonNoSlot
 	}
 	if blocked != "" {
 		g.emit(Release{Reservation: e.Reservation})
@@ -726,20 +727,20 @@ func (g *Group) afterFailure(scope schemas.ErrorScope) {
 	// After pushback no more load than the primary path needs: a replacement
 	// only when no attempt is left running.
 	if scope == schemas.ScopePushback && g.running() > 0 {
-		g.suppress(schemas.RoleReplacement, "pushback")
+		g.suppress(schemas.RoleReplacement, ReasonPushback)
 		return
 	}
 	// Never answer overload with more load (rule 4, busy is backpressure).
 	if g.overloaded {
-		g.suppress(schemas.RoleReplacement, "overloaded")
+		g.suppress(schemas.RoleReplacement, ReasonOverloaded)
 		g.failIfNothingLeft()
 		return
 	}
 	switch {
 	case len(g.attempts) >= g.policy.MaxAttempts:
-		g.suppressIfNothingLeft("no_slot")
+		g.suppressIfNothingLeft(ReasonNoSlot)
 	case g.remaining() < g.policy.MinUsefulTime:
-		g.suppressIfNothingLeft("no_time")
+		g.suppressIfNothingLeft(ReasonNoTime)
 	default:
 		g.ask(schemas.RoleReplacement)
 	}

@@ -991,3 +991,48 @@ func TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded(t *testing
 		})
 	}
 }
+
+// Every suppression is counted where it is decided, the ones at the start
+// too: a driver's metric of suppressions by reason sees the control groups,
+// the guardrail and the rollout as it sees a refused budget.
+func TestSuppressionsAtTheStartAreEmittedWithTheirReason(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy func(*Policy)
+		start  Start
+		reason string
+	}{
+		{name: "an ineligible group emits its driver's reason",
+			start: Start{HedgeEligible: false, NotEligibleReason: "control", HedgeDelay: time.Second}, reason: "control"},
+		{name: "an ineligible group without a reason emits not_eligible",
+			start: Start{HedgeEligible: false, HedgeDelay: time.Second}, reason: ReasonNotEligible},
+		{name: "a delay past the deadline emits delay_past_deadline",
+			policy: func(p *Policy) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond },
+			start:  Start{HedgeEligible: true, HedgeDelay: time.Second}, reason: ReasonDelayPastDeadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultPolicy()
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			h := newHarness(t, p)
+			acts := h.launched(tc.start)
+			s, ok := find[HedgeSuppressed](acts)
+			if !ok || s.Reason != tc.reason || s.Role != schemas.RoleHedge {
+				t.Fatalf("suppression = %+v (found %v), want hedge %q; actions %v", s, ok, tc.reason, acts)
+			}
+			if _, armed := timerAt(acts, TimerHedge); armed {
+				t.Fatalf("a hedge timer was armed for a suppressed hedge: %v", acts)
+			}
+		})
+	}
+	t.Run("a primary not admitted emits not_admitted", func(t *testing.T) {
+		h := newHarness(t, DefaultPolicy())
+		h.at(0, streamingStart)
+		acts := h.at(1, Admitted{Allowed: false, Reason: "spend_tenant", Error: schemas.ErrBudgetExhausted})
+		if s, ok := find[HedgeSuppressed](acts); !ok || s.Reason != ReasonNotAdmitted {
+			t.Fatalf("suppression = %+v (found %v), want not_admitted; actions %v", s, ok, acts)
+		}
+	})
+}

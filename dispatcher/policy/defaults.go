@@ -67,6 +67,7 @@ func Default() *Policy {
 			Enabled:              true,
 			Quantile:             guardrail.Quantile,
 			MinControlSamples:    guardrail.MinControlSamples,
+			MinErrorSamples:      guardrail.MinErrorSamples,
 			MinGain:              guardrail.MinRelativeGain,
 			MaxErrorRateIncrease: guardrail.ErrorRateMargin,
 			ProbeInterval:        guardrail.CoolDown,

@@ -150,7 +150,8 @@ type Spend struct {
 
 // Guardrail configures when hedging is switched off for a cohort because it
 // does not pay: the latency quantile of control groups is compared with that
-// of hedged groups once both have MinControlSamples samples.
+// of hedged groups once both have MinControlSamples samples, and their error
+// rates once both have MinErrorSamples.
 type Guardrail struct {
 	Enabled bool `yaml:"enabled"`
 	// Quantile compared between control and hedged groups, in (0,1).
@@ -158,6 +159,10 @@ type Guardrail struct {
 	// MinControlSamples is the least number of control samples before the
 	// guardrail decides anything.
 	MinControlSamples int `yaml:"min_control_samples"`
+	// MinErrorSamples is the least number of samples of each arm before
+	// the error-rate rule decides: far fewer than MinControlSamples, so
+	// failing hedges are switched off on modest traffic.
+	MinErrorSamples int `yaml:"min_error_samples"`
 	// MinGain is the least relative reduction of the quantile, in [0,1),
 	// below which the gain counts as flat.
 	MinGain float64 `yaml:"min_gain"`
@@ -225,6 +230,7 @@ func (p *Policy) GuardrailConfig() delay.GuardrailConfig {
 	c := delay.DefaultGuardrailConfig()
 	c.Quantile = p.Guardrail.Quantile
 	c.MinControlSamples = p.Guardrail.MinControlSamples
+	c.MinErrorSamples = p.Guardrail.MinErrorSamples
 	c.MinRelativeGain = p.Guardrail.MinGain
 	c.ErrorRateMargin = p.Guardrail.MaxErrorRateIncrease
 	c.CoolDown = p.Guardrail.ProbeInterval

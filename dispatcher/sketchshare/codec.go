@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -135,40 +134,4 @@ func readVarint(b []byte, what string) (int64, []byte, error) {
 		return 0, nil, fmt.Errorf("bad %s", what)
 	}
 	return v, b[n:], nil
-}
-
-// parseCohortKey inverts delay.Cohort.Key, for cohorts learnt from the
-// index that this replica has not seen yet. Only the canonical form is
-// accepted, so a cohort maps to exactly one key.
-func parseCohortKey(k string) (delay.Cohort, error) {
-	parts := strings.Split(k, "/")
-	if len(parts) != 4 {
-		return delay.Cohort{}, fmt.Errorf("cohort key %q: want operation/model/stream/mtN", k)
-	}
-	op, err1 := url.PathUnescape(parts[0])
-	model, err2 := url.PathUnescape(parts[1])
-	if err := errors.Join(err1, err2); err != nil {
-		return delay.Cohort{}, fmt.Errorf("cohort key %q: %w", k, err)
-	}
-	var stream bool
-	var kind string
-	switch parts[2] {
-	case "stream":
-		stream = true
-	case "nostream":
-	case delay.KindEmbeddings:
-		kind = delay.KindEmbeddings
-	default:
-		return delay.Cohort{}, fmt.Errorf("cohort key %q: %q is neither stream, nostream nor embeddings", k, parts[2])
-	}
-	digits, ok := strings.CutPrefix(parts[3], "mt")
-	mt, err := strconv.Atoi(digits)
-	if !ok || err != nil || mt < 0 || delay.MaxTokensBucket(mt) != mt {
-		return delay.Cohort{}, fmt.Errorf("cohort key %q: bad max_tokens bucket %q", k, parts[3])
-	}
-	c := delay.Cohort{Operation: op, Model: model, Stream: stream, MaxTokens: mt, Kind: kind}
-	if c.Key() != k {
-		return delay.Cohort{}, fmt.Errorf("cohort key %q is not canonical (%q)", k, c.Key())
-	}
-	return c, nil
 }

@@ -117,9 +117,9 @@ func TestParseCohortKeyInvertsKeyAndRejectsAnythingElse(t *testing.T) {
 		{Operation: "résumé", Model: "m%20", Stream: true, MaxTokens: 65536},
 		{Operation: "default", Model: "text-embedding-3-small", Kind: delay.KindEmbeddings},
 	} {
-		got, err := parseCohortKey(c.Key())
+		got, err := delay.ParseCohortKey(c.Key())
 		if err != nil || got != c {
-			t.Fatalf("parseCohortKey(%q) = %+v, %v; want %+v", c.Key(), got, err, c)
+			t.Fatalf("delay.ParseCohortKey(%q) = %+v, %v; want %+v", c.Key(), got, err, c)
 		}
 	}
 	for _, k := range []string{
@@ -127,8 +127,8 @@ func TestParseCohortKeyInvertsKeyAndRejectsAnythingElse(t *testing.T) {
 		"chat/gpt4o/stream/64", "chat/gpt4o/stream/mt7", "chat/gpt4o/stream/mt-64",
 		"%zz/gpt4o/stream/mt64", "ch%61t/gpt4o/stream/mt64",
 	} {
-		if c, err := parseCohortKey(k); err == nil {
-			t.Fatalf("parseCohortKey(%q) accepted it as %+v", k, c)
+		if c, err := delay.ParseCohortKey(k); err == nil {
+			t.Fatalf("delay.ParseCohortKey(%q) accepted it as %+v", k, c)
 		}
 	}
 }

@@ -269,7 +269,7 @@ func (x *Exchange) Exchange(ctx context.Context, now time.Time, classes []string
 		}
 		cohorts := make([]delay.Cohort, 0, len(members))
 		for _, m := range members {
-			c, err := parseCohortKey(m)
+			c, err := delay.ParseCohortKey(m)
 			if err != nil {
 				round.Corrupt = append(round.Corrupt, fmt.Errorf("%w: index of %s: %w", ErrCorruptPeerData, class, err))
 				continue

@@ -468,7 +468,8 @@ func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission,
 	return dispatcher.Submission{
 		Operation: req.OperationClass, Pool: req.ModelClass, Tenant: tenant,
 		IdempotencyKey: req.IdempotencyKey, Request: req.Request,
-		Deadline: frontdoor.CallerDeadline(req.DeadlineMs),
+		Deadline:        frontdoor.CallerDeadline(req.DeadlineMs),
+		AwaitTotalUsage: true, // total_usage is every attempt's
 	}, nil
 }
 
@@ -482,14 +483,14 @@ func (s *Service) failureFor(err error) *frontdoor.Failure {
 	return f
 }
 
-// submitResponse is the wire form of a committed answer. The dispatcher's
-// Response carries the winner's usage only, so TotalUsage is the winner's
-// too: the losers' usage is in their attempt records.
+// submitResponse is the wire form of a committed answer. The submission
+// awaited the group's end, so TotalUsage is every attempt's, the losers'
+// included (estimated for a cancelled attempt that reported none).
 func submitResponse(r *dispatcher.Response) schemas.SubmitResponse {
 	out := schemas.SubmitResponse{
 		UserActionID: r.UserActionID, GroupID: r.GroupID,
 		Content: r.Content, FinishReason: r.FinishReason,
-		Usage: r.Usage, TotalUsage: r.Usage,
+		Usage: r.Usage, TotalUsage: r.TotalUsage,
 		Attempts: r.Attempts, Hedged: r.Hedged, WinnerAttempt: r.Winner, WinnerRoute: r.WinnerRoute,
 	}
 	if len(r.ToolCalls) > 0 && json.Valid(r.ToolCalls) {

@@ -94,6 +94,7 @@ var defaults = []defaultSetting{
 	{"policies.*.guardrail.enabled", policyDefaults.Guardrail.Enabled},
 	{"policies.*.guardrail.quantile", policyDefaults.Guardrail.Quantile},
 	{"policies.*.guardrail.min_control_samples", policyDefaults.Guardrail.MinControlSamples},
+	{"policies.*.guardrail.min_error_samples", policyDefaults.Guardrail.MinErrorSamples},
 	{"policies.*.guardrail.min_gain", policyDefaults.Guardrail.MinGain},
 	{"policies.*.guardrail.max_error_rate_increase", policyDefaults.Guardrail.MaxErrorRateIncrease},
 	{"policies.*.guardrail.probe_interval", policyDefaults.Guardrail.ProbeInterval},

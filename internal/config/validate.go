@@ -497,6 +497,9 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	if g.MinControlSamples < 1 {
 		v.addf(gp+".min_control_samples", "%d is less than 1", g.MinControlSamples)
 	}
+	if g.MinErrorSamples < 20 {
+		v.addf(gp+".min_error_samples", "%d is less than 20: an error rate on fewer samples moves five points with one failure", g.MinErrorSamples)
+	}
 	if g.MinGain < 0 || g.MinGain >= 1 {
 		v.addf(gp+".min_gain", "%v is outside [0,1)", g.MinGain)
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,6 +22,7 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/guardshare"
 	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/redact"
@@ -232,7 +234,8 @@ func hostOf(addr string) string {
 
 // shareSketches starts the loop that shares d's latency sketches with the
 // other replicas through Redis, so every replica computes the same hedge
-// delay from the cluster's traffic (docs/architecture.md §5). It does nothing in memory.
+// delay from the cluster's traffic, and the loop that shares its guardrails'
+// disablings (docs/architecture.md §5). It does nothing in memory.
 func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log *slog.Logger) error {
 	if s.client == nil {
 		return nil
@@ -259,9 +262,18 @@ func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log
 	if err != nil {
 		return fmt.Errorf("sketch sharing: %w", err)
 	}
+	guards := map[string]guardshare.Guardrail{}
+	for name, g := range d.Guardrails() {
+		guards[name] = g
+	}
+	sharer, err := guardshare.New(s.client, cfg.Redis.KeyPrefix, guards, log)
+	if err != nil {
+		return fmt.Errorf("guardrail sharing: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); syncer.Run(ctx) }()
-	s.stop = func() { cancel(); <-done }
+	var wg sync.WaitGroup
+	wg.Go(func() { syncer.Run(ctx) })
+	wg.Go(func() { sharer.Run(ctx) })
+	s.stop = func() { cancel(); wg.Wait() }
 	return nil
 }
