@@ -22,6 +22,12 @@ func (g *group) fingerprint() string {
 	return g.print
 }
 
+// duplicateRate is the cohort's extra attempts per primary over its
+// duplicate-rate window, as this dispatcher launched them (dupWindows).
+func (g *group) duplicateRate() float64 {
+	return g.d.dups.rate(g.cohort.Key(), g.class.Policy.DuplicateRate.Window, g.d.now())
+}
+
 // attemptRecord is the dispatcher's sanitized record of one attempt: no
 // prompt, output, header, credential or user identifier.
 func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.AttemptRecord {
@@ -36,6 +42,7 @@ func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.Att
 		ContractValid: e.ContractValid, CancellationSent: e.CancellationSent, CancellationObserved: e.CancellationObserved,
 		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(),
+		DuplicateRateWindow: g.duplicateRate(),
 	}
 	if e.FirstByte > 0 {
 		r.FirstByteMs = schemas.Millis(e.FirstByte)
@@ -60,7 +67,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		LoserFinishedLate: e.LoserFinishedLate,
 		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(), GuardrailDecision: g.guard,
-		ErrorScope: e.Scope,
+		ErrorScope: e.Scope, DuplicateRateWindow: g.duplicateRate(),
 	}
 	if r.ErrorScope == "" {
 		r.ErrorScope = schemas.ScopeNone

@@ -1,7 +1,7 @@
 // Package records keeps hedgerow's sanitized records (docs/architecture.md
 // §9) in a JetStream stream: one record per attempt and one per group, the
-// subject naming which (SubjectPrefix + "group.<group>" and
-// SubjectPrefix + "attempt.<group>.<n>"), at most one message per subject,
+// subject naming which (schemas.StoredGroupSubject,
+// schemas.StoredAttemptSubject), at most one message per subject,
 // deduplicated by message id. A gateway whose NATS has no JetStream keeps
 // serving; its records are then the live core-NATS ones only.
 package records
@@ -17,18 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// SubjectPrefix heads every subject the stream keeps.
-const SubjectPrefix = "hedgerow.records."
-
-// GroupSubject is where a group's one record is kept.
-func GroupSubject(group string) string { return SubjectPrefix + "group." + group }
-
-// AttemptSubject is where an attempt's one record is kept.
-func AttemptSubject(group string, attempt int) string {
-	return fmt.Sprintf("%sattempt.%s.%d", SubjectPrefix, group, attempt)
-}
+// SubjectPrefix heads every subject the stream keeps
+// (schemas.StoredGroupSubject, schemas.StoredAttemptSubject).
+const SubjectPrefix = schemas.StoredRecordPrefix
 
 // Config is the stream's shape, as config's records section.
 type Config struct {

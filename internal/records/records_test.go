@@ -11,6 +11,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -59,20 +60,20 @@ func TestTheStreamKeepsOneRecordPerSubjectDeduplicatedByMessageID(t *testing.T) 
 		t.Fatalf("stream config = %+v", got)
 	}
 
-	group := records.GroupSubject("abc-1")
+	group := schemas.StoredGroupSubject("abc-1")
 	// The commit's record, then a retry of it (same id, deduplicated), then
 	// the group's final record, which replaces it.
 	if err := p.Commit(group, "abc-1.commit", []byte(`{"stage":"commit"}`)); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	p.Publish(group, "abc-1.commit", []byte(`{"stage":"commit retried"}`))
-	p.Publish(records.AttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":1}`))
-	p.Publish(records.AttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":"1 retried"}`))
+	p.Publish(schemas.StoredAttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":1}`))
+	p.Publish(schemas.StoredAttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":"1 retried"}`))
 	flush(t, p)
 	if m := lastRecord(t, js, "test_records", group); string(m.Data) != `{"stage":"commit"}` {
 		t.Fatalf("a retried record with the same id replaced the first: %s", m.Data)
 	}
-	if m := lastRecord(t, js, "test_records", records.AttemptSubject("abc-1", 1)); string(m.Data) != `{"attempt":1}` {
+	if m := lastRecord(t, js, "test_records", schemas.StoredAttemptSubject("abc-1", 1)); string(m.Data) != `{"attempt":1}` {
 		t.Fatalf("a retried attempt record with the same id replaced the first: %s", m.Data)
 	}
 	p.Publish(group, "abc-1", []byte(`{"stage":"final"}`))
@@ -112,10 +113,10 @@ func TestWithoutJetStreamRecordsAreNotKeptAndNothingFails(t *testing.T) {
 	if p.Keeps() {
 		t.Fatal("Keeps() = true without JetStream")
 	}
-	if err := p.Commit(records.GroupSubject("g-1"), "g-1.commit", []byte(`{}`)); err != nil {
+	if err := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1.commit", []byte(`{}`)); err != nil {
 		t.Fatalf("commit without JetStream: %v", err)
 	}
-	p.Publish(records.GroupSubject("g-1"), "g-1", []byte(`{}`))
+	p.Publish(schemas.StoredGroupSubject("g-1"), "g-1", []byte(`{}`))
 	flush(t, p)
 }
 
