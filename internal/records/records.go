@@ -25,6 +25,9 @@ import (
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject).
 const SubjectPrefix = schemas.StoredRecordPrefix
 
+// DefaultStream names the stream when the configuration names none.
+const DefaultStream = "hedgerow_records"
+
 // Config is the stream's shape, as config's records section.
 type Config struct {
 	Stream   string
