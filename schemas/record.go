@@ -136,9 +136,10 @@ const (
 )
 
 // Reporter names who published a record. Workers publish their attempt's
-// record so late losers' usage is captured without the dispatcher waiting;
-// the dispatcher publishes group records; the simulator publishes both in
-// virtual time.
+// record live (never kept: the dispatcher's record of the attempt, built
+// from the same result, is the authoritative one, docs/architecture.md §9);
+// the dispatcher publishes attempt and group records; the simulator
+// publishes both in virtual time.
 type Reporter string
 
 // The reporters.
