@@ -4,16 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/eventually"
+	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -26,24 +32,81 @@ import (
 // answer leaves).
 func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.T) {
 	rp := startReplicaProcesses(t, "records", 20*time.Millisecond)
-	const perGateway, senders, killAfter = 150, 8, 40
+	answered, killedAnswered := loadAndKill(t, rp.gateways, rp.send, func() { rp.procs[0].kill(t) })
+	// The stream outlives its server's SIGKILL too: restart nats-server on
+	// the same store and read every answered group there.
+	missing := checkKept(t, rp.restartNATS(), answered)
+	t.Logf("%d groups answered (%d by the killed gateway before its SIGKILL), %d missing from the stream",
+		len(answered), killedAnswered, missing)
+}
 
+// TestEveryAnsweredGroupIsInServesStoreAfterServeIsKilled kills a `serve`
+// process with SIGKILL mid-load; a NATS server started on its
+// nats.store_dir finds every group serve answered with a 200 in the
+// records stream.
+func TestEveryAnsweredGroupIsInServesStoreAfterServeIsKilled(t *testing.T) {
+	bins := buildBinaries(t)
+	dir := t.TempDir()
+	p := newProvider(t, 20*time.Millisecond)
+	store := filepath.Join(dir, "store")
+	addr := freeAddr(t)
+	y := fmt.Sprintf(processConfigYAML, "nats://127.0.0.1:1", addr, p.baseURL("serve"), processDeadline)
+	y = strings.Replace(y, "nats:\n", "nats:\n  store_dir: "+store+"\n", 1)
+	cfgPath := filepath.Join(dir, "serve.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve := startProcess(t, dir, "serve", bins.hedgerow, "serve", "--config", cfgPath)
+	base := "http://" + addr
+	waitReady(t, base)
+	client := &http.Client{Timeout: processDeadline + 10*time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	send := func(gateway, key string) (*http.Response, string, error) {
+		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp, string(body), err
+	}
+	answered, killedAnswered := loadAndKill(t, []string{base}, send, func() { serve.kill(t) })
+	srv := natstest.Start(t, natstest.JetStream(store))
+	missing := checkKept(t, natstest.Connect(t, srv), answered)
+	t.Logf("%d groups answered by serve before its SIGKILL, %d missing from the stream", killedAnswered, missing)
+}
+
+// loadAndKill sends perGateway requests to each gateway, senders at a time
+// per gateway, and calls kill once the first gateway answered killAfter of
+// them. It returns every group answered 200 (group → key) and how many the
+// first gateway answered.
+func loadAndKill(t *testing.T, gateways []string, send func(gateway, key string) (*http.Response, string, error),
+	kill func()) (map[string]string, int) {
+	t.Helper()
+	const perGateway, senders, killAfter = 150, 8, 40
 	var mu sync.Mutex
-	answered := map[string]string{} // group → the key it answered
-	killedAnswered := 0             // answers of the gateway that is killed
-	kill := make(chan struct{})
+	answered := map[string]string{}
+	firstAnswered := 0
+	killNow := make(chan struct{})
 	var killOnce sync.Once
 	var wg sync.WaitGroup
-	for gi, gw := range rp.gateways {
+	for gi, gw := range gateways {
 		work := make(chan string)
 		for range senders {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for key := range work {
-					resp, _, err := rp.send(gw, key)
+					resp, _, err := send(gw, key)
 					if err != nil || resp.StatusCode != http.StatusOK {
-						continue // the killed gateway's requests in flight, and any after
+						continue // the killed process's requests in flight, and any after
 					}
 					gv, err := arbiter.ParseGateValue(resp.Header.Get(frontdoor.HeaderGate))
 					if err != nil {
@@ -53,9 +116,9 @@ func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.
 					mu.Lock()
 					answered[gv.Group] = key
 					if gi == 0 {
-						killedAnswered++
-						if killedAnswered == killAfter {
-							killOnce.Do(func() { close(kill) })
+						firstAnswered++
+						if firstAnswered == killAfter {
+							killOnce.Do(func() { close(killNow) })
 						}
 					}
 					mu.Unlock()
@@ -70,21 +133,24 @@ func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.
 		}()
 	}
 	select {
-	case <-kill:
+	case <-killNow:
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first gateway never answered enough to be killed mid-load")
 	}
-	rp.procs[0].kill(t) // SIGKILL, with requests in flight
+	kill() // SIGKILL, with requests in flight
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	if killedAnswered >= perGateway {
-		t.Fatalf("the killed gateway answered all %d requests: it was not killed mid-load", perGateway)
+	if firstAnswered >= perGateway {
+		t.Fatalf("the killed process answered all %d requests: it was not killed mid-load", perGateway)
 	}
+	return answered, firstAnswered
+}
 
-	// The stream outlives its server's SIGKILL too: restart nats-server on
-	// the same store and read every answered group there.
-	nc := rp.restartNATS()
+// checkKept asserts every answered group has a committed record in the
+// records stream nc reaches, and returns how many do not.
+func checkKept(t *testing.T, nc *nats.Conn, answered map[string]string) int {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +175,5 @@ func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.
 			t.Errorf("group %s: record %s (%v)", group, m.Data, err)
 		}
 	}
-	t.Logf("%d groups answered (%d by the killed gateway before its SIGKILL), %d missing from the stream",
-		len(answered), killedAnswered, missing)
+	return missing
 }
