@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,17 +26,47 @@ import (
 )
 
 // TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled runs two
-// gateway processes under load, kills one with SIGKILL mid-load, then kills
+// gateway processes (budgets and gates of their own: no Redis) and a worker
+// process on a nats-server process with JetStream, under load; kills one
+// with SIGKILL mid-load, then kills
 // and restarts the nats-server process on its JetStream store: every group
 // either gateway answered with a 200 has its record in the records stream
 // (docs/architecture.md §9: a committed group's record is kept before its
 // answer leaves).
 func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.T) {
-	rp := startReplicaProcesses(t, "records", 20*time.Millisecond)
-	answered, killedAnswered := loadAndKill(t, rp.gateways, rp.send, func() { rp.procs[0].kill(t) })
+	bins := buildBinaries(t)
+	dir := t.TempDir()
+	natsURL := "nats://" + freeAddr(t)
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
+	natsArgs := []string{"-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream")}
+	natsProc := startProcess(t, dir, "nats-server", bins.natsServer, natsArgs...)
+	p := newProvider(t, 20*time.Millisecond)
+	writeConfig := func(name, listen string) string {
+		path := filepath.Join(dir, name+".yaml")
+		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline)
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
+	waitWorkers(t, waitNATS(t, natsURL), 1)
+	var gateways []string
+	var procs []*process
+	for _, name := range []string{"gateway-1", "gateway-2"} {
+		addr := freeAddr(t)
+		procs = append(procs, startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL))
+		gateways = append(gateways, "http://"+addr)
+	}
+	for _, g := range gateways {
+		waitReady(t, g)
+	}
+	answered, killedAnswered := loadAndKill(t, gateways, chatSender(t), func() { procs[0].kill(t) })
 	// The stream outlives its server's SIGKILL too: restart nats-server on
 	// the same store and read every answered group there.
-	missing := checkKept(t, rp.restartNATS(), answered)
+	natsProc.kill(t)
+	startProcess(t, dir, "nats-server-restarted", bins.natsServer, natsArgs...)
+	missing := checkKept(t, waitNATS(t, natsURL), answered)
 	t.Logf("%d groups answered (%d by the killed gateway before its SIGKILL), %d missing from the stream",
 		len(answered), killedAnswered, missing)
 }
@@ -59,9 +90,18 @@ func TestEveryAnsweredGroupIsInServesStoreAfterServeIsKilled(t *testing.T) {
 	serve := startProcess(t, dir, "serve", bins.hedgerow, "serve", "--config", cfgPath)
 	base := "http://" + addr
 	waitReady(t, base)
+	answered, killedAnswered := loadAndKill(t, []string{base}, chatSender(t), func() { serve.kill(t) })
+	srv := natstest.Start(t, natstest.JetStream(store))
+	missing := checkKept(t, natstest.Connect(t, srv), answered)
+	t.Logf("%d groups answered by serve before its SIGKILL, %d missing from the stream", killedAnswered, missing)
+}
+
+// chatSender posts a chat completion naming an Idempotency-Key to a
+// gateway and reads its answer; safe for concurrent use.
+func chatSender(t *testing.T) func(gateway, key string) (*http.Response, string, error) {
 	client := &http.Client{Timeout: processDeadline + 10*time.Second}
 	t.Cleanup(client.CloseIdleConnections)
-	send := func(gateway, key string) (*http.Response, string, error) {
+	return func(gateway, key string) (*http.Response, string, error) {
 		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
 			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
 		if err != nil {
@@ -71,16 +111,12 @@ func TestEveryAnsweredGroupIsInServesStoreAfterServeIsKilled(t *testing.T) {
 		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
 		resp, err := client.Do(req)
 		if err != nil {
-			return nil, "", err
+			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		return resp, string(body), err
 	}
-	answered, killedAnswered := loadAndKill(t, []string{base}, send, func() { serve.kill(t) })
-	srv := natstest.Start(t, natstest.JetStream(store))
-	missing := checkKept(t, natstest.Connect(t, srv), answered)
-	t.Logf("%d groups answered by serve before its SIGKILL, %d missing from the stream", killedAnswered, missing)
 }
 
 // loadAndKill sends perGateway requests to each gateway, senders at a time

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
@@ -101,12 +100,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 type replicaProcesses struct {
 	redis    *redistest.Server
 	provider *provider
-	gateways []string   // base URLs
-	procs    []*process // the gateways' processes, in gateways' order
-	// restartNATS kills the nats-server process with SIGKILL and starts
-	// it again on the same port and JetStream store, returning a new
-	// connection to it.
-	restartNATS func() *nats.Conn
+	gateways []string // base URLs
 	// send posts a chat completion with an Idempotency-Key to a gateway
 	// and returns the answer with its body read.
 	send func(gateway, key string) (*http.Response, string, error)
@@ -119,8 +113,7 @@ func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Durat
 	rs := redistest.Start(t)
 	natsURL := "nats://" + freeAddr(t)
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	natsArgs := []string{"-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream")}
-	natsProc := startProcess(t, dir, "nats-server", bins.natsServer, natsArgs...)
+	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
 	nc := waitNATS(t, natsURL)
 	p := newProvider(t, providerDelay)
 
@@ -137,14 +130,10 @@ func startReplicaProcesses(t *testing.T, prefix string, providerDelay time.Durat
 	}
 	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
 	waitWorkers(t, nc, 1)
-	rp := &replicaProcesses{redis: rs, provider: p, restartNATS: func() *nats.Conn {
-		natsProc.kill(t)
-		natsProc = startProcess(t, dir, "nats-server-restarted", bins.natsServer, natsArgs...)
-		return waitNATS(t, natsURL)
-	}}
+	rp := &replicaProcesses{redis: rs, provider: p}
 	for _, name := range []string{"gateway-1", "gateway-2"} {
 		addr := freeAddr(t)
-		rp.procs = append(rp.procs, startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL))
+		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
 		rp.gateways = append(rp.gateways, "http://"+addr)
 	}
 	for _, g := range rp.gateways {
