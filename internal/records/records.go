@@ -73,7 +73,18 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	lastLog time.Time
+	// unawaitedUntil: a commit's ack did not come; until then commits are
+	// published without waiting, so a stream that is down delays answers
+	// once per commitBackoff, not every one.
+	unawaitedUntil time.Time
 }
+
+// commitBackoff is how long commits are not waited for after one failed.
+const commitBackoff = 5 * time.Second
+
+// ErrNotAwaited is Commit's error while commits are not waited for: the
+// record was queued like Publish's, after a recent commit failed.
+var ErrNotAwaited = errors.New("records: the stream failed a recent commit; this one was queued without waiting")
 
 // logInterval bounds how often publication failures are logged.
 const logInterval = 10 * time.Second
@@ -142,16 +153,28 @@ func (p *Publisher) Publish(subject, id string, data []byte) {
 
 // Commit publishes data and waits, at most CommitTimeout, for the stream's
 // ack: the record of a decided commit is kept before its answer leaves.
+// After a failure, commits are queued without waiting for commitBackoff
+// (ErrNotAwaited), so a stream that is down does not hold every answer.
 func (p *Publisher) Commit(subject, id string, data []byte) error {
 	if !p.Keeps() {
 		return nil
 	}
 	start := time.Now()
+	p.mu.Lock()
+	unawaited := start.Before(p.unawaitedUntil)
+	p.mu.Unlock()
+	if unawaited {
+		p.Publish(subject, id, data)
+		return ErrNotAwaited
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
 	defer cancel()
 	_, err := p.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
 	p.commits.Observe(time.Since(start).Seconds())
 	if err != nil {
+		p.mu.Lock()
+		p.unawaitedUntil = time.Now().Add(commitBackoff)
+		p.mu.Unlock()
 		p.failed("error", subject, err)
 		return fmt.Errorf("records: %s: %w", subject, err)
 	}

@@ -2,6 +2,7 @@ package records_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -145,4 +146,32 @@ func failures(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 	}
 	return n
+}
+
+func TestAfterAFailedCommitTheNextAreQueuedWithoutWaiting(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	reg := prometheus.NewRegistry()
+	p, err := records.Open(context.Background(), nc, testConfig(), reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream goes away: a publication to its subjects has no answer.
+	if err := js.DeleteStream(context.Background(), "test_records"); err != nil {
+		t.Fatal(err)
+	}
+	first := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1:commit", []byte(`{}`))
+	if first == nil || errors.Is(first, records.ErrNotAwaited) {
+		t.Fatalf("a commit to a missing stream: %v, want its failure", first)
+	}
+	if err := p.Commit(schemas.StoredGroupSubject("g-2"), "g-2:commit", []byte(`{}`)); !errors.Is(err, records.ErrNotAwaited) {
+		t.Fatalf("the commit after a failure: %v, want ErrNotAwaited", err)
+	}
+	if n := failures(t, reg); n < 1 {
+		t.Fatalf("%v failures counted, want the failed commit's", n)
+	}
 }
