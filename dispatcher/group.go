@@ -817,10 +817,12 @@ func (g *group) commit(c hedge.Commit) {
 	if !g.sub.Request.Stream || a.result != nil {
 		g.finish(delivery{resp: g.response(a)})
 	}
-	rec := g.groupRecord(hedge.GroupEnded{Committed: true, Winner: c.Attempt, Attempts: len(g.attempts),
-		HedgeLaunched: g.hedged(), HedgeSuppressed: g.suppressed, Usage: g.ended, Latency: d.now().Sub(g.start)})
-	rec.Event = schemas.EventGroupCommitted
-	g.committed = &rec
+	if d.records != nil {
+		rec := g.groupRecord(hedge.GroupEnded{Committed: true, Winner: c.Attempt, Attempts: len(g.attempts),
+			HedgeLaunched: g.hedged(), HedgeSuppressed: g.suppressed, Usage: g.ended, Latency: d.now().Sub(g.start)})
+		rec.Event = schemas.EventGroupCommitted
+		g.committed = &rec
+	}
 }
 
 func (g *group) response(a *attemptState) *Response {
