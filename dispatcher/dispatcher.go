@@ -66,11 +66,25 @@ type Config struct {
 	// Secret keys the user action ids and prompt fingerprints derived from
 	// callers' data, so records never carry the data itself.
 	Secret []byte
+	// Records keeps the attempt and group records beyond their live
+	// publication on core NATS (docs/architecture.md §9); nil keeps none.
+	Records Recorder
 	// Registerer receives the dispatcher's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// Recorder keeps records, each under its own subject
+// (schemas.StoredGroupSubject, schemas.StoredAttemptSubject) and message id.
+// internal/records.Publisher is one.
+type Recorder interface {
+	// Publish queues a record without waiting for it to be kept.
+	Publish(subject, id string, data []byte)
+	// Commit keeps a record before returning, within its own bound; an
+	// error says it may not be kept.
+	Commit(subject, id string, data []byte) error
 }
 
 // Pool is a model class: routes whose answers are interchangeable under one
@@ -117,6 +131,7 @@ type Model struct {
 // Dispatcher runs hedge groups. It is safe for concurrent use.
 type Dispatcher struct {
 	nc        *nats.Conn
+	records   Recorder // nil: records are published live only
 	store     Budgets
 	gate      arbiter.Gate
 	routes    []string // every route's name
@@ -170,7 +185,7 @@ func New(c Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: no policy named %q", policy.DefaultName)
 	}
 	d := &Dispatcher{
-		nc: c.Conn, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
+		nc: c.Conn, records: c.Records, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
 		contracts:   map[string]*arbiter.Contract{},
 		schemaCache: arbiter.NewSchemaCache(0, 0),

@@ -74,6 +74,13 @@ type group struct {
 	gone       chan struct{}   // closed when the caller stopped reading out
 	pending    []delivery      // for the caller, handed over after the event's actions
 	records    []pendingRecord // published after pending was handed over
+	// committed is the group's record at its commit, kept before pending
+	// (the answer) is handed over (docs/architecture.md §9).
+	committed *schemas.GroupRecord
+	// ended and suppressed are what the committed record says of the
+	// attempts ended by the commit and of a hedge held back.
+	ended      schemas.Usage
+	suppressed string
 	attempts   []*attemptState
 	// timers are the engine's armed timers, stopped and cut off from the
 	// group as it ends: each would hold it until it fires (up to the whole
@@ -97,10 +104,11 @@ type group struct {
 	denied     budgets.Reason
 }
 
-// pendingRecord is a record waiting for the caller's delivery to go first.
+// pendingRecord is a record waiting for the caller's delivery to go first:
+// published live on subject, kept under stored with message id.
 type pendingRecord struct {
-	subject string
-	rec     json.Marshaler
+	subject, stored, id string
+	rec                 json.Marshaler
 }
 
 // retryAfterFor is how long a caller should wait before retrying a group
@@ -619,6 +627,9 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		d.markRoute(a.Route, state, a.TTL)
 	case hedge.HedgeSuppressed:
 		d.metrics.suppressed.WithLabelValues(a.Reason).Inc()
+		if g.suppressed == "" {
+			g.suppressed = a.Reason
+		}
 	case hedge.AttemptEnded:
 		g.attemptEnded(a)
 	case hedge.GroupEnded:
@@ -808,6 +819,12 @@ func (g *group) commit(c hedge.Commit) {
 	if !g.sub.Request.Stream || a.result != nil {
 		g.finish(delivery{resp: g.response(a)})
 	}
+	if d.records != nil {
+		rec := g.groupRecord(hedge.GroupEnded{Committed: true, Winner: c.Attempt, Attempts: len(g.attempts),
+			HedgeLaunched: g.hedged(), HedgeSuppressed: g.suppressed, Usage: g.ended, Latency: d.now().Sub(g.start)})
+		rec.Event = schemas.EventGroupCommitted
+		g.committed = &rec
+	}
 }
 
 func (g *group) response(a *attemptState) *Response {
@@ -854,6 +871,9 @@ func (g *group) send(dl delivery) { g.pending = append(g.pending, dl) }
 // deliver hands the caller what this event produced, in order, then
 // publishes the records it produced.
 func (g *group) deliver() {
+	if g.committed != nil && len(g.pending) > 0 {
+		g.keepCommit()
+	}
 	for _, dl := range g.pending {
 		select {
 		case g.out <- dl:
@@ -906,9 +926,11 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	if e.CancellationSent {
 		d.metrics.cancellations.WithLabelValues(strconv.FormatBool(e.CancellationObserved)).Inc()
 	}
+	g.ended = g.ended.Add(e.Usage)
 	d.metrics.usage.WithLabelValues(string(e.Role), "input").Add(float64(e.Usage.InputUnits))
 	d.metrics.usage.WithLabelValues(string(e.Role), "output").Add(float64(e.Usage.OutputUnits))
-	g.publish(AttemptRecordSubject, g.attemptRecord(a, e))
+	g.publish(pendingRecord{subject: AttemptRecordSubject, rec: g.attemptRecord(a, e),
+		stored: schemas.StoredAttemptSubject(g.id, a.n), id: schemas.StoredAttemptID(g.id, a.n)})
 }
 
 // observeSuperseded offers the primary's elapsed time to the class's
@@ -944,17 +966,46 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}
-	g.publish(GroupRecordSubject, g.groupRecord(e))
+	if g.committed != nil {
+		// The group ended in the event that committed it: its full record
+		// is kept before the answer instead.
+		rec := g.groupRecord(e)
+		rec.Event = schemas.EventGroupComplete
+		g.committed = &rec
+		g.keepCommit()
+		g.publish(pendingRecord{subject: GroupRecordSubject, rec: rec})
+		return
+	}
+	g.publish(pendingRecord{subject: GroupRecordSubject, rec: g.groupRecord(e),
+		stored: schemas.StoredGroupSubject(g.id), id: schemas.StoredGroupID(g.id, schemas.EventGroupComplete)})
+}
+
+// keepCommit keeps the group's record at its commit, waiting for the store
+// (bounded by the Recorder), so no answered group is missing from the
+// records when this dispatcher stops right after answering.
+func (g *group) keepCommit() {
+	rec := g.committed
+	g.committed = nil
+	if g.d.records == nil {
+		return
+	}
+	data, err := rec.MarshalJSON()
+	if err == nil {
+		err = g.d.records.Commit(schemas.StoredGroupSubject(g.id), schemas.StoredGroupID(g.id, rec.Event), data)
+	}
+	if err != nil {
+		// The Recorder counts and logs its failures, at a bounded rate.
+		g.d.log.Debug("committed group's record not kept before its answer", "group", g.id, "err", err)
+	}
 }
 
 // publish queues a record; it is marshalled and published once the event's
 // deliveries reached the caller (see deliver), so the caller's answer does
 // not wait for the bookkeeping of the group that produced it.
-func (g *group) publish(subject string, rec json.Marshaler) {
-	g.records = append(g.records, pendingRecord{subject: subject, rec: rec})
-}
+func (g *group) publish(r pendingRecord) { g.records = append(g.records, r) }
 
-// publishRecords publishes the queued records, in order.
+// publishRecords publishes the queued records, in order: live on core
+// NATS, and to the Recorder when the record has a stored subject.
 func (g *group) publishRecords() {
 	for i, r := range g.records {
 		data, err := r.rec.MarshalJSON()
@@ -963,6 +1014,9 @@ func (g *group) publishRecords() {
 		}
 		if err != nil {
 			g.d.log.Warn("record not published", "subject", r.subject, "err", err)
+		}
+		if err == nil && r.stored != "" && g.d.records != nil {
+			g.d.records.Publish(r.stored, r.id, data)
 		}
 		g.records[i] = pendingRecord{}
 	}

@@ -2,15 +2,44 @@ package schemas
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
 // Record events, the "event" field of the sanitized records published on
-// hedgerow.events.attempt and hedgerow.events.group.
+// hedgerow.events.attempt and hedgerow.events.group and kept under
+// StoredRecordPrefix.
 const (
 	EventAttemptComplete = "hedge_attempt_complete"
 	EventGroupComplete   = "hedge_group_complete"
+	// EventGroupCommitted marks a group's record kept at its commit,
+	// before its answer left the dispatcher (docs/architecture.md §9): the
+	// group's hedge_group_complete record replaces it in the stream. Its
+	// usage and loser fields cover the attempts ended by the commit; one
+	// still in the stream says the dispatcher stopped before the group
+	// ended.
+	EventGroupCommitted = "hedge_group_committed"
 )
+
+// StoredRecordPrefix heads the subjects records are kept on, one subject
+// per attempt and per group, so a stream keeping one message per subject
+// holds exactly one record of each (docs/architecture.md §8, §9).
+const StoredRecordPrefix = "hedgerow.records."
+
+// StoredGroupSubject is the subject group's record is kept on, and
+// StoredGroupID its message id, by which a retried publication is dropped.
+func StoredGroupSubject(group string) string { return StoredRecordPrefix + "group." + group }
+
+// StoredGroupID is the message id of group's record for event.
+func StoredGroupID(group, event string) string { return group + ":" + event }
+
+// StoredAttemptSubject is the subject attempt n of group is kept on.
+func StoredAttemptSubject(group string, n int) string {
+	return StoredRecordPrefix + "attempt." + group + "." + strconv.Itoa(n)
+}
+
+// StoredAttemptID is the message id of attempt n's record.
+func StoredAttemptID(group string, n int) string { return group + ":" + strconv.Itoa(n) }
 
 // Outcome is how one launched attempt ended relative to its group. A hedge
 // that was never launched has no attempt record; its suppression reason is
@@ -107,9 +136,10 @@ const (
 )
 
 // Reporter names who published a record. Workers publish their attempt's
-// record so late losers' usage is captured without the dispatcher waiting;
-// the dispatcher publishes group records; the simulator publishes both in
-// virtual time.
+// record live (never kept: the dispatcher's record of the attempt, built
+// from the same result, is the authoritative one, docs/architecture.md §9);
+// the dispatcher publishes attempt and group records; the simulator
+// publishes both in virtual time.
 type Reporter string
 
 // The reporters.

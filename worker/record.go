@@ -7,8 +7,10 @@ import (
 )
 
 // publishRecord publishes the attempt's sanitized record on
-// AttemptEventsSubject, so a late loser's usage is recorded without the
-// dispatcher waiting for it. It holds ids, classes, times and counts only.
+// AttemptEventsSubject, live only: the authoritative record of the attempt,
+// the one kept in the records stream, is its dispatcher's, which takes the
+// same usage from the attempt's result (docs/architecture.md §9). It holds
+// ids, classes, times and counts only.
 func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usage, cancelAt time.Time, reason schemas.CancelReason) {
 	cfg := &r.w.cfg
 	fp, err := r.att.Request.Fingerprint(cfg.FingerprintKey)

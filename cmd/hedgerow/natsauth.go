@@ -52,7 +52,7 @@ are never overwritten.`,
 			if err != nil {
 				return err
 			}
-			spec := natsauth.Spec{Method: natsauth.Method(method), Clients: clients, Workers: map[string][]string{}, GateBucket: cfg.Gate.Bucket}
+			spec := natsauth.Spec{Method: natsauth.Method(method), Clients: clients, Workers: map[string][]string{}, GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream}
 			for _, r := range cfg.Routes {
 				spec.Routes = append(spec.Routes, r.Name)
 			}

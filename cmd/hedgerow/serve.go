@@ -149,7 +149,8 @@ unless nats.listen is set so workers of other processes can join), one worker pe
 configured route and the gateway's OpenAI-compatible HTTP front door on http.listen,
 with budgets and the winner gate in memory (or on Redis when redis.url is set).
 The embedded server runs JetStream on nats.store_dir (default hedgerow/nats under
-$XDG_STATE_HOME or ~/.local/state). SIGINT or SIGTERM stops it gracefully.`,
+$XDG_STATE_HOME or ~/.local/state): the winner gate's ledger and the records
+stream (records.stream) are kept there. SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := flags.logger(cmd.ErrOrStderr())

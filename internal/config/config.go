@@ -29,6 +29,7 @@ type Config struct {
 	NATS     NATS               `yaml:"nats"`
 	Redis    Redis              `yaml:"redis"`
 	Gate     Gate               `yaml:"gate"`
+	Records  Records            `yaml:"records"`
 	HTTP     HTTP               `yaml:"http"`
 	Routes   []*Route           `yaml:"routes"`
 	Pools    map[string]*Pool   `yaml:"pools"`
@@ -148,6 +149,31 @@ type Gate struct {
 	// Timeout bounds one ledger operation; an election the ledger does not
 	// answer within it is refused.
 	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Records configures the JetStream stream the gateways keep their records
+// in (docs/architecture.md §9): one record per attempt and per group,
+// published live on core NATS as well. A gateway whose NATS has no
+// JetStream logs that records are not kept and still serves.
+type Records struct {
+	// Stream names the stream; gateways create or update it at start.
+	Stream string `yaml:"stream"`
+	// MaxAge and MaxBytes bound what the stream keeps; the oldest records
+	// go first.
+	MaxAge   time.Duration `yaml:"max_age"`
+	MaxBytes ByteSize      `yaml:"max_bytes"`
+	// Replicas is the stream's replication factor: 1 on one server, 3 on a
+	// three-node cluster.
+	Replicas int `yaml:"replicas"`
+	// Duplicates is the window a retried publication is dropped over, by
+	// its message id.
+	Duplicates time.Duration `yaml:"duplicates"`
+	// MaxPending bounds the records awaiting the stream's ack; past it a
+	// record is dropped and counted, never waited for.
+	MaxPending int `yaml:"max_pending"`
+	// CommitTimeout bounds how long a committed group's answer waits for
+	// its record to be kept.
+	CommitTimeout time.Duration `yaml:"commit_timeout"`
 }
 
 // RedisTLS configures TLS towards Redis.

@@ -791,6 +791,33 @@ func TestGateSettingsAreCheckedAndDefaultToTheLedgerFallback(t *testing.T) {
 	}
 }
 
+func TestRecordsSettingsAreCheckedAndDefaultToAWeekOfRecords(t *testing.T) {
+	tests := []struct {
+		name, records, field, mentions string
+	}{
+		{"a stream name NATS refuses", "  stream: \"records.x\"\n", "records.stream", "not a stream name"},
+		{"records kept for no time", "  max_age: 0s\n", "records.max_age", "must be positive"},
+		{"a stream of no bytes", "  max_bytes: 0\n", "records.max_bytes", "must be positive"},
+		{"more replicas than JetStream allows", "  replicas: 6\n", "records.replicas", "outside [1, 5]"},
+		{"a deduplication window longer than the records last", "  max_age: 1m\n  duplicates: 2m\n", "records.duplicates", "outside (0, records.max_age]"},
+		{"no room for a pending record", "  max_pending: 0\n", "records.max_pending", "outside [1, 1048576]"},
+		{"an answer held for minutes", "  commit_timeout: 1m\n", "records.commit_timeout", "outside (0, 10s]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+"records:\n"+tt.records, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	want := Records{Stream: "hedgerow_records", MaxAge: 168 * time.Hour, MaxBytes: 1 << 30, Replicas: 1,
+		Duplicates: 2 * time.Minute, MaxPending: 4096, CommitTimeout: time.Second}
+	if cfg.Records != want {
+		t.Errorf("records defaults = %+v; want %+v", cfg.Records, want)
+	}
+}
+
 func TestByteSizeParsesPlainAndSuffixedSizes(t *testing.T) {
 	cases := []struct {
 		in   string

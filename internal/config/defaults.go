@@ -8,6 +8,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
+	"github.com/hedgerow/hedgerow/internal/records"
 )
 
 // defaultSetting is the value a key takes when the file leaves it out. In
@@ -39,6 +40,14 @@ var defaults = []defaultSetting{
 	{"gate.bucket", "hedgerow_gate"},
 	{"gate.replicas", 1},
 	{"gate.timeout", time.Second},
+
+	{"records.stream", records.DefaultStream},
+	{"records.max_age", 7 * 24 * time.Hour},
+	{"records.max_bytes", ByteSize(1 << 30)},
+	{"records.replicas", 1},
+	{"records.duplicates", 2 * time.Minute},
+	{"records.max_pending", 4096},
+	{"records.commit_timeout", time.Second},
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},

@@ -44,6 +44,7 @@ func (v *validator) validate() {
 	v.nats()
 	v.redis()
 	v.gate()
+	v.records()
 	v.http()
 	v.routes()
 	v.pools()
@@ -203,7 +204,32 @@ func (v *validator) gate() {
 	}
 }
 
-// bucketName is a JetStream key-value bucket name.
+func (v *validator) records() {
+	r := v.cfg.Records
+	if !bucketName.MatchString(r.Stream) {
+		v.addf("records.stream", "%q is not a stream name of [A-Za-z0-9_-]", r.Stream)
+	}
+	if r.MaxAge <= 0 {
+		v.addf("records.max_age", "%v must be positive", r.MaxAge)
+	}
+	if r.MaxBytes <= 0 {
+		v.addf("records.max_bytes", "%d must be positive", r.MaxBytes)
+	}
+	if r.Replicas < 1 || r.Replicas > 5 {
+		v.addf("records.replicas", "%d is outside [1, 5]", r.Replicas)
+	}
+	if r.Duplicates <= 0 || r.Duplicates > r.MaxAge {
+		v.addf("records.duplicates", "%v is outside (0, records.max_age]", r.Duplicates)
+	}
+	if r.MaxPending < 1 || r.MaxPending > 1<<20 {
+		v.addf("records.max_pending", "%d is outside [1, 1048576]", r.MaxPending)
+	}
+	if r.CommitTimeout <= 0 || r.CommitTimeout > 10*time.Second {
+		v.addf("records.commit_timeout", "%v is outside (0, 10s]", r.CommitTimeout)
+	}
+}
+
+// bucketName is a JetStream key-value bucket or stream name.
 var bucketName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 func (v *validator) http() {

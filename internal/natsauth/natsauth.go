@@ -32,6 +32,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 )
@@ -49,6 +50,9 @@ const (
 	// ClientInboxPrefix starts each client user's prefix:
 	// ClientInbox(user).
 	ClientInboxPrefix = "_INBOX.cl"
+	// ObserverInboxPrefix holds the observers' inboxes, where the records
+	// stream's answers and messages reach them.
+	ObserverInboxPrefix = "_INBOX.ob"
 )
 
 // ClientInbox is the inbox prefix a client user must connect with
@@ -137,6 +141,9 @@ type Spec struct {
 	// GateBucket is the winner gate's ledger bucket (gate.bucket) that
 	// gateways read and write; empty means arbiter.DefaultLedgerBucket.
 	GateBucket string
+	// RecordsStream is the records stream (records.stream) gateways keep
+	// and observers read; empty means records.DefaultStream.
+	RecordsStream string
 }
 
 // Role names of the generated users that are not per worker or client.
@@ -219,11 +226,15 @@ func Generate(spec Spec) (*Bundle, error) {
 	if bucket == "" {
 		bucket = arbiter.DefaultLedgerBucket
 	}
+	stream := spec.RecordsStream
+	if stream == "" {
+		stream = records.DefaultStream
+	}
 	users := []User{
 		{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
-			Permissions: union(gatewayPermissions(bucket), workerPermissions(spec.Routes, resp))},
-		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket)},
-		{Name: UserObserver, Role: UserObserver, Permissions: observerPermissions()},
+			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))},
+		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
+		{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
 	}
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
 		routes := workers[name]
@@ -305,9 +316,10 @@ func srvSubjects(name string) []string {
 // gatewayPermissions: publish attempts (to every route), cancels (to the
 // workers' control inboxes), records, answers to clients and readiness
 // pings of the workers; use the winner gate's ledger bucket (create it,
-// read and write its keys) and nothing else of JetStream; subscribe to its
-// own inboxes and to the submit service.
-func gatewayPermissions(gateBucket string) Permissions {
+// read and write its keys) and the records stream (create or update it,
+// publish to it) and nothing else of JetStream; subscribe to its own
+// inboxes and to the submit service.
+func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 	stream := "KV_" + gateBucket
 	return Permissions{
 		Publish: []string{
@@ -318,6 +330,10 @@ func gatewayPermissions(gateBucket string) Permissions {
 			"$JS.API.STREAM.MSG.GET." + stream,
 			"$JS.API.DIRECT.GET." + stream + ".>",
 			"$KV." + gateBucket + ".>",
+			"$JS.API.STREAM.INFO." + recordsStream,
+			"$JS.API.STREAM.CREATE." + recordsStream,
+			"$JS.API.STREAM.UPDATE." + recordsStream,
+			schemas.StoredRecordPrefix + ">",
 			dispatcher.AttemptSubjectPrefix + "*",
 			WorkerInboxPrefix + ".>",
 			dispatcher.AttemptRecordSubject,
@@ -356,9 +372,23 @@ func clientPermissions(name string) Permissions {
 	}
 }
 
-// observerPermissions: read the records, publish nothing.
-func observerPermissions() Permissions {
-	return Permissions{Subscribe: []string{"hedgerow.events.>"}}
+// observerPermissions: read the live records, and the kept ones through
+// the records stream's read API (its info, a message by subject, ordered
+// consumers of its own); publish nothing else.
+func observerPermissions(recordsStream string) Permissions {
+	return Permissions{
+		Publish: []string{
+			"$JS.API.STREAM.INFO." + recordsStream,
+			"$JS.API.STREAM.MSG.GET." + recordsStream,
+			"$JS.API.DIRECT.GET." + recordsStream + ".>",
+			"$JS.API.CONSUMER.CREATE." + recordsStream,
+			"$JS.API.CONSUMER.CREATE." + recordsStream + ".>",
+			"$JS.API.CONSUMER.INFO." + recordsStream + ".>",
+			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
+		},
+		Subscribe: []string{"hedgerow.events.>", ObserverInboxPrefix + ".>"},
+	}
 }
 
 func union(a, b Permissions) Permissions {

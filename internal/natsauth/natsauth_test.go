@@ -62,7 +62,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 		{"wab", []string{"hedgerow.attempt.a", "hedgerow.attempt.b", "_INBOX.wk.>", "$SRV.*", "$SRV.*.hedgerow-worker", "$SRV.*.hedgerow-worker.*"}, true},
 		{"alice", []string{"_INBOX.cl.alice.>"}, false},
 		{"bob", []string{"_INBOX.cl.bob.>"}, false},
-		{"observer", []string{"hedgerow.events.>"}, false},
+		{"observer", []string{"hedgerow.events.>", "_INBOX.ob.>"}, false},
 		{"gateway", []string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.*", "$SRV.*", "$SRV.*.hedgerow", "$SRV.*.hedgerow.*"}, false},
 	}
 	for _, tt := range tests {

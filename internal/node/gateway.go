@@ -24,6 +24,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/redistenantlimit"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -45,6 +46,7 @@ type Gateway struct {
 	internal   *httpServer       // /readyz and /metrics with http.internal_listen; nil without
 	nats       *natsdoor.Service // the hedgerow.submit front door
 	limiter    *tenantlimit.Limiter
+	records    *records.Publisher
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -85,8 +87,11 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		}
 		g.shared = sh
 	}
+	if g.records, err = openRecords(cfg, nc, reg, log.With("component", "records")); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+	}
 	dcfg := DispatcherConfig(cfg)
-	dcfg.Conn, dcfg.Store, dcfg.Gate = nc, sh.store, sh.gate
+	dcfg.Conn, dcfg.Store, dcfg.Gate, dcfg.Records = nc, sh.store, sh.gate, g.records
 	dcfg.Secret, dcfg.Registerer, dcfg.Logger = secret, reg, log.With("component", "dispatcher")
 	d, err := dispatcher.New(dcfg)
 	if err != nil {
@@ -170,6 +175,21 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
+}
+
+// recordsStartTimeout bounds creating or updating the records stream at
+// a gateway's start.
+const recordsStartTimeout = 10 * time.Second
+
+// openRecords creates or updates the records stream (records.*) on nc's
+// JetStream; without JetStream the Publisher keeps nothing and the
+// gateway serves (docs/architecture.md §9).
+func openRecords(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log *slog.Logger) (*records.Publisher, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordsStartTimeout)
+	defer cancel()
+	r := cfg.Records
+	return records.Open(ctx, nc, records.Config{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
+		Replicas: r.Replicas, Duplicates: r.Duplicates, MaxPending: r.MaxPending, CommitTimeout: r.CommitTimeout}, reg, log)
 }
 
 // replayStore is where the HTTP door keeps committed answers for replay
@@ -348,6 +368,9 @@ func (g *Gateway) closeDispatcher(ctx context.Context) error {
 	}
 	if err := g.d.Close(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.closeShared())
+	}
+	if err := g.records.Flush(ctx); err != nil {
+		return errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
 	if err := g.closeShared(); err != nil {
 		return fmt.Errorf("gateway: close redis: %w", err)

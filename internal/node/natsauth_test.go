@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/hedgerow/hedgerow/client"
@@ -224,6 +226,7 @@ func TestEachRoleIsRefusedWhatItHasNoNeedFor(t *testing.T) {
 			{"a worker cannot read the gateways' reply inboxes", false, natsauth.GatewayInboxPrefix + ".>"},
 			{"a worker cannot answer an attempt it never received", true, natsauth.GatewayInboxPrefix + ".x.1.1"},
 			{"a worker cannot publish group records", true, "hedgerow.events.group"},
+			{"a worker cannot forge kept records", true, "hedgerow.records.group.x"},
 			{"a worker cannot cancel other workers' attempts", true, natsauth.WorkerInboxPrefix + ".x"},
 		}},
 		{"gateway", config.RoleGateway, []try{
@@ -241,10 +244,14 @@ func TestEachRoleIsRefusedWhatItHasNoNeedFor(t *testing.T) {
 			{"a client cannot forge replies", true, natsauth.GatewayInboxPrefix + ".x.1.1"},
 			{"a client cannot forge cancels", true, natsauth.WorkerInboxPrefix + ".x"},
 			{"a client cannot forge records", true, "hedgerow.events.group"},
+			{"a client cannot forge kept records", true, "hedgerow.records.attempt.x.1"},
 			{"a client cannot ping the workers", true, "$SRV.PING.hedgerow-worker"},
 		}},
 		{"observer", "", []try{
 			{"an observer cannot publish records", true, "hedgerow.events.attempt"},
+			{"an observer cannot forge kept records", true, "hedgerow.records.group.x"},
+			{"an observer cannot delete the records stream", true, "$JS.API.STREAM.DELETE.hedgerow_records"},
+			{"an observer cannot purge the records stream", true, "$JS.API.STREAM.PURGE.hedgerow_records"},
 			{"an observer cannot submit", true, schemas.SubmitSubject},
 			{"an observer cannot read inboxes", false, "_INBOX.>"},
 		}},
@@ -397,6 +404,53 @@ func TestServeWithUsersServesAndLetsOnlyKnownUsersJoin(t *testing.T) {
 	if err := nc.Flush(); err != nil || len(errs.all()) > 0 {
 		t.Fatalf("observer subscribing to records: %v %q", err, errs.all())
 	}
+	// The gateway kept the chat's group in the records stream, and the
+	// observer reads it there with its read-only stream permissions.
+	reader, err := nats.Connect(s.NATSURL(), obs, errs.option(), nats.CustomInboxPrefix(natsauth.ObserverInboxPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if n := keptGroups(t, reader, "hedgerow_records"); n != 1 {
+		t.Fatalf("the observer read %d kept group records, want 1 (errors %q)", n, errs.all())
+	}
+}
+
+// keptGroups counts the group records the records stream keeps, read with
+// an ordered consumer as an observer does.
+func keptGroups(t *testing.T, nc *nats.Conn, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("records stream %s: %v", stream, err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.StoredRecordPrefix + "group.>"}})
+	if err != nil {
+		t.Fatalf("ordered consumer of %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(schemas.StoredRecordPrefix+"group.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range info.State.Subjects { // one record a subject: one a group
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("reading kept group records: %v", err)
+		}
+		var r schemas.GroupRecord
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.Outcome != schemas.GroupCommitted {
+			t.Fatalf("kept group record %s: %v", m.Data(), err)
+		}
+		n++
+	}
+	return n
 }
 
 // postChat posts a small chat completion to the HTTP door at base.

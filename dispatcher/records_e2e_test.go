@@ -1,0 +1,154 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// watchedRecorder is a real records.Publisher that notes when the
+// committed group's record was kept.
+type watchedRecorder struct {
+	*records.Publisher
+	mu   sync.Mutex
+	kept map[string]bool // stored subjects Commit returned for
+}
+
+func (w *watchedRecorder) Commit(subject, id string, data []byte) error {
+	err := w.Publisher.Commit(subject, id, data)
+	w.mu.Lock()
+	w.kept[subject] = err == nil
+	w.mu.Unlock()
+	return err
+}
+
+func (w *watchedRecorder) wasKept(subject string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kept[subject]
+}
+
+// streamRecord is the one record the stream keeps on subject.
+func streamRecord(t *testing.T, js jetstream.JetStream, subject string, into any) bool {
+	t.Helper()
+	s, err := js.Stream(context.Background(), "records_test")
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		return false
+	}
+	if err := json.Unmarshal(m.Data, into); err != nil {
+		t.Fatalf("record on %s: %v", subject, err)
+	}
+	return true
+}
+
+func TestAnsweredGroupsAreKeptBeforeTheAnswerAndEndWithOneRecordEach(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		name := map[bool]string{false: "non-streaming", true: "streaming"}[stream]
+		t.Run(name, func(t *testing.T) {
+			// The primary hangs: the hedge wins and the group ends only
+			// once the primary observed its cancel, after the answer.
+			c, _ := twoRoutes(t, newScript(behaviour{words: 5}, behaviour{hang: true}))
+			nc := natstest.Connect(t, c.ns)
+			pub, err := records.Open(context.Background(), nc, records.Config{Stream: "records_test", MaxAge: time.Hour,
+				MaxBytes: 8 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 256, CommitTimeout: 5 * time.Second}, nil, testLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &watchedRecorder{Publisher: pub, kept: map[string]bool{}}
+			gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var sinkSawUnkept bool
+			var group string
+			sink := commitSinkFunc{delta: func(Delta) error { return nil }, committed: func(r *Response) {
+				group = r.GroupID
+				sinkSawUnkept = !rec.wasKept(schemas.StoredGroupSubject(r.GroupID))
+			}}
+			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(stream)}, sink)
+			if err != nil {
+				t.Fatalf("Submit: %v", err)
+			}
+			if stream && (group != resp.GroupID || sinkSawUnkept) {
+				t.Fatalf("the stream's commit reached the caller before its record was kept (group %q)", group)
+			}
+			// The answer is back: the group's record is in the stream now,
+			// whether the group has ended yet or not.
+			var atCommit schemas.GroupRecord
+			if !streamRecord(t, js, schemas.StoredGroupSubject(resp.GroupID), &atCommit) {
+				t.Fatal("an answered group has no record in the stream")
+			}
+			if atCommit.Outcome != schemas.GroupCommitted || atCommit.WinnerAttempt != 2 || atCommit.HedgeGroupID != resp.GroupID {
+				t.Fatalf("record at the answer: %+v", atCommit)
+			}
+
+			live := c.groupRecord(resp.GroupID) // the group ended
+			c.attemptRecords(resp.GroupID, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := pub.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var final schemas.GroupRecord
+			if !streamRecord(t, js, schemas.StoredGroupSubject(resp.GroupID), &final) {
+				t.Fatal("the group's record left the stream")
+			}
+			if final.Event != schemas.EventGroupComplete || final.LoserFinishedLate != live.LoserFinishedLate ||
+				final.UsageInputUnits != live.UsageInputUnits || final.Attempts != 2 || !final.HedgeLaunched {
+				t.Fatalf("the stream's group record %+v is not the group's final one %+v", final, live)
+			}
+			if final.DuplicateRateWindow != 1 {
+				t.Fatalf("duplicate_rate_window = %v, want 1 (one hedge per primary)", final.DuplicateRateWindow)
+			}
+			for n, want := range map[int]schemas.Outcome{1: schemas.OutcomeLoserCanceled, 2: schemas.OutcomeWinner} {
+				var a schemas.AttemptRecord
+				if !streamRecord(t, js, schemas.StoredAttemptSubject(resp.GroupID, n), &a) {
+					t.Fatalf("attempt %d has no record in the stream", n)
+				}
+				if a.Outcome != want || a.Reporter != schemas.ReporterDispatcher || a.DuplicateRateWindow <= 0 {
+					t.Fatalf("attempt %d record %+v", n, a)
+				}
+			}
+			s, err := js.Stream(context.Background(), "records_test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != 3 {
+				t.Fatalf("the stream holds %d records, want 3: one group, two attempts", info.State.Msgs)
+			}
+		})
+	}
+}
+
+// commitSinkFunc is a CommitSink of two funcs.
+type commitSinkFunc struct {
+	delta     func(Delta) error
+	committed func(*Response)
+}
+
+func (s commitSinkFunc) Delta(d Delta) error   { return s.delta(d) }
+func (s commitSinkFunc) Committed(r *Response) { s.committed(r) }

@@ -1,0 +1,177 @@
+package records_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testConfig() records.Config {
+	return records.Config{Stream: "test_records", MaxAge: time.Hour, MaxBytes: 1 << 20, Replicas: 1,
+		Duplicates: time.Minute, MaxPending: 64, CommitTimeout: 5 * time.Second}
+}
+
+// lastRecord reads the one message the stream keeps on subject.
+func lastRecord(t *testing.T, js jetstream.JetStream, stream, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		t.Fatalf("last record on %s: %v", subject, err)
+	}
+	return m
+}
+
+func TestTheStreamKeepsOneRecordPerSubjectDeduplicatedByMessageID(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	reg := prometheus.NewRegistry()
+	p, err := records.Open(context.Background(), nc, testConfig(), reg, nil)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if !p.Keeps() {
+		t.Fatal("a server with JetStream: Keeps() = false")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(context.Background(), "test_records")
+	if err != nil {
+		t.Fatalf("the stream was not created: %v", err)
+	}
+	got := info.CachedInfo().Config
+	if got.MaxAge != time.Hour || got.MaxBytes != 1<<20 || got.MaxMsgsPerSubject != 1 || got.Duplicates != time.Minute ||
+		len(got.Subjects) != 1 || got.Subjects[0] != records.SubjectPrefix+">" {
+		t.Fatalf("stream config = %+v", got)
+	}
+
+	group := schemas.StoredGroupSubject("abc-1")
+	// The commit's record, then a retry of it (same id, deduplicated), then
+	// the group's final record, which replaces it.
+	if err := p.Commit(group, "abc-1.commit", []byte(`{"stage":"commit"}`)); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	p.Publish(group, "abc-1.commit", []byte(`{"stage":"commit retried"}`))
+	p.Publish(schemas.StoredAttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":1}`))
+	p.Publish(schemas.StoredAttemptSubject("abc-1", 1), "abc-1.1", []byte(`{"attempt":"1 retried"}`))
+	flush(t, p)
+	if m := lastRecord(t, js, "test_records", group); string(m.Data) != `{"stage":"commit"}` {
+		t.Fatalf("a retried record with the same id replaced the first: %s", m.Data)
+	}
+	if m := lastRecord(t, js, "test_records", schemas.StoredAttemptSubject("abc-1", 1)); string(m.Data) != `{"attempt":1}` {
+		t.Fatalf("a retried attempt record with the same id replaced the first: %s", m.Data)
+	}
+	p.Publish(group, "abc-1", []byte(`{"stage":"final"}`))
+	flush(t, p)
+	if m := lastRecord(t, js, "test_records", group); string(m.Data) != `{"stage":"final"}` {
+		t.Fatalf("the final record did not replace the commit's: %s", m.Data)
+	}
+	st, err := info.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want 2 (one group, one attempt)", st.State.Msgs)
+	}
+	if n := failures(t, reg); n != 0 {
+		t.Fatalf("%v publication failures counted", n)
+	}
+
+	// Reopening (another gateway starting) updates the stream in place.
+	cfg := testConfig()
+	cfg.MaxAge = 2 * time.Hour
+	if _, err := records.Open(context.Background(), nc, cfg, nil, nil); err != nil {
+		t.Fatalf("reopen with a new max_age: %v", err)
+	}
+	if m := lastRecord(t, js, "test_records", group); string(m.Data) != `{"stage":"final"}` {
+		t.Fatalf("reopening lost the record: %s", m.Data)
+	}
+}
+
+func TestWithoutJetStreamRecordsAreNotKeptAndNothingFails(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	p, err := records.Open(context.Background(), nc, testConfig(), nil, nil)
+	if err != nil {
+		t.Fatalf("a server without JetStream must not fail the gateway: %v", err)
+	}
+	if p.Keeps() {
+		t.Fatal("Keeps() = true without JetStream")
+	}
+	if err := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1.commit", []byte(`{}`)); err != nil {
+		t.Fatalf("commit without JetStream: %v", err)
+	}
+	p.Publish(schemas.StoredGroupSubject("g-1"), "g-1", []byte(`{}`))
+	flush(t, p)
+}
+
+func flush(t *testing.T, p *records.Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failures sums hedgerow_records_publish_failures_total in reg.
+func failures(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "hedgerow_records_publish_failures_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+func TestAfterAFailedCommitTheNextAreQueuedWithoutWaiting(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	reg := prometheus.NewRegistry()
+	p, err := records.Open(context.Background(), nc, testConfig(), reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream goes away: a publication to its subjects has no answer.
+	if err := js.DeleteStream(context.Background(), "test_records"); err != nil {
+		t.Fatal(err)
+	}
+	first := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1:commit", []byte(`{}`))
+	if first == nil || errors.Is(first, records.ErrNotAwaited) {
+		t.Fatalf("a commit to a missing stream: %v, want its failure", first)
+	}
+	if err := p.Commit(schemas.StoredGroupSubject("g-2"), "g-2:commit", []byte(`{}`)); !errors.Is(err, records.ErrNotAwaited) {
+		t.Fatalf("the commit after a failure: %v, want ErrNotAwaited", err)
+	}
+	if n := failures(t, reg); n < 1 {
+		t.Fatalf("%v failures counted, want the failed commit's", n)
+	}
+}
