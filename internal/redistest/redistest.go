@@ -51,11 +51,31 @@ type Server struct {
 // joins the words after an option into one configuration line).
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := newServer(t, extra...)
-	if err := s.start(); err != nil {
+	s, err := startOnAFreePort(t, extra...)
+	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	return s
+}
+
+// portTries is how many free ports a server is tried on: between asking
+// the kernel for a port and redis-server binding it (and, in a cluster, the
+// port + 10000 of its bus) another process may take it, which on a busy
+// machine running many test packages happens.
+const portTries = 4
+
+// startOnAFreePort starts a server with extra arguments, on a new free
+// port each time one exits before it was ready.
+func startOnAFreePort(t testing.TB, extra ...string) (*Server, error) {
+	t.Helper()
+	var err error
+	for range portTries {
+		s := newServer(t, extra...)
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, err
 }
 
 func newServer(t testing.TB, extra ...string) *Server {
@@ -190,10 +210,10 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{t: t}
 	for i := 0; i < 3; i++ {
-		s := newServer(t, "--cluster-enabled", "yes",
+		s, err := startOnAFreePort(t, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf"),
 			"--cluster-node-timeout", "5000")
-		if err := s.start(); err != nil {
+		if err != nil {
 			t.Fatalf("redistest: cluster node %d: %v", i, err)
 		}
 		c.servers = append(c.servers, s)
@@ -255,13 +275,20 @@ func (c *Cluster) waitOK(ctx context.Context) error {
 	}
 }
 
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before redis-server binds; start then fails with a clear log.
+// freePort asks the kernel for a free loopback port below 55536, so that a
+// cluster node's bus port (port + 10000) exists. Another process may take
+// it before redis-server binds; startOnAFreePort then tries another.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+	for range 16 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port < 55536 {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("free port: the kernel gave only ports above 55535")
 }
