@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -58,24 +57,7 @@ func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
 		waitReady(t, g)
 	}
 
-	client := &http.Client{Timeout: processDeadline + 10*time.Second}
-	t.Cleanup(client.CloseIdleConnections)
-	send := func(gateway, key string) (*http.Response, string, error) {
-		req, err := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`))
-		if err != nil {
-			return nil, "", err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, "", fmt.Errorf("POST %s: %w", gateway, err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return resp, string(body), err
-	}
+	send := chatSender(t)
 	chat := func(gateway, key string) (*http.Response, string) {
 		t.Helper()
 		resp, body, err := send(gateway, key)
