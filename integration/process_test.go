@@ -15,7 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,35 +231,8 @@ type system struct {
 // every worker answers the readiness ping and the gateway is ready.
 func startSystem(t *testing.T, workerNames ...string) *system {
 	t.Helper()
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
-	nc := waitNATS(t, natsURL)
-
-	p := newProvider(t, 10*time.Millisecond)
-	s := &system{provider: p, workers: map[string]*process{}, records: subscribeGroupRecords(t, nc)}
-	writeConfig := func(name, listen, baseURL string) string {
-		path := filepath.Join(dir, name+".yaml")
-		if err := os.WriteFile(path, fmt.Appendf(nil, processConfigYAML, natsURL, listen, baseURL, processDeadline), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	for _, name := range workerNames {
-		cfg := writeConfig(name, "127.0.0.1:0", p.baseURL(name))
-		s.workers[name] = startProcess(t, dir, name, bins.hedgerow, "worker", "--config", cfg, "--nats", natsURL, "--log-level", "debug")
-	}
-	waitWorkers(t, nc, len(workerNames))
-
-	httpAddr := freeAddr(t)
-	// The gateway never calls the provider; its base_url is only read.
-	cfg := writeConfig("gateway", httpAddr, p.baseURL("gateway"))
-	startProcess(t, dir, "gateway", bins.hedgerow, "gateway", "--config", cfg, "--nats", natsURL, "--log-level", "debug")
-	s.gateway = "http://" + httpAddr
-	waitReady(t, s.gateway)
-	return s
+	ps := startProcesses(t, processOptions{workers: workerNames, gateways: 1, firstByte: 10 * time.Millisecond, debug: true})
+	return &system{provider: ps.provider, gateway: ps.gateways[0], workers: ps.workers, records: subscribeGroupRecords(t, ps.nc)}
 }
 
 // waitReady waits until a gateway's /readyz answers 200: every pool has a
@@ -387,7 +360,7 @@ type process struct {
 	cmd  *exec.Cmd
 	log  string
 
-	reap sync.Once
+	done chan struct{} // closed once the process has ended and is reaped
 }
 
 // startProcess starts a child process; the test's cleanup kills and reaps
@@ -406,6 +379,13 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) *process 
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	p.done = make(chan struct{})
+	go func() {
+		// Wait's error is "signal: killed", or the exit status of a
+		// process that ended early, which its log shows.
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.kill(t)
 		if t.Failed() {
@@ -416,17 +396,41 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) *process 
 	return p
 }
 
-// kill kills the process with SIGKILL, unless it already ended, and reaps it.
+// kill kills the process with SIGKILL, unless it already ended, and waits
+// until it is reaped.
 func (p *process) kill(t *testing.T) {
 	t.Helper()
-	p.reap.Do(func() {
-		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			t.Errorf("kill %s: %v", p.name, err)
-		}
-		// Wait reaps the child; its error is "signal: killed", or the
-		// exit status of a process that ended early, which the log shows.
-		_ = p.cmd.Wait()
-	})
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("kill %s: %v", p.name, err)
+	}
+	<-p.done
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// dumpStacks asks a live Go process for its goroutines' stacks (SIGQUIT
+// makes the runtime write them to its log and exit), so a test that gave up
+// on it shows where it was stuck.
+func (p *process) dumpStacks(t *testing.T) {
+	t.Helper()
+	if p.exited() {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
 }
 
 // tail is the last n bytes of data.
@@ -462,40 +466,65 @@ func waitNATS(t *testing.T, url string) *nats.Conn {
 	return nc
 }
 
+// workersReadyTimeout bounds the wait for worker processes to answer the
+// readiness ping: seconds on an idle machine, a few more on a loaded one.
+const workersReadyTimeout = 30 * time.Second
+
 // waitWorkers waits until n worker processes answer the micro service
 // ping their readiness is checked with; each registers after subscribing to
-// its route's attempts, so then every one of them can take an attempt.
-func waitWorkers(t *testing.T, nc *nats.Conn, n int) {
+// its route's attempts, so then every one of them can take an attempt. A
+// watched process that exits fails the test at once; one still silent at
+// the bound has its goroutines' stacks written to its log first.
+func waitWorkers(t *testing.T, nc *nats.Conn, n int, watch ...*process) {
 	t.Helper()
 	subject := "$SRV.PING." + worker.ServiceName
-	eventually.True(t, 15*time.Second, strconv.Itoa(n)+" workers to answer "+subject, func() bool {
-		inbox := nats.NewInbox()
-		replies := make(chan *nats.Msg, 16)
-		sub, err := nc.ChanSubscribe(inbox, replies)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-		if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-			t.Fatal(err)
-		}
-		ids := map[string]bool{}
-		window := time.After(200 * time.Millisecond)
-		for {
-			select {
-			case m := <-replies:
-				var ping struct {
-					ID string `json:"id"`
-				}
-				if json.Unmarshal(m.Data, &ping) == nil {
-					ids[ping.ID] = true
-				}
-				if len(ids) >= n {
-					return true
-				}
-			case <-window:
-				return false
+	what := strconv.Itoa(n) + " workers to answer " + subject
+	bound := time.Now().Add(workersReadyTimeout)
+	eventually.True(t, workersReadyTimeout+10*time.Second, what, func() bool {
+		for _, p := range watch {
+			if p.exited() {
+				t.Fatalf("worker process %s exited before it answered %s (its log follows)", p.name, subject)
 			}
 		}
+		if pingedWorkers(t, nc, subject) >= n {
+			return true
+		}
+		if time.Now().After(bound) {
+			for _, p := range watch {
+				p.dumpStacks(t)
+			}
+			t.Fatalf("timed out after %v waiting for %s; a live worker's goroutines are in its log", workersReadyTimeout, what)
+		}
+		return false
 	})
+}
+
+// pingedWorkers is how many distinct workers answer one ping within 200ms.
+func pingedWorkers(t *testing.T, nc *nats.Conn, subject string) int {
+	t.Helper()
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, 16)
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	window := time.After(200 * time.Millisecond)
+	for {
+		select {
+		case m := <-replies:
+			var ping struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(m.Data, &ping) == nil {
+				ids[ping.ID] = true
+			}
+		case <-window:
+			return len(ids)
+		}
+	}
 }

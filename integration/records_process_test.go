@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,39 +33,11 @@ import (
 // (docs/architecture.md §9: a committed group's record is kept before its
 // answer leaves).
 func TestEveryAnsweredGroupIsInTheRecordsStreamAfterAGatewayIsKilled(t *testing.T) {
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	natsArgs := []string{"-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream")}
-	natsProc := startProcess(t, dir, "nats-server", bins.natsServer, natsArgs...)
-	p := newProvider(t, 20*time.Millisecond)
-	writeConfig := func(name, listen string) string {
-		path := filepath.Join(dir, name+".yaml")
-		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline)
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
-	waitWorkers(t, waitNATS(t, natsURL), 1)
-	var gateways []string
-	var procs []*process
-	for _, name := range []string{"gateway-1", "gateway-2"} {
-		addr := freeAddr(t)
-		procs = append(procs, startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL))
-		gateways = append(gateways, "http://"+addr)
-	}
-	for _, g := range gateways {
-		waitReady(t, g)
-	}
-	answered, killedAnswered := loadAndKill(t, gateways, chatSender(t), func() { procs[0].kill(t) })
+	ps := startProcesses(t, processOptions{gateways: 2, firstByte: 20 * time.Millisecond})
+	answered, killedAnswered := loadAndKill(t, ps.gateways, chatSender(t), func() { ps.procs[0].kill(t) })
 	// The stream outlives its server's SIGKILL too: restart nats-server on
 	// the same store and read every answered group there.
-	natsProc.kill(t)
-	startProcess(t, dir, "nats-server-restarted", bins.natsServer, natsArgs...)
-	missing := checkKept(t, waitNATS(t, natsURL), answered)
+	missing := checkKept(t, ps.restartNATS(t), answered)
 	t.Logf("%d groups answered (%d by the killed gateway before its SIGKILL), %d missing from the stream",
 		len(answered), killedAnswered, missing)
 }

@@ -2,10 +2,7 @@ package integration
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,37 +22,8 @@ import (
 // ledger, the user action's id and the committed answers are shared
 // through Redis.
 func TestTwoGatewayProcessesShareOneRedis(t *testing.T) {
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	rs := redistest.Start(t)
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
-	nc := waitNATS(t, natsURL)
-	p := newProvider(t, 10*time.Millisecond)
-
-	// The gateways read the hash key from their environment, as in production.
-	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
-	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: procs\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL())
-	writeConfig := func(name, listen string) string {
-		path := filepath.Join(dir, name+".yaml")
-		y := fmt.Sprintf(processConfigYAML, natsURL, listen, p.baseURL(name), processDeadline) + redisYAML
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
-	waitWorkers(t, nc, 1)
-	var gateways []string
-	for _, name := range []string{"gateway-1", "gateway-2"} {
-		addr := freeAddr(t)
-		startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr), "--nats", natsURL)
-		gateways = append(gateways, "http://"+addr)
-	}
-	for _, g := range gateways {
-		waitReady(t, g)
-	}
+	ps := startProcesses(t, processOptions{gateways: 2, firstByte: 10 * time.Millisecond, redis: true})
+	p, rs, gateways := ps.provider, ps.redis, ps.gateways
 
 	send := chatSender(t)
 	chat := func(gateway, key string) (*http.Response, string) {

@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +13,6 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/eventually"
-	"github.com/hedgerow/hedgerow/internal/redistest"
 )
 
 // replicaLease is the in-flight lease of the replicas' requests
@@ -27,50 +23,19 @@ const replicaLease = time.Second
 // replicaSystem is nats-server, one worker process, two gateway processes
 // sharing one Redis, and the provider the worker calls.
 type replicaSystem struct {
-	provider *provider
-	redis    *redistest.Server
-	gateways []string // base URLs
-	procs    []*process
-	client   *http.Client
+	*processes
+	client *http.Client
 }
 
 // startReplicas starts the replica system and returns once both gateways
 // are ready.
 func startReplicas(t *testing.T, firstByte time.Duration) *replicaSystem {
 	t.Helper()
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	rs := redistest.Start(t)
-	natsURL := "nats://" + freeAddr(t)
-	host, port, _ := net.SplitHostPort(strings.TrimPrefix(natsURL, "nats://"))
-	startProcess(t, dir, "nats-server", bins.natsServer, "-a", host, "-p", port, "-js", "-sd", filepath.Join(dir, "jetstream"))
-	nc := waitNATS(t, natsURL)
-	s := &replicaSystem{provider: newProvider(t, firstByte), redis: rs,
-		client: &http.Client{Timeout: processDeadline + 10*time.Second}}
+	s := &replicaSystem{
+		processes: startProcesses(t, processOptions{gateways: 2, firstByte: firstByte, redis: true, lease: replicaLease, debug: true}),
+		client:    &http.Client{Timeout: processDeadline + 10*time.Second},
+	}
 	t.Cleanup(s.client.CloseIdleConnections)
-
-	t.Setenv("HEDGEROW_TEST_HASH_KEY", "replicas-share-this-key")
-	redisYAML := fmt.Sprintf("redis:\n  url: %s\n  key_prefix: procs\n  hash_key_env: HEDGEROW_TEST_HASH_KEY\n", rs.URL())
-	writeConfig := func(name, listen string) string {
-		path := filepath.Join(dir, name+".yaml")
-		y := fmt.Sprintf(processConfigYAML, natsURL, listen, s.provider.baseURL(name), processDeadline) + redisYAML
-		y = strings.Replace(y, "  body_limit: 512KiB\n", fmt.Sprintf("  body_limit: 512KiB\n  idempotency: {lease: %s}\n", replicaLease), 1)
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	startProcess(t, dir, "worker", bins.hedgerow, "worker", "--config", writeConfig("worker", "127.0.0.1:0"), "--nats", natsURL)
-	waitWorkers(t, nc, 1)
-	for _, name := range []string{"gateway-1", "gateway-2"} {
-		addr := freeAddr(t)
-		s.procs = append(s.procs, startProcess(t, dir, name, bins.hedgerow, "gateway", "--config", writeConfig(name, addr),
-			"--nats", natsURL, "--log-level", "debug"))
-		s.gateways = append(s.gateways, "http://"+addr)
-	}
-	for _, g := range s.gateways {
-		waitReady(t, g)
-	}
 	return s
 }
 
