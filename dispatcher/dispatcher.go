@@ -69,6 +69,9 @@ type Config struct {
 	// Records keeps the attempt and group records beyond their live
 	// publication on core NATS (docs/architecture.md §9); nil keeps none.
 	Records Recorder
+	// Tracer exports each ended group's timeline as a trace
+	// (docs/architecture.md §9, "Traces"); nil exports none.
+	Tracer Tracer
 	// Registerer receives the dispatcher's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -85,6 +88,33 @@ type Recorder interface {
 	// Commit keeps a record before returning, within its own bound; an
 	// error says it may not be kept.
 	Commit(subject, id string, data []byte) error
+}
+
+// Tracer receives the timeline of every group that ended, with its
+// attempts'. It is called on the group's goroutine after the group's last
+// event, so it must not block; internal/tracing's exporter queues spans.
+type Tracer interface {
+	GroupEnded(GroupTimeline)
+}
+
+// GroupTimeline is one ended group as a trace shows it: its span from the
+// submission to its last attempt's end, and one child per attempt. The
+// records carry what the spans say; nothing else of the request does.
+type GroupTimeline struct {
+	Start, End time.Time
+	// TraceParent is the caller's W3C traceparent (Submission.TraceParent).
+	TraceParent string
+	// Embeddings says the group answered an embeddings request, not a
+	// chat (completions, Messages or Responses) one.
+	Embeddings bool
+	Group      schemas.GroupRecord
+	Attempts   []AttemptTimeline // in launch order
+}
+
+// AttemptTimeline is one attempt of a GroupTimeline.
+type AttemptTimeline struct {
+	Launched, Ended time.Time
+	Record          schemas.AttemptRecord
 }
 
 // Pool is a model class: routes whose answers are interchangeable under one
@@ -132,6 +162,7 @@ type Model struct {
 type Dispatcher struct {
 	nc        *nats.Conn
 	records   Recorder // nil: records are published live only
+	tracer    Tracer   // nil: no traces
 	store     Budgets
 	gate      arbiter.Gate
 	routes    []string // every route's name
@@ -185,7 +216,7 @@ func New(c Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: no policy named %q", policy.DefaultName)
 	}
 	d := &Dispatcher{
-		nc: c.Conn, records: c.Records, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
+		nc: c.Conn, records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now,
 		contracts:   map[string]*arbiter.Contract{},
 		schemaCache: arbiter.NewSchemaCache(0, 0),
@@ -293,6 +324,10 @@ type Submission struct {
 	// round trip, bounded by the policy's cancel grace; the HTTP doors,
 	// whose answers have no such field, leave it off.
 	AwaitTotalUsage bool
+	// TraceParent is the caller's W3C trace context (the traceparent
+	// header), so the group's trace continues the caller's; empty or
+	// malformed starts a trace of its own. It is never recorded.
+	TraceParent string
 }
 
 // Response is a committed answer.

@@ -41,7 +41,8 @@ type attemptState struct {
 	result       *schemas.AttemptResult
 	firstByte    time.Duration
 	workerID     string
-	outcome      hedge.Outcome // how it ended, once it did
+	outcome      hedge.Outcome    // how it ended, once it did
+	ended        *AttemptTimeline // once it did, for the group's trace
 }
 
 // delivery is what the group hands to the caller's goroutine: the commit
@@ -929,7 +930,11 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	g.ended = g.ended.Add(e.Usage)
 	d.metrics.usage.WithLabelValues(string(e.Role), "input").Add(float64(e.Usage.InputUnits))
 	d.metrics.usage.WithLabelValues(string(e.Role), "output").Add(float64(e.Usage.OutputUnits))
-	g.publish(pendingRecord{subject: AttemptRecordSubject, rec: g.attemptRecord(a, e),
+	rec := g.attemptRecord(a, e)
+	if d.tracer != nil {
+		a.ended = &AttemptTimeline{Launched: a.launchedAt, Ended: d.now(), Record: rec}
+	}
+	g.publish(pendingRecord{subject: AttemptRecordSubject, rec: rec,
 		stored: schemas.StoredAttemptSubject(g.id, a.n), id: schemas.StoredAttemptID(g.id, a.n)})
 }
 
@@ -966,18 +971,33 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}
+	rec := g.groupRecord(e)
+	g.trace(now, rec)
 	if g.committed != nil {
 		// The group ended in the event that committed it: its full record
 		// is kept before the answer instead.
-		rec := g.groupRecord(e)
 		rec.Event = schemas.EventGroupComplete
 		g.committed = &rec
 		g.keepCommit()
 		g.publish(pendingRecord{subject: GroupRecordSubject, rec: rec})
 		return
 	}
-	g.publish(pendingRecord{subject: GroupRecordSubject, rec: g.groupRecord(e),
+	g.publish(pendingRecord{subject: GroupRecordSubject, rec: rec,
 		stored: schemas.StoredGroupSubject(g.id), id: schemas.StoredGroupID(g.id, schemas.EventGroupComplete)})
+}
+
+// trace hands the ended group's timeline to the Tracer, if there is one.
+func (g *group) trace(now time.Time, rec schemas.GroupRecord) {
+	if g.d.tracer == nil {
+		return
+	}
+	tl := GroupTimeline{Start: g.start, End: now, TraceParent: g.sub.TraceParent, Embeddings: g.sub.Request.Embedding != nil, Group: rec}
+	for _, a := range g.attempts {
+		if a.ended != nil {
+			tl.Attempts = append(tl.Attempts, *a.ended)
+		}
+	}
+	g.d.tracer.GroupEnded(tl)
 }
 
 // keepCommit keeps the group's record at its commit, waiting for the store

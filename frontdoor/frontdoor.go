@@ -102,7 +102,25 @@ const (
 	// answer of the same user action rather than produced again
 	// (docs/architecture.md §2, Stripe's header).
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderTraceParent is the W3C trace context a caller may send on
+	// either door; the group's trace continues it (docs/architecture.md §9).
+	HeaderTraceParent = "traceparent"
 )
+
+// maxTraceParentLen bounds a traceparent header: version 00 is 55 bytes,
+// later versions may append fields.
+const maxTraceParentLen = 256
+
+// TraceParent is a caller's traceparent header as the dispatcher takes it:
+// the value, or empty when it is too long to be one. Its format is checked
+// where it is read (the trace exporter), which starts a trace of its own
+// for a malformed one.
+func TraceParent(v string) string {
+	if len(v) > maxTraceParentLen {
+		return ""
+	}
+	return v
+}
 
 // Bounds of caller-chosen values: long enough for any sane use, short enough
 // that they cannot make the gateway hash megabytes or overflow a deadline.

@@ -456,6 +456,7 @@ func (h *handler) readHedgeHeaders(r *http.Request) (dispatcher.Submission, *fro
 		return sub, frontdoor.InvalidParam(frontdoor.HeaderIdempotencyKey,
 			fmt.Sprintf("The %s header is longer than %d bytes.", frontdoor.HeaderIdempotencyKey, frontdoor.MaxIdempotencyKeyLen))
 	}
+	sub.TraceParent = frontdoor.TraceParent(r.Header.Get(frontdoor.HeaderTraceParent))
 	sub.Operation = r.Header.Get(frontdoor.HeaderOperation)
 	if len(sub.Operation) > frontdoor.MaxOperationLen {
 		return sub, frontdoor.InvalidParam(frontdoor.HeaderOperation,

@@ -119,6 +119,8 @@ type natsCall struct {
 	reply  string
 	id     string // the caller's request id; empty if none
 	tenant string // the caller's tenant, authenticated by its key
+	// traceParent is the caller's W3C trace context header, if any.
+	traceParent string
 	// freeSlot releases the tenant's concurrency slot before the final
 	// message goes out, so a caller that has its answer may send the next
 	// request at once; serve releases it too, on every other path.
@@ -267,7 +269,7 @@ func (s *Service) handleSubmit(req micro.Request) {
 	if call == nil {
 		return // cancelled before it arrived: the caller is gone
 	}
-	call.tenant = tenant
+	call.tenant, call.traceParent = tenant, frontdoor.TraceParent(req.Headers().Get(frontdoor.HeaderTraceParent))
 	go s.serve(call, req.Data())
 }
 
@@ -382,6 +384,7 @@ func (s *Service) serve(c *natsCall, data []byte) {
 		s.fail(c.reply, serr)
 		return
 	}
+	sub.TraceParent = c.traceParent
 	release, serr := frontdoor.AdmitTenant(context.Background(), s.opts.Limiter, sub.Tenant)
 	if serr != nil {
 		s.fail(c.reply, serr)

@@ -30,6 +30,7 @@ type Config struct {
 	Redis    Redis              `yaml:"redis"`
 	Gate     Gate               `yaml:"gate"`
 	Records  Records            `yaml:"records"`
+	Tracing  Tracing            `yaml:"tracing"`
 	HTTP     HTTP               `yaml:"http"`
 	Routes   []*Route           `yaml:"routes"`
 	Pools    map[string]*Pool   `yaml:"pools"`
@@ -174,6 +175,21 @@ type Records struct {
 	// CommitTimeout bounds how long a committed group's answer waits for
 	// its record to be kept.
 	CommitTimeout time.Duration `yaml:"commit_timeout"`
+}
+
+// Tracing configures the optional trace exporter (docs/architecture.md §9,
+// "Traces"): a span per group with a child per attempt, sent over OTLP/HTTP.
+type Tracing struct {
+	// Endpoint is the collector's OTLP/HTTP traces URL, e.g.
+	// http://collector:4318/v1/traces; empty exports no traces.
+	Endpoint string `yaml:"endpoint"`
+	// SampleRatio is the share of groups traced when the caller sent no
+	// sampled trace context; a caller's traceparent decides for its own.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// HeadersEnv names an environment variable holding the collector's
+	// request headers as k=v pairs separated by commas (an API key, say):
+	// secrets never go in the file.
+	HeadersEnv string `yaml:"headers_env"`
 }
 
 // RedisTLS configures TLS towards Redis.

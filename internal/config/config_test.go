@@ -818,6 +818,33 @@ func TestRecordsSettingsAreCheckedAndDefaultToAWeekOfRecords(t *testing.T) {
 	}
 }
 
+func TestTracingSettingsAreCheckedAndExportNothingByDefault(t *testing.T) {
+	tests := []struct {
+		name, tracing, field, mentions string
+	}{
+		{"an endpoint that is no URL", "  endpoint: collector:4318\n", "tracing.endpoint", "http or https URL"},
+		{"credentials in the endpoint", "  endpoint: http://user:pw@collector:4318/v1/traces\n", "tracing.endpoint", "no credentials"},
+		{"a ratio above one", "  endpoint: http://collector:4318/v1/traces\n  sample_ratio: 1.5\n", "tracing.sample_ratio", "outside [0, 1]"},
+		{"headers for no collector", "  headers_env: OTLP_HEADERS\n", "tracing.headers_env", "without tracing.endpoint"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+"tracing:\n"+tt.tracing, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if want := (Tracing{SampleRatio: 1}); cfg.Tracing != want {
+		t.Errorf("tracing defaults = %+v; want %+v (no endpoint: no traces)", cfg.Tracing, want)
+	}
+	cfg, ps = parse(t, minimal+"tracing: {endpoint: \"https://collector:4318/v1/traces\", sample_ratio: 0}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if cfg.Tracing.SampleRatio != 0 {
+		t.Errorf("sample_ratio 0 read as %v", cfg.Tracing.SampleRatio)
+	}
+}
+
 func TestByteSizeParsesPlainAndSuffixedSizes(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -48,6 +48,7 @@ var defaults = []defaultSetting{
 	{"records.duplicates", 2 * time.Minute},
 	{"records.max_pending", 4096},
 	{"records.commit_timeout", time.Second},
+	{"tracing.sample_ratio", 1.0},
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},

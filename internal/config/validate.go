@@ -45,6 +45,7 @@ func (v *validator) validate() {
 	v.redis()
 	v.gate()
 	v.records()
+	v.tracing()
 	v.http()
 	v.routes()
 	v.pools()
@@ -226,6 +227,22 @@ func (v *validator) records() {
 	}
 	if r.CommitTimeout <= 0 || r.CommitTimeout > 10*time.Second {
 		v.addf("records.commit_timeout", "%v is outside (0, 10s]", r.CommitTimeout)
+	}
+}
+
+func (v *validator) tracing() {
+	t := v.cfg.Tracing
+	if t.Endpoint != "" {
+		u, err := url.Parse(t.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			v.addf("tracing.endpoint", "want an http or https URL of the collector's OTLP traces endpoint, with no credentials in it")
+		}
+	}
+	if t.SampleRatio < 0 || t.SampleRatio > 1 {
+		v.addf("tracing.sample_ratio", "%v is outside [0, 1]", t.SampleRatio)
+	}
+	if t.HeadersEnv != "" && t.Endpoint == "" {
+		v.addf("tracing.headers_env", "set without tracing.endpoint")
 	}
 }
 

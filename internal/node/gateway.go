@@ -25,6 +25,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/redistenantlimit"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/tracing"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -47,6 +48,7 @@ type Gateway struct {
 	nats       *natsdoor.Service // the hedgerow.submit front door
 	limiter    *tenantlimit.Limiter
 	records    *records.Publisher
+	tracer     *tracing.Exporter // nil without tracing.endpoint
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -90,8 +92,14 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.records, err = openRecords(cfg, nc, reg, log.With("component", "records")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
+	if g.tracer, err = openTracer(cfg, o.env(), log.With("component", "tracing")); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+	}
 	dcfg := DispatcherConfig(cfg)
 	dcfg.Conn, dcfg.Store, dcfg.Gate, dcfg.Records = nc, sh.store, sh.gate, g.records
+	if g.tracer != nil {
+		dcfg.Tracer = g.tracer
+	}
 	dcfg.Secret, dcfg.Registerer, dcfg.Logger = secret, reg, log.With("component", "dispatcher")
 	d, err := dispatcher.New(dcfg)
 	if err != nil {
@@ -175,6 +183,31 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	return g, nil
+}
+
+// openTracer starts the trace exporter tracing.endpoint names, or none.
+func openTracer(cfg *config.Config, env config.LookupEnv, log *slog.Logger) (*tracing.Exporter, error) {
+	t := cfg.Tracing
+	if t.Endpoint == "" {
+		return nil, nil
+	}
+	var headers map[string]string
+	if t.HeadersEnv != "" {
+		raw, ok := env(t.HeadersEnv)
+		if !ok {
+			return nil, fmt.Errorf("tracing.headers_env: environment variable %s is not set", t.HeadersEnv)
+		}
+		var err error
+		if headers, err = tracing.ParseHeaders(raw); err != nil {
+			return nil, fmt.Errorf("tracing.headers_env %s: %w", t.HeadersEnv, err)
+		}
+	}
+	routes := make(map[string]tracing.Route, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		routes[r.Name] = tracing.Route{Provider: string(r.Provider), Model: r.Model}
+	}
+	return tracing.New(tracing.Options{Endpoint: t.Endpoint, Headers: headers, SampleRatio: t.SampleRatio,
+		Service: "hedgerow-gateway", Routes: routes, Logger: log})
 }
 
 // recordsStartTimeout bounds creating or updating the records stream at
@@ -371,6 +404,12 @@ func (g *Gateway) closeDispatcher(ctx context.Context) error {
 	}
 	if err := g.records.Flush(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+	}
+	if g.tracer != nil {
+		// Spans lost here are only spans: the records were kept above.
+		if err := g.tracer.Shutdown(ctx); err != nil {
+			return errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+		}
 	}
 	if err := g.closeShared(); err != nil {
 		return fmt.Errorf("gateway: close redis: %w", err)
