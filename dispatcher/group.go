@@ -99,6 +99,10 @@ type group struct {
 	// that awaits the total usage (Submission.AwaitTotalUsage).
 	held     *Response
 	streamed bool // bytes of the committed stream reached the caller
+	// voided is the error a committed stream ended with: its caller never
+	// got the whole answer, so the group gave its gate claim back and its
+	// records say it failed (failCommitted).
+	voided schemas.ErrorCode
 	// retryAfter is the longest pause a route's failure asked for; denied
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
@@ -604,7 +608,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			if a.Reason == hedge.CancelCallerGone {
 				code = schemas.ErrCanceled
 			}
-			g.finish(delivery{err: &GroupError{Group: g.id, Code: code, Streamed: g.streamed}})
+			g.failCommitted(code, "")
 		}
 	case hedge.Commit:
 		g.commit(a)
@@ -885,6 +889,25 @@ func (g *group) deliver() {
 	g.publishRecords()
 }
 
+// failCommitted ends a committed stream with an error. Its caller never
+// got the whole answer (at most a prefix and an error event), so nothing of
+// the user action was delivered: the group gives its winner gate claim
+// back (compare-and-delete, before the caller hears of the failure) and its
+// final record says failed, so a retry of the user action can commit
+// instead of meeting this commit with 409 already_committed
+// (docs/architecture.md §6, "A commit that was never delivered").
+func (g *group) failCommitted(code schemas.ErrorCode, scope schemas.ErrorScope) {
+	if g.delivered {
+		return
+	}
+	g.finish(delivery{err: &GroupError{Group: g.id, Code: code, Scope: scope, Streamed: g.streamed}})
+	g.voided = code
+	claim := arbiter.Claim{UserAction: g.ua, Group: g.id, Attempt: g.winner, Won: true, Value: g.gateValue}
+	if err := g.d.gate.Clear(context.Background(), claim); err != nil {
+		g.d.log.Warn("failed commit's gate claim not given back", "group", g.id, "err", err)
+	}
+}
+
 // finish hands the caller its one final delivery; an answer awaiting the
 // total usage waits for the group's end (groupEnded).
 func (g *group) finish(dl delivery) {
@@ -914,9 +937,9 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 		case e.Status == schemas.StatusTimeout || !d.now().Before(g.start.Add(g.deadline)):
 			// The worker enforces the attempt's deadline too, and may
 			// report it before the group's own timer fires.
-			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrDeadlineExceeded, Scope: e.Scope, Streamed: g.streamed}})
+			g.failCommitted(schemas.ErrDeadlineExceeded, e.Scope)
 		default:
-			g.finish(delivery{err: &GroupError{Group: g.id, Code: schemas.ErrAllRoutesFailed, Scope: e.Scope, Streamed: g.streamed}})
+			g.failCommitted(schemas.ErrAllRoutesFailed, e.Scope)
 		}
 	}
 	a.outcome = e.Outcome

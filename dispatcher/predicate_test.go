@@ -117,3 +117,33 @@ func twoRoutesWithPool(t *testing.T, poolYAML string, sc *script) (*cluster, map
 	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
 	return newClusterWithPool(t, []string{"a", "b"}, ps, poolYAML, ""), ps
 }
+
+// TestACommittedStreamThatFailsGivesItsClaimBackSoARetryCommits: a stream
+// committed at its first token whose answer then fails (here: truncated)
+// never delivered its user action, so the group gives its winner gate
+// claim back and records itself failed; the caller's retry with the same
+// Idempotency-Key commits, under a higher epoch, instead of meeting the
+// failed commit with already_committed.
+func TestACommittedStreamThatFailsGivesItsClaimBackSoARetryCommits(t *testing.T) {
+	c, _ := twoRoutes(t, newScript(behaviour{words: 4}, behaviour{words: 5, finish: "length"}))
+	sub := Submission{Pool: "general", IdempotencyKey: "order-7", Request: chat(true)}
+	_, err := c.d.Submit(context.Background(), sub, sinkFunc(func(Delta) error { return nil }))
+	var ge *GroupError
+	if !errors.As(err, &ge) || !ge.Streamed {
+		t.Fatalf("first try: %v, want a GroupError after streamed bytes", err)
+	}
+	failed := c.groupRecord(ge.Group)
+	if failed.Outcome != schemas.GroupFailed || failed.ErrorCode != schemas.ErrAllRoutesFailed || failed.WinnerAttempt != 0 {
+		t.Fatalf("failed commit's group record: outcome %s, error %s, winner %d; want failed all_routes_failed with no winner",
+			failed.Outcome, failed.ErrorCode, failed.WinnerAttempt)
+	}
+	resp, err := c.d.Submit(context.Background(), sub, sinkFunc(func(Delta) error { return nil }))
+	if err != nil {
+		t.Fatalf("retry of the same user action: %v, want it to commit", err)
+	}
+	retry := c.groupRecord(resp.GroupID)
+	if retry.Outcome != schemas.GroupCommitted || retry.GateEpoch < 2 || retry.UserActionID != failed.UserActionID {
+		t.Fatalf("retry's record: outcome %s, epoch %d (gate %s); want committed at a higher epoch of the same user action",
+			retry.Outcome, retry.GateEpoch, resp.Gate)
+	}
+}

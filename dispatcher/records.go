@@ -66,7 +66,14 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 	if r.ErrorScope == "" {
 		r.ErrorScope = schemas.ScopeNone
 	}
-	if e.Committed {
+	switch {
+	case g.voided != "":
+		// Committed, then failed before its caller had the answer: the
+		// claim was given back (failCommitted), so the group failed, and
+		// like any failed group it names no winner.
+		r.Outcome, r.ErrorCode = schemas.GroupFailed, g.voided
+		r.StatusClass = statusOfError(g.voided)
+	case e.Committed:
 		r.Outcome, r.StatusClass = schemas.GroupCommitted, schemas.StatusOK
 		r.WinnerAttempt = e.Winner
 		r.CommittedUnixMs = g.start.Add(e.Latency).UnixMilli()
@@ -79,7 +86,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		if gv, err := arbiter.ParseGateValue(g.gateValue); err == nil {
 			r.GateEpoch = gv.Epoch
 		}
-	} else {
+	default:
 		r.Outcome, r.ErrorCode = schemas.GroupFailed, e.Error
 		r.StatusClass = statusOfError(e.Error)
 	}
