@@ -2,13 +2,16 @@ package records
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hedgerow/hedgerow/report"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // readBatch is how many records one fetch asks for.
@@ -20,6 +23,31 @@ const readBatch = 1000
 type Reader struct {
 	JS     jetstream.JetStream // nil: records are not kept (ErrNotKept)
 	Stream string
+}
+
+// SubjectAndID is where a record is kept and its message id, as the
+// dispatcher publishes it (schemas.StoredGroupSubject, StoredAttemptSubject
+// and their ids), read from the record itself: to keep records again, e.g.
+// an export, in another stream. keep is false for a worker's own record,
+// which is never kept (docs/architecture.md §9).
+func SubjectAndID(data []byte) (subject, id string, keep bool, err error) {
+	var head struct {
+		Event    string           `json:"event"`
+		Reporter schemas.Reporter `json:"reporter"`
+		Group    string           `json:"hedge_group_id"`
+		Attempt  int              `json:"attempt"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil || head.Group == "" {
+		return "", "", false, fmt.Errorf("%w: no hedge_group_id", report.ErrInvalidRecord)
+	}
+	switch head.Event {
+	case schemas.EventAttemptComplete:
+		return schemas.StoredAttemptSubject(head.Group, head.Attempt), schemas.StoredAttemptID(head.Group, head.Attempt),
+			head.Reporter != schemas.ReporterWorker, nil
+	case schemas.EventGroupComplete, schemas.EventGroupCommitted:
+		return schemas.StoredGroupSubject(head.Group), schemas.StoredGroupID(head.Group, head.Event), true, nil
+	}
+	return "", "", false, fmt.Errorf("%w: not an attempt or group record", report.ErrInvalidRecord)
 }
 
 // Reader reads back the records p keeps (a Reader without JetStream when
@@ -52,7 +80,8 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 	}
 	cons, err := r.JS.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w: stream %s: %w", report.ErrNotKept, stream, err)
 		}
 		return nil, fmt.Errorf("records: read %s: %w", stream, err)
