@@ -90,6 +90,13 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 	if err != nil {
 		return nil, fmt.Errorf("records: read %s: %w", stream, err)
 	}
+	// Best effort: the server would drop the idle consumer anyway, but a
+	// gateway asked for many reports should not leave one each behind.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = r.JS.DeleteConsumer(dctx, stream, info.Name)
+	}()
 	out := &report.Records{}
 	pending := info.NumPending
 	for pending > 0 {
