@@ -73,7 +73,7 @@ the groups of the last ten minutes; --export FILE.jsonl writes the records read,
 	f.StringVar(&fl.keyEnv, "api-key-env", apiKeyEnv, "environment variable holding that API key, when --api-key is not given")
 	f.StringSliceVar(&fl.natsURLs, "nats", nil, "NATS servers of the records stream, comma-separated")
 	f.StringVar(&fl.natsSeed, "nats-nkey-seed", "", "nkey seed file of the observer user `hedgerow nats-auth` wrote (with --nats)")
-	f.StringVar(&fl.natsInbox, "nats-inbox-prefix", "", "inbox prefix of that user, e.g. _INBOX.ob.observer (with --nats)")
+	f.StringVar(&fl.natsInbox, "nats-inbox-prefix", "", "inbox prefix of that user, e.g. _INBOX.ob (with --nats)")
 	f.StringVar(&fl.stream, "stream", records.DefaultStream, "the records stream (records.stream of the configuration; with --nats)")
 	f.DurationVar(&fl.since, "since", 0, "report the groups of this last span only, e.g. 10m (default: every kept record)")
 	f.BoolVar(&fl.asJSON, "json", false, `print one JSON object {"total": {...}, "cohorts": [...]}`)
