@@ -81,7 +81,9 @@ func countIndependently(t *testing.T, lines [][]byte) independent {
 	return c
 }
 
-func readLines(t *testing.T, lines [][]byte) *Records {
+func readLines(t *testing.T, lines [][]byte) *Records { return readLinesB(t, lines) }
+
+func readLinesB(t testing.TB, lines [][]byte) *Records {
 	t.Helper()
 	recs, err := ReadJSONL(bytes.NewReader(bytes.Join(lines, []byte("\n"))), "generated")
 	if err != nil {
