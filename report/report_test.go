@@ -93,7 +93,7 @@ func readLinesB(t testing.TB, lines [][]byte) *Records {
 }
 
 func TestReportFiguresEqualAnIndependentCountOfTheRawRecords(t *testing.T) {
-	lines := Generated(t, 1, 3000, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lines := Generated(t, 1, 1500, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	want := countIndependently(t, lines)
 	rep := Compute(readLines(t, lines), Options{})
 	tot := rep.Total
@@ -254,7 +254,7 @@ func TestAMalformedLineIsNamedWithoutItsContent(t *testing.T) {
 }
 
 func TestTablePrintsEveryCohortTheGainAndItsSampleSizes(t *testing.T) {
-	lines := Generated(t, 5, 3000, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lines := Generated(t, 5, 1200, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rep := Compute(readLines(t, lines), Options{})
 	var buf bytes.Buffer
 	if err := rep.WriteTable(&buf); err != nil {
@@ -273,7 +273,7 @@ func TestTablePrintsEveryCohortTheGainAndItsSampleSizes(t *testing.T) {
 }
 
 func TestPlotOfAReportIsWrittenAndNotEmpty(t *testing.T) {
-	lines := Generated(t, 6, 2000, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lines := Generated(t, 6, 1000, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rep := Compute(readLines(t, lines), Options{})
 	path := filepath.Join(t.TempDir(), "tail.png")
 	var series []tailplot.Series
