@@ -77,7 +77,7 @@ fuzz:
 	GO="$(GO)" FUZZTIME="$(FUZZTIME)" FUZZ_ONLY="$(FUZZ_ONLY)" sh scripts/fuzz.sh
 
 # The main job for now: every strategy on the gpt4o streaming workload and on the
-# mixed workload (200,000 requests each, pinned conditions), with a CDF plot of each.
+# mixed workload (200,000 requests each, pinned conditions), with a log-scale tail plot of each.
 simulate: build
 	$(BIN) simulate --workload gpt4o --stream --requests 200000 --seed 1 --plot bin/simulate-gpt4o.png
 	@echo

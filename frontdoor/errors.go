@@ -58,6 +58,10 @@ const (
 	CodeTenantConcurrencyLimited = string(schemas.ErrTenantConcurrencyLimited)
 )
 
+// CodePermissionDenied refuses an authenticated caller whose tenant may not
+// do what it asked (read the records report, docs/architecture.md §9).
+const CodePermissionDenied = "permission_denied"
+
 // OpenAI error types: clients branch on the status, and on the code for the
 // details.
 const (
@@ -93,6 +97,7 @@ var failureKinds = map[string]failureKind{
 	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeHeadersTooLarge:                 {http.StatusRequestHeaderFieldsTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
+	CodePermissionDenied:                {http.StatusForbidden, TypeInvalidRequest, schemas.ErrUnauthenticated, false},
 	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},

@@ -121,7 +121,11 @@ func (t *Traffic) readLine(data []byte) error {
 			return describeJSONError(err)
 		}
 		return t.readAttempt(&rec)
-	case schemas.EventGroupComplete:
+	case schemas.EventGroupComplete, schemas.EventGroupCommitted:
+		// A group's record at its commit stays in the stream when its
+		// dispatcher stopped before the group ended (docs/architecture.md
+		// §9): its arrival, commit and cohort are as final; `hedgerow
+		// report --export` writes it as kept.
 		var rec schemas.GroupRecord
 		if err := schemas.Decode(data, &rec); err != nil {
 			return describeJSONError(err)
@@ -130,7 +134,7 @@ func (t *Traffic) readLine(data []byte) error {
 	case "":
 		return errors.New(`no "event" field: not an attempt or group record`)
 	}
-	return fmt.Errorf(`"event" is neither %s nor %s`, schemas.EventAttemptComplete, schemas.EventGroupComplete)
+	return fmt.Errorf(`"event" is none of %s, %s, %s`, schemas.EventAttemptComplete, schemas.EventGroupComplete, schemas.EventGroupCommitted)
 }
 
 // describeJSONError says what is wrong with a line without quoting it:

@@ -62,7 +62,7 @@ func TestReadTrafficRejectsBadInputNamingTheLine(t *testing.T) {
 		{"a line that is not JSON", join(first, []byte(`{"event": "`+marker)), "f.jsonl:2: malformed JSON"},
 		{"a JSON value that is not an object", join(first, []byte(`["`+marker+`"]`)), "f.jsonl:2:"},
 		{"a record without an event", join(first, []byte(`{"v":1,"route":"`+marker+`"}`)), `f.jsonl:2: no "event" field`},
-		{"an event of neither record", join(first, []byte(`{"v":1,"event":"`+marker+`"}`)), "f.jsonl:2: \"event\" is neither"},
+		{"an event of neither record", join(first, []byte(`{"v":1,"event":"`+marker+`"}`)), "f.jsonl:2: \"event\" is none of"},
 		{"a field of the wrong type", join(first, []byte(`{"v":1,"event":"hedge_attempt_complete","elapsed_ms":"`+marker+`"}`)), `f.jsonl:2: field "elapsed_ms"`},
 		{"another major version", join(first, []byte(`{"v":2,"event":"hedge_group_complete","route_class":"`+marker+`"}`)), "f.jsonl:2: unsupported record version"},
 		{"a group record without its id", join(first, []byte(`{"v":1,"event":"hedge_group_complete","route_class":"`+marker+`"}`)), "f.jsonl:2: group record without hedge_group_id"},

@@ -34,6 +34,7 @@ result and cancels the rest.`,
 	root.AddCommand(newDemoCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newNATSAuthCmd())
+	root.AddCommand(newReportCmd())
 	return root
 }
 

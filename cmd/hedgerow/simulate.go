@@ -93,7 +93,7 @@ sweeps the built-in --workload. --export-records writes a run's records in that 
 	f.BoolVar(&opts.Stream, "stream", false, "measure time to the first committed token instead of the complete answer")
 	f.StringVar(&strategies, "strategy", "", "comma-separated strategies (default: all)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
-	f.StringVar(&plotPath, "plot", "", "also draw the latency CDFs (with --sweep: the frontier) to this file (.png, .svg or .pdf)")
+	f.StringVar(&plotPath, "plot", "", "also draw the latency tails on log scales (with --sweep: the frontier) to this file (.png, .svg or .pdf)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	f.StringVar(&w.records, "records", "", "replay the attempt and group records of this JSONL file")
 	f.BoolVar(&w.sweep, "sweep", false, "sweep the delay quantile (and --ceilings) and print the frontier")

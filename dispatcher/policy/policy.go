@@ -192,6 +192,11 @@ type Tenant struct {
 	RequestsPerSecond float64 `yaml:"requests_per_second"`
 	Burst             int     `yaml:"burst"`
 	MaxConcurrent     int     `yaml:"max_concurrent"`
+	// Reports lets the tenant's keys read the records report and the kept
+	// records on a gateway (GET /v1/hedgerow/report and /v1/hedgerow/records,
+	// docs/architecture.md §9); default false: a caller's key reads nobody's
+	// records.
+	Reports bool `yaml:"reports"`
 }
 
 // HashAPIKey returns the form in which tenants' API keys are configured and

@@ -100,6 +100,12 @@ type Options struct {
 	// it over. Zero means replay.DefaultLease.
 	ReplayLease time.Duration
 	Logger      *slog.Logger
+	// Records, when set, serves the report endpoints (ReportPath,
+	// RecordsPath, report.go) from the kept records; nil serves neither.
+	Records RecordSource
+	// ReportTenants are the tenants whose keys may read them; with no
+	// Keyring (no key required) anyone may.
+	ReportTenants map[string]bool
 	// Now is the clock of the created stamps and the readiness cache; nil
 	// means time.Now.
 	Now func() time.Time
@@ -134,6 +140,8 @@ type handler struct {
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when NATS is connected and every pool has a live worker
 //	GET  /metrics               Prometheus exposition of opts.Gatherer
+//	GET  /v1/hedgerow/report    the records report, with opts.Records (report.go)
+//	GET  /v1/hedgerow/records   the kept records as JSONL, with opts.Records
 //
 // Timeouts are the http.Server's: the handler expects ReadHeaderTimeout and
 // ReadTimeout to bound reading the request, and a WriteTimeout of zero or at
@@ -235,6 +243,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
+	h.reportRoutes() // report.go
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: frontdoor.CodeUnknownURL,
 			Message: "Unknown request URL: see /v1/chat/completions and /v1/models."})

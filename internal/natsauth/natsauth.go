@@ -317,7 +317,8 @@ func srvSubjects(name string) []string {
 // workers' control inboxes), records, answers to clients and readiness
 // pings of the workers; use the winner gate's ledger bucket (create it,
 // read and write its keys) and the records stream (create or update it,
-// publish to it) and nothing else of JetStream; subscribe to its own
+// publish to it, read it back with ordered consumers for the report
+// endpoints) and nothing else of JetStream; subscribe to its own
 // inboxes and to the submit service.
 func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 	stream := "KV_" + gateBucket
@@ -333,6 +334,12 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 			"$JS.API.STREAM.INFO." + recordsStream,
 			"$JS.API.STREAM.CREATE." + recordsStream,
 			"$JS.API.STREAM.UPDATE." + recordsStream,
+			// Its report endpoints read the records back (observer's read API).
+			"$JS.API.CONSUMER.CREATE." + recordsStream,
+			"$JS.API.CONSUMER.CREATE." + recordsStream + ".>",
+			"$JS.API.CONSUMER.INFO." + recordsStream + ".>",
+			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
 			schemas.StoredRecordPrefix + ">",
 			dispatcher.AttemptSubjectPrefix + "*",
 			WorkerInboxPrefix + ".>",

@@ -139,6 +139,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.limiter != nil {
 		hopts.Limiter = g.limiter
 	}
+	// The report endpoints read the records stream (docs/architecture.md §9).
+	hopts.Records, hopts.ReportTenants = g.records.Reader(), reportTenants(cfg.Tenants)
 	var api, internal http.Handler
 	if cfg.HTTP.InternalListen != "" {
 		api, internal, err = httpdoor.NewSplit(d, hopts)
@@ -303,6 +305,17 @@ func keyring(tenants map[string]*config.Tenant) *frontdoor.Keyring {
 		}
 	}
 	return frontdoor.NewKeyring(hashes)
+}
+
+// reportTenants are the tenants whose keys may read the records report.
+func reportTenants(tenants map[string]*config.Tenant) map[string]bool {
+	out := map[string]bool{}
+	for name, t := range tenants {
+		if t != nil && t.Reports {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // DispatcherConfig is the part of a dispatcher's configuration the file

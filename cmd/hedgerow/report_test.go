@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/internal/records"
+	hreport "github.com/hedgerow/hedgerow/report"
+	"github.com/hedgerow/hedgerow/report/reporttest"
+)
+
+// Records kept in a real JetStream stream through internal/records, read
+// back by `hedgerow report --nats`: its JSON is the report of the records
+// kept, the export holds them, the plot is drawn.
+func TestReportReadsTheStreamExportsItsRecordsAndPlotsTheirTails(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	p, err := records.Open(context.Background(), nc, records.Config{Stream: records.DefaultStream, MaxAge: time.Hour,
+		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
+		prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := reporttest.Records(31, 1200, time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		subject, id, keep, err := records.SubjectAndID(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			p.Publish(subject, id, l)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	export, plot := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "tail.png")
+	out, err := runRoot(t, "report", "--nats", srv.ClientURL(), "--json", "--export", export, "--plot", plot)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	kept, err := hreport.ReadJSONL(bytes.NewReader(bytes.Join(lines, []byte("\n"))), "lines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.MarshalIndent(hreport.Compute(kept, hreport.Options{}), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != string(want) {
+		t.Errorf("report --json:\n%s\nwant the report of the records kept:\n%s", out, want)
+	}
+	f, err := os.Open(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exported, err := hreport.ReadJSONL(f, export)
+	if err != nil || exported.Len() != kept.Len() {
+		t.Errorf("export: %v, %d records, want %d", err, exported.Len(), kept.Len())
+	}
+	if st, err := os.Stat(plot); err != nil || st.Size() < 1000 {
+		t.Errorf("plot: %v", err)
+	}
+
+	// The table, of the last hour only: no group is that recent.
+	out, err = runRoot(t, "report", "--nats", srv.ClientURL(), "--since", "1h")
+	if err != nil || !strings.Contains(out, "total") || !strings.Contains(out, "below the sample floor") {
+		t.Errorf("report --since 1h: %v\n%s", err, out)
+	}
+}
+
+func TestReportNeedsExactlyOneSource(t *testing.T) {
+	for _, args := range [][]string{{"report"}, {"report", "--url", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}} {
+		if _, err := runRoot(t, args...); err == nil || !strings.Contains(err.Error(), "exactly one of --url and --nats") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package records
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hedgerow/hedgerow/report"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// readBatch is how many records one fetch asks for.
+const readBatch = 1000
+
+// Reader reads the kept records back: `hedgerow report --nats` and the
+// gateway's report endpoint. It needs the observer role's read API of the
+// stream (its info, an ordered consumer of its own, docs/architecture.md §13).
+type Reader struct {
+	JS     jetstream.JetStream // nil: records are not kept (ErrNotKept)
+	Stream string
+}
+
+// SubjectAndID is where a record is kept and its message id, as the
+// dispatcher publishes it (schemas.StoredGroupSubject, StoredAttemptSubject
+// and their ids), read from the record itself: to keep records again, e.g.
+// an export, in another stream. keep is false for a worker's own record,
+// which is never kept (docs/architecture.md §9).
+func SubjectAndID(data []byte) (subject, id string, keep bool, err error) {
+	var head struct {
+		Event    string           `json:"event"`
+		Reporter schemas.Reporter `json:"reporter"`
+		Group    string           `json:"hedge_group_id"`
+		Attempt  int              `json:"attempt"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil || head.Group == "" {
+		return "", "", false, fmt.Errorf("%w: no hedge_group_id", report.ErrInvalidRecord)
+	}
+	switch head.Event {
+	case schemas.EventAttemptComplete:
+		return schemas.StoredAttemptSubject(head.Group, head.Attempt), schemas.StoredAttemptID(head.Group, head.Attempt),
+			head.Reporter != schemas.ReporterWorker, nil
+	case schemas.EventGroupComplete, schemas.EventGroupCommitted:
+		return schemas.StoredGroupSubject(head.Group), schemas.StoredGroupID(head.Group, head.Event), true, nil
+	}
+	return "", "", false, fmt.Errorf("%w: not an attempt or group record", report.ErrInvalidRecord)
+}
+
+// Reader reads back the records p keeps (a Reader without JetStream when
+// it keeps none).
+func (p *Publisher) Reader() Reader {
+	if p == nil {
+		return Reader{}
+	}
+	return Reader{JS: p.js, Stream: p.cfg.Stream}
+}
+
+// Records reads every record kept from since on (the stream's time of the
+// message; zero reads all), then keeps the groups whose own event_time is
+// from since on and their attempts (report.Records.Since). It stops at the
+// last record kept when it started, so a busy stream cannot keep it
+// reading; it reads with an ordered consumer that is gone when it returns.
+func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, error) {
+	if r.JS == nil {
+		return nil, fmt.Errorf("%w: NATS has no JetStream", report.ErrNotKept)
+	}
+	stream := r.Stream
+	if stream == "" {
+		stream = DefaultStream
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{SubjectPrefix + ">"}}
+	if !since.IsZero() {
+		// A record is published after its event: starting at since misses none.
+		start := since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	}
+	cons, err := r.JS.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w: stream %s: %w", report.ErrNotKept, stream, err)
+		}
+		return nil, fmt.Errorf("records: read %s: %w", stream, err)
+	}
+	info, err := cons.Info(ctx) // created with the consumer; asked again for NumPending
+	if err != nil {
+		return nil, fmt.Errorf("records: read %s: %w", stream, err)
+	}
+	// Best effort: the server would drop the idle consumer anyway, but a
+	// gateway asked for many reports should not leave one each behind.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = r.JS.DeleteConsumer(dctx, stream, info.Name)
+	}()
+	out := &report.Records{}
+	pending := info.NumPending
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("records: read %s: %w", stream, err)
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			pending--
+			if _, err := out.Add(msg.Data()); err != nil {
+				meta, _ := msg.Metadata()
+				seq := uint64(0)
+				if meta != nil {
+					seq = meta.Sequence.Stream
+				}
+				return nil, fmt.Errorf("records: %s message %d: %w", stream, seq, err)
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("records: read %s: %w", stream, err)
+		}
+		if got == 0 {
+			// Records older than the stream's max_age left while reading.
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("records: read %s: %w", stream, err)
+		}
+	}
+	return out.Since(since), nil
+}

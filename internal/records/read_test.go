@@ -1,0 +1,113 @@
+package records_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/report"
+	"github.com/hedgerow/hedgerow/report/reporttest"
+)
+
+// PublishLines keeps records as a dispatcher does, each on its subject
+// with its message id; workers' own are not kept. It returns how many it
+// published.
+func PublishLines(t testing.TB, p *records.Publisher, lines [][]byte) int {
+	t.Helper()
+	n := 0
+	for _, l := range lines {
+		subject, id, keep, err := records.SubjectAndID(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			p.Publish(subject, id, l)
+			n++
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	return n
+}
+
+func TestRecordsPublishedToTheStreamReadBackIntoTheSameReport(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	cfg := testConfig()
+	cfg.MaxPending, cfg.MaxBytes = 4096, 64<<20
+	p, err := records.Open(context.Background(), nc, cfg, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1,500 groups, one a second, ending now.
+	start := time.Now().Add(-1500 * time.Second)
+	lines, err := reporttest.Records(11, 1500, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := PublishLines(t, p, lines)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := p.Reader().Records(ctx, time.Time{})
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if got.Len() != published {
+		t.Fatalf("read %d records, published %d", got.Len(), published)
+	}
+	want, err := report.ReadJSONL(bytes.NewReader(bytes.Join(lines, []byte("\n"))), "lines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := jsonOf(t, report.Compute(got, report.Options{})), jsonOf(t, report.Compute(want, report.Options{}))
+	if a != b {
+		t.Fatalf("report from the stream:\n%s\nfrom the records published:\n%s", a, b)
+	}
+
+	t0 := time.Now()
+	recent, err := p.Reader().Records(ctx, start.Add(900*time.Second))
+	t.Logf("read in %v", time.Since(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := report.Compute(recent, report.Options{}).Total.Groups; n != 600 {
+		t.Errorf("since the 900th group: %d groups, want 600 (one a second)", n)
+	}
+}
+
+func TestReadingWithoutJetStreamSaysRecordsAreNotKept(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range []records.Reader{{}, {JS: js, Stream: "absent"}} {
+		if _, err := r.Records(ctx, time.Time{}); !errors.Is(err, report.ErrNotKept) {
+			t.Errorf("reader %+v: %v, want report.ErrNotKept", r.Stream, err)
+		}
+	}
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}

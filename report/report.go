@@ -1,0 +1,355 @@
+package report
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// Defaults of Options.
+const (
+	// DefaultResamples is how many bootstrap resamples the gain's interval
+	// is taken over.
+	DefaultResamples = 1000
+	// DefaultSeed seeds the bootstrap, so one set of records always gives
+	// one interval.
+	DefaultSeed = 1
+	// DefaultMinSamples is the floor of groups in each arm below which the
+	// gain and its interval are withheld: a P99 of fewer than 100 groups is
+	// their maximum, and its ratio says nothing (the guardrail's own floors,
+	// 1000 control and 500 hedged, docs/architecture.md §5, are stricter
+	// because it acts on the figure).
+	DefaultMinSamples = 100
+)
+
+// Options tune Compute; the zero value means the defaults.
+type Options struct {
+	Seed       uint64
+	Resamples  int
+	MinSamples int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Seed == 0 {
+		o.Seed = DefaultSeed
+	}
+	if o.Resamples <= 0 {
+		o.Resamples = DefaultResamples
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = DefaultMinSamples
+	}
+	return o
+}
+
+// Report is the whole report: the figures over every group, and per cohort.
+type Report struct {
+	// Records is how many records the report was computed from; Orphans
+	// counts attempt records whose group record is missing (a dispatcher
+	// that stopped before publishing it), which no figure includes.
+	Records        int       `json:"records"`
+	OrphanAttempts int       `json:"orphan_attempts"`
+	Total          Section   `json:"total"`
+	Cohorts        []Section `json:"cohorts"`
+}
+
+// Section is the figures of one cohort, or of all groups (Cohort empty).
+type Section struct {
+	// Cohort is operation class / model class / stream or complete, as
+	// records name a cohort (they carry no max_tokens bucket).
+	Cohort string `json:"cohort,omitempty"`
+	// Groups counts group records; ControlGroups those the guardrail put
+	// in the primary-only control fraction; FailedGroups those that ended
+	// without an answer.
+	Groups        int `json:"groups"`
+	ControlGroups int `json:"control_groups"`
+	FailedGroups  int `json:"failed_groups"`
+	// Hedged is every group outside the control fraction, as the
+	// guardrail's arms are (docs/architecture.md §5); Control the rest.
+	Hedged  Arm `json:"hedged"`
+	Control Arm `json:"control"`
+	// Gain is control P99 ÷ hedged P99 with its bootstrap interval; nil,
+	// and GainWithheld says why, while an arm is below the sample floor.
+	Gain         *Gain  `json:"gain,omitempty"`
+	GainWithheld string `json:"gain_withheld,omitempty"`
+	// Attempts counts attempt records; DuplicateRate is the attempts
+	// beyond each group's first, per group.
+	Attempts      int     `json:"attempts"`
+	DuplicateRate float64 `json:"duplicate_rate"`
+	Usage         Usage   `json:"usage"`
+	// ExtraCostRatio is what attempts that did not win cost over what
+	// winners cost, at input + 4 × output (docs/architecture.md §11).
+	ExtraCostRatio float64 `json:"extra_cost_ratio"`
+	// LateCompletions counts losers that completed anyway (loser_late).
+	LateCompletions int `json:"late_completions"`
+	// CancellationsSent counts attempts a cancel was sent to;
+	// CancellationObservedRatio the share of those whose worker observed it
+	// before completing (0 with none sent).
+	CancellationsSent         int     `json:"cancellations_sent"`
+	CancellationObservedRatio float64 `json:"cancellation_observed_ratio"`
+	// Suppressed counts groups by the reason their hedge was suppressed;
+	// Guardrail counts groups by the guardrail's decision.
+	Suppressed map[string]int `json:"suppressed"`
+	Guardrail  map[string]int `json:"guardrail"`
+
+	// latencies of the arms, sorted, for plots.
+	hedgedMs, controlMs []float64
+}
+
+// Arm is one arm's latency quantiles in ms (nearest rank over the exact
+// sorted latencies; 0 for an empty arm, never null) and its groups. A
+// group's latency is the time to its first byte for a stream that has one,
+// else to its commit; a failed group counts at its deadline, as the
+// guardrail counts it.
+type Arm struct {
+	Samples int     `json:"samples"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
+	P999    float64 `json:"p999_ms"`
+}
+
+// Usage is usage units (input + output) of the attempts that won and of
+// every other attempt.
+type Usage struct {
+	Winners int64 `json:"winners"`
+	Losers  int64 `json:"losers"`
+}
+
+// Gain is the tail gain at the P99: control ÷ hedged (above 1: hedging
+// cut the tail), with the percentile bootstrap's 95% interval over
+// Resamples resamples of both arms, seeded with Seed. Latencies under 1
+// ms count as 1 ms in the ratio.
+type Gain struct {
+	Quantile       string  `json:"quantile"`
+	Ratio          float64 `json:"ratio"`
+	Lower          float64 `json:"lower"`
+	Upper          float64 `json:"upper"`
+	HedgedSamples  int     `json:"hedged_samples"`
+	ControlSamples int     `json:"control_samples"`
+	Resamples      int     `json:"resamples"`
+	Seed           uint64  `json:"seed"`
+}
+
+// HedgedLatencies and ControlLatencies are the arms' latencies in ms,
+// sorted (for plots).
+func (s *Section) HedgedLatencies() []float64  { return s.hedgedMs }
+func (s *Section) ControlLatencies() []float64 { return s.controlMs }
+
+// CohortOf names a group's cohort as the report does.
+func CohortOf(g *schemas.GroupRecord) string {
+	mode := "complete"
+	if g.Stream {
+		mode = "stream"
+	}
+	return g.OperationClass + "/" + g.ModelClass + "/" + mode
+}
+
+// latencyMs is the latency a group counts with in the arms.
+func latencyMs(g *schemas.GroupRecord) float64 {
+	switch {
+	case g.Outcome != schemas.GroupCommitted:
+		return float64(g.OverallDeadlineMs)
+	case g.Stream && g.FirstByteMs != nil:
+		return float64(*g.FirstByteMs)
+	}
+	return float64(g.ElapsedMs)
+}
+
+// Compute reports over recs. A group kept twice (its record at the commit
+// and at its end, in a file of live records) counts once, by its final
+// record; an attempt kept twice counts once, by its last record.
+func Compute(recs *Records, o Options) *Report {
+	o = o.withDefaults()
+	groups := map[string]*schemas.GroupRecord{}
+	for i := range recs.Groups {
+		g := &recs.Groups[i]
+		if prev := groups[g.HedgeGroupID]; prev != nil && prev.Event == schemas.EventGroupComplete && g.Event != schemas.EventGroupComplete {
+			continue
+		}
+		groups[g.HedgeGroupID] = g
+	}
+	type attemptKey struct {
+		group string
+		n     int
+	}
+	attempts := map[attemptKey]*schemas.AttemptRecord{}
+	for i := range recs.Attempts {
+		a := &recs.Attempts[i]
+		attempts[attemptKey{a.HedgeGroupID, a.Attempt}] = a
+	}
+	byGroup := map[string][]*schemas.AttemptRecord{}
+	rep := &Report{Records: recs.Len()}
+	for k, a := range attempts {
+		if groups[k.group] == nil {
+			rep.OrphanAttempts++
+			continue
+		}
+		byGroup[k.group] = append(byGroup[k.group], a)
+	}
+
+	total := newAcc("")
+	cohorts := map[string]*acc{}
+	for _, id := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[id]
+		name := CohortOf(g)
+		c := cohorts[name]
+		if c == nil {
+			c = newAcc(name)
+			cohorts[name] = c
+		}
+		total.add(g, byGroup[id])
+		c.add(g, byGroup[id])
+	}
+	rep.Total = total.section(o)
+	rep.Cohorts = make([]Section, 0, len(cohorts))
+	for _, name := range slices.Sorted(maps.Keys(cohorts)) {
+		rep.Cohorts = append(rep.Cohorts, cohorts[name].section(o))
+	}
+	return rep
+}
+
+// acc accumulates one section.
+type acc struct {
+	s                   Section
+	winnerCost, losCost int64
+	observed            int
+	// withAttempts counts groups with at least one attempt record.
+	withAttempts int
+}
+
+func newAcc(cohort string) *acc {
+	return &acc{s: Section{Cohort: cohort, Suppressed: map[string]int{}, Guardrail: map[string]int{}}}
+}
+
+func (a *acc) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord) {
+	s := &a.s
+	s.Groups++
+	if g.Outcome != schemas.GroupCommitted {
+		s.FailedGroups++
+	}
+	lat := latencyMs(g)
+	if g.GuardrailDecision == schemas.GuardrailControl {
+		s.ControlGroups++
+		s.controlMs = append(s.controlMs, lat)
+	} else {
+		s.hedgedMs = append(s.hedgedMs, lat)
+	}
+	if g.HedgeSuppressedReason != "" {
+		s.Suppressed[g.HedgeSuppressedReason]++
+	}
+	if g.GuardrailDecision != "" {
+		s.Guardrail[string(g.GuardrailDecision)]++
+	}
+	s.Attempts += len(atts)
+	if len(atts) > 0 {
+		a.withAttempts++
+	}
+	for _, at := range atts {
+		units := at.UsageInputUnits + at.UsageOutputUnits
+		cost := at.UsageInputUnits + 4*at.UsageOutputUnits
+		if at.Outcome == schemas.OutcomeWinner {
+			s.Usage.Winners += units
+			a.winnerCost += cost
+		} else {
+			s.Usage.Losers += units
+			a.losCost += cost
+		}
+		if at.Outcome == schemas.OutcomeLoserLate {
+			s.LateCompletions++
+		}
+		if at.CancellationSent {
+			s.CancellationsSent++
+			if at.CancellationObserved {
+				a.observed++
+			}
+		}
+	}
+}
+
+func (a *acc) section(o Options) Section {
+	s := a.s
+	slices.Sort(s.hedgedMs)
+	slices.Sort(s.controlMs)
+	s.Hedged = arm(s.hedgedMs)
+	s.Control = arm(s.controlMs)
+	if s.Groups > 0 {
+		// Attempts beyond the first of each group: every attempt record
+		// but one per group that has any.
+		extra := s.Attempts - a.withAttempts
+		s.DuplicateRate = float64(extra) / float64(s.Groups)
+	}
+	if a.winnerCost > 0 {
+		s.ExtraCostRatio = float64(a.losCost) / float64(a.winnerCost)
+	}
+	if s.CancellationsSent > 0 {
+		s.CancellationObservedRatio = float64(a.observed) / float64(s.CancellationsSent)
+	}
+	s.Gain, s.GainWithheld = gain(s.hedgedMs, s.controlMs, o)
+	return s
+}
+
+// arm is the quantiles of sorted latencies.
+func arm(sorted []float64) Arm {
+	return Arm{Samples: len(sorted), P50: quantile(sorted, 0.50), P99: quantile(sorted, 0.99), P999: quantile(sorted, 0.999)}
+}
+
+// quantile is the nearest-rank q-quantile of sorted: the smallest value
+// with at least q of the values at or below it; 0 for none.
+func quantile(sorted []float64, q float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	return sorted[rank(n, q)]
+}
+
+// rank is the 0-based index of the nearest-rank q-quantile of n values.
+func rank(n int, q float64) int {
+	r := int(math.Ceil(q*float64(n))) - 1
+	return min(max(r, 0), n-1)
+}
+
+// gain bootstraps control P99 ÷ hedged P99, or says why it is withheld.
+func gain(hedged, control []float64, o Options) (*Gain, string) {
+	if len(hedged) < o.MinSamples || len(control) < o.MinSamples {
+		return nil, "below the sample floor of " + strconv.Itoa(o.MinSamples) + " groups per arm (hedged " +
+			strconv.Itoa(len(hedged)) + ", control " + strconv.Itoa(len(control)) + ")"
+	}
+	ratio := func(c, h float64) float64 { return math.Max(c, 1) / math.Max(h, 1) }
+	g := &Gain{Quantile: "p99", Ratio: ratio(quantile(control, 0.99), quantile(hedged, 0.99)),
+		HedgedSamples: len(hedged), ControlSamples: len(control), Resamples: o.Resamples, Seed: o.Seed}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x68656467)) // "hedg"
+	hc, cc := make([]int32, len(hedged)), make([]int32, len(control))
+	ratios := make([]float64, o.Resamples)
+	for i := range ratios {
+		ratios[i] = ratio(resampledQuantile(rng, control, cc, 0.99), resampledQuantile(rng, hedged, hc, 0.99))
+	}
+	slices.SortFunc(ratios, cmp.Compare[float64])
+	g.Lower, g.Upper = quantile(ratios, 0.025), quantile(ratios, 0.975)
+	return g, ""
+}
+
+// resampledQuantile draws len(sorted) values of sorted with replacement
+// and returns their nearest-rank q-quantile, counting draws per index
+// (counts is scratch of len(sorted)) instead of sorting the draw.
+func resampledQuantile(rng *rand.Rand, sorted []float64, counts []int32, q float64) float64 {
+	n := len(sorted)
+	clear(counts)
+	for range n {
+		counts[rng.IntN(n)]++
+	}
+	want := rank(n, q) + 1 // draws at or below the quantile
+	seen := 0
+	for i, c := range counts {
+		seen += int(c)
+		if seen >= want {
+			return sorted[i]
+		}
+	}
+	return sorted[n-1]
+}

@@ -1,0 +1,76 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints the report as a table: one row per cohort and one for
+// all groups, then each section's gain (or why it is withheld),
+// suppressions and guardrail decisions.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cohort\tgroups\tcontrol\thedged p50\tp99\tp99.9\tcontrol p50\tp99\tp99.9\tdup rate\tusage win\tusage lose\textra cost\tlate\tcancel obs\t")
+	rows := append(slices.Clone(r.Cohorts), r.Total)
+	for _, s := range rows {
+		name := s.Cohort
+		if name == "" {
+			name = "total"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%.4f\t%d\t%s\t\n",
+			name, s.Groups, s.ControlGroups, s.Hedged.P50, s.Hedged.P99, s.Hedged.P999,
+			s.Control.P50, s.Control.P99, s.Control.P999, s.DuplicateRate, s.Usage.Winners, s.Usage.Losers,
+			s.ExtraCostRatio, s.LateCompletions, observedCell(s))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nlatencies in ms (first byte of streams, commit otherwise; failures at the deadline); %d records", r.Records)
+	if r.OrphanAttempts > 0 {
+		fmt.Fprintf(&b, ", %d attempt records without their group's record (not counted)", r.OrphanAttempts)
+	}
+	b.WriteString("\n")
+	for _, s := range rows {
+		name := s.Cohort
+		if name == "" {
+			name = "total"
+		}
+		fmt.Fprintf(&b, "%s:\n", name)
+		if g := s.Gain; g != nil {
+			fmt.Fprintf(&b, "  tail gain (control P99 / hedged P99): %.3f, 95%% bootstrap interval [%.3f, %.3f] (hedged n=%d, control n=%d, %d resamples, seed %d)\n",
+				g.Ratio, g.Lower, g.Upper, g.HedgedSamples, g.ControlSamples, g.Resamples, g.Seed)
+		} else {
+			fmt.Fprintf(&b, "  tail gain withheld: %s\n", s.GainWithheld)
+		}
+		fmt.Fprintf(&b, "  suppressed: %s\n", counts(s.Suppressed))
+		fmt.Fprintf(&b, "  guardrail: %s\n", counts(s.Guardrail))
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func observedCell(s Section) string {
+	if s.CancellationsSent == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f of %d", s.CancellationObservedRatio, s.CancellationsSent)
+}
+
+// counts prints a count per key, keys sorted; "none" for none.
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
