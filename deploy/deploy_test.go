@@ -62,7 +62,7 @@ const scrapeInterval = 500 * time.Millisecond
 
 // requestsPerServe is the load each serve takes: enough for the control
 // arm (control_fraction 0.2) and some hedges.
-const requestsPerServe = 150
+const requestsPerServe = 120
 
 // TestDashboardAndAlertsReadWhatServeExports: every metric the dashboard
 // and the alert rules name is exported by serve from its start, with and
@@ -73,6 +73,8 @@ const requestsPerServe = 150
 // expression.
 func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 	prometheusBin, promtoolBin := lookPrometheus(t)
+	began := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), what) }
 	dash := readDashboard(t)
 	alerts := readAlerts(t)
 	names := metricNames(dash, alerts)
@@ -101,8 +103,10 @@ func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 		t.FailNow()
 	}
 
+	phase("serves started, their metrics checked")
 	prom := startPrometheus(t, prometheusBin, slices.Sorted(maps.Values(serves)))
 	prom.waitScrapes(t, len(serves), 2)
+	phase("prometheus scraping")
 
 	var wg sync.WaitGroup
 	answered := map[string]int{}
@@ -116,6 +120,7 @@ func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	phase("load sent")
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -129,6 +134,7 @@ func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 		})
 	}
 	prom.waitScrapes(t, len(serves), prom.scrapes(t)+2)
+	phase("the load scraped")
 
 	// The load had both arms and hedges: otherwise the panels below would
 	// read only the series created at start.
