@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build nats-server redis test lint fuzz simulate demo compare-peers clean
+.PHONY: build nats-server redis prometheus test lint fuzz simulate demo compare-peers clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -23,10 +23,20 @@ redis:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; \
 	fi
 
+# prometheus and promtool for the test that scrapes a running serve and checks
+# deploy/'s alert rules and dashboard queries (deploy/deploy_test.go); installed
+# from Debian's package when missing.
+prometheus:
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+		echo "installing prometheus"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
+
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
 # The what-if frontier test replays 480,000 simulated groups: too slow under the race detector, so
 # it skips there and runs here without it (about 35 s).
-test: redis
+test: redis prometheus
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestReplayingAWorkloadsRecordsRecoversItsFrontier$$' ./simulator/

@@ -270,6 +270,11 @@ func New(c Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)))
+	// Every route's state exists from the start, before the first refresh
+	// of the shared flags (a round trip to Redis) sets it.
+	for _, name := range d.routes {
+		d.exportRouteState(name, d.now())
+	}
 	if c.Registerer != nil {
 		if err := c.Registerer.Register(newCohortCollector(d)); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)

@@ -107,6 +107,20 @@ func (m *Metrics) rejectCancel(route, reason string) {
 	m.rejected.WithLabelValues(route, reason).Inc()
 }
 
+// createLabelSets creates, at zero, the series of route whose labels are
+// known before its first attempt, so a dashboard or an alert finds each from
+// the start (docs/architecture.md §9): an absent series reads as "no data",
+// which an alert cannot tell from a healthy zero.
+func (m *Metrics) createLabelSets(route string) {
+	m.inflight.WithLabelValues(route)
+	for _, op := range []string{LeaseAcquire, LeaseRenew, LeaseRelease} {
+		m.leaseErrors.WithLabelValues(route, op)
+	}
+	for _, observed := range []bool{false, true} {
+		m.cancellations.WithLabelValues(strconv.FormatBool(observed))
+	}
+}
+
 func (m *Metrics) setInflight(route string, n int) {
 	m.inflight.WithLabelValues(route).Set(float64(n))
 }

@@ -106,6 +106,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Metrics.createLabelSets(cfg.Route)
 	return &Worker{
 		cfg:     cfg,
 		log:     cfg.Logger.With("route", cfg.Route, "worker_id", cfg.WorkerID),

@@ -88,6 +88,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.shared = sh
+		// serve registers its gateway's and workers' connections itself.
+		if err := registerNATS(reg, map[string]*nats.Conn{"gateway": nc}); err != nil {
+			return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+		}
 	}
 	if g.records, err = openRecords(cfg, nc, reg, log.With("component", "records")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())

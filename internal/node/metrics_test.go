@@ -16,7 +16,9 @@ import (
 // alert reads, with its label set: the duplicate rate, the guardrail's state
 // and reason and the tail gain per cohort (the gain NaN below its floor,
 // beside its sample counts), suppressions of every reason, ceiling
-// breaches. An absent series reads as "no data", which an alert cannot tell
+// breaches, route states, NATS connections, records' and workers' failure
+// counts. deploy/deploy_test.go checks the same for every series the
+// dashboard and the alert rules name. An absent series reads as "no data", which an alert cannot tell
 // from a healthy zero.
 func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 	const cohort = `cohort="default/general/stream/mt1024"`
@@ -44,6 +46,16 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 		`hedgerow_attempts_total{role="hedge"} 0`,
 		`hedgerow_usage_units_total{kind="output",role="hedge"} 0`,
 		`hedgerow_busy_total{pool="general"} 0`,
+		`hedgerow_route_state{route="fake-a",state="healthy"} 1`,
+		`hedgerow_route_state{route="fake-b",state="ejected"} 0`,
+		`hedgerow_nats_connected{conn="gateway"} 1`,
+		`hedgerow_nats_connected{conn="workers"} 1`,
+		`hedgerow_nats_reconnects_total{conn="gateway"} 0`,
+		`hedgerow_records_publish_failures_total{reason="dropped"} 0`,
+		`hedgerow_records_publish_failures_total{reason="error"} 0`,
+		`hedgerow_worker_lease_errors_total{op="acquire",route="fake-a"} 0`,
+		`hedgerow_worker_cancellations_total{observed="false"} 0`,
+		`hedgerow_worker_inflight{route="fake-b"} 0`,
 	}
 	tests := []struct {
 		name  string

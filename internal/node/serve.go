@@ -90,6 +90,9 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if err := registerNATS(reg, map[string]*nats.Conn{"gateway": gatewayConn, "workers": workerConn}); err != nil {
+		return fail(err)
+	}
 	if s.shared, err = openShared(cfg, gatewayConn, log.With("component", "redis")); err != nil {
 		return fail(err)
 	}

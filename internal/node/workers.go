@@ -66,6 +66,9 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		err = m.Register(reg)
 	}
 	if err == nil {
+		err = registerNATS(reg, map[string]*nats.Conn{"workers": nc})
+	}
+	if err == nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		w.metrics, err = serveHTTP(o.MetricsListen, &http.Server{Handler: mux, ReadTimeout: metricsReadTimeout}, log)

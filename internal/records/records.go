@@ -107,6 +107,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, reg prometheus.Registe
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
 	}
+	// Both reasons exist from the start at 0 (docs/architecture.md §9).
+	p.failures.WithLabelValues("dropped")
+	p.failures.WithLabelValues("error")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{p.failures, p.commits} {
 			if err := reg.Register(c); err != nil {
