@@ -34,6 +34,8 @@ result and cancels the rest.`,
 	root.AddCommand(newDemoCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newNATSAuthCmd())
+	root.AddCommand(newClusterCmd())
+	root.AddCommand(newFaultProxyCmd())
 	return root
 }
 
