@@ -135,7 +135,7 @@ type Spec struct {
 	// Workers and Gateways count the processes of each (each worker
 	// serves every route); the NATS nodes are len(Ports.NATS).
 	Workers, Gateways int
-	Ports            Ports
+	Ports             Ports
 	// TimeScale slows (above 1) or speeds the simulated routes.
 	TimeScale float64
 }
