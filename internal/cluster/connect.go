@@ -1,13 +1,19 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
+	"github.com/hedgerow/hedgerow/internal/records"
 )
 
 // NATSURLs are the cluster's NATS client URLs (TLS).
@@ -54,4 +60,40 @@ func (m *Manifest) Connect(user string, opts ...nats.Option) (*nats.Conn, error)
 		return nil, fmt.Errorf("cluster: connect as %s: %w", user, err)
 	}
 	return nc, nil
+}
+
+// waitStreams waits until every JetStream stream the gateways use answers
+// its info (it has a leader) or is known not to exist yet. After the whole
+// cluster restarts on its stores, a stream's group elects its leader some
+// seconds after the servers report healthy; a gateway started meanwhile
+// fails to open its gate bucket.
+func (m *Manifest) waitStreams(ctx context.Context) error {
+	if len(m.Spec.Ports.NATS) < 2 {
+		return nil
+	}
+	nc, err := m.Connect(natsauth.UserGateway)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	for _, name := range []string{"KV_" + arbiter.DefaultLedgerBucket, records.DefaultStream} {
+		for {
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Stream(ictx, name)
+			cancel()
+			if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("cluster: JetStream stream %s has no leader: %w", name, err)
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

@@ -124,9 +124,17 @@ func Up(ctx context.Context, s Spec, out io.Writer) (err error) {
 	for _, g := range gateways {
 		stages = append(stages, []string{g})
 	}
-	for _, stage := range stages {
+	for i, stage := range stages {
 		if err := m.startAll(ctx, stage, out); err != nil {
 			return err
+		}
+		if i == 0 {
+			wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			err := m.waitStreams(wctx)
+			cancel()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	if s.Prometheus != "" && s.Alerts != "" {
