@@ -55,6 +55,9 @@ type outcome struct {
 	// connection (the fault), so a commit of that try never reached the
 	// caller complete.
 	cut bool
+	// trace is each try's gateway and how it ended, for the report of a
+	// double commit.
+	trace []string
 }
 
 // phase is one fault under load.
@@ -77,6 +80,7 @@ type load struct {
 	// superseded counts user actions with two committed groups, the first
 	// cut off from its caller by the fault and superseded by its retry.
 	superseded int
+	doubles    []string
 }
 
 func TestChaos(t *testing.T) {
@@ -175,6 +179,7 @@ func (l *load) send(n int64) {
 	for try := 0; try < 4; try++ {
 		o.tries++
 		done, code, retry := l.try(ctx, gw, key, stream, o)
+		o.trace = append(o.trace, fmt.Sprintf("gateway-%d:%s", gw+1, map[bool]string{true: "answered", false: code}[done]))
 		if done {
 			o.answered, o.code = true, ""
 			break
@@ -415,6 +420,7 @@ func doubleCommits(t *testing.T, m *cluster.Manifest, hashKey []byte, l *load) (
 		t.Fatalf("records stream: %v", err)
 	}
 	committed := map[string]map[string]bool{} // user action → committed groups
+	detail := map[string]string{}             // group → what its record says
 	seen := map[string]bool{}
 	for {
 		info, err := cons.Info(ctx)
@@ -442,6 +448,8 @@ func doubleCommits(t *testing.T, m *cluster.Manifest, hashKey []byte, l *load) (
 					committed[r.UserActionID] = map[string]bool{}
 				}
 				committed[r.UserActionID][r.HedgeGroupID] = true
+				detail[r.HedgeGroupID] = fmt.Sprintf("%s event=%s error=%q attempts=%d winner=%d/%s epoch=%d committed_ms=%d stream=%v",
+					r.HedgeGroupID, r.Event, r.ErrorCode, r.Attempts, r.WinnerAttempt, r.WinnerRoute, r.GateEpoch, r.CommittedUnixMs, r.Stream)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, errNoMessages) {
@@ -463,6 +471,13 @@ func doubleCommits(t *testing.T, m *cluster.Manifest, hashKey []byte, l *load) (
 			continue
 		}
 		double++
+		var lines []string
+		for g := range gs {
+			lines = append(lines, "      "+detail[g])
+		}
+		slices.Sort(lines)
+		l.doubles = append(l.doubles, fmt.Sprintf("   double commit %s (key %s; client: %s):\n%s",
+			id, ua[id], strings.Join(l.keys[ua[id]].trace, " → "), strings.Join(lines, "\n")))
 	}
 	l.superseded = superseded
 	missing := 0
@@ -510,6 +525,9 @@ func (l *load) table(name, did string, double, uas, missing int) string {
 	}
 	fmt.Fprintf(&b, "   double commits (records, independent reader): %d over %d user actions; takeovers superseding a commit its caller never got whole: %d; answered without a committed record: %d\n",
 		double, uas, l.superseded, missing)
+	for _, d := range l.doubles {
+		b.WriteString(d + "\n")
+	}
 	return b.String()
 }
 
