@@ -414,47 +414,19 @@ func doubleCommits(t *testing.T, m *cluster.Manifest, hashKey []byte, l *load) (
 		ua[schemas.UserActionID([]byte(key), "local", k)] = k
 	}
 	l.mu.Unlock()
-	cons, err := js.OrderedConsumer(ctx, records.DefaultStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.StoredRecordPrefix + "group.>"}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		t.Fatalf("records stream: %v", err)
-	}
-	committed := map[string]map[string]bool{} // user action → committed groups
-	detail := map[string]string{}             // group → what its record says
-	seen := map[string]bool{}
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatalf("records consumer: %v", err)
-		}
-		if info.NumPending == 0 {
+	var committed map[string]map[string]bool
+	var detail map[string]string
+	var seen map[string]bool
+	for attempt := 1; ; attempt++ {
+		committed, detail, seen, err = readCommitted(ctx, js, ua)
+		if err == nil {
 			break
 		}
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatalf("records fetch: %v", err)
+		if attempt == 5 {
+			t.Fatalf("records stream: %v", err)
 		}
-		for msg := range batch.Messages() {
-			var r schemas.GroupRecord
-			if json.Unmarshal(msg.Data(), &r) != nil {
-				continue
-			}
-			if _, ours := ua[r.UserActionID]; !ours {
-				continue
-			}
-			seen[r.UserActionID] = true
-			if r.Outcome == schemas.GroupCommitted {
-				if committed[r.UserActionID] == nil {
-					committed[r.UserActionID] = map[string]bool{}
-				}
-				committed[r.UserActionID][r.HedgeGroupID] = true
-				detail[r.HedgeGroupID] = fmt.Sprintf("%s event=%s error=%q attempts=%d winner=%d/%s epoch=%d committed_ms=%d stream=%v",
-					r.HedgeGroupID, r.Event, r.ErrorCode, r.Attempts, r.WinnerAttempt, r.WinnerRoute, r.GateEpoch, r.CommittedUnixMs, r.Stream)
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, errNoMessages) {
-			t.Fatalf("records fetch: %v", err)
-		}
+		t.Logf("records stream, read %d: %v; reading again", attempt, err)
+		time.Sleep(2 * time.Second)
 	}
 	double, superseded := 0, 0
 	l.mu.Lock()
@@ -491,6 +463,55 @@ func doubleCommits(t *testing.T, m *cluster.Manifest, hashKey []byte, l *load) (
 }
 
 var errNoMessages = jetstream.ErrNoMessages
+
+// readCommitted reads every group record of the records stream with an
+// ordered consumer and returns, for the user actions of ua, their
+// committed groups, what each committed group's record says, and which
+// user actions have any record.
+func readCommitted(ctx context.Context, js jetstream.JetStream, ua map[string]string) (map[string]map[string]bool, map[string]string, map[string]bool, error) {
+	committed := map[string]map[string]bool{} // user action → committed groups
+	detail := map[string]string{}             // group → what its record says
+	seen := map[string]bool{}
+	cons, err := js.OrderedConsumer(ctx, records.DefaultStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.StoredRecordPrefix + "group.>"}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if info.NumPending == 0 {
+			return committed, detail, seen, nil
+		}
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for msg := range batch.Messages() {
+			var r schemas.GroupRecord
+			if json.Unmarshal(msg.Data(), &r) != nil {
+				continue
+			}
+			if _, ours := ua[r.UserActionID]; !ours {
+				continue
+			}
+			seen[r.UserActionID] = true
+			if r.Outcome == schemas.GroupCommitted {
+				if committed[r.UserActionID] == nil {
+					committed[r.UserActionID] = map[string]bool{}
+				}
+				committed[r.UserActionID][r.HedgeGroupID] = true
+				detail[r.HedgeGroupID] = fmt.Sprintf("%s event=%s error=%q attempts=%d winner=%d/%s epoch=%d committed_ms=%d stream=%v",
+					r.HedgeGroupID, r.Event, r.ErrorCode, r.Attempts, r.WinnerAttempt, r.WinnerRoute, r.GateEpoch, r.CommittedUnixMs, r.Stream)
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, errNoMessages) {
+			return nil, nil, nil, err
+		}
+	}
+}
 
 // table is the phase's report.
 func (l *load) table(name, did string, double, uas, missing int) string {
