@@ -35,6 +35,8 @@ result and cancels the rest.`,
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newNATSAuthCmd())
 	root.AddCommand(newReportCmd())
+	root.AddCommand(newClusterCmd())
+	root.AddCommand(newFaultProxyCmd())
 	return root
 }
 

@@ -17,6 +17,8 @@ func newNATSAuthCmd() *cobra.Command {
 	var (
 		configPath, out, method string
 		workers, clients        []string
+		tlsOn                   bool
+		tlsNames                []string
 	)
 	cmd := &cobra.Command{
 		Use:   "nats-auth --config FILE --out DIR",
@@ -31,6 +33,12 @@ route), one client per --client NAME (default: "client"; it may only request
 hedgerow.submit and must connect with the inbox prefix printed for it) and
 observer (reads the records only). Route names and the workers' reply bound
 (the longest policy deadline) come from --config.
+
+With --tls it also writes a CA, the servers' certificate (for 127.0.0.1,
+localhost and each --tls-name) and a client certificate per user into DIR/tls
+(ECDSA P-256), and the server configuration then requires TLS with a client
+certificate the CA signed; each process sets nats.tls {ca_file, cert_file,
+key_file} to its user's files.
 
 Give DIR/nats-server.conf to serve as nats.server_config (or include it in your
 nats-server's configuration) and each process its user's secret. Existing files
@@ -64,6 +72,11 @@ are never overwritten.`,
 				spec.Workers[name] = strings.Split(routes, ",")
 			}
 			spec.Responses = natsauth.ResponsesForConfig(cfg)
+			if tlsOn {
+				spec.TLS = &natsauth.TLSSpec{ServerNames: tlsNames}
+			} else if len(tlsNames) > 0 {
+				return errors.New("--tls-name needs --tls")
+			}
 			b, err := natsauth.Generate(spec)
 			if err != nil {
 				return err
@@ -84,6 +97,8 @@ are never overwritten.`,
 	f.StringVar(&method, "method", string(natsauth.MethodNKey), "how users authenticate: nkey or password")
 	f.StringArrayVar(&workers, "worker", nil, "a worker user and its routes, NAME=ROUTE,ROUTE (repeatable; default: worker=every route)")
 	f.StringArrayVar(&clients, "client", nil, "a client user (repeatable; default: client)")
+	f.BoolVar(&tlsOn, "tls", false, "also write a CA, the servers' certificate and a client certificate per user, and require TLS")
+	f.StringArrayVar(&tlsNames, "tls-name", nil, "a host name or IP address the servers' certificate answers to besides 127.0.0.1 and localhost (repeatable; with --tls)")
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
@@ -119,6 +134,10 @@ func printNATSAuth(cmd *cobra.Command, b *natsauth.Bundle, out string) error {
 			fmt.Fprintf(&s, "nkey_seed_file: %s", abs(u.SecretFile))
 		} else {
 			fmt.Fprintf(&s, "user: %s, password_env: <a variable holding the contents of %s>", u.Name, abs(u.SecretFile))
+		}
+		if b.TLS != nil {
+			fmt.Fprintf(&s, ", tls: {ca_file: %s, cert_file: %s, key_file: %s}", abs(filepath.Join(natsauth.TLSDir, natsauth.CAFile)),
+				abs(filepath.Join(natsauth.TLSDir, natsauth.ClientCertFile(u.Name))), abs(filepath.Join(natsauth.TLSDir, natsauth.ClientKeyFile(u.Name))))
 		}
 		if u.Role == "serve" || u.Role == "gateway" || u.Role == "worker" {
 			s.WriteString("}\n")

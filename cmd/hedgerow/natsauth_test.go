@@ -57,3 +57,31 @@ func TestServeRefusesANATSListenerWithoutUsersAndNamesTheGenerator(t *testing.T)
 		t.Fatalf("serve: %v\n%s", err, out)
 	}
 }
+
+func TestNATSAuthWithTLSWritesCertificatesAndSaysWhichFilesEachProcessSets(t *testing.T) {
+	path := writeConfig(t, "", "http://127.0.0.1:1/v1")
+	out := filepath.Join(t.TempDir(), "auth")
+	got, err := runRoot(t, "nats-auth", "--config", path, "--out", out, "--tls", "--tls-name", "nats.internal")
+	if err != nil {
+		t.Fatalf("nats-auth --tls: %v\n%s", err, got)
+	}
+	for _, f := range []string{natsauth.CAFile, natsauth.ServerCertFile, natsauth.ServerKeyFile,
+		natsauth.ClientCertFile("gateway"), natsauth.ClientKeyFile("gateway"), natsauth.ClientCertFile("worker")} {
+		if _, err := os.Stat(filepath.Join(out, natsauth.TLSDir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	conf, err := os.ReadFile(filepath.Join(out, natsauth.ServerConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conf), "include ./"+natsauth.TLSServerConfigFile) {
+		t.Errorf("the server configuration does not include its tls block:\n%s", conf)
+	}
+	if want := "cert_file: " + filepath.Join(out, natsauth.TLSDir, natsauth.ClientCertFile("gateway")); !strings.Contains(got, want) {
+		t.Errorf("output lacks %q:\n%s", want, got)
+	}
+	if out2, err := runRoot(t, "nats-auth", "--config", path, "--out", t.TempDir(), "--tls-name", "x"); err == nil {
+		t.Errorf("--tls-name without --tls was accepted:\n%s", out2)
+	}
+}

@@ -144,6 +144,10 @@ type Spec struct {
 	// RecordsStream is the records stream (records.stream) gateways keep
 	// and observers read; empty means records.DefaultStream.
 	RecordsStream string
+	// TLS, when set, also generates a CA, the servers' certificate and a
+	// client certificate per user (tls.go), and the server configuration
+	// then requires TLS with a client certificate.
+	TLS *TLSSpec
 }
 
 // Role names of the generated users that are not per worker or client.
@@ -191,6 +195,8 @@ type Permissions struct {
 type Bundle struct {
 	Method Method
 	Users  []User
+	// TLS is the TLS material, when Spec.TLS asked for it.
+	TLS *TLSBundle
 }
 
 // userName is what a user name must match: it becomes a file name and a
@@ -267,7 +273,19 @@ func Generate(spec Spec) (*Bundle, error) {
 			return nil, err
 		}
 	}
-	return &Bundle{Method: method, Users: users}, nil
+	b := &Bundle{Method: method, Users: users}
+	if spec.TLS != nil {
+		names := make([]string, len(users))
+		for i, u := range users {
+			names[i] = u.Name
+		}
+		t, err := GenerateTLS(*spec.TLS, names, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		b.TLS = t
+	}
+	return b, nil
 }
 
 // passwordBytes is the entropy of a generated password.
@@ -461,6 +479,10 @@ func (b *Bundle) ServerConfig() []byte {
 		s.WriteString("    }}\n")
 	}
 	s.WriteString("  ]\n}\n")
+	if b.TLS != nil {
+		// Relative to this file: nats-server resolves includes so.
+		fmt.Fprintf(&s, "# TLS with a client certificate the generated CA signed.\ninclude ./%s\n", TLSServerConfigFile)
+	}
 	return []byte(s.String())
 }
 
@@ -488,6 +510,18 @@ func (b *Bundle) Write(dir string) error {
 	for _, u := range b.Users {
 		files[u.SecretFile] = append(slices.Clone(u.Secret), '\n')
 	}
+	if err := writeNew(dir, files); err != nil {
+		return err
+	}
+	if b.TLS != nil {
+		return b.TLS.write(dir)
+	}
+	return nil
+}
+
+// writeNew writes each file (name relative to dir) with mode 0600,
+// refusing to overwrite one.
+func writeNew(dir string, files map[string][]byte) error {
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		path := filepath.Join(dir, name)
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

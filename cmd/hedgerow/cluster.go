@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgerow/hedgerow/internal/cluster"
+	"github.com/hedgerow/hedgerow/internal/faultproxy"
+)
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster up|down",
+		Short: "Run a local, production-shaped cluster from binaries (make cluster)",
+		Long: `cluster up starts, in the background, a local hedgerow deployment shaped like
+production (docs/architecture.md §12): three nats-server nodes (clustered,
+JetStream, per-role users and TLS written by nats-auth), Redis with AOF, three
+simulated routes (fakellm), workers, two gateways sharing Redis (the first
+through a fault proxy) and Prometheus scraping them; it returns once every part
+is ready. Its state, logs, credentials and pid files (<part>.pid) are in --dir.
+cluster down stops exactly what up started.`,
+	}
+	var dir string
+	cmd.PersistentFlags().StringVar(&dir, "dir", "bin/cluster", "state directory")
+	var (
+		natsServer, redisServer, prometheus, alerts string
+		natsPorts, gatewayPorts                     []int
+		redisPort, promPort                         int
+	)
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start the cluster and wait until every part is ready",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := executable()
+			if err != nil {
+				return err
+			}
+			if redisServer == "" {
+				if redisServer, err = exec.LookPath("redis-server"); err != nil {
+					return errors.New("redis-server not found (make redis installs it)")
+				}
+			}
+			if prometheus == "auto" {
+				if prometheus, err = exec.LookPath("prometheus"); err != nil {
+					return errors.New("prometheus not found (make prometheus installs it; --prometheus '' runs none)")
+				}
+			}
+			s := cluster.Default(dir, self, natsServer, redisServer, prometheus)
+			s.Alerts = alerts
+			if len(natsPorts) > 0 {
+				s.Ports.NATS = natsPorts
+			}
+			if len(gatewayPorts) > 0 {
+				s.Ports.Gateways = gatewayPorts
+			}
+			s.Ports.Redis, s.Ports.Prometheus = redisPort, promPort
+			return cluster.Up(cmd.Context(), s, cmd.OutOrStdout())
+		},
+	}
+	f := up.Flags()
+	def := cluster.DefaultPorts()
+	f.StringVar(&natsServer, "nats-server", "bin/nats-server", "nats-server binary")
+	f.StringVar(&redisServer, "redis-server", "", "redis-server binary (default: from PATH)")
+	f.StringVar(&prometheus, "prometheus", "auto", "prometheus binary (auto: from PATH; empty: none)")
+	f.StringVar(&alerts, "alerts", "", "Prometheus alert rule file to load (required to load when given)")
+	f.IntSliceVar(&natsPorts, "nats-ports", def.NATS, "NATS client ports, one per node")
+	f.IntSliceVar(&gatewayPorts, "gateway-ports", def.Gateways, "gateway API ports")
+	f.IntVar(&redisPort, "redis-port", def.Redis, "Redis port")
+	f.IntVar(&promPort, "prometheus-port", def.Prometheus, "Prometheus port")
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop every part cluster up started and check their ports are free",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cluster.Down(dir, cmd.OutOrStdout())
+		},
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Print each part and whether it runs; exit 1 unless every part runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := cluster.ReadManifest(dir)
+			if err != nil {
+				return err
+			}
+			down := 0
+			for _, p := range m.Parts {
+				state := "running"
+				if !p.Running() {
+					state, down = "down", down+1
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-18s %-8s pid %d\n", p.Name, state, p.Pid)
+			}
+			if down > 0 {
+				return fmt.Errorf("cluster: %d of %d parts down", down, len(m.Parts))
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(up, down, status)
+	return cmd
+}
+
+// newFaultProxyCmd is the cluster's fault-injecting TCP proxy (hidden: the
+// cluster runs it in front of Redis for its first gateway).
+func newFaultProxyCmd() *cobra.Command {
+	var listen, upstream, control string
+	cmd := &cobra.Command{
+		Use:    "faultproxy --listen ADDR --upstream ADDR --control ADDR",
+		Short:  "TCP proxy that partitions its clients from the upstream on POST /partition",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			p, err := faultproxy.Listen(listen, upstream)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			srv := &http.Server{Addr: control, Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
+			errc := make(chan error, 1)
+			go func() { errc <- srv.ListenAndServe() }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("faultproxy: control: %w", err)
+			case <-ctx.Done():
+			}
+			return srv.Shutdown(context.Background())
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "address clients connect to")
+	cmd.Flags().StringVar(&upstream, "upstream", "", "address to forward to")
+	cmd.Flags().StringVar(&control, "control", "", "address of the control API (POST /partition, POST /heal)")
+	for _, f := range []string{"listen", "upstream", "control"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}
+
+// executable is this binary's path: the cluster runs its gateways,
+// workers, routes and proxy from it.
+func executable() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cluster: this binary's path: %w", err)
+	}
+	return self, nil
+}

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/internal/cluster"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
+	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything is the smoke
+// test of `make cluster` (internal/cluster): a small variant — one NATS
+// node with TLS and the generated users, Redis, the three routes, one
+// worker, one gateway, no Prometheus — on free ports in a temporary
+// directory. One request is answered, its group's record is kept in the
+// records stream (read as the observer user), and Down leaves no process
+// running and no port listened on.
+func TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything(t *testing.T) {
+	bins := buildBinaries(t)
+	redisServer, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is needed (make redis installs it):", err)
+	}
+	ports, err := cluster.FreePorts(1, 1, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	spec := cluster.Spec{Dir: dir, Hedgerow: bins.hedgerow, NATSServer: bins.natsServer, RedisServer: redisServer,
+		Workers: 1, Gateways: 1, Ports: ports, TimeScale: 0.2}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out strings.Builder
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cluster.Down(dir, io.Discard)
+		}
+	})
+	if err := cluster.Up(ctx, spec, &out); err != nil {
+		t.Fatalf("cluster up: %v\n%s", err, out.String())
+	}
+	m, err := cluster.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Parts {
+		if !p.Running() {
+			t.Errorf("%s is not running after up", p.Name)
+		}
+		if pid := readPid(t, cluster.PidFile(dir, p.Name)); pid != p.Pid {
+			t.Errorf("%s: pid file says %d, manifest %d", p.Name, pid, p.Pid)
+		}
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.GatewayURL(0)+"/v1/chat/completions",
+		strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+cluster.TenantKey)
+	req.Header.Set(frontdoor.HeaderIdempotencyKey, "smoke-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/chat/completions: %d %s", resp.StatusCode, body)
+	}
+	gv, err := arbiter.ParseGateValue(resp.Header.Get(frontdoor.HeaderGate))
+	if err != nil {
+		t.Fatalf("answer's gate %q: %v", resp.Header.Get(frontdoor.HeaderGate), err)
+	}
+
+	nc, err := m.Connect(natsauth.UserObserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, records.DefaultStream)
+	if err != nil {
+		t.Fatalf("records stream: %v", err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, schemas.StoredGroupSubject(gv.Group))
+	if err != nil {
+		t.Fatalf("the answered group %s has no record: %v", gv.Group, err)
+	}
+	var rec schemas.GroupRecord
+	if err := json.Unmarshal(msg.Data, &rec); err != nil || rec.HedgeGroupID != gv.Group || rec.Outcome != schemas.GroupCommitted {
+		t.Fatalf("group record %s (%v); want committed group %s", msg.Data, err, gv.Group)
+	}
+	nc.Close()
+
+	if err := cluster.Down(dir, io.Discard); err != nil {
+		t.Fatalf("cluster down: %v", err)
+	}
+	stopped = true
+	for _, p := range m.Parts {
+		if p.Running() {
+			t.Errorf("%s (pid %d) still runs after down", p.Name, p.Pid)
+		}
+	}
+	for _, port := range []int{ports.NATS[0], ports.Redis, ports.Gateways[0], ports.RedisProxy} {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Errorf("port %d still taken after down: %v", port, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return pid
+}

@@ -1,0 +1,222 @@
+// Package faultproxy is a TCP proxy that can partition its clients from
+// their upstream on demand: the fault suite of `make chaos` routes one
+// gateway's Redis through it (docs/architecture.md §12, "The local
+// cluster and the fault suite").
+//
+// A partition behaves like a network that drops packets rather than one
+// that refuses them: bytes already read are held, nothing more is
+// forwarded either way, and new connections are accepted but never
+// connected to the upstream, so a client sees timeouts, not resets. Healing
+// resumes the held connections where they stopped; connections accepted
+// during the partition are then connected.
+package faultproxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// Proxy forwards connections from its listener to Upstream.
+type Proxy struct {
+	upstream string
+	ln       net.Listener
+
+	mu          sync.Mutex
+	partitioned bool
+	healed      chan struct{} // closed when the partition ends
+	conns       map[net.Conn]struct{}
+	closed      bool
+	wg          sync.WaitGroup
+}
+
+// Listen starts a proxy on addr forwarding to upstream.
+func Listen(addr, upstream string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: %w", err)
+	}
+	p := &Proxy{upstream: upstream, ln: ln, healed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	close(p.healed)
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address clients connect to.
+func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
+
+// Partition stops forwarding until Heal.
+func (p *Proxy) Partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.partitioned {
+		p.partitioned = true
+		p.healed = make(chan struct{})
+	}
+}
+
+// Heal resumes forwarding.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.partitioned {
+		p.partitioned = false
+		close(p.healed)
+	}
+}
+
+// Partitioned reports whether the proxy holds its traffic.
+func (p *Proxy) Partitioned() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.partitioned
+}
+
+// pass waits while the proxy is partitioned; false once it is closed.
+func (p *Proxy) pass() bool {
+	p.mu.Lock()
+	ch, closed := p.healed, p.closed
+	p.mu.Unlock()
+	if closed {
+		return false
+	}
+	<-ch
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed
+}
+
+// Close stops the listener and every connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	if p.partitioned {
+		p.partitioned = false
+		close(p.healed)
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	_ = c.Close()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			return
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(client)
+	if !p.pass() {
+		return
+	}
+	up, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		return
+	}
+	if !p.track(up) {
+		return
+	}
+	defer p.untrack(up)
+	done := make(chan struct{}, 2)
+	go func() { p.copy(up, client); done <- struct{}{} }()
+	go func() { p.copy(client, up); done <- struct{}{} }()
+	<-done // either side closing ends both
+}
+
+// copy forwards src to dst, holding each read while partitioned.
+func (p *Proxy) copy(dst, src net.Conn) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.pass() {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Handler is the proxy's control API: POST /partition, POST /heal,
+// GET /state ("partitioned" or "healed"), GET /healthz.
+func (p *Proxy) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /partition", func(w http.ResponseWriter, _ *http.Request) { p.Partition(); state(w, p) })
+	mux.HandleFunc("POST /heal", func(w http.ResponseWriter, _ *http.Request) { p.Heal(); state(w, p) })
+	mux.HandleFunc("GET /state", func(w http.ResponseWriter, _ *http.Request) { state(w, p) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return mux
+}
+
+func state(w http.ResponseWriter, p *Proxy) {
+	s := "healed\n"
+	if p.Partitioned() {
+		s = "partitioned\n"
+	}
+	_, _ = io.WriteString(w, s)
+}
+
+// Control asks the proxy whose control API is at base (http://host:port)
+// to partition (true) or heal (false).
+func Control(ctx context.Context, base string, partition bool) error {
+	path := "/heal"
+	if partition {
+		path = "/partition"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, nil)
+	if err != nil {
+		return fmt.Errorf("faultproxy: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("faultproxy: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("faultproxy: %s: %s", path, resp.Status)
+	}
+	return nil
+}
