@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	hreport "github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 )
@@ -34,20 +35,7 @@ func TestReportReadsTheStreamExportsItsRecordsAndPlotsTheirTails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range lines {
-		subject, id, keep, err := records.SubjectAndID(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keep {
-			p.Publish(subject, id, l)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	recordstest.Keep(t, p, lines)
 
 	dir := t.TempDir()
 	export, plot := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "tail.png")

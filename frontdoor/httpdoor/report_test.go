@@ -15,6 +15,7 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 )
@@ -35,20 +36,7 @@ func keptRecords(t *testing.T, groups int, start time.Time) (records.Reader, [][
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range lines {
-		subject, id, keep, err := records.SubjectAndID(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keep {
-			p.Publish(subject, id, l)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	recordstest.Keep(t, p, lines)
 	return p.Reader(), lines
 }
 

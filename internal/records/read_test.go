@@ -13,33 +13,10 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 )
-
-// PublishLines keeps records as a dispatcher does, each on its subject
-// with its message id; workers' own are not kept. It returns how many it
-// published.
-func PublishLines(t testing.TB, p *records.Publisher, lines [][]byte) int {
-	t.Helper()
-	n := 0
-	for _, l := range lines {
-		subject, id, keep, err := records.SubjectAndID(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keep {
-			p.Publish(subject, id, l)
-			n++
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.Flush(ctx); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	return n
-}
 
 func TestRecordsPublishedToTheStreamReadBackIntoTheSameReport(t *testing.T) {
 	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
@@ -56,7 +33,7 @@ func TestRecordsPublishedToTheStreamReadBackIntoTheSameReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	published := PublishLines(t, p, lines)
+	published := recordstest.Keep(t, p, lines)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
