@@ -1,0 +1,100 @@
+package node
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+)
+
+// A reload (SIGHUP) takes over the file's tenants and pools without a
+// restart: a key added works, a key removed gets 401, a pool added answers;
+// a file with problems, or one changing a section only a restart applies,
+// leaves the running configuration serving. Each reload is counted.
+func TestReloadTakesOverTenantsAndPoolsAndKeepsTheRunningConfigurationOnABadFile(t *testing.T) {
+	const oldKey, newKey = "sk-old-tenant-key", "sk-new-tenant-key"
+	urlA, urlB := fakeRoute(t, 0), fakeRoute(t, 1)
+	tenants := func(key string) string {
+		return "tenants:\n  acme: {api_key_hashes: [" + config.HashAPIKey(key) + "]}\n"
+	}
+	cfg := parse(t, urlA, urlB, tenants(oldKey))
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	defer stop(t, s)
+	base := "http://" + s.HTTPAddr().String()
+	chat := func(key, model string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		status, body := do(t, req)
+		return status, string(body)
+	}
+	morePools := func(y string) string {
+		return strings.Replace(y, "pools:\n", "pools:\n  second: {routes: [fake-b]}\n", 1)
+	}
+	smallerBodies := func(y string) string { return strings.Replace(y, "http:\n", "http:\n  body_limit: 1MiB\n", 1) }
+	same := func(y string) string { return y }
+	reload := func(extra string, edit func(string) string) error {
+		y := edit(configText(urlA, urlB, extra))
+		return s.Reload(func() (*config.Config, error) {
+			return config.Parse("node.yaml", []byte(y), config.RoleServe, os.LookupEnv)
+		})
+	}
+	expect := func(step, key, model string, want int) {
+		t.Helper()
+		if status, body := chat(key, model); status != want {
+			t.Fatalf("%s: %s key, model %s: %d %.300s; want %d", step, key, model, status, body, want)
+		}
+	}
+	reloads := func(result string) string {
+		t.Helper()
+		_, metrics := get(t, base+"/metrics")
+		for _, line := range strings.Split(string(metrics), "\n") {
+			if strings.HasPrefix(line, `hedgerow_config_reloads_total{result="`+result+`"} `) {
+				return strings.TrimPrefix(line, `hedgerow_config_reloads_total{result="`+result+`"} `)
+			}
+		}
+		t.Fatalf("/metrics has no hedgerow_config_reloads_total{result=%q}", result)
+		return ""
+	}
+
+	expect("before reloading", oldKey, "general", http.StatusOK)
+	expect("before reloading", newKey, "general", http.StatusUnauthorized)
+	expect("before reloading", newKey, "second", http.StatusUnauthorized)
+
+	if err := reload(tenants(newKey)+"  second: {routes: [fake-b]}\n", same); err == nil {
+		t.Fatal("a file with a pool under tenants reloaded")
+	}
+	expect("after a refused reload", oldKey, "general", http.StatusOK)
+	if err := reload(tenants(newKey), morePools); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	expect("after the reload", newKey, "general", http.StatusOK)
+	expect("after the reload", newKey, "second", http.StatusOK)
+	expect("after the reload", oldKey, "general", http.StatusUnauthorized)
+
+	var problems config.Problems
+	if err := reload("tenantz: {}\n", same); !errors.As(err, &problems) {
+		t.Fatalf("reloading a file with an unknown key: %v, want its problems", err)
+	}
+	if err := reload(tenants(oldKey), func(y string) string { return morePools(smallerBodies(y)) }); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "http") {
+		t.Fatalf("reloading a new http section: %v, want ErrRestartRequired naming http", err)
+	}
+	expect("after the refused reloads", newKey, "general", http.StatusOK)
+	expect("after the refused reloads", oldKey, "general", http.StatusUnauthorized)
+	if got := reloads("success"); got != "1" {
+		t.Errorf("hedgerow_config_reloads_total{result=\"success\"} = %s, want 1", got)
+	}
+	if got := reloads("failure"); got != "3" {
+		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 3", got)
+	}
+}
