@@ -2,10 +2,15 @@ package node
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/internal/config"
 )
@@ -96,5 +101,90 @@ func TestReloadTakesOverTenantsAndPoolsAndKeepsTheRunningConfigurationOnABadFile
 	}
 	if got := reloads("failure"); got != "3" {
 		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 3", got)
+	}
+}
+
+// A request in flight when the configuration is reloaded ends on the
+// configuration that took it, with its answer; the next request meets the
+// new tenants.
+func TestARequestInFlightDuringAReloadIsAnsweredByTheConfigurationThatTookIt(t *testing.T) {
+	const oldKey, newKey = "sk-inflight-old", "sk-inflight-new"
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	gated := func(n int) string {
+		target, err := url.Parse(strings.TrimSuffix(fakeRoute(t, n), "/v1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+			proxy.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL + "/v1"
+	}
+	urlA, urlB := gated(0), gated(1)
+	tenants := func(key string) string {
+		return "tenants:\n  acme: {api_key_hashes: [" + config.HashAPIKey(key) + "]}\n"
+	}
+	s, err := StartServe(parse(t, urlA, urlB, tenants(oldKey)), Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	defer stop(t, s)
+	defer close(release) // also on failure, so the gated attempts end before Stop
+	chat := func(key string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		client := &http.Client{Timeout: wait, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	inflight := make(chan answer, 1)
+	go func() {
+		status, body := chat(oldKey)
+		inflight <- answer{status, body}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the request's attempt never reached a route")
+	}
+	if err := s.Reload(func() (*config.Config, error) {
+		return config.Parse("node.yaml", []byte(configText(urlA, urlB, tenants(newKey))), config.RoleServe, os.LookupEnv)
+	}); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	release <- struct{}{} // one attempt may go on; the rest wait for the deferred close
+	select {
+	case a := <-inflight:
+		if a.status != http.StatusOK {
+			t.Fatalf("the request in flight during the reload: %d %.300s", a.status, a.body)
+		}
+	case <-time.After(wait):
+		t.Fatal("the request in flight during the reload was never answered")
+	}
+	if status, body := chat(oldKey); status != http.StatusUnauthorized {
+		t.Fatalf("the old key after the reload: %d %.300s, want 401", status, body)
 	}
 }
