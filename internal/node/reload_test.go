@@ -8,11 +8,14 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
 )
 
 // A reload (SIGHUP) takes over the file's tenants and pools without a
@@ -186,5 +189,71 @@ func TestARequestInFlightDuringAReloadIsAnsweredByTheConfigurationThatTookIt(t *
 	}
 	if status, body := chat(oldKey); status != http.StatusUnauthorized {
 		t.Fatalf("the old key after the reload: %d %.300s, want 401", status, body)
+	}
+}
+
+// A gateway (no workers of its own) takes over its routes on a reload: with
+// fake-a gone from the file, every answer comes from fake-b, and a pool the
+// file adds answers.
+func TestAGatewayReloadTakesOverItsRoutesAndPools(t *testing.T) {
+	urlA, urlB := fakeRoute(t, 0), fakeRoute(t, 1)
+	cfg := parse(t, urlA, urlB, "")
+	users := localUsers(t, cfg)
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	defer stop(t, s)
+	gopts, err := users.Options(natsauth.UserGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect([]string{s.NATSURL()}, "reloading-gateway", nil, gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	g, err := StartGateway(cfg, nc, nil, Options{})
+	if err != nil {
+		t.Fatalf("StartGateway: %v", err)
+	}
+	defer stop(t, g)
+	chat := func(model string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+g.Addr().String()+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		client := &http.Client{Timeout: wait, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Header.Get(frontdoor.HeaderWinnerRoute)
+	}
+	if status, _ := chat("only-b"); status != http.StatusNotFound {
+		t.Fatalf("a pool the file does not have yet: %d, want 404", status)
+	}
+	y := configText(urlA, urlB, "")
+	y = regexp.MustCompile(`(?m)^  - \{name: fake-a,.*\n`).ReplaceAllString(y, "")
+	y = strings.Replace(y, "general: {routes: [fake-a, fake-b]}", "general: {routes: [fake-b]}\n  only-b: {routes: [fake-b]}", 1)
+	if err := g.Reload(func() (*config.Config, error) {
+		next, err := config.Parse("node.yaml", []byte(y), config.RoleGateway, os.LookupEnv)
+		if next != nil {
+			next.NATS = cfg.NATS // what localUsers set, as the command's --nats overrides
+		}
+		return next, err
+	}, false); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	for i := range 5 {
+		for _, model := range []string{"general", "only-b"} {
+			if status, route := chat(model); status != http.StatusOK || route != "fake-b" {
+				t.Fatalf("request %d to %s after the reload: %d from route %q, want 200 from fake-b", i, model, status, route)
+			}
+		}
 	}
 }
