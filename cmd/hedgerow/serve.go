@@ -150,7 +150,9 @@ configured route and the gateway's OpenAI-compatible HTTP front door on http.lis
 with budgets and the winner gate in memory (or on Redis when redis.url is set).
 The embedded server runs JetStream on nats.store_dir (default hedgerow/nats under
 $XDG_STATE_HOME or ~/.local/state): the winner gate's ledger and the records
-stream (records.stream) are kept there. SIGINT or SIGTERM stops it gracefully.`,
+stream (records.stream) are kept there. SIGHUP reloads the gateway's tenants, pools
+and policies from the same file without a restart (docs/architecture.md §10).
+SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := flags.logger(cmd.ErrOrStderr())
@@ -176,6 +178,15 @@ stream (records.stream) are kept there. SIGINT or SIGTERM stops it gracefully.`,
 			if nats == "" {
 				nats = "in-process"
 			}
+			storeDir := cfg.NATS.StoreDir
+			stopReloads := reloadOnHangup(ctx, s, func() (*config.Config, error) {
+				cfg, err := config.Load(flags.configPath, config.RoleServe, os.LookupEnv)
+				if err == nil && cfg.NATS.StoreDir == "" {
+					cfg.NATS.StoreDir = storeDir
+				}
+				return cfg, err
+			})
+			defer stopReloads()
 			log.Info("serving", "http", "http://"+s.HTTPAddr().String(), "nats", nats, "routes", len(cfg.Routes))
 			return flags.runUntilDone(ctx, s, log)
 		},

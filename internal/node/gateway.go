@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,8 +19,6 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/frontdoor"
-	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
-	"github.com/hedgerow/hedgerow/frontdoor/natsdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
@@ -38,17 +38,32 @@ var (
 )
 
 // Gateway is a running gateway: a dispatcher behind the HTTP front door and
-// the NATS one (hedgerow.submit).
+// the NATS one (hedgerow.submit). What a reload rebuilds — the dispatcher,
+// its doors and the tenants' limiter — is its current generation
+// (reload.go); the listeners, Redis, the records publisher and the replay
+// store live as long as the gateway.
 type Gateway struct {
-	d          *dispatcher.Dispatcher
 	shared     *shared
 	ownsShared bool // false when the process opened it (serve): it outlives the gateway
 	http       *httpServer
-	internal   *httpServer       // /readyz and /metrics with http.internal_listen; nil without
-	nats       *natsdoor.Service // the hedgerow.submit front door
-	limiter    *tenantlimit.Limiter
+	internal   *httpServer // /readyz and /metrics with http.internal_listen; nil without
 	records    *records.Publisher
 	tracer     *tracing.Exporter // nil without tracing.endpoint
+	replays    replay.Store
+	nc         *nats.Conn
+	reg        *prometheus.Registry // the process's metrics; each generation adds its own
+	secret     []byte
+	log        *slog.Logger
+
+	reloads *reloadMetrics
+
+	// cur is the generation new requests go to (swapHandler); a reload
+	// replaces it at once.
+	cur      atomic.Pointer[generation]
+	mu       sync.Mutex     // guards cfg and stopped; held through a reload, one at a time
+	cfg      *config.Config // the running configuration
+	stopped  bool
+	retiring sync.WaitGroup // generations a reload replaced, finishing their requests
 }
 
 // StartGateway assembles a gateway on nc from cfg and starts serving HTTP on
@@ -82,7 +97,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{shared: sh, ownsShared: sh == nil}
+	g := &Gateway{shared: sh, ownsShared: sh == nil, nc: nc, reg: reg, secret: secret, log: log, cfg: cfg}
+	if g.reloads, err = newReloadMetrics(reg); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if g.ownsShared {
 		if sh, err = openShared(cfg, nc, log.With("component", "redis")); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -99,70 +117,23 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.tracer, err = openTracer(cfg, o.env(), log.With("component", "tracing")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	dcfg := DispatcherConfig(cfg)
-	dcfg.Conn, dcfg.Store, dcfg.Gate, dcfg.Records = nc, sh.store, sh.gate, g.records
-	if g.tracer != nil {
-		dcfg.Tracer = g.tracer
+	if g.replays, err = replayStore(cfg, sh); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	dcfg.Secret, dcfg.Registerer, dcfg.Logger = secret, reg, log.With("component", "dispatcher")
-	d, err := dispatcher.New(dcfg)
+	gen, err := g.newGeneration(cfg)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	g.d = d
-	if err := sh.shareSketches(d, cfg, log.With("component", "sketchshare")); err != nil {
-		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
-	}
-	replays, err := replayStore(cfg, sh)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
-	}
-	if g.limiter, err = tenantLimiter(cfg, sh, reg, log.With("component", "tenantlimit")); err != nil {
-		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
-	}
-	hopts := httpdoor.Options{
-		Conn:           nc,
-		Pools:          poolRoutes(cfg),
-		Gatherer:       reg,
-		BodyLimit:      int64(cfg.HTTP.BodyLimit),
-		HeaderLimit:    int(cfg.HTTP.HeaderLimit),
-		Replays:        replays,
-		ReplayTTL:      cfg.HTTP.Idempotency.TTL,
-		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
-		ReplayLease:    cfg.HTTP.Idempotency.Lease,
-		Logger:         log.With("component", "http"),
-	}
-	// The pools of kind embeddings serve POST /v1/embeddings.
-	hopts.EmbeddingPools = embeddingPools(cfg)
-	// With no tenants the front door asks for no key (local use); with
-	// some, every caller must present one of theirs, compared in constant
-	// time.
-	if len(cfg.Tenants) > 0 {
-		hopts.Keyring = keyring(cfg.Tenants)
-	}
-	if g.limiter != nil {
-		hopts.Limiter = g.limiter
-	}
-	// The report endpoints read the records stream (docs/architecture.md §9).
-	hopts.Records, hopts.ReportTenants = g.records.Reader(), reportTenants(cfg.Tenants)
-	var api, internal http.Handler
-	if cfg.HTTP.InternalListen != "" {
-		api, internal, err = httpdoor.NewSplit(d, hopts)
-	} else {
-		api, err = httpdoor.New(d, hopts)
-	}
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
-	}
-	if internal != nil {
-		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: internal,
+	g.cur.Store(gen)
+	if gen.internal != nil {
+		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: swapHandler{g: g, internal: true},
 			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, WriteTimeout: cfg.HTTP.ReadTimeout,
 		}, log); err != nil {
 			return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 		}
 	}
 	g.http, err = serveHTTPTLS(cfg.HTTP.Listen, cfg.HTTP.MaxConnections, cfg.HTTP.TLS.CertFile, cfg.HTTP.TLS.KeyFile, &http.Server{
-		Handler:           api,
+		Handler:           swapHandler{g: g},
 		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
@@ -178,11 +149,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		}
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 	}
-	nopts := natsdoor.Options{DispatcherID: d.ID(), Logger: log.With("component", "nats-submit"),
-		Replays: replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
-		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter}
-	g.nats, err = natsdoor.Start(d, nc, nopts)
-	if err != nil {
+	if err := gen.startNATS(g); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.Stop))
 	}
 	if err := checkPermissions(nc); err != nil {
@@ -208,12 +175,17 @@ func openTracer(cfg *config.Config, env config.LookupEnv, log *slog.Logger) (*tr
 			return nil, fmt.Errorf("tracing.headers_env %s: %w", t.HeadersEnv, err)
 		}
 	}
+	return tracing.New(tracing.Options{Endpoint: t.Endpoint, Headers: headers, SampleRatio: t.SampleRatio,
+		Service: "hedgerow-gateway", Logger: log})
+}
+
+// traceRoutes describes cfg's routes as the trace exporter names them.
+func traceRoutes(cfg *config.Config) map[string]tracing.Route {
 	routes := make(map[string]tracing.Route, len(cfg.Routes))
 	for _, r := range cfg.Routes {
 		routes[r.Name] = tracing.Route{Provider: string(r.Provider), Model: r.Model}
 	}
-	return tracing.New(tracing.Options{Endpoint: t.Endpoint, Headers: headers, SampleRatio: t.SampleRatio,
-		Service: "hedgerow-gateway", Routes: routes, Logger: log})
+	return routes
 }
 
 // recordsStartTimeout bounds creating or updating the records stream at
@@ -397,11 +369,16 @@ func (g *Gateway) Failed() <-chan error { return g.http.failed }
 
 // Stop shuts the gateway down within ctx: the front door stops accepting
 // and lets requests in flight finish, then the dispatcher stops taking
-// submissions and waits for its groups (late losers included).
+// submissions and waits for its groups (late losers included), as do the
+// generations a reload replaced.
 func (g *Gateway) Stop(ctx context.Context) error {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	gen := g.cur.Load()
 	var stopNATS error
-	if g.nats != nil {
-		stopNATS = g.nats.Stop(ctx)
+	if gen.nats != nil {
+		stopNATS = gen.nats.Stop(ctx)
 	}
 	var stopInternal error
 	if g.internal != nil {
@@ -410,14 +387,15 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	return errors.Join(g.http.shutdown(ctx), stopInternal, stopNATS, g.closeDispatcher(ctx))
 }
 
-// closeDispatcher stops the dispatcher, then what it shared with other
-// replicas: its last settles reach Redis before the client closes.
+// closeDispatcher stops the current generation's dispatcher and waits for
+// the retiring ones, then what it shared with other replicas: its last
+// settles reach Redis before the client closes.
 func (g *Gateway) closeDispatcher(ctx context.Context) error {
-	if g.limiter != nil {
-		g.limiter.Close() // the doors are stopped: no lease needs refreshing
-	}
-	if err := g.d.Close(ctx); err != nil {
+	if err := g.cur.Load().closeDispatcher(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: close dispatcher: %w", err), g.closeShared())
+	}
+	if err := waitGroup(ctx, &g.retiring); err != nil {
+		return errors.Join(fmt.Errorf("gateway: the configurations a reload replaced: %w", err), g.closeShared())
 	}
 	if err := g.records.Flush(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())

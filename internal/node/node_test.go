@@ -68,7 +68,17 @@ func fakeRoute(t *testing.T, n int) string {
 // "general" over them and a quick default policy.
 func parse(t *testing.T, urlA, urlB, extra string) *config.Config {
 	t.Helper()
-	y := fmt.Sprintf(`nats:
+	y := configText(urlA, urlB, extra)
+	cfg, err := config.Parse("node.yaml", []byte(y), config.RoleServe, os.LookupEnv)
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, y)
+	}
+	return cfg
+}
+
+// configText is the file parse loads.
+func configText(urlA, urlB, extra string) string {
+	return fmt.Sprintf(`nats:
   urls: [nats://127.0.0.1:4222]
 http:
   listen: 127.0.0.1:0
@@ -80,11 +90,6 @@ pools:
 policies:
   default: {control_fraction: 0, deadline: 5s, heartbeat_interval: 50ms}
 %s`, urlA, urlB, extra)
-	cfg, err := config.Parse("node.yaml", []byte(y), config.RoleServe, os.LookupEnv)
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, y)
-	}
-	return cfg
 }
 
 func stop(t *testing.T, s interface{ Stop(context.Context) error }) {
@@ -201,6 +206,25 @@ func TestServeListensForExternalWorkersWhenAsked(t *testing.T) {
 	status, metrics := get(t, "http://"+w.MetricsAddr().String()+"/metrics")
 	if status != http.StatusOK || !strings.Contains(string(metrics), "go_goroutines") {
 		t.Fatalf("worker metrics: %d %.200s", status, metrics)
+	}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		if status, body := get(t, "http://"+w.MetricsAddr().String()+probe); status != http.StatusOK || string(body) != "ok\n" {
+			t.Errorf("worker %s while connected: %d %q", probe, status, body)
+		}
+	}
+}
+
+// A worker's readiness follows its NATS connection.
+func TestWorkerProbesAnswer503WhileNotReady(t *testing.T) {
+	for _, tc := range []struct {
+		ready bool
+		want  int
+	}{{true, http.StatusOK}, {false, http.StatusServiceUnavailable}} {
+		rec := httptest.NewRecorder()
+		writeProbe(rec, tc.ready)
+		if rec.Code != tc.want {
+			t.Errorf("ready %v: %d, want %d", tc.ready, rec.Code, tc.want)
+		}
 	}
 }
 

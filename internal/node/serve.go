@@ -173,3 +173,10 @@ func (s *Serve) removeTempDir() error {
 	}
 	return nil
 }
+
+// Reload takes over the configuration load returns as Gateway.Reload does;
+// serve's workers keep the routes they started with, so a change of routes
+// takes a restart.
+func (s *Serve) Reload(load func() (*config.Config, error)) error {
+	return s.gateway.Reload(load, true)
+}

@@ -27,7 +27,8 @@ type Workers struct {
 
 // StartWorkers starts the workers of o.Routes (all routes when empty) on nc,
 // reading each route's provider key through o.Env, and serves their metrics
-// on o.MetricsListen when set. With redis.url set, each worker holds a
+// on o.MetricsListen when set, with GET /healthz (200 while the process
+// runs) and GET /readyz (200 while NATS is connected, else 503). With redis.url set, each worker holds a
 // route in-flight lease in Redis for every attempt it runs, so every
 // gateway's route choice sees this process's load (docs/architecture.md §7).
 func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error) {
@@ -71,12 +72,26 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 	if err == nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeProbe(w, true) })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { writeProbe(w, nc.IsConnected()) })
 		w.metrics, err = serveHTTP(o.MetricsListen, &http.Server{Handler: mux, ReadTimeout: metricsReadTimeout}, log)
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("workers: metrics: %w", err), unwind(w.Stop))
 	}
 	return w, nil
+}
+
+// writeProbe answers a probe of the worker's metrics listener: 200 "ok",
+// or 503 "not ready" (Kubernetes' liveness and readiness, deploy/k8s).
+func writeProbe(w http.ResponseWriter, ok bool) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: NATS is not connected\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 // WorkerRoutes describes the configured routes as a worker pool takes them.

@@ -96,6 +96,15 @@ func newExporter(sp sdktrace.SpanProcessor, o Options) (*Exporter, error) {
 	return &Exporter{provider: provider, tracer: provider.Tracer("github.com/hedgerow/hedgerow/dispatcher"), routes: o.Routes}, nil
 }
 
+// WithRoutes is an Exporter sending through e's batches that describes
+// these routes: a gateway's configuration reload swaps its routes, not its
+// exporter.
+func (e *Exporter) WithRoutes(routes map[string]Route) *Exporter {
+	c := *e
+	c.routes = routes
+	return &c
+}
+
 // ParseHeaders reads OTLP headers written as k=v pairs separated by commas,
 // as the OTEL_EXPORTER_OTLP_HEADERS variable is. An error never quotes a
 // value: they are credentials.

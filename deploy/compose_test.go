@@ -1,0 +1,209 @@
+package deploy_test
+
+import (
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/natsauth"
+)
+
+// composeService is the part of a compose service the checks read.
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	Ports       []string          `yaml:"ports"`
+	Volumes     []string          `yaml:"volumes"`
+	Environment map[string]string `yaml:"environment"`
+}
+
+// loadCompose reads deploy/compose.yaml, anchors and merge keys resolved.
+func loadCompose(t *testing.T) map[string]composeService {
+	t.Helper()
+	data, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	return f.Services
+}
+
+// mountSource is the file (relative to deploy/) a service mounts at target.
+func mountSource(t *testing.T, s composeService, target string) string {
+	t.Helper()
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && parts[1] == target && strings.HasPrefix(parts[0], "./") {
+			return strings.TrimPrefix(parts[0], "./")
+		}
+	}
+	t.Fatalf("nothing is mounted at %s (volumes %q)", target, s.Volumes)
+	return ""
+}
+
+// The compose stack has the topology of `make cluster` on its host ports:
+// NATS 4223–4225, Redis 6380, gateways 8081 and 8082, Prometheus 9090.
+func TestComposeRunsTheClusterTopologyOnItsPorts(t *testing.T) {
+	svcs := loadCompose(t)
+	for name, port := range map[string]string{
+		"nats-1": "4223:4222", "nats-2": "4224:4222", "nats-3": "4225:4222", "redis": "6380:6379",
+		"gateway-1": "8081:8080", "gateway-2": "8082:8080", "prometheus": "9090:9090", "grafana": "3000:3000",
+	} {
+		s, ok := svcs[name]
+		if !ok {
+			t.Errorf("no service %s", name)
+			continue
+		}
+		if !slices.Contains(s.Ports, port) {
+			t.Errorf("%s publishes %q, want %s", name, s.Ports, port)
+		}
+	}
+	for _, name := range []string{"worker", "fakellm-a", "fakellm-b", "fakellm-c"} {
+		if s, ok := svcs[name]; !ok || s.Image != "hedgerow:dev" {
+			t.Errorf("service %s: %+v, want one running the image hedgerow:dev", name, s)
+		}
+	}
+}
+
+// Every file the stack mounts is in the repository, but for the NATS users
+// the operator generates (compose/nats-auth) and the alert rules and
+// dashboard of deploy/prometheus and deploy/grafana, mounted where
+// Prometheus' rule_files and Grafana's dashboard provider look.
+func TestComposeMountsItsFilesWhereTheirReadersLook(t *testing.T) {
+	svcs := loadCompose(t)
+	generated := map[string]bool{natsauth.ServerConfigFile: true, natsauth.UserGateway + ".nk": true, natsauth.UserWorker + ".nk": true}
+	for name, s := range svcs {
+		for _, v := range s.Volumes {
+			src := strings.Split(v, ":")[0]
+			if !strings.HasPrefix(src, "./") {
+				continue
+			}
+			src = strings.TrimPrefix(src, "./")
+			switch {
+			case path.Dir(src) == "compose/nats-auth":
+				if !generated[path.Base(src)] {
+					t.Errorf("%s mounts %s, which `hedgerow nats-auth` does not write", name, src)
+				}
+			case src == "prometheus/alerts.yaml", src == "grafana/hedgerow.json":
+			default:
+				if _, err := os.Stat(src); err != nil {
+					t.Errorf("%s mounts %s: %v", name, src, err)
+				}
+			}
+		}
+	}
+	rules := mountSource(t, svcs["prometheus"], "/etc/prometheus/alerts.yaml")
+	promCfg := mountSource(t, svcs["prometheus"], "/etc/prometheus/prometheus.yml")
+	var prom struct {
+		RuleFiles []string `yaml:"rule_files"`
+	}
+	readYAML(t, promCfg, &prom)
+	if rules != "prometheus/alerts.yaml" || !slices.Equal(prom.RuleFiles, []string{"/etc/prometheus/alerts.yaml"}) {
+		t.Errorf("Prometheus loads %q and mounts %s there, want deploy/prometheus/alerts.yaml", prom.RuleFiles, rules)
+	}
+	var dash struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, mountSource(t, svcs["grafana"], "/etc/grafana/provisioning/dashboards/hedgerow.yaml"), &dash)
+	if len(dash.Providers) != 1 || mountSource(t, svcs["grafana"], dash.Providers[0].Options.Path+"/hedgerow.json") != "grafana/hedgerow.json" {
+		t.Errorf("Grafana's dashboard provider %+v does not hold deploy/grafana/hedgerow.json", dash.Providers)
+	}
+}
+
+func readYAML(t *testing.T, name string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// The gateways' and workers' configuration passes `hedgerow config check`
+// for their roles, with the variables compose sets, and names the seed
+// each service mounts; the NATS services' configuration parses as
+// nats-server parses it, with users generated from that configuration.
+func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.T) {
+	svcs := loadCompose(t)
+	var hcfg *config.Config
+	for name, want := range map[string]struct {
+		role config.Role
+		user string
+	}{"gateway-1": {config.RoleGateway, natsauth.UserGateway}, "gateway-2": {config.RoleGateway, natsauth.UserGateway},
+		"worker": {config.RoleWorker, natsauth.UserWorker}} {
+		s := svcs[name]
+		if len(s.Command) == 0 || s.Command[0] != string(want.role) {
+			t.Fatalf("%s runs %q, want the %s command", name, s.Command, want.role)
+		}
+		file := mountSource(t, s, flagValue(t, s.Command, "--config"))
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := func(v string) (string, bool) {
+			_, ok := s.Environment[v]
+			return "set", ok
+		}
+		cfg, err := config.Parse(file, data, want.role, env)
+		var problems config.Problems
+		if errors.As(err, &problems) {
+			t.Fatalf("%s: config check --role %s:\n%v", name, want.role, err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seed := mountSource(t, s, cfg.NATS.NKeySeedFile); seed != "compose/nats-auth/"+want.user+".nk" {
+			t.Errorf("%s mounts %s as its NATS seed, want the %s user's", name, seed, want.user)
+		}
+		hcfg = cfg
+	}
+	spec := natsauth.Spec{GateBucket: hcfg.Gate.Bucket, RecordsStream: hcfg.Records.Stream, Responses: natsauth.ResponsesForConfig(hcfg)}
+	for _, r := range hcfg.Routes {
+		spec.Routes = append(spec.Routes, r.Name)
+	}
+	bundle, err := natsauth.Generate(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := svcs["nats-1"]
+	confTarget := flagValue(t, s.Command, "--config")
+	authTarget := "/etc/nats/auth/" + natsauth.ServerConfigFile
+	if got := mountSource(t, s, authTarget); got != "compose/nats-auth/"+natsauth.ServerConfigFile {
+		t.Fatalf("nats-1 mounts %s at %s", got, authTarget)
+	}
+	conf, err := os.ReadFile(mountSource(t, s, confTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	write(t, filepath.Join(root, confTarget), conf)
+	write(t, filepath.Join(root, authTarget), bundle.ServerConfig())
+	t.Setenv("SERVER_NAME", "nats-1")
+	opts, err := server.ProcessConfigFile(filepath.Join(root, confTarget))
+	if err != nil {
+		t.Fatalf("nats-server refuses the compose configuration: %v", err)
+	}
+	if !opts.JetStream || opts.ServerName != "nats-1" || len(opts.Routes) != 3 || int64(opts.MaxPayload) < int64(hcfg.NATS.MaxPayload) {
+		t.Errorf("JetStream %v, name %q, %d routes, max_payload %d; want JetStream, nats-1, 3 routes, at least %d",
+			opts.JetStream, opts.ServerName, len(opts.Routes), opts.MaxPayload, int64(hcfg.NATS.MaxPayload))
+	}
+}
