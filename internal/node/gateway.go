@@ -199,8 +199,14 @@ func openRecords(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, l
 	ctx, cancel := context.WithTimeout(context.Background(), recordsStartTimeout)
 	defer cancel()
 	r := cfg.Records
-	return records.Open(ctx, nc, records.Config{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
-		Replicas: r.Replicas, Duplicates: r.Duplicates, MaxPending: r.MaxPending, CommitTimeout: r.CommitTimeout}, reg, log)
+	var p *records.Publisher
+	err := createAtStart(ctx, func(try context.Context) error {
+		var err error
+		p, err = records.Open(try, nc, records.Config{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
+			Replicas: r.Replicas, Duplicates: r.Duplicates, MaxPending: r.MaxPending, CommitTimeout: r.CommitTimeout}, reg, log)
+		return err
+	})
+	return p, err
 }
 
 // replayStore is where the HTTP door keeps committed answers for replay

@@ -76,6 +76,27 @@ func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, e
 	return &shared{store: store, gate: gate, client: client}, nil
 }
 
+// jetStreamTry bounds one try at creating a stream or bucket at start.
+const jetStreamTry = 3 * time.Second
+
+// createAtStart runs create, a creation of a JetStream stream or bucket at
+// a process's start, and runs it again while ctx allows when a try got no
+// answer within jetStreamTry: two replicas creating one replicated stream
+// at once on a new cluster can leave one creation unanswered (seen with
+// nats-server 2.15.2, docs/architecture.md §12), which a second request
+// gets past. Any other error is returned at once.
+func createAtStart(ctx context.Context, create func(context.Context) error) error {
+	for {
+		try, cancel := context.WithTimeout(ctx, jetStreamTry)
+		err := create(try)
+		cancel()
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !unanswered || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
 // ledgerStartTimeout bounds opening the gate's bucket at start.
 const ledgerStartTimeout = 10 * time.Second
 
@@ -91,8 +112,13 @@ func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*arbiter.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerStartTimeout)
 	defer cancel()
-	l, err := arbiter.OpenLedger(ctx, js, arbiter.LedgerConfig{
-		Bucket: cfg.Gate.Bucket, Replicas: cfg.Gate.Replicas, TTL: ttl, Timeout: cfg.Gate.Timeout,
+	var l *arbiter.KVLedger
+	err = createAtStart(ctx, func(try context.Context) error {
+		var err error
+		l, err = arbiter.OpenLedger(try, js, arbiter.LedgerConfig{
+			Bucket: cfg.Gate.Bucket, Replicas: cfg.Gate.Replicas, TTL: ttl, Timeout: cfg.Gate.Timeout,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (gate.on_unavailable fallback keeps every commit in a JetStream bucket: "+

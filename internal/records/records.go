@@ -110,13 +110,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, reg prometheus.Registe
 	// Both reasons exist from the start at 0 (docs/architecture.md §9).
 	p.failures.WithLabelValues("dropped")
 	p.failures.WithLabelValues("error")
-	if reg != nil {
-		for _, c := range []prometheus.Collector{p.failures, p.commits} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("records: register metric: %w", err)
-			}
-		}
-	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(cfg.MaxPending, 1)),
 		jetstream.WithPublishAsyncTimeout(max(cfg.CommitTimeout, time.Second)),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
@@ -125,15 +118,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, cfg.StreamConfig()); err != nil {
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
-			errors.Is(err, nats.ErrNoResponders) {
-			log.Warn("NATS has no JetStream: records are not kept, only published live (docs/architecture.md §9)", "stream", cfg.Stream)
-			return p, nil
-		}
+	switch _, err := js.CreateOrUpdateStream(ctx, cfg.StreamConfig()); {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrNoResponders):
+		log.Warn("NATS has no JetStream: records are not kept, only published live (docs/architecture.md §9)", "stream", cfg.Stream)
+	case err != nil:
 		return nil, fmt.Errorf("records: stream %s: %w", cfg.Stream, err)
+	default:
+		p.js = js
 	}
-	p.js = js
+	// Registered last, so an Open that failed (and is tried again) leaves
+	// nothing registered.
+	if reg != nil {
+		for _, c := range []prometheus.Collector{p.failures, p.commits} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("records: register metric: %w", err)
+			}
+		}
+	}
 	return p, nil
 }
 
