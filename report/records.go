@@ -27,6 +27,10 @@ var ErrInvalidRecord = errors.New("invalid record")
 // docs/architecture.md §9).
 var ErrNotKept = errors.New("records are not kept")
 
+// ErrTooMany says a read would hold more records than its reader may (a
+// gateway's bound on one report request).
+var ErrTooMany = errors.New("more records than one read may hold")
+
 // maxLine bounds one JSONL line; a record is well under a kilobyte.
 const maxLine = 1 << 20
 

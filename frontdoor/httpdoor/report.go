@@ -69,6 +69,12 @@ func (h *handler) serveReport(raw bool) http.HandlerFunc {
 		}
 		recs, err := h.opts.Records.Records(r.Context(), since)
 		if err != nil {
+			if errors.Is(err, report.ErrTooMany) {
+				dl.writeFailure(w, frontdoor.InvalidParam("since",
+					"There are more records in this span than one report request may read; ask for a shorter since, "+
+						"or read the stream itself with `hedgerow report --nats`."))
+				return
+			}
 			if errors.Is(err, report.ErrNotKept) {
 				dl.writeFailure(w, &frontdoor.Failure{Code: string(schemas.ErrUnavailable),
 					Message: "Records are not kept by this deployment (NATS without JetStream), so there is nothing to report."})

@@ -127,6 +127,31 @@ func TestReportEndpointsAnswerOnlyTenantsAllowedToReadReports(t *testing.T) {
 	}
 }
 
+// A span of more records than the gateway may hold for one request is
+// refused naming since, before any is read; one within the limit is
+// answered.
+func TestAReportOverMoreRecordsThanTheGatewayMayHoldAsksForAShorterSince(t *testing.T) {
+	start := time.Now().Add(-100 * time.Second)
+	reader, lines := keptRecords(t, 100, start)
+	reader.Limit = len(lines) / 4
+	srv := frontDoor(t, frontdoortest.New(nil), Options{
+		Now:     func() time.Time { return start.Add(100 * time.Second) },
+		Records: reader,
+	})
+	for _, path := range []string{ReportPath, RecordsPath} {
+		resp, body := getWithKey(t, srv.URL+path, "")
+		_, code, param := openAIErrorOf(t, body)
+		if resp.StatusCode != http.StatusBadRequest || code != frontdoor.CodeInvalidValue || param != "since" {
+			t.Errorf("%s over every record: %d %s param %q (%s), want 400 %s naming since", path, resp.StatusCode, code, param, body, frontdoor.CodeInvalidValue)
+		}
+	}
+	reader.Limit = len(lines)
+	within := frontDoor(t, frontdoortest.New(nil), Options{Records: reader})
+	if resp, body := getWithKey(t, within.URL+ReportPath, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("records within the limit: %d %s", resp.StatusCode, body)
+	}
+}
+
 func TestReportEndpointsSay503WhenNoRecordsAreKept(t *testing.T) {
 	srv := frontDoor(t, frontdoortest.New(nil), Options{Records: records.Reader{}})
 	resp, body := getWithKey(t, srv.URL+ReportPath, "")

@@ -92,7 +92,9 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 		hopts.Limiter = gen.limiter
 	}
 	// The report endpoints read the records stream (docs/architecture.md §9).
-	hopts.Records, hopts.ReportTenants = g.records.Reader(), reportTenants(cfg.Tenants)
+	reader := g.records.Reader()
+	reader.Limit = reportRecordLimit
+	hopts.Records, hopts.ReportTenants = reader, reportTenants(cfg.Tenants)
 	if cfg.HTTP.InternalListen != "" {
 		gen.api, gen.internal, err = httpdoor.NewSplit(d, hopts)
 	} else {

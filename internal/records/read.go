@@ -23,6 +23,10 @@ const readBatch = 1000
 type Reader struct {
 	JS     jetstream.JetStream // nil: records are not kept (ErrNotKept)
 	Stream string
+	// Limit bounds how many records one read may hold in memory; a read
+	// that would take more fails with report.ErrTooMany before it reads
+	// any. Zero: no bound (the command, on the operator's own machine).
+	Limit int
 }
 
 // SubjectAndID is where a record is kept and its message id, as the
@@ -99,6 +103,9 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 	}()
 	out := &report.Records{}
 	pending := info.NumPending
+	if r.Limit > 0 && pending > uint64(r.Limit) {
+		return nil, fmt.Errorf("%w: %d records, the limit is %d", report.ErrTooMany, pending, r.Limit)
+	}
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
