@@ -15,7 +15,6 @@ import (
 
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/natsauth"
 )
 
 // A reload (SIGHUP) takes over the file's tenants and pools without a
@@ -198,26 +197,7 @@ func TestARequestInFlightDuringAReloadIsAnsweredByTheConfigurationThatTookIt(t *
 func TestAGatewayReloadTakesOverItsRoutesAndPools(t *testing.T) {
 	urlA, urlB := fakeRoute(t, 0), fakeRoute(t, 1)
 	cfg := parse(t, urlA, urlB, "")
-	users := localUsers(t, cfg)
-	s, err := StartServe(cfg, Options{})
-	if err != nil {
-		t.Fatalf("StartServe: %v", err)
-	}
-	defer stop(t, s)
-	gopts, err := users.Options(natsauth.UserGateway)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := Connect([]string{s.NATSURL()}, "reloading-gateway", nil, gopts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	g, err := StartGateway(cfg, nc, nil, Options{})
-	if err != nil {
-		t.Fatalf("StartGateway: %v", err)
-	}
-	defer stop(t, g)
+	_, g, _ := serveWithSecondGateway(t, cfg)
 	chat := func(model string) (int, string) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+g.Addr().String()+"/v1/chat/completions",
 			strings.NewReader(`{"model":"`+model+`","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))

@@ -27,26 +27,7 @@ func TestGatewaysSharingRedisShareATenantsRequestRateOverBothDoors(t *testing.T)
 tenants:
   acme: {api_key_hashes: [`+config.HashAPIKey(key)+`], requests_per_second: 0.001, burst: 2}
 `)
-	users := localUsers(t, cfg)
-	s, err := StartServe(cfg, Options{})
-	if err != nil {
-		t.Fatalf("StartServe: %v", err)
-	}
-	defer stop(t, s)
-	gopts, err := users.Options(natsauth.UserGateway)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := Connect([]string{s.NATSURL()}, "second-gateway", nil, gopts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	g, err := StartGateway(cfg, nc, nil, Options{})
-	if err != nil {
-		t.Fatalf("StartGateway: %v", err)
-	}
-	defer stop(t, g)
+	s, g, users := serveWithSecondGateway(t, cfg)
 
 	chat := func(base string) (int, []byte, http.Header) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+base+"/v1/chat/completions",
@@ -108,4 +89,33 @@ tenants:
 	if status != http.StatusOK || !strings.Contains(string(metrics), `hedgerow_tenant_limit_refusals_total{reason="rate"}`) {
 		t.Fatalf("metrics: %d, no refusal counter", status)
 	}
+}
+
+// serveWithSecondGateway starts serve on cfg (its NATS admitting only the
+// generated users) and a second gateway process's worth on its NATS, as the
+// gateway user: a replica beside serve's own gateway. Both stop with the
+// test; the users' credentials come back for other roles' connections.
+func serveWithSecondGateway(t *testing.T, cfg *config.Config) (*Serve, *Gateway, *natsauth.Local) {
+	t.Helper()
+	users := localUsers(t, cfg)
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	t.Cleanup(func() { stop(t, s) })
+	gopts, err := users.Options(natsauth.UserGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect([]string{s.NATSURL()}, "second-gateway", nil, gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g, err := StartGateway(cfg, nc, nil, Options{})
+	if err != nil {
+		t.Fatalf("StartGateway: %v", err)
+	}
+	t.Cleanup(func() { stop(t, g) })
+	return s, g, users
 }
