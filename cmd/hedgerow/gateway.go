@@ -32,7 +32,7 @@ configuration serving. SIGINT or SIGTERM stops it gracefully.`,
 				return err
 			}
 			defer nc.Close()
-			g, err := node.StartGateway(cfg, nc, nil, node.Options{Logger: log})
+			g, err := node.StartGateway(cfg, nc, nil, node.Options{Logger: log, Version: version})
 			if err != nil {
 				return err
 			}

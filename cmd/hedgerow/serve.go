@@ -170,7 +170,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			s, err := node.StartServe(cfg, node.Options{Logger: log})
+			s, err := node.StartServe(cfg, node.Options{Logger: log, Version: version})
 			if err != nil {
 				return err
 			}

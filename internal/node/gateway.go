@@ -114,7 +114,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.records, err = openRecords(cfg, nc, reg, log.With("component", "records")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	if g.tracer, err = openTracer(cfg, o.env(), log.With("component", "tracing")); err != nil {
+	if g.tracer, err = openTracer(cfg, o, log.With("component", "tracing")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
 	if g.replays, err = replayStore(cfg, sh); err != nil {
@@ -159,14 +159,14 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 }
 
 // openTracer starts the trace exporter tracing.endpoint names, or none.
-func openTracer(cfg *config.Config, env config.LookupEnv, log *slog.Logger) (*tracing.Exporter, error) {
+func openTracer(cfg *config.Config, o Options, log *slog.Logger) (*tracing.Exporter, error) {
 	t := cfg.Tracing
 	if t.Endpoint == "" {
 		return nil, nil
 	}
 	var headers map[string]string
 	if t.HeadersEnv != "" {
-		raw, ok := env(t.HeadersEnv)
+		raw, ok := o.env()(t.HeadersEnv)
 		if !ok {
 			return nil, fmt.Errorf("tracing.headers_env: environment variable %s is not set", t.HeadersEnv)
 		}
@@ -176,7 +176,7 @@ func openTracer(cfg *config.Config, env config.LookupEnv, log *slog.Logger) (*tr
 		}
 	}
 	return tracing.New(tracing.Options{Endpoint: t.Endpoint, Headers: headers, SampleRatio: t.SampleRatio,
-		Service: "hedgerow-gateway", Logger: log})
+		Service: "hedgerow-gateway", Version: o.Version, Logger: log})
 }
 
 // traceRoutes describes cfg's routes as the trace exporter names them.

@@ -42,6 +42,8 @@ type Options struct {
 	// DrainGrace is how long stopping workers let attempts finish before
 	// cancelling them; 0 means worker.DefaultDrainGrace.
 	DrainGrace time.Duration
+	// Version is the build's version, which traces name as service.version.
+	Version string
 }
 
 func (o Options) logger() *slog.Logger {

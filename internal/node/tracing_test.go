@@ -23,9 +23,10 @@ import (
 // otlpReceiver is a collector's OTLP/HTTP traces endpoint: it decodes what
 // the exporter sends with the protocol's own types.
 type otlpReceiver struct {
-	mu    sync.Mutex
-	spans []*tracepb.Span
-	bad   []string
+	mu       sync.Mutex
+	spans    []*tracepb.Span
+	services []string // each batch's service.name/service.version
+	bad      []string
 }
 
 func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -44,6 +45,16 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	for _, rs := range msg.ResourceSpans {
+		var name, version string
+		for _, kv := range rs.GetResource().GetAttributes() {
+			switch kv.Key {
+			case "service.name":
+				name = kv.Value.GetStringValue()
+			case "service.version":
+				version = kv.Value.GetStringValue()
+			}
+		}
+		r.services = append(r.services, name+"/"+version)
 		for _, ss := range rs.ScopeSpans {
 			r.spans = append(r.spans, ss.Spans...)
 		}
@@ -78,7 +89,7 @@ func TestAGatewayExportsAGroupsTraceOverOTLPInTheCallersTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop(t, w)
-	g, err := StartGateway(cfg, natstest.Connect(t, bus, nats.Name("gateway")), nil, Options{})
+	g, err := StartGateway(cfg, natstest.Connect(t, bus, nats.Name("gateway")), nil, Options{Version: "v9.9.9-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +121,11 @@ func TestAGatewayExportsAGroupsTraceOverOTLPInTheCallersTrace(t *testing.T) {
 	defer collector.mu.Unlock()
 	if len(collector.bad) > 0 {
 		t.Fatalf("the collector refused exports: %q", collector.bad)
+	}
+	for _, svc := range collector.services {
+		if svc != "hedgerow-gateway/v9.9.9-test" {
+			t.Fatalf("spans of service %q, want hedgerow-gateway/v9.9.9-test (service.name/service.version)", svc)
+		}
 	}
 	var group *tracepb.Span
 	children := 0
