@@ -37,14 +37,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := b.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, ServerConfigFile))
-	if err != nil {
-		t.Fatalf("nats-server cannot read the generated configuration: %v", err)
-	}
+	_, opts := writeAndLoad(t, b)
 	byKey := map[string]*server.NkeyUser{}
 	for _, u := range opts.Nkeys {
 		byKey[u.Nkey] = u
@@ -146,4 +139,19 @@ func TestGenerateRefusesASpecItCannotHonour(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeAndLoad writes b into a new directory and reads its server
+// configuration back as nats-server does, failing the test if it cannot.
+func writeAndLoad(t *testing.T, b *Bundle) (string, *server.Options) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := b.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, ServerConfigFile))
+	if err != nil {
+		t.Fatalf("nats-server cannot read the generated configuration: %v", err)
+	}
+	return dir, opts
 }

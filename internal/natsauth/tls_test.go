@@ -23,14 +23,7 @@ func startTLSServer(t *testing.T) (string, *Bundle, *server.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := b.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, ServerConfigFile))
-	if err != nil {
-		t.Fatalf("nats-server cannot read the generated configuration: %v", err)
-	}
+	dir, opts := writeAndLoad(t, b)
 	if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Fatalf("the generated configuration does not require verified client certificates: %+v", opts.TLSConfig)
 	}

@@ -4,14 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/report"
 )
 
@@ -19,23 +16,12 @@ import (
 // gateway role's permissions) and two tenants, one allowed reports: the
 // report endpoint counts the groups answered, for that tenant only.
 func TestServesReportEndpointCountsTheAnsweredGroupsForTenantsAllowedReports(t *testing.T) {
-	dir := t.TempDir()
-	b, err := natsauth.Generate(natsauth.Spec{Routes: []string{"fake-a", "fake-b"},
-		Responses: natsauth.ResponsesFor(5*time.Second, 50*time.Millisecond)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Write(dir); err != nil {
-		t.Fatal(err)
-	}
 	cfg := parse(t, fakeRoute(t, 0), fakeRoute(t, 1), fmt.Sprintf(`tenants:
   ops: {api_key_hashes: [%q], reports: true}
   caller: {api_key_hashes: [%q]}
 `, config.HashAPIKey("ops-key"), config.HashAPIKey("caller-key")))
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.NATS.ServerConfig = filepath.Join(dir, natsauth.ServerConfigFile)
-	cfg.NATS.NKeySeedFile = filepath.Join(dir, "serve.nk")
-	cfg.NATS.StoreDir = filepath.Join(dir, "store")
+	localUsers(t, cfg)
+	cfg.NATS.StoreDir = t.TempDir()
 	s, err := StartServe(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
