@@ -125,6 +125,11 @@ type conditionReport struct {
 	Elapsed          time.Duration
 	// Tails take each contender's slowest requests apart (tail_test.go).
 	Tails []tailReport
+	// HedgedArm is hedgerow's row over the groups its guardrail let hedge:
+	// without the control arm, the share of groups (1% by default) kept
+	// primary-only on purpose as the baseline hedging is judged against
+	// (docs/architecture.md §5), which the peers do not keep.
+	HedgedArm contenderReport
 	// Hedgerow is what hedgerow's own /metrics said over the measured run:
 	// context for its row, never the source of its duplicate rate.
 	Hedgerow hedgerowMetrics
@@ -608,7 +613,8 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
-	rep.Tails = tails(reqs, traces(reqs, sum, upstream, groups, o.deadline()))
+	rep.Tails = tails(reqs, traces(reqs, sum, upstream, groups, o.deadline()), o.TimeScale)
+	rep.HedgedArm = hedgedArm(reqs, sum, upstream, groups, o.deadline())
 	rep.Hedgerow.Warnings = s.warns.take()
 	var noneTTFT []time.Duration
 	for i, res := range sum.Results {
@@ -743,6 +749,26 @@ func measure(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, 
 		out[k].TTFT, out[k].End = summarize(ttft[k]), summarize(end[k])
 	}
 	return out
+}
+
+// hedgedArm is measure's hedgerow row over its requests whose group record
+// does not put them in the guardrail's control arm.
+func hedgedArm(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, groups map[string]schemas.GroupRecord, deadline time.Duration) contenderReport {
+	hedgerow := slices.Index(contenderNames, contenderHedgerow)
+	arm := &loadgen.Summary{Start: sum.Start, Elapsed: sum.Elapsed}
+	var armReqs []request
+	var armUpstream [][]fakellm.Record
+	for i, r := range reqs {
+		if g, ok := groups[r.fingerprint]; r.contender != hedgerow || ok && g.GuardrailDecision == schemas.GuardrailControl {
+			continue
+		}
+		armReqs = append(armReqs, r)
+		arm.Results = append(arm.Results, sum.Results[i])
+		armUpstream = append(armUpstream, upstream[i])
+	}
+	c := measure(armReqs, arm, armUpstream, deadline)[hedgerow]
+	c.Name = contenderHedgerow + ", hedged arm"
+	return c
 }
 
 // errorKind names the kind of a failed request's error for the table: the

@@ -30,10 +30,10 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		upstream := 0
 		for _, c := range rep.Contenders {
 			upstream += c.Upstream
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-				c.Name, c.Requests, c.Errors, c.Upstream, 100*c.DuplicateRate(), c.MaxPerRequest,
-				ms(c.TTFT.P50), ms(c.TTFT.P90), ms(c.TTFT.P99), ms(c.TTFT.P999), ms(c.TTFT.Max),
-				ms(c.End.P50), ms(c.End.P90), ms(c.End.P99), ms(c.End.P999), ms(c.End.Max))
+			writeRow(tw, c)
+		}
+		if rep.HedgedArm.Requests > 0 {
+			writeRow(tw, rep.HedgedArm)
 		}
 		_ = tw.Flush()
 		for _, c := range rep.Contenders {
@@ -69,6 +69,11 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		r := ratios(rep)
 		fmt.Fprintf(w, "hedgerow / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points over the lower peer's\n",
 			r.TTFTP99, r.TTFTP999, r.EndP99, r.EndP999, r.DupPoints)
+		if rep.HedgedArm.Requests > 0 {
+			ra := ratiosOf(rep, rep.HedgedArm)
+			fmt.Fprintf(w, "hedged arm / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points (the %d control groups are never hedged, by design)\n",
+				ra.TTFTP99, ra.TTFTP999, ra.EndP99, ra.EndP999, ra.DupPoints, rep.Contenders[slices.Index(contenderNames, contenderHedgerow)].Requests-rep.HedgedArm.Requests)
+		}
 		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",
 			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
 		fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
@@ -77,6 +82,14 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 			writeTails(w, rep.Tails, o.PerContender)
 		}
 	}
+}
+
+// writeRow prints one contender's row of the table.
+func writeRow(tw io.Writer, c contenderReport) {
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f%%\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		c.Name, c.Requests, c.Errors, c.Upstream, 100*c.DuplicateRate(), c.MaxPerRequest,
+		ms(c.TTFT.P50), ms(c.TTFT.P90), ms(c.TTFT.P99), ms(c.TTFT.P999), ms(c.TTFT.Max),
+		ms(c.End.P50), ms(c.End.P90), ms(c.End.P99), ms(c.End.P999), ms(c.End.Max))
 }
 
 // ratioSet is hedgerow's figures over the best peer's (the lower of the two
@@ -88,11 +101,16 @@ type ratioSet struct {
 }
 
 func ratios(rep *conditionReport) ratioSet {
+	return ratiosOf(rep, rep.Contenders[slices.Index(contenderNames, contenderHedgerow)])
+}
+
+// ratiosOf is ratios with h standing for hedgerow's row.
+func ratiosOf(rep *conditionReport, h contenderReport) ratioSet {
 	by := map[string]contenderReport{}
 	for _, c := range rep.Contenders {
 		by[c.Name] = c
 	}
-	h, a, b, n := by[contenderHedgerow], by[contenderHedgedHTTP], by[contenderFailsafe], by[contenderNone]
+	a, b, n := by[contenderHedgedHTTP], by[contenderFailsafe], by[contenderNone]
 	over := func(x, y time.Duration) float64 {
 		if y == 0 {
 			return 0

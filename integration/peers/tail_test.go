@@ -213,6 +213,19 @@ type tailReport struct {
 	// Overhead is the client's time to first token minus the earliest
 	// first token a fake sent (P50, P99, P99.9, over answered requests).
 	Overhead [3]time.Duration
+	// PrimaryFirstP95 is the P95 of the first token the workload drew for
+	// each request's first attempt (ok draws, sent or not, real time): the
+	// delay a perfect P95 estimator would arm, with no wire in between.
+	PrimaryFirstP95 time.Duration
+	// PrimarySentP95 is the same P95 over when the fake actually sent that
+	// first token from the attempt's start, a primary cancelled before it
+	// counting as slower than every sent one.
+	PrimarySentP95 time.Duration
+	// Wire is, for hedgerow's groups its primary won, the group record's
+	// first byte (as the dispatcher measured it from the group's start)
+	// minus when the fake sent that first token (from due), P50/P95/P99:
+	// what the estimator's samples carry beyond the provider's latency.
+	Wire [3]time.Duration
 	// Slowest are the slowest 1% by time to first token, slowest first.
 	Slowest []requestTrace
 	// Classes counts Slowest by what made them slow (classify).
@@ -224,7 +237,7 @@ type tailReport struct {
 	NoRecord int
 }
 
-func tails(reqs []request, tr []requestTrace) []tailReport {
+func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 	out := make([]tailReport, len(contenderNames))
 	by := make([][]requestTrace, len(contenderNames))
 	for i, t := range tr {
@@ -232,8 +245,22 @@ func tails(reqs []request, tr []requestTrace) []tailReport {
 	}
 	for k, ts := range by {
 		rep := tailReport{Name: contenderNames[k], Classes: map[string]int{}, Suppressed: map[string]int{}}
-		var hedgeAt, overhead []time.Duration
+		var hedgeAt, overhead, primaryFirst, primarySent, wire []time.Duration
 		for _, t := range ts {
+			if len(t.Attempts) > 0 && t.Attempts[0].Drawn {
+				a := t.Attempts[0]
+				sent := time.Duration(math.MaxInt64)
+				if a.Sent {
+					sent = millis(a.FirstMs - a.StartMs)
+				}
+				primarySent = append(primarySent, sent)
+			}
+			if g := t.Group; g != nil && g.WinnerRole == schemas.RolePrimary && g.FirstByteMs != nil && len(t.Attempts) > 0 && t.Attempts[0].Sent {
+				wire = append(wire, time.Duration(*g.FirstByteMs)*time.Millisecond-millis(t.Attempts[0].FirstMs))
+			}
+			if len(t.Attempts) > 0 && t.Attempts[0].Drawn {
+				primaryFirst = append(primaryFirst, millis(t.Attempts[0].DrawnFirstMs*timeScale))
+			}
 			switch {
 			case t.secondIsHedge():
 				rep.Hedged++
@@ -255,6 +282,12 @@ func tails(reqs []request, tr []requestTrace) []tailReport {
 		}
 		slices.Sort(hedgeAt)
 		slices.Sort(overhead)
+		slices.Sort(primaryFirst)
+		rep.PrimaryFirstP95 = quantile(primaryFirst, 0.95)
+		slices.Sort(primarySent)
+		rep.PrimarySentP95 = quantile(primarySent, 0.95)
+		slices.Sort(wire)
+		rep.Wire = [3]time.Duration{quantile(wire, 0.5), quantile(wire, 0.95), quantile(wire, 0.99)}
 		rep.HedgeAt = [3]time.Duration{quantile(hedgeAt, 0.1), quantile(hedgeAt, 0.5), quantile(hedgeAt, 0.9)}
 		rep.Overhead = [3]time.Duration{quantile(overhead, 0.5), quantile(overhead, 0.99), quantile(overhead, 0.999)}
 		sorted := slices.Clone(ts)
@@ -314,23 +347,24 @@ func classify(t requestTrace) string {
 // slowest 0.1% request by request.
 func writeTails(w io.Writer, tr []tailReport, perContender int) {
 	fmt.Fprintf(w, "tails (times real ms from due): hedged / replaced requests; hedge start P10/P50/P90; "+
-		"client TTFT minus the fakes' first token P50/P99/P99.9; the slowest 1%% by cause\n")
+		"client TTFT minus the fakes' first token P50/P99/P99.9; P95 of the primaries' drawn first token; the slowest 1%% by cause\n")
 	for _, t := range tr {
 		classes := slices.Sorted(maps.Keys(t.Classes))
 		parts := make([]string, len(classes))
 		for i, c := range classes {
 			parts[i] = fmt.Sprintf("%s %d", c, t.Classes[c])
 		}
-		fmt.Fprintf(w, "  %-11s hedged %d, replaced %d; hedge at %s/%s/%s; overhead %s/%s/%s; slowest %d: %s\n",
+		fmt.Fprintf(w, "  %-11s hedged %d, replaced %d; hedge at %s/%s/%s; overhead %s/%s/%s; primary first P95 drawn %s sent %s; slowest %d: %s\n",
 			t.Name, t.Hedged, t.Replaced, msd(t.HedgeAt[0]), msd(t.HedgeAt[1]), msd(t.HedgeAt[2]),
-			msd(t.Overhead[0]), msd(t.Overhead[1]), msd(t.Overhead[2]), len(t.Slowest), strings.Join(parts, ", "))
+			msd(t.Overhead[0]), msd(t.Overhead[1]), msd(t.Overhead[2]), msd(t.PrimaryFirstP95), msd(t.PrimarySentP95), len(t.Slowest), strings.Join(parts, ", "))
 		if len(t.Suppressed) > 0 {
 			ds := slices.Sorted(maps.Keys(t.Suppressed))
 			sp := make([]string, len(ds))
 			for i, d := range ds {
 				sp[i] = fmt.Sprintf("%s %d", d, t.Suppressed[d])
 			}
-			fmt.Fprintf(w, "  %-11s group records: %s; %d without a record\n", "", strings.Join(sp, ", "), t.NoRecord)
+			fmt.Fprintf(w, "  %-11s group records: %s; %d without a record; dispatcher's first byte minus the fake's P50/P95/P99 %s/%s/%s\n",
+				"", strings.Join(sp, ", "), t.NoRecord, msd(t.Wire[0]), msd(t.Wire[1]), msd(t.Wire[2]))
 		}
 	}
 	n := (perContender + 999) / 1000
