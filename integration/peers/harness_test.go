@@ -166,6 +166,9 @@ type contenderReport struct {
 	// ErrorKinds counts Errors by kind (errorKind).
 	ErrorKinds map[string]int
 	TTFT, End  distribution
+	// ttfts and ends are the samples TTFT and End summarize, kept so runs
+	// of several seeds can be pooled (pool.go).
+	ttfts, ends []time.Duration
 }
 
 // DuplicateRate is extra upstream requests per caller request.
@@ -746,6 +749,7 @@ func measure(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, 
 	}
 	for k := range out {
 		out[k].Name = contenderNames[k]
+		out[k].ttfts, out[k].ends = ttft[k], end[k]
 		out[k].TTFT, out[k].End = summarize(ttft[k]), summarize(end[k])
 	}
 	return out

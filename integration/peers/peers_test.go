@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,7 @@ var (
 	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
 	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of none's time to first token over the warm-up's second half")
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
+	flagSeeds      = flag.String("peers.seeds", "", "comma-separated seeds to run one after the other and pool (overrides -peers.seed)")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
 	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, or both")
 )
@@ -57,25 +60,55 @@ func BenchmarkComparePeers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	seeds, err := seedsOf(*flagSeeds, *flagSeed)
+	if err != nil {
+		b.Fatal(err)
+	}
 	o := options{
 		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale, Delay: *flagDelay,
-		Seed: *flagSeed, Workload: *flagWorkload, Conditions: conds,
+		Workload: *flagWorkload, Conditions: conds,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 		},
 	}
 	for range b.N {
-		reps, err := compare(context.Background(), o)
-		if err != nil {
-			b.Fatal(err)
+		var runs [][]*conditionReport
+		for _, seed := range seeds {
+			o.Seed = seed
+			reps, err := compare(context.Background(), o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			writeTable(os.Stdout, o, reps)
+			runs = append(runs, reps)
 		}
-		writeTable(os.Stdout, o, reps)
-		r := ratios(reps[0])
+		o.Seed = seeds[0]
+		pools := pool(seeds, runs)
+		if len(seeds) > 1 {
+			writePooled(os.Stdout, o, pools)
+		}
+		r := ratiosOf(&conditionReport{Contenders: pools[0].Contenders}, pools[0].Contenders[slices.Index(contenderNames, contenderHedgerow)])
 		b.ReportMetric(r.TTFTP99, "ttft-p99/best-peer")
 		b.ReportMetric(r.TTFTP999, "ttft-p99.9/best-peer")
 		b.ReportMetric(r.EndP999, "end-p99.9/best-peer")
 		b.ReportMetric(r.DupPoints, "dup-points-over-peer")
 	}
+}
+
+// seedsOf reads -peers.seeds, or falls back to the single seed.
+func seedsOf(list string, single uint64) ([]uint64, error) {
+	if strings.TrimSpace(list) == "" {
+		return []uint64{single}, nil
+	}
+	var out []uint64
+	for _, f := range strings.Split(list, ",") {
+		s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-peers.seeds %q: %w", list, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // A small interleaved run of every contender, headers at the first token

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"testing"
 	"text/tabwriter"
 	"time"
 )
@@ -24,28 +26,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (%s; the same P95 over none's measured requests was %s ms, "+
 			"the model's own %s ms), max %d attempts each; run took %v\n",
 			rep.Condition.Name, ms(rep.Delay), source, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "contender\trequests\terrors\tupstream\tdup rate\tmax/req\t"+
-			"TTFT p50\tp90\tp99\tp99.9\tmax\tend p50\tp90\tp99\tp99.9\tmax\t")
-		upstream := 0
-		for _, c := range rep.Contenders {
-			upstream += c.Upstream
-			writeRow(tw, c)
-		}
-		if rep.HedgedArm.Requests > 0 {
-			writeRow(tw, rep.HedgedArm)
-		}
-		_ = tw.Flush()
-		for _, c := range rep.Contenders {
-			if c.Errors > 0 {
-				kinds := slices.Sorted(maps.Keys(c.ErrorKinds))
-				parts := make([]string, len(kinds))
-				for i, k := range kinds {
-					parts[i] = fmt.Sprintf("%d %s", c.ErrorKinds[k], k)
-				}
-				fmt.Fprintf(w, "%s errors: %s\n", c.Name, strings.Join(parts, ", "))
-			}
-		}
+		upstream := writeContenders(w, rep.Contenders, rep.HedgedArm)
 		h := rep.Hedgerow
 		reasons := slices.Sorted(maps.Keys(h.Suppressed))
 		parts := make([]string, len(reasons))
@@ -82,6 +63,34 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 			writeTails(w, rep.Tails, o.PerContender)
 		}
 	}
+}
+
+// writeContenders prints the contenders' table, hedgerow's hedged arm
+// under them when measured, and what each one's errors were; it returns the
+// upstream requests of all contenders.
+func writeContenders(w io.Writer, contenders []contenderReport, hedgedArm contenderReport) (upstream int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\trequests\terrors\tupstream\tdup rate\tmax/req\t"+
+		"TTFT p50\tp90\tp99\tp99.9\tmax\tend p50\tp90\tp99\tp99.9\tmax\t")
+	for _, c := range contenders {
+		upstream += c.Upstream
+		writeRow(tw, c)
+	}
+	if hedgedArm.Requests > 0 {
+		writeRow(tw, hedgedArm)
+	}
+	_ = tw.Flush()
+	for _, c := range contenders {
+		if c.Errors > 0 {
+			kinds := slices.Sorted(maps.Keys(c.ErrorKinds))
+			parts := make([]string, len(kinds))
+			for i, k := range kinds {
+				parts[i] = fmt.Sprintf("%d %s", c.ErrorKinds[k], k)
+			}
+			fmt.Fprintf(w, "%s errors: %s\n", c.Name, strings.Join(parts, ", "))
+		}
+	}
+	return upstream
 }
 
 // writeRow prints one contender's row of the table.
@@ -150,3 +159,53 @@ func verdict(p99, p999, dupPoints float64) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+
+func TestPoolingSeedsAddsTheirCountsAndJoinsTheirSamples(t *testing.T) {
+	run := func(ttft time.Duration, extra int) []*conditionReport {
+		rep := &conditionReport{Condition: conditionHeadersAtFirstToken}
+		for _, name := range contenderNames {
+			samples := []time.Duration{ttft, 2 * ttft}
+			rep.Contenders = append(rep.Contenders, contenderReport{Name: name, Requests: 2, Upstream: 2 + extra, Extra: extra,
+				ttfts: samples, ends: samples, TTFT: summarize(samples), End: summarize(samples)})
+		}
+		rep.HedgedArm = rep.Contenders[len(rep.Contenders)-1]
+		return []*conditionReport{rep}
+	}
+	ps := pool([]uint64{1, 2}, [][]*conditionReport{run(100*time.Millisecond, 0), run(300*time.Millisecond, 1)})
+	if len(ps) != 1 {
+		t.Fatalf("%d pooled conditions, want 1", len(ps))
+	}
+	h := ps[0].Contenders[slices.Index(contenderNames, contenderHedgerow)]
+	if h.Requests != 4 || h.Extra != 1 || h.Upstream != 5 || len(h.ttfts) != 4 {
+		t.Errorf("pooled hedgerow: %d requests, %d extra, %d upstream, %d samples; want 4, 1, 5, 4", h.Requests, h.Extra, h.Upstream, len(h.ttfts))
+	}
+	if h.TTFT.Max != 600*time.Millisecond || h.TTFT.P50 != 200*time.Millisecond {
+		t.Errorf("pooled TTFT max %v, P50 %v; want 600ms and 200ms", h.TTFT.Max, h.TTFT.P50)
+	}
+	if ps[0].HedgedArm.Requests != 4 {
+		t.Errorf("pooled hedged arm %d requests, want 4", ps[0].HedgedArm.Requests)
+	}
+}
+
+func TestTheRatioIntervalOfOneDistributionAgainstItselfHoldsOne(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	draw := func() []time.Duration {
+		out := make([]time.Duration, 5000)
+		for i := range out {
+			out[i] = time.Duration(r.ExpFloat64() * float64(100*time.Millisecond))
+		}
+		return out
+	}
+	h, a, b := draw(), draw(), draw()
+	lo, hi := ratioInterval(h, a, b, 0.99, 1)
+	if !(lo < 1 && 1 < hi) || hi-lo > 0.5 {
+		t.Errorf("interval [%.3f, %.3f] of one distribution against itself: want it to hold 1 and be narrower than 0.5", lo, hi)
+	}
+	twice := make([]time.Duration, len(h))
+	for i, x := range h {
+		twice[i] = 2 * x
+	}
+	if lo, hi := ratioInterval(twice, a, b, 0.99, 1); !(lo > 1.5 && hi < 2.6) {
+		t.Errorf("interval [%.3f, %.3f] of a distribution twice as slow: want it around 2", lo, hi)
+	}
+}

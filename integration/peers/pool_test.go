@@ -1,0 +1,122 @@
+package peers
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// pooled is one condition's contenders over several seeds' runs: counts
+// added, samples joined, so the tail quantiles rest on seeds × requests.
+type pooled struct {
+	Condition  condition
+	Seeds      []uint64
+	Contenders []contenderReport
+	HedgedArm  contenderReport
+}
+
+// pool joins, condition by condition, the reports of runs on different
+// seeds (runs[i] holds seed i's conditions, all in the same order).
+func pool(seeds []uint64, runs [][]*conditionReport) []pooled {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := make([]pooled, len(runs[0]))
+	for c := range out {
+		p := pooled{Condition: runs[0][c].Condition, Seeds: seeds, Contenders: make([]contenderReport, len(contenderNames))}
+		for _, run := range runs {
+			rep := run[c]
+			for k, cr := range rep.Contenders {
+				p.Contenders[k] = joinContender(p.Contenders[k], cr)
+			}
+			p.HedgedArm = joinContender(p.HedgedArm, rep.HedgedArm)
+		}
+		out[c] = p
+	}
+	return out
+}
+
+func joinContender(a, b contenderReport) contenderReport {
+	a.Name = b.Name
+	a.Requests += b.Requests
+	a.Errors += b.Errors
+	a.Upstream += b.Upstream
+	a.Extra += b.Extra
+	a.MaxPerRequest = max(a.MaxPerRequest, b.MaxPerRequest)
+	a.Unreached += b.Unreached
+	for k, n := range b.ErrorKinds {
+		if a.ErrorKinds == nil {
+			a.ErrorKinds = map[string]int{}
+		}
+		a.ErrorKinds[k] += n
+	}
+	a.ttfts = append(slices.Clip(a.ttfts), b.ttfts...)
+	a.ends = append(slices.Clip(a.ends), b.ends...)
+	a.TTFT, a.End = summarize(a.ttfts), summarize(a.ends)
+	return a
+}
+
+// bootstrapResamples is how many resamples bound a pooled ratio.
+const bootstrapResamples = 400
+
+// ratioInterval is a seeded percentile-bootstrap 95% interval of
+// hedgerow's q-quantile over the best peer's (the lower of the two peers'
+// q-quantiles), each contender's samples resampled on their own.
+func ratioInterval(h, a, b []time.Duration, q float64, seed uint64) (lo, hi float64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
+	resampleQuantile := func(xs, buf []time.Duration) time.Duration {
+		for i := range buf {
+			buf[i] = xs[r.IntN(len(xs))]
+		}
+		slices.Sort(buf)
+		return quantile(buf, q)
+	}
+	bh, ba, bb := make([]time.Duration, len(h)), make([]time.Duration, len(a)), make([]time.Duration, len(b))
+	ratios := make([]float64, bootstrapResamples)
+	for i := range ratios {
+		best := min(resampleQuantile(a, ba), resampleQuantile(b, bb))
+		ratios[i] = float64(resampleQuantile(h, bh)) / float64(max(best, 1))
+	}
+	slices.Sort(ratios)
+	return ratios[int(0.025*float64(len(ratios)))], ratios[int(0.975*float64(len(ratios)))-1]
+}
+
+// writePooled prints each condition's pooled table and hedgerow's ratios
+// over the best peer with their bootstrap intervals.
+func writePooled(w io.Writer, o options, ps []pooled) {
+	for _, p := range ps {
+		seeds := make([]string, len(p.Seeds))
+		for i, s := range p.Seeds {
+			seeds[i] = fmt.Sprint(s)
+		}
+		fmt.Fprintf(w, "\n== %s — pooled over seeds %s (%d requests per contender); times are real ms, failures count at the deadline\n",
+			p.Condition.Name, strings.Join(seeds, ", "), p.Contenders[0].Requests)
+		writeContenders(w, p.Contenders, p.HedgedArm)
+		rep := &conditionReport{Contenders: p.Contenders}
+		for _, row := range []struct {
+			name string
+			h    contenderReport
+		}{{"hedgerow", p.Contenders[slices.Index(contenderNames, contenderHedgerow)]}, {"hedged arm", p.HedgedArm}} {
+			if row.h.Requests == 0 {
+				continue
+			}
+			r := ratiosOf(rep, row.h)
+			a, b := p.Contenders[slices.Index(contenderNames, contenderHedgedHTTP)], p.Contenders[slices.Index(contenderNames, contenderFailsafe)]
+			interval := func(h, x, y []time.Duration, q float64) string {
+				lo, hi := ratioInterval(h, x, y, q, o.Seed)
+				return fmt.Sprintf("[%.2f, %.2f]", lo, hi)
+			}
+			fmt.Fprintf(w, "%s / best peer: TTFT P99 %.2f× %s, P99.9 %.2f× %s; end P99 %.2f× %s, P99.9 %.2f× %s; duplicate rate %+.2f points over the lower peer's\n",
+				row.name, r.TTFTP99, interval(row.h.ttfts, a.ttfts, b.ttfts, 0.99), r.TTFTP999, interval(row.h.ttfts, a.ttfts, b.ttfts, 0.999),
+				r.EndP99, interval(row.h.ends, a.ends, b.ends, 0.99), r.EndP999, interval(row.h.ends, a.ends, b.ends, 0.999), r.DupPoints)
+			if row.name == "hedgerow" {
+				fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
+					verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
+			}
+		}
+		fmt.Fprintf(w, "(95%% seeded bootstrap intervals, %d resamples of each contender's pooled requests)\n", bootstrapResamples)
+	}
+}
