@@ -95,13 +95,13 @@ func (e *Error) Unwrap() error { return e.err }
 // Retryable reports whether the same request may succeed if sent again
 // (to another replica, or later): the gateway was unavailable, no route
 // was healthy, the routes pushed back, the workers were full, the winner
-// gate could not decide, or the
+// gate could not decide, a committed stream broke midway, or the
 // caller's tenant was over its request rate or requests in flight
 // (RetryAfter says when).
 func (e *Error) Retryable() bool {
 	switch e.Code {
 	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed,
-		schemas.ErrGateUnavailable, schemas.ErrTenantRateLimited, schemas.ErrTenantConcurrencyLimited:
+		schemas.ErrGateUnavailable, schemas.ErrStreamInterrupted, schemas.ErrTenantRateLimited, schemas.ErrTenantConcurrencyLimited:
 		return true
 	}
 	return false

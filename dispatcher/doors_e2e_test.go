@@ -544,8 +544,8 @@ func TestHTTPSDKStreamFailingAfterCommitSurfacesAsAStreamError(t *testing.T) {
 		acc.AddChunk(stream.Current())
 	}
 	var se *ssestream.StreamError
-	if err := stream.Err(); !errors.As(err, &se) || !strings.Contains(se.Message, "all_routes_failed") {
-		t.Fatalf("stream error %v (%T), want a stream error naming all_routes_failed", err, err)
+	if err := stream.Err(); !errors.As(err, &se) || !strings.Contains(se.Message, "stream_interrupted") {
+		t.Fatalf("stream error %v (%T), want a stream error naming stream_interrupted", err, err)
 	}
 	// The caller holds exactly what was committed: the winner's bytes,
 	// with no finish reason, and nothing of the hedge.

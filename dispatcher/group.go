@@ -939,7 +939,7 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 			// report it before the group's own timer fires.
 			g.failCommitted(schemas.ErrDeadlineExceeded, e.Scope)
 		default:
-			g.failCommitted(schemas.ErrAllRoutesFailed, e.Scope)
+			g.failCommitted(schemas.ErrStreamInterrupted, e.Scope)
 		}
 	}
 	a.outcome = e.Outcome

@@ -75,8 +75,8 @@ func TestACommittedStreamWhoseWorkerGoesSilentEndsWithAnErrorWithinTheHeartbeatT
 	_, err := c.d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: chat(true)}, sink)
 	ended := time.Now()
 	var ge *GroupError
-	if !errors.As(err, &ge) || ge.Code != schemas.ErrAllRoutesFailed || !ge.Streamed {
-		t.Fatalf("Submit error %v, want a streamed all_routes_failed (the lost winner), not %s", err, schemas.ErrDeadlineExceeded)
+	if !errors.As(err, &ge) || ge.Code != schemas.ErrStreamInterrupted || !ge.Streamed {
+		t.Fatalf("Submit error %v, want a streamed stream_interrupted (the lost winner), not %s", err, schemas.ErrDeadlineExceeded)
 	}
 	quiet := <-silent
 	took := ended.Sub(quiet)
@@ -95,8 +95,8 @@ func TestACommittedStreamWhoseWorkerGoesSilentEndsWithAnErrorWithinTheHeartbeatT
 	}
 	// The commit was never delivered whole: the group gave its claim back
 	// and records itself failed (docs/architecture.md §6).
-	if g := c.groupRecord(ge.Group); g.Outcome != schemas.GroupFailed || g.ErrorCode != schemas.ErrAllRoutesFailed {
-		t.Fatalf("group record %+v, want failed all_routes_failed (the lost winner), not the deadline", g)
+	if g := c.groupRecord(ge.Group); g.Outcome != schemas.GroupFailed || g.ErrorCode != schemas.ErrStreamInterrupted {
+		t.Fatalf("group record %+v, want failed stream_interrupted (the lost winner), not the deadline", g)
 	}
 }
 

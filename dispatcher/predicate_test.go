@@ -133,8 +133,8 @@ func TestACommittedStreamThatFailsGivesItsClaimBackSoARetryCommits(t *testing.T)
 		t.Fatalf("first try: %v, want a GroupError after streamed bytes", err)
 	}
 	failed := c.groupRecord(ge.Group)
-	if failed.Outcome != schemas.GroupFailed || failed.ErrorCode != schemas.ErrAllRoutesFailed || failed.WinnerAttempt != 0 {
-		t.Fatalf("failed commit's group record: outcome %s, error %s, winner %d; want failed all_routes_failed with no winner",
+	if failed.Outcome != schemas.GroupFailed || failed.ErrorCode != schemas.ErrStreamInterrupted || failed.WinnerAttempt != 0 {
+		t.Fatalf("failed commit's group record: outcome %s, error %s, winner %d; want failed stream_interrupted with no winner",
 			failed.Outcome, failed.ErrorCode, failed.WinnerAttempt)
 	}
 	resp, err := c.d.Submit(context.Background(), sub, sinkFunc(func(Delta) error { return nil }))

@@ -91,34 +91,35 @@ type failureKind struct {
 // exhaustion is 429 insufficient_quota: an automatic retry of the same
 // request cannot refill a ceiling.
 var failureKinds = map[string]failureKind{
-	CodeInvalidValue:                    {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeInvalidJSON:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeInvalidBody:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeRequestTooLarge:                 {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeHeadersTooLarge:                 {http.StatusRequestHeaderFieldsTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeInvalidAPIKey:                   {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
-	CodePermissionDenied:                {http.StatusForbidden, TypeInvalidRequest, schemas.ErrUnauthenticated, false},
-	CodeMethodNotAllowed:                {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeUnknownURL:                      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeModelNotFound:                   {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
-	CodeShuttingDown:                    {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
-	CodeInternal:                        {http.StatusInternalServerError, TypeServer, schemas.ErrUnavailable, true},
-	string(schemas.ErrInvalidRequest):   {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	string(schemas.ErrUnknownModel):     {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
-	string(schemas.ErrUnavailable):      {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
-	string(schemas.ErrDeadlineExceeded): {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded, true},
-	string(schemas.ErrAlreadyCommitted): {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted, false},
-	string(schemas.ErrRateLimited):      {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited, true},
-	string(schemas.ErrOverloaded):       {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrOverloaded, true},
-	string(schemas.ErrBudgetExhausted):  {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted, false},
-	string(schemas.ErrRouteFailed):      {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
-	string(schemas.ErrAllRoutesFailed):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
-	string(schemas.ErrNoRoute):          {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
-	string(schemas.ErrGateUnavailable):  {http.StatusServiceUnavailable, TypeServer, schemas.ErrGateUnavailable, true},
-	string(schemas.ErrCanceled):         {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
-	CodeIdempotencyKeyReused:            {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
-	CodeTenantRateLimited:               {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
-	CodeTenantConcurrencyLimited:        {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantConcurrencyLimited, true},
+	CodeInvalidValue:                     {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidJSON:                      {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidBody:                      {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeRequestTooLarge:                  {http.StatusRequestEntityTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeHeadersTooLarge:                  {http.StatusRequestHeaderFieldsTooLarge, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeInvalidAPIKey:                    {http.StatusUnauthorized, TypeAuthentication, schemas.ErrUnauthenticated, false},
+	CodePermissionDenied:                 {http.StatusForbidden, TypeInvalidRequest, schemas.ErrUnauthenticated, false},
+	CodeMethodNotAllowed:                 {http.StatusMethodNotAllowed, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeUnknownURL:                       {http.StatusNotFound, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeModelNotFound:                    {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
+	CodeShuttingDown:                     {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
+	CodeInternal:                         {http.StatusInternalServerError, TypeServer, schemas.ErrUnavailable, true},
+	string(schemas.ErrInvalidRequest):    {http.StatusBadRequest, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	string(schemas.ErrUnknownModel):      {http.StatusNotFound, TypeInvalidRequest, schemas.ErrUnknownModel, false},
+	string(schemas.ErrUnavailable):       {http.StatusServiceUnavailable, TypeServer, schemas.ErrUnavailable, true},
+	string(schemas.ErrDeadlineExceeded):  {http.StatusGatewayTimeout, TypeTimeout, schemas.ErrDeadlineExceeded, true},
+	string(schemas.ErrAlreadyCommitted):  {http.StatusConflict, TypeInvalidRequest, schemas.ErrAlreadyCommitted, false},
+	string(schemas.ErrRateLimited):       {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrRateLimited, true},
+	string(schemas.ErrOverloaded):        {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrOverloaded, true},
+	string(schemas.ErrBudgetExhausted):   {http.StatusTooManyRequests, TypeQuota, schemas.ErrBudgetExhausted, false},
+	string(schemas.ErrRouteFailed):       {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
+	string(schemas.ErrAllRoutesFailed):   {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
+	string(schemas.ErrNoRoute):           {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
+	string(schemas.ErrStreamInterrupted): {http.StatusBadGateway, TypeServer, schemas.ErrStreamInterrupted, true},
+	string(schemas.ErrGateUnavailable):   {http.StatusServiceUnavailable, TypeServer, schemas.ErrGateUnavailable, true},
+	string(schemas.ErrCanceled):          {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
+	CodeIdempotencyKeyReused:             {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeTenantRateLimited:                {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
+	CodeTenantConcurrencyLimited:         {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantConcurrencyLimited, true},
 }
 
 // Failure is how a door answers one failure, in any dialect: the code names
@@ -344,6 +345,8 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		// client told when backs off instead of retrying at once.
 		f.RetryAfter = max(ge.RetryAfter, time.Second)
 		f.Message = "No route of the model could produce a valid answer."
+	case schemas.ErrStreamInterrupted:
+		f.Message = "The answer's stream broke after it began, so none of it counts as delivered; retry with the same Idempotency-Key."
 	case schemas.ErrInvalidRequest:
 		f.Message = "The request was refused as invalid: a provider rejected it, or its spend estimate (max_tokens, prompt size) is out of the budget's range."
 	default:

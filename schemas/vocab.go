@@ -95,6 +95,12 @@ const (
 	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
 	ErrOverloaded       ErrorCode = "overloaded"        // the pool's workers stayed full for the whole queue wait (§4 rule 4)
 	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+	// ErrStreamInterrupted: a committed stream's winner failed, stalled or
+	// went silent after its first bytes, so the caller holds a prefix and
+	// an error event; nothing of the user action counts as delivered and a
+	// retry with the same idempotency key commits anew (docs/architecture.md
+	// §6, "A commit that was never delivered").
+	ErrStreamInterrupted ErrorCode = "stream_interrupted"
 	// ErrGateUnavailable: the winner gate could not decide and was told
 	// not to decide alone (docs/architecture.md §6); nothing committed, a
 	// retry may.

@@ -219,6 +219,7 @@ func TestMessagesDoorMapsDispatcherErrorsToAnthropicStatusesAndTypes(t *testing.
 		{&dispatcher.GroupError{Code: schemas.ErrAllRoutesFailed}, 503, "api_error", "1", false},
 		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 529, "overloaded_error", "1", false},
 		{&dispatcher.GroupError{Code: schemas.ErrGateUnavailable}, 503, "api_error", "1", false},
+		{&dispatcher.GroupError{Code: schemas.ErrStreamInterrupted}, 502, "api_error", "", false},
 		{&dispatcher.GroupError{Code: schemas.ErrOverloaded, RetryAfter: time.Second}, 529, "overloaded_error", "1", false},
 		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "api_error", "", true},
 		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "", true},

@@ -313,6 +313,7 @@ func TestHTTPDispatcherErrorsMapToStatusAndRetryHints(t *testing.T) {
 		{&dispatcher.GroupError{Code: schemas.ErrRouteFailed}, 502, "server_error", "route_failed", "", "", "false"},
 		{&dispatcher.GroupError{Code: schemas.ErrNoRoute}, 503, "server_error", "no_route", "1", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrGateUnavailable}, 503, "server_error", "gate_unavailable", "1", "", "true"},
+		{&dispatcher.GroupError{Code: schemas.ErrStreamInterrupted}, 502, "server_error", "stream_interrupted", "", "", "true"},
 		{&dispatcher.GroupError{Code: schemas.ErrInvalidRequest, Scope: schemas.ScopeGroup}, 400, "invalid_request_error", "invalid_request", "", "", "false"},
 		{fmt.Errorf("%w: x", dispatcher.ErrBadRequest), 400, "invalid_request_error", "invalid_request", "", "", "false"},
 		{fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, "x"), 404, "invalid_request_error", "model_not_found", "", "", "false"},

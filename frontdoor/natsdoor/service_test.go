@@ -541,7 +541,8 @@ func TestEveryFailureHasTheSameStatusOverNATSAsOverHTTP(t *testing.T) {
 		errors.New("surprise"),
 	}
 	for _, code := range []schemas.ErrorCode{schemas.ErrDeadlineExceeded, schemas.ErrAlreadyCommitted, schemas.ErrInvalidRequest,
-		schemas.ErrRouteFailed, schemas.ErrAllRoutesFailed, schemas.ErrNoRoute, schemas.ErrBudgetExhausted, schemas.ErrRateLimited, schemas.ErrOverloaded} {
+		schemas.ErrRouteFailed, schemas.ErrAllRoutesFailed, schemas.ErrNoRoute, schemas.ErrBudgetExhausted, schemas.ErrRateLimited, schemas.ErrOverloaded,
+		schemas.ErrStreamInterrupted} {
 		failures = append(failures, &dispatcher.GroupError{Group: "g-1", Code: code, Holder: "g-0/1/1"})
 	}
 	var current error
