@@ -237,7 +237,12 @@ func (l *Lead) finish() bool {
 // End ends the request: a non-nil answer is stored for ttl (replacing the
 // lease), else — or when it cannot be kept — the lease is released so the
 // next request of the key runs as a new try; then this door's waiters wake.
-// It returns the store's error for the caller to log.
+// A takeover (Supersedes set) that ends without an answer hands the orphan
+// on instead: its group may have failed before it ever met the orphan's
+// gate holding, which then still stands, so the lease is lapsed naming the
+// orphan's owner and the next request supersedes it in turn. Had the group
+// cleared that holding already, superseding it again clears nothing. It
+// returns the store's error for the caller to log.
 func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 	if l.ended {
 		return nil
@@ -260,7 +265,15 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		}
 		err = fmt.Errorf("replay: keep the answer: %w", err)
 	}
-	if l.marker != nil {
+	switch {
+	case l.marker == nil:
+	case l.Supersedes != "":
+		orphan := *l.marker
+		orphan.Owner = l.Supersedes
+		if lerr := l.fs.store.Lapse(ctx, l.key, orphan); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("replay: hand the orphan on: %w", lerr))
+		}
+	default:
 		if rerr := l.fs.store.Release(ctx, l.key, *l.marker); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("replay: release the lease: %w", rerr))
 		}

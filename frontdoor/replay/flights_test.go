@@ -170,6 +170,26 @@ func TestLeaseOfADeadLeaderLapsesAndTheRetryTakesOverNamingIt(t *testing.T) {
 	}
 }
 
+func TestATakeoverThatEndsWithoutAnAnswerHandsTheOrphanOn(t *testing.T) {
+	a, b, clock, _ := replicas(t)
+	l := lead(t, a, "k", "fp")
+	l.Crash()
+	clock.Advance(testLease)
+	first := await(t, beginAsync(context.Background(), b, "k", "fp"))
+	if first.err != nil || first.turn.Lead == nil || first.turn.Lead.Supersedes != "dispatcher-a" {
+		t.Fatalf("first retry: %+v, %v; want to lead, superseding dispatcher-a", first.turn, first.err)
+	}
+	// Its group failed (before it met dispatcher-a's gate holding, say).
+	if err := first.turn.Lead.End(context.Background(), nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	second := await(t, beginAsync(context.Background(), a, "k", "fp"))
+	if second.err != nil || second.turn.Lead == nil || second.turn.Lead.Supersedes != "dispatcher-a" {
+		t.Fatalf("second retry: %+v, %v; want to lead at once, superseding dispatcher-a still", second.turn, second.err)
+	}
+	_ = second.turn.Lead.End(context.Background(), answer("fp", "regenerated"), time.Hour)
+}
+
 func TestLeaseRefreshedByALiveLeaderIsNeverTakenOver(t *testing.T) {
 	a, b, clock, store := replicas(t)
 	l := lead(t, a, "k", "fp")

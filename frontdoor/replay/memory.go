@@ -167,13 +167,13 @@ func (m *Memory) Release(ctx context.Context, key string, mk Marker) error {
 	return nil
 }
 
-// Lapse ends the lease of key now if mk's token holds it, keeping the
-// marker as an orphan.
+// Lapse ends the lease of key now if mk's token holds it, leaving mk as
+// the orphan marker.
 func (m *Memory) Lapse(ctx context.Context, key string, mk Marker) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.markers[key]; ok && cur.m.Token == mk.Token {
-		cur.leaseExpiry = m.opts.Now()
+		cur.m, cur.leaseExpiry = mk, m.opts.Now()
 		m.markers[key] = cur
 	}
 	return nil

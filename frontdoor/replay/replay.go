@@ -83,10 +83,12 @@ type Store interface {
 	// ended with no answer kept, and the next request of the key runs
 	// afresh (not a takeover).
 	Release(ctx context.Context, key string, m Marker) error
-	// Lapse ends the lease of key now if m's token holds it, leaving the
-	// marker as an orphan: the request committed an answer its caller
-	// never got whole, and the next request of the key takes it over at
-	// once, as it would after its gateway's death.
+	// Lapse ends the lease of key now if m's token holds it, leaving m as
+	// the orphan marker: the request committed an answer its caller never
+	// got whole, and the next request of the key takes it over at once,
+	// as it would after its gateway's death. A takeover that ended without
+	// an answer lapses with the owner it took over, handing that orphan on
+	// (Lead.End).
 	Lapse(ctx context.Context, key string, m Marker) error
 }
 

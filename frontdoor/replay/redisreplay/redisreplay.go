@@ -260,8 +260,8 @@ func (s *Store) Refresh(ctx context.Context, key string, m replay.Marker, lease 
 	return s.replaceMarker(ctx, key, m, lease)
 }
 
-// Lapse ends the lease of key now if m's token holds it, keeping the
-// marker as an orphan.
+// Lapse ends the lease of key now if m's token holds it, leaving m as the
+// orphan marker.
 func (s *Store) Lapse(ctx context.Context, key string, m replay.Marker) error {
 	_, err := s.replaceMarker(ctx, key, m, 0)
 	return err

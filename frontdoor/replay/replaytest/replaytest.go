@@ -234,6 +234,17 @@ func markerSuite(t *testing.T, newStore Factory) {
 			t.Fatalf("claim after the lapse = %+v; want won over a's orphaned marker", c)
 		}
 	})
+	t.Run("a lapse leaves the marker it was given as the orphan", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		claim(t, s, "k", mark("a"))
+		handedBack := replay.Marker{Fingerprint: "fp", Owner: "owner-before-a", Token: "a"}
+		if err := s.Lapse(ctx, "k", handedBack); err != nil {
+			t.Fatal(err)
+		}
+		if c := claim(t, s, "k", mark("c")); !c.Won || c.Orphaned == nil || *c.Orphaned != handedBack {
+			t.Fatalf("claim after the lapse = %+v; want won over the marker the lapse left, owned by owner-before-a", c)
+		}
+	})
 	t.Run("an orphan is forgotten after the marker keep", func(t *testing.T) {
 		clock := NewClock()
 		s := newStore(t, clock, MaxEntry)
