@@ -2,6 +2,7 @@ package peers
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,6 +145,10 @@ type hedgerowMetrics struct {
 	Suppressed map[string]float64
 	// MeanDelay is the mean hedge delay armed.
 	MeanDelay time.Duration
+	// CommitWait is the bucket bound under which half and 99% of the
+	// waits for a committed group's record fell: time on every stream's
+	// path to its first bytes (docs/architecture.md §9).
+	CommitWait [2]time.Duration
 	// Warnings counts the live system's (fakes' included) log records at
 	// Warn and above over the run, by message and code.
 	Warnings map[string]int
@@ -683,10 +688,41 @@ func hedgerowDelta(before, after map[string]float64) hedgerowMetrics {
 	}
 	by(m.Suppressed, `hedgerow_hedges_suppressed_total{reason="`)
 	by(m.Attempts, `hedgerow_attempts_total{role="`)
+	m.CommitWait = [2]time.Duration{histogramBound(before, after, "hedgerow_records_commit_publish_seconds", 0.5),
+		histogramBound(before, after, "hedgerow_records_commit_publish_seconds", 0.99)}
 	if n := d("hedgerow_hedge_delay_seconds_count"); n > 0 {
 		m.MeanDelay = time.Duration(d("hedgerow_hedge_delay_seconds_sum") / n * float64(time.Second))
 	}
 	return m
+}
+
+// histogramBound is the upper bound of the first bucket of histogram name
+// that holds the q share of its observations between two scrapes.
+func histogramBound(before, after map[string]float64, name string, q float64) time.Duration {
+	type bucket struct{ le, n float64 }
+	var buckets []bucket
+	for k, v := range after {
+		le, ok := strings.CutPrefix(k, name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		bound, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+		if err != nil {
+			continue
+		}
+		buckets = append(buckets, bucket{bound, v - before[k]})
+	}
+	slices.SortFunc(buckets, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	if len(buckets) == 0 || buckets[len(buckets)-1].n == 0 {
+		return 0
+	}
+	total := buckets[len(buckets)-1].n
+	for _, b := range buckets {
+		if b.n >= q*total {
+			return time.Duration(b.le * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // modelFirstByteP95 is the P95 of the first byte of the workload's

@@ -38,8 +38,9 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		for i, k := range roles {
 			attempts[i] = fmt.Sprintf("%s %.0f", k, h.Attempts[k])
 		}
-		fmt.Fprintf(w, "hedgerow's own metrics: attempts %s; %.0f hedges launched, mean hedge delay armed %s ms; suppressed: %s\n",
-			strings.Join(attempts, ", "), h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "))
+		fmt.Fprintf(w, "hedgerow's own metrics: attempts %s; %.0f hedges launched, mean hedge delay armed %s ms; suppressed: %s; "+
+			"commit record kept within %s ms (P50), %s ms (P99)\n",
+			strings.Join(attempts, ", "), h.HedgesLaunched, ms(h.MeanDelay), strings.Join(parts, ", "), ms(h.CommitWait[0]), ms(h.CommitWait[1]))
 		if len(h.Warnings) > 0 {
 			msgs := slices.Sorted(maps.Keys(h.Warnings))
 			for _, m := range msgs {
