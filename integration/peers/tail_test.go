@@ -139,6 +139,7 @@ type attemptTrace struct {
 type requestTrace struct {
 	Index    int
 	TTFT     time.Duration
+	Total    time.Duration
 	Failed   bool
 	Attempts []attemptTrace
 	Group    *schemas.GroupRecord
@@ -152,6 +153,18 @@ func (r requestTrace) upstreamFirst() (time.Duration, bool) {
 	for _, a := range r.Attempts {
 		if a.Sent && a.FirstMs < best {
 			best, ok = a.FirstMs, true
+		}
+	}
+	return millis(best), ok
+}
+
+// upstreamEnd is when the earliest attempt that completed its answer ended
+// at its fake, from due.
+func (r requestTrace) upstreamEnd() (time.Duration, bool) {
+	best, ok := math.Inf(1), false
+	for _, a := range r.Attempts {
+		if a.Sent && a.End == string(fakellm.EndCompleted) && a.EndMs < best {
+			best, ok = a.EndMs, true
 		}
 	}
 	return millis(best), ok
@@ -177,7 +190,7 @@ func traces(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, g
 	out := make([]requestTrace, len(reqs))
 	for i, res := range sum.Results {
 		due := start + float64(res.Due)/float64(time.Millisecond)
-		t := requestTrace{Index: i, TTFT: res.FirstToken}
+		t := requestTrace{Index: i, TTFT: res.FirstToken, Total: res.Total}
 		if res.Err != nil || res.FirstToken <= 0 {
 			t.TTFT, t.Failed = deadline, true
 		}
@@ -213,6 +226,9 @@ type tailReport struct {
 	// Overhead is the client's time to first token minus the earliest
 	// first token a fake sent (P50, P99, P99.9, over answered requests).
 	Overhead [3]time.Duration
+	// EndOverhead is the client's time to the end of the stream minus
+	// when the fake that completed it finished writing (P50, P99, P99.9).
+	EndOverhead [3]time.Duration
 	// PrimaryFirstP95 is the P95 of the first token the workload drew for
 	// each request's first attempt (ok draws, sent or not, real time): the
 	// delay a perfect P95 estimator would arm, with no wire in between.
@@ -245,7 +261,7 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 	}
 	for k, ts := range by {
 		rep := tailReport{Name: contenderNames[k], Classes: map[string]int{}, Suppressed: map[string]int{}}
-		var hedgeAt, overhead, primaryFirst, primarySent, wire []time.Duration
+		var hedgeAt, overhead, endOverhead, primaryFirst, primarySent, wire []time.Duration
 		for _, t := range ts {
 			if len(t.Attempts) > 0 && t.Attempts[0].Drawn {
 				a := t.Attempts[0]
@@ -271,6 +287,9 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 			}
 			if f, ok := t.upstreamFirst(); ok && !t.Failed {
 				overhead = append(overhead, t.TTFT-f)
+				if e, ok := t.upstreamEnd(); ok {
+					endOverhead = append(endOverhead, t.Total-e)
+				}
 			}
 			if k == slices.Index(contenderNames, contenderHedgerow) {
 				if t.Group == nil {
@@ -290,6 +309,8 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 		rep.Wire = [3]time.Duration{quantile(wire, 0.5), quantile(wire, 0.95), quantile(wire, 0.99)}
 		rep.HedgeAt = [3]time.Duration{quantile(hedgeAt, 0.1), quantile(hedgeAt, 0.5), quantile(hedgeAt, 0.9)}
 		rep.Overhead = [3]time.Duration{quantile(overhead, 0.5), quantile(overhead, 0.99), quantile(overhead, 0.999)}
+		slices.Sort(endOverhead)
+		rep.EndOverhead = [3]time.Duration{quantile(endOverhead, 0.5), quantile(endOverhead, 0.99), quantile(endOverhead, 0.999)}
 		sorted := slices.Clone(ts)
 		slices.SortStableFunc(sorted, func(a, b requestTrace) int { return int(b.TTFT - a.TTFT) })
 		rep.Slowest = sorted[:min(len(sorted), (len(sorted)+99)/100)]
@@ -347,16 +368,16 @@ func classify(t requestTrace) string {
 // slowest 0.1% request by request.
 func writeTails(w io.Writer, tr []tailReport, perContender int) {
 	fmt.Fprintf(w, "tails (times real ms from due): hedged / replaced requests; hedge start P10/P50/P90; "+
-		"client TTFT minus the fakes' first token P50/P99/P99.9; P95 of the primaries' drawn first token; the slowest 1%% by cause\n")
+		"client TTFT minus the fakes' first token P50/P99/P99.9, the same at the stream's end; P95 of the primaries' drawn first token; the slowest 1%% by cause\n")
 	for _, t := range tr {
 		classes := slices.Sorted(maps.Keys(t.Classes))
 		parts := make([]string, len(classes))
 		for i, c := range classes {
 			parts[i] = fmt.Sprintf("%s %d", c, t.Classes[c])
 		}
-		fmt.Fprintf(w, "  %-11s hedged %d, replaced %d; hedge at %s/%s/%s; overhead %s/%s/%s; primary first P95 drawn %s sent %s; slowest %d: %s\n",
+		fmt.Fprintf(w, "  %-11s hedged %d, replaced %d; hedge at %s/%s/%s; overhead %s/%s/%s, at the end %s/%s/%s; primary first P95 drawn %s sent %s; slowest %d: %s\n",
 			t.Name, t.Hedged, t.Replaced, msd(t.HedgeAt[0]), msd(t.HedgeAt[1]), msd(t.HedgeAt[2]),
-			msd(t.Overhead[0]), msd(t.Overhead[1]), msd(t.Overhead[2]), msd(t.PrimaryFirstP95), msd(t.PrimarySentP95), len(t.Slowest), strings.Join(parts, ", "))
+			msd(t.Overhead[0]), msd(t.Overhead[1]), msd(t.Overhead[2]), msd(t.EndOverhead[0]), msd(t.EndOverhead[1]), msd(t.EndOverhead[2]), msd(t.PrimaryFirstP95), msd(t.PrimarySentP95), len(t.Slowest), strings.Join(parts, ", "))
 		if len(t.Suppressed) > 0 {
 			ds := slices.Sorted(maps.Keys(t.Suppressed))
 			sp := make([]string, len(ds))
