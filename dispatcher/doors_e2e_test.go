@@ -423,7 +423,7 @@ func TestHTTPStreamFailingAfterCommitEndsWithAnErrorEventAndNeverAnotherAttempts
 		typ, code string
 	}{
 		{name: "the winner failing while a hedge has bytes", serve: failAfterCommit, headers: map[string]string{frontdoor.HeaderOperation: "hedgy"},
-			attempts: "2", typ: "server_error", code: "all_routes_failed"},
+			attempts: "2", typ: "server_error", code: "stream_interrupted"},
 		{name: "the deadline passing mid-stream", serve: stallAfterCommit,
 			headers: map[string]string{frontdoor.HeaderDeadlineMs: "500"}, attempts: "1", typ: "timeout_error", code: "deadline_exceeded"},
 	}
