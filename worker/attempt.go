@@ -204,6 +204,12 @@ func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.Att
 	if !r.firstByteAt.IsZero() {
 		res.FirstByteMs = schemas.Millis(max(r.firstByteAt.Sub(r.received), 0))
 	}
+	if out.MaxTokenGap > 0 {
+		// Rounded up: a gap was measured, however short, and the
+		// dispatcher learns the cohort's stall bound from it
+		// (docs/architecture.md §4 rule 4).
+		res.MaxTokenGapMs = int64((out.MaxTokenGap + time.Millisecond - 1) / time.Millisecond)
+	}
 	if !r.firstByteAt.IsZero() || err == nil {
 		// Tokens and answers come only in a success status. A stream that
 		// failed before its first token keeps the status the error names.
