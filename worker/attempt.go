@@ -136,7 +136,7 @@ func (r *attemptRun) run() {
 		r.stopPacer, r.pacerDone = make(chan struct{}), make(chan struct{})
 		r.wakeDone = make(chan struct{})
 		r.wake = time.AfterFunc(r.w.cfg.HeartbeatInterval, r.wakePacer)
-		// The policy's stall bound after the first token, when the attempt
+		// The cohort's stall bound after the first token, when the attempt
 		// names one (docs/architecture.md §4 rule 4).
 		callCtx := upstream.WithStallAfterFirstToken(r.ctx, time.Duration(r.att.StallAfterFirstTokenMs)*time.Millisecond)
 		out, err = r.w.cfg.Upstream.Stream(callCtx, &r.att.Request, r)
