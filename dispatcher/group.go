@@ -464,6 +464,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
 		}
 		g.class.ObserveResult(g.cohort, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
+		g.class.ObserveTokenGap(g.cohort.Key(), now, m.StatusClass, time.Duration(m.MaxTokenGapMs)*time.Millisecond)
 		content := m.Content
 		if content == "" {
 			content = a.content.String()
@@ -772,9 +773,11 @@ func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining ti
 		OperationClass: g.class.Name, ModelClass: g.sub.Pool,
 		DeadlineUnixMs: deadline.UnixMilli(), RemainingMs: max(remaining.Milliseconds(), 1),
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(a.n),
-		Secret:                 a.secret,
-		Request:                g.sub.Request,
-		StallAfterFirstTokenMs: g.class.Policy.StallAfterFirstToken.Milliseconds(),
+		Secret:  a.secret,
+		Request: g.sub.Request,
+		// The cohort's stall bound, derived from its inter-token gaps
+		// (docs/architecture.md §4 rule 4).
+		StallAfterFirstTokenMs: g.class.StallBound(g.cohort.Key(), d.now()).Milliseconds(),
 	}
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()

@@ -2,12 +2,14 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
@@ -154,6 +156,108 @@ func TestAProviderStallingAfterItsFirstTokenIsReplacedBeforeCommit(t *testing.T)
 	// Below the worker's own default bound: the policy's was applied.
 	if took > livenessStallBound+time.Second || took >= upstream.DefaultStallAfterFirstToken {
 		t.Fatalf("answered after %v, want within the policy's stall bound %v + 1s", took, livenessStallBound)
+	}
+	recs := c.attemptRecords(resp.GroupID, 2)
+	if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != schemas.StatusServerError || recs[1].ErrorScope != schemas.ScopeTransient {
+		t.Fatalf("attempt 1 record %+v, want failed server_error transient (the stall)", recs[1])
+	}
+	waitGone(t, ps[recs[1].Route]) // the worker cut the stalled request
+}
+
+// derivedStallYAML caps the stall bound at 10 s, far above anything the
+// test waits for, with a 100 ms floor: once the cohort has samples, its
+// derived bound is what cuts a stalled stream.
+const derivedStallYAML = `
+policies:
+  patient:
+    control_fraction: 0
+    delay: {initial: 10s, min: 10ms, warmup_samples: 1000000}
+    deadline: 30s
+    accept_timeout: 250ms
+    heartbeat_interval: 50ms
+    heartbeat_timeout: 5s
+    stall_after_first_token: 10s
+    stall_floor: 100ms
+`
+
+// The stall bound after the first token is derived from the cohort's
+// inter-token gaps (§4 rule 4): the first attempts carry the policy's cap;
+// after 50 successful attempts whose tokens came back to back (gaps of a
+// millisecond or less, 4 × which is under the floor) the next Attempt
+// carries the floor, the gauge says so, and a provider that then stalls
+// after its first token is cut at that bound and replaced before the
+// commit, long before the 10 s cap.
+func TestAfterFiftyQuickStreamsTheCohortsDerivedStallBoundCutsAStall(t *testing.T) {
+	const (
+		warm     = 50
+		stallCap = 10 * time.Second
+		floor    = 100 * time.Millisecond
+	)
+	next := make([]behaviour, 0, warm+1)
+	for range warm {
+		next = append(next, behaviour{words: 3})
+	}
+	next = append(next, behaviour{words: 1, stall: true})
+	sc := newScript(behaviour{words: 3}, next...)
+	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+	c := newCluster(t, []string{"a", "b"}, ps, derivedStallYAML)
+	d, regs := singleDispatcher(t, c)
+	attempts, err := c.nc.SubscribeSync(AttemptSubjectPrefix + ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = attempts.Unsubscribe() })
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nextAttempt := func() schemas.Attempt {
+		t.Helper()
+		msg, err := attempts.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("no attempt published: %v", err)
+		}
+		var a schemas.Attempt
+		if err := json.Unmarshal(msg.Data, &a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	req := chat(false)
+	cohort := delay.NewCohort("patient", "general", false, req.MaxTokens).Key()
+	bound := func() time.Duration {
+		return time.Duration(gaugeValue(t, regs[0], "hedgerow_stall_bound_seconds", map[string]string{"cohort": cohort}) * float64(time.Second))
+	}
+	if got := bound(); got != stallCap {
+		t.Fatalf("a cold cohort's stall bound %v, want the cap %v", got, stallCap)
+	}
+	for i := range warm {
+		if _, err := d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: req}, nil); err != nil {
+			t.Fatalf("warm-up request %d: %v", i, err)
+		}
+		if a := nextAttempt(); a.StallAfterFirstTokenMs != stallCap.Milliseconds() {
+			t.Fatalf("attempt of warm-up request %d carries a stall bound of %d ms, want the cap %v until %d samples", i, a.StallAfterFirstTokenMs, stallCap, warm)
+		}
+	}
+	if got := bound(); got != floor {
+		t.Fatalf("after %d quick streams the stall bound is %v, want the floor %v", warm, got, floor)
+	}
+	start := time.Now()
+	resp, err := d.Submit(context.Background(), Submission{Operation: "patient", Pool: "general", Request: req}, nil)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("answered after %v (derived stall bound %v, cap %v)", took, floor, stallCap)
+	for n := 1; n <= 2; n++ {
+		if a := nextAttempt(); a.Attempt != n || a.StallAfterFirstTokenMs != floor.Milliseconds() {
+			t.Fatalf("attempt %d carries a stall bound of %d ms, want attempt %d with the derived %v", a.Attempt, a.StallAfterFirstTokenMs, n, floor)
+		}
+	}
+	if resp.Winner != 2 || resp.Hedged {
+		t.Fatalf("response %+v, want the replacement (attempt 2) to win", resp)
+	}
+	if took >= stallCap/2 {
+		t.Fatalf("answered after %v: the stall was not cut at the derived bound %v (cap %v)", took, floor, stallCap)
 	}
 	recs := c.attemptRecords(resp.GroupID, 2)
 	if recs[1].Outcome != schemas.OutcomeFailed || recs[1].StatusClass != schemas.StatusServerError || recs[1].ErrorScope != schemas.ScopeTransient {

@@ -225,14 +225,15 @@ var (
 )
 
 // cohortCollector exports, at each scrape and for every cohort from the
-// start, what the guardrail and the duplicate window hold: read, never
-// decided, so a scrape moves no cohort between states.
+// start, what the guardrail, the duplicate window and the stall bound
+// hold: read, never decided, so a scrape moves no cohort between states.
 type cohortCollector struct {
 	d       *Dispatcher
 	cohorts []cohortMetric
 
 	gain, gainLower, gainUpper, gainSamples *prometheus.Desc
 	state, reason, dupRate, dupCeiling      *prometheus.Desc
+	stallBound                              *prometheus.Desc
 }
 
 func newCohortCollector(d *Dispatcher) *cohortCollector {
@@ -256,12 +257,14 @@ func newCohortCollector(d *Dispatcher) *cohortCollector {
 			"Extra attempts (hedges and replacements) per primary over the cohort's duplicate window, as this replica counted them; 0 with no primary."),
 		dupCeiling: desc("hedgerow_duplicate_rate_ceiling",
 			"The cohort's duplicate-rate ceiling (policy duplicate_rate.ceiling)."),
+		stallBound: desc("hedgerow_stall_bound_seconds",
+			"The stall bound after the first token the cohort's next attempt carries: derived from its inter-token gaps, within [stall_floor, stall_after_first_token]."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *cohortCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.gain, c.gainLower, c.gainUpper, c.gainSamples, c.state, c.reason, c.dupRate, c.dupCeiling} {
+	for _, d := range []*prometheus.Desc{c.gain, c.gainLower, c.gainUpper, c.gainSamples, c.state, c.reason, c.dupRate, c.dupCeiling, c.stallBound} {
 		ch <- d
 	}
 }
@@ -300,5 +303,6 @@ func (c *cohortCollector) Collect(ch chan<- prometheus.Metric) {
 		ceiling := cm.class.Policy.DuplicateCeiling()
 		gauge(c.dupRate, c.d.dupRates.read(key, ceiling, now).rate(), key)
 		gauge(c.dupCeiling, ceiling.Ceiling, key)
+		gauge(c.stallBound, cm.class.StallBound(key, now).Seconds(), key)
 	}
 }

@@ -35,9 +35,11 @@ type Attempt struct {
 	// sends none, and a worker then echoes none.
 	Secret  string      `json:"secret,omitempty"`
 	Request ChatRequest `json:"request"`
-	// StallAfterFirstTokenMs is the policy's bound on the wait for each
-	// next token once the first came (docs/architecture.md §4 rule 4); 0
-	// leaves the worker's own. Additive in v1: an older worker ignores it.
+	// StallAfterFirstTokenMs is the bound on the wait for each next token
+	// once the first came, derived from the cohort's inter-token gaps
+	// within the policy's stall_floor..stall_after_first_token
+	// (docs/architecture.md §4 rule 4); 0 leaves the worker's own.
+	// Additive in v1: an older worker ignores it.
 	StallAfterFirstTokenMs int64 `json:"stall_after_first_token_ms,omitempty"`
 }
 

@@ -131,6 +131,12 @@ type AttemptResult struct {
 	FirstByteMs          *int64 `json:"first_byte_ms,omitempty"` // absent: no first byte
 	ElapsedMs            int64  `json:"elapsed_ms"`
 	CancellationObserved bool   `json:"cancellation_observed"`
+	// MaxTokenGapMs is the longest wait between two consecutive tokens of
+	// the provider's stream after the first, in milliseconds rounded up;
+	// absent when fewer than two tokens came (or from a worker that does
+	// not measure it). The dispatcher derives its cohort's stall bound from
+	// those of successful attempts (docs/architecture.md §4 rule 4).
+	MaxTokenGapMs int64 `json:"max_token_gap_ms,omitempty"`
 	// ErrorMessage is a sanitized, bounded description (see SanitizeMessage);
 	// never a raw provider body, which can echo prompts or credentials.
 	ErrorMessage string `json:"error_message,omitempty"`

@@ -82,7 +82,7 @@ func (m *AttemptResult) wireFields(f []wireField) []wireField {
 		wireField{"content", &m.Content}, wireField{"tool_calls", &m.ToolCalls}, wireField{"refusal", &m.Refusal}, wireField{"last_seq", &m.LastSeq},
 		wireField{"usage", &m.Usage}, wireField{"first_byte_ms", &m.FirstByteMs}, wireField{"elapsed_ms", &m.ElapsedMs},
 		wireField{"cancellation_observed", &m.CancellationObserved}, wireField{"error_message", &m.ErrorMessage},
-		wireField{"embeddings", &m.Embeddings}, wireField{"secret", &m.Secret})
+		wireField{"embeddings", &m.Embeddings}, wireField{"max_token_gap_ms", &m.MaxTokenGapMs}, wireField{"secret", &m.Secret})
 }
 
 func (u *Usage) wireFields(f []wireField) []wireField {

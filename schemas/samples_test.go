@@ -103,7 +103,7 @@ func samples() []sample {
 				StatusClass: StatusRateLimited, ErrorScope: ScopePushback, HTTPStatus: 429, RetryAfterMs: 2000,
 				FinishReason: "stop", Content: "A cat.", ToolCalls: json.RawMessage(`[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{}"}}]`),
 				LastSeq: 12, Usage: Usage{InputUnits: 480, OutputUnits: 12, Estimated: true},
-				FirstByteMs: ptr(int64(1190)), ElapsedMs: 2670, CancellationObserved: true,
+				FirstByteMs: ptr(int64(1190)), ElapsedMs: 2670, CancellationObserved: true, MaxTokenGapMs: 180,
 				ErrorMessage: SanitizeMessage("rate limit reached for requests")},
 		},
 		{

@@ -136,7 +136,7 @@ func (r *attemptRun) run() {
 		r.stopPacer, r.pacerDone = make(chan struct{}), make(chan struct{})
 		r.wakeDone = make(chan struct{})
 		r.wake = time.AfterFunc(r.w.cfg.HeartbeatInterval, r.wakePacer)
-		// The policy's stall bound after the first token, when the attempt
+		// The cohort's stall bound after the first token, when the attempt
 		// names one (docs/architecture.md §4 rule 4).
 		callCtx := upstream.WithStallAfterFirstToken(r.ctx, time.Duration(r.att.StallAfterFirstTokenMs)*time.Millisecond)
 		out, err = r.w.cfg.Upstream.Stream(callCtx, &r.att.Request, r)
@@ -203,6 +203,12 @@ func (r *attemptRun) result(out upstream.Outcome, err, ended error) (schemas.Att
 	}
 	if !r.firstByteAt.IsZero() {
 		res.FirstByteMs = schemas.Millis(max(r.firstByteAt.Sub(r.received), 0))
+	}
+	if out.MaxTokenGap > 0 {
+		// Rounded up: a gap was measured, however short, and the
+		// dispatcher learns the cohort's stall bound from it
+		// (docs/architecture.md §4 rule 4).
+		res.MaxTokenGapMs = int64((out.MaxTokenGap + time.Millisecond - 1) / time.Millisecond)
 	}
 	if !r.firstByteAt.IsZero() || err == nil {
 		// Tokens and answers come only in a success status. A stream that

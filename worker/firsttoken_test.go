@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -126,6 +127,46 @@ func TestHeartbeatsGoOnAfterTheFirstTokenUntilTheResult(t *testing.T) {
 			// Nothing comes on the inbox after the result: the heartbeats stopped with it.
 			if n, _, _ := in.sub.Pending(); n != 0 {
 				t.Errorf("%d messages after the result", n)
+			}
+		})
+	}
+}
+
+// gapUpstream answers two tokens and reports gap as the stream's longest
+// gap between tokens, as the adapter measures it.
+type gapUpstream struct{ gap time.Duration }
+
+func (g gapUpstream) Stream(_ context.Context, _ *schemas.ChatRequest, sink upstream.Sink) (upstream.Outcome, error) {
+	sink.FirstByte()
+	sink.Delta(upstream.Delta{Content: "Hello", Tokens: 1})
+	sink.Delta(upstream.Delta{Content: " world", Tokens: 1})
+	return upstream.Outcome{FinishReason: "stop", Usage: schemas.Usage{InputUnits: 10, OutputUnits: 2}, MaxTokenGap: g.gap}, nil
+}
+
+// The result carries the stream's longest gap between tokens after the
+// first in whole milliseconds rounded up — a measured gap is never 0 — and
+// nothing when none was measured; the dispatcher derives its cohort's stall
+// bound from it (docs/architecture.md §4 rule 4). Every reply is checked
+// against its schema on the way.
+func TestTheResultCarriesTheLongestGapBetweenTokensRoundedUpToAMillisecond(t *testing.T) {
+	tests := []struct {
+		name string
+		gap  time.Duration
+		want int64
+	}{
+		{"no gap measured: absent", 0, 0},
+		{"a gap under a millisecond is 1 ms", 300 * time.Microsecond, 1},
+		{"whole milliseconds stay", 180 * time.Millisecond, 180},
+		{"a fraction rounds up", 1500 * time.Microsecond, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 0.01, 2, 1000)}, upstream: gapUpstream{gap: tc.gap}})
+			in := h.send(h.attempt("hg_gap"))
+			in.accept()
+			_, res := in.untilResult()
+			if res.StatusClass != schemas.StatusOK || res.MaxTokenGapMs != tc.want {
+				t.Fatalf("result %s with max_token_gap_ms %d, want ok with %d", res.StatusClass, res.MaxTokenGapMs, tc.want)
 			}
 		})
 	}

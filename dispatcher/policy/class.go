@@ -27,6 +27,10 @@ type Class struct {
 
 	outputMu sync.Mutex
 	outputs  map[string]*ddsketch.DDSketch // cohort key → output units of completed answers
+
+	gapsMu  sync.Mutex
+	gaps    map[string]*tokenGaps // cohort key → longest token gaps of successful attempts
+	scratch *ddsketch.DDSketch    // merges a cohort's two generations; guarded by gapsMu
 }
 
 // NewClass returns the class name running p, with the estimator and the
@@ -273,4 +277,120 @@ func (c *Class) DecodeRate() float64 {
 		return initialDecodeRate
 	}
 	return c.decodeRate
+}
+
+// The stall bound after the first token (docs/architecture.md §4 rule 4):
+// until a cohort has stallSamples successful attempts that measured a gap
+// between tokens, the policy's stall_after_first_token; then stallFactor ×
+// the stallQuantile of their longest gaps, clamped to [stall_floor,
+// stall_after_first_token].
+const (
+	stallSamples  = 50
+	stallQuantile = 0.99
+	stallFactor   = 4
+	// stallGeneration is how long one generation of samples is kept
+	// filling; the bound reads the current and the previous one, so it
+	// rests on the last 5 to 10 minutes.
+	stallGeneration = 5 * time.Minute
+)
+
+// tokenGaps is a cohort's record of the longest gap between tokens of its
+// successful attempts (seconds), in two generations: cur fills from since,
+// prev is the one before.
+type tokenGaps struct {
+	since     time.Time
+	cur, prev *ddsketch.DDSketch
+}
+
+// ObserveTokenGap records the longest gap between tokens after the first
+// of an attempt of cohort that ended at now; only successful attempts that
+// measured a gap count.
+//
+// Censoring: an attempt whose stream the bound cut is a failure and never
+// a sample, so the streams left out are exactly those with a gap above the
+// bound, i.e. above stallFactor × the P99 the bound rests on. While they
+// are rare (well under 1%) leaving them out barely moves that P99, and a
+// cut stream can never pull the bound down. Should a provider slow down for
+// everyone, its streams are cut and stop being samples: the two
+// generations then empty within 2 × stallGeneration and the bound returns
+// to the policy's cap until new samples accumulate.
+func (c *Class) ObserveTokenGap(cohort string, now time.Time, status schemas.StatusClass, gap time.Duration) {
+	if status != schemas.StatusOK || gap <= 0 {
+		return
+	}
+	c.gapsMu.Lock()
+	defer c.gapsMu.Unlock()
+	g := c.gaps[cohort]
+	if g == nil {
+		cur, err1 := ddsketch.NewDefaultDDSketch(0.01)
+		prev, err2 := ddsketch.NewDefaultDDSketch(0.01)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		if c.gaps == nil {
+			c.gaps = map[string]*tokenGaps{}
+		}
+		g = &tokenGaps{since: now, cur: cur, prev: prev}
+		c.gaps[cohort] = g
+	}
+	switch age := now.Sub(g.since); {
+	case age >= 2*stallGeneration:
+		g.cur.Clear()
+		g.prev.Clear()
+		g.since = now
+	case age >= stallGeneration:
+		g.cur, g.prev = g.prev, g.cur
+		g.cur.Clear()
+		g.since = now
+	}
+	_ = g.cur.Add(gap.Seconds())
+}
+
+// StallBound is the stall bound after the first token for an attempt of
+// cohort launched at now, which the Attempt carries to the worker: the
+// policy's stall_after_first_token (the cap) until the cohort has
+// stallSamples samples in its last two generations, then stallFactor × the
+// P99 of their longest gaps, clamped to [stall_floor, the cap]. A policy
+// without a cap (0) gives 0: the worker applies its own default. It reads
+// the samples and changes nothing.
+func (c *Class) StallBound(cohort string, now time.Time) time.Duration {
+	limit, floor := c.Policy.StallAfterFirstToken, c.Policy.StallFloor
+	if limit <= 0 {
+		return 0
+	}
+	c.gapsMu.Lock()
+	defer c.gapsMu.Unlock()
+	g := c.gaps[cohort]
+	if g == nil {
+		return limit
+	}
+	var view *ddsketch.DDSketch
+	switch age := now.Sub(g.since); {
+	case age >= 2*stallGeneration:
+		return limit // both generations are stale
+	case age >= stallGeneration || g.prev.IsEmpty():
+		view = g.cur // the previous generation is stale, or empty
+	default:
+		if c.scratch == nil {
+			sk, err := ddsketch.NewDefaultDDSketch(0.01)
+			if err != nil {
+				return limit
+			}
+			c.scratch = sk
+		}
+		c.scratch.Clear()
+		// The sketches share their index mapping: MergeWith cannot fail.
+		_ = c.scratch.MergeWith(g.cur)
+		_ = c.scratch.MergeWith(g.prev)
+		view = c.scratch
+	}
+	if view.GetCount() < stallSamples {
+		return limit
+	}
+	q, err := view.GetValueAtQuantile(stallQuantile)
+	if err != nil {
+		return limit
+	}
+	bound := time.Duration(stallFactor * q * float64(time.Second))
+	return min(max(bound, floor), limit)
 }

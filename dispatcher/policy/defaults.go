@@ -63,6 +63,10 @@ func Default() *Policy {
 		// The worker's own default: a few times the inter-token gaps of
 		// the measured models, short against the deadline.
 		StallAfterFirstToken: 2 * time.Second,
+		// The least derived bound: a few times the slowest inter-token
+		// gaps of fast models, so a cohort whose gaps are all tiny is not
+		// cut by a scheduling hiccup.
+		StallFloor: 250 * time.Millisecond,
 		Guardrail: Guardrail{
 			Enabled:              true,
 			Quantile:             guardrail.Quantile,

@@ -66,9 +66,15 @@ type Policy struct {
 	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
 	// StallAfterFirstToken bounds the wait for each next token once the
 	// first came: the worker cuts a provider stream silent that long and
-	// fails the attempt as transient (docs/architecture.md §4 rule 4).
+	// fails the attempt as transient (docs/architecture.md §4 rule 4). It
+	// is the cap of the bound a cohort derives from its inter-token gaps
+	// (Class.StallBound), and the bound until the cohort has samples.
 	StallAfterFirstToken time.Duration `yaml:"stall_after_first_token"`
-	Guardrail            Guardrail     `yaml:"guardrail"`
+	// StallFloor is the least stall bound a cohort derives from its
+	// inter-token gaps, in (0, StallAfterFirstToken]; equal to
+	// StallAfterFirstToken, it pins the bound there.
+	StallFloor time.Duration `yaml:"stall_floor"`
+	Guardrail  Guardrail     `yaml:"guardrail"`
 	// PushbackScope is what a provider's pushback (429, 529, a 503 with
 	// Retry-After) takes to primary-only until its Retry-After passes:
 	// PushbackCohort (the default) every cohort of a pool holding a route

@@ -260,6 +260,44 @@ func TestStallAfterFirstTokenDefaultsToTwoSecondsAndMustBePositive(t *testing.T)
 	}
 }
 
+// The stall bound a cohort derives from its inter-token gaps lies in
+// [stall_floor, stall_after_first_token] (docs/architecture.md §4 rule 4):
+// the floor defaults to 250ms, follows a smaller cap when left to its
+// default, and must be positive and at most the cap; equal, it pins the
+// bound.
+func TestStallFloorDefaultsTo250msAndLiesWithinTheCap(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       time.Duration // the floor, when the file loads
+		problem    string        // else the problem at policies.default.stall_floor
+	}{
+		{"the default", "", 250 * time.Millisecond, ""},
+		{"configured", "stall_floor: 100ms", 100 * time.Millisecond, ""},
+		{"equal to the cap pins the bound", "stall_floor: 2s", 2 * time.Second, ""},
+		{"a default floor follows a smaller cap", "stall_after_first_token: 100ms", 100 * time.Millisecond, ""},
+		{"zero", "stall_floor: 0s", 0, "must be positive"},
+		{"negative", "stall_floor: -1s", 0, "must be positive"},
+		{"above the cap", "stall_after_first_token: 1s\n    stall_floor: 1500ms", 0, "greater than stall_after_first_token"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := minimal
+			if tc.yaml != "" {
+				src += "policies:\n  default:\n    " + tc.yaml + "\n"
+			}
+			cfg, ps := parse(t, src, RoleServe, noEnv)
+			if tc.problem != "" {
+				wantProblem(t, ps, "policies.default.stall_floor", tc.problem)
+				return
+			}
+			wantNoProblems(t, ps)
+			if got := cfg.Policies["default"].StallFloor; got != tc.want {
+				t.Fatalf("stall_floor %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestMaxAttemptsMustBeBetweenOneAndFour(t *testing.T) {
 	cases := []struct {
 		value string

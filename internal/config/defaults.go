@@ -101,6 +101,7 @@ var defaults = []defaultSetting{
 	{"policies.*.heartbeat_interval", policyDefaults.HeartbeatInterval},
 	{"policies.*.heartbeat_timeout", policyDefaults.HeartbeatTimeout},
 	{"policies.*.stall_after_first_token", policyDefaults.StallAfterFirstToken},
+	{"policies.*.stall_floor", policyDefaults.StallFloor},
 	{"policies.*.guardrail.enabled", policyDefaults.Guardrail.Enabled},
 	{"policies.*.guardrail.quantile", policyDefaults.Guardrail.Quantile},
 	{"policies.*.guardrail.min_control_samples", policyDefaults.Guardrail.MinControlSamples},
@@ -128,6 +129,14 @@ func applyDefaults(c *Config, has func(path string) bool) error {
 		err := setDefault(root, "", strings.Split(d.Path, "."), reflect.ValueOf(d.Value), has)
 		if err != nil {
 			return fmt.Errorf("default %s: %w", d.Path, err)
+		}
+	}
+	// A stall_floor left to its default follows a smaller
+	// stall_after_first_token, the bound's cap: a file that sets only the
+	// cap, under the default floor, pins the bound there as before.
+	for name, p := range c.Policies {
+		if p != nil && p.StallAfterFirstToken > 0 && !has(joinPath(joinPath("policies", name), "stall_floor")) {
+			p.StallFloor = min(p.StallFloor, p.StallAfterFirstToken)
 		}
 	}
 	return nil

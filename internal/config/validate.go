@@ -472,6 +472,12 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	v.beforeDeadline(p+".accept_timeout", pol.AcceptTimeout, pol.Deadline, false)
 	v.positive(p+".heartbeat_interval", pol.HeartbeatInterval)
 	v.positive(p+".stall_after_first_token", pol.StallAfterFirstToken)
+	switch {
+	case pol.StallFloor <= 0:
+		v.addf(p+".stall_floor", "%v must be positive", pol.StallFloor)
+	case pol.StallAfterFirstToken > 0 && pol.StallFloor > pol.StallAfterFirstToken:
+		v.addf(p+".stall_floor", "%v is greater than stall_after_first_token %v, the bound's cap; set them equal to pin the bound", pol.StallFloor, pol.StallAfterFirstToken)
+	}
 	if pol.HeartbeatTimeout <= pol.HeartbeatInterval {
 		v.addf(p+".heartbeat_timeout", "%v is not longer than heartbeat_interval %v", pol.HeartbeatTimeout, pol.HeartbeatInterval)
 	}

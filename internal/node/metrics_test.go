@@ -14,8 +14,8 @@ import (
 // TestServeExportsEveryOperatorMetricFromTheStart: a started serve, before
 // any request, with and without Redis, exports each series a dashboard or an
 // alert reads, with its label set: the duplicate rate, the guardrail's state
-// and reason and the tail gain per cohort (the gain NaN below its floor,
-// beside its sample counts), suppressions of every reason, ceiling
+// and reason, the tail gain (NaN below its floor, beside its sample
+// counts) and the stall bound per cohort, suppressions of every reason, ceiling
 // breaches, route states, NATS connections, records' and workers' failure
 // counts. deploy/deploy_test.go checks the same for every series the
 // dashboard and the alert rules name. An absent series reads as "no data", which an alert cannot tell
@@ -25,6 +25,7 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 	want := []string{
 		`hedgerow_duplicate_rate{` + cohort + `} 0`,
 		`hedgerow_duplicate_rate_ceiling{` + cohort + `} 0.08`,
+		`hedgerow_stall_bound_seconds{` + cohort + `} 2`,
 		`hedgerow_guardrail_state{` + cohort + `,state="enabled"} 1`,
 		`hedgerow_guardrail_state{` + cohort + `,state="disabled"} 0`,
 		`hedgerow_guardrail_state{` + cohort + `,state="probing"} 0`,

@@ -70,6 +70,10 @@ func TestAnthropicStreamDeliversTextDeltasWithTheReportedUsage(t *testing.T) {
 	// input_tokens from message_start, cumulative output_tokens from
 	// message_delta (4, not the 3 deltas counted).
 	want := Outcome{FinishReason: "stop", Usage: schemas.Usage{InputUnits: 25, OutputUnits: 4}, Content: "Hello there!", WellFormed: true}
+	if out.MaxTokenGap <= 0 {
+		t.Error("no gap measured between the stream's three tokens")
+	}
+	out.MaxTokenGap = 0 // a timing: TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst checks it
 	if !reflect.DeepEqual(out, want) {
 		t.Errorf("outcome = %+v, want %+v", out, want)
 	}
@@ -279,6 +283,7 @@ func TestAnthropicStreamsThatBreakAreTransientWithEstimatedUsage(t *testing.T) {
 			if ue := asError(t, err); ue.Status != schemas.StatusServerError || ue.Scope != schemas.ScopeTransient {
 				t.Errorf("error = %v, want a transient server error", ue)
 			}
+			out.MaxTokenGap = 0 // a timing: TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst checks it
 			if !reflect.DeepEqual(out, tc.want) {
 				t.Errorf("outcome = %+v, want %+v", out, tc.want)
 			}

@@ -63,13 +63,15 @@
 //
 // After the first token each next one must come within the stall bound —
 // the one WithStallAfterFirstToken put in the call's context (the worker
-// passes the attempt's policy value), else Config.StallAfterFirstToken
+// passes the attempt's, which the dispatcher derives from the cohort's
+// inter-token gaps), else Config.StallAfterFirstToken
 // (DefaultStallAfterFirstToken, 2 s): a
 // per-token idle timer, which pings, keep-alives and empty deltas do not
 // re-arm, cuts a stream silent that long and fails it as a transient
 // server_error, so the attempt is replaced (before its commit) or its
 // committed stream ends with an error, not at the deadline
-// (docs/architecture.md §4 rule 4).
+// (docs/architecture.md §4 rule 4). The outcome reports the longest gap
+// between tokens it saw (Outcome.MaxTokenGap), those gaps' source.
 //
 // # Tokens and usage
 //

@@ -60,7 +60,7 @@ type stallKey struct{}
 
 // WithStallAfterFirstToken returns ctx carrying a stall bound for the calls
 // made with it, which overrides the adapter's Config.StallAfterFirstToken:
-// the worker passes the bound the attempt's policy names
+// the worker passes the bound the attempt names
 // (schemas.Attempt.StallAfterFirstTokenMs). A bound that is not positive
 // leaves the adapter's.
 func WithStallAfterFirstToken(ctx context.Context, d time.Duration) context.Context {

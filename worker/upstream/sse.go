@@ -142,12 +142,14 @@ type eventStream interface {
 // final event without saying why (what: the finish it lacks) is a transient
 // failure, and so is one that produced no token for ps.stallAfter after its
 // first (a per-token idle timer cuts the request; docs/architecture.md §4
-// rule 4).
-func readEvents(ctx context.Context, ps *providerStream, s eventStream, now func() time.Time, what string) (Outcome, error) {
+// rule 4). Whatever the end, the outcome carries the longest gap between
+// tokens seen (Outcome.MaxTokenGap).
+func readEvents(ctx context.Context, ps *providerStream, s eventStream, now func() time.Time, what string) (out Outcome, err error) {
 	events := newEventReader(ps.resp.Body)
 	defer events.release()
 	stall := stallWatch{bound: ps.stallAfter, cut: ps.cancel}
 	defer stall.stop()
+	defer func() { out.MaxTokenGap = stall.maxGap }()
 	for !s.ended() {
 		typ, data, err := events.nextBytes()
 		if err != nil && stall.fired.Load() {
@@ -175,7 +177,7 @@ func readEvents(ctx context.Context, ps *providerStream, s eventStream, now func
 	if s.ended() {
 		ps.drainAfterEnd()
 	}
-	out := s.outcome()
+	out = s.outcome()
 	if out.FinishReason == "" {
 		return out, &Error{Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Message: "stream ended before " + what}
 	}
@@ -185,21 +187,35 @@ func readEvents(ctx context.Context, ps *providerStream, s eventStream, now func
 // stallWatch is readEvents' per-token idle timer: armed at the first token,
 // re-armed by every later one, it cuts the provider request when bound
 // passes without a token. Pings, keep-alives and empty deltas do not re-arm
-// it: a stream that only says it is alive is stalled.
+// it: a stream that only says it is alive is stalled. It also measures the
+// longest gap between two token arrivals after the first, bound or not,
+// from which the dispatcher derives its cohort's bound.
 type stallWatch struct {
-	bound time.Duration // 0: off
-	cut   func()
-	seen  int64
-	timer *time.Timer
-	fired atomic.Bool
+	bound  time.Duration // 0: off
+	cut    func()
+	seen   int64
+	last   time.Time     // arrival of the last token (monotonic clock)
+	maxGap time.Duration // longest gap between token arrivals; 0 before the second
+	timer  *time.Timer
+	fired  atomic.Bool
 }
 
-// observe re-arms the timer when progress grew.
+// observe re-arms the timer, and measures the gap since the last token,
+// when progress grew. Tokens that arrive in one event are one arrival.
 func (w *stallWatch) observe(progress int64) {
-	if w.bound <= 0 || progress <= w.seen {
+	if progress <= w.seen {
 		return
 	}
-	w.seen = progress
+	at := time.Now()
+	if w.seen > 0 {
+		// At least 1 ns, so that a zero maxGap means "no gap measured"
+		// even on a clock too coarse to tell two arrivals apart.
+		w.maxGap = max(w.maxGap, at.Sub(w.last), time.Nanosecond)
+	}
+	w.seen, w.last = progress, at
+	if w.bound <= 0 {
+		return
+	}
 	if w.timer == nil {
 		w.timer = time.AfterFunc(w.bound, func() {
 			w.fired.Store(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,115 @@ func TestTheStallBoundIsPerTokenAndStartsAtTheFirstToken(t *testing.T) {
 	}
 	if out.Content != "w0 w1 w2 w3 w4 w5 " || out.FinishReason != "stop" {
 		t.Fatalf("outcome %+v, want the whole answer", out)
+	}
+}
+
+// pausingProvider serves parts in order; before part i it waits pauses[i],
+// saying only keepAlive every 10 ms meanwhile (no token).
+func pausingProvider(t *testing.T, keepAlive string, parts []string, pauses []time.Duration) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fl := w.(http.Flusher)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i, part := range parts {
+			end := time.NewTimer(pauses[i])
+		wait:
+			for {
+				select {
+				case <-r.Context().Done():
+					end.Stop()
+					return
+				case <-tick.C:
+					_, _ = w.Write([]byte(keepAlive))
+					fl.Flush()
+				case <-end.C:
+					break wait
+				}
+			}
+			_, _ = w.Write([]byte(part))
+			fl.Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// The outcome of every dialect's stream carries the longest gap between two
+// token arrivals after the first token, from which the dispatcher derives
+// its cohort's stall bound (docs/architecture.md §4 rule 4): the longer of
+// two pauses between tokens, however many keep-alives fill it. The wait
+// before the first token is no gap, and neither is a stream of one token.
+// The gaps are measured at the adapter, so one may come out a little
+// shorter than the provider's pause (the token before it was read late):
+// the test asks for three quarters of the longer pause, which the shorter
+// one is well under, and asserts no upper bound.
+func TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst(t *testing.T) {
+	const short, long = 60 * time.Millisecond, 200 * time.Millisecond
+	recorded, err := os.ReadFile("testdata/responses_stream_text.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	responses := string(recorded)
+	firstDelta := strings.Index(responses, "event: response.output_text.delta")
+	secondDelta := firstDelta + 1 + strings.Index(responses[firstDelta+1:], "event: response.output_text.delta")
+	chat := func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
+		o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, hello()
+	}
+	tests := []struct {
+		name        string
+		adapter     func(t *testing.T, url string) (Upstream, *schemas.ChatRequest)
+		keepAlive   string
+		parts       []string
+		pauses      []time.Duration
+		wantAtLeast time.Duration // 0: no gap measured
+	}{
+		{"chat completions: the longer of two pauses", chat, ": keep-alive\n\n",
+			[]string{openAIChunk(openAIRoleChunk) + openAIChunk(`{"content":"Hel"}`), openAIChunk(`{"content":"lo"}`), openAIChunk(`{"content":" you"}`) + openAIEnd},
+			[]time.Duration{0, short, long}, long},
+		{"chat completions: the wait before the first token is no gap", chat, ": keep-alive\n\n",
+			[]string{openAIChunk(openAIRoleChunk), openAIChunk(`{"content":"Hello"}`) + openAIEnd},
+			[]time.Duration{0, long}, 0},
+		{"messages: pings are no tokens", func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
+			a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: url, Model: "m"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a, hello()
+		}, sseEvent("ping", `{"type": "ping"}`),
+			[]string{messagesOpening + messagesText(0, "Hel"), messagesText(0, "lo"), messagesText(0, " you") + messagesEnd(0, "end_turn")},
+			[]time.Duration{0, long, short}, long},
+		{"responses", func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
+			o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o, responsesCaller()
+		}, ": keep-alive\n\n",
+			[]string{responses[:secondDelta], responses[secondDelta:]},
+			[]time.Duration{0, long}, long},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := pausingProvider(t, tc.keepAlive, tc.parts, tc.pauses)
+			up, req := tc.adapter(t, srv.URL)
+			out, err := up.Stream(context.Background(), req, nil)
+			if err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			switch {
+			case tc.wantAtLeast == 0 && out.MaxTokenGap != 0:
+				t.Fatalf("MaxTokenGap %v, want none measured", out.MaxTokenGap)
+			case out.MaxTokenGap < tc.wantAtLeast*3/4:
+				t.Fatalf("MaxTokenGap %v, want about the longest pause %v (at least 3/4 of it)", out.MaxTokenGap, tc.wantAtLeast)
+			}
+		})
 	}
 }
 

@@ -35,6 +35,10 @@ func TestStreamDeliversContentDeltasInOrderWithObservedUsage(t *testing.T) {
 		Content:      "Hello there!",
 		WellFormed:   true,
 	}
+	if out.MaxTokenGap <= 0 {
+		t.Error("no gap measured between the stream's three tokens")
+	}
+	out.MaxTokenGap = 0 // a timing: TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst checks it
 	if !reflect.DeepEqual(out, want) {
 		t.Errorf("outcome = %+v, want %+v", out, want)
 	}

@@ -80,6 +80,13 @@ type Outcome struct {
 	// WellFormed reports that every chunk parsed, a finish reason arrived
 	// and the stream ended with [DONE].
 	WellFormed bool
+	// MaxTokenGap is the longest wait between two consecutive token
+	// arrivals of the stream after the first token (pings, keep-alives and
+	// empty deltas are no tokens); 0 when fewer than two tokens arrived or
+	// the answer was not streamed (embeddings). The worker reports it, and
+	// the dispatcher derives its cohort's stall bound from it
+	// (docs/architecture.md §4 rule 4).
+	MaxTokenGap time.Duration
 }
 
 // MaxRetryAfter bounds the Retry-After an Error reports.
