@@ -85,6 +85,7 @@ func TestTheStallBoundIsFourTimesTheCohortsP99GapClampedToFloorAndCap(t *testing
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Default()
+			p.StallFloor = 250 * time.Millisecond // the cases' own floor, below the default's
 			if tc.cap != 0 {
 				p.StallAfterFirstToken, p.StallFloor = max(tc.cap, 0), max(tc.floor, 0)
 			}

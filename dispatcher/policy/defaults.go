@@ -66,7 +66,7 @@ func Default() *Policy {
 		// The least derived bound: a few times the slowest inter-token
 		// gaps of fast models, so a cohort whose gaps are all tiny is not
 		// cut by a scheduling hiccup.
-		StallFloor: 250 * time.Millisecond,
+		StallFloor: 500 * time.Millisecond,
 		Guardrail: Guardrail{
 			Enabled:              true,
 			Quantile:             guardrail.Quantile,

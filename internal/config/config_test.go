@@ -262,19 +262,19 @@ func TestStallAfterFirstTokenDefaultsToTwoSecondsAndMustBePositive(t *testing.T)
 
 // The stall bound a cohort derives from its inter-token gaps lies in
 // [stall_floor, stall_after_first_token] (docs/architecture.md §4 rule 4):
-// the floor defaults to 250ms, follows a smaller cap when left to its
+// the floor defaults to 500ms, follows a smaller cap when left to its
 // default, and must be positive and at most the cap; equal, it pins the
 // bound.
-func TestStallFloorDefaultsTo250msAndLiesWithinTheCap(t *testing.T) {
+func TestStallFloorDefaultsTo500msAndLiesWithinTheCap(t *testing.T) {
 	tests := []struct {
 		name, yaml string
 		want       time.Duration // the floor, when the file loads
 		problem    string        // else the problem at policies.default.stall_floor
 	}{
-		{"the default", "", 250 * time.Millisecond, ""},
+		{"the default", "", 500 * time.Millisecond, ""},
 		{"configured", "stall_floor: 100ms", 100 * time.Millisecond, ""},
 		{"equal to the cap pins the bound", "stall_floor: 2s", 2 * time.Second, ""},
-		{"a default floor follows a smaller cap", "stall_after_first_token: 100ms", 100 * time.Millisecond, ""},
+		{"a default floor follows a smaller cap", "stall_after_first_token: 300ms", 300 * time.Millisecond, ""},
 		{"zero", "stall_floor: 0s", 0, "must be positive"},
 		{"negative", "stall_floor: -1s", 0, "must be positive"},
 		{"above the cap", "stall_after_first_token: 1s\n    stall_floor: 1500ms", 0, "greater than stall_after_first_token"},
