@@ -143,11 +143,12 @@ PEERS_SEED     ?= 1
 PEERS_SEEDS    ?=
 PEERS_CONDITIONS ?= both
 PEERS_DELAY    ?= 0
+PEERS_DELAY_FROM ?= warm-up
 compare-peers:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkComparePeers$$' -benchtime 1x -timeout 60m ./integration/peers \
 		-peers.requests=$(PEERS_REQUESTS) -peers.warmup=$(PEERS_WARMUP) -peers.rate=$(PEERS_RATE) -peers.scale=$(PEERS_SCALE) \
 		-peers.seed=$(PEERS_SEED) -peers.seeds=$(PEERS_SEEDS) -peers.conditions=$(PEERS_CONDITIONS) \
-		-peers.delay=$(PEERS_DELAY)
+		-peers.delay=$(PEERS_DELAY) -peers.delay-from=$(PEERS_DELAY_FROM)
 
 clean:
 	rm -rf bin

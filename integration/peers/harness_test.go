@@ -71,9 +71,17 @@ type options struct {
 	TimeScale float64
 	// Delay, when set, pins the peers' delay (real time) instead of the
 	// warm-up's P95: a noisy warm-up then cannot move it.
-	Delay    time.Duration
-	Seed     uint64
-	Workload string
+	Delay time.Duration
+	// DelayFromHedgerow gives the peers hedgerow's own delay instead: the
+	// median delay its groups armed over the warm-up's second half, its
+	// estimate of the same P95. The two then hedge at one delay, and what
+	// differs is what each does with it; otherwise the peers' P95, taken
+	// from ~1,500 primary-only requests, lands ±10 ms from hedgerow's from
+	// run to run, and whichever is lower buys a shorter tail with more
+	// duplicates.
+	DelayFromHedgerow bool
+	Seed              uint64
+	Workload          string
 	// Conditions are run one after the other, each on fresh fakes and a
 	// fresh hedgerow.
 	Conditions []condition
@@ -109,8 +117,8 @@ type conditionReport struct {
 	// client-measured time to first token over the warm-up's second half,
 	// or options.Delay.
 	Delay time.Duration
-	// Pinned says Delay came from options.Delay.
-	Pinned bool
+	// DelaySource says where Delay came from.
+	DelaySource string
 	// RunDelay is the same P95 taken over none's requests of the measured
 	// run: how well the warm-up's figure stood for the run.
 	RunDelay time.Duration
@@ -558,9 +566,15 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 		return nil, fmt.Errorf("warm-up: only %d of the second half's ~%d primary-only requests answered", len(ttfts), 3*o.Warmup/2)
 	}
 	slices.Sort(ttfts)
-	delay := quantile(ttfts, 0.95)
-	if o.Delay > 0 {
-		delay = o.Delay
+	delay, source := quantile(ttfts, 0.95), "P95 of primary-only time to first token over the warm-up's second half"
+	switch {
+	case o.Delay > 0:
+		delay, source = o.Delay, "pinned by -peers.delay"
+	case o.DelayFromHedgerow:
+		if delay, err = s.hedgerowDelay(ctx, warm[len(warm)/2:], warmHedgerow); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+		source = "hedgerow's own: the median delay its groups armed over the warm-up's second half"
 	}
 
 	hh, err := newHedgedHTTPTarget(s.hosts, delay)
@@ -590,8 +604,8 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	}
 	s.warns.take() // the warm-up's
 	s.groups.reset()
-	logf("%s: peers' delay %v (the warm-up's P95 over %d primary-only first tokens: %v); measured run, %d requests at %v/s",
-		c.Name, delay, len(ttfts), quantile(ttfts, 0.95), len(reqs), o.Rate)
+	logf("%s: peers' delay %v, %s (the warm-up's P95 over %d primary-only first tokens: %v); measured run, %d requests at %v/s",
+		c.Name, delay, source, len(ttfts), quantile(ttfts, 0.95), len(reqs), o.Rate)
 	sum, upstream, err := s.runLoad(ctx, o.Seed, reqs, targets)
 	if err != nil {
 		return nil, fmt.Errorf("measured run: %w", err)
@@ -608,7 +622,7 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
-	rep = &conditionReport{Condition: c, Delay: delay, Pinned: o.Delay > 0, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
+	rep = &conditionReport{Condition: c, Delay: delay, DelaySource: source, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
 	rep.Contenders = measure(reqs, sum, upstream, o.deadline())
 	rep.Hedgerow = hedgerowDelta(metricsBefore, metricsAfter)
 	var want []string
@@ -633,6 +647,32 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	slices.Sort(noneTTFT)
 	rep.RunDelay = quantile(noneTTFT, 0.95)
 	return rep, nil
+}
+
+// hedgerowDelay is the median hedge delay hedgerow's groups among reqs
+// (those of contender hedgerow) armed, from their group records.
+func (s *stage) hedgerowDelay(ctx context.Context, reqs []request, hedgerow int) (time.Duration, error) {
+	var want []string
+	for _, r := range reqs {
+		if r.contender == hedgerow {
+			want = append(want, r.fingerprint)
+		}
+	}
+	groups, _, err := s.groups.wait(ctx, want, drainTimeout)
+	if err != nil {
+		return 0, err
+	}
+	var delays []time.Duration
+	for _, g := range groups {
+		if g.HedgeDelayMs != nil {
+			delays = append(delays, time.Duration(*g.HedgeDelayMs)*time.Millisecond)
+		}
+	}
+	if len(delays) == 0 {
+		return 0, fmt.Errorf("none of hedgerow's %d warm-up groups armed a hedge delay", len(want))
+	}
+	slices.Sort(delays)
+	return quantile(delays, 0.5), nil
 }
 
 // metrics reads hedgerow's /metrics as sample name (with its labels) →

@@ -32,6 +32,7 @@ var (
 	flagRate       = flag.Float64("peers.rate", 100, "Poisson arrivals per real second, all contenders together")
 	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
 	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of none's time to first token over the warm-up's second half")
+	flagDelayFrom  = flag.String("peers.delay-from", "warm-up", "where the peers' delay comes from unless pinned: warm-up (the P95 of none's time to first token) or hedgerow (the median delay hedgerow's groups armed in the warm-up)")
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
 	flagSeeds      = flag.String("peers.seeds", "", "comma-separated seeds to run one after the other and pool (overrides -peers.seed)")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
@@ -64,9 +65,12 @@ func BenchmarkComparePeers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if *flagDelayFrom != "warm-up" && *flagDelayFrom != "hedgerow" {
+		b.Fatalf("-peers.delay-from %q: want warm-up or hedgerow", *flagDelayFrom)
+	}
 	o := options{
 		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale, Delay: *flagDelay,
-		Workload: *flagWorkload, Conditions: conds,
+		DelayFromHedgerow: *flagDelayFrom == "hedgerow", Workload: *flagWorkload, Conditions: conds,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 		},

@@ -19,13 +19,9 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
 		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
 	for _, rep := range reps {
-		source := "P95 of primary-only time to first token over the warm-up's second half"
-		if rep.Pinned {
-			source = "pinned by -peers.delay"
-		}
 		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (%s; the same P95 over none's measured requests was %s ms, "+
 			"the model's own %s ms), max %d attempts each; run took %v\n",
-			rep.Condition.Name, ms(rep.Delay), source, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
+			rep.Condition.Name, ms(rep.Delay), rep.DelaySource, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
 		upstream := writeContenders(w, rep.Contenders, rep.HedgedArm)
 		h := rep.Hedgerow
 		reasons := slices.Sorted(maps.Keys(h.Suppressed))
