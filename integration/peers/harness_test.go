@@ -41,6 +41,15 @@ const (
 
 var contenderNames = []string{contenderNone, contenderHedgedHTTP, contenderFailsafe, contenderHedgerow}
 
+// hedgerowAt is hedgerow's index among the contenders.
+var hedgerowAt = slices.Index(contenderNames, contenderHedgerow)
+
+// row is the report of the contender named name among cs (in
+// contenderNames order).
+func row(cs []contenderReport, name string) contenderReport {
+	return cs[slices.Index(contenderNames, name)]
+}
+
 // The names the hedgerow configuration gives its parts.
 const (
 	poolName    = "general"
@@ -201,6 +210,16 @@ func summarize(samples []time.Duration) distribution {
 	s := slices.Clone(samples)
 	slices.Sort(s)
 	return distribution{P50: quantile(s, 0.50), P90: quantile(s, 0.90), P99: quantile(s, 0.99), P999: quantile(s, 0.999), Max: quantile(s, 1)}
+}
+
+// quantiles sorts xs and reads the qs quantiles of it.
+func quantiles(xs []time.Duration, qs ...float64) []time.Duration {
+	slices.Sort(xs)
+	out := make([]time.Duration, len(qs))
+	for i, q := range qs {
+		out[i] = quantile(xs, q)
+	}
+	return out
 }
 
 // quantile is the nearest-rank quantile of sorted values, as `hedgerow
@@ -625,13 +644,7 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	rep = &conditionReport{Condition: c, Delay: delay, DelaySource: source, ModelDelay: modelDelay, UpstreamRequests: after - before, Elapsed: sum.Elapsed}
 	rep.Contenders = measure(reqs, sum, upstream, o.deadline())
 	rep.Hedgerow = hedgerowDelta(metricsBefore, metricsAfter)
-	var want []string
-	for _, r := range reqs {
-		if contenderNames[r.contender] == contenderHedgerow {
-			want = append(want, r.fingerprint)
-		}
-	}
-	groups, _, err := s.groups.wait(ctx, want, drainTimeout)
+	groups, _, err := s.groups.wait(ctx, fingerprintsOf(reqs, hedgerowAt), drainTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -649,15 +662,22 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	return rep, nil
 }
 
+// fingerprintsOf are the prompt fingerprints of contender's requests among
+// reqs, by which hedgerow's group records name them.
+func fingerprintsOf(reqs []request, contender int) []string {
+	var out []string
+	for _, r := range reqs {
+		if r.contender == contender {
+			out = append(out, r.fingerprint)
+		}
+	}
+	return out
+}
+
 // hedgerowDelay is the median hedge delay hedgerow's groups among reqs
 // (those of contender hedgerow) armed, from their group records.
 func (s *stage) hedgerowDelay(ctx context.Context, reqs []request, hedgerow int) (time.Duration, error) {
-	var want []string
-	for _, r := range reqs {
-		if r.contender == hedgerow {
-			want = append(want, r.fingerprint)
-		}
-	}
+	want := fingerprintsOf(reqs, hedgerow)
 	groups, _, err := s.groups.wait(ctx, want, drainTimeout)
 	if err != nil {
 		return 0, err
@@ -671,8 +691,7 @@ func (s *stage) hedgerowDelay(ctx context.Context, reqs []request, hedgerow int)
 	if len(delays) == 0 {
 		return 0, fmt.Errorf("none of hedgerow's %d warm-up groups armed a hedge delay", len(want))
 	}
-	slices.Sort(delays)
-	return quantile(delays, 0.5), nil
+	return quantiles(delays, 0.5)[0], nil
 }
 
 // metrics reads hedgerow's /metrics as sample name (with its labels) →
@@ -834,19 +853,18 @@ func measure(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, 
 // hedgedArm is measure's hedgerow row over its requests whose group record
 // does not put them in the guardrail's control arm.
 func hedgedArm(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, groups map[string]schemas.GroupRecord, deadline time.Duration) contenderReport {
-	hedgerow := slices.Index(contenderNames, contenderHedgerow)
 	arm := &loadgen.Summary{Start: sum.Start, Elapsed: sum.Elapsed}
 	var armReqs []request
 	var armUpstream [][]fakellm.Record
 	for i, r := range reqs {
-		if g, ok := groups[r.fingerprint]; r.contender != hedgerow || ok && g.GuardrailDecision == schemas.GuardrailControl {
+		if g, ok := groups[r.fingerprint]; r.contender != hedgerowAt || ok && g.GuardrailDecision == schemas.GuardrailControl {
 			continue
 		}
 		armReqs = append(armReqs, r)
 		arm.Results = append(arm.Results, sum.Results[i])
 		armUpstream = append(armUpstream, upstream[i])
 	}
-	c := measure(armReqs, arm, armUpstream, deadline)[hedgerow]
+	c := measure(armReqs, arm, armUpstream, deadline)[hedgerowAt]
 	c.Name = contenderHedgerow + ", hedged arm"
 	return c
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,7 +90,7 @@ func BenchmarkComparePeers(b *testing.B) {
 		if len(seeds) > 1 {
 			writePooled(os.Stdout, o, pools)
 		}
-		r := ratiosOf(&conditionReport{Contenders: pools[0].Contenders}, pools[0].Contenders[slices.Index(contenderNames, contenderHedgerow)])
+		r := ratiosOf(&conditionReport{Contenders: pools[0].Contenders}, row(pools[0].Contenders, contenderHedgerow))
 		b.ReportMetric(r.TTFTP99, "ttft-p99/best-peer")
 		b.ReportMetric(r.TTFTP999, "ttft-p99.9/best-peer")
 		b.ReportMetric(r.EndP999, "end-p99.9/best-peer")

@@ -96,23 +96,23 @@ func writePooled(w io.Writer, o options, ps []pooled) {
 			p.Condition.Name, strings.Join(seeds, ", "), p.Contenders[0].Requests)
 		writeContenders(w, p.Contenders, p.HedgedArm)
 		rep := &conditionReport{Contenders: p.Contenders}
-		for _, row := range []struct {
+		a, b := row(p.Contenders, contenderHedgedHTTP), row(p.Contenders, contenderFailsafe)
+		interval := func(h, x, y []time.Duration, q float64) string {
+			lo, hi := ratioInterval(h, x, y, q, o.Seed)
+			return fmt.Sprintf("[%.2f, %.2f]", lo, hi)
+		}
+		for _, arm := range []struct {
 			name string
 			h    contenderReport
-		}{{"hedgerow", p.Contenders[slices.Index(contenderNames, contenderHedgerow)]}, {"hedged arm", p.HedgedArm}} {
-			if row.h.Requests == 0 {
+		}{{"hedgerow", row(p.Contenders, contenderHedgerow)}, {"hedged arm", p.HedgedArm}} {
+			if arm.h.Requests == 0 {
 				continue
 			}
-			r := ratiosOf(rep, row.h)
-			a, b := p.Contenders[slices.Index(contenderNames, contenderHedgedHTTP)], p.Contenders[slices.Index(contenderNames, contenderFailsafe)]
-			interval := func(h, x, y []time.Duration, q float64) string {
-				lo, hi := ratioInterval(h, x, y, q, o.Seed)
-				return fmt.Sprintf("[%.2f, %.2f]", lo, hi)
-			}
+			r := ratiosOf(rep, arm.h)
 			fmt.Fprintf(w, "%s / best peer: TTFT P99 %.2f× %s, P99.9 %.2f× %s; end P99 %.2f× %s, P99.9 %.2f× %s; duplicate rate %+.2f points over the lower peer's\n",
-				row.name, r.TTFTP99, interval(row.h.ttfts, a.ttfts, b.ttfts, 0.99), r.TTFTP999, interval(row.h.ttfts, a.ttfts, b.ttfts, 0.999),
-				r.EndP99, interval(row.h.ends, a.ends, b.ends, 0.99), r.EndP999, interval(row.h.ends, a.ends, b.ends, 0.999), r.DupPoints)
-			if row.name == "hedgerow" {
+				arm.name, r.TTFTP99, interval(arm.h.ttfts, a.ttfts, b.ttfts, 0.99), r.TTFTP999, interval(arm.h.ttfts, a.ttfts, b.ttfts, 0.999),
+				r.EndP99, interval(arm.h.ends, a.ends, b.ends, 0.99), r.EndP999, interval(arm.h.ends, a.ends, b.ends, 0.999), r.DupPoints)
+			if arm.name == "hedgerow" {
 				fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
 					verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
 			}

@@ -50,7 +50,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		if rep.HedgedArm.Requests > 0 {
 			ra := ratiosOf(rep, rep.HedgedArm)
 			fmt.Fprintf(w, "hedged arm / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points (the %d control groups are never hedged, by design)\n",
-				ra.TTFTP99, ra.TTFTP999, ra.EndP99, ra.EndP999, ra.DupPoints, rep.Contenders[slices.Index(contenderNames, contenderHedgerow)].Requests-rep.HedgedArm.Requests)
+				ra.TTFTP99, ra.TTFTP999, ra.EndP99, ra.EndP999, ra.DupPoints, row(rep.Contenders, contenderHedgerow).Requests-rep.HedgedArm.Requests)
 		}
 		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",
 			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
@@ -107,7 +107,7 @@ type ratioSet struct {
 }
 
 func ratios(rep *conditionReport) ratioSet {
-	return ratiosOf(rep, rep.Contenders[slices.Index(contenderNames, contenderHedgerow)])
+	return ratiosOf(rep, row(rep.Contenders, contenderHedgerow))
 }
 
 // ratiosOf is ratios with h standing for hedgerow's row.
@@ -172,7 +172,7 @@ func TestPoolingSeedsAddsTheirCountsAndJoinsTheirSamples(t *testing.T) {
 	if len(ps) != 1 {
 		t.Fatalf("%d pooled conditions, want 1", len(ps))
 	}
-	h := ps[0].Contenders[slices.Index(contenderNames, contenderHedgerow)]
+	h := row(ps[0].Contenders, contenderHedgerow)
 	if h.Requests != 4 || h.Extra != 1 || h.Upstream != 5 || len(h.ttfts) != 4 {
 		t.Errorf("pooled hedgerow: %d requests, %d extra, %d upstream, %d samples; want 4, 1, 5, 4", h.Requests, h.Extra, h.Upstream, len(h.ttfts))
 	}

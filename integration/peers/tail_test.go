@@ -270,12 +270,10 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 					sent = millis(a.FirstMs - a.StartMs)
 				}
 				primarySent = append(primarySent, sent)
+				primaryFirst = append(primaryFirst, millis(a.DrawnFirstMs*timeScale))
 			}
 			if g := t.Group; g != nil && g.WinnerRole == schemas.RolePrimary && g.FirstByteMs != nil && len(t.Attempts) > 0 && t.Attempts[0].Sent {
 				wire = append(wire, time.Duration(*g.FirstByteMs)*time.Millisecond-millis(t.Attempts[0].FirstMs))
-			}
-			if len(t.Attempts) > 0 && t.Attempts[0].Drawn {
-				primaryFirst = append(primaryFirst, millis(t.Attempts[0].DrawnFirstMs*timeScale))
 			}
 			switch {
 			case t.secondIsHedge():
@@ -291,7 +289,7 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 					endOverhead = append(endOverhead, t.Total-e)
 				}
 			}
-			if k == slices.Index(contenderNames, contenderHedgerow) {
+			if k == hedgerowAt {
 				if t.Group == nil {
 					rep.NoRecord++
 				} else {
@@ -299,18 +297,12 @@ func tails(reqs []request, tr []requestTrace, timeScale float64) []tailReport {
 				}
 			}
 		}
-		slices.Sort(hedgeAt)
-		slices.Sort(overhead)
-		slices.Sort(primaryFirst)
-		rep.PrimaryFirstP95 = quantile(primaryFirst, 0.95)
-		slices.Sort(primarySent)
-		rep.PrimarySentP95 = quantile(primarySent, 0.95)
-		slices.Sort(wire)
-		rep.Wire = [3]time.Duration{quantile(wire, 0.5), quantile(wire, 0.95), quantile(wire, 0.99)}
-		rep.HedgeAt = [3]time.Duration{quantile(hedgeAt, 0.1), quantile(hedgeAt, 0.5), quantile(hedgeAt, 0.9)}
-		rep.Overhead = [3]time.Duration{quantile(overhead, 0.5), quantile(overhead, 0.99), quantile(overhead, 0.999)}
-		slices.Sort(endOverhead)
-		rep.EndOverhead = [3]time.Duration{quantile(endOverhead, 0.5), quantile(endOverhead, 0.99), quantile(endOverhead, 0.999)}
+		rep.PrimaryFirstP95 = quantiles(primaryFirst, 0.95)[0]
+		rep.PrimarySentP95 = quantiles(primarySent, 0.95)[0]
+		rep.Wire = [3]time.Duration(quantiles(wire, 0.5, 0.95, 0.99))
+		rep.HedgeAt = [3]time.Duration(quantiles(hedgeAt, 0.1, 0.5, 0.9))
+		rep.Overhead = [3]time.Duration(quantiles(overhead, 0.5, 0.99, 0.999))
+		rep.EndOverhead = [3]time.Duration(quantiles(endOverhead, 0.5, 0.99, 0.999))
 		sorted := slices.Clone(ts)
 		slices.SortStableFunc(sorted, func(a, b requestTrace) int { return int(b.TTFT - a.TTFT) })
 		rep.Slowest = sorted[:min(len(sorted), (len(sorted)+99)/100)]
