@@ -117,6 +117,9 @@ func (v *validator) natsAuth() {
 	serve := v.role == RoleServe
 	v.file(&n.ServerConfig)
 	v.file(&n.StoreDir)
+	if n.SyncInterval != 0 && !serve {
+		v.addf("nats.sync_interval", "only serve embeds a NATS server; set sync_interval in the jetstream block of your nats-server configuration")
+	}
 	switch {
 	case n.ServerConfig != "" && !serve:
 		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
