@@ -405,7 +405,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			g.d.dropReply(dropStatus)
 			return nil
 		}
-		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}
+		return hedge.Unserved{Attempt: a.n}
 	}
 	reply, err := schemas.DecodeReply(in.msg.Data)
 	if err != nil {
@@ -421,7 +421,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 	now := g.d.now()
 	switch m := reply.(type) {
 	case *schemas.Accept:
-		g.onAccepted()
+		g.onAccepted(a.route)
 		a.controlInbox, a.workerID = m.ControlInbox, m.WorkerID
 		if a.cancel != nil {
 			g.publishCancel(a, *a.cancel)
