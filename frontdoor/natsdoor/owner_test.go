@@ -422,62 +422,42 @@ func TestACancelOfARequestAdmittedButNotYetRunningIsAnsweredCanceled(t *testing.
 }
 
 // Without tenants or a client user, the id is a cancel's only proof: a
-// request with a guessable one is refused at once, and a cancel naming one
-// is refused and counted.
-func TestWithoutTenantsOrUsersOnlyAnUnguessableIDMayNameARequest(t *testing.T) {
+// request with a guessable one is served, but its cancel is refused and
+// counted, like a malformed one, and neither is remembered.
+func TestWithoutTenantsOrUsersOnlyAnUnguessableIDCancels(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{Registerer: reg})
-	tests := []struct {
-		name   string
-		id     string
-		inbox  string
-		answer func(*testing.T, *nats.Msg)
+	d, arrived, gone, release := heldDoor(t, Options{Registerer: reg})
+	const id = "job-43"
+	inbox := d.nc.NewInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
+		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(natsWait):
+		t.Fatal("the request with a short id was not served")
+	}
+	for _, c := range []struct {
+		name, subject, reason string
+		count                 float64
 	}{
-		{"a short id", "job-43", "", func(t *testing.T, m *nats.Msg) {
-			if msg := errorAnswer(t, m, schemas.ErrInvalidRequest, 400); !strings.Contains(msg, schemas.HeaderRequestID) {
-				t.Errorf("the refusal %q does not name %s", msg, schemas.HeaderRequestID)
-			}
-		}},
-		{"an id one short of 128 bits as hex", anonymousID[1:], "", func(t *testing.T, m *nats.Msg) {
-			errorAnswer(t, m, schemas.ErrInvalidRequest, 400)
-		}},
-		{"an id of 128 bits as hex", anonymousID, "", answered},
-		{"a short id from a client user's inbox", "job-43", schemas.ClientInboxPrefix + ".carol", answered},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			inbox := d.nc.NewInbox()
-			if tc.inbox != "" {
-				inbox = tc.inbox + ".r"
-			}
-			sub, err := d.nc.SubscribeSync(inbox)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = sub.Unsubscribe() }()
-			if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
-				Header: nats.Header{schemas.HeaderRequestID: {tc.id}}, Data: submitBody(t, false)}); err != nil {
-				t.Fatal(err)
-			}
-			m, err := sub.NextMsg(natsWait)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.answer(t, m)
-		})
-	}
-	if n := len(d.sub.Submissions()); n != 2 {
-		t.Fatalf("%d submissions ran, want the two with an unguessable id or a user", n)
-	}
-	for _, c := range []struct{ subject, reason string }{
-		{schemas.SubmitCancelSubject("job-43"), RejectGuessableID},
-		{schemas.SubmitCancelPrefix + "carol.job.43", RejectMalformed},
+		{"a short id", schemas.SubmitCancelSubjectFor(inbox, id), RejectGuessableID, 1},
+		{"an id one short of 128 bits as hex", schemas.SubmitCancelSubject(anonymousID[1:]), RejectGuessableID, 2},
+		{"no cancel subject", schemas.SubmitCancelPrefix + "carol.job.43", RejectMalformed, 1},
 	} {
-		if err := d.nc.Publish(c.subject, nil); err != nil {
-			t.Fatal(err)
-		}
-		eventually.True(t, natsWait, "the cancel to be counted "+c.reason, func() bool {
-			return rejectedCancels(t, reg, c.reason) == 1
+		t.Run(c.name, func(t *testing.T) {
+			if err := d.nc.Publish(c.subject, nil); err != nil {
+				t.Fatal(err)
+			}
+			eventually.True(t, natsWait, "the cancel to be counted "+c.reason, func() bool {
+				return rejectedCancels(t, reg, c.reason) == c.count
+			})
 		})
 	}
 	d.svc.mu.Lock()
@@ -486,6 +466,17 @@ func TestWithoutTenantsOrUsersOnlyAnUnguessableIDMayNameARequest(t *testing.T) {
 	if remembered != 0 {
 		t.Fatalf("%d refused cancels remembered, want none", remembered)
 	}
+	select {
+	case <-gone:
+		t.Fatal("a refused cancel cancelled the request")
+	default:
+	}
+	close(release)
+	m, err := sub.NextMsg(natsWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered(t, m)
 }
 
 // The memory of early cancels is bounded per owner and in all: an owner's

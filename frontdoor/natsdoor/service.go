@@ -269,16 +269,10 @@ func (s *Service) handleSubmit(req micro.Request) {
 			Message: "header " + schemas.HeaderRequestID + " must be 1 to 64 letters, digits, '_' or '-'"})
 		return
 	}
+	// Any id is served; when neither a tenant nor a client user proves the
+	// owner, only an unguessable one can be cancelled (handleCancel,
+	// docs/architecture.md §8, "Cancels belong to their caller").
 	user, _ := schemas.ClientInboxUser(reply)
-	if id != "" && s.opts.Keyring == nil && user == "" && !schemas.UnguessableSubmitRequestID(id) {
-		// Its id would be the only proof of a cancel: refused now, where
-		// the caller sees it, rather than its cancel later, where it would
-		// not (docs/architecture.md §8, "Cancels belong to their caller").
-		s.fail(reply, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest),
-			Message: fmt.Sprintf("header %s must be at least %d characters drawn at random (128 bits as hex) when the gateway has no tenants and the caller no NATS user: anyone could cancel a shorter one",
-				schemas.HeaderRequestID, schemas.MinUnguessableRequestIDLen)})
-		return
-	}
 	tenant, refusal := s.authenticate(req.Headers())
 	if refusal != nil {
 		s.fail(reply, refusal)
