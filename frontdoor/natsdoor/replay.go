@@ -41,7 +41,8 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	turn, err := s.flights.Begin(wctx, key, fp, sub.GroupID)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return // the caller cancelled: nobody is left to tell
+		s.endCanceled(ctx, c) // the caller cancelled, or went away
+		return
 	case err != nil:
 		s.fail(c.reply, frontdoor.FailureFor(&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}))
 		return

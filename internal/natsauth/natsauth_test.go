@@ -56,7 +56,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 		{"alice", []string{"_INBOX.cl.alice.>"}, false},
 		{"bob", []string{"_INBOX.cl.bob.>"}, false},
 		{"observer", []string{"hedgerow.events.>", "_INBOX.ob.>"}, false},
-		{"gateway", []string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.*", "$SRV.*", "$SRV.*.hedgerow", "$SRV.*.hedgerow.*"}, false},
+		{"gateway", []string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.>", "$SRV.*", "$SRV.*.hedgerow", "$SRV.*.hedgerow.*"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.user, func(t *testing.T) {
