@@ -94,7 +94,10 @@ type group struct {
 	armed     bool
 	winner    int
 	gateValue string
-	delivered bool // the caller got its final delivery
+	// supersedes is the orphaned group whose gate holding this group, a
+	// takeover, cleared (claim); its records name it (docs/architecture.md §9).
+	supersedes string
+	delivered  bool // the caller got its final delivery
 	// held is the final answer kept until the group ends, for a caller
 	// that awaits the total usage (Submission.AwaitTotalUsage).
 	held     *Response
@@ -549,7 +552,32 @@ func (g *group) claim(ctx context.Context, attempt int) (arbiter.Claim, error) {
 	}
 	g.d.metrics.superseded.Inc()
 	g.d.log.Info("orphaned commit superseded", "group", g.id, "orphan", holder.Group)
+	g.supersedes = holder.Group
+	g.keepSuperseded(holder)
 	return g.d.gate.Claim(ctx, g.ua, g.id, attempt)
+}
+
+// keepSuperseded keeps the record that orphan's commit was superseded by
+// this group (schemas.SupersededRecord, on a subject of its own so the
+// orphan's record and usage stay), waiting for the store (bounded by the
+// Recorder) before the group claims again: a commit of this group is never
+// kept beside the orphan's with nothing marking the orphan's superseded
+// (docs/architecture.md §9). A record not kept is logged; the group's own
+// record still names the orphan (supersedes).
+func (g *group) keepSuperseded(orphan arbiter.GateValue) {
+	if g.d.records == nil {
+		return
+	}
+	rec := schemas.SupersededRecord{EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher, UserActionID: g.ua,
+		HedgeGroupID: orphan.Group, WinnerAttempt: orphan.Attempt, GateEpoch: orphan.Epoch, SupersededBy: g.id}
+	data, err := rec.MarshalJSON()
+	if err == nil {
+		err = g.d.records.Commit(schemas.StoredSupersededSubject(orphan.Group), schemas.StoredSupersededID(orphan.Group), data)
+	}
+	if err != nil {
+		// The Recorder counts and logs its failures, at a bounded rate.
+		g.d.log.Debug("superseded commit's record not kept", "group", g.id, "orphan", orphan.Group, "err", err)
+	}
 }
 
 // lost fails an attempt whose stream broke on the wire; its worker may still
