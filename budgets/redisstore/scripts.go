@@ -99,7 +99,7 @@ end
 // expiries (ZSET nonce → ms).
 // ARGV: now, nonce, max attempts (0: no ledger), units, ceiling (0: none),
 // reservation expiry, minimum account expiry, gc grace, group (hash, or
-// ''), dead group to forgive (hash, or '').
+// ”), dead group to forgive (hash, or ”).
 // Returns {0 granted | 1 attempts full | 2 ceiling reached, attempts used,
 // ms until the ledger lapses when attempts are full and it forgave slots
 // or holds a live reservation, else 0}. A replay of a granted call (same
@@ -156,7 +156,7 @@ return {0, acct.a, 0}
 // ledger's forgiveness bound (f < m).
 //
 // KEYS: as takeScript. ARGV: now, nonce, 1 settle | 0 release, used units,
-// 1 give back the slot | 0, the reservation's group (hash, or ''), 1 lost | 0.
+// 1 give back the slot | 0, the reservation's group (hash, or ”), 1 lost | 0.
 // Returns 1 if the reservation was live here, 0 (changing nothing) if not.
 var endScript = redis.NewScript(prelude + `
 local now, nonce, group = tonumber(ARGV[1]), ARGV[2], ARGV[6]
