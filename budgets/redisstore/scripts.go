@@ -99,7 +99,7 @@ end
 // expiries (ZSET nonce → ms).
 // ARGV: now, nonce, max attempts (0: no ledger), units, ceiling (0: none),
 // reservation expiry, minimum account expiry, gc grace, group (hash, or
-// ”), dead group to forgive (hash, or ”).
+// empty), dead group to forgive (hash, or empty).
 // Returns {0 granted | 1 attempts full | 2 ceiling reached, attempts used,
 // ms until the ledger lapses when attempts are full and it forgave slots
 // or holds a live reservation, else 0}. A replay of a granted call (same
