@@ -156,7 +156,7 @@ return {0, acct.a, 0}
 // ledger's forgiveness bound (f < m).
 //
 // KEYS: as takeScript. ARGV: now, nonce, 1 settle | 0 release, used units,
-// 1 give back the slot | 0, the reservation's group (hash, or ”), 1 lost | 0.
+// 1 give back the slot | 0, the reservation's group (hash, or empty), 1 lost | 0.
 // Returns 1 if the reservation was live here, 0 (changing nothing) if not.
 var endScript = redis.NewScript(prelude + `
 local now, nonce, group = tonumber(ARGV[1]), ARGV[2], ARGV[6]
