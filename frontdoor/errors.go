@@ -346,9 +346,11 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		f.Message = "The winner gate cannot decide now, so nothing was committed; retry later."
 	case schemas.ErrBudgetExhausted:
 		if ge.RetryAfter > 0 {
-			// The tenant's spend window refused: a new window will not.
+			// The tenant's spend window refused, or the user action's
+			// attempt ledger is full after a death (docs/architecture.md
+			// §7): it lapses after RetryAfter, and then admits the retry.
 			f.RetryAfter = ge.RetryAfter
-			f.Message = "The tenant's spend budget for this window is exhausted; retry in the next window."
+			f.Message = "The budget is exhausted for now — the tenant's spend window, or the attempts of a user action that met a gateway's or worker's death; retry after the Retry-After delay."
 		} else {
 			f.NoRetry = true
 			f.Message = "The attempt or spend budget of this user action is exhausted."
