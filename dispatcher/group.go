@@ -110,6 +110,9 @@ type group struct {
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
 	denied     budgets.Reason
+	// ledgerAfter is when a full attempt ledger that refused the primary
+	// lapses, when a death may be why it is full (budgets.Admission).
+	ledgerAfter time.Duration
 }
 
 // pendingRecord is a record waiting for the caller's delivery to go first:
@@ -131,6 +134,11 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 		return g.overloadedRetryAfter()
 	case code == schemas.ErrGateUnavailable:
 		return time.Second
+	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonAttempts:
+		// A full ledger that forgave a death's slots or holds a live
+		// attempt's: the retry of a death is told when, never not to
+		// retry (docs/architecture.md §7).
+		return g.ledgerAfter
 	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
 		if sp := g.spend(); sp.TenantWindow > 0 {
 			now := g.d.now()
@@ -646,8 +654,15 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed,
 			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
-		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage})
+		end := budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage, Lost: a.Lost}
+		switch {
+		case strings.HasPrefix(string(a.Reservation), localReservation):
+		case a.Lost:
+			// Forgiven now, before the group can answer its caller, so the
+			// caller's retry finds the slot back (docs/architecture.md §7).
+			g.settleLost(end)
+		default:
+			d.books.end(g.id, end)
 		}
 	case hedge.Release:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
@@ -672,6 +687,18 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	return nil
 }
 
+// settleLost settles the reservation of an attempt lost with its worker,
+// forgiving its ledger slot, in one store call on the group's goroutine
+// (bounded like bookkeeping's): queued behind other groups' endings, it
+// could reach the store after the caller's retry was refused.
+func (g *group) settleLost(end budgets.Ending) {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	if err := g.d.store.EndAll(ctx, []budgets.Ending{end})[0]; err != nil {
+		g.d.log.Warn("settle of a lost attempt failed", "group", g.id, "err", err)
+	}
+}
+
 // reasonBudgetInvalid is the denial reason when the budget store refused a
 // decision's figures as invalid (budgets.ErrInvalidRequest): never read as
 // the store being unavailable, which would let the attempt run unceilinged.
@@ -688,6 +715,9 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		// A takeover forgives the ledger slots its dead predecessor holds
+		// (docs/architecture.md §2, §7).
+		Group: g.id, Forgive: g.sub.Supersedes,
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),
@@ -705,7 +735,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		g.countPrimary()
 		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
 	case !adm.Allowed:
-		g.denied = adm.Reason
+		g.denied, g.ledgerAfter = adm.Reason, adm.RetryAfter
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
 	g.countPrimary()
@@ -755,7 +785,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
-		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),

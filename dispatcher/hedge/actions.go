@@ -102,6 +102,10 @@ type Settle struct {
 	Attempt     int
 	Reservation ReservationID
 	Usage       schemas.Usage
+	// Lost says the attempt ended lost (schemas.StatusLost: its worker
+	// went silent or its stream broke): its ledger slot is forgiven, so
+	// the death does not spend a retry's attempts (docs/architecture.md §7).
+	Lost bool
 }
 
 // ClearGate removes this group's gate claim for Attempt (compare-and-delete):

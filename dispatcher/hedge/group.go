@@ -977,7 +977,7 @@ func (g *Group) endAttempt(a *attempt, outcome Outcome, status schemas.StatusCla
 	a.state = attemptEnded
 	a.candidate = false
 	if a.reachedProvider(usage) {
-		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage})
+		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage, Lost: status == schemas.StatusLost})
 	} else {
 		g.emit(Release{Reservation: a.reservation})
 	}
