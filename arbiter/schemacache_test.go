@@ -55,6 +55,10 @@ func TestResponseFormatOverTheSchemaLimitsIsRefusedBeforeCompiling(t *testing.T)
 		{"a schema with more objects than the container limit is refused", wide, true},
 		{"a schema longer than the byte limit is refused", long, true},
 		{"a schema at a usual depth passes", nestedSchema(10), false},
+		{"a number with an exponent over the limit is refused", `{"type":"number","minimum":1e999999}`, true},
+		{"a negative exponent over the limit is refused", `{"type":"number","multipleOf":1E-401}`, true},
+		{"numbers within float64's range pass", `{"type":"number","minimum":-1.5e308,"maximum":2E+300,"multipleOf":0.25}`, false},
+		{"exponents inside strings are text", `{"description":"1e999999","default":"-2e5000"}`, false},
 		{"brackets inside strings do not count as nesting", `{"description":"` + strings.Repeat("{[", 200) + `"}`, false},
 	}
 	for _, tt := range tests {

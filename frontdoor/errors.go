@@ -237,8 +237,8 @@ func SchemaRefused(err error) *Failure {
 	switch {
 	case errors.Is(err, arbiter.ErrSchemaLimit):
 		return InvalidParam(ParamResponseSchema, fmt.Sprintf(
-			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays.",
-			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers))
+			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays, numbers within 1e±%d.",
+			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers, arbiter.MaxSchemaExponent))
 	case errors.Is(err, arbiter.ErrCompileAborted):
 		return InvalidParam(ParamResponseSchema,
 			"The JSON schema in 'response_format.json_schema.schema' is too complex: it could not be compiled within the time limit.")
