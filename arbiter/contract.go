@@ -146,28 +146,12 @@ func newContract(spec ContractSpec, compile func([]byte) (*jsonschema.Schema, er
 	return c, nil
 }
 
-// compileSchemaContext compiles a contract's schema, stopping at the next
-// subschema once ctx ends (ErrCompileAborted).
+// compileSchemaContext compiles a configured contract's schema, stopping
+// at the next subschema once ctx ends (ErrCompileAborted). Its size is
+// neither measured nor bounded: the operator wrote it.
 func compileSchemaContext(ctx context.Context, raw []byte) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
-	}
-	comp := jsonschema.NewCompiler()
-	comp.DefaultDraft(jsonschema.Draft2020)
-	// An empty scheme map refuses every external reference (file, http):
-	// validating a result must never touch the filesystem or the network.
-	comp.UseLoader(jsonschema.SchemeURLLoader{})
-	comp.RegisterVocabulary(abortVocabulary(ctx))
-	comp.AssertVocabs()
-	if err := comp.AddResource(contractSchemaURL, doc); err != nil {
-		return nil, fmt.Errorf("add resource: %w", err)
-	}
-	sch, err := comp.Compile(contractSchemaURL)
-	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
-	}
-	return sch, nil
+	sch, _, err := compileSchemaBudget(ctx, raw, 0)
+	return sch, err
 }
 
 // NeedsComplete reports whether the contract can only be judged on the whole

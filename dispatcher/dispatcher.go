@@ -63,6 +63,10 @@ type Config struct {
 	Policies map[string]*policy.Policy
 	// Tenants are the callers with a spend limit of their own, by name.
 	Tenants map[string]*policy.Tenant
+	// SchemaCache bounds the work and memory of callers' response_format
+	// schemas (docs/architecture.md §6); zero fields take the arbiter's
+	// defaults.
+	SchemaCache arbiter.SchemaCacheLimits
 	// Secret keys the user action ids and prompt fingerprints derived from
 	// callers' data, so records never carry the data itself.
 	Secret []byte
@@ -220,7 +224,7 @@ func New(c Config) (*Dispatcher, error) {
 		nc: c.Conn, records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		log: c.Logger, now: c.Now, unservedFor: unservedFor,
 		contracts:   map[string]*arbiter.Contract{},
-		schemaCache: arbiter.NewSchemaCache(0, 0),
+		schemaCache: arbiter.NewSchemaCache(c.SchemaCache),
 		specs:       map[string]arbiter.ContractSpec{},
 		classes:     map[string]*policy.Class{},
 
@@ -267,7 +271,7 @@ func New(c Config) (*Dispatcher, error) {
 		}
 		d.embeddingClasses[name] = d.classes[name].ForEmbeddings()
 	}
-	if d.metrics, err = newMetrics(c.Registerer); err != nil {
+	if d.metrics, err = newMetrics(c.Registerer, d.schemaCache); err != nil {
 		return nil, err
 	}
 	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)), d.routes)

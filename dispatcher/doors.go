@@ -24,11 +24,13 @@ func (d *Dispatcher) HasOperation(class string) bool { return d.classes[class] !
 // caller's to fix). Errors match ErrUnknownPool, or ErrBadRequest together
 // with arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
 // schema over the limits, refused before it is parsed) or
-// arbiter.ErrInvalidContract, or ctx's error when the caller left during the
-// compile, which ctx stops. The compiled schema is kept for the group the
-// request then starts.
-func (d *Dispatcher) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
-	_, err := d.contractFor(ctx, model, responseFormat)
+// arbiter.ErrInvalidContract (with a *arbiter.SchemaBudgetError for a
+// compile over its time or size budget), or ctx's error when the caller
+// left during the compile, which ctx stops. The compiled schema is kept for
+// the group the request then starts, charged to tenant's share of the
+// cache (docs/architecture.md §6).
+func (d *Dispatcher) CheckResponseFormat(ctx context.Context, tenant, model string, responseFormat json.RawMessage) error {
+	_, err := d.contractFor(ctx, tenant, model, responseFormat)
 	return err
 }
 

@@ -852,3 +852,53 @@ func TestNATSStreamWhoseCallerLeftCancelsItsAttempt(t *testing.T) {
 		t.Fatal("the attempt of a stream whose caller left was never cancelled")
 	}
 }
+
+// TestHTTPASchemaOverTheCompiledSizeBudgetIsA400NamingItAndNothingRuns: a
+// 21 KB schema within the limits whose patterns would compile to about
+// 17 MB is refused by the gateway's default budget (docs/architecture.md
+// §6) with an OpenAI error naming the schema and the limit, and no attempt
+// reaches a worker.
+func TestHTTPASchemaOverTheCompiledSizeBudgetIsA400NamingItAndNothingRuns(t *testing.T) {
+	c := dispatcher.NewTestCluster(t, []string{"a"}, nil, "")
+	attempts := make(chan schemas.Attempt, 4)
+	dispatcher.StartFakeWorker(t, c, []string{"a"}, func(fw *dispatcher.FakeWorker, a schemas.Attempt) {
+		attempts <- a
+		fw.Accept(a)
+		sendResult(fw, a, schemas.StatusOK, `{}`)
+	})
+	srv := httpDoor(t, c, c.Dispatcher(), httpdoor.Options{})
+	var schema strings.Builder
+	schema.WriteString(`{"type":"object","properties":{`)
+	for i := range 400 {
+		if i > 0 {
+			schema.WriteByte(',')
+		}
+		fmt.Fprintf(&schema, `"p%d":{"type":"string","pattern":"^[a-z]{1000}$"}`, i)
+	}
+	schema.WriteString(`}}`)
+	resp := post(t, context.Background(), srv.URL,
+		chatBody(false, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":`+schema.String()+`}}`), nil)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400: %s", resp.StatusCode, body)
+	}
+	typ, code, param := openAIError(t, body)
+	if typ != "invalid_request_error" || code != frontdoor.CodeInvalidValue || param != frontdoor.ParamResponseSchema {
+		t.Errorf("error %s, want invalid_request_error invalid_value naming %s", body, frontdoor.ParamResponseSchema)
+	}
+	if want := fmt.Sprintf("compiled size budget of %d MiB", arbiter.DefaultSchemaCacheBytes/arbiter.SchemaShareDivisor>>20); !strings.Contains(string(body), want) {
+		t.Errorf("error %s does not name the limit (%q)", body, want)
+	}
+	if strings.Contains(string(body), "[a-z]") {
+		t.Errorf("error %s quotes the schema", body)
+	}
+	select {
+	case a := <-attempts:
+		t.Errorf("attempt %d reached a worker for a refused request", a.Attempt)
+	default:
+	}
+}

@@ -156,9 +156,10 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 // refuse a response_format before submitting. Errors match ErrUnknownPool,
 // or ErrBadRequest together with arbiter.ErrInvalidResponseFormat or
 // arbiter.ErrInvalidContract (a schema that does not compile, or whose
-// compile ctx or the cache's timeout stopped: arbiter.ErrCompileAborted).
-// The caller's schema is compiled once per distinct schema (d.schemaCache).
-func (d *Dispatcher) contractFor(ctx context.Context, model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
+// compile ctx or the cache's budgets stopped: arbiter.ErrCompileAborted,
+// *arbiter.SchemaBudgetError). The caller's schema is compiled once per
+// distinct schema (d.schemaCache), charged to tenant.
+func (d *Dispatcher) contractFor(ctx context.Context, tenant, model string, responseFormat json.RawMessage) (*arbiter.Contract, error) {
 	pool, ok := d.resolve(model)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, model)
@@ -171,7 +172,7 @@ func (d *Dispatcher) contractFor(ctx context.Context, model string, responseForm
 	if !changed {
 		return d.contracts[pool], nil
 	}
-	c, err := d.schemaCache.Contract(ctx, spec)
+	c, err := d.schemaCache.Contract(ctx, tenant, spec)
 	if err != nil {
 		if errors.Is(err, arbiter.ErrCompileAborted) && ctx.Err() != nil {
 			// The caller left: nobody is told, and the request was not bad.
@@ -229,7 +230,7 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 	if cl == nil {
 		cl = d.classes[policy.DefaultName]
 	}
-	contract, err := d.contractFor(ctx, sub.Pool, sub.Request.ResponseFormat)
+	contract, err := d.contractFor(ctx, sub.Tenant, sub.Pool, sub.Request.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,14 @@ type metrics struct {
 	repliesDropped *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// schemaCacheStats is what the metrics read of the dispatcher's
+// arbiter.SchemaCache.
+type schemaCacheStats interface {
+	Bytes() int64
+	Entries() int
+}
+
+func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, error) {
 	latency := prometheus.ExponentialBuckets(0.01, 1.6, 20)
 	m := &metrics{
 		groups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_groups_total",
@@ -98,7 +105,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
+	// The compiled callers' schemas this dispatcher keeps, as measured
+	// (docs/architecture.md §6).
+	schemaBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hedgerow_schema_cache_bytes",
+		Help: "Measured size of the compiled response_format schemas kept, bounded by schema_cache.max_bytes."},
+		func() float64 { return float64(schemas.Bytes()) })
+	schemaEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hedgerow_schema_cache_entries",
+		Help: "Compiled response_format schemas kept, bounded by schema_cache.max_entries."},
+		func() float64 { return float64(schemas.Entries()) })
+	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
 		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped} {

@@ -231,14 +231,20 @@ const ParamResponseSchema = "response_format.json_schema.schema"
 
 // SchemaRefused is the answer to a response_format schema refused for its
 // cost (arbiter.ErrSchemaLimit: over the size, depth or container limits,
-// refused before it was parsed; arbiter.ErrCompileAborted: its compile ran
-// past the time limit), a 400 naming the schema; nil for any other error.
+// refused before it was parsed; *arbiter.SchemaBudgetError: its compile
+// ran past the time budget or its compiled form past the size budget), a
+// 400 naming the schema and the limit; nil for any other error.
 func SchemaRefused(err error) *Failure {
+	if be, ok := errors.AsType[*arbiter.SchemaBudgetError](err); ok {
+		return InvalidParam(ParamResponseSchema, fmt.Sprintf(
+			"The JSON schema in 'response_format.json_schema.schema' is over this gateway's %s budget of %s per schema; send a smaller or simpler schema.",
+			be.Budget, be.Limit))
+	}
 	switch {
 	case errors.Is(err, arbiter.ErrSchemaLimit):
 		return InvalidParam(ParamResponseSchema, fmt.Sprintf(
-			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays.",
-			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers))
+			"The JSON schema in 'response_format.json_schema.schema' is over the limits: at most %d bytes, %d levels of nested objects and arrays, %d objects and arrays, numbers within 1e±%d.",
+			arbiter.MaxSchemaBytes, arbiter.MaxSchemaDepth, arbiter.MaxSchemaContainers, arbiter.MaxSchemaExponent))
 	case errors.Is(err, arbiter.ErrCompileAborted):
 		return InvalidParam(ParamResponseSchema,
 			"The JSON schema in 'response_format.json_schema.schema' is too complex: it could not be compiled within the time limit.")

@@ -41,10 +41,13 @@ type Submitter interface {
 	HasOperation(class string) bool
 	// CheckResponseFormat refuses, before any group runs, a response_format
 	// the contract of the pool a model name names cannot honour. Errors match dispatcher.ErrUnknownPool,
-	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract or
-	// arbiter.ErrInvalidResponseFormat (with arbiter.ErrSchemaLimit for a
-	// schema over the limits); ctx's error when ctx ended the check.
-	CheckResponseFormat(ctx context.Context, pool string, responseFormat json.RawMessage) error
+	// or dispatcher.ErrBadRequest with arbiter.ErrInvalidContract (with a
+	// *arbiter.SchemaBudgetError for a compile over its time or size
+	// budget) or arbiter.ErrInvalidResponseFormat (with
+	// arbiter.ErrSchemaLimit for a schema over the limits); ctx's error when
+	// ctx ended the check. A schema it compiles is charged to tenant's share
+	// of the compiled-schema cache (docs/architecture.md §6).
+	CheckResponseFormat(ctx context.Context, tenant, pool string, responseFormat json.RawMessage) error
 	// MaxTokens is the largest max_tokens a request naming model may ask
 	// for (dispatcher.Pool.MaxTokens); 0 for an unknown model. Submit
 	// refuses more with dispatcher.ErrMaxTokens; a door refuses it first,

@@ -113,8 +113,8 @@ func (s *Submitter) MaxTokens(model string) int {
 
 // CheckResponseFormat judges a response_format against an empty pool
 // contract with the arbiter, as the dispatcher does, the compile bounded by
-// ctx.
-func (s *Submitter) CheckResponseFormat(ctx context.Context, model string, responseFormat json.RawMessage) error {
+// ctx and the arbiter's default budgets.
+func (s *Submitter) CheckResponseFormat(ctx context.Context, tenant, model string, responseFormat json.RawMessage) error {
 	if _, ok := s.resolve(model); !ok {
 		return fmt.Errorf("%w: %q", dispatcher.ErrUnknownPool, model)
 	}
@@ -123,7 +123,7 @@ func (s *Submitter) CheckResponseFormat(ctx context.Context, model string, respo
 		return fmt.Errorf("%w: %w", dispatcher.ErrBadRequest, err)
 	}
 	if changed {
-		if _, err := arbiter.NewSchemaCache(1, 0).Contract(ctx, spec); err != nil {
+		if _, err := arbiter.NewSchemaCache(arbiter.SchemaCacheLimits{MaxEntries: 1}).Contract(ctx, tenant, spec); err != nil {
 			return fmt.Errorf("%w: response_format: %w", dispatcher.ErrBadRequest, err)
 		}
 	}

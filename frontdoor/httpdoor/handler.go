@@ -407,7 +407,7 @@ func (h *handler) submission(w http.ResponseWriter, r *http.Request, dl dialect)
 		// The dispatcher judges answers by this contract; a schema that
 		// does not compile is the caller's to fix, so it is refused here
 		// with its parameter named rather than failing the group.
-		if err := h.d.CheckResponseFormat(r.Context(), pool, req.ResponseFormat); err != nil {
+		if err := h.d.CheckResponseFormat(r.Context(), tenant, pool, req.ResponseFormat); err != nil {
 			f := responseFormatFailure(pool, err)
 			if rd, ok := dl.(responsesDialect); ok {
 				f = rd.formatParam(f)

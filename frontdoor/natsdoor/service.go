@@ -497,7 +497,7 @@ func (s *Service) submission(data []byte, tenant string) (dispatcher.Submission,
 		return dispatcher.Submission{}, frontdoor.MaxTokensOver("max_tokens", limit)
 	}
 	if len(req.Request.ResponseFormat) > 0 {
-		if err := s.d.CheckResponseFormat(context.Background(), req.ModelClass, req.Request.ResponseFormat); err != nil {
+		if err := s.d.CheckResponseFormat(context.Background(), tenant, req.ModelClass, req.Request.ResponseFormat); err != nil {
 			return dispatcher.Submission{}, frontdoor.FailureFor(err)
 		}
 	}

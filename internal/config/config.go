@@ -26,16 +26,19 @@ type Config struct {
 	// File is the path the configuration was loaded from, as given to Load.
 	File string `yaml:"-"`
 
-	NATS     NATS               `yaml:"nats"`
-	Redis    Redis              `yaml:"redis"`
-	Gate     Gate               `yaml:"gate"`
-	Records  Records            `yaml:"records"`
-	Tracing  Tracing            `yaml:"tracing"`
-	HTTP     HTTP               `yaml:"http"`
-	Routes   []*Route           `yaml:"routes"`
-	Pools    map[string]*Pool   `yaml:"pools"`
-	Policies map[string]*Policy `yaml:"policies"`
-	Tenants  map[string]*Tenant `yaml:"tenants"`
+	NATS    NATS    `yaml:"nats"`
+	Redis   Redis   `yaml:"redis"`
+	Gate    Gate    `yaml:"gate"`
+	Records Records `yaml:"records"`
+	Tracing Tracing `yaml:"tracing"`
+	HTTP    HTTP    `yaml:"http"`
+	// SchemaCache bounds a gateway's work on callers' response_format
+	// schemas (docs/architecture.md §6).
+	SchemaCache SchemaCache        `yaml:"schema_cache"`
+	Routes      []*Route           `yaml:"routes"`
+	Pools       map[string]*Pool   `yaml:"pools"`
+	Policies    map[string]*Policy `yaml:"policies"`
+	Tenants     map[string]*Tenant `yaml:"tenants"`
 }
 
 // NATS configures the message bus between dispatchers and workers.
@@ -194,6 +197,21 @@ type Tracing struct {
 	// request headers as k=v pairs separated by commas (an API key, say):
 	// secrets never go in the file.
 	HeadersEnv string `yaml:"headers_env"`
+}
+
+// SchemaCache bounds the compiled callers' response_format schemas a
+// gateway keeps and the work of compiling one (docs/architecture.md §6).
+// A schema over its compile budget is refused 400 naming the budget.
+type SchemaCache struct {
+	// MaxBytes bounds the measured memory of the compiled schemas kept;
+	// one schema may hold an eighth of it compiled (8 MiB by default), one
+	// tenant's schemas a quarter.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxEntries bounds how many compiled schemas are kept; one tenant's
+	// at most a quarter.
+	MaxEntries int `yaml:"max_entries"`
+	// CompileTimeout bounds compiling one schema.
+	CompileTimeout time.Duration `yaml:"compile_timeout"`
 }
 
 // RedisTLS configures TLS towards Redis.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
@@ -880,6 +881,35 @@ func TestTracingSettingsAreCheckedAndExportNothingByDefault(t *testing.T) {
 	wantNoProblems(t, ps)
 	if cfg.Tracing.SampleRatio != 0 {
 		t.Errorf("sample_ratio 0 read as %v", cfg.Tracing.SampleRatio)
+	}
+}
+
+func TestSchemaCacheSettingsAreCheckedAndDefaultToTheArbitersBounds(t *testing.T) {
+	tests := []struct {
+		name, section, field, mentions string
+	}{
+		{"a cache under 1MiB", "  max_bytes: 512KiB\n", "schema_cache.max_bytes", "below 1MiB"},
+		{"fewer entries than a tenant's share needs", "  max_entries: 3\n", "schema_cache.max_entries", "below 4"},
+		{"a compile timeout of zero", "  compile_timeout: 0s\n", "schema_cache.compile_timeout", "outside (0, 10s]"},
+		{"a compile timeout over 10s", "  compile_timeout: 11s\n", "schema_cache.compile_timeout", "outside (0, 10s]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+"schema_cache:\n"+tt.section, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	want := SchemaCache{MaxBytes: arbiter.DefaultSchemaCacheBytes, MaxEntries: arbiter.DefaultSchemaCacheEntries,
+		CompileTimeout: arbiter.DefaultSchemaCompileTimeout}
+	if cfg.SchemaCache != want {
+		t.Errorf("schema_cache defaults = %+v; want the arbiter's %+v", cfg.SchemaCache, want)
+	}
+	cfg, ps = parse(t, minimal+"schema_cache: {max_bytes: 16MiB, max_entries: 64, compile_timeout: 200ms}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if want := (SchemaCache{MaxBytes: 16 << 20, MaxEntries: 64, CompileTimeout: 200 * time.Millisecond}); cfg.SchemaCache != want {
+		t.Errorf("schema_cache = %+v; want %+v", cfg.SchemaCache, want)
 	}
 }
 

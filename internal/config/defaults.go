@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/internal/records"
@@ -62,6 +63,10 @@ var defaults = []defaultSetting{
 	{"http.idempotency.max_entry_bytes", 4 * ByteSize(1<<20)},
 	{"http.idempotency.max_total_bytes", 256 * ByteSize(1<<20)},
 	{"http.idempotency.lease", 5 * time.Second},
+
+	{"schema_cache.max_bytes", ByteSize(arbiter.DefaultSchemaCacheBytes)},
+	{"schema_cache.max_entries", arbiter.DefaultSchemaCacheEntries},
+	{"schema_cache.compile_timeout", arbiter.DefaultSchemaCompileTimeout},
 
 	{"routes.*.max_inflight", 64},
 	{"pools.*.queue_wait", time.Second},

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/internal/redact"
@@ -47,6 +48,7 @@ func (v *validator) validate() {
 	v.records()
 	v.tracing()
 	v.http()
+	v.schemaCache()
 	v.routes()
 	v.pools()
 	for _, name := range slices.Sorted(maps.Keys(v.cfg.Policies)) {
@@ -297,6 +299,28 @@ func (v *validator) http() {
 				v.addf("http.write_timeout", "%v is shorter than policies.%s.deadline %v: responses would be cut off", h.WriteTimeout, name, d)
 			}
 		}
+	}
+}
+
+// Bounds of schema_cache: a cache smaller than MinSchemaCacheBytes would
+// leave a schema less than an eighth of it, refusing ordinary structured
+// outputs; a compile timeout over MaxSchemaCompileTimeout would let one
+// request hold a core for longer than any deadline worth serving.
+const (
+	MinSchemaCacheBytes     ByteSize = 1 << 20
+	MaxSchemaCompileTimeout          = 10 * time.Second
+)
+
+func (v *validator) schemaCache() {
+	s := v.cfg.SchemaCache
+	if s.MaxBytes < MinSchemaCacheBytes {
+		v.addf("schema_cache.max_bytes", "%v is below %v: one schema may hold an eighth of it", s.MaxBytes, MinSchemaCacheBytes)
+	}
+	if s.MaxEntries < arbiter.TenantShareDivisor {
+		v.addf("schema_cache.max_entries", "%d is below %d: each tenant may hold a quarter of the entries", s.MaxEntries, arbiter.TenantShareDivisor)
+	}
+	if s.CompileTimeout <= 0 || s.CompileTimeout > MaxSchemaCompileTimeout {
+		v.addf("schema_cache.compile_timeout", "%v is outside (0, %v]", s.CompileTimeout, MaxSchemaCompileTimeout)
 	}
 }
 

@@ -308,7 +308,7 @@ func reportTenants(tenants map[string]*config.Tenant) map[string]bool {
 }
 
 // DispatcherConfig is the part of a dispatcher's configuration the file
-// describes: its routes, pools, policies and tenants. The caller adds the
+// describes: its routes, pools, policies, tenants and schema cache. The caller adds the
 // connection, the store and the gate.
 func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 	c := dispatcher.Config{
@@ -316,6 +316,11 @@ func DispatcherConfig(cfg *config.Config) dispatcher.Config {
 		Pools:    make(map[string]dispatcher.Pool, len(cfg.Pools)),
 		Policies: cfg.Policies,
 		Tenants:  cfg.Tenants,
+		SchemaCache: arbiter.SchemaCacheLimits{
+			MaxBytes:       int64(cfg.SchemaCache.MaxBytes),
+			MaxEntries:     cfg.SchemaCache.MaxEntries,
+			CompileTimeout: cfg.SchemaCache.CompileTimeout,
+		},
 	}
 	for _, r := range cfg.Routes {
 		c.Routes = append(c.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dialectOf(r.Provider)})
