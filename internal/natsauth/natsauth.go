@@ -325,11 +325,29 @@ func (u *User) drawSecret(method Method) error {
 	return nil
 }
 
+// srvVerbs are the verbs a micro service answers (micro.AddService
+// subscribes to each).
+var srvVerbs = []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb}
+
 // srvSubjects are the micro-service control subjects a service of name
-// subscribes to: $SRV.<verb>, $SRV.<verb>.<name>, $SRV.<verb>.<name>.<id>.
+// subscribes to, and no others (docs/architecture.md §13): for each verb
+// $SRV.<verb> (which micro.AddService always subscribes to), $SRV.<verb>.<name>
+// and $SRV.<verb>.<name>.<id> (the id is drawn at start). No wildcard stands
+// for the verb or the name, so a user can never take another service's
+// pings.
 func srvSubjects(name string) []string {
-	return []string{micro.APIPrefix + ".*", micro.APIPrefix + ".*." + name, micro.APIPrefix + ".*." + name + ".*"}
+	var out []string
+	for _, v := range srvVerbs {
+		verb := micro.APIPrefix + "." + v.String()
+		out = append(out, verb, verb+"."+name, verb+"."+name+".*")
+	}
+	return out
 }
+
+// queueSubscription is a subscribe permission that allows subject only
+// in queue group queue (nats-server's "<subject> <queue>" entries): a plain
+// subscription to subject, or one in another group, is refused.
+func queueSubscription(subject, queue string) string { return subject + " " + queue }
 
 // gatewayPermissions: publish attempts (to every route), cancels (to the
 // workers' control inboxes), records, answers to clients and readiness
@@ -374,13 +392,15 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 	}
 }
 
-// workerPermissions: subscribe to its routes' attempts, its control inbox
-// and its micro service; publish its attempt records and, within resp,
-// the replies to the attempts (and pings) it received — nothing else.
+// workerPermissions: subscribe to its routes' attempts in their queue
+// groups only (docs/architecture.md §13: its credentials may join the group
+// and take its share, never receive every attempt of a route), its control
+// inbox and its own micro service; publish its attempt records and, within
+// resp, the replies to the attempts (and pings) it received — nothing else.
 func workerPermissions(routes []string, resp Responses) Permissions {
 	p := Permissions{Publish: []string{worker.AttemptEventsSubject}, Responses: &resp}
 	for _, r := range routes {
-		p.Subscribe = append(p.Subscribe, worker.AttemptSubject(r))
+		p.Subscribe = append(p.Subscribe, queueSubscription(worker.AttemptSubject(r), worker.QueueGroup(r)))
 	}
 	p.Subscribe = append(p.Subscribe, WorkerInboxPrefix+".>")
 	p.Subscribe = append(p.Subscribe, srvSubjects(worker.ServiceName)...)
