@@ -130,6 +130,12 @@ type Spec struct {
 	// Routes are every configured route: serve's workers and a worker
 	// user with no routes of its own take them all.
 	Routes []string
+	// Serve also generates the serve user, a gateway's and a worker's
+	// permissions of every route in one, which only `hedgerow serve` with
+	// a NATS listener needs (docs/architecture.md §13); a deployment of
+	// gateways and workers has no use for it, so it is not generated
+	// unless asked for.
+	Serve bool
 	// Workers maps a worker user to the routes it serves; empty means one
 	// user "worker" for every route.
 	Workers map[string][]string
@@ -236,12 +242,15 @@ func Generate(spec Spec) (*Bundle, error) {
 	if stream == "" {
 		stream = records.DefaultStream
 	}
-	users := []User{
-		{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
-			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))},
-		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
-		{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+	var users []User
+	if spec.Serve {
+		users = append(users, User{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
+			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))})
 	}
+	users = append(users,
+		User{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
+		User{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+	)
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
 		routes := workers[name]
 		for _, r := range routes {
@@ -566,10 +575,10 @@ type Local struct {
 	*Bundle
 }
 
-// WriteLocal generates nkey users for routes (one worker user, "worker",
-// and one client, "client") and writes them into dir.
+// WriteLocal generates nkey users for routes (serve, one worker user,
+// "worker", and one client, "client") and writes them into dir.
 func WriteLocal(dir string, routes []string, resp Responses) (*Local, error) {
-	b, err := Generate(Spec{Routes: routes, Responses: resp})
+	b, err := Generate(Spec{Routes: routes, Serve: true, Responses: resp})
 	if err != nil {
 		return nil, err
 	}

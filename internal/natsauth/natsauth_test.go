@@ -42,7 +42,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 	for _, u := range opts.Nkeys {
 		byKey[u.Nkey] = u
 	}
-	want := []string{"serve", "gateway", "observer", "wa", "wab", "alice", "bob"}
+	want := []string{"gateway", "observer", "wa", "wab", "alice", "bob"}
 	if len(b.Users) != len(want) || len(opts.Nkeys) != len(want) {
 		t.Fatalf("users %d, server nkeys %d, want %d", len(b.Users), len(opts.Nkeys), len(want))
 	}
@@ -92,6 +92,46 @@ func ownSRV(name string) []string {
 		out = append(out, "$SRV."+verb, "$SRV."+verb+"."+name, "$SRV."+verb+"."+name+".*")
 	}
 	return out
+}
+
+func TestTheServeUserIsGeneratedOnlyWhenAskedFor(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve bool
+	}{
+		{"a deployment of gateways and workers has no serve user", false},
+		{"serve with a listener gets its user", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := spec()
+			s.Serve = tt.serve
+			b, err := Generate(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, ok := b.User(UserServe)
+			if ok != tt.serve {
+				t.Fatalf("serve user generated: %v, want %v", ok, tt.serve)
+			}
+			_, opts := writeAndLoad(t, b)
+			if len(opts.Nkeys) != len(b.Users) {
+				t.Fatalf("the server holds %d users, the bundle %d", len(opts.Nkeys), len(b.Users))
+			}
+			if !tt.serve {
+				return
+			}
+			// Its workers are pinned like any worker's.
+			for _, want := range []string{"hedgerow.attempt.a hedgerow-worker-a", "hedgerow.attempt.b hedgerow-worker-b", "_INBOX.gw.>"} {
+				if !slices.Contains(u.Permissions.Subscribe, want) {
+					t.Errorf("serve may not subscribe to %q: %q", want, u.Permissions.Subscribe)
+				}
+			}
+			if slices.Contains(u.Permissions.Subscribe, "hedgerow.attempt.a") {
+				t.Errorf("serve may subscribe to route a's attempts outside the queue group")
+			}
+		})
+	}
 }
 
 func TestSecretsAreWrittenPrivatelyAndNeverOverwritten(t *testing.T) {
