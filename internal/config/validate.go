@@ -128,7 +128,7 @@ func (v *validator) natsAuth() {
 	case n.ServerConfig != "" && !serve:
 		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
 	case serve && n.ServerConfig != "" && !n.Authenticates():
-		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's")
+		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's (`hedgerow nats-auth --serve` writes it)")
 	}
 }
 
