@@ -160,6 +160,12 @@ type Ending struct {
 	Reservation ReservationID
 	Usage       schemas.Usage
 	Release     bool
+	// Lost, with Release false, says the attempt was lost with its worker
+	// (schemas.StatusLost: its heartbeats or stream stopped): its usage is
+	// settled, and its ledger slot is given back (forgiven) within the
+	// user action's forgiveness bound (AttemptPolicy), so a death does not
+	// spend the retry's attempts (docs/architecture.md §7).
+	Lost bool
 }
 
 // ReservationID names one live reservation. It is opaque: an implementation may
@@ -227,6 +233,13 @@ const (
 
 // AttemptPolicy bounds the attempts of one user action, across its hedge
 // groups and the caller's retries.
+//
+// Slots taken for an attempt lost with its worker (Ending.Lost) or by a
+// group whose gateway died (AdmitRequest.Forgive) are given back —
+// forgiven —, at most Max in the ledger's lifetime: a death does not
+// spend its retry's attempts, and however many deaths there are, a user
+// action takes at most 2 × Max slots per ledger lifetime
+// (docs/architecture.md §7).
 type AttemptPolicy struct {
 	// Max is the number of attempt slots in the user action's ledger (≥ 1).
 	Max int
@@ -385,7 +398,18 @@ type AdmitRequest struct {
 	// cohort's window lives with the pool's floor.
 	Pool string
 	// Cohort identifies the duplicate-rate window the primary is counted in.
-	Cohort     string
+	Cohort string
+	// Group names the hedge group the attempt belongs to; the ledger
+	// counts the slots each group holds, so a takeover can forgive them.
+	// Empty: the slot is counted for the user action only.
+	Group string
+	// Forgive names a group of the same user action that died — its
+	// gateway's in-flight lease lapsed, and this admission is the door's
+	// takeover of it (Submission.Supersedes, docs/architecture.md §2) —:
+	// the slots it still holds are given back before the decision, within
+	// the forgiveness bound, and it holds none after, so each dead group is
+	// forgiven once. Kept even when the admission is then denied.
+	Forgive    string
 	Attempts   AttemptPolicy
 	Spend      SpendPolicy
 	Duplicates DuplicateCeiling
@@ -423,7 +447,9 @@ type ExtraRequest struct {
 	// refused by its ceiling (DuplicateCeiling).
 	Role       schemas.Role
 	UserAction string
-	Tenant     string
+	// Group names the hedge group the attempt belongs to (AdmitRequest.Group).
+	Group  string
+	Tenant string
 	// Route is the route the attempt would be sent to.
 	Route    string
 	Pool     string
@@ -481,6 +507,13 @@ type Admission struct {
 	AttemptsUsed int
 	// ReservedUnits is the spend held by the reservation.
 	ReservedUnits int64
+	// RetryAfter, on a ReasonAttempts denial, is when the ledger lapses and
+	// a retry is admitted afresh — set only when the user action may have
+	// met a death: the ledger forgave slots in its lifetime, or holds a
+	// live reservation (an attempt may still run, or died holding it). Zero
+	// otherwise: every attempt ended and was counted, so the same request
+	// should not be retried (docs/architecture.md §7).
+	RetryAfter time.Duration
 }
 
 // Grant is the decision on a hedge or replacement attempt.

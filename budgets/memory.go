@@ -62,8 +62,40 @@ func NewMemory(now func() time.Time) *Memory {
 // lifetime (and, in Redis, a hash tag).
 type userAction struct {
 	attempts int
+	// held is the slots each named group holds (AdmitRequest.Group);
+	// forgiven is the slots given back to deaths in the ledger's lifetime,
+	// at most max, the Max of its last take (AttemptPolicy).
+	held     map[string]int
+	forgiven int
+	max      int
+	live     int // live reservations
 	spend    spendAccount
 	expires  time.Time
+}
+
+// forgive gives back up to n of group's held slots within the forgiveness
+// bound (AttemptPolicy); a group with none left is forgiven nothing.
+func (ua *userAction) forgive(group string, n int) {
+	n = min(n, ua.held[group], ua.max-ua.forgiven)
+	if n <= 0 {
+		return
+	}
+	ua.attempts -= n
+	ua.forgiven += n
+	ua.held[group] -= n
+}
+
+// giveBack returns the slot of a reservation of group that never launched
+// (Release): a slot a forgiveness already gave back is not given twice.
+func (ua *userAction) giveBack(group string) {
+	if group == "" {
+		ua.attempts--
+		return
+	}
+	if ua.held[group] > 0 {
+		ua.held[group]--
+		ua.attempts--
+	}
 }
 
 // spendAccount holds settled units and units reserved by live reservations.
@@ -178,6 +210,7 @@ type reservation struct {
 	units   int64
 	expires time.Time
 	ua      *userAction
+	group   string         // the group its ledger slot is held for
 	tenant  *tenantAccount // nil without a tenant ceiling
 	counted *windowSlot    // where an extra attempt was counted
 	floor   *floorBucket   // the floor that paid for a hedge, if any
@@ -187,6 +220,7 @@ type reservation struct {
 // claim collects what a decision has taken so far and how to give it back.
 type claim struct {
 	ua      *userAction
+	group   string
 	tenant  *tenantAccount
 	counted *windowSlot
 	floor   *floorBucket
@@ -213,9 +247,13 @@ func (m *Memory) Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 	defer m.mu.Unlock()
 	now := m.advance()
 
-	c := &claim{}
-	if reason := m.takeSlot(c, req.UserAction, req.Attempts, now); reason != ReasonNone {
-		return Admission{Reason: reason}, nil
+	c := &claim{group: req.Group}
+	if reason := m.takeSlot(c, req.UserAction, req.Forgive, req.Attempts, now); reason != ReasonNone {
+		adm := Admission{Reason: reason}
+		if ua := m.userActions[req.UserAction]; ua.forgiven > 0 || ua.live > 0 {
+			adm.RetryAfter = ua.expires.Sub(now)
+		}
+		return adm, nil
 	}
 	if reason := m.reserveSpend(c, req.Tenant, req.Spend, now); reason != ReasonNone {
 		c.compensate()
@@ -254,8 +292,8 @@ func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 			return Grant{Reason: ReasonRouteEjected}, nil
 		}
 	}
-	c := &claim{}
-	if reason := m.takeSlot(c, req.UserAction, req.Attempts, now); reason != ReasonNone {
+	c := &claim{group: req.Group}
+	if reason := m.takeSlot(c, req.UserAction, "", req.Attempts, now); reason != ReasonNone {
 		return Grant{Reason: reason}, nil
 	}
 	token, ok := m.countExtra(c, req, now)
@@ -277,12 +315,17 @@ func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 	}, nil
 }
 
-// takeSlot takes one slot from the user action's ledger.
-func (m *Memory) takeSlot(c *claim, id string, p AttemptPolicy, now time.Time) Reason {
+// takeSlot takes one slot from the user action's ledger for c's group,
+// after forgiving the slots the dead group forgive holds (if named).
+func (m *Memory) takeSlot(c *claim, id, forgive string, p AttemptPolicy, now time.Time) Reason {
 	ua := m.userActions[id]
 	if ua == nil || !now.Before(ua.expires) {
-		ua = &userAction{}
+		ua = &userAction{held: map[string]int{}}
 		m.userActions[id] = ua
+	}
+	ua.max = p.Max
+	if forgive != "" {
+		ua.forgive(forgive, p.Max)
 	}
 	if ua.attempts >= p.Max {
 		return ReasonAttempts
@@ -290,6 +333,10 @@ func (m *Memory) takeSlot(c *claim, id string, p AttemptPolicy, now time.Time) R
 	ua.attempts++
 	c.ua = ua
 	c.undo = append(c.undo, func() { ua.attempts-- })
+	if g := c.group; g != "" {
+		ua.held[g]++
+		c.undo = append(c.undo, func() { ua.held[g]-- })
+	}
 	return ReasonNone
 }
 
@@ -364,11 +411,13 @@ func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time)
 		units:   c.units,
 		expires: now.Add(p.ReservationTTL),
 		ua:      c.ua,
+		group:   c.group,
 		tenant:  c.tenant,
 		counted: c.counted,
 		floor:   c.floor,
 	}
 	c.ua.expires = latest(c.ua.expires, now.Add(a.TTL), res.expires)
+	c.ua.live++
 	m.reservations[res.id] = res
 	heap.Push(&m.byExpiry, res)
 	return res
@@ -442,13 +491,35 @@ func (m *Memory) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 func (m *Memory) EndAll(ctx context.Context, ends []Ending) []error {
 	errs := make([]error, len(ends))
 	for i, e := range ends {
-		if e.Release {
+		switch {
+		case e.Release:
 			errs[i] = m.Release(ctx, e.Reservation)
-		} else {
+		case e.Lost:
+			errs[i] = m.settleLost(ctx, e.Reservation, e.Usage)
+		default:
 			errs[i] = m.Settle(ctx, e.Reservation, e.Usage)
 		}
 	}
 	return errs
+}
+
+// settleLost settles an attempt lost with its worker and forgives its
+// ledger slot (Ending.Lost).
+func (m *Memory) settleLost(ctx context.Context, id ReservationID, usage schemas.Usage) error {
+	m.mu.Lock()
+	res, ok := m.reservations[id]
+	m.mu.Unlock()
+	if err := m.Settle(ctx, id, usage); err != nil || !ok {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res.ua.forgive(res.group, 1)
+	if res.group == "" && res.ua.forgiven < res.ua.max {
+		res.ua.attempts--
+		res.ua.forgiven++
+	}
+	return nil
 }
 
 // Release implements Store.
@@ -465,7 +536,7 @@ func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 		return fmt.Errorf("release %s: %w", id, ErrUnknownReservation)
 	}
 	res.ua.spend.reserved -= res.units
-	res.ua.attempts--
+	res.ua.giveBack(res.group)
 	if res.tenant != nil {
 		res.tenant.reserved -= res.units
 	}
@@ -482,6 +553,7 @@ func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 
 // end forgets a reservation that was settled, released or expired.
 func (m *Memory) end(res *reservation) {
+	res.ua.live--
 	delete(m.reservations, res.id)
 	heap.Remove(&m.byExpiry, res.index)
 }

@@ -17,7 +17,12 @@
 // deadline_ms when shorter, and when it ends before the answer the client
 // cancels the request, which cancels its hedge group (no fallback, no
 // late commit). The wire, the reply framing and the cancel subject are
-// described in package schemas (SubmitSubject).
+// described in package schemas (SubmitSubject). Each request carries a
+// fresh random id of 128 bits, so its cancel is honoured on any gateway,
+// and only its own caller's: a connection with a client user's inbox
+// prefix (nats.CustomInboxPrefix(schemas.ClientInboxPrefix + "." + user),
+// which `hedgerow nats-auth` users must connect with) cancels on the
+// subject naming that user, and WithAPIKey's key goes with each cancel.
 package client
 
 import (
@@ -113,6 +118,9 @@ type Client struct {
 	nc      *nats.Conn
 	timeout time.Duration
 	apiKey  string
+	// inbox is an inbox of nc: its requests' reply subjects share its
+	// prefix, which names the client user cancels are sent as.
+	inbox string
 }
 
 // Option configures a Client.
@@ -134,7 +142,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("hedgerow client: a NATS connection is required")
 	}
-	c := &Client{nc: nc, timeout: DefaultTimeout}
+	c := &Client{nc: nc, timeout: DefaultTimeout, inbox: nc.NewInbox()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -232,8 +240,8 @@ func (c *Client) message(ctx context.Context, req Request, reply string) (*nats.
 	if err != nil {
 		return nil, "", fmt.Errorf("hedgerow: encode request: %w", err)
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	var b [schemas.MinUnguessableRequestIDLen / 2]byte // 128 bits as hex
+	_, _ = rand.Read(b[:])                             // crypto/rand.Read never fails
 	id := hex.EncodeToString(b[:])
 	h := nats.Header{schemas.HeaderRequestID: {id}}
 	if c.apiKey != "" {
@@ -243,9 +251,14 @@ func (c *Client) message(ctx context.Context, req Request, reply string) (*nats.
 }
 
 // cancel tells every gateway replica that the request is abandoned; the one
-// running it cancels its group.
+// running it cancels its group. It proves the request's owner as the
+// request did: the same user's subject, the same key.
 func (c *Client) cancel(id string) {
-	_ = c.nc.Publish(schemas.SubmitCancelSubject(id), nil)
+	msg := &nats.Msg{Subject: schemas.SubmitCancelSubjectFor(c.inbox, id)}
+	if c.apiKey != "" {
+		msg.Header = nats.Header{schemas.HeaderAuthorization: {"Bearer " + c.apiKey}}
+	}
+	_ = c.nc.PublishMsg(msg)
 }
 
 func noGateway(err error) *Error {

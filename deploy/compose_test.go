@@ -206,4 +206,7 @@ func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.
 		t.Errorf("JetStream %v, name %q, %d routes, max_payload %d; want JetStream, nats-1, 3 routes, at least %d",
 			opts.JetStream, opts.ServerName, len(opts.Routes), opts.MaxPayload, int64(hcfg.NATS.MaxPayload))
 	}
+	if !opts.SyncAlways {
+		t.Errorf("JetStream fsyncs every %v; want sync_interval: always, so the gate's ledger outlives an OS crash", opts.SyncInterval)
+	}
 }

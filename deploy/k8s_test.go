@@ -425,6 +425,9 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 				t.Errorf("JetStream %v, name %q, %d routes, cluster port %d; want JetStream, the Pod's name, 3 routes, 6222",
 					opts.JetStream, opts.ServerName, len(opts.Routes), opts.Cluster.Port)
 			}
+			if !opts.SyncAlways {
+				t.Errorf("JetStream fsyncs every %v; want sync_interval: always, so the gate's ledger outlives an OS crash", opts.SyncInterval)
+			}
 			if int64(opts.MaxPayload) < int64(hcfg.NATS.MaxPayload) {
 				t.Errorf("max_payload %d is below the gateways' nats.max_payload %d", opts.MaxPayload, int64(hcfg.NATS.MaxPayload))
 			}

@@ -189,6 +189,7 @@ type Dispatcher struct {
 	books       *bookkeeping
 	replies     replyMux       // routes every group's replies from one subscription
 	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
+	unservedFor time.Duration  // how long a route without a worker is passed over (overload.go)
 	dupRates    duplicateRates // each cohort's duplicate window as this replica counts it (opsmetrics.go)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
@@ -217,7 +218,7 @@ func New(c Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		nc: c.Conn, records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
-		log: c.Logger, now: c.Now,
+		log: c.Logger, now: c.Now, unservedFor: unservedFor,
 		contracts:   map[string]*arbiter.Contract{},
 		schemaCache: arbiter.NewSchemaCache(0, 0),
 		specs:       map[string]arbiter.ContractSpec{},
@@ -269,7 +270,7 @@ func New(c Config) (*Dispatcher, error) {
 	if d.metrics, err = newMetrics(c.Registerer); err != nil {
 		return nil, err
 	}
-	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)))
+	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)), d.routes)
 	// Every route's state exists from the start, before the first refresh
 	// of the shared flags (a round trip to Redis) sets it.
 	for _, name := range d.routes {

@@ -764,7 +764,7 @@ func TestNATSCancelSubjectCancelsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	const id = "cancel-me-1"
+	const id = "cancel-me-1-0123456789abcdef0123" // unguessable: it alone proves the caller (no tenants, no NATS user)
 	if err := nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
 		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false, 0)}); err != nil {
 		t.Fatal(err)
@@ -789,6 +789,14 @@ func TestNATSCancelSubjectCancelsTheGroup(t *testing.T) {
 		}
 	case <-time.After(natsWait):
 		t.Fatal("no group record after the cancel")
+	}
+	// The caller that cancelled is told so, never left to its timeout.
+	m, err := sub.NextMsg(natsWait)
+	if err != nil {
+		t.Fatalf("no final answer after the cancel: %v", err)
+	}
+	if code := m.Header.Get(schemas.HeaderErrorCode); code != string(schemas.ErrCanceled) {
+		t.Fatalf("final answer %s %q (%s), want canceled", schemas.HeaderErrorCode, code, m.Data)
 	}
 }
 

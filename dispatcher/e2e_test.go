@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -88,18 +89,32 @@ func TestDeadlineFailsTheGroupWithAStableError(t *testing.T) {
 	}
 }
 
-func TestNoRespondersFailsOnlyThatAttempt(t *testing.T) {
-	// Route "dark" has no worker: an attempt there gets no responders at once
-	// and a replacement goes to route a.
+func TestARouteWithoutAWorkerIsLearntAtOnceAndCostsNoAttemptSlot(t *testing.T) {
+	// Routes dark1 and dark2 have no worker (as after a worker's kill -9):
+	// an attempt there gets no responders at once and is offered again to
+	// a route with a worker, keeping its slot; the picker then passes the
+	// dark routes over, so each is asked once (unservedFor outlasts the
+	// test), and with max_attempts 2 no request fails while a healthy route
+	// idles.
 	ps := map[string]*provider{"a": newProvider(t, "a", newScript(behaviour{words: 3}))}
-	c := newCluster(t, []string{"dark", "a"}, ps, "")
-	for range 6 {
+	c := newCluster(t, []string{"dark1", "dark2", "a"}, ps, "")
+	c.d.unservedFor = time.Hour
+	for i := range 12 {
+		id := fmt.Sprintf("g%d", i)
 		resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
 		if err != nil {
-			t.Fatalf("Submit: %v", err)
+			t.Fatalf("request %s: %v", id, err)
 		}
 		if resp.WinnerRoute != "a" {
-			t.Fatalf("won on %s", resp.WinnerRoute)
+			t.Fatalf("request %s won on %s", id, resp.WinnerRoute)
+		}
+		if g := c.groupRecord(resp.GroupID); g.Attempts != 1 {
+			t.Fatalf("request %s: %d attempts launched, want 1: no responders spends no slot", id, g.Attempts)
+		}
+	}
+	for _, dark := range []string{"dark1", "dark2"} {
+		if n := testutil.ToFloat64(c.d.metrics.unserved.WithLabelValues(dark)); n > 1 {
+			t.Errorf("route %s found without a worker %v times, want at most once: the picker did not learn it", dark, n)
 		}
 	}
 }

@@ -94,7 +94,10 @@ type group struct {
 	armed     bool
 	winner    int
 	gateValue string
-	delivered bool // the caller got its final delivery
+	// supersedes is the orphaned group whose gate holding this group, a
+	// takeover, cleared (claim); its records name it (docs/architecture.md §9).
+	supersedes string
+	delivered  bool // the caller got its final delivery
 	// held is the final answer kept until the group ends, for a caller
 	// that awaits the total usage (Submission.AwaitTotalUsage).
 	held     *Response
@@ -107,6 +110,9 @@ type group struct {
 	// is why the store refused the primary. Both size GroupError.RetryAfter.
 	retryAfter time.Duration
 	denied     budgets.Reason
+	// ledgerAfter is when a full attempt ledger that refused the primary
+	// lapses, when a death may be why it is full (budgets.Admission).
+	ledgerAfter time.Duration
 }
 
 // pendingRecord is a record waiting for the caller's delivery to go first:
@@ -128,6 +134,11 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 		return g.overloadedRetryAfter()
 	case code == schemas.ErrGateUnavailable:
 		return time.Second
+	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonAttempts:
+		// A full ledger that forgave a death's slots or holds a live
+		// attempt's: the retry of a death is told when, never not to
+		// retry (docs/architecture.md §7).
+		return g.ledgerAfter
 	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
 		if sp := g.spend(); sp.TenantWindow > 0 {
 			now := g.d.now()
@@ -405,7 +416,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			g.d.dropReply(dropStatus)
 			return nil
 		}
-		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}
+		return hedge.Unserved{Attempt: a.n}
 	}
 	reply, err := schemas.DecodeReply(in.msg.Data)
 	if err != nil {
@@ -421,7 +432,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 	now := g.d.now()
 	switch m := reply.(type) {
 	case *schemas.Accept:
-		g.onAccepted()
+		g.onAccepted(a.route)
 		a.controlInbox, a.workerID = m.ControlInbox, m.WorkerID
 		if a.cancel != nil {
 			g.publishCancel(a, *a.cancel)
@@ -549,7 +560,32 @@ func (g *group) claim(ctx context.Context, attempt int) (arbiter.Claim, error) {
 	}
 	g.d.metrics.superseded.Inc()
 	g.d.log.Info("orphaned commit superseded", "group", g.id, "orphan", holder.Group)
+	g.supersedes = holder.Group
+	g.keepSuperseded(holder)
 	return g.d.gate.Claim(ctx, g.ua, g.id, attempt)
+}
+
+// keepSuperseded keeps the record that orphan's commit was superseded by
+// this group (schemas.SupersededRecord, on a subject of its own so the
+// orphan's record and usage stay), waiting for the store (bounded by the
+// Recorder) before the group claims again: a commit of this group is never
+// kept beside the orphan's with nothing marking the orphan's superseded
+// (docs/architecture.md §9). A record not kept is logged; the group's own
+// record still names the orphan (supersedes).
+func (g *group) keepSuperseded(orphan arbiter.GateValue) {
+	if g.d.records == nil {
+		return
+	}
+	rec := schemas.SupersededRecord{EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher, UserActionID: g.ua,
+		HedgeGroupID: orphan.Group, WinnerAttempt: orphan.Attempt, GateEpoch: orphan.Epoch, SupersededBy: g.id}
+	data, err := rec.MarshalJSON()
+	if err == nil {
+		err = g.d.records.Commit(schemas.StoredSupersededSubject(orphan.Group), schemas.StoredSupersededID(orphan.Group), data)
+	}
+	if err != nil {
+		// The Recorder counts and logs its failures, at a bounded rate.
+		g.d.log.Debug("superseded commit's record not kept", "group", g.id, "orphan", orphan.Group, "err", err)
+	}
 }
 
 // lost fails an attempt whose stream broke on the wire; its worker may still
@@ -618,8 +654,15 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed,
 			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
-		if !strings.HasPrefix(string(a.Reservation), localReservation) {
-			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage})
+		end := budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage, Lost: a.Lost}
+		switch {
+		case strings.HasPrefix(string(a.Reservation), localReservation):
+		case a.Lost:
+			// Forgiven now, before the group can answer its caller, so the
+			// caller's retry finds the slot back (docs/architecture.md §7).
+			g.settleLost(end)
+		default:
+			d.books.end(g.id, end)
 		}
 	case hedge.Release:
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
@@ -644,6 +687,18 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	return nil
 }
 
+// settleLost settles the reservation of an attempt lost with its worker,
+// forgiving its ledger slot, in one store call on the group's goroutine
+// (bounded like bookkeeping's): queued behind other groups' endings, it
+// could reach the store after the caller's retry was refused.
+func (g *group) settleLost(end budgets.Ending) {
+	ctx, cancel := context.WithTimeout(context.Background(), bookkeepingTimeout)
+	defer cancel()
+	if err := g.d.store.EndAll(ctx, []budgets.Ending{end})[0]; err != nil {
+		g.d.log.Warn("settle of a lost attempt failed", "group", g.id, "err", err)
+	}
+}
+
 // reasonBudgetInvalid is the denial reason when the budget store refused a
 // decision's figures as invalid (budgets.ErrInvalidRequest): never read as
 // the store being unavailable, which would let the attempt run unceilinged.
@@ -660,6 +715,9 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		// A takeover forgives the ledger slots its dead predecessor holds
+		// (docs/architecture.md §2, §7).
+		Group: g.id, Forgive: g.sub.Supersedes,
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),
@@ -677,7 +735,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		g.countPrimary()
 		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
 	case !adm.Allowed:
-		g.denied = adm.Reason
+		g.denied, g.ledgerAfter = adm.Reason, adm.RetryAfter
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
 	g.countPrimary()
@@ -727,7 +785,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
-		Role: a.Role, UserAction: g.ua, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),

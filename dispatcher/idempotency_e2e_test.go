@@ -126,6 +126,13 @@ func TestHTTPConcurrentTwinsShareOneAnswerAndOneProviderCall(t *testing.T) {
 // there too, as internal/node assembles them.
 func redisReplica(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Server) string {
 	t.Helper()
+	return redisReplicaWith(t, c, rs, httpdoor.Options{})
+}
+
+// redisReplicaWith is redisReplica with its door's options (Replays is
+// set here).
+func redisReplicaWith(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Server, opts httpdoor.Options) string {
+	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client, redisstore.Options{Prefix: "twins", Timeout: time.Second})
@@ -141,7 +148,8 @@ func redisReplica(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Server)
 		t.Fatal(err)
 	}
 	d := c.AddDispatcher(dispatcher.Config{Store: store, Gate: gate, Registerer: prometheus.NewRegistry(), Secret: []byte("replicas-share-it")})
-	return httpDoor(t, c, d, httpdoor.Options{Replays: replays}).URL
+	opts.Replays = replays
+	return httpDoor(t, c, d, opts).URL
 }
 
 // A twin reaching another replica while the first request runs waits for
@@ -215,5 +223,55 @@ func TestHTTPRetryAfterTheCallerLeftMidStreamGetsACompleteAnswer(t *testing.T) {
 	}
 	if n := len(p.Arrived()); n != 2 {
 		t.Fatalf("the provider had %d requests; want the first one and the retry's", n)
+	}
+}
+
+// An answer delivered whole but over http.idempotency.max_entry_bytes is
+// not kept; its tombstone is, so a retry on either replica is refused 409
+// answer_not_kept at once — naming that the answer was delivered and not
+// kept, never retryable — and the provider hears of the user action once
+// (docs/architecture.md §2).
+func TestHTTPRetryOfAnAnswerTooLargeToKeepIsRefusedAtOnceWithNoProviderCall(t *testing.T) {
+	rs := redistest.Start(t)
+	p := dispatcher.NewTestProvider(t, "a", dispatcher.NewTestScript(dispatcher.Words(3)))
+	c := dispatcher.NewTestCluster(t, []string{"a"}, map[string]*dispatcher.TestProvider{"a": p}, "")
+	opts := httpdoor.Options{ReplayMaxBytes: 64} // every answer here is larger
+	urls := []string{redisReplicaWith(t, c, rs, opts), redisReplicaWith(t, c, rs, opts)}
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
+			key := map[string]string{frontdoor.HeaderIdempotencyKey: fmt.Sprintf("too-large-%t", stream)}
+			first := post(t, context.Background(), urls[0], chatBody(stream, ""), key)
+			if body := readAll(t, first); first.StatusCode != http.StatusOK || len(body) <= 64 {
+				t.Fatalf("first: %d, %d bytes; want a 200 answer over the 64-byte bound", first.StatusCode, len(body))
+			}
+			waitArrivals(t, p, 1)
+			for i, url := range append(urls, urls...) {
+				start := time.Now()
+				retry := post(t, context.Background(), url, chatBody(stream, ""), key)
+				body := readAll(t, retry)
+				took := time.Since(start)
+				if retry.StatusCode != http.StatusConflict || !strings.Contains(string(body), `"code":"answer_not_kept"`) ||
+					retry.Header.Get("X-Should-Retry") != "false" {
+					t.Fatalf("retry %d: %d %q (X-Should-Retry %q); want 409 answer_not_kept, should-retry false", i, retry.StatusCode, body,
+						retry.Header.Get("X-Should-Retry"))
+				}
+				t.Logf("retry %d on replica %d: 409 answer_not_kept in %v", i, i%2+1, took.Round(time.Microsecond))
+			}
+			if n := len(p.Arrived()); n != 0 {
+				t.Fatalf("the provider had %d more requests; the retries must make none", n)
+			}
+		})
+	}
+}
+
+// waitArrivals takes n requests' arrivals at p, failing after a bound.
+func waitArrivals(t *testing.T, p *dispatcher.TestProvider, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-p.Arrived():
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request never reached the provider")
+		}
 	}
 }

@@ -37,6 +37,8 @@ type metrics struct {
 	busy      *prometheus.CounterVec
 	reoffers  *prometheus.CounterVec
 	saturated *prometheus.GaugeVec
+	// Offers NATS found no worker for (docs/architecture.md §4 rule 4).
+	unserved *prometheus.CounterVec
 	// Replies not taken for an attempt (docs/architecture.md §8).
 	repliesDropped *prometheus.CounterVec
 }
@@ -86,6 +88,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Offers a worker refused at its in-flight limit (Busy), by pool."}, []string{"pool"}),
 		reoffers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_reoffers_total",
 			Help: "Refused attempts offered again (same attempt, no new slot), by pool."}, []string{"pool"}),
+		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_attempts_unserved_total",
+			Help: "Offers of attempts that found no worker on their route (NATS had no responders), by route; each marks the route so the next picks go elsewhere."}, []string{"route"}),
 		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_pool_saturated",
 			Help: "1 while the pool's last offer came back Busy: no hedge or replacement goes to it."}, []string{"pool"}),
 		repliesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_replies_dropped_total",
@@ -97,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
-		m.busy, m.reoffers, m.saturated, m.repliesDropped} {
+		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}
@@ -108,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // createLabelSets creates, at zero, every label set whose values are known
 // before the first request, so a dashboard or an alert finds each series
 // from the start (an absent series reads as "no data", not as 0).
-func (m *metrics) createLabelSets(pools []string) {
+func (m *metrics) createLabelSets(pools, routes []string) {
 	for _, r := range suppressionReasons() {
 		m.suppressed.WithLabelValues(r)
 	}
@@ -127,6 +131,9 @@ func (m *metrics) createLabelSets(pools []string) {
 	}
 	for _, r := range []string{dropUnknownInbox, dropMalformed, dropAttempt, dropGroup, dropSecret, dropWorker, dropStatus, dropOverflow} {
 		m.repliesDropped.WithLabelValues(r)
+	}
+	for _, r := range routes {
+		m.unserved.WithLabelValues(r)
 	}
 	for _, p := range pools {
 		m.busy.WithLabelValues(p)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // overloadLogEvery is the least time between two overload log lines of one
@@ -88,24 +89,42 @@ func (g *group) onBusy(a *attemptState) {
 	}
 }
 
-// onAccepted records that a worker of the group's pool took an attempt.
-func (g *group) onAccepted() {
+// onAccepted records that a worker of route, of the group's pool, took an
+// attempt: the pool has capacity, and the route a worker.
+func (g *group) onAccepted(route string) {
 	if g.d.overload.accepted(g.sub.Pool) {
 		g.d.metrics.saturated.WithLabelValues(g.sub.Pool).Set(0)
 	}
+	_ = g.d.picker.MarkServed(route)
 }
+
+// unservedFor is how long a route NATS found no worker for is passed over
+// by the picker (route.Picker.MarkUnserved), unless an Accept from it comes
+// first. Short: a worker that restarts is found again within it, and
+// looking costs one no-responders, not a failed request.
+const unservedFor = time.Second
 
 // reoffer publishes a refused attempt again, under its own number and
 // inbox, to the least-loaded other route of the pool (the refusing route
-// when no other is healthy), and tells the engine where it went.
+// when no other is healthy), and tells the engine where it went. An
+// attempt that found no worker (Reoffer.Unserved) marks its route so the
+// next picks pass it over, and goes only to a route not so marked: with
+// none left it ends no_responders, a transient failure.
 func (g *group) reoffer(r hedge.Reoffer) hedge.Event {
 	d := g.d
 	a := g.attempt(r.Attempt)
 	if a == nil {
 		return nil
 	}
+	if r.Unserved {
+		d.metrics.unserved.WithLabelValues(r.Busy).Inc()
+		_ = d.picker.MarkUnserved(r.Busy, d.now().Add(g.d.unservedFor))
+	}
 	target, ok := d.picker.PickLeastLoaded(g.routes, r.Busy, d.now())
-	if !ok {
+	switch {
+	case !ok && r.Unserved:
+		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}
+	case !ok:
 		target = r.Busy
 	}
 	_ = d.picker.Release(a.route)

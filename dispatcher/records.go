@@ -58,8 +58,8 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		CommitPoint: g.eng.CommitPoint(), Stream: g.sub.Request.Stream,
 		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(), ElapsedMs: e.Latency.Milliseconds(),
 		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,
-		LoserFinishedLate: e.LoserFinishedLate,
-		UsageInputUnits:   e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
+		LoserFinishedLate: e.LoserFinishedLate, Supersedes: g.supersedes,
+		UsageInputUnits: e.Usage.InputUnits, UsageOutputUnits: e.Usage.OutputUnits, UsageEstimated: e.Usage.Estimated,
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(), GuardrailDecision: g.guard,
 		ErrorScope: e.Scope, DuplicateRateWindow: g.duplicateRateWindow(),
 	}

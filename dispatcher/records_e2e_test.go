@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -152,3 +154,88 @@ type commitSinkFunc struct {
 
 func (s commitSinkFunc) Delta(d Delta) error   { return s.delta(d) }
 func (s commitSinkFunc) Committed(r *Response) { s.committed(r) }
+
+// A takeover that clears an orphaned commit's winner gate holding
+// (Submission.Supersedes, docs/architecture.md §2) keeps a record saying so
+// before it claims again — so before its own commit is kept or answered —
+// on a subject of its own, which leaves the orphan's record in place: it
+// names the orphan, its attempt and fenced epoch, and the takeover, whose
+// group record names the orphan back. A takeover that meets another holder
+// supersedes nothing and records nothing of the kind.
+func TestATakeoverKeepsTheOrphansCommitMarkedSupersededBeforeItsOwnCommit(t *testing.T) {
+	c, _ := twoRoutes(t, newScript(behaviour{words: 3}))
+	nc := natstest.Connect(t, c.ns)
+	pub, err := records.Open(context.Background(), nc, records.Config{Stream: "records_test", MaxAge: time.Hour,
+		MaxBytes: 8 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 256, CommitTimeout: 5 * time.Second}, nil, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &watchedRecorder{Publisher: pub, kept: map[string]bool{}}
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, holder, supersedes string
+		superseded               bool
+	}{
+		{"the orphan's commit is marked superseded by the takeover", "deaddeadbeef-1", "deaddeadbeef-1", true},
+		{"another group's commit stands and nothing is marked", "deaddeadbeef-3", "deaddeadbeef-4", false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := fmt.Sprintf("takeover-%d", i)
+			ua := schemas.UserActionID(d.secret, "", key)
+			orphan, err := gate.Claim(t.Context(), ua, tt.holder, 2)
+			if err != nil || !orphan.Won {
+				t.Fatalf("the dead gateway's claim: %+v, %v", orphan, err)
+			}
+			orphanGate, err := arbiter.ParseGateValue(orphan.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var markedBeforeCommit bool
+			sink := commitSinkFunc{delta: func(Delta) error { return nil }, committed: func(*Response) {
+				markedBeforeCommit = rec.wasKept(schemas.StoredSupersededSubject(tt.holder))
+			}}
+			resp, err := d.Submit(context.Background(), Submission{Pool: "general", IdempotencyKey: key, Request: chat(true),
+				Supersedes: tt.supersedes}, sink)
+			var marked schemas.SupersededRecord
+			kept := streamRecord(t, js, schemas.StoredSupersededSubject(tt.holder), &marked)
+			if !tt.superseded {
+				var ge *GroupError
+				if !errors.As(err, &ge) || ge.Code != schemas.ErrAlreadyCommitted {
+					t.Fatalf("Submit = %+v, %v; want already_committed", resp, err)
+				}
+				if kept || streamRecord(t, js, schemas.StoredSupersededSubject(tt.supersedes), &marked) {
+					t.Fatalf("a superseded record for a commit that stands: %+v", marked)
+				}
+				if g := c.groupRecord(ge.Group); g.Supersedes != "" {
+					t.Fatalf("the group that superseded nothing names %q in supersedes", g.Supersedes)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Submit: %v; want the takeover to commit", err)
+			}
+			if !markedBeforeCommit {
+				t.Fatal("the takeover's commit reached its caller before the orphan's superseded record was kept")
+			}
+			want := schemas.SupersededRecord{V: schemas.Version, Event: schemas.EventGroupSuperseded, EventTime: marked.EventTime,
+				Reporter: schemas.ReporterDispatcher, UserActionID: ua, HedgeGroupID: tt.holder, WinnerAttempt: 2,
+				GateEpoch: orphanGate.Epoch, SupersededBy: resp.GroupID}
+			if !kept || marked != want {
+				t.Fatalf("superseded record %+v (kept %v); want %+v", marked, kept, want)
+			}
+			if g := c.groupRecord(resp.GroupID); g.Supersedes != tt.holder || g.GateEpoch <= orphanGate.Epoch {
+				t.Fatalf("the takeover's group record names %q at epoch %d; want %q after epoch %d",
+					g.Supersedes, g.GateEpoch, tt.holder, orphanGate.Epoch)
+			}
+		})
+	}
+}

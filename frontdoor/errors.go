@@ -51,6 +51,11 @@ const (
 	// another request (another body, dialect or path) of the same tenant
 	// (docs/architecture.md §2, §3).
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeAnswerNotKept refuses a retry of a request whose answer was
+	// delivered whole but was too large for the replay store: it cannot be
+	// replayed, and running it again would commit the user action twice
+	// (docs/architecture.md §2).
+	CodeAnswerNotKept = string(schemas.ErrAnswerNotKept)
 	// CodeTenantRateLimited and CodeTenantConcurrencyLimited refuse a
 	// request over its tenant's request rate or requests in flight
 	// (frontdoor/tenantlimit, docs/architecture.md §2).
@@ -118,6 +123,7 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrGateUnavailable):   {http.StatusServiceUnavailable, TypeServer, schemas.ErrGateUnavailable, true},
 	string(schemas.ErrCanceled):          {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
 	CodeIdempotencyKeyReused:             {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
+	CodeAnswerNotKept:                    {http.StatusConflict, TypeInvalidRequest, schemas.ErrAnswerNotKept, false},
 	CodeTenantRateLimited:                {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
 	CodeTenantConcurrencyLimited:         {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantConcurrencyLimited, true},
 }
@@ -266,6 +272,15 @@ func IdempotencyKeyReused() *Failure {
 		Message: "This Idempotency-Key was already used with another request; send a new key for a new request."}
 }
 
+// AnswerNotKept is the answer to a retry of a request whose answer was
+// delivered whole but too large to keep for replay: a 409 at once, with no
+// provider call, that no retry of the same request can change
+// (docs/architecture.md §2).
+func AnswerNotKept() *Failure {
+	return &Failure{Code: CodeAnswerNotKept, Param: HeaderIdempotencyKey,
+		Message: "The request of this Idempotency-Key was answered and its answer delivered, but it was too large to keep, so it cannot be sent again; send a new key to run the request anew."}
+}
+
 // ModelNotFound is the answer to a model that names no pool.
 func ModelNotFound(model string) *Failure {
 	msg := "The model does not exist: it names no pool of this gateway."
@@ -331,9 +346,11 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		f.Message = "The winner gate cannot decide now, so nothing was committed; retry later."
 	case schemas.ErrBudgetExhausted:
 		if ge.RetryAfter > 0 {
-			// The tenant's spend window refused: a new window will not.
+			// The tenant's spend window refused, or the user action's
+			// attempt ledger is full after a death (docs/architecture.md
+			// §7): it lapses after RetryAfter, and then admits the retry.
 			f.RetryAfter = ge.RetryAfter
-			f.Message = "The tenant's spend budget for this window is exhausted; retry in the next window."
+			f.Message = "The budget is exhausted for now — the tenant's spend window, or the attempts of a user action that met a gateway's or worker's death; retry after the Retry-After delay."
 		} else {
 			f.NoRetry = true
 			f.Message = "The attempt or spend budget of this user action is exhausted."

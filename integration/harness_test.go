@@ -40,7 +40,9 @@ type processOptions struct {
 	firstByte time.Duration // the provider's time to the first byte
 	redis     bool          // share one Redis (and one hash key) among all processes
 	lease     time.Duration // http.idempotency.lease when set
-	debug     bool          // run workers and gateways at --log-level debug
+	// maxAttempts is the policy's max_attempts when set (else 3).
+	maxAttempts int
+	debug       bool // run workers and gateways at --log-level debug
 }
 
 // startProcesses starts nats-server, waits until it takes clients, starts
@@ -75,6 +77,9 @@ func startProcesses(t *testing.T, o processOptions) *processes {
 		y := fmt.Sprintf(processConfigYAML, s.natsURL, listen, s.provider.baseURL(name), processDeadline) + extra
 		if o.lease > 0 {
 			y = strings.Replace(y, "  body_limit: 512KiB\n", fmt.Sprintf("  body_limit: 512KiB\n  idempotency: {lease: %s}\n", o.lease), 1)
+		}
+		if o.maxAttempts > 0 {
+			y = strings.Replace(y, "    max_attempts: 3\n", fmt.Sprintf("    max_attempts: %d\n", o.maxAttempts), 1)
 		}
 		path := filepath.Join(s.dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {

@@ -34,16 +34,20 @@ var ErrTooMany = errors.New("more records than one read may hold")
 // maxLine bounds one JSONL line; a record is well under a kilobyte.
 const maxLine = 1 << 20
 
-// Records is a set of attempt and group records as kept, each with the
-// bytes it was read from so an export writes them unchanged.
+// Records is a set of attempt, group and superseded records as kept, each
+// with the bytes it was read from so an export writes them unchanged.
 type Records struct {
 	Groups   []schemas.GroupRecord
 	Attempts []schemas.AttemptRecord
-	// raw holds every record's bytes in the order added; groupAt and
-	// attemptAt index it.
-	raw       [][]byte
-	groupAt   []int
-	attemptAt []int
+	// Superseded marks committed groups a takeover superseded
+	// (docs/architecture.md §9).
+	Superseded []schemas.SupersededRecord
+	// raw holds every record's bytes in the order added; groupAt,
+	// attemptAt and supersededAt index it.
+	raw          [][]byte
+	groupAt      []int
+	attemptAt    []int
+	supersededAt []int
 }
 
 // recordHead tells the two records apart by their "event" field.
@@ -51,8 +55,8 @@ type recordHead struct {
 	Event string `json:"event"`
 }
 
-// Add parses one record (an attempt record, or a group record at its
-// commit or its end) and keeps it. A worker's attempt record is ignored
+// Add parses one record (an attempt record, a group record at its commit
+// or its end, or the record of a superseded commit) and keeps it. A worker's attempt record is ignored
 // (the dispatcher's record of the same attempt is the authoritative one,
 // docs/architecture.md §9); ignored reports whether it was.
 func (r *Records) Add(data []byte) (ignored bool, err error) {
@@ -79,9 +83,16 @@ func (r *Records) Add(data []byte) (ignored bool, err error) {
 		}
 		r.groupAt = append(r.groupAt, len(r.raw))
 		r.Groups = append(r.Groups, rec)
+	case schemas.EventGroupSuperseded:
+		var rec schemas.SupersededRecord
+		if err := schemas.Decode(data, &rec); err != nil {
+			return false, fmt.Errorf("%w: superseded record: %w", ErrInvalidRecord, err)
+		}
+		r.supersededAt = append(r.supersededAt, len(r.raw))
+		r.Superseded = append(r.Superseded, rec)
 	default:
-		return false, fmt.Errorf("%w: event is none of %s, %s, %s", ErrInvalidRecord,
-			schemas.EventAttemptComplete, schemas.EventGroupComplete, schemas.EventGroupCommitted)
+		return false, fmt.Errorf("%w: event is none of %s, %s, %s, %s", ErrInvalidRecord,
+			schemas.EventAttemptComplete, schemas.EventGroupComplete, schemas.EventGroupCommitted, schemas.EventGroupSuperseded)
 	}
 	r.raw = append(r.raw, raw)
 	return false, nil
@@ -90,8 +101,9 @@ func (r *Records) Add(data []byte) (ignored bool, err error) {
 // Len is how many records are kept.
 func (r *Records) Len() int { return len(r.raw) }
 
-// Since keeps the groups whose record is from t on (their event_time) and
-// the attempts of those groups. A zero t keeps everything.
+// Since keeps the groups whose record is from t on (their event_time), and
+// the attempts and superseded records of those groups. A zero t keeps
+// everything.
 func (r *Records) Since(t time.Time) *Records {
 	if t.IsZero() {
 		return r
@@ -115,6 +127,14 @@ func (r *Records) Since(t time.Time) *Records {
 			out.attemptAt = append(out.attemptAt, len(out.raw))
 			out.raw = append(out.raw, r.raw[r.attemptAt[i]])
 			out.Attempts = append(out.Attempts, a)
+		}
+	}
+	for i, sr := range r.Superseded {
+		// Judged like an attempt: by its group, else by its own time.
+		if keep[sr.HedgeGroupID] || !known[sr.HedgeGroupID] && !sr.EventTime.Before(t) {
+			out.supersededAt = append(out.supersededAt, len(out.raw))
+			out.raw = append(out.raw, r.raw[r.supersededAt[i]])
+			out.Superseded = append(out.Superseded, sr)
 		}
 	}
 	return out

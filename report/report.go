@@ -52,8 +52,13 @@ type Report struct {
 	// Records is how many records the report was computed from; Orphans
 	// counts attempt records whose group record is missing (a dispatcher
 	// that stopped before publishing it), which no figure includes.
-	Records        int       `json:"records"`
-	OrphanAttempts int       `json:"orphan_attempts"`
+	Records        int `json:"records"`
+	OrphanAttempts int `json:"orphan_attempts"`
+	// UserActions counts the user actions of the groups; CommittedTwice
+	// those with more than one committed group that no takeover
+	// superseded — a user action committed twice (docs/architecture.md §6).
+	UserActions    int       `json:"user_actions"`
+	CommittedTwice int       `json:"user_actions_committed_twice"`
 	Total          Section   `json:"total"`
 	Cohorts        []Section `json:"cohorts"`
 }
@@ -69,6 +74,14 @@ type Section struct {
 	Groups        int `json:"groups"`
 	ControlGroups int `json:"control_groups"`
 	FailedGroups  int `json:"failed_groups"`
+	// CommittedGroups counts the committed groups no takeover superseded;
+	// SupersededGroups the committed groups a takeover did (a superseded
+	// record, or a group record's supersedes, names them): their gateway
+	// died with their commit, the takeover's group answered the user
+	// action instead (docs/architecture.md §2). Groups is the sum of the
+	// three.
+	CommittedGroups  int `json:"committed_groups"`
+	SupersededGroups int `json:"superseded_groups"`
 	// Hedged is every group outside the control fraction, as the
 	// guardrail's arms are (docs/architecture.md §5); Control the rest.
 	Hedged  Arm `json:"hedged"`
@@ -82,8 +95,9 @@ type Section struct {
 	Attempts      int     `json:"attempts"`
 	DuplicateRate float64 `json:"duplicate_rate"`
 	Usage         Usage   `json:"usage"`
-	// ExtraCostRatio is what attempts that did not win cost over what
-	// winners cost, at input + 4 × output (docs/architecture.md §11).
+	// ExtraCostRatio is what attempts that did not win, and every attempt
+	// of a superseded group, cost over what winners cost, at input + 4 ×
+	// output (docs/architecture.md §11).
 	ExtraCostRatio float64 `json:"extra_cost_ratio"`
 	// LateCompletions counts losers that completed anyway (loser_late).
 	LateCompletions int `json:"late_completions"`
@@ -114,10 +128,12 @@ type Arm struct {
 }
 
 // Usage is usage units (input + output) of the attempts that won and of
-// every other attempt.
+// every other attempt, the attempts of superseded groups apart: paid, but
+// none of them answered the user action.
 type Usage struct {
-	Winners int64 `json:"winners"`
-	Losers  int64 `json:"losers"`
+	Winners    int64 `json:"winners"`
+	Losers     int64 `json:"losers"`
+	Superseded int64 `json:"superseded"`
 }
 
 // Gain is the tail gain at the P99: control ÷ hedged (above 1: hedging
@@ -162,7 +178,10 @@ func latencyMs(g *schemas.GroupRecord) float64 {
 
 // Compute reports over recs. A group kept twice (its record at the commit
 // and at its end, in a file of live records) counts once, by its final
-// record; an attempt kept twice counts once, by its last record.
+// record; an attempt kept twice counts once, by its last record. A
+// committed group that a superseded record or a takeover's group record
+// names is counted superseded, not committed, so a user action whose
+// gateway died with its commit counts the takeover's commit only.
 func Compute(recs *Records, o Options) *Report {
 	o = o.withDefaults()
 	groups := map[string]*schemas.GroupRecord{}
@@ -182,6 +201,15 @@ func Compute(recs *Records, o Options) *Report {
 		a := &recs.Attempts[i]
 		attempts[attemptKey{a.HedgeGroupID, a.Attempt}] = a
 	}
+	superseded := map[string]bool{}
+	for _, sr := range recs.Superseded {
+		superseded[sr.HedgeGroupID] = true
+	}
+	for _, g := range recs.Groups {
+		if g.Supersedes != "" {
+			superseded[g.Supersedes] = true
+		}
+	}
 	byGroup := map[string][]*schemas.AttemptRecord{}
 	rep := &Report{Records: recs.Len()}
 	for k, a := range attempts {
@@ -194,6 +222,7 @@ func Compute(recs *Records, o Options) *Report {
 
 	total := newAcc("")
 	cohorts := map[string]*acc{}
+	commits := map[string]int{} // user action → committed groups, superseded ones apart
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[id]
 		name := CohortOf(g)
@@ -202,8 +231,24 @@ func Compute(recs *Records, o Options) *Report {
 			c = newAcc(name)
 			cohorts[name] = c
 		}
-		total.add(g, byGroup[id])
-		c.add(g, byGroup[id])
+		sup := g.Outcome == schemas.GroupCommitted && superseded[id]
+		total.add(g, byGroup[id], sup)
+		c.add(g, byGroup[id], sup)
+		if g.UserActionID == "" {
+			continue
+		}
+		if _, seen := commits[g.UserActionID]; !seen {
+			commits[g.UserActionID] = 0
+		}
+		if g.Outcome == schemas.GroupCommitted && !sup {
+			commits[g.UserActionID]++
+		}
+	}
+	rep.UserActions = len(commits)
+	for _, n := range commits {
+		if n > 1 {
+			rep.CommittedTwice++
+		}
 	}
 	rep.Total = total.section(o)
 	rep.Cohorts = make([]Section, 0, len(cohorts))
@@ -226,11 +271,18 @@ func newAcc(cohort string) *acc {
 	return &acc{s: Section{Cohort: cohort, Suppressed: map[string]int{}, Guardrail: map[string]int{}}}
 }
 
-func (a *acc) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord) {
+// add counts group g with its attempts; superseded says a takeover
+// superseded its commit.
+func (a *acc) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord, superseded bool) {
 	s := &a.s
 	s.Groups++
-	if g.Outcome != schemas.GroupCommitted {
+	switch {
+	case g.Outcome != schemas.GroupCommitted:
 		s.FailedGroups++
+	case superseded:
+		s.SupersededGroups++
+	default:
+		s.CommittedGroups++
 	}
 	lat := latencyMs(g)
 	if g.GuardrailDecision == schemas.GuardrailControl {
@@ -252,10 +304,14 @@ func (a *acc) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord) {
 	for _, at := range atts {
 		units := at.UsageInputUnits + at.UsageOutputUnits
 		cost := at.UsageInputUnits + 4*at.UsageOutputUnits
-		if at.Outcome == schemas.OutcomeWinner {
+		switch {
+		case superseded:
+			s.Usage.Superseded += units
+			a.losCost += cost
+		case at.Outcome == schemas.OutcomeWinner:
 			s.Usage.Winners += units
 			a.winnerCost += cost
-		} else {
+		default:
 			s.Usage.Losers += units
 			a.losCost += cost
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/report/reporttest"
+	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/tailplot"
 )
 
@@ -301,4 +302,81 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// takeoverRecords is reporttest.TakeoverRecords, failing t on an error.
+func takeoverRecords(t *testing.T, orphan schemas.GroupOutcome, marked, named bool) [][]byte {
+	t.Helper()
+	lines, err := reporttest.TakeoverRecords(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		reporttest.Takeover{Marked: marked, Named: named, OrphanFailed: orphan == schemas.GroupFailed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+func TestASupersededCommitIsCountedApartSoAUserActionCommitsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name                                 string
+		orphan                               schemas.GroupOutcome
+		marked, named                        bool
+		committed, superseded, failed, twice int
+		winners, supersededUsage, losers     int64
+	}{
+		{"marked by its superseded record and named by the takeover", schemas.GroupCommitted, true, true, 1, 1, 0, 0, 220, 110, 0},
+		{"marked by its superseded record alone", schemas.GroupCommitted, true, false, 1, 1, 0, 0, 220, 110, 0},
+		{"named by the takeover alone (its superseded record lost)", schemas.GroupCommitted, false, true, 1, 1, 0, 0, 220, 110, 0},
+		{"with nothing linking them the user action committed twice", schemas.GroupCommitted, false, false, 2, 0, 0, 1, 330, 0, 0},
+		{"a failed group named superseded stays failed", schemas.GroupFailed, true, true, 1, 0, 1, 0, 330, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Compute(readLines(t, takeoverRecords(t, tc.orphan, tc.marked, tc.named)), Options{})
+			tot := rep.Total
+			if tot.Groups != 2 || tot.CommittedGroups != tc.committed || tot.SupersededGroups != tc.superseded ||
+				tot.FailedGroups != tc.failed {
+				t.Errorf("groups %d: committed %d, superseded %d, failed %d; want 2: %d, %d, %d", tot.Groups,
+					tot.CommittedGroups, tot.SupersededGroups, tot.FailedGroups, tc.committed, tc.superseded, tc.failed)
+			}
+			if rep.UserActions != 1 || rep.CommittedTwice != tc.twice {
+				t.Errorf("%d user actions, %d committed twice; want 1, %d", rep.UserActions, rep.CommittedTwice, tc.twice)
+			}
+			// Every attempt counts once: a superseded group's apart, any
+			// other by its own outcome (all winners in these records).
+			if tot.Usage.Winners != tc.winners || tot.Usage.Superseded != tc.supersededUsage || tot.Usage.Losers != tc.losers {
+				t.Errorf("usage %+v; want winners %d, superseded %d, losers %d", tot.Usage, tc.winners, tc.supersededUsage, tc.losers)
+			}
+			if tc.superseded > 0 && tot.ExtraCostRatio == 0 {
+				t.Error("the superseded group's usage is not in the extra cost")
+			}
+		})
+	}
+}
+
+func TestSupersededRecordsAreExportedUnchangedAndKeptSinceWithTheirGroup(t *testing.T) {
+	lines := takeoverRecords(t, schemas.GroupCommitted, true, false)
+	recs := readLines(t, lines)
+	var buf bytes.Buffer
+	if err := recs.WriteJSONL(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := buf.String(), string(bytes.Join(lines, []byte("\n")))+"\n"; got != want {
+		t.Errorf("export:\n%s\nwant the records as read:\n%s", got, want)
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		since time.Time
+		want  int
+	}{
+		{"from the groups' time on, the superseded record is kept with its group", at, 1},
+		{"after the groups' time, it leaves with its group", at.Add(time.Second), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kept := recs.Since(tc.since)
+			if len(kept.Superseded) != tc.want || Compute(kept, Options{}).Total.SupersededGroups != tc.want {
+				t.Errorf("%d superseded records kept, %d superseded groups; want %d", len(kept.Superseded),
+					Compute(kept, Options{}).Total.SupersededGroups, tc.want)
+			}
+		})
+	}
 }

@@ -10,19 +10,20 @@ import (
 )
 
 // WriteTable prints the report as a table: one row per cohort and one for
-// all groups, then each section's gain (or why it is withheld),
-// suppressions and guardrail decisions.
+// all groups, then the user actions committed twice, and each section's
+// gain (or why it is withheld), superseded commits, suppressions and
+// guardrail decisions.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cohort\tgroups\tcontrol\thedged p50\tp99\tp99.9\tcontrol p50\tp99\tp99.9\tdup rate\tusage win\tusage lose\textra cost\tlate\tcancel obs\t")
+	fmt.Fprintln(tw, "cohort\tgroups\tcommitted\tsuperseded\tcontrol\thedged p50\tp99\tp99.9\tcontrol p50\tp99\tp99.9\tdup rate\tusage win\tusage lose\textra cost\tlate\tcancel obs\t")
 	rows := append(slices.Clone(r.Cohorts), r.Total)
 	for _, s := range rows {
 		name := s.Cohort
 		if name == "" {
 			name = "total"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%.4f\t%d\t%s\t\n",
-			name, s.Groups, s.ControlGroups, s.Hedged.P50, s.Hedged.P99, s.Hedged.P999,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%.4f\t%d\t%s\t\n",
+			name, s.Groups, s.CommittedGroups, s.SupersededGroups, s.ControlGroups, s.Hedged.P50, s.Hedged.P99, s.Hedged.P999,
 			s.Control.P50, s.Control.P99, s.Control.P999, s.DuplicateRate, s.Usage.Winners, s.Usage.Losers,
 			s.ExtraCostRatio, s.LateCompletions, observedCell(s))
 	}
@@ -34,7 +35,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.OrphanAttempts > 0 {
 		fmt.Fprintf(&b, ", %d attempt records without their group's record (not counted)", r.OrphanAttempts)
 	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "\n%d user actions, %d committed more than once (superseded commits apart)\n", r.UserActions, r.CommittedTwice)
 	for _, s := range rows {
 		name := s.Cohort
 		if name == "" {
@@ -46,6 +47,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 				g.Ratio, g.Lower, g.Upper, g.HedgedSamples, g.ControlSamples, g.Resamples, g.Seed)
 		} else {
 			fmt.Fprintf(&b, "  tail gain withheld: %s\n", s.GainWithheld)
+		}
+		if s.SupersededGroups > 0 {
+			fmt.Fprintf(&b, "  superseded by a takeover: %d groups, %d usage units (paid, in extra cost)\n",
+				s.SupersededGroups, s.Usage.Superseded)
 		}
 		fmt.Fprintf(&b, "  suppressed: %s\n", counts(s.Suppressed))
 		fmt.Fprintf(&b, "  guardrail: %s\n", counts(s.Guardrail))

@@ -8,7 +8,7 @@ import (
 
 // Record events, the "event" field of the sanitized records published on
 // hedgerow.events.attempt and hedgerow.events.group and kept under
-// StoredRecordPrefix.
+// StoredRecordPrefix; a SupersededRecord is kept only.
 const (
 	EventAttemptComplete = "hedge_attempt_complete"
 	EventGroupComplete   = "hedge_group_complete"
@@ -19,6 +19,13 @@ const (
 	// still in the stream says the dispatcher stopped before the group
 	// ended.
 	EventGroupCommitted = "hedge_group_committed"
+	// EventGroupSuperseded marks a committed group whose winner gate
+	// holding a takeover cleared: its gateway died with no answer kept, so
+	// its commit reached no caller whole and the takeover's group answers
+	// the user action instead (docs/architecture.md §2, §9). It is a
+	// record of its own (SupersededRecord), kept beside the group's
+	// record, which stays in the stream with its usage.
+	EventGroupSuperseded = "hedge_group_superseded"
 )
 
 // StoredRecordPrefix heads the subjects records are kept on, one subject
@@ -32,6 +39,14 @@ func StoredGroupSubject(group string) string { return StoredRecordPrefix + "grou
 
 // StoredGroupID is the message id of group's record for event.
 func StoredGroupID(group, event string) string { return group + ":" + event }
+
+// StoredSupersededSubject is the subject the SupersededRecord of group, a
+// superseded commit, is kept on: a subject of its own, so the record does
+// not replace the group's own record and its usage (docs/architecture.md §9).
+func StoredSupersededSubject(group string) string { return StoredRecordPrefix + "superseded." + group }
+
+// StoredSupersededID is the message id of group's SupersededRecord.
+func StoredSupersededID(group string) string { return group + ":" + EventGroupSuperseded }
 
 // StoredAttemptSubject is the subject attempt n of group is kept on.
 func StoredAttemptSubject(group string, n int) string {
@@ -244,7 +259,12 @@ type GroupRecord struct {
 	WinnerRole            Role   `json:"winner_role,omitempty"`
 	WinnerRoute           string `json:"winner_route,omitempty"`
 	GateEpoch             int64  `json:"gate_epoch,omitempty"`
-	LoserFinishedLate     bool   `json:"loser_finished_late"`
+	// Supersedes names the orphaned group of the same user action whose
+	// winner gate holding this group, a takeover, cleared before it
+	// claimed (docs/architecture.md §2); that group's SupersededRecord
+	// names this one back. Absent when the group superseded nothing.
+	Supersedes        string `json:"supersedes,omitempty"`
+	LoserFinishedLate bool   `json:"loser_finished_late"`
 
 	UsageInputUnits     int64             `json:"usage_input_units"` // all attempts
 	UsageOutputUnits    int64             `json:"usage_output_units"`
@@ -265,6 +285,48 @@ func (r GroupRecord) MarshalJSON() ([]byte, error) {
 	w.V = stampVersion(r.V)
 	if w.Event == "" {
 		w.Event = EventGroupComplete
+	}
+	return json.Marshal(w)
+}
+
+// SupersededRecord says a committed group was superseded
+// (docs/architecture.md §2, §9): a takeover of its user action found its
+// commit orphaned — its gateway died, no answer kept — and cleared its
+// winner gate holding, compare-and-delete, so that its own group could
+// commit. The superseded group's record stays in the stream as it was
+// (its attempts' usage was paid); this record, on a subject of its own
+// (StoredSupersededSubject), marks it so a reader counts one commit per
+// user action. Like every record it carries no prompt, output, header,
+// credential or user identifier.
+type SupersededRecord struct {
+	V         int       `json:"v"`
+	Event     string    `json:"event"` // EventGroupSuperseded; set by MarshalJSON when empty
+	EventTime time.Time `json:"event_time"`
+	Reporter  Reporter  `json:"reporter"`
+
+	UserActionID string `json:"user_action_id"`
+	// HedgeGroupID is the superseded group; WinnerAttempt and GateEpoch
+	// are its holding as the gate value named them: the epoch fenced off,
+	// which an effect executor must refuse once it saw a higher one
+	// (docs/architecture.md §6).
+	HedgeGroupID  string `json:"hedge_group_id"`
+	WinnerAttempt int    `json:"winner_attempt"`
+	GateEpoch     int64  `json:"gate_epoch"`
+	// SupersededBy is the takeover's group, which cleared the holding;
+	// its group record names this group in Supersedes.
+	SupersededBy string `json:"superseded_by"`
+}
+
+// Kind names the record's schema.
+func (SupersededRecord) Kind() string { return KindSupersededRecord }
+
+// MarshalJSON writes the record with its major version and event.
+func (r SupersededRecord) MarshalJSON() ([]byte, error) {
+	type wire SupersededRecord
+	w := wire(r)
+	w.V = stampVersion(r.V)
+	if w.Event == "" {
+		w.Event = EventGroupSuperseded
 	}
 	return json.Marshal(w)
 }

@@ -161,7 +161,15 @@ func samples() []sample {
 				HedgeSuppressedReason: "", WinnerAttempt: 2, WinnerRole: RoleHedge, WinnerRoute: "anthropic-west",
 				GateEpoch: 3, LoserFinishedLate: true, UsageInputUnits: 960, UsageOutputUnits: 52, UsageEstimated: true,
 				CostBand: CostMedium, DuplicateRateWindow: 0.05, PromptFingerprint: "fedcba9876543210",
-				GuardrailDecision: GuardrailAllow},
+				GuardrailDecision: GuardrailAllow, Supersedes: "hg_041"},
+		},
+		{
+			KindSupersededRecord,
+			SupersededRecord{EventTime: eventTime, Reporter: ReporterDispatcher, UserActionID: "ua_1", HedgeGroupID: "g1",
+				WinnerAttempt: 1, GateEpoch: 1, SupersededBy: "g2"},
+			SupersededRecord{V: Version, Event: EventGroupSuperseded, EventTime: eventTime, Reporter: ReporterDispatcher,
+				UserActionID: "ua_042", HedgeGroupID: "deaddeadbeef-7", WinnerAttempt: 2, GateEpoch: 3,
+				SupersededBy: "0123456789ab-12"},
 		},
 	}
 }

@@ -444,7 +444,7 @@ func TestRecordsHaveNoFieldForPromptOutputOrCredentials(t *testing.T) {
 	forbidden := []string{"prompt", "content", "message", "output", "header", "authorization", "api_key",
 		"credential", "token", "idempotency", "tenant", "user", "text"}
 	allowed := map[string]bool{"prompt_fingerprint": true, "user_action_id": true, "usage_output_units": true}
-	for _, v := range []any{AttemptRecord{}, GroupRecord{}} {
+	for _, v := range []any{AttemptRecord{}, GroupRecord{}, SupersededRecord{}} {
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {
 			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")

@@ -2,7 +2,9 @@ package schemas
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
+	"strings"
 )
 
 // The hedgerow.submit front door over NATS (docs/architecture.md §8): the NATS micro
@@ -30,10 +32,19 @@ import (
 // bytes.
 //
 // Cancelling. A caller that sets HeaderRequestID (a SubmitRequestID token)
-// may cancel its request by publishing anything on
-// SubmitCancelSubject(id): every replica listens there, and the one running
-// the request cancels its group with no fallback. A cancel that overtakes its
-// request is remembered for a while, so the request is cancelled on arrival.
+// may cancel its request by publishing anything on the subject
+// SubmitCancelSubjectFor(its reply inbox, id) — with its own HeaderAuthorization
+// when tenants are configured: every replica listens there, and the one
+// running the request cancels its group with no fallback and answers the
+// caller a final error canceled. A cancel is honoured only from the
+// request's owner (docs/architecture.md §8, "Cancels belong to their
+// caller"): the same tenant key as the request; when the request's reply
+// inbox is a client user's (ClientInboxPrefix.<user>.…), the subject
+// SubmitCancelUserSubject(user, id), which NATS permissions let only that
+// user publish; and with neither, an unguessable id
+// (UnguessableSubmitRequestID). Ids are scoped per owner. A cancel that
+// overtakes its request is remembered for a while, so the request is
+// answered canceled on arrival.
 // The gateway also notices a streaming caller that went away without a word:
 // it publishes chunks with a reply subject of its own, so the NATS server's
 // no-responders answer (the caller's reply subscription is gone) cancels the
@@ -41,8 +52,21 @@ import (
 const (
 	SubmitServiceName = "hedgerow"
 	SubmitSubject     = "hedgerow.submit"
-	// SubmitCancelPrefix is followed by the request id (SubmitCancelSubject).
+	// SubmitCancelPrefix is followed by the request id
+	// (SubmitCancelSubject), or by the caller's NATS user and the request
+	// id (SubmitCancelUserSubject).
 	SubmitCancelPrefix = "hedgerow.submit.cancel."
+	// ClientInboxPrefix starts the inbox prefix of each NATS client user,
+	// ClientInboxPrefix.<user> (nats.CustomInboxPrefix): the generated
+	// permissions let a client user read only its own (docs/architecture.md
+	// §13), so the gateway reads the user owning a request from its reply
+	// subject (ClientInboxUser).
+	ClientInboxPrefix = "_INBOX.cl"
+	// MinUnguessableRequestIDLen is the length from which a request id
+	// counts as unguessable (UnguessableSubmitRequestID): 32 characters
+	// hold 128 bits as hex, the sparsest encoding in use; a caller draws
+	// them at random (crypto/rand), the gateway checks only the length.
+	MinUnguessableRequestIDLen = 32
 
 	// HeaderAuthorization carries the caller's API key as "Bearer <key>",
 	// the HTTP door's header and form: a gateway with tenants configured
@@ -73,8 +97,76 @@ var submitRequestID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // letters, digits, '_' or '-', so it is one subject token.
 func ValidSubmitRequestID(id string) bool { return submitRequestID.MatchString(id) }
 
-// SubmitCancelSubject is the subject that cancels the request with this id.
+// UnguessableSubmitRequestID reports whether id is long enough to be the
+// only proof that a cancel comes from the request's owner: a valid id of at
+// least MinUnguessableRequestIDLen characters.
+func UnguessableSubmitRequestID(id string) bool {
+	return len(id) >= MinUnguessableRequestIDLen && ValidSubmitRequestID(id)
+}
+
+// clientUser is the form of a client user's name in its inbox prefix, the
+// user names `hedgerow nats-auth` generates.
+var clientUser = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// ClientInboxUser returns the client user whose inbox subject is under,
+// ClientInboxPrefix.<user>.<more tokens>; false when subject is under no
+// client user's inbox.
+func ClientInboxUser(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, ClientInboxPrefix+".")
+	if !ok {
+		return "", false
+	}
+	user, tail, ok := strings.Cut(rest, ".")
+	if !ok || tail == "" || !clientUser.MatchString(user) {
+		return "", false
+	}
+	return user, true
+}
+
+// SubmitCancelSubject is the subject that cancels the request with this id
+// of a caller whose reply inbox is no client user's.
 func SubmitCancelSubject(id string) string { return SubmitCancelPrefix + id }
+
+// SubmitCancelUserPrefix is followed by the request ids of user's cancels:
+// the only cancel subjects the generated permissions let user publish.
+func SubmitCancelUserPrefix(user string) string { return SubmitCancelPrefix + user + "." }
+
+// SubmitCancelUserSubject is the subject that cancels the request with this
+// id of a caller whose reply inbox is client user's.
+func SubmitCancelUserSubject(user, id string) string { return SubmitCancelUserPrefix(user) + id }
+
+// SubmitCancelSubjectFor is the subject that cancels the request with this
+// id sent with reply inbox inbox (any inbox of the caller's connection: they
+// share its prefix).
+func SubmitCancelSubjectFor(inbox, id string) string {
+	if user, ok := ClientInboxUser(inbox); ok {
+		return SubmitCancelUserSubject(user, id)
+	}
+	return SubmitCancelSubject(id)
+}
+
+// ErrMalformedCancel is the error of a subject that is no cancel subject.
+var ErrMalformedCancel = errors.New("schemas: not a cancel subject: want " + SubmitCancelPrefix + "[<user>.]<request id>")
+
+// ParseSubmitCancelSubject reads a cancel subject: the client user it names
+// (empty for SubmitCancelSubject's form) and the request id. A subject of
+// another form is ErrMalformedCancel.
+func ParseSubmitCancelSubject(subject string) (user, id string, err error) {
+	rest, ok := strings.CutPrefix(subject, SubmitCancelPrefix)
+	if !ok {
+		return "", "", ErrMalformedCancel
+	}
+	user, id, two := strings.Cut(rest, ".")
+	if !two {
+		user, id = "", rest
+	} else if !clientUser.MatchString(user) {
+		return "", "", ErrMalformedCancel
+	}
+	if !ValidSubmitRequestID(id) {
+		return "", "", ErrMalformedCancel
+	}
+	return user, id, nil
+}
 
 // SubmitChunk is one piece of a committed stream on the caller's reply
 // subject (HeaderStatus StatusChunk): the winner's content and tool-call

@@ -15,20 +15,21 @@ import (
 // Kinds of message and record, each defined by the schema file
 // <kind>.schema.json in this package.
 const (
-	KindChatRequest    = "chat_request"
-	KindAttempt        = "attempt"
-	KindAccept         = "accept"
-	KindBusy           = "busy"
-	KindHeartbeat      = "heartbeat"
-	KindFirstByte      = "first_byte"
-	KindChunk          = "chunk"
-	KindAttemptResult  = "attempt_result"
-	KindCancel         = "cancel"
-	KindSubmitRequest  = "submit_request"
-	KindSubmitResponse = "submit_response"
-	KindSubmitChunk    = "submit_chunk"
-	KindAttemptRecord  = "attempt_record"
-	KindGroupRecord    = "group_record"
+	KindChatRequest      = "chat_request"
+	KindAttempt          = "attempt"
+	KindAccept           = "accept"
+	KindBusy             = "busy"
+	KindHeartbeat        = "heartbeat"
+	KindFirstByte        = "first_byte"
+	KindChunk            = "chunk"
+	KindAttemptResult    = "attempt_result"
+	KindCancel           = "cancel"
+	KindSubmitRequest    = "submit_request"
+	KindSubmitResponse   = "submit_response"
+	KindSubmitChunk      = "submit_chunk"
+	KindAttemptRecord    = "attempt_record"
+	KindGroupRecord      = "group_record"
+	KindSupersededRecord = "superseded_record"
 )
 
 // Kinds lists every kind Validate knows, in a fixed order.
@@ -36,7 +37,7 @@ func Kinds() []string {
 	return []string{
 		KindChatRequest, KindAttempt, KindAccept, KindBusy, KindHeartbeat, KindFirstByte,
 		KindChunk, KindAttemptResult, KindCancel, KindSubmitRequest, KindSubmitResponse,
-		KindSubmitChunk, KindAttemptRecord, KindGroupRecord,
+		KindSubmitChunk, KindAttemptRecord, KindGroupRecord, KindSupersededRecord,
 	}
 }
 

@@ -117,6 +117,11 @@ const (
 	// after the Retry-After hint (docs/architecture.md §2).
 	ErrTenantRateLimited        ErrorCode = "tenant_rate_limited"
 	ErrTenantConcurrencyLimited ErrorCode = "tenant_concurrency_limited"
+	// ErrAnswerNotKept: the request of this idempotency key was answered
+	// and its answer delivered whole, but it was too large for the replay
+	// store, so it cannot be sent again; nothing is run again either
+	// (docs/architecture.md §2).
+	ErrAnswerNotKept ErrorCode = "answer_not_kept"
 )
 
 // Usage is the work an attempt consumed, in provider usage units (tokens).

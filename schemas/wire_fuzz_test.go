@@ -29,6 +29,7 @@ var wireKinds = []struct {
 	{KindSubmitChunk, func() any { return new(SubmitChunk) }},
 	{KindAttemptRecord, func() any { return new(AttemptRecord) }},
 	{KindGroupRecord, func() any { return new(GroupRecord) }},
+	{KindSupersededRecord, func() any { return new(SupersededRecord) }},
 }
 
 // checkWireMessageRoundTrips fails t unless, for every wire kind, Decode

@@ -63,14 +63,16 @@ type Traffic struct {
 	groups map[string]*recordedGroup
 	// Lines is how many records were read; Skipped counts worker-reported
 	// attempt records (the dispatcher's record of the same attempt is the
-	// one read).
+	// one read) and superseded records (docs/architecture.md §9: the
+	// superseded group arrived and ran as its own records say).
 	Lines, Skipped int
 }
 
 // ReadTraffic reads a records file: one sanitized record per line
 // (docs/architecture.md §9), attempt and group records mixed in any order,
 // told apart by their "event" field (hedge_attempt_complete,
-// hedge_group_complete); blank lines are ignored. name labels errors, which
+// hedge_group_complete or hedge_group_committed; hedge_group_superseded is
+// read and skipped); blank lines are ignored. name labels errors, which
 // name the line and never quote a record's content.
 func ReadTraffic(r io.Reader, name string) (*Traffic, error) {
 	t := &Traffic{groups: map[string]*recordedGroup{}}
@@ -131,10 +133,21 @@ func (t *Traffic) readLine(data []byte) error {
 			return describeJSONError(err)
 		}
 		return t.readGroup(&rec)
+	case schemas.EventGroupSuperseded:
+		// A takeover superseded a committed group (docs/architecture.md
+		// §2): that group still arrived and its primary still ran as its
+		// own records say, which is all a replay takes of it.
+		var rec schemas.SupersededRecord
+		if err := schemas.Decode(data, &rec); err != nil {
+			return describeJSONError(err)
+		}
+		t.Skipped++
+		return nil
 	case "":
 		return errors.New(`no "event" field: not an attempt or group record`)
 	}
-	return fmt.Errorf(`"event" is none of %s, %s, %s`, schemas.EventAttemptComplete, schemas.EventGroupComplete, schemas.EventGroupCommitted)
+	return fmt.Errorf(`"event" is none of %s, %s, %s, %s`, schemas.EventAttemptComplete, schemas.EventGroupComplete,
+		schemas.EventGroupCommitted, schemas.EventGroupSuperseded)
 }
 
 // describeJSONError says what is wrong with a line without quoting it:

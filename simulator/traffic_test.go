@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -157,5 +158,45 @@ func TestSweepRecordsCountsGroupsWithoutTheirRecord(t *testing.T) {
 	}
 	if f.OrphanGroups != 1 || f.Cohorts[0].Groups != 299 || f.Cohorts[0].Primaries != 299 {
 		t.Fatalf("orphans %d, cohorts %+v: want 1 group left out of 300", f.OrphanGroups, f.Cohorts)
+	}
+}
+
+// A superseded record (docs/architecture.md §9) is read and skipped: the
+// superseded group's own records say how it arrived and ran, so the replay
+// is the same with the record as without it.
+func TestReadTrafficSkipsASupersededRecordAndReplaysTheSame(t *testing.T) {
+	lines := smallRecords(t)
+	var first schemas.GroupRecord
+	if err := json.Unmarshal(onlyEvent(lines, schemas.EventGroupComplete)[0], &first); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := schemas.SupersededRecord{EventTime: first.EventTime, Reporter: schemas.ReporterDispatcher,
+		UserActionID: first.UserActionID, HedgeGroupID: first.HedgeGroupID, WinnerAttempt: 1, GateEpoch: 1,
+		SupersededBy: "0123456789ab-1"}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := SweepOptions{Quantiles: []float64{0.95}, Seed: 4}
+	var got []*Frontier
+	for _, ls := range [][][]byte{lines, append(slices.Clone(lines), marked)} {
+		tr, err := ReadTraffic(bytes.NewReader(join(ls...)), "f.jsonl")
+		if err != nil {
+			t.Fatalf("ReadTraffic: %v", err)
+		}
+		f, err := SweepRecords(tr, "f.jsonl", so)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f)
+	}
+	a, b := got[0], got[1]
+	if a.Cohorts[0].Groups != b.Cohorts[0].Groups || a.Frontier[0].P99 != b.Frontier[0].P99 ||
+		a.Frontier[0].DuplicateRate != b.Frontier[0].DuplicateRate {
+		t.Fatalf("without the superseded record %+v %+v, with it %+v %+v", a.Cohorts, a.Frontier[0], b.Cohorts, b.Frontier[0])
+	}
+	_, err = ReadTraffic(bytes.NewReader(join(lines[0], []byte(`{"v":2,"event":"hedge_group_superseded","hedge_group_id":"`+marker+`"}`))), "f.jsonl")
+	if !errors.Is(err, ErrInvalidRecords) || !strings.Contains(err.Error(), "f.jsonl:2: unsupported record version") ||
+		strings.Contains(err.Error(), marker) {
+		t.Fatalf("a superseded record of another major version: %v; want it refused naming the line", err)
 	}
 }

@@ -35,11 +35,15 @@ type decision struct {
 	slot          int64  // now's slot in it
 }
 
-func (s *Store) newDecision(userAction string, units int64) *decision {
+func (s *Store) newDecision(userAction, group string, units int64) *decision {
 	now := s.now()
+	r := reservation{nonce: newNonce(), ua: entityHash(userAction)}
+	if group != "" {
+		r.group = entityHash(group)
+	}
 	return &decision{
 		s:     s,
-		r:     reservation{nonce: newNonce(), ua: entityHash(userAction)},
+		r:     r,
 		now:   now,
 		nowMs: now.UnixMilli(),
 		units: units,
@@ -48,10 +52,14 @@ func (s *Store) newDecision(userAction string, units int64) *decision {
 
 // takeAccounts queues the user action's take (slot and spend) and, with a
 // tenant ceiling, the tenant window's.
-func (d *decision) takeAccounts(ctx context.Context, b *batch, tenant string, a budgets.AttemptPolicy, p budgets.SpendPolicy) (ua, tn *scriptCall) {
+func (d *decision) takeAccounts(ctx context.Context, b *batch, tenant, forgive string, a budgets.AttemptPolicy, p budgets.SpendPolicy) (ua, tn *scriptCall) {
 	resExp := d.nowMs + millisCeil(p.ReservationTTL)
+	dead := ""
+	if forgive != "" {
+		dead = entityHash(forgive)
+	}
 	ua = b.eval(ctx, takeScript, d.s.keys.userAction(d.r.ua),
-		d.nowMs, d.r.nonce, a.Max, d.units, p.UserActionCeiling, resExp, d.nowMs+millisCeil(a.TTL), graceMs)
+		d.nowMs, d.r.nonce, a.Max, d.units, p.UserActionCeiling, resExp, d.nowMs+millisCeil(a.TTL), graceMs, d.r.group, dead)
 	if p.TenantCeiling == 0 {
 		return ua, nil
 	}
@@ -59,23 +67,24 @@ func (d *decision) takeAccounts(ctx context.Context, b *batch, tenant string, a 
 	d.r.winLen = p.TenantWindow.Milliseconds()
 	d.r.winAt = budgets.TenantWindowStart(d.now, p.TenantWindow)
 	tn = b.eval(ctx, takeScript, d.s.keys.tenantWindow(d.r.tenant, d.r.winLen, d.r.winAt),
-		d.nowMs, d.r.nonce, 0, d.units, p.TenantCeiling, resExp, d.r.winAt+d.r.winLen, graceMs)
+		d.nowMs, d.r.nonce, 0, d.units, p.TenantCeiling, resExp, d.r.winAt+d.r.winLen, graceMs, "", "")
 	return ua, tn
 }
 
-// takeResult reads a takeScript reply.
-func takeResult(c *scriptCall) (code int64, attempts int, err error) {
+// takeResult reads a takeScript reply: its code, the attempts used, and
+// when a full ledger lapses if a retry may then be admitted (ms).
+func takeResult(c *scriptCall) (code int64, attempts int, retryAfterMs int64, err error) {
 	if c == nil {
-		return takeGranted, 0, nil
+		return takeGranted, 0, 0, nil
 	}
 	v, err := c.cmd.Int64Slice()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	if len(v) != 2 {
-		return 0, 0, fmt.Errorf("take script answered %v", v)
+	if len(v) != 3 {
+		return 0, 0, 0, fmt.Errorf("take script answered %v", v)
 	}
-	return v[0], int(v[1]), nil
+	return v[0], int(v[1]), v[2], nil
 }
 
 // compensate gives back, in one more round trip, every part a denied or
@@ -108,13 +117,19 @@ func (d *decision) compensate(parent, ctx context.Context) error {
 // endUserAction queues the end of the reservation's share of its user
 // action; a release gives back the attempt slot too.
 func (d *decision) endUserAction(ctx context.Context, b *batch, settle bool, used int64) *scriptCall {
-	return b.eval(ctx, endScript, d.s.keys.userAction(d.r.ua), d.nowMs, d.r.nonce, flag(settle), used, 1)
+	return d.endUserActionLost(ctx, b, settle, false, used)
+}
+
+// endUserActionLost is endUserAction for a settle that may be of an
+// attempt lost with its worker, whose slot is then forgiven.
+func (d *decision) endUserActionLost(ctx context.Context, b *batch, settle, lost bool, used int64) *scriptCall {
+	return b.eval(ctx, endScript, d.s.keys.userAction(d.r.ua), d.nowMs, d.r.nonce, flag(settle), used, 1, d.r.group, flag(settle && lost))
 }
 
 // endTenant queues the end of the reservation's share of its tenant window.
 func (d *decision) endTenant(ctx context.Context, b *batch, settle bool, used int64) *scriptCall {
 	return b.eval(ctx, endScript, d.s.keys.tenantWindow(d.r.tenant, d.r.winLen, d.r.winAt),
-		d.nowMs, d.r.nonce, flag(settle), used, 0)
+		d.nowMs, d.r.nonce, flag(settle), used, 0, "", 0)
 }
 
 // endToken queues the end of the reservation's count in its cohort's
@@ -160,17 +175,17 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 	}
 	defer cancel()
 
-	d := s.newDecision(req.UserAction, req.Spend.Units())
+	d := s.newDecision(req.UserAction, req.Group, req.Spend.Units())
 	slotLen := req.Duplicates.SlotLength()
 	d.windowKey = s.keys.window(entityHash(req.Pool), entityHash(req.Cohort), slotLen.Milliseconds())
 	d.slot = budgets.WindowSlot(d.now, slotLen)
 	b := newBatch(s.client)
-	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
+	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Forgive, req.Attempts, req.Spend)
 	count := b.eval(ctx, countScript, []string{d.windowKey}, d.slot, req.Duplicates.Slots, windowTTL(req.Duplicates))
 	s.send(parent, ctx, b)
 
-	uaCode, attempts, uaErr := takeResult(uaCall)
-	tenantCode, _, tenantErr := takeResult(tenantCall)
+	uaCode, attempts, retryAfterMs, uaErr := takeResult(uaCall)
+	tenantCode, _, _, tenantErr := takeResult(tenantCall)
 	countErr := count.cmd.Err()
 	d.uaGranted = uaErr == nil && uaCode == takeGranted
 	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
@@ -192,7 +207,11 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 		if err := d.compensate(parent, ctx); err != nil {
 			return budgets.Admission{}, failure(parent, "admit: giving back a denied primary's grants", err)
 		}
-		return budgets.Admission{Reason: reason}, nil
+		adm := budgets.Admission{Reason: reason}
+		if reason == budgets.ReasonAttempts {
+			adm.RetryAfter = time.Duration(retryAfterMs) * time.Millisecond
+		}
+		return adm, nil
 	}
 	return budgets.Admission{
 		Allowed:       true,
@@ -235,10 +254,10 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	}
 	defer cancel()
 
-	d := s.newDecision(req.UserAction, req.Spend.Units())
+	d := s.newDecision(req.UserAction, req.Group, req.Spend.Units())
 	b := newBatch(s.client)
 	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p", "e")
-	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Attempts, req.Spend)
+	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, "", req.Attempts, req.Spend)
 	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Cohort)
 	slotLen := req.Duplicates.SlotLength()
 	slot := budgets.WindowSlot(d.now, slotLen)
@@ -252,8 +271,8 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		req.Duplicates.BurstSlots, budgets.Microtokens(req.Duplicates.BurstCeiling))
 	s.send(parent, ctx, b)
 
-	uaCode, attempts, uaErr := takeResult(uaCall)
-	tenantCode, _, tenantErr := takeResult(tenantCall)
+	uaCode, attempts, _, uaErr := takeResult(uaCall)
+	tenantCode, _, _, tenantErr := takeResult(tenantCall)
 	source, tokenErr := tokenCall.cmd.Int64()
 	d.uaGranted = uaErr == nil && uaCode == takeGranted
 	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
@@ -373,6 +392,7 @@ func (s *Store) EndAll(ctx context.Context, ends []budgets.Ending) []error {
 		ending
 		r      reservation
 		settle bool
+		lost   bool
 		used   int64
 	}
 	checked := make([]valid, 0, len(ends))
@@ -387,7 +407,7 @@ func (s *Store) EndAll(ctx context.Context, ends []budgets.Ending) []error {
 			errs[i] = fmt.Errorf("redisstore: %s: %w", op(e), budgets.ErrUnknownReservation)
 			continue
 		}
-		checked = append(checked, valid{ending: ending{index: i, op: op(e), nonce: r.nonce}, r: r, settle: !e.Release, used: used})
+		checked = append(checked, valid{ending: ending{index: i, op: op(e), nonce: r.nonce}, r: r, settle: !e.Release, lost: e.Lost, used: used})
 	}
 	if len(checked) == 0 {
 		return errs
@@ -406,7 +426,7 @@ func (s *Store) EndAll(ctx context.Context, ends []budgets.Ending) []error {
 		d := &decision{s: s, r: v.r, now: now, nowMs: now.UnixMilli()}
 		en := v.ending
 		en.first = len(b.calls)
-		en.ua = d.endUserAction(ctx, b, v.settle, v.used)
+		en.ua = d.endUserActionLost(ctx, b, v.settle, v.lost, v.used)
 		if v.r.tenant != "" {
 			d.endTenant(ctx, b, v.settle, v.used)
 		}

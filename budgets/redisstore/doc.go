@@ -11,7 +11,7 @@
 // with a brace cannot move its key's hash tag, and no user or tenant id
 // sits in Redis or in a reservation id in clear.
 //
-//	<prefix>:{ua:<h>}                       ledger and spend of a user action (HASH a attempts, s settled, r reserved, e expiry)
+//	<prefix>:{ua:<h>}                       ledger and spend of a user action (HASH a attempts, s settled, r reserved, e expiry, g:<group h> slots a group holds, f slots forgiven, m max)
 //	<prefix>:{ua:<h>}:res, …:exp            its live reservations: units (HASH nonce → units), expiries (ZSET nonce → ms)
 //	<prefix>:{tenant:<h>}:w:<len>:<start>   a tenant's spend in one window (same three keys, no attempts)
 //	<prefix>:{pool:<h>}:w:<cohort h>:<ms>   a cohort's duplicate-rate window of slots of <ms> (HASH p:<slot> primaries, x:<slot> extra attempts)

@@ -74,6 +74,7 @@ const (
 type reservation struct {
 	nonce  string // unique per reservation; its record's name in every entity
 	ua     string // user action hash
+	group  string // the hash of the group its ledger slot is held for, or ""
 	source int    // srcNone, srcCohort, srcFloor, srcReplacement
 	pool   string // pool hash, with source ≠ srcNone
 	cohort string // cohort hash, with source ≠ srcNone
@@ -85,12 +86,12 @@ type reservation struct {
 }
 
 // idVersion starts every reservation id, so the format can change. r1 ids
-// (a duplicate-rate bucket's tokens) are refused as unknown: their shares
-// return to the ceilings when they expire.
-const idVersion = "r2"
+// (a duplicate-rate bucket's tokens) and r2 ids (no group) are refused as
+// unknown: their shares return to the ceilings when they expire.
+const idVersion = "r3"
 
 // id renders the reservation as its opaque ReservationID:
-// r2.<nonce>.<ua>.<source>.<pool>.<cohort>.<tenant>.<window length>.<window start>.<slot length>.<slot>.<check>,
+// r3.<nonce>.<ua>.<source>.<pool>.<cohort>.<tenant>.<window length>.<window start>.<slot length>.<slot>.<group>.<check>,
 // where check is a digest of the rest, so that an id damaged on its way
 // back (truncated, altered) is refused whole instead of ending the shares
 // of some entities and missing the others.
@@ -98,7 +99,7 @@ func (r reservation) id() budgets.ReservationID {
 	body := strings.Join([]string{
 		idVersion, r.nonce, r.ua, strconv.Itoa(r.source), r.pool, r.cohort, r.tenant,
 		strconv.FormatInt(r.winLen, 10), strconv.FormatInt(r.winAt, 10),
-		strconv.FormatInt(r.slotMs, 10), strconv.FormatInt(r.slot, 10),
+		strconv.FormatInt(r.slotMs, 10), strconv.FormatInt(r.slot, 10), r.group,
 	}, ".")
 	return budgets.ReservationID(body + "." + idCheck(body))
 }
@@ -119,10 +120,10 @@ func parseReservation(id budgets.ReservationID) (r reservation, ok bool) {
 	}
 	body := string(id)[:i]
 	parts := strings.Split(body, ".")
-	if len(parts) != 11 || parts[0] != idVersion {
+	if len(parts) != 12 || parts[0] != idVersion {
 		return reservation{}, false
 	}
-	r.nonce, r.ua, r.pool, r.cohort, r.tenant = parts[1], parts[2], parts[4], parts[5], parts[6]
+	r.nonce, r.ua, r.pool, r.cohort, r.tenant, r.group = parts[1], parts[2], parts[4], parts[5], parts[6], parts[11]
 	var err error
 	if r.source, err = strconv.Atoi(parts[3]); err != nil {
 		return reservation{}, false
@@ -147,6 +148,8 @@ func parseReservation(id budgets.ReservationID) (r reservation, ok bool) {
 	case r.source != srcNone && (!isHash(r.pool) || !isHash(r.cohort) || r.slotMs <= 0):
 		return reservation{}, false
 	case r.tenant != "" && (!isHash(r.tenant) || r.winLen <= 0):
+		return reservation{}, false
+	case r.group != "" && !isHash(r.group):
 		return reservation{}, false
 	}
 	return r, true

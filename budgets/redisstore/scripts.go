@@ -91,21 +91,37 @@ end
 
 // takeScript takes an attempt slot (when ARGV[3] > 0) and reserves units
 // against an account: a user action's ledger and spend, or a tenant's window.
+// A ledger counts the slots each named group holds (g:<group>), the slots
+// forgiven in its lifetime (f, at most its max m), and first forgives the
+// slots a dead group still holds when one is named (budgets.AdmitRequest).
 //
 // KEYS: account hash, reservation units (HASH nonce → units), reservation
 // expiries (ZSET nonce → ms).
 // ARGV: now, nonce, max attempts (0: no ledger), units, ceiling (0: none),
-// reservation expiry, minimum account expiry, gc grace.
-// Returns {0 granted | 1 attempts full | 2 ceiling reached, attempts used}.
-// A replay of a granted call (same nonce) returns the grant again.
+// reservation expiry, minimum account expiry, gc grace, group (hash, or
+// empty), dead group to forgive (hash, or empty).
+// Returns {0 granted | 1 attempts full | 2 ceiling reached, attempts used,
+// ms until the ledger lapses when attempts are full and it forgave slots
+// or holds a live reservation, else 0}. A replay of a granted call (same
+// nonce) returns the grant again.
 var takeScript = redis.NewScript(prelude + `
 local now, nonce = tonumber(ARGV[1]), ARGV[2]
 local max, units, ceiling = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local resExp, minExp, grace = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local group, dead = ARGV[9], ARGV[10]
 if redis.call('HEXISTS', KEYS[2], nonce) == 1 then
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'a')) or 0}
+  return {0, tonumber(redis.call('HGET', KEYS[1], 'a')) or 0, 0}
 end
 local acct = load(now, ARGV[1])
+local forgiven = tonumber(redis.call('HGET', KEYS[1], 'f')) or 0
+if max > 0 and dead ~= '' and acct.e then
+  local n = math.min(tonumber(redis.call('HGET', KEYS[1], 'g:' .. dead)) or 0, max - forgiven)
+  if n > 0 then
+    acct.a, forgiven = acct.a - n, forgiven + n
+    redis.call('HINCRBY', KEYS[1], 'g:' .. dead, -n)
+    redis.call('HSET', KEYS[1], 'a', int(acct.a), 'f', int(forgiven))
+  end
+end
 local code = 0
 if max > 0 and acct.a >= max then
   code = 1
@@ -114,27 +130,49 @@ elseif ceiling > 0 and acct.s + acct.r + units > ceiling then
 end
 if code ~= 0 then
   if acct.dirty then redis.call('HSET', KEYS[1], 'r', int(acct.r)) end
-  return {code, acct.a}
+  local after = 0
+  if code == 1 and acct.e and (forgiven > 0 or redis.call('ZCARD', KEYS[3]) > 0) then after = acct.e - now end
+  return {code, acct.a, after}
 end
-if max > 0 then acct.a = acct.a + 1 end
+if max > 0 then
+  acct.a = acct.a + 1
+  redis.call('HSET', KEYS[1], 'm', int(max))
+  if group ~= '' then redis.call('HINCRBY', KEYS[1], 'g:' .. group, 1) end
+end
 acct.r = acct.r + units
 local e = math.max(acct.e or 0, resExp, minExp)
 redis.call('HSET', KEYS[1], 'a', int(acct.a), 's', int(acct.s), 'r', int(acct.r), 'e', int(e))
 redis.call('HSET', KEYS[2], nonce, int(units))
 redis.call('ZADD', KEYS[3], int(resExp), nonce)
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], int(e - now + grace)) end
-return {0, acct.a}
+return {0, acct.a, 0}
 `)
 
 // endScript ends an account's share of a live reservation: settle replaces
 // the reserved units by the used ones; release gives the units back and,
-// for a user action (ARGV[5] = 1), the attempt slot.
+// for a user action (ARGV[5] = 1), the attempt slot — unless its group
+// holds none, a forgiveness having given it back already. A settle of an
+// attempt lost with its worker (ARGV[7] = 1) forgives its slot, within the
+// ledger's forgiveness bound (f < m).
 //
 // KEYS: as takeScript. ARGV: now, nonce, 1 settle | 0 release, used units,
-// 1 give back the slot | 0.
+// 1 give back the slot | 0, the reservation's group (hash, or empty), 1 lost | 0.
 // Returns 1 if the reservation was live here, 0 (changing nothing) if not.
 var endScript = redis.NewScript(prelude + `
-local now, nonce = tonumber(ARGV[1]), ARGV[2]
+local now, nonce, group = tonumber(ARGV[1]), ARGV[2], ARGV[6]
+-- slotBack gives back one slot of group, if it still holds one.
+local function slotBack(acct)
+  if group == '' then
+    acct.a = acct.a - 1
+    return true
+  end
+  if (tonumber(redis.call('HGET', KEYS[1], 'g:' .. group)) or 0) > 0 then
+    redis.call('HINCRBY', KEYS[1], 'g:' .. group, -1)
+    acct.a = acct.a - 1
+    return true
+  end
+  return false
+end
 local acct = load(now, ARGV[1])
 local units = redis.call('HGET', KEYS[2], nonce)
 if not units or not acct.e then
@@ -146,8 +184,13 @@ redis.call('ZREM', KEYS[3], nonce)
 acct.r = acct.r - tonumber(units)
 if ARGV[3] == '1' then
   acct.s = acct.s + tonumber(ARGV[4])
+  if ARGV[7] == '1' then
+    local v = redis.call('HMGET', KEYS[1], 'f', 'm')
+    local f, m = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    if f < m and slotBack(acct) then redis.call('HSET', KEYS[1], 'f', int(f + 1)) end
+  end
 elseif ARGV[5] == '1' then
-  acct.a = acct.a - 1
+  slotBack(acct)
 end
 redis.call('HSET', KEYS[1], 'a', int(acct.a), 's', int(acct.s), 'r', int(acct.r))
 return 1

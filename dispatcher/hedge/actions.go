@@ -47,9 +47,14 @@ type AskHedgeBudget struct {
 // slot and reservation kept — to the least-loaded route of the pool other
 // than Busy (the route that refused it), or to Busy when no other has room
 // (docs/architecture.md §4 rule 4). Answer with Reoffered, naming the route.
+//
+// After Unserved, Unserved is set and Busy names the route without a
+// worker: the attempt goes only to a route that has one, and when none is
+// left the runtime answers Result (no_responders) instead of Reoffered.
 type Reoffer struct {
-	Attempt int
-	Busy    string
+	Attempt  int
+	Busy     string
+	Unserved bool
 }
 
 // Elect asks the winner gate to elect Attempt. Answer with GateDecided.
@@ -97,6 +102,10 @@ type Settle struct {
 	Attempt     int
 	Reservation ReservationID
 	Usage       schemas.Usage
+	// Lost says the attempt ended lost (schemas.StatusLost: its worker
+	// went silent or its stream broke): its ledger slot is forgiven, so
+	// the death does not spend a retry's attempts (docs/architecture.md §7).
+	Lost bool
 }
 
 // ClearGate removes this group's gate claim for Attempt (compare-and-delete):

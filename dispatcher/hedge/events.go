@@ -79,6 +79,14 @@ type Accepted struct{ Attempt int }
 // attempt is offered again, with Reoffer, until the policy's QueueWait.
 type Busy struct{ Attempt int }
 
+// Unserved reports that no worker could take an attempt: NATS answered its
+// publication that the route's subject has no subscriber (no responders),
+// before any worker accepted it. Nothing reached a provider, so like Busy it
+// spends no slot: the attempt is offered again at once, with Reoffer, to a
+// route with a worker, at most MaxUnservedReoffers times; after that it
+// fails transient as no_responders (docs/architecture.md §4 rule 4).
+type Unserved struct{ Attempt int }
+
 // Reoffered answers Reoffer: the attempt was published again to Route.
 type Reoffered struct {
 	Attempt int
@@ -159,6 +167,7 @@ func (Admitted) isEvent()           {}
 func (TimerFired) isEvent()         {}
 func (Accepted) isEvent()           {}
 func (Busy) isEvent()               {}
+func (Unserved) isEvent()           {}
 func (Reoffered) isEvent()          {}
 func (Heartbeat) isEvent()          {}
 func (FirstByte) isEvent()          {}

@@ -44,7 +44,7 @@ func FuzzEngine(f *testing.F) {
 			attempt := int(arg%5) + 0
 			now = now.Add(time.Duration(arg) * 37 * time.Millisecond)
 			var ev Event
-			switch op % 16 {
+			switch op % 17 {
 			case 0:
 				res++
 				ev = Admitted{Allowed: arg%4 != 0, Route: "a", Reservation: ReservationID(fmt.Sprint(res))}
@@ -78,6 +78,8 @@ func FuzzEngine(f *testing.F) {
 				ev = start
 			case 14:
 				ev = Reoffered{Attempt: attempt, Route: "c"}
+			case 15:
+				ev = Unserved{Attempt: attempt}
 			default:
 				now = now.Add(-time.Duration(arg) * time.Millisecond) // time going backwards is clamped
 				ev = Heartbeat{Attempt: attempt}

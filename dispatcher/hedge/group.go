@@ -43,6 +43,8 @@ type attempt struct {
 	busies      int
 	waiting     bool
 	reoffering  bool
+	// unserved counts the offers that found no worker on their route (Unserved).
+	unserved int
 
 	accepted      bool
 	lastHeartbeat time.Time // the attempt's last reply of any kind (§4 rule 4, lost heartbeats)
@@ -164,6 +166,10 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 	case Busy:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering {
 			g.onBusy(a)
+		}
+	case Unserved:
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering {
+			g.onUnserved(a)
 		}
 	case Reoffered:
 		if a := g.live(e.Attempt); a != nil && a.reoffering {
@@ -437,6 +443,23 @@ func (g *Group) onBusy(a *attempt) {
 	}
 	a.waiting = true
 	g.emit(ArmTimer{Kind: TimerReoffer, Attempt: a.n, At: g.now.Add(backoff)})
+}
+
+// MaxUnservedReoffers bounds how often one attempt is offered again after
+// finding no worker on its route (Unserved).
+const MaxUnservedReoffers = 3
+
+// Rule 4, a route without a worker: nothing reached a provider, so the
+// attempt keeps its slot and goes at once to a route that has a worker. An
+// attempt that keeps finding none fails like any transient failure.
+func (g *Group) onUnserved(a *attempt) {
+	if a.unserved >= MaxUnservedReoffers {
+		g.onResult(a, Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient})
+		return
+	}
+	a.unserved++
+	a.reoffering = true
+	g.emit(Reoffer{Attempt: a.n, Busy: a.route, Unserved: true})
 }
 
 // onReoffered notes where a refused attempt went and gives that offer an
@@ -954,7 +977,7 @@ func (g *Group) endAttempt(a *attempt, outcome Outcome, status schemas.StatusCla
 	a.state = attemptEnded
 	a.candidate = false
 	if a.reachedProvider(usage) {
-		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage})
+		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage, Lost: status == schemas.StatusLost})
 	} else {
 		g.emit(Release{Reservation: a.reservation})
 	}

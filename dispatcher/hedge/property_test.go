@@ -23,6 +23,8 @@ type coverage struct {
 	// Busy is backpressure (§4 rule 4): re-offers, groups that failed
 	// overloaded, hedges and replacements suppressed as overloaded.
 	reoffers, overloadedFails, overloadedSuppressions int
+	// unserved: offers that found no worker on their route, re-offered.
+	unserved int
 }
 
 // simWorker is the random world's view of one launched attempt.
@@ -133,6 +135,9 @@ func (w *randomWorld) step(ev Event) error {
 		case Reoffer:
 			w.reoffers = append(w.reoffers, a.Attempt)
 			w.cov.reoffers++
+			if a.Unserved {
+				w.cov.unserved++
+			}
 		case HedgeSuppressed:
 			if a.Reason == "overloaded" {
 				w.cov.overloadedSuppressions++
@@ -276,6 +281,11 @@ func (w *randomWorld) workerEvent(sw *simWorker) func() Event {
 				sw.busy = true
 				return Busy{Attempt: sw.n}
 			}
+			if r < 14 {
+				// The route's worker is gone: NATS had no responders.
+				sw.busy = true
+				return Unserved{Attempt: sw.n}
+			}
 			sw.accepted = true
 			return Accepted{Attempt: sw.n}
 		case !sw.firstByte && sw.heartbeats < 3 && r < 40:
@@ -375,6 +385,7 @@ func TestPropertyInvariantsHoldOverRandomSchedules(t *testing.T) {
 		"silent after its first byte": cov.silentAfterFirstByte,
 		"silent committed winner":     cov.silentWinner,
 		"busy re-offered":             cov.reoffers,
+		"unserved re-offered":         cov.unserved,
 		"overloaded failure":          cov.overloadedFails,
 		"overloaded suppressed":       cov.overloadedSuppressions,
 	} {

@@ -693,6 +693,53 @@ func TestRule4BusyIsBackpressureNotAFailure(t *testing.T) {
 	}
 }
 
+// Rule 4, a route without a worker: an attempt NATS found no responders for
+// keeps its slot and is offered again at once, to a route with a worker
+// (the Reoffer says so); one that keeps finding none fails transient, and
+// its replacement follows as for any transient failure.
+func TestRule4AnAttemptWithNoWorkerIsReofferedAtOnceKeepingItsSlot(t *testing.T) {
+	t.Run("re-offered and won elsewhere with one slot spent", func(t *testing.T) {
+		h := newHarness(t, livenessPolicy())
+		h.launched(streamingStart)
+		acts := h.at(1, Unserved{Attempt: 1})
+		if has[AttemptEnded](acts) || has[AskHedgeBudget](acts) || has[Launch](acts) || has[ArmTimer](acts) {
+			t.Fatalf("Unserved was treated as a failure or waited for: %v", acts)
+		}
+		r, ok := find[Reoffer](acts)
+		if !ok || r.Attempt != 1 || r.Busy != "a" || !r.Unserved {
+			t.Fatalf("re-offer = %+v %v, want attempt 1 at once, away from a, marked unserved", r, ok)
+		}
+		h.at(2, Reoffered{Attempt: 1, Route: "b"})
+		h.at(3, Accepted{Attempt: 1})
+		h.at(100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+		h.at(101, GateDecided{Attempt: 1, Won: true, Gate: "g"})
+		acts = h.at(200, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 1, OutputUnits: 1}})
+		if rec, ok := find[AttemptEnded](acts); !ok || rec.Route != "b" || rec.Outcome != OutcomeWinner {
+			t.Fatalf("winner record = %+v, want attempt 1 won on b", rec)
+		}
+		if g, ok := find[GroupEnded](acts); !ok || g.Attempts != 1 {
+			t.Fatalf("group record = %+v: a route without a worker must spend no attempt slot", g)
+		}
+	})
+	t.Run("fails transient after the bound and is replaced", func(t *testing.T) {
+		h := newHarness(t, livenessPolicy())
+		h.launched(streamingStart)
+		for i := range MaxUnservedReoffers {
+			if _, ok := find[Reoffer](h.at(1+2*i, Unserved{Attempt: 1})); !ok {
+				t.Fatalf("offer %d not re-offered", i+1)
+			}
+			h.at(2+2*i, Reoffered{Attempt: 1, Route: "b"})
+		}
+		acts := h.at(20, Unserved{Attempt: 1})
+		if rec, ok := find[AttemptEnded](acts); !ok || rec.Status != schemas.StatusNoResponders {
+			t.Fatalf("after %d re-offers: %v, want the attempt ended no_responders", MaxUnservedReoffers, acts)
+		}
+		if _, ok := find[AskHedgeBudget](acts); !ok {
+			t.Fatalf("no replacement asked for: %v", acts)
+		}
+	})
+}
+
 // Past QueueWait from the first Busy the attempt gives up, and a group with
 // nothing else fails overloaded: never all_routes_failed, no hedge, no
 // replacement, its reservation released.

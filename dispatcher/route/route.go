@@ -125,6 +125,11 @@ type routeState struct {
 	wsum     float64 // Σ weight × latency in seconds
 	lastSeen time.Time
 
+	// unservedUntil: no worker took the route's last attempt (NATS had no
+	// responders for its subject); until then the route is picked only
+	// when nothing else is left. An Accept from the route clears it.
+	unservedUntil time.Time
+
 	// The success ratio is time-decayed the same way: okWeight and
 	// failWeight are the decayed counts of the route's attempts that
 	// succeeded and that failed transiently, as of outcomeSeen.
@@ -183,6 +188,35 @@ func (p *Picker) SetState(name string, s State, until time.Time) error {
 	if s == Healthy {
 		rs.until = time.Time{}
 	}
+	return nil
+}
+
+// MarkUnserved records that no worker of the route took an attempt (NATS
+// answered its subject with no responders), so the next picks go elsewhere
+// until until: a dead worker's route is known from its first refusal, not
+// learnt again by every request (docs/architecture.md §5, "Route choice").
+// Local to this picker: each replica sees the same bus, and learns it for
+// itself at the same cost.
+func (p *Picker) MarkUnserved(name string, until time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	rs.unservedUntil = until
+	return nil
+}
+
+// MarkServed clears MarkUnserved: a worker of the route took an attempt.
+func (p *Picker) MarkServed(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	rs.unservedUntil = time.Time{}
 	return nil
 }
 
@@ -384,6 +418,9 @@ func (rs *routeState) healthy(now time.Time) bool {
 	return rs.state == Healthy || !now.Before(rs.until)
 }
 
+// served reports whether the route is not marked as having no worker at now.
+func (rs *routeState) served(now time.Time) bool { return !now.Before(rs.unservedUntil) }
+
 // PickPrimary picks the primary's route from a pool: among healthy routes
 // (not quarantined, in pushback or ejected at now) it draws two at random
 // and takes the one with the lower score, (in-flight + 1) × recent latency
@@ -402,7 +439,26 @@ func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (stri
 	if len(cands) == 0 {
 		cands = p.ejectedOnly(pool, now)
 	}
+	if len(cands) == 0 {
+		// Every route the flags allow is marked as having no worker: one
+		// may have come back since, and asking costs one no-responders.
+		cands = p.unservedOnly(pool, now)
+	}
 	return p.twoChoices(cands, pool, now, rng)
+}
+
+// unservedOnly returns the pool's healthy routes that are marked as having
+// no worker, in pool order. p.mu must be held.
+func (p *Picker) unservedOnly(pool []string, now time.Time) []*routeState {
+	var out []*routeState
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || !rs.healthy(now) || rs.served(now) || slices.Contains(pool[:i], name) {
+			continue
+		}
+		out = append(out, rs)
+	}
+	return out
 }
 
 // ejectedOnly returns the pool's routes whose only flag in force is an
@@ -538,7 +594,7 @@ func (p *Picker) PickLeastLoaded(pool []string, busy string, now time.Time) (str
 	for i := range pool {
 		name := pool[(start+i)%len(pool)]
 		rs, ok := p.routes[name]
-		if !ok || name == busy || !rs.healthy(now) {
+		if !ok || name == busy || !rs.healthy(now) || !rs.served(now) {
 			continue
 		}
 		if l := rs.load(now); best == "" || l < bestLoad {
@@ -555,7 +611,7 @@ func (p *Picker) eligible(pool, exclude []string, now time.Time) []*routeState {
 	out := make([]*routeState, 0, len(pool))
 	for i, name := range pool {
 		rs, ok := p.routes[name]
-		if !ok || !rs.healthy(now) || slices.Contains(exclude, name) || slices.Contains(pool[:i], name) {
+		if !ok || !rs.healthy(now) || !rs.served(now) || slices.Contains(exclude, name) || slices.Contains(pool[:i], name) {
 			continue
 		}
 		out = append(out, rs)

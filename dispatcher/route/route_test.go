@@ -540,3 +540,51 @@ func TestPickLeastLoadedTakesTheIdlestOtherRouteAndSpreadsTies(t *testing.T) {
 		t.Fatalf("a one-route pool offered %q, want none", got)
 	}
 }
+
+func TestARouteMarkedWithoutAWorkerIsPassedOverUntilServedOrExpired(t *testing.T) {
+	pool := []string{"a", "b"}
+	for _, tt := range []struct {
+		name    string
+		mark    func(p *Picker) // after a is marked unserved until t0+1s
+		at      time.Time
+		wantOut bool // a is never picked as primary, hedge or re-offer target
+	}{
+		{"marked: passed over", func(*Picker) {}, t0, true},
+		{"served again: an Accept clears the mark", func(p *Picker) { _ = p.MarkServed("a") }, t0, false},
+		{"expired: asked again", func(*Picker) {}, t0.Add(time.Second), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain(pool...)...)
+			if err := p.MarkUnserved("a", t0.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			tt.mark(p)
+			rng := seeded(1)
+			pickedA := false
+			for range 50 {
+				primary, _ := p.PickPrimary(pool, tt.at, rng)
+				hedge, _ := p.PickHedge(pool, []string{"b"}, tt.at, rng, false)
+				reoffer, _ := p.PickLeastLoaded(pool, "b", tt.at)
+				pickedA = pickedA || primary == "a" || hedge == "a" || reoffer == "a"
+			}
+			if pickedA == tt.wantOut {
+				t.Errorf("a picked: %v; want passed over: %v", pickedA, tt.wantOut)
+			}
+		})
+	}
+	t.Run("every route marked: the primary still goes to one", func(t *testing.T) {
+		p := newTestPicker(t, plain(pool...)...)
+		for _, name := range pool {
+			_ = p.MarkUnserved(name, t0.Add(time.Second))
+		}
+		if got, ok := p.PickPrimary(pool, t0, seeded(1)); !ok || got == "" {
+			t.Fatalf("PickPrimary = %q %v; want a route: a worker may be back, and asking costs one no-responders", got, ok)
+		}
+		if got, ok := p.PickHedge(pool, nil, t0, seeded(1), false); ok {
+			t.Fatalf("PickHedge = %q; want none: no hedge goes to a route without a worker", got)
+		}
+	})
+	if err := newTestPicker(t, plain(pool...)...).MarkUnserved("x", t0); !errors.Is(err, ErrUnknownRoute) {
+		t.Errorf("MarkUnserved(unknown) = %v, want ErrUnknownRoute", err)
+	}
+}

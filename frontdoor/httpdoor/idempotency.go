@@ -30,7 +30,8 @@ var replayedHeaders = append([]string{"Content-Type", "Cache-Control"}, hedgeHea
 // gateway died mid-flight (its lease lapsed, no answer) is taken over;
 // another request under a key already in use is refused
 // idempotency_key_reused. Only committed answers written whole are kept: a
-// retry after a failure is a new try.
+// retry after a failure is a new try; one whose answer was delivered but
+// too large to keep is refused answer_not_kept.
 func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool) {
 	key := replay.Key(sub.Tenant, sub.IdempotencyKey)
 	fp, err := requestFingerprint(dl, r.URL.Path, sub, includeUsage)
@@ -56,6 +57,9 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 	case turn.Reused:
 		dl.writeFailure(w, frontdoor.IdempotencyKeyReused())
 		return
+	case turn.NotKept:
+		dl.writeFailure(w, frontdoor.AnswerNotKept())
+		return
 	case turn.Answer != nil:
 		h.replay(w, turn.Answer)
 		return
@@ -64,7 +68,9 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 }
 
 // lead runs the request, recording what it writes, and keeps a committed
-// answer written whole; any other end releases the key's lease.
+// answer written whole — or, when it is over the recorder's bound, its
+// tombstone (docs/architecture.md §2); any other end releases the key's
+// lease.
 func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub dispatcher.Submission, includeUsage bool, key, fp string, l *replay.Lead) {
 	if l.StoreErr != nil {
 		h.log.Warn("replay store unavailable", "err", l.StoreErr)
@@ -75,7 +81,12 @@ func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub d
 	sub.Supersedes = l.Supersedes
 	rec := &recorder{ResponseWriter: w, max: h.opts.ReplayMaxBytes}
 	var a *replay.Answer
-	if h.serve(rec, r, dl, sub, includeUsage) && !rec.over && rec.status == http.StatusOK {
+	delivered := h.serve(rec, r, dl, sub, includeUsage) && rec.status == http.StatusOK
+	switch {
+	case delivered && rec.over:
+		a = replay.NotKeptAnswer(fp)
+		h.log.Info("committed answer over the replay bound: only its tombstone is kept", "max_entry_bytes", rec.max)
+	case delivered:
 		a = &replay.Answer{Fingerprint: fp, Status: rec.status, Header: map[string]string{}, Body: rec.body}
 		for _, name := range replayedHeaders {
 			if v := w.Header().Get(name); v != "" {

@@ -23,7 +23,8 @@ const replayStoreTimeout = 2 * time.Second
 // with Idempotent-Replayed: true —; a twin of a request in flight, on this
 // door or a replica sharing the store, waits for it; one whose gateway died
 // mid-flight is taken over; another request under the key is refused
-// idempotency_key_reused (409). A failure is not kept.
+// idempotency_key_reused (409). A failure is not kept; an answer too large
+// to keep leaves its tombstone, and a retry is refused answer_not_kept.
 func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatcher.Submission, sink *natsSink) {
 	key := replay.Key(sub.Tenant, sub.IdempotencyKey)
 	fp, err := requestFingerprint(sub)
@@ -41,12 +42,16 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	turn, err := s.flights.Begin(wctx, key, fp, sub.GroupID)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return // the caller cancelled: nobody is left to tell
+		s.endCanceled(ctx, c) // the caller cancelled, or went away
+		return
 	case err != nil:
 		s.fail(c.reply, frontdoor.FailureFor(&dispatcher.GroupError{Code: schemas.ErrDeadlineExceeded}))
 		return
 	case turn.Reused:
 		s.fail(c.reply, frontdoor.IdempotencyKeyReused())
+		return
+	case turn.NotKept:
+		s.fail(c.reply, frontdoor.AnswerNotKept())
 		return
 	case turn.Answer != nil:
 		if !s.replay(c.reply, turn.Answer) {
@@ -66,10 +71,10 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	var a *replay.Answer
 	if final := s.run(ctx, c, sub, sink); final != nil {
 		rec.add(final)
-		if !rec.over {
-			if body, err := json.Marshal(rec.frames); err == nil {
-				a = &replay.Answer{Fingerprint: fp, Status: 200, Body: body}
-			}
+		if rec.over {
+			a = replay.NotKeptAnswer(fp) // delivered, too large to keep: a retry is refused answer_not_kept
+		} else if body, err := json.Marshal(rec.frames); err == nil {
+			a = &replay.Answer{Fingerprint: fp, Status: 200, Body: body}
 		}
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayStoreTimeout)

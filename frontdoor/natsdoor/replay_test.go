@@ -119,6 +119,30 @@ func TestNATSKeyReusedWithAnotherRequestIsRefused(t *testing.T) {
 	}
 }
 
+// An answer over ReplayMaxBytes leaves its tombstone: the retry is refused
+// 409 answer_not_kept at once, with no submission (docs/architecture.md §2).
+func TestNATSRetryOfAnAnswerTooLargeToKeepIsRefusedAnswerNotKept(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "response", true: "stream"}[stream], func(t *testing.T) {
+			opts := replayOptions(t)
+			opts.ReplayMaxBytes = 16 // every answer here is larger
+			d := startDoor(t, frontdoortest.Answer(committed, false, dispatcher.Delta{Content: "a0 "}, dispatcher.Delta{Content: "a1 "}), opts)
+			first := exchange(t, d.nc, keyed(t, "action-1", stream, 0))
+			if len(first) == 0 || first[len(first)-1].Header.Get(schemas.HeaderStatus) != schemas.StatusDone {
+				t.Fatalf("the first request: %d messages; want its answer delivered", len(first))
+			}
+			m := request(t, d.nc, keyed(t, "action-1", stream, 0), nil)
+			errorAnswer(t, m, schemas.ErrAnswerNotKept, http.StatusConflict)
+			if m.Header.Get(schemas.HeaderShouldRetry) != "false" {
+				t.Fatalf("%s = %q, want false", schemas.HeaderShouldRetry, m.Header.Get(schemas.HeaderShouldRetry))
+			}
+			if n := len(d.sub.Submissions()); n != 1 {
+				t.Fatalf("%d submissions; the retry must not submit", n)
+			}
+		})
+	}
+}
+
 func TestNATSTwinJoinsTheRequestInFlight(t *testing.T) {
 	arrived, release := make(chan struct{}, 2), make(chan struct{})
 	d := startDoor(t, blockUntil(arrived, release, frontdoortest.Answer(committed, false)), replayOptions(t))

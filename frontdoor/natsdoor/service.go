@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher"
@@ -36,9 +37,11 @@ const (
 	// when Options.MaxInFlight is zero.
 	DefaultMaxInFlight = 4096
 	// cancelMemory is how long a cancel that found no request is kept, in
-	// case it overtook its request; cancelMemoryCap bounds how many are.
-	cancelMemory    = 30 * time.Second
-	cancelMemoryCap = 10_000
+	// case it overtook its request; cancelMemoryPerOwner bounds how many
+	// one owner's are, cancelMemoryCap how many are in all (earlyCancels).
+	cancelMemory         = 30 * time.Second
+	cancelMemoryPerOwner = 1024
+	cancelMemoryCap      = 10_000
 	// maxErrorMessage bounds the message of an error answer.
 	maxErrorMessage = 1024
 )
@@ -82,7 +85,10 @@ type Options struct {
 	// HTTP door's (replay.Flights; markers carry DispatcherID); zero means
 	// replay.DefaultLease.
 	ReplayLease time.Duration
-	Logger      *slog.Logger
+	// Registerer takes the door's counter of refused cancels
+	// (hedgerow_nats_cancels_rejected_total); nil registers none.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
 }
 
 // Service is the hedgerow.submit front door of one Dispatcher: the NATS
@@ -107,9 +113,10 @@ type Service struct {
 	closed   bool
 	inflight int
 	nextCall uint64
-	byID     map[string]*natsCall // calls that named a request id
-	byProbe  map[string]*natsCall // streaming calls, by probe token
-	canceled map[string]time.Time // cancels that found no call, by request id
+	byID     map[callKey]*natsCall // calls that named a request id, by owner and id
+	byProbe  map[string]*natsCall  // streaming calls, by probe token
+	early    *earlyCancels         // cancels that found no call
+	metrics  *cancelMetrics
 	calls    sync.WaitGroup
 	flights  *replay.Flights // user actions in flight, for twins to join; nil without Replays
 }
@@ -117,8 +124,8 @@ type Service struct {
 // natsCall is one request being served.
 type natsCall struct {
 	reply  string
-	id     string // the caller's request id; empty if none
-	tenant string // the caller's tenant, authenticated by its key
+	key    callKey // its owner and the caller's request id; the id empty if none
+	tenant string  // the caller's tenant, authenticated by its key
 	// traceParent is the caller's W3C trace context header, if any.
 	traceParent string
 	// freeSlot releases the tenant's concurrency slot before the final
@@ -126,7 +133,10 @@ type natsCall struct {
 	// request at once; serve releases it too, on every other path.
 	freeSlot func()
 	token    string // the probe token of a streaming call
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
+	// canceledByCaller says its owner cancelled it: serve then runs
+	// nothing, and the caller is answered canceled.
+	canceledByCaller bool
 }
 
 // Start registers the NATS front door of d on nc and returns
@@ -149,10 +159,13 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	}
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
-		byID: map[string]*natsCall{}, byProbe: map[string]*natsCall{}, canceled: map[string]time.Time{},
+		byID: map[callKey]*natsCall{}, byProbe: map[string]*natsCall{}, early: newEarlyCancels(),
+	}
+	var err error
+	if s.metrics, err = newCancelMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("natsdoor: %w", err)
 	}
 	if opts.Replays != nil {
-		var err error
 		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease}); err != nil {
 			return nil, fmt.Errorf("natsdoor: %w", err)
 		}
@@ -161,7 +174,6 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.probePrefix = nc.NewInbox()
-	var err error
 	if s.probe, err = nc.Subscribe(s.probePrefix+".*", s.onProbe); err != nil {
 		return nil, fmt.Errorf("natsdoor: subscribe %s: %w", s.probePrefix, err)
 	}
@@ -196,11 +208,12 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		return fail(fmt.Errorf("add endpoint %s: %w", schemas.SubmitSubject, err))
 	}
 	// Every replica hears every cancel: only the caller's own replica runs
-	// the request, and the caller cannot know which one that is.
+	// the request, and the caller cannot know which one that is. Both
+	// forms, <id> and <user>.<id>, arrive here.
 	if err := s.svc.AddEndpoint("cancel", micro.HandlerFunc(s.handleCancel),
-		micro.WithEndpointSubject(schemas.SubmitCancelPrefix+"*"),
+		micro.WithEndpointSubject(schemas.SubmitCancelPrefix+">"),
 		micro.WithEndpointQueueGroupDisabled()); err != nil {
-		return fail(fmt.Errorf("add endpoint %s*: %w", schemas.SubmitCancelPrefix, err))
+		return fail(fmt.Errorf("add endpoint %s>: %w", schemas.SubmitCancelPrefix, err))
 	}
 	if err := nc.Flush(); err != nil {
 		return fail(fmt.Errorf("flush subscriptions: %w", err))
@@ -228,11 +241,11 @@ func (s *Service) Stop(ctx context.Context) error {
 		s.mu.Lock()
 		for _, c := range s.byID {
 			if c.cancel != nil {
-				c.cancel()
+				c.cancel(nil)
 			}
 		}
 		for _, c := range s.byProbe {
-			c.cancel()
+			c.cancel(nil)
 		}
 		s.mu.Unlock()
 		errs = append(errs, fmt.Errorf("natsdoor: requests still in flight: %w", ctx.Err()))
@@ -256,18 +269,19 @@ func (s *Service) handleSubmit(req micro.Request) {
 			Message: "header " + schemas.HeaderRequestID + " must be 1 to 64 letters, digits, '_' or '-'"})
 		return
 	}
+	// Any id is served; when neither a tenant nor a client user proves the
+	// owner, only an unguessable one can be cancelled (handleCancel,
+	// docs/architecture.md §8, "Cancels belong to their caller").
+	user, _ := schemas.ClientInboxUser(reply)
 	tenant, refusal := s.authenticate(req.Headers())
 	if refusal != nil {
 		s.fail(reply, refusal)
 		return
 	}
-	call, refusal := s.admit(reply, id)
+	call, refusal := s.admit(reply, callKey{owner{tenant, user}, id})
 	if refusal != nil {
 		s.fail(reply, refusal)
 		return
-	}
-	if call == nil {
-		return // cancelled before it arrived: the caller is gone
 	}
 	call.tenant, call.traceParent = tenant, frontdoor.TraceParent(req.Headers().Get(frontdoor.HeaderTraceParent))
 	go s.serve(call, req.Data())
@@ -289,9 +303,9 @@ func (s *Service) authenticate(h micro.Headers) (string, *frontdoor.Failure) {
 		Message: "A valid API key is required in the " + schemas.HeaderAuthorization + " header as 'Bearer <key>'."}
 }
 
-// admit registers a call, or says why it is refused. A nil call with no
-// refusal is a request whose cancel came first.
-func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
+// admit registers a call, or says why it is refused; a request whose
+// owner's cancel came first is refused canceled.
+func (s *Service) admit(reply string, key callKey) (*natsCall, *frontdoor.Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -300,17 +314,17 @@ func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
 	case s.inflight >= s.opts.MaxInFlight:
 		return nil, &frontdoor.Failure{Code: string(schemas.ErrUnavailable),
 			Message: fmt.Sprintf("this gateway replica is at its limit of %d requests in flight; retry", s.opts.MaxInFlight)}
-	case id != "" && s.byID[id] != nil:
+	case key.id != "" && s.byID[key] != nil:
+		// Only the owner's own requests are looked at: another owner's
+		// id in flight is never revealed.
 		return nil, &frontdoor.Failure{Code: string(schemas.ErrInvalidRequest),
-			Message: "request id " + id + " is already in use by a request in flight"}
+			Message: "header " + schemas.HeaderRequestID + " names another request of yours still in flight"}
+	case key.id != "" && s.early.take(key, time.Now()):
+		return nil, canceledFailure()
 	}
-	if _, ok := s.canceled[id]; ok && id != "" {
-		delete(s.canceled, id)
-		return nil, nil
-	}
-	c := &natsCall{reply: reply, id: id, freeSlot: func() {}}
-	if id != "" {
-		s.byID[id] = c
+	c := &natsCall{reply: reply, key: key, freeSlot: func() {}}
+	if key.id != "" {
+		s.byID[key] = c
 	}
 	s.inflight++
 	s.calls.Add(1)
@@ -320,8 +334,8 @@ func (s *Service) admit(reply, id string) (*natsCall, *frontdoor.Failure) {
 // release forgets a finished call.
 func (s *Service) release(c *natsCall) {
 	s.mu.Lock()
-	if c.id != "" && s.byID[c.id] == c {
-		delete(s.byID, c.id)
+	if c.key.id != "" && s.byID[c.key] == c {
+		delete(s.byID, c.key)
 	}
 	if c.token != "" {
 		delete(s.byProbe, c.token)
@@ -331,33 +345,40 @@ func (s *Service) release(c *natsCall) {
 	s.calls.Done()
 }
 
-// handleCancel cancels the request named by the subject's last token, or
-// remembers the cancel for a while in case it overtook its request.
+// handleCancel cancels the request its subject names when the cancel
+// proves the request's owner (docs/architecture.md §8, "Cancels belong to
+// their caller"): the same tenant, the same client user, and an
+// unguessable id when neither is there to prove it. One that found no
+// request is remembered for a while, under its own owner, in case it
+// overtook its request. A cancel gets no answer: nothing tells a sender
+// whether another owner's id is in flight.
 func (s *Service) handleCancel(req micro.Request) {
-	id := strings.TrimPrefix(req.Subject(), schemas.SubmitCancelPrefix)
-	if !schemas.ValidSubmitRequestID(id) {
+	user, id, err := schemas.ParseSubmitCancelSubject(req.Subject())
+	if err != nil {
+		s.metrics.reject(RejectMalformed)
 		return
 	}
+	tenant, refusal := s.authenticate(req.Headers())
+	if refusal != nil {
+		s.metrics.reject(RejectUnauthenticated)
+		return
+	}
+	if s.opts.Keyring == nil && user == "" && !schemas.UnguessableSubmitRequestID(id) {
+		s.metrics.reject(RejectGuessableID)
+		return
+	}
+	key := callKey{owner{tenant, user}, id}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.byID[id]; c != nil {
+	if c := s.byID[key]; c != nil {
+		c.canceledByCaller = true // admitted, not yet running: serve looks here
 		if c.cancel != nil {
-			c.cancel()
-		} else {
-			s.canceled[id] = time.Now() // admitted, not yet running: serve looks here
+			c.cancel(errCanceledByCaller)
 		}
 		return
 	}
-	now := time.Now()
-	if len(s.canceled) >= cancelMemoryCap {
-		for k, at := range s.canceled {
-			if now.Sub(at) > cancelMemory {
-				delete(s.canceled, k)
-			}
-		}
-	}
-	if len(s.canceled) < cancelMemoryCap {
-		s.canceled[id] = now
+	if !s.early.remember(key, time.Now()) {
+		s.metrics.reject(RejectMemoryFull)
 	}
 }
 
@@ -372,7 +393,7 @@ func (s *Service) onProbe(m *nats.Msg) {
 	c := s.byProbe[token]
 	s.mu.Unlock()
 	if c != nil {
-		c.cancel()
+		c.cancel(nil)
 	}
 }
 
@@ -392,15 +413,16 @@ func (s *Service) serve(c *natsCall, data []byte) {
 	}
 	c.freeSlot = release
 	defer release() // on every path: answer, failure, caller gone, panic (a second call frees nothing)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	var sink *natsSink
 	s.mu.Lock()
 	c.cancel = cancel
-	if _, ok := s.canceled[c.id]; ok && c.id != "" {
+	if c.canceledByCaller {
 		// Cancelled between its admission and now: run no group at all.
-		delete(s.canceled, c.id)
 		s.mu.Unlock()
+		release()
+		s.fail(c.reply, canceledFailure())
 		return
 	}
 	if sub.Request.Stream {
@@ -427,7 +449,8 @@ func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submissio
 	resp, err := s.d.Submit(ctx, sub, ds)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // the caller cancelled or went away: nobody is left to tell
+			s.endCanceled(ctx, c)
+			return nil
 		}
 		if f := s.failureFor(err); f != nil {
 			c.freeSlot()
@@ -437,6 +460,16 @@ func (s *Service) run(ctx context.Context, c *natsCall, sub dispatcher.Submissio
 	}
 	c.freeSlot()
 	return s.answer(c.reply, submitResponse(resp))
+}
+
+// endCanceled answers a request whose context ended: canceled when its
+// owner cancelled it; nothing when its caller went away (nobody is left to
+// tell) or the door stopped.
+func (s *Service) endCanceled(ctx context.Context, c *natsCall) {
+	if errors.Is(context.Cause(ctx), errCanceledByCaller) {
+		c.freeSlot()
+		s.fail(c.reply, canceledFailure())
+	}
 }
 
 // submission reads and checks a request: its version, its schema, then the

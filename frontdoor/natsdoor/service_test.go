@@ -156,8 +156,8 @@ func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
 	if !ok || submit.QueueGroup != QueueGroup {
 		t.Errorf("info endpoints %+v: want %s in queue group %s", info.Endpoints, schemas.SubmitSubject, QueueGroup)
 	}
-	if _, ok := endpoints[schemas.SubmitCancelPrefix+"*"]; !ok {
-		t.Errorf("info endpoints %+v: want the cancel endpoint %s*", info.Endpoints, schemas.SubmitCancelPrefix)
+	if _, ok := endpoints[schemas.SubmitCancelPrefix+">"]; !ok {
+		t.Errorf("info endpoints %+v: want the cancel endpoint %s>", info.Endpoints, schemas.SubmitCancelPrefix)
 	}
 	if info.Version != ServiceVersion || info.Metadata["wire_version"] != strconv.Itoa(schemas.Version) || info.Metadata["dispatcher"] != "d-1" {
 		t.Errorf("info %+v: want version %s, wire_version %d and dispatcher d-1", info, ServiceVersion, schemas.Version)
@@ -322,7 +322,11 @@ func TestNATSGroupErrorCarriesItsStableCodeAndGroup(t *testing.T) {
 	}
 }
 
-func TestNATSCancelSubjectCancelsTheSubmission(t *testing.T) {
+// anonymousID is a request id that may be its own cancel's only proof: 128
+// bits as hex (docs/architecture.md §8, "Cancels belong to their caller").
+const anonymousID = "0123456789abcdef0123456789abcdef"
+
+func TestNATSCancelSubjectCancelsTheSubmissionAndAnswersCanceled(t *testing.T) {
 	gone := make(chan struct{}, 1)
 	arrived := make(chan struct{}, 1)
 	d := startDoor(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
@@ -335,9 +339,8 @@ func TestNATSCancelSubjectCancelsTheSubmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	const id = "cancel-me-1"
 	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: inbox,
-		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false)}); err != nil {
+		Header: nats.Header{schemas.HeaderRequestID: {anonymousID}}, Data: submitBody(t, false)}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -345,7 +348,7 @@ func TestNATSCancelSubjectCancelsTheSubmission(t *testing.T) {
 	case <-time.After(natsWait):
 		t.Fatal("the request never reached the runtime")
 	}
-	if err := d.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
+	if err := d.nc.Publish(schemas.SubmitCancelSubjectFor(inbox, anonymousID), nil); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -353,44 +356,35 @@ func TestNATSCancelSubjectCancelsTheSubmission(t *testing.T) {
 	case <-time.After(natsWait):
 		t.Fatal("the cancel never reached the submission")
 	}
-	// Nobody is left to tell: the caller that cancelled hears nothing.
-	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
-		t.Fatalf("answer %v to a cancelled request", m.Header)
+	m, err := sub.NextMsg(natsWait)
+	if err != nil {
+		t.Fatalf("no final answer to a cancelled request: %v", err)
 	}
+	errorAnswer(t, m, schemas.ErrCanceled, frontdoor.StatusClientClosedRequest)
 }
 
-func TestNATSCancelThatOvertakesItsRequestRunsNoGroup(t *testing.T) {
+func TestNATSCancelThatOvertakesItsRequestIsAnsweredCanceledAndRunsNoGroup(t *testing.T) {
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), Options{})
 	s := d.svc
-	const id = "early-cancel"
-	if err := d.nc.Publish(schemas.SubmitCancelSubject(id), nil); err != nil {
+	if err := d.nc.Publish(schemas.SubmitCancelSubject(anonymousID), nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, natsWait, "the cancel to be remembered", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		_, ok := s.canceled[id]
-		return ok
+		return s.early.total == 1
 	})
-	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitSubject, Reply: d.nc.NewInbox(),
-		Header: nats.Header{schemas.HeaderRequestID: {id}}, Data: submitBody(t, false)}); err != nil {
-		t.Fatal(err)
-	}
-	eventually.True(t, natsWait, "the request to meet its cancel", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		_, ok := s.canceled[id]
-		return !ok
-	})
+	m := request(t, d.nc, submitBody(t, false), nats.Header{schemas.HeaderRequestID: {anonymousID}})
+	errorAnswer(t, m, schemas.ErrCanceled, frontdoor.StatusClientClosedRequest)
 	// Admission turned the request away before it reached the runtime.
 	if n := len(d.sub.Submissions()); n != 0 {
 		t.Fatalf("%d submissions reached the runtime for a request cancelled before it arrived", n)
 	}
 	s.mu.Lock()
-	inflight := s.inflight
+	inflight, remembered := s.inflight, s.early.total
 	s.mu.Unlock()
-	if inflight != 0 {
-		t.Fatalf("%d requests in flight, want none", inflight)
+	if inflight != 0 || remembered != 0 {
+		t.Fatalf("%d requests in flight and %d cancels remembered, want none: the cancel was spent", inflight, remembered)
 	}
 }
 

@@ -190,7 +190,7 @@ func TestNATSDoorFreesTheSlotOfARequestItsCallerCancelled(t *testing.T) {
 	if slotFree(store, 1)() {
 		t.Fatal("acme's slot is free while its request runs")
 	}
-	if err := d.nc.Publish(schemas.SubmitCancelSubject("cancelled"), nil); err != nil {
+	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitCancelSubject("cancelled"), Header: bearer(frontdoortest.AcmeKey)}); err != nil {
 		t.Fatal(err)
 	}
 	select {

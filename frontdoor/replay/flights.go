@@ -74,6 +74,10 @@ type Turn struct {
 	// Reused says another request holds or answered the key: refuse it
 	// (idempotency_key_reused).
 	Reused bool
+	// NotKept says the same request was answered, delivered whole, but its
+	// answer was too large to keep (a tombstone is stored): refuse it
+	// answer_not_kept, with no provider call (docs/architecture.md §2).
+	NotKept bool
 	// Lead says the request runs; the caller must End it.
 	Lead *Lead
 }
@@ -192,8 +196,11 @@ func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err erro
 }
 
 func answered(a *Answer, fp string) Turn {
-	if a.Fingerprint != fp {
+	switch {
+	case a.Fingerprint != fp:
 		return Turn{Reused: true}
+	case a.NotKept:
+		return Turn{NotKept: true}
 	}
 	return Turn{Answer: a}
 }
@@ -235,8 +242,11 @@ func (l *Lead) finish() bool {
 }
 
 // End ends the request: a non-nil answer is stored for ttl (replacing the
-// lease), else — or when it cannot be kept — the lease is released so the
-// next request of the key runs as a new try; then this door's waiters wake.
+// lease) — one the store refuses as too large (ErrTooLarge) is replaced by
+// its tombstone (NotKeptAnswer), as a door passes one for an answer over
+// its recorder's bound, so a retry is refused answer_not_kept rather than
+// run again —, else the lease is released so the next request of the key
+// runs as a new try; then this door's waiters wake.
 // A takeover (Supersedes set) that ends without an answer hands the orphan
 // on instead: its group may have failed before it ever met the orphan's
 // gate holding, which then still stands, so the lease is lapsed naming the
@@ -256,6 +266,9 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		// still holds the lease (a store just restarted refuses the first
 		// calls of a client that saw it die).
 		err = l.putRetrying(ctx, a, ttl)
+		if errors.Is(err, ErrTooLarge) && !a.NotKept {
+			err = l.putRetrying(ctx, NotKeptAnswer(a.Fingerprint), ttl)
+		}
 	}
 	l.finish()
 	defer l.fs.leave(l.key, l.flight)

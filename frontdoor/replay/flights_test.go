@@ -228,3 +228,51 @@ func TestUnreachableStoreLeadsWithoutALeaseAndSaysWhy(t *testing.T) {
 		t.Fatalf("Begin = %+v, %v; want to lead, saying the store is down", turn, err)
 	}
 }
+
+// An answer delivered but too large to keep leaves a tombstone in its
+// place — passed by the door (over its recorder's bound) or put by End
+// when the store refuses the answer (over the store's) — so the twin
+// waiting on the other replica and every later retry are told NotKept at
+// once and run nothing (docs/architecture.md §2).
+func TestAnAnswerTooLargeToKeepLeavesATombstoneThatTwinsAndRetriesAreToldOf(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ended *replay.Answer
+	}{
+		{"the door passes its tombstone", replay.NotKeptAnswer("fp")},
+		{"the store refuses the answer", answer("fp", string(make([]byte, 1024)))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			flights := func(owner string) *replay.Flights {
+				fs, err := replay.NewFlights(m, replay.FlightOptions{Lease: testLease, MaxPoll: 20 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				groupOf.Store(fs, owner)
+				return fs
+			}
+			a, b := flights("dispatcher-a"), flights("dispatcher-b")
+			l := lead(t, a, "k", "fp")
+			twin := beginAsync(context.Background(), b, "k", "fp")
+			eventually.True(t, waitLong, "the twin to wait on the other replica's lease", func() bool { return b.Waiting("k") >= 1 })
+			if err := l.End(context.Background(), tc.ended, time.Hour); err != nil {
+				t.Fatalf("End: %v; want the tombstone kept", err)
+			}
+			if got := await(t, twin); got.err != nil || !got.turn.NotKept {
+				t.Fatalf("twin: %+v, %v; want told NotKept", got.turn, got.err)
+			}
+			for _, fs := range []*replay.Flights{a, b} {
+				if got := await(t, beginAsync(context.Background(), fs, "k", "fp")); got.err != nil || !got.turn.NotKept {
+					t.Fatalf("retry: %+v, %v; want told NotKept", got.turn, got.err)
+				}
+			}
+			if got := await(t, beginAsync(context.Background(), a, "k", "another fp")); got.err != nil || !got.turn.Reused {
+				t.Fatalf("another request under the key: %+v, %v; want refused as reused", got.turn, got.err)
+			}
+		})
+	}
+}

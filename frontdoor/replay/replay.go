@@ -31,7 +31,9 @@ const (
 )
 
 // ErrTooLarge is returned by Put for an answer above the store's per-entry
-// bound (or its total): it is not kept, and a retry runs again.
+// bound (or its total): it is not kept. Lead.End then keeps a tombstone
+// (NotKeptAnswer) in its place, so a retry is refused answer_not_kept at
+// once instead of running a second provider call (docs/architecture.md §2).
 var ErrTooLarge = errors.New("replay: answer larger than the store keeps")
 
 // Answer is one committed answer as a door wrote it.
@@ -48,7 +50,17 @@ type Answer struct {
 	// Body is every byte of the body as written: a JSON answer or a whole
 	// event stream.
 	Body []byte
+	// NotKept marks a tombstone: the request's answer was committed and
+	// delivered whole, but it was over the bounds of the door's recorder
+	// or the store, so only the fingerprint is kept (no status, headers or
+	// body). A retry of the same request is refused answer_not_kept at
+	// once, with no provider call (docs/architecture.md §2).
+	NotKept bool
 }
+
+// NotKeptAnswer is the tombstone of the request with fingerprint fp whose
+// delivered answer is too large to keep.
+func NotKeptAnswer(fp string) *Answer { return &Answer{Fingerprint: fp, NotKept: true} }
 
 // size is what an answer counts against the bounds.
 func (a *Answer) size() int {

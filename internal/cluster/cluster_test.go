@@ -59,9 +59,9 @@ func TestEveryGeneratedConfigurationLoadsForItsRole(t *testing.T) {
 		if err != nil {
 			t.Fatalf("nats-server cannot read %s: %v", natsName(i), err)
 		}
-		if opts.TLSConfig == nil || opts.Cluster.TLSConfig == nil || len(opts.Nkeys) == 0 || !opts.JetStream {
-			t.Errorf("%s: TLS %v, route TLS %v, users %d, JetStream %v", natsName(i),
-				opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, len(opts.Nkeys), opts.JetStream)
+		if opts.TLSConfig == nil || opts.Cluster.TLSConfig == nil || len(opts.Nkeys) == 0 || !opts.JetStream || !opts.SyncAlways {
+			t.Errorf("%s: TLS %v, route TLS %v, users %d, JetStream %v, sync always %v", natsName(i),
+				opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, len(opts.Nkeys), opts.JetStream, opts.SyncAlways)
 		}
 		if len(opts.Routes) != len(s.Ports.NATS) {
 			t.Errorf("%s: %d routes, want %d", natsName(i), len(opts.Routes), len(s.Ports.NATS))

@@ -285,7 +285,8 @@ server_name: %[1]s
 listen: %[2]q
 http: %[3]q
 max_payload: 8MB
-jetstream {store_dir: %[4]q, max_memory_store: 256MB, max_file_store: 2GB}
+# Every write fsynced before its ack: the gate's ledger must outlive an OS crash (docs/architecture.md §6).
+jetstream {store_dir: %[4]q, max_memory_store: 256MB, max_file_store: 2GB, sync_interval: always}
 include %[5]q
 `, name, addr(p.NATS[i]), addr(p.NATSMonitor[i]), store, authDir+"/"+natsauth.ServerConfigFile)
 		if len(p.NATS) > 1 {

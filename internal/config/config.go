@@ -75,6 +75,10 @@ type NATS struct {
 	// the CLI uses hedgerow/nats under the user's state directory, and an
 	// embedding program a temporary directory removed at stop.
 	StoreDir string `yaml:"store_dir"`
+	// SyncInterval is how often serve's embedded JetStream fsyncs what it
+	// keeps (the gate's ledger, the records): "always" (the default) or a
+	// duration. External servers set it in their own configuration.
+	SyncInterval SyncInterval `yaml:"sync_interval"`
 }
 
 // NATSTLS configures TLS towards NATS; every path is relative to the

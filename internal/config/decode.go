@@ -324,4 +324,6 @@ func yamlName(f reflect.StructField) string {
 var (
 	_ nodeUnmarshaler = (*ByteSize)(nil)
 	_ nodeUnmarshaler = (*JSONSchema)(nil)
+
+	_ encoding.TextUnmarshaler = (*SyncInterval)(nil)
 )

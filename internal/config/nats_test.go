@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const natsURL = "nats:\n  urls: [nats://127.0.0.1:4222]\n"
@@ -85,6 +86,34 @@ func TestNATSFilePathsAreResolvedAgainstTheConfigFile(t *testing.T) {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)
 		}
+	}
+}
+
+func TestSyncIntervalIsAlwaysByDefaultOrAPositiveDurationForServeOnly(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml string
+		role       Role
+		want       SyncInterval
+		problem    string // empty: valid
+	}{
+		{"absent means always", "", RoleServe, 0, ""},
+		{"always fsyncs every write", "nats:\n  sync_interval: always\n", RoleServe, 0, ""},
+		{"a duration is a timer", "nats:\n  sync_interval: 2m\n", RoleServe, SyncInterval(2 * time.Minute), ""},
+		{"zero is refused", "nats:\n  sync_interval: 0s\n", RoleServe, 0, "positive duration"},
+		{"a word other than always is refused", "nats:\n  sync_interval: never\n", RoleServe, 0, "positive duration"},
+		{"a gateway embeds no server", "nats:\n  urls: [nats://127.0.0.1:4223]\n  sync_interval: 2m\n", RoleGateway, 0, "only serve"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, ps := parse(t, minimal+tt.yaml, tt.role, envOf(map[string]string{"HEDGEROW_HASH_KEY": "k"}))
+			if tt.problem != "" {
+				wantProblem(t, ps, "nats.sync_interval", tt.problem)
+				return
+			}
+			wantNoProblems(t, ps)
+			if c.NATS.SyncInterval != tt.want {
+				t.Errorf("sync_interval %v, want %v", c.NATS.SyncInterval, tt.want)
+			}
+		})
 	}
 }
 

@@ -121,6 +121,9 @@ func (v *validator) natsAuth() {
 	serve := v.role == RoleServe
 	v.file(&n.ServerConfig)
 	v.file(&n.StoreDir)
+	if n.SyncInterval != 0 && !serve {
+		v.addf("nats.sync_interval", "only serve embeds a NATS server; set sync_interval in the jetstream block of your nats-server configuration")
+	}
 	switch {
 	case serve && n.Listen != "" && n.ServerConfig == "" && !v.usersPending:
 		// The check StartServe makes, so that config check says it first.

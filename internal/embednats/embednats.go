@@ -52,6 +52,11 @@ type Config struct {
 	// StoreDir enables JetStream, keeping its state (the winner gate's
 	// ledger) in this directory; empty runs the server without JetStream.
 	StoreDir string
+	// SyncInterval is how often JetStream fsyncs its files; zero fsyncs
+	// every write before acknowledging it (nats-server's `sync_interval:
+	// always`), which an OS crash cannot undo (docs/architecture.md §6,
+	// "Durability"). nats-server's own default is 2 minutes.
+	SyncInterval time.Duration
 	// Logger receives the server's logs: notices at debug level, warnings
 	// and errors as such. Nil discards them.
 	Logger *slog.Logger
@@ -98,6 +103,7 @@ func Start(cfg Config) (*Server, error) {
 	opts.MaxPayload = int32(cfg.MaxPayload)
 	if cfg.StoreDir != "" {
 		opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+		opts.SyncInterval, opts.SyncAlways = cfg.SyncInterval, cfg.SyncInterval == 0
 	}
 	opts.NoSigs = true
 	// The server runs no accept loop without a listen address; the

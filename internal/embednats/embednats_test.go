@@ -165,3 +165,26 @@ func TestShutdownIsIdempotent(t *testing.T) {
 	s.Shutdown()
 	s.Shutdown()
 }
+
+func TestJetStreamFsyncsEveryWriteUnlessAnIntervalIsGiven(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		syncInterval time.Duration
+		wantAlways   bool
+		wantInterval time.Duration
+	}{
+		{"the zero interval fsyncs every write before its ack", 0, true, 0},
+		{"an interval fsyncs on a timer", 2 * time.Minute, false, 2 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := start(t, Config{MaxPayload: testPayload, StoreDir: t.TempDir(), SyncInterval: tt.syncInterval})
+			js := s.ns.JetStreamConfig()
+			if js == nil {
+				t.Fatal("JetStream is not running")
+			}
+			if js.SyncAlways != tt.wantAlways || (tt.wantInterval != 0 && js.SyncInterval != tt.wantInterval) {
+				t.Errorf("sync always %v, interval %v; want always %v, interval %v", js.SyncAlways, js.SyncInterval, tt.wantAlways, tt.wantInterval)
+			}
+		})
+	}
+}

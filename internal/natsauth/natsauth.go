@@ -48,8 +48,9 @@ const (
 	// gateways send cancels.
 	WorkerInboxPrefix = "_INBOX.wk"
 	// ClientInboxPrefix starts each client user's prefix:
-	// ClientInbox(user).
-	ClientInboxPrefix = "_INBOX.cl"
+	// ClientInbox(user). The gateway reads a request's owner from it
+	// (schemas.ClientInboxUser).
+	ClientInboxPrefix = schemas.ClientInboxPrefix
 	// ObserverInboxPrefix holds the observers' inboxes, where the records
 	// stream's answers and messages reach them.
 	ObserverInboxPrefix = "_INBOX.ob"
@@ -396,7 +397,7 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 		Subscribe: append([]string{
 			GatewayInboxPrefix + ".>",
 			schemas.SubmitSubject,
-			schemas.SubmitCancelPrefix + "*",
+			schemas.SubmitCancelPrefix + ">",
 		}, srvSubjects(schemas.SubmitServiceName)...),
 	}
 }
@@ -416,11 +417,12 @@ func workerPermissions(routes []string, resp Responses) Permissions {
 	return p
 }
 
-// clientPermissions: request hedgerow.submit, cancel its requests, find
-// the gateways (a micro ping of the submit service), read its own inboxes.
+// clientPermissions: request hedgerow.submit, cancel its own requests
+// (only on the cancel subjects naming it, so no other user's), find the
+// gateways (a micro ping of the submit service), read its own inboxes.
 func clientPermissions(name string) Permissions {
 	return Permissions{
-		Publish: []string{schemas.SubmitSubject, schemas.SubmitCancelPrefix + "*",
+		Publish: []string{schemas.SubmitSubject, schemas.SubmitCancelUserPrefix(name) + "*",
 			micro.APIPrefix + ".PING." + schemas.SubmitServiceName},
 		Subscribe: []string{ClientInbox(name) + ".>"},
 	}

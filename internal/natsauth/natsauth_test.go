@@ -58,7 +58,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 		{"alice", []string{"_INBOX.cl.alice.>"}, false},
 		{"bob", []string{"_INBOX.cl.bob.>"}, false},
 		{"observer", []string{"hedgerow.events.>", "_INBOX.ob.>"}, false},
-		{"gateway", append([]string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.*"}, ownSRV("hedgerow")...), false},
+		{"gateway", append([]string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.>"}, ownSRV("hedgerow")...), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.user, func(t *testing.T) {

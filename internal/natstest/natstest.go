@@ -41,6 +41,12 @@ func JetStream(dir string) Option {
 	return func(o *server.Options) { o.JetStream, o.StoreDir = true, dir }
 }
 
+// SyncAlways makes JetStream fsync every write before acknowledging it
+// (nats-server's `sync_interval: always`), instead of its default timer.
+func SyncAlways() Option {
+	return func(o *server.Options) { o.SyncAlways = true }
+}
+
 // Cluster makes the server a node of the named cluster: it listens for
 // routes on a free loopback port (see RouteURL) and routes to each of
 // routes, the route URLs of nodes already running.

@@ -105,7 +105,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	}
 	gen.nopts = natsdoor.Options{DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
 		Replays: g.replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
-		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter}
+		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter, Registerer: gen.reg}
 	if err := g.shared.shareSketches(d, cfg, g.log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(err, gen.closeDispatcher(context.Background()))
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -62,7 +63,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	}
 	ns, err := embednats.Start(embednats.Config{
 		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
-		ConfigFile: cfg.NATS.ServerConfig, StoreDir: storeDir,
+		ConfigFile: cfg.NATS.ServerConfig, StoreDir: storeDir, SyncInterval: time.Duration(cfg.NATS.SyncInterval),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("serve: %w", err), s.removeTempDir())

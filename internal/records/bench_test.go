@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -75,4 +78,72 @@ func BenchmarkCommitPathWait(b *testing.B) {
 	b.ReportMetric(float64(core99.Microseconds()), "core-rtt-p99-µs")
 	b.ReportMetric(float64(commit50)/float64(core50), "p50-ratio")
 	b.ReportMetric(float64(commit99)/float64(core99), "p99-ratio")
+}
+
+// BenchmarkDurability measures what fsyncing every JetStream write costs on
+// the request path (docs/architecture.md §6, "Durability"): the gate
+// ledger's claim (arbiter.KVLedger.Propose, a key-value create) and the
+// commit record's wait (Publisher.Commit), on a file store in the test's
+// temporary directory, closed loop, with nats-server's default sync timer
+// and with `sync_interval: always` side by side in one run.
+//
+//	go test ./internal/records/ -run '^$' -bench Durability -benchtime 2000x
+func BenchmarkDurability(b *testing.B) {
+	for _, sync := range []struct {
+		name string
+		opts []natstest.Option
+	}{
+		{"default", nil},
+		{"always", []natstest.Option{natstest.SyncAlways()}},
+	} {
+		b.Run(sync.name, func(b *testing.B) {
+			srv := natstest.Start(b, append([]natstest.Option{natstest.JetStream(b.TempDir())}, sync.opts...)...)
+			nc := natstest.Connect(b, srv)
+			ctx := context.Background()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ledger, err := arbiter.OpenLedger(ctx, js, arbiter.LedgerConfig{Bucket: "bench_gate", TTL: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := records.Open(ctx, nc, records.Config{Stream: "bench_records", MaxAge: time.Hour,
+				MaxBytes: 1 << 30, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data, err := schemas.GroupRecord{HedgeGroupID: "0123456789ab-1", UserActionID: "ua_0123456789abcdef0123456789abcdef",
+				RouteClass: "general", OperationClass: "default", ModelClass: "general", Outcome: schemas.GroupCommitted,
+				WinnerAttempt: 1, WinnerRole: schemas.RolePrimary, WinnerRoute: "a", PromptFingerprint: "0123456789abcdef"}.MarshalJSON()
+			if err != nil {
+				b.Fatal(err)
+			}
+			claims := make([]time.Duration, b.N)
+			commits := make([]time.Duration, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				g := fmt.Sprintf("bench-%d-%d", b.N, i)
+				began := time.Now()
+				if _, won, err := ledger.Propose(ctx, "ua-"+g, arbiter.GateValue{Group: g, Attempt: 1, Epoch: 1}); err != nil || !won {
+					b.Fatalf("claim %d: won %v, %v", i, won, err)
+				}
+				claims[i] = time.Since(began)
+				began = time.Now()
+				if err := p.Commit(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupCommitted), data); err != nil {
+					b.Fatalf("commit record %d: %v", i, err)
+				}
+				commits[i] = time.Since(began)
+			}
+			b.StopTimer()
+			for _, m := range []struct {
+				name string
+				lat  []time.Duration
+			}{{"claim", claims}, {"commit", commits}} {
+				slices.Sort(m.lat)
+				b.ReportMetric(float64(m.lat[len(m.lat)/2].Microseconds()), m.name+"-p50-µs")
+				b.ReportMetric(float64(m.lat[len(m.lat)*99/100].Microseconds()), m.name+"-p99-µs")
+			}
+		})
+	}
 }

@@ -30,8 +30,8 @@ type Reader struct {
 }
 
 // SubjectAndID is where a record is kept and its message id, as the
-// dispatcher publishes it (schemas.StoredGroupSubject, StoredAttemptSubject
-// and their ids), read from the record itself: to keep records again, e.g.
+// dispatcher publishes it (schemas.StoredGroupSubject, StoredAttemptSubject,
+// StoredSupersededSubject and their ids), read from the record itself: to keep records again, e.g.
 // an export, in another stream. keep is false for a worker's own record,
 // which is never kept (docs/architecture.md §9).
 func SubjectAndID(data []byte) (subject, id string, keep bool, err error) {
@@ -50,8 +50,12 @@ func SubjectAndID(data []byte) (subject, id string, keep bool, err error) {
 			head.Reporter != schemas.ReporterWorker, nil
 	case schemas.EventGroupComplete, schemas.EventGroupCommitted:
 		return schemas.StoredGroupSubject(head.Group), schemas.StoredGroupID(head.Group, head.Event), true, nil
+	case schemas.EventGroupSuperseded:
+		// Its hedge_group_id is the superseded group: kept beside that
+		// group's record, never replacing it (docs/architecture.md §9).
+		return schemas.StoredSupersededSubject(head.Group), schemas.StoredSupersededID(head.Group), true, nil
 	}
-	return "", "", false, fmt.Errorf("%w: not an attempt or group record", report.ErrInvalidRecord)
+	return "", "", false, fmt.Errorf("%w: not an attempt, group or superseded record", report.ErrInvalidRecord)
 }
 
 // Reader reads back the records p keeps (a Reader without JetStream when

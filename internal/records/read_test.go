@@ -16,6 +16,7 @@ import (
 	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 func TestRecordsPublishedToTheStreamReadBackIntoTheSameReport(t *testing.T) {
@@ -61,6 +62,46 @@ func TestRecordsPublishedToTheStreamReadBackIntoTheSameReport(t *testing.T) {
 	}
 	if n := report.Compute(recent, report.Options{}).Total.Groups; n != 600 {
 		t.Errorf("since the 900th group: %d groups, want 600 (one a second)", n)
+	}
+}
+
+// A superseded record is kept on a subject of its own: the orphan's
+// committed record stays beside it (its usage was paid), and the report
+// read back from the stream counts the takeover's commit only, the orphan's
+// apart (docs/architecture.md §9).
+func TestASupersededRecordIsKeptBesideTheOrphansRecordAndReadBackApart(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	p, err := records.Open(context.Background(), nc, testConfig(), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := reporttest.TakeoverRecords(time.Now().Add(-time.Minute), reporttest.Takeover{Marked: true, Named: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := recordstest.Keep(t, p, lines); n != 5 {
+		t.Fatalf("kept %d records, want 5: two groups, their winners, the superseded record", n)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var orphan schemas.GroupRecord
+	if err := json.Unmarshal(lastRecord(t, js, testConfig().Stream, schemas.StoredGroupSubject(reporttest.Orphan)).Data, &orphan); err != nil ||
+		orphan.Event != schemas.EventGroupCommitted {
+		t.Fatalf("the orphan's record %+v (%v); want its committed record, kept", orphan, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := p.Reader().Records(ctx, time.Time{})
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	rep := report.Compute(got, report.Options{})
+	if rep.Records != 5 || rep.Total.CommittedGroups != 1 || rep.Total.SupersededGroups != 1 || rep.CommittedTwice != 0 ||
+		rep.Total.Usage.Superseded != 110 {
+		t.Fatalf("report from the stream: %s\nwant 5 records, 1 committed, 1 superseded (110 units), none committed twice", jsonOf(t, rep))
 	}
 }
 

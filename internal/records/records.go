@@ -1,7 +1,8 @@
 // Package records keeps hedgerow's sanitized records (docs/architecture.md
-// §9) in a JetStream stream: one record per attempt and one per group, the
-// subject naming which (schemas.StoredGroupSubject,
-// schemas.StoredAttemptSubject), at most one message per subject,
+// §9) in a JetStream stream: one record per attempt and one per group, and
+// one per commit a takeover superseded, the subject naming which
+// (schemas.StoredGroupSubject, schemas.StoredAttemptSubject,
+// schemas.StoredSupersededSubject), at most one message per subject,
 // deduplicated by message id. A gateway whose NATS has no JetStream keeps
 // serving; its records are then the live core-NATS ones only.
 package records
@@ -48,12 +49,12 @@ type Config struct {
 func (c Config) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
-		Description:       "hedgerow records: one per attempt and per group (docs/architecture.md §9)",
+		Description:       "hedgerow records: one per attempt, per group and per superseded commit (docs/architecture.md §9)",
 		Subjects:          []string{SubjectPrefix + ">"},
 		Retention:         jetstream.LimitsPolicy,
 		MaxAge:            c.MaxAge,
 		MaxBytes:          c.MaxBytes,
-		MaxMsgsPerSubject: 1, // the latest record of an attempt or group replaces an earlier one
+		MaxMsgsPerSubject: 1, // the latest record of an attempt, group or superseded commit replaces an earlier one
 		Discard:           jetstream.DiscardOld,
 		Storage:           jetstream.FileStorage,
 		Replicas:          max(c.Replicas, 1),

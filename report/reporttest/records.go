@@ -77,3 +77,66 @@ func Records(seed uint64, groups int, start time.Time) ([][]byte, error) {
 	}
 	return lines, failed
 }
+
+// Takeover says what links the two groups of TakeoverRecords' user action.
+type Takeover struct {
+	// Marked keeps the superseded record of the orphan's commit; Named
+	// has the takeover's group record name the orphan (supersedes).
+	Marked, Named bool
+	// OrphanFailed makes the first group's record a failed one.
+	OrphanFailed bool
+}
+
+// Orphan and Taker are the groups of TakeoverRecords' user action.
+const (
+	Orphan = "deaddeadbeef-1"
+	Taker  = "0123456789ab-1"
+)
+
+// TakeoverRecords is one user action, ua_takeover, at, whose first group
+// (Orphan) committed on a gateway that died — its record kept at the
+// commit only, its winner's attempt record with usage 100 + 10 — and whose
+// takeover (Taker) committed under a higher epoch (winner usage 200 + 20),
+// as the records stream keeps them (docs/architecture.md §2, §9). What
+// links the two is up to o.
+func TakeoverRecords(at time.Time, o Takeover) ([][]byte, error) {
+	group := func(id string, epoch int64, failed bool, event string) schemas.GroupRecord {
+		g := schemas.GroupRecord{Event: event, EventTime: at, Reporter: schemas.ReporterDispatcher, UserActionID: "ua_takeover",
+			HedgeGroupID: id, RouteClass: "general", OperationClass: "chat", ModelClass: "general",
+			CommitPoint: schemas.FirstToken, Stream: true, OverallDeadlineMs: 4000, ElapsedMs: 50, Attempts: 1,
+			Outcome: schemas.GroupCommitted, StatusClass: schemas.StatusOK, ErrorScope: schemas.ScopeNone,
+			WinnerAttempt: 1, WinnerRole: schemas.RolePrimary, WinnerRoute: "a", GateEpoch: epoch,
+			CostBand: schemas.CostLow, PromptFingerprint: "0123456789abcdef", GuardrailDecision: schemas.GuardrailIneligible}
+		if failed {
+			g.Outcome, g.StatusClass, g.ErrorCode = schemas.GroupFailed, schemas.StatusServerError, schemas.ErrStreamInterrupted
+			g.WinnerAttempt, g.WinnerRole, g.WinnerRoute, g.GateEpoch = 0, "", "", 0
+		}
+		return g
+	}
+	winner := func(id string, in, out int64) schemas.AttemptRecord {
+		return schemas.AttemptRecord{EventTime: at, Reporter: schemas.ReporterDispatcher, UserActionID: "ua_takeover",
+			HedgeGroupID: id, Attempt: 1, Role: schemas.RolePrimary, Route: "a", RouteClass: "general",
+			OperationClass: "chat", ModelClass: "general", CommitPoint: schemas.FirstToken, OverallDeadlineMs: 4000,
+			Outcome: schemas.OutcomeWinner, StatusClass: schemas.StatusOK, ErrorScope: schemas.ScopeNone,
+			UsageInputUnits: in, UsageOutputUnits: out, CostBand: schemas.CostLow, PromptFingerprint: "0123456789abcdef"}
+	}
+	taker := group(Taker, 2, false, schemas.EventGroupComplete)
+	if o.Named {
+		taker.Supersedes = Orphan
+	}
+	recs := []any{winner(Orphan, 100, 10), group(Orphan, 1, o.OrphanFailed, schemas.EventGroupCommitted),
+		winner(Taker, 200, 20), taker}
+	if o.Marked {
+		recs = append(recs, schemas.SupersededRecord{EventTime: at, Reporter: schemas.ReporterDispatcher,
+			UserActionID: "ua_takeover", HedgeGroupID: Orphan, WinnerAttempt: 1, GateEpoch: 1, SupersededBy: Taker})
+	}
+	lines := make([][]byte, 0, len(recs))
+	for _, r := range recs {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("reporttest: %w", err)
+		}
+		lines = append(lines, data)
+	}
+	return lines, nil
+}

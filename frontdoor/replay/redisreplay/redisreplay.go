@@ -85,6 +85,7 @@ type entry struct {
 	Status      int               `json:"s"`
 	Header      map[string]string `json:"h,omitempty"`
 	Body        []byte            `json:"b"`
+	NotKept     bool              `json:"n,omitempty"` // a tombstone (replay.Answer.NotKept)
 	ExpiresMs   int64             `json:"e"`
 }
 
@@ -117,7 +118,7 @@ func (s *Store) Get(ctx context.Context, key string) (*replay.Answer, error) {
 	if s.opts.Now().UnixMilli() >= e.ExpiresMs {
 		return nil, nil
 	}
-	return &replay.Answer{Fingerprint: e.Fingerprint, Status: e.Status, Header: e.Header, Body: e.Body}, nil
+	return &replay.Answer{Fingerprint: e.Fingerprint, Status: e.Status, Header: e.Header, Body: e.Body, NotKept: e.NotKept}, nil
 }
 
 // Put stores a under key for ttl; ErrTooLarge above the entry bound.
@@ -126,7 +127,7 @@ func (s *Store) Put(ctx context.Context, key string, a *replay.Answer, ttl time.
 		return errors.New("redisreplay: the TTL must be positive")
 	}
 	data, err := json.Marshal(entry{Fingerprint: a.Fingerprint, Status: a.Status, Header: a.Header, Body: a.Body,
-		ExpiresMs: s.opts.Now().Add(ttl).UnixMilli()})
+		NotKept: a.NotKept, ExpiresMs: s.opts.Now().Add(ttl).UnixMilli()})
 	if err != nil {
 		return fmt.Errorf("redisreplay: encode an answer: %w", err)
 	}

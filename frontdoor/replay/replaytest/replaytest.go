@@ -100,6 +100,29 @@ func Run(t *testing.T, newStore Factory) {
 			t.Fatalf("Get = %v, %v; want nil", got, err)
 		}
 	})
+	t.Run("a tombstone comes back as a tombstone and replaces the marker", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry)
+		if _, err := s.Claim(ctx, "k", replay.Marker{Fingerprint: "fp", Owner: "o", Token: "a"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, "k", replay.NotKeptAnswer("fp"), time.Hour); err != nil {
+			t.Fatalf("Put of a tombstone: %v", err)
+		}
+		got, err := s.Get(ctx, "k")
+		if err != nil || got == nil || !got.NotKept || got.Fingerprint != "fp" || len(got.Body) != 0 {
+			t.Fatalf("Get = %+v, %v; want the tombstone of fp, with no body", got, err)
+		}
+		c, err := s.Claim(ctx, "k", replay.Marker{Fingerprint: "fp", Owner: "o", Token: "b"}, time.Minute)
+		if err != nil || !c.Won || c.Orphaned != nil {
+			t.Fatalf("Claim after the tombstone = %+v, %v; want won, no orphan (the tombstone replaced the marker)", c, err)
+		}
+		if err := s.Put(ctx, "k", answer("kept"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Get(ctx, "k"); err != nil || got == nil || got.NotKept {
+			t.Fatalf("Get after an answer replaced the tombstone = %+v, %v; want the answer", got, err)
+		}
+	})
 	markerSuite(t, newStore)
 	t.Run("concurrent puts and gets are safe", func(t *testing.T) {
 		s := newStore(t, NewClock(), MaxEntry)
