@@ -36,7 +36,7 @@ policies:
 	}
 	// serve's NATS listener admits only the users generated for it; bench
 	// submits as the client user.
-	if out, err := runRoot(t, "nats-auth", "--config", path, "--out", filepath.Join(dir, "auth")); err != nil {
+	if out, err := runRoot(t, "nats-auth", "--serve", "--config", path, "--out", filepath.Join(dir, "auth")); err != nil {
 		t.Fatalf("nats-auth: %v\n%s", err, out)
 	}
 	serve := startCmd(t, "serve", "--config", path)

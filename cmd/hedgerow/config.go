@@ -42,7 +42,7 @@ problem, one per line as file:line: path: message, or "ok".`,
 						return werr
 					}
 				}
-				return invalidConfigError{file: args[0], count: len(problems)}
+				return invalidConfigError{file: args[0], problems: problems}
 			case err != nil:
 				return err
 			}
@@ -55,18 +55,22 @@ problem, one per line as file:line: path: message, or "ok".`,
 }
 
 // invalidConfigError reports that config check found problems; they have
-// already been printed, so the error only summarises them.
+// already been printed, so the error only summarises them. It wraps them,
+// so errors.Is sees the errors they stand for (config.ErrOpenListener).
 type invalidConfigError struct {
-	file  string
-	count int
+	file     string
+	problems config.Problems
 }
+
+// Unwrap is the problems.
+func (e invalidConfigError) Unwrap() error { return e.problems }
 
 func (e invalidConfigError) Error() string {
 	noun := "problems"
-	if e.count == 1 {
+	if len(e.problems) == 1 {
 		noun = "problem"
 	}
-	return fmt.Sprintf("config check: %s has %d %s", e.file, e.count, noun)
+	return fmt.Sprintf("config check: %s has %d %s", e.file, len(e.problems), noun)
 }
 
 // ExitCode makes the process exit with 1, as linters do when they find problems.

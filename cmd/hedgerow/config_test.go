@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hedgerow/hedgerow/internal/config"
 )
 
 func runConfigCheck(t *testing.T, args ...string) (string, error) {
@@ -110,5 +113,61 @@ func TestConfigCheckRefusesAnUnknownRole(t *testing.T) {
 	example := filepath.Join("..", "..", "deploy", "examples", "local.yaml")
 	if _, err := runConfigCheck(t, example, "--role", "router"); err == nil {
 		t.Fatal("config check accepted role router")
+	}
+}
+
+// config check --role serve refuses exactly the NATS listeners serve
+// refuses, with the same error (config.ErrOpenListener): a listener needs
+// the generated users.
+func TestConfigCheckAndServeAgreeOnWhichNATSListenersNeedUsers(t *testing.T) {
+	noLeaks(t)
+	tests := []struct {
+		name    string
+		nats    string
+		users   bool // generate the users (nats-auth --serve) next to the file
+		refused bool
+	}{
+		{name: "in process, no listener", nats: ""},
+		{name: "a listener without users", nats: "nats: {listen: 127.0.0.1:0}\n", refused: true},
+		{name: "a listener without users but with the serve seed", nats: "nats: {listen: 127.0.0.1:0, nkey_seed_file: auth/serve.nk}\n",
+			users: true, refused: true},
+		{name: "a listener with the generated users",
+			nats:  "nats: {listen: 127.0.0.1:0, server_config: auth/nats-server.conf, nkey_seed_file: auth/serve.nk}\n",
+			users: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.nats, fakeUpstream(t, 0))
+			if tt.users {
+				if out, err := runRoot(t, "nats-auth", "--serve", "--config", path, "--out", filepath.Join(filepath.Dir(path), "auth")); err != nil {
+					t.Fatalf("nats-auth: %v\n%s", err, out)
+				}
+			}
+			checked, checkErr := runConfigCheck(t, path, "--role", "serve")
+			if !tt.refused {
+				if checkErr != nil || checked != "ok\n" {
+					t.Fatalf("config check: %v\n%s", checkErr, checked)
+				}
+				r := startCmd(t, "serve", "--config", path)
+				r.waitFor(servingURL)
+				if err := r.stop(); err != nil {
+					t.Fatalf("serve: %v", err)
+				}
+				return
+			}
+			if !errors.Is(checkErr, config.ErrOpenListener) {
+				t.Fatalf("config check: %v\n%s; want config.ErrOpenListener", checkErr, checked)
+			}
+			if !strings.Contains(checked, "nats.listen: ") || !strings.Contains(checked, "hedgerow nats-auth --serve") {
+				t.Errorf("config check printed %q: want the problem at nats.listen naming the generator", checked)
+			}
+			served, serveErr := runRoot(t, "serve", "--config", path)
+			if !errors.Is(serveErr, config.ErrOpenListener) {
+				t.Fatalf("serve: %v\n%s; want config.ErrOpenListener", serveErr, served)
+			}
+			if !strings.Contains(served, strings.TrimSpace(checked)) {
+				t.Errorf("serve printed %q, config check %q: want the same problem", served, checked)
+			}
+		})
 	}
 }

@@ -17,7 +17,7 @@ func newNATSAuthCmd() *cobra.Command {
 	var (
 		configPath, out, method string
 		workers, clients        []string
-		tlsOn                   bool
+		tlsOn, serve            bool
 		tlsNames                []string
 	)
 	cmd := &cobra.Command{
@@ -27,12 +27,14 @@ func newNATSAuthCmd() *cobra.Command {
 role and the subjects that role needs (docs/architecture.md §13), and each user's
 secret in a file of its own (mode 0600): an nkey seed DIR/<user>.nk, or with
 --method password a random password DIR/<user>.password (the server keeps its
-bcrypt hash). Users: serve (gateway and workers of every route in one process),
-gateway, one worker user per --worker NAME=ROUTE,ROUTE (default: "worker", every
-route), one client per --client NAME (default: "client"; it may only request
-hedgerow.submit and must connect with the inbox prefix printed for it) and
-observer (reads the records only). Route names and the workers' reply bound
-(the longest policy deadline) come from --config.
+bcrypt hash). Users: gateway, one worker user per --worker NAME=ROUTE,ROUTE
+(default: "worker", every route; it may take its routes' attempts only in their
+queue groups), one client per --client NAME (default: "client"; it may only
+request hedgerow.submit and must connect with the inbox prefix printed for it),
+observer (reads the records only) and, with --serve only, serve (gateway and
+workers of every route in one process: hedgerow serve with nats.listen). Route
+names and the workers' reply bound (the longest policy deadline) come from
+--config.
 
 With --tls it also writes a CA, the servers' certificate (for 127.0.0.1,
 localhost and each --tls-name) and a client certificate per user into DIR/tls
@@ -45,9 +47,7 @@ nats-server's configuration) and each process its user's secret. Existing files
 are never overwritten.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// Only routes and policies are read: the secrets the file
-			// names need not be set where the users are generated.
-			cfg, err := config.Load(configPath, config.RoleServe, func(string) (string, bool) { return "set", true })
+			cfg, err := config.LoadForNATSUsers(configPath)
 			var problems config.Problems
 			if errors.As(err, &problems) {
 				for _, p := range problems {
@@ -55,12 +55,13 @@ are never overwritten.`,
 						return werr
 					}
 				}
-				return invalidConfigError{file: configPath, count: len(problems)}
+				return invalidConfigError{file: configPath, problems: problems}
 			}
 			if err != nil {
 				return err
 			}
-			spec := natsauth.Spec{Method: natsauth.Method(method), Clients: clients, Workers: map[string][]string{}, GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream}
+			spec := natsauth.Spec{Method: natsauth.Method(method), Serve: serve, Clients: clients, Workers: map[string][]string{},
+				GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream}
 			for _, r := range cfg.Routes {
 				spec.Routes = append(spec.Routes, r.Name)
 			}
@@ -97,6 +98,7 @@ are never overwritten.`,
 	f.StringVar(&method, "method", string(natsauth.MethodNKey), "how users authenticate: nkey or password")
 	f.StringArrayVar(&workers, "worker", nil, "a worker user and its routes, NAME=ROUTE,ROUTE (repeatable; default: worker=every route)")
 	f.StringArrayVar(&clients, "client", nil, "a client user (repeatable; default: client)")
+	f.BoolVar(&serve, "serve", false, "also write the serve user, for hedgerow serve with nats.listen (gateway and workers of every route in one process)")
 	f.BoolVar(&tlsOn, "tls", false, "also write a CA, the servers' certificate and a client certificate per user, and require TLS")
 	f.StringArrayVar(&tlsNames, "tls-name", nil, "a host name or IP address the servers' certificate answers to besides 127.0.0.1 and localhost (repeatable; with --tls)")
 	_ = cmd.MarkFlagRequired("config")

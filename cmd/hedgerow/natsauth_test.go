@@ -16,7 +16,7 @@ func TestNATSAuthWritesUsersForTheConfiguredRoutesAndSaysWhatEachProcessSets(t *
 	if err != nil {
 		t.Fatalf("nats-auth: %v\n%s", err, got)
 	}
-	for _, f := range []string{natsauth.ServerConfigFile, "serve.nk", "gateway.nk", "w0.nk", "alice.nk", "observer.nk"} {
+	for _, f := range []string{natsauth.ServerConfigFile, "gateway.nk", "w0.nk", "alice.nk", "observer.nk"} {
 		fi, err := os.Stat(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)
@@ -29,10 +29,10 @@ func TestNATSAuthWritesUsersForTheConfiguredRoutesAndSaysWhatEachProcessSets(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(conf), "# worker of routes fake-0;") || !strings.Contains(string(conf), "# serve of routes fake-0, fake-1;") {
+	if !strings.Contains(string(conf), "# worker of routes fake-0;") {
 		t.Errorf("the permissions do not follow the configured routes:\n%s", conf)
 	}
-	for _, want := range []string{"server_config: " + filepath.Join(out, natsauth.ServerConfigFile), "nkey_seed_file: " + filepath.Join(out, "w0.nk"), natsauth.ClientInbox("alice")} {
+	for _, want := range []string{"nkey_seed_file: " + filepath.Join(out, "w0.nk"), natsauth.ClientInbox("alice")} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
@@ -42,19 +42,47 @@ func TestNATSAuthWritesUsersForTheConfiguredRoutesAndSaysWhatEachProcessSets(t *
 	}
 }
 
+func TestNATSAuthWritesTheServeUserOnlyWithServe(t *testing.T) {
+	path := writeConfig(t, "", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1")
+	tests := []struct {
+		name  string
+		args  []string
+		serve bool
+	}{
+		{"gateways and workers need no serve user", nil, false},
+		{"--serve writes it, for serve with a listener", []string{"--serve"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "auth")
+			got, err := runRoot(t, append([]string{"nats-auth", "--config", path, "--out", out}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("nats-auth: %v\n%s", err, got)
+			}
+			_, err = os.Stat(filepath.Join(out, "serve.nk"))
+			if exists := err == nil; exists != tt.serve {
+				t.Fatalf("serve.nk written: %v (%v), want %v", exists, err, tt.serve)
+			}
+			conf, err := os.ReadFile(filepath.Join(out, natsauth.ServerConfigFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := strings.Contains(string(conf), "# serve of routes fake-0, fake-1;"); has != tt.serve {
+				t.Errorf("the server configuration holds a serve user: %v, want %v:\n%s", has, tt.serve, conf)
+			}
+			told := "server_config: " + filepath.Join(out, natsauth.ServerConfigFile)
+			if has := strings.Contains(got, told); has != tt.serve {
+				t.Errorf("output tells serve its server_config: %v, want %v:\n%s", has, tt.serve, got)
+			}
+		})
+	}
+}
+
 func TestNATSAuthRefusesAWorkerOfAnUnknownRoute(t *testing.T) {
 	path := writeConfig(t, "", "http://127.0.0.1:1/v1")
 	out, err := runRoot(t, "nats-auth", "--config", path, "--out", t.TempDir(), "--worker", "w=nope")
 	if err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("nats-auth: %v\n%s", err, out)
-	}
-}
-
-func TestServeRefusesANATSListenerWithoutUsersAndNamesTheGenerator(t *testing.T) {
-	path := writeConfig(t, "nats: {listen: 127.0.0.1:0}\n", "http://127.0.0.1:1/v1")
-	out, err := runRoot(t, "serve", "--config", path)
-	if err == nil || !strings.Contains(err.Error(), "hedgerow nats-auth") {
-		t.Fatalf("serve: %v\n%s", err, out)
 	}
 }
 

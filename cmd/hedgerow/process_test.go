@@ -5,8 +5,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +52,51 @@ func startCmd(t *testing.T, args ...string) *runningCmd {
 		close(r.lines)
 	}()
 	return r
+}
+
+// startProcess runs hedgerow with args as a process of its own (this test
+// binary, running main: runMainEnv), its output read line by line; stop
+// sends it SIGTERM and returns how it exited. The test's end kills it if it
+// still runs.
+func startProcess(t *testing.T, args ...string) (*runningCmd, *os.Process) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hedgerow %s: %v", strings.Join(args, " "), err)
+	}
+	r := &runningCmd{t: t, lines: make(chan string, 1024), done: make(chan error, 1), cancel: func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}}
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait() // returns once the output is copied, all of it read below
+		_ = pw.Close()
+		r.done <- err
+		close(exited)
+	}()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			go func() {
+				for range r.lines { // drain, so the copy to the pipe ends
+				}
+			}()
+			<-exited
+		}
+	})
+	return r, cmd.Process
 }
 
 // waitFor returns the first output line matching re's first group.

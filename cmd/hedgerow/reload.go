@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,6 +38,43 @@ func reloadOnHangup(ctx context.Context, p reloader, load func() (*config.Config
 	}()
 	return func() {
 		signal.Stop(hup)
+		cancel()
+		<-done
+	}
+}
+
+// catchHangups catches SIGHUP from the call on, so that it never ends the
+// process (Go's default for it), into a channel that holds one; stop stops
+// catching. A worker process calls it first thing: a SIGHUP during its
+// start-up waits in the channel for ignoreHangups.
+func catchHangups() (hup <-chan os.Signal, stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch, func() { signal.Stop(ch) }
+}
+
+// ignoreHangups logs each SIGHUP from hup, and does nothing else, until ctx
+// ends: a worker process does not reload (docs/architecture.md §10,
+// "Reloading") — its routes name its NATS permissions and its provider
+// keys come from its environment, which a signal cannot change — and its
+// attempts in flight carry on. The returned function waits for the
+// logging goroutine to end.
+func ignoreHangups(ctx context.Context, hup <-chan os.Signal, log *slog.Logger, configPath string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Warn("SIGHUP ignored: a worker does not reload its configuration; restart it (SIGTERM drains it first) to take a changed file",
+					"config", configPath)
+			}
+		}
+	}()
+	return func() {
 		cancel()
 		<-done
 	}

@@ -57,7 +57,7 @@ func (f *processFlags) loadConfig(cmd *cobra.Command, role config.Role) (*config
 				return nil, werr
 			}
 		}
-		return nil, invalidConfigError{file: f.configPath, count: len(problems)}
+		return nil, invalidConfigError{file: f.configPath, problems: problems}
 	case err != nil:
 		return nil, err
 	}

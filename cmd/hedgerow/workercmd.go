@@ -21,10 +21,14 @@ on an external NATS cluster. Workers hold the provider keys, read from the envir
 variables the routes name. With redis.url set, each worker holds a lease in Redis
 on its route for every attempt it runs (renewed while it runs, expiring if the
 process dies), so every gateway's route choice sees the cluster's load; a worker
-needs no redis.hash_key_env. SIGINT or SIGTERM stops taking attempts at once and
-lets those in flight finish within the drain grace.`,
+needs no redis.hash_key_env and never reads it. SIGINT or SIGTERM stops taking
+attempts at once and lets those in flight finish within the drain grace. SIGHUP
+is logged and ignored: a worker does not reload (routes and keys change with a
+restart), and its attempts in flight carry on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hup, stopCatching := catchHangups()
+			defer stopCatching()
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			cfg, nc, log, err := flags.connect(cmd, config.RoleWorker, urls, "hedgerow-worker")
@@ -32,6 +36,7 @@ lets those in flight finish within the drain grace.`,
 				return err
 			}
 			defer nc.Close()
+			defer ignoreHangups(ctx, hup, log, flags.configPath)()
 			w, err := node.StartWorkers(cfg, nc, node.Options{Logger: log, Routes: routes, MetricsListen: metricsListen})
 			if err != nil {
 				return err

@@ -45,7 +45,6 @@ func (m *Manifest) Connect(user string, opts ...nats.Option) (*nats.Conn, error)
 	prefix := map[string]string{
 		natsauth.UserObserver: natsauth.ObserverInboxPrefix,
 		natsauth.UserGateway:  natsauth.GatewayInboxPrefix,
-		natsauth.UserServe:    natsauth.GatewayInboxPrefix,
 		natsauth.UserWorker:   natsauth.WorkerInboxPrefix,
 		natsauth.UserClient:   natsauth.ClientInbox(natsauth.UserClient),
 	}[user]

@@ -31,6 +31,25 @@ func Load(path string, role Role, env LookupEnv) (*Config, error) {
 // JSON Schema file has been read into JSONSchema.Document and
 // redis.tls.ca_file holds the resolved path.
 func Parse(name string, data []byte, role Role, env LookupEnv) (*Config, error) {
+	return parseFile(name, data, role, env, false)
+}
+
+// LoadForNATSUsers loads path as serve would, for `hedgerow nats-auth`,
+// which reads only the routes, policies, gate bucket and records stream:
+// the secrets the file names need not be set where the users are
+// generated, and a nats.listen still without the users
+// (ErrOpenListener) is what the generator is run to fix.
+func LoadForNATSUsers(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return parseFile(path, data, RoleServe, func(string) (string, bool) { return "set", true }, true)
+}
+
+// parseFile is Parse; usersPending skips the check that a serve listener has
+// its users (LoadForNATSUsers).
+func parseFile(name string, data []byte, role Role, env LookupEnv, usersPending bool) (*Config, error) {
 	if _, err := ParseRole(string(role)); err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
@@ -55,7 +74,7 @@ func Parse(name string, data []byte, role Role, env LookupEnv) (*Config, error) 
 	if err := applyDefaults(c, r.has); err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	v := &validator{reporter: r, cfg: c, dir: filepath.Dir(name), role: role, env: env}
+	v := &validator{reporter: r, cfg: c, dir: filepath.Dir(name), role: role, env: env, usersPending: usersPending}
 	v.validate()
 
 	if len(r.problems) > 0 {

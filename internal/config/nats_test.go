@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,5 +114,54 @@ func TestSyncIntervalIsAlwaysByDefaultOrAPositiveDurationForServeOnly(t *testing
 				t.Errorf("sync_interval %v, want %v", c.NATS.SyncInterval, tt.want)
 			}
 		})
+	}
+}
+
+// A NATS listener opens serve's embedded server to other processes, so
+// serve's configuration needs the generated users with it: the problem is
+// config.ErrOpenListener, the error serve itself refuses to start with.
+// Gateways and workers never listen, and the generator reads the file
+// before the users exist.
+func TestServeRefusesANATSListenerWithoutUsersAsItsProblem(t *testing.T) {
+	const listen = "nats:\n  listen: 127.0.0.1:4333\n"
+	tests := []struct {
+		name    string
+		role    Role
+		nats    string
+		refused bool
+	}{
+		{"serve with a listener and no users", RoleServe, listen, true},
+		{"serve with a listener and its seed but no users", RoleServe, listen + "  nkey_seed_file: serve.nk\n", true},
+		{"serve with a listener and the generated users", RoleServe, listen + "  server_config: nats-server.conf\n  nkey_seed_file: serve.nk\n", false},
+		{"serve in process", RoleServe, "", false},
+		{"a gateway never listens", RoleGateway, natsURL + "  listen: 127.0.0.1:4333\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.yaml", []byte(minimal+tt.nats), tt.role, noEnv)
+			if got := errors.Is(err, ErrOpenListener); got != tt.refused {
+				t.Fatalf("Parse: %v; ErrOpenListener %v, want %v", err, got, tt.refused)
+			}
+			if tt.refused {
+				wantProblem(t, err.(Problems), "nats.listen", "hedgerow nats-auth --serve")
+			}
+		})
+	}
+}
+
+func TestTheUserGeneratorReadsAServeListenerStillWithoutUsers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.yaml")
+	if err := os.WriteFile(path, []byte(minimal+"nats:\n  listen: 127.0.0.1:4333\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, RoleServe, noEnv); !errors.Is(err, ErrOpenListener) {
+		t.Fatalf("Load as serve: %v, want ErrOpenListener", err)
+	}
+	c, err := LoadForNATSUsers(path)
+	if err != nil {
+		t.Fatalf("LoadForNATSUsers: %v", err)
+	}
+	if len(c.Routes) != 2 {
+		t.Fatalf("routes %d, want 2", len(c.Routes))
 	}
 }

@@ -17,6 +17,10 @@ type Problem struct {
 	// "routes[2].name"; empty for problems of the whole file.
 	Path    string
 	Message string
+	// Err, when set, is the error the problem stands for (Message is its
+	// text), so that callers can tell it with errors.Is — the same error a
+	// process refusing the setting at start returns.
+	Err error
 }
 
 // String formats the problem as "file:line: path: message".
@@ -47,6 +51,17 @@ func (ps Problems) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// Unwrap is the errors the problems stand for (Problem.Err), for errors.Is.
+func (ps Problems) Unwrap() []error {
+	var errs []error
+	for _, p := range ps {
+		if p.Err != nil {
+			errs = append(errs, p.Err)
+		}
+	}
+	return errs
+}
+
 func (ps Problems) sort() {
 	slices.SortStableFunc(ps, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Path, b.Path))
@@ -69,13 +84,20 @@ func newReporter(file string) *reporter {
 }
 
 func (r *reporter) addf(path, format string, args ...any) {
+	r.add(path, fmt.Sprintf(format, args...), nil)
+}
+
+// addErr reports err as a problem at path, keeping err for errors.Is.
+func (r *reporter) addErr(path string, err error) { r.add(path, err.Error(), err) }
+
+func (r *reporter) add(path, msg string, err error) {
 	for p := path; p != ""; p = parentPath(p) {
 		if r.bad[p] {
 			return
 		}
 	}
 	r.problems = append(r.problems, Problem{
-		File: r.file, Line: r.line(path), Path: path, Message: oneLine(fmt.Sprintf(format, args...)),
+		File: r.file, Line: r.line(path), Path: path, Message: oneLine(msg), Err: err,
 	})
 }
 

@@ -39,6 +39,9 @@ type validator struct {
 	dir  string // directory of the file, for relative paths
 	role Role
 	env  LookupEnv
+	// usersPending: the NATS users are being generated from this file, so
+	// a serve listener may still lack them (LoadForNATSUsers).
+	usersPending bool
 }
 
 func (v *validator) validate() {
@@ -83,7 +86,8 @@ func (v *validator) nats() {
 
 // natsAuth checks how the process authenticates to NATS: one method at
 // most, secrets only by reference (an environment variable, a file), the
-// files there; and that serve opens no listener without users.
+// files there; and that serve opens no listener without users
+// (ErrOpenListener, which serve itself also returns).
 func (v *validator) natsAuth() {
 	n := &v.cfg.NATS
 	for i, u := range n.URLs {
@@ -123,10 +127,13 @@ func (v *validator) natsAuth() {
 		v.addf("nats.sync_interval", "only serve embeds a NATS server; set sync_interval in the jetstream block of your nats-server configuration")
 	}
 	switch {
+	case serve && n.Listen != "" && n.ServerConfig == "" && !v.usersPending:
+		// The check StartServe makes, so that config check says it first.
+		v.addErr("nats.listen", ErrOpenListener)
 	case n.ServerConfig != "" && !serve:
 		v.addf("nats.server_config", "only serve embeds a NATS server; role %s connects to nats.urls", v.role)
 	case serve && n.ServerConfig != "" && !n.Authenticates():
-		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's")
+		v.addf("nats.server_config", "serve connects to its own server as a user of it: set nats.nkey_seed_file (or nats.user with password_env) to the serve user's (`hedgerow nats-auth --serve` writes it)")
 	}
 }
 
@@ -135,7 +142,7 @@ func (v *validator) natsAuth() {
 // who reaches the port could publish attempts, forge replies and records,
 // and read every prompt and answer.
 var ErrOpenListener = errors.New("nats.listen opens the embedded NATS server to other processes, which needs authentication: " +
-	"generate users and permissions with `hedgerow nats-auth --config FILE --out DIR`, then set nats.server_config " +
+	"generate users and permissions with `hedgerow nats-auth --serve --config FILE --out DIR`, then set nats.server_config " +
 	"to DIR/nats-server.conf and nats.nkey_seed_file to DIR/serve.nk (or remove nats.listen to stay in-process)")
 
 // file resolves a path against the configuration file's directory. Its

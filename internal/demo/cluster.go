@@ -180,7 +180,7 @@ func writeUsers(dir string, o Options) error {
 	for r := range routes {
 		names[r] = routeName(r)
 	}
-	b, err := natsauth.Generate(natsauth.Spec{Routes: names,
+	b, err := natsauth.Generate(natsauth.Spec{Routes: names, Serve: true,
 		Responses: natsauth.ResponsesFor(time.Duration(float64(modelDeadline)*o.TimeScale), 0)})
 	if err != nil {
 		return fmt.Errorf("demo nats users: %w", err)

@@ -131,6 +131,12 @@ type Spec struct {
 	// Routes are every configured route: serve's workers and a worker
 	// user with no routes of its own take them all.
 	Routes []string
+	// Serve also generates the serve user, a gateway's and a worker's
+	// permissions of every route in one, which only `hedgerow serve` with
+	// a NATS listener needs (docs/architecture.md §13); a deployment of
+	// gateways and workers has no use for it, so it is not generated
+	// unless asked for.
+	Serve bool
 	// Workers maps a worker user to the routes it serves; empty means one
 	// user "worker" for every route.
 	Workers map[string][]string
@@ -237,12 +243,15 @@ func Generate(spec Spec) (*Bundle, error) {
 	if stream == "" {
 		stream = records.DefaultStream
 	}
-	users := []User{
-		{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
-			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))},
-		{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
-		{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+	var users []User
+	if spec.Serve {
+		users = append(users, User{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
+			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))})
 	}
+	users = append(users,
+		User{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
+		User{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+	)
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
 		routes := workers[name]
 		for _, r := range routes {
@@ -326,11 +335,29 @@ func (u *User) drawSecret(method Method) error {
 	return nil
 }
 
+// srvVerbs are the verbs a micro service answers (micro.AddService
+// subscribes to each).
+var srvVerbs = []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb}
+
 // srvSubjects are the micro-service control subjects a service of name
-// subscribes to: $SRV.<verb>, $SRV.<verb>.<name>, $SRV.<verb>.<name>.<id>.
+// subscribes to, and no others (docs/architecture.md §13): for each verb
+// $SRV.<verb> (which micro.AddService always subscribes to), $SRV.<verb>.<name>
+// and $SRV.<verb>.<name>.<id> (the id is drawn at start). No wildcard stands
+// for the verb or the name, so a user can never take another service's
+// pings.
 func srvSubjects(name string) []string {
-	return []string{micro.APIPrefix + ".*", micro.APIPrefix + ".*." + name, micro.APIPrefix + ".*." + name + ".*"}
+	var out []string
+	for _, v := range srvVerbs {
+		verb := micro.APIPrefix + "." + v.String()
+		out = append(out, verb, verb+"."+name, verb+"."+name+".*")
+	}
+	return out
 }
+
+// queueSubscription is a subscribe permission that allows subject only
+// in queue group queue (nats-server's "<subject> <queue>" entries): a plain
+// subscription to subject, or one in another group, is refused.
+func queueSubscription(subject, queue string) string { return subject + " " + queue }
 
 // gatewayPermissions: publish attempts (to every route), cancels (to the
 // workers' control inboxes), records, answers to clients and readiness
@@ -375,13 +402,15 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 	}
 }
 
-// workerPermissions: subscribe to its routes' attempts, its control inbox
-// and its micro service; publish its attempt records and, within resp,
-// the replies to the attempts (and pings) it received — nothing else.
+// workerPermissions: subscribe to its routes' attempts in their queue
+// groups only (docs/architecture.md §13: its credentials may join the group
+// and take its share, never receive every attempt of a route), its control
+// inbox and its own micro service; publish its attempt records and, within
+// resp, the replies to the attempts (and pings) it received — nothing else.
 func workerPermissions(routes []string, resp Responses) Permissions {
 	p := Permissions{Publish: []string{worker.AttemptEventsSubject}, Responses: &resp}
 	for _, r := range routes {
-		p.Subscribe = append(p.Subscribe, worker.AttemptSubject(r))
+		p.Subscribe = append(p.Subscribe, queueSubscription(worker.AttemptSubject(r), worker.QueueGroup(r)))
 	}
 	p.Subscribe = append(p.Subscribe, WorkerInboxPrefix+".>")
 	p.Subscribe = append(p.Subscribe, srvSubjects(worker.ServiceName)...)
@@ -548,10 +577,10 @@ type Local struct {
 	*Bundle
 }
 
-// WriteLocal generates nkey users for routes (one worker user, "worker",
-// and one client, "client") and writes them into dir.
+// WriteLocal generates nkey users for routes (serve, one worker user,
+// "worker", and one client, "client") and writes them into dir.
 func WriteLocal(dir string, routes []string, resp Responses) (*Local, error) {
-	b, err := Generate(Spec{Routes: routes, Responses: resp})
+	b, err := Generate(Spec{Routes: routes, Serve: true, Responses: resp})
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 	for _, u := range opts.Nkeys {
 		byKey[u.Nkey] = u
 	}
-	want := []string{"serve", "gateway", "observer", "wa", "wab", "alice", "bob"}
+	want := []string{"gateway", "observer", "wa", "wab", "alice", "bob"}
 	if len(b.Users) != len(want) || len(opts.Nkeys) != len(want) {
 		t.Fatalf("users %d, server nkeys %d, want %d", len(b.Users), len(opts.Nkeys), len(want))
 	}
@@ -51,12 +51,14 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 		subscribe []string
 		responses bool
 	}{
-		{"wa", []string{"hedgerow.attempt.a", "_INBOX.wk.>", "$SRV.*", "$SRV.*.hedgerow-worker", "$SRV.*.hedgerow-worker.*"}, true},
-		{"wab", []string{"hedgerow.attempt.a", "hedgerow.attempt.b", "_INBOX.wk.>", "$SRV.*", "$SRV.*.hedgerow-worker", "$SRV.*.hedgerow-worker.*"}, true},
+		// A worker takes attempts in its route's queue group only.
+		{"wa", append([]string{"hedgerow.attempt.a hedgerow-worker-a", "_INBOX.wk.>"}, ownSRV("hedgerow-worker")...), true},
+		{"wab", append([]string{"hedgerow.attempt.a hedgerow-worker-a", "hedgerow.attempt.b hedgerow-worker-b", "_INBOX.wk.>"},
+			ownSRV("hedgerow-worker")...), true},
 		{"alice", []string{"_INBOX.cl.alice.>"}, false},
 		{"bob", []string{"_INBOX.cl.bob.>"}, false},
 		{"observer", []string{"hedgerow.events.>", "_INBOX.ob.>"}, false},
-		{"gateway", []string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.>", "$SRV.*", "$SRV.*.hedgerow", "$SRV.*.hedgerow.*"}, false},
+		{"gateway", append([]string{"_INBOX.gw.>", "hedgerow.submit", "hedgerow.submit.cancel.>"}, ownSRV("hedgerow")...), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.user, func(t *testing.T) {
@@ -76,6 +78,57 @@ func TestTheGeneratedServerConfigurationGivesEachUserOnlyItsSubjects(t *testing.
 			}
 			if r := su.Permissions.Response; r != nil && (r.MaxMsgs != spec().Responses.Max || r.Expires != spec().Responses.Expires) {
 				t.Errorf("allow_responses %+v, want %+v", r, spec().Responses)
+			}
+		})
+	}
+}
+
+// ownSRV are the micro-service subjects a service called name may
+// subscribe to: each verb's generic subject, and the verb's subjects of that
+// name only — no wildcard in place of a verb or a name.
+func ownSRV(name string) []string {
+	var out []string
+	for _, verb := range []string{"PING", "INFO", "STATS"} {
+		out = append(out, "$SRV."+verb, "$SRV."+verb+"."+name, "$SRV."+verb+"."+name+".*")
+	}
+	return out
+}
+
+func TestTheServeUserIsGeneratedOnlyWhenAskedFor(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve bool
+	}{
+		{"a deployment of gateways and workers has no serve user", false},
+		{"serve with a listener gets its user", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := spec()
+			s.Serve = tt.serve
+			b, err := Generate(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, ok := b.User(UserServe)
+			if ok != tt.serve {
+				t.Fatalf("serve user generated: %v, want %v", ok, tt.serve)
+			}
+			_, opts := writeAndLoad(t, b)
+			if len(opts.Nkeys) != len(b.Users) {
+				t.Fatalf("the server holds %d users, the bundle %d", len(opts.Nkeys), len(b.Users))
+			}
+			if !tt.serve {
+				return
+			}
+			// Its workers are pinned like any worker's.
+			for _, want := range []string{"hedgerow.attempt.a hedgerow-worker-a", "hedgerow.attempt.b hedgerow-worker-b", "_INBOX.gw.>"} {
+				if !slices.Contains(u.Permissions.Subscribe, want) {
+					t.Errorf("serve may not subscribe to %q: %q", want, u.Permissions.Subscribe)
+				}
+			}
+			if slices.Contains(u.Permissions.Subscribe, "hedgerow.attempt.a") {
+				t.Errorf("serve may subscribe to route a's attempts outside the queue group")
 			}
 		})
 	}

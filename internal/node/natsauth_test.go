@@ -364,7 +364,7 @@ func TestServeRefusesAListenerWithoutUsers(t *testing.T) {
 
 func TestServeWithUsersServesAndLetsOnlyKnownUsersJoin(t *testing.T) {
 	dir := t.TempDir()
-	b, err := natsauth.Generate(natsauth.Spec{Routes: []string{"fake-a", "fake-b"},
+	b, err := natsauth.Generate(natsauth.Spec{Routes: []string{"fake-a", "fake-b"}, Serve: true,
 		Responses: natsauth.ResponsesFor(5*time.Second, 50*time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)

@@ -30,9 +30,11 @@ type Options struct {
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 	// FingerprintKey keys the prompt fingerprints and user action ids of
-	// records. Gateways and workers that should correlate must share it;
-	// nil takes the key redis.hash_key_env names, or draws a random key per
-	// process (serve shares its key between its gateway and workers).
+	// records. In a gateway or serve, nil takes the key redis.hash_key_env
+	// names, or draws a random key per process (serve shares its key
+	// between its gateway and workers); a worker process never reads the
+	// hash key, and nil there gives each worker a random key of its own
+	// (StartWorkers).
 	FingerprintKey []byte
 	// Routes limits a worker process to these routes; empty serves all.
 	Routes []string

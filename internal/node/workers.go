@@ -31,12 +31,14 @@ type Workers struct {
 // runs) and GET /readyz (200 while NATS is connected, else 503). With redis.url set, each worker holds a
 // route in-flight lease in Redis for every attempt it runs, so every
 // gateway's route choice sees this process's load (docs/architecture.md §7).
+//
+// A worker process never reads the deployment hash key
+// (redis.hash_key_env): its records are live only, never kept or counted
+// (docs/architecture.md §9), so their prompt fingerprints take
+// o.FingerprintKey when an embedding program gives one, else each worker's
+// own random key.
 func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error) {
 	log := o.logger()
-	key, err := o.fingerprintKey(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("workers: %w", err)
-	}
 	w := &Workers{}
 	var leases worker.Leases
 	if cfg.Redis.URL != "" {
@@ -50,7 +52,7 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 	pool, err := worker.StartPool(WorkerRoutes(cfg), nc, worker.PoolOptions{
 		Routes: o.Routes, LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg),
 		Metrics: m, Logger: log.With("component", "worker"),
-		FingerprintKey: key, DrainGrace: o.DrainGrace, Leases: leases,
+		FingerprintKey: o.FingerprintKey, DrainGrace: o.DrainGrace, Leases: leases,
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("workers: %w", err), w.closeRedis())
