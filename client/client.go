@@ -86,7 +86,11 @@ type Error struct {
 	// RetryAfter, when positive, is when the same request may succeed
 	// (the gateway's Retry-After, in whole seconds).
 	RetryAfter time.Duration
-	err        error
+	// shouldRetry is the gateway's own word (Hedgerow-Should-Retry), when
+	// it sent one: it knows what the code alone does not, e.g. that a
+	// budget_exhausted after a death frees up at RetryAfter.
+	shouldRetry *bool
+	err         error
 }
 
 func (e *Error) Error() string {
@@ -98,12 +102,18 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.err }
 
 // Retryable reports whether the same request may succeed if sent again
-// (to another replica, or later): the gateway was unavailable, no route
+// (to another replica, or later). The gateway says so on every error it
+// answers (Hedgerow-Should-Retry), and its word is taken: a user action
+// whose attempts a death spent, say, is budget_exhausted until RetryAfter.
+// Without it the code decides: the gateway was unavailable, no route
 // was healthy, the routes pushed back, the workers were full, the winner
 // gate could not decide, a committed stream broke midway, or the
 // caller's tenant was over its request rate or requests in flight
 // (RetryAfter says when).
 func (e *Error) Retryable() bool {
+	if e.shouldRetry != nil {
+		return *e.shouldRetry
+	}
 	switch e.Code {
 	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed,
 		schemas.ErrGateUnavailable, schemas.ErrStreamInterrupted, schemas.ErrTenantRateLimited, schemas.ErrTenantConcurrencyLimited:
@@ -277,6 +287,9 @@ func errorFrom(m *nats.Msg) *Error {
 	e.Status, _ = strconv.Atoi(m.Header.Get(micro.ErrorCodeHeader))
 	if secs, err := strconv.Atoi(m.Header.Get(schemas.HeaderRetryAfter)); err == nil && secs > 0 {
 		e.RetryAfter = time.Duration(secs) * time.Second
+	}
+	if retry, err := strconv.ParseBool(m.Header.Get(schemas.HeaderShouldRetry)); err == nil {
+		e.shouldRetry = &retry
 	}
 	var body schemas.SubmitError
 	if len(m.Data) > 0 && json.Unmarshal(m.Data, &body) == nil {

@@ -318,3 +318,52 @@ func TestAPIKeyTravelsInTheAuthorizationHeaderOfEveryRequest(t *testing.T) {
 		}
 	}
 }
+
+// Retryable takes the gateway's word (Hedgerow-Should-Retry) when it sent
+// one, and falls back on the code when it did not.
+func TestRetryableTakesTheGatewaysWordOverTheCode(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		code        schemas.ErrorCode
+		shouldRetry string // the header; empty: not sent
+		want        bool
+	}{
+		{"budget_exhausted after a death, said retryable", schemas.ErrBudgetExhausted, "true", true},
+		{"budget_exhausted, said final", schemas.ErrBudgetExhausted, "false", false},
+		{"all_routes_failed, said final", schemas.ErrAllRoutesFailed, "false", false},
+		{"all_routes_failed, no word: the code decides", schemas.ErrAllRoutesFailed, "", true},
+		{"invalid_request, no word: the code decides", schemas.ErrInvalidRequest, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(1<<20)), nats.Name("client-test"))
+			sub, err := nc.Subscribe(schemas.SubmitSubject, func(m *nats.Msg) {
+				h := nats.Header{}
+				h.Set(schemas.HeaderStatus, schemas.StatusError)
+				h.Set("Nats-Service-Error-Code", "429")
+				h.Set(schemas.HeaderErrorCode, string(tt.code))
+				if tt.shouldRetry != "" {
+					h.Set(schemas.HeaderShouldRetry, tt.shouldRetry)
+				}
+				_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: h})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			c, err := client.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			_, err = c.Submit(ctx, ask("hi"))
+			var herr *client.Error
+			if !errors.As(err, &herr) || herr.Code != tt.code {
+				t.Fatalf("Submit: %v; want a %s error", err, tt.code)
+			}
+			if got := herr.Retryable(); got != tt.want {
+				t.Errorf("Retryable() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
