@@ -55,7 +55,7 @@ type group struct {
 	ua         string
 	print      string     // the prompt fingerprint, once fingerprint computed it
 	inbox      string     // prefix of the attempts' reply inboxes, routed by d.replies
-	events     eventQueue // hedge.Event or inboundEvent
+	events     eventQueue // engineEvent or inboundEvent
 	out        chan delivery
 	gone       chan struct{}   // closed when the caller stopped reading out
 	pending    []delivery      // for the caller, handed over after the event's actions
@@ -230,7 +230,7 @@ func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
 	// without waiting for a new goroutine to be scheduled. Until the loop
 	// starts, nothing else touches the engine; what arrives meanwhile
 	// waits in g.events.
-	g.handle(g.startEvent())
+	g.handle(engineEvent{g.startEvent()})
 	go g.loop()
 	for {
 		select {
@@ -318,14 +318,14 @@ func (g *group) loop() {
 
 // handle steps one event and carries out what it leads to, including the
 // answers the driver gives at once (admission, budgets, elections).
-func (g *group) handle(input any) {
+func (g *group) handle(input groupInput) {
 	defer g.deliver()
 	var first hedge.Event
 	switch in := input.(type) {
 	case inboundEvent:
 		first = g.translate(in)
-	case hedge.Event:
-		first = in
+	case engineEvent:
+		first = in.ev
 	}
 	if first == nil {
 		return
