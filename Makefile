@@ -97,6 +97,8 @@ function bad(why) { printf "%s imports %s: %s\n", pkg, imp, why; failed = 1 }
 			bad("the hedge engine does no I/O")
 		if ((under(pkg, "dispatcher") || under(pkg, "budgets") || under(pkg, "arbiter") || under(pkg, "worker") || under(pkg, "schemas")) && under(imp, "simulator"))
 			bad("the runtime never imports the simulator")
+		if (pkg == m "/arbiter" && (index(imp, "github.com/redis/go-redis/") == 1 || imp == "github.com/nats-io/nats.go/jetstream"))
+			bad("the pure arbiter links no gate store: Redis and JetStream are arbiter/sharedgate's")
 		if (under(pkg, "schemas") && (under(imp, "dispatcher") || under(imp, "worker") || under(imp, "arbiter") || under(imp, "budgets") || under(imp, "frontdoor")))
 			bad("schemas is the bottom of the tree")
 	}

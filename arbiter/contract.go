@@ -1,8 +1,9 @@
 // Package arbiter decides which attempt of a user action may win: it judges
 // an attempt's output against the request's contract at the commit point
 // (Validate) and elects exactly one winner per user action through a gate
-// (Gate): LocalGate within one dispatcher, and RedisGate, which makes the
-// election unique across the replicas that share one Redis.
+// (Gate): LocalGate within one dispatcher, and arbiter/sharedgate's
+// RedisGate, which makes the election unique across the replicas that share
+// one Redis.
 package arbiter
 
 import (
@@ -26,7 +27,7 @@ var (
 	// gate (it lost, was already cleared, or expired): compare-and-delete
 	// removed nothing. Callers usually only record it.
 	ErrNotHolder = errors.New("arbiter: claim does not hold the gate")
-	// ErrGateDegraded is wrapped by the errors of RedisGate when Redis did
+	// ErrGateDegraded is wrapped by the errors of sharedgate.RedisGate when Redis did
 	// not answer in time or failed. Claim then still returns a usable
 	// claim: the local compare-and-swap's decision, which is authoritative
 	// for the groups of this dispatcher. A caller that gets an error
@@ -36,7 +37,7 @@ var (
 	ErrGateDegraded = errors.New("arbiter: redis gate degraded: local decision only")
 	// ErrGateUnavailable is wrapped by the errors of a claim that no store
 	// could decide and that the gate refuses rather than decide locally
-	// (RedisGateConfig.OnUnavailable refuse, or fallback when the ledger
+	// (sharedgate.RedisGateConfig.OnUnavailable refuse, or fallback when the ledger
 	// does not answer either). The Claim holds no decision: the group must
 	// not commit.
 	ErrGateUnavailable = errors.New("arbiter: winner gate unavailable")

@@ -86,6 +86,12 @@ func ParseGateValue(s string) (GateValue, error) {
 // action's deadline, so that a late claim still finds the winner.
 const DefaultGateTTL = 10 * time.Minute
 
+// DefaultLedgerBucket names the JetStream key-value bucket of the shared
+// gate's ledger (arbiter/sharedgate) when its configuration names none. It
+// is here, not beside the ledger, so that what only needs the name — the
+// NATS permissions, the cluster's tooling — links no JetStream client.
+const DefaultLedgerBucket = "hedgerow_gate"
+
 // LocalGateConfig configures a LocalGate.
 type LocalGateConfig struct {
 	// TTL is how long a user action is remembered after its last won claim;
@@ -215,6 +221,43 @@ func (g *LocalGate) Len() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.actions)
+}
+
+// Adopt records the decision of a gate shared across replicas
+// (arbiter/sharedgate's RedisGate, which consults this gate first) on a
+// claim that won this gate with localValue. A shared win replaces the local
+// value with the shared one (same group and attempt, the shared epoch), so
+// later local claims lose at once to the holder the shared gate names and a
+// Clear with the shared value finds it. A shared loss releases the local
+// entry: the holder is another replica's group, for which this gate is not
+// authoritative, so later claims ask the shared gate again instead of
+// losing to a holder that replica may clear. An entry meanwhile held by
+// another value is left alone. The local epoch follows the shared one, so a
+// local loser reports the holder's epoch.
+func (g *LocalGate) Adopt(userAction, localValue string, holder GateValue, won bool) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweep(now)
+	e := g.actions[userAction]
+	if e == nil || !e.expires.After(now) {
+		if !won {
+			return
+		}
+		e = &gateEntry{}
+		g.actions[userAction] = e
+	}
+	if e.held && e.holder.String() != localValue {
+		return
+	}
+	e.epoch = holder.Epoch
+	if !won {
+		e.held, e.holder = false, GateValue{}
+		return
+	}
+	e.held, e.holder = true, holder
+	e.expires = now.Add(g.ttl)
+	g.expiry = append(g.expiry, expiryItem{userAction: userAction, expires: e.expires})
 }
 
 // sweep evicts entries whose TTL has lapsed. An entry re-won since its queue

@@ -4,7 +4,20 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 )
+
+// groupInput is what reaches a group's loop: an engine event the driver
+// posts (engineEvent) or a wire message of one of its attempts
+// (inboundEvent). They arrive three ways — the start, which the caller's
+// goroutine hands to handle directly; post, from the caller's goroutine,
+// the timers and a failed publication; postMsg, from the reply router —
+// and nothing else implements it.
+type groupInput interface{ isGroupInput() }
+
+// engineEvent is an engine event posted to the group's loop.
+type engineEvent struct{ ev hedge.Event }
 
 // inboundEvent wraps a wire message for the group's loop.
 type inboundEvent struct {
@@ -12,8 +25,11 @@ type inboundEvent struct {
 	msg     *nats.Msg
 }
 
+func (engineEvent) isGroupInput()  {}
+func (inboundEvent) isGroupInput() {}
+
 // post hands an engine event to the group's loop, unless the group is over.
-func (g *group) post(ev any) { g.events.post(ev) }
+func (g *group) post(ev hedge.Event) { g.events.post(engineEvent{ev}) }
 
 // eventQueue holds a group's events, engine events and wire messages alike,
 // in arrival order, for the group's loop. Posting never blocks, so the one
@@ -25,13 +41,13 @@ type eventQueue struct {
 	ready chan struct{} // signalled when evs becomes non-empty
 
 	mu             sync.Mutex
-	evs            []any
-	spare          []any // the batch the loop last took, for reuse
-	msgs, msgBytes int   // wire messages in evs
+	evs            []groupInput
+	spare          []groupInput // the batch the loop last took, for reuse
+	msgs, msgBytes int          // wire messages in evs
 	closed         bool
 }
 
-func (q *eventQueue) post(ev any) {
+func (q *eventQueue) post(ev groupInput) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.appendLocked(ev)
@@ -53,7 +69,7 @@ func (q *eventQueue) postMsg(ev inboundEvent, size int) bool {
 	return true
 }
 
-func (q *eventQueue) appendLocked(ev any) {
+func (q *eventQueue) appendLocked(ev groupInput) {
 	if q.closed {
 		return
 	}
@@ -68,7 +84,7 @@ func (q *eventQueue) appendLocked(ev any) {
 
 // take waits for events and returns them all, oldest first. The batch is
 // the caller's until its next take.
-func (q *eventQueue) take() []any {
+func (q *eventQueue) take() []groupInput {
 	for {
 		q.mu.Lock()
 		if len(q.evs) > 0 {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
@@ -28,7 +28,7 @@ var outagePerPhase = flag.Int("outage.per-phase", 100, "new contested user actio
 // replicas), whose gates handle an unreachable Redis as mode says; in
 // fallback mode each has its own connection to the bucket (named prefix)
 // on c's JetStream, as gateways do.
-func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int, mode arbiter.Unavailable) ([]*Dispatcher, []*prometheus.Registry) {
+func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int, mode sharedgate.Unavailable) ([]*Dispatcher, []*prometheus.Registry) {
 	t.Helper()
 	var ds []*Dispatcher
 	var regs []*prometheus.Registry
@@ -38,17 +38,17 @@ func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string,
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := arbiter.RedisGateConfig{Prefix: prefix, Timeout: time.Second, OnUnavailable: mode}
-		if mode == arbiter.UnavailableFallback {
+		cfg := sharedgate.RedisGateConfig{Prefix: prefix, Timeout: time.Second, OnUnavailable: mode}
+		if mode == sharedgate.UnavailableFallback {
 			js, err := jetstream.New(natstest.Connect(t, c.ns))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Ledger, err = arbiter.OpenLedger(t.Context(), js, arbiter.LedgerConfig{Bucket: prefix, Timeout: 5 * time.Second}); err != nil {
+			if cfg.Ledger, err = sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerConfig{Bucket: prefix, Timeout: 5 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		gate, err := arbiter.NewRedisGate(client, cfg)
+		gate, err := sharedgate.NewRedisGate(client, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,12 +91,12 @@ func (l *commitLog) submit(d *Dispatcher, key string) {
 // commit user actions twice.
 func TestNoUserActionCommitsTwiceThroughARedisOutageAndAnEmptyRestart(t *testing.T) {
 	tests := []struct {
-		mode        arbiter.Unavailable
+		mode        sharedgate.Unavailable
 		perPhase    int // new contested user actions per phase
 		wantDoubles bool
 	}{
-		{arbiter.UnavailableFallback, *outagePerPhase, false},
-		{arbiter.UnavailableLocal, 40, true},
+		{sharedgate.UnavailableFallback, *outagePerPhase, false},
+		{sharedgate.UnavailableLocal, 40, true},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
@@ -139,7 +139,7 @@ func redisReplicaWith(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{Prefix: "twins", Timeout: time.Second})
+	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateConfig{Prefix: "twins", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

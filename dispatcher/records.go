@@ -1,6 +1,8 @@
 package dispatcher
 
 import (
+	"encoding/json"
+
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -107,4 +109,54 @@ func statusOfError(code schemas.ErrorCode) schemas.StatusClass {
 		return schemas.StatusBusy
 	}
 	return schemas.StatusServerError
+}
+
+// pendingRecord is a record waiting for the caller's delivery to go first:
+// published live on subject, kept under stored with message id.
+type pendingRecord struct {
+	subject, stored, id string
+	rec                 json.Marshaler
+}
+
+// publish queues a record; it is marshalled and published once the event's
+// deliveries reached the caller (see deliver), so the caller's answer does
+// not wait for the bookkeeping of the group that produced it.
+func (g *group) publish(r pendingRecord) { g.records = append(g.records, r) }
+
+// publishRecords publishes the queued records, in order: live on core
+// NATS, and to the Recorder when the record has a stored subject.
+func (g *group) publishRecords() {
+	for i, r := range g.records {
+		data, err := r.rec.MarshalJSON()
+		if err == nil {
+			err = g.d.nc.Publish(r.subject, data)
+		}
+		if err != nil {
+			g.d.log.Warn("record not published", "subject", r.subject, "err", err)
+		}
+		if err == nil && r.stored != "" && g.d.records != nil {
+			g.d.records.Publish(r.stored, r.id, data)
+		}
+		g.records[i] = pendingRecord{}
+	}
+	g.records = g.records[:0]
+}
+
+// keepCommit keeps the group's record at its commit, waiting for the store
+// (bounded by the Recorder), so no answered group is missing from the
+// records when this dispatcher stops right after answering.
+func (g *group) keepCommit() {
+	rec := g.committed
+	g.committed = nil
+	if g.d.records == nil {
+		return
+	}
+	data, err := rec.MarshalJSON()
+	if err == nil {
+		err = g.d.records.Commit(schemas.StoredGroupSubject(g.id), schemas.StoredGroupID(g.id, rec.Event), data)
+	}
+	if err != nil {
+		// The Recorder counts and logs its failures, at a bounded rate.
+		g.d.log.Debug("committed group's record not kept before its answer", "group", g.id, "err", err)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/internal/natstest"
@@ -42,7 +43,7 @@ func redisShared(t testing.TB, client redis.UniversalClient, prefix string) (bud
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := arbiter.NewRedisGate(client, arbiter.RedisGateConfig{Prefix: prefix, Timeout: time.Second})
+	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateConfig{Prefix: prefix, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func metricSum(t *testing.T, regs []*prometheus.Registry, name, label, value str
 // mode on c's JetStream.
 func replicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string, n int) ([]*Dispatcher, []*prometheus.Registry) {
 	t.Helper()
-	return gateReplicas(t, c, rs, prefix, n, arbiter.UnavailableFallback)
+	return gateReplicas(t, c, rs, prefix, n, sharedgate.UnavailableFallback)
 }
 
 // run submits requests from workers goroutines per replica until each
@@ -311,7 +312,7 @@ func TestElectionsAcrossReplicasCommitOneGroupPerUserAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger, err := arbiter.OpenLedger(t.Context(), js, arbiter.LedgerConfig{Bucket: "elect"})
+	ledger, err := sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerConfig{Bucket: "elect"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/dispatcher"
@@ -58,18 +59,18 @@ func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, e
 	if err != nil {
 		return nil, err
 	}
-	gcfg := arbiter.RedisGateConfig{
-		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, arbiter.MaxRedisGateTimeout),
+	gcfg := sharedgate.RedisGateConfig{
+		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, sharedgate.MaxRedisGateTimeout),
 	}
-	if gcfg.OnUnavailable, err = arbiter.ParseUnavailable(cfg.Gate.OnUnavailable); err != nil {
+	if gcfg.OnUnavailable, err = sharedgate.ParseUnavailable(cfg.Gate.OnUnavailable); err != nil {
 		return nil, errors.Join(fmt.Errorf("gate.on_unavailable: %w", err), client.Close())
 	}
-	if gcfg.OnUnavailable == arbiter.UnavailableFallback {
+	if gcfg.OnUnavailable == sharedgate.UnavailableFallback {
 		if gcfg.Ledger, err = openLedger(cfg, nc, gateTTL); err != nil {
 			return nil, errors.Join(err, client.Close())
 		}
 	}
-	gate, err := arbiter.NewRedisGate(client, gcfg)
+	gate, err := sharedgate.NewRedisGate(client, gcfg)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
 	}
@@ -102,7 +103,7 @@ const ledgerStartTimeout = 10 * time.Second
 
 // openLedger opens the winner gate's ledger bucket (gate.bucket) on nc's
 // JetStream, creating it when missing.
-func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*arbiter.KVLedger, error) {
+func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*sharedgate.KVLedger, error) {
 	if nc == nil {
 		return nil, errors.New("gate ledger: a NATS connection is required")
 	}
@@ -112,10 +113,10 @@ func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*arbiter.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerStartTimeout)
 	defer cancel()
-	var l *arbiter.KVLedger
+	var l *sharedgate.KVLedger
 	err = createAtStart(ctx, func(try context.Context) error {
 		var err error
-		l, err = arbiter.OpenLedger(try, js, arbiter.LedgerConfig{
+		l, err = sharedgate.OpenLedger(try, js, sharedgate.LedgerConfig{
 			Bucket: cfg.Gate.Bucket, Replicas: cfg.Gate.Replicas, TTL: ttl, Timeout: cfg.Gate.Timeout,
 		})
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -82,7 +83,7 @@ func BenchmarkCommitPathWait(b *testing.B) {
 
 // BenchmarkDurability measures what fsyncing every JetStream write costs on
 // the request path (docs/architecture.md §6, "Durability"): the gate
-// ledger's claim (arbiter.KVLedger.Propose, a key-value create) and the
+// ledger's claim (sharedgate.KVLedger.Propose, a key-value create) and the
 // commit record's wait (Publisher.Commit), on a file store in the test's
 // temporary directory, closed loop, with nats-server's default sync timer
 // and with `sync_interval: always` side by side in one run.
@@ -104,7 +105,7 @@ func BenchmarkDurability(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ledger, err := arbiter.OpenLedger(ctx, js, arbiter.LedgerConfig{Bucket: "bench_gate", TTL: time.Hour})
+			ledger, err := sharedgate.OpenLedger(ctx, js, sharedgate.LedgerConfig{Bucket: "bench_gate", TTL: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package arbiter
+package sharedgate
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
@@ -153,9 +154,9 @@ func TestRedisGateSharedElectionRules(t *testing.T) {
 				forgedGroup, forgedEpoch := win, win
 				forgedGroup.Value = "gB/0/1"
 				forgedEpoch.Value = "gA/0/2"
-				for name, c := range map[string]Claim{"loser": lose, "forged group": forgedGroup, "stale epoch": forgedEpoch} {
+				for name, c := range map[string]arbiter.Claim{"loser": lose, "forged group": forgedGroup, "stale epoch": forgedEpoch} {
 					for _, r := range []*RedisGate{r1, r2} {
-						if err := r.Clear(ctx, c); !errors.Is(err, ErrNotHolder) {
+						if err := r.Clear(ctx, c); !errors.Is(err, arbiter.ErrNotHolder) {
 							t.Fatalf("Clear by %s = %v, want ErrNotHolder", name, err)
 						}
 					}
@@ -169,7 +170,7 @@ func TestRedisGateSharedElectionRules(t *testing.T) {
 				if err := r1.Clear(ctx, win); err != nil {
 					t.Fatalf("Clear by the holder: %v", err)
 				}
-				if err := r1.Clear(ctx, win); !errors.Is(err, ErrNotHolder) {
+				if err := r1.Clear(ctx, win); !errors.Is(err, arbiter.ErrNotHolder) {
 					t.Fatalf("second Clear = %v, want ErrNotHolder", err)
 				}
 				next := mustClaim(t, r2, ua, "gB", 1)
@@ -225,7 +226,7 @@ func electUnderRace(t *testing.T, client redis.UniversalClient, r1, r2 *RedisGat
 			group: fmt.Sprintf("g%d", rng.IntN(6)), attempt: rng.IntN(2),
 		}
 	}
-	results := make([]Claim, claims)
+	results := make([]arbiter.Claim, claims)
 	errs := make([]error, claims)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -272,7 +273,7 @@ func electUnderRace(t *testing.T, client redis.UniversalClient, r1, r2 *RedisGat
 			t.Fatalf("claim %d (%s %s/%d) learned holder %q epoch %d, want %q epoch 1",
 				i, c.UserAction, c.Group, c.Attempt, c.Holder, c.Epoch, w)
 		}
-		if v, _ := ParseGateValue(w); c.Won != (v.Group == c.Group && v.Attempt == c.Attempt) {
+		if v, _ := arbiter.ParseGateValue(w); c.Won != (v.Group == c.Group && v.Attempt == c.Attempt) {
 			t.Fatalf("claim %d (%s/%d) won=%v against holder %s", i, c.Group, c.Attempt, c.Won, w)
 		}
 	}
@@ -297,13 +298,13 @@ func TestRedisGateKeepsTheLocalDecisionWhenRedisIsDownAndRecovers(t *testing.T) 
 	start := time.Now()
 	c, err := g.Claim(ctx, "during", "gA", 0)
 	elapsed := time.Since(start)
-	if !errors.Is(err, ErrGateDegraded) {
+	if !errors.Is(err, arbiter.ErrGateDegraded) {
 		t.Fatalf("Claim with Redis down: err = %v, want ErrGateDegraded", err)
 	}
 	if elapsed > timeout+degradeMargin {
 		t.Fatalf("degraded Claim took %v, want within the %v timeout", elapsed, timeout)
 	}
-	if v, perr := ParseGateValue(c.Value); !c.Won || perr != nil || v.Group != "gA" || c.Holder != c.Value {
+	if v, perr := arbiter.ParseGateValue(c.Value); !c.Won || perr != nil || v.Group != "gA" || c.Holder != c.Value {
 		t.Fatalf("degraded claim = %+v, want the local win of gA with a gate value", c)
 	}
 	// The local decision stands: another group loses at once, without error.
@@ -311,10 +312,10 @@ func TestRedisGateKeepsTheLocalDecisionWhenRedisIsDownAndRecovers(t *testing.T) 
 		t.Fatalf("local loser with Redis down = %+v, %v; want lost to %s", lose, err, c.Value)
 	}
 	// Clear degrades too, but frees the local entry.
-	if err := g.Clear(ctx, c); !errors.Is(err, ErrGateDegraded) {
+	if err := g.Clear(ctx, c); !errors.Is(err, arbiter.ErrGateDegraded) {
 		t.Fatalf("Clear with Redis down = %v, want ErrGateDegraded", err)
 	}
-	if again, err := g.Claim(ctx, "during", "gB", 0); !again.Won || !errors.Is(err, ErrGateDegraded) {
+	if again, err := g.Claim(ctx, "during", "gB", 0); !again.Won || !errors.Is(err, arbiter.ErrGateDegraded) {
 		t.Fatalf("claim after a degraded clear = %+v, %v; want a degraded local win", again, err)
 	}
 
@@ -333,7 +334,7 @@ func TestRedisGateKeepsTheLocalDecisionWhenRedisIsDownAndRecovers(t *testing.T) 
 			}
 			return true
 		}
-		if !errors.Is(err, ErrGateDegraded) {
+		if !errors.Is(err, arbiter.ErrGateDegraded) {
 			t.Fatalf("claims did not go through Redis again after a restart: %v", err)
 		}
 		return false
@@ -381,7 +382,7 @@ func TestRedisGateTimeoutBoundsAClaimWhenRedisStalls(t *testing.T) {
 	start := time.Now()
 	c, err := g.Claim(context.Background(), "stalled", "gA", 0)
 	elapsed := time.Since(start)
-	if !errors.Is(err, ErrGateDegraded) || !c.Won {
+	if !errors.Is(err, arbiter.ErrGateDegraded) || !c.Won {
 		t.Fatalf("Claim against a stalled Redis = %+v, %v; want the local win and ErrGateDegraded", c, err)
 	}
 	if elapsed > timeout+degradeMargin {
@@ -401,12 +402,12 @@ func TestRedisGateRejectsInvalidClaimsWithoutADecision(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := g.Claim(context.Background(), tt.ua, tt.group, tt.attempt); !errors.Is(err, ErrInvalidClaim) {
+			if _, err := g.Claim(context.Background(), tt.ua, tt.group, tt.attempt); !errors.Is(err, arbiter.ErrInvalidClaim) {
 				t.Fatalf("Claim = %v, want ErrInvalidClaim", err)
 			}
 		})
 	}
-	if err := g.Clear(context.Background(), Claim{Group: "g", Won: true, Value: "g/0/1"}); !errors.Is(err, ErrInvalidClaim) {
+	if err := g.Clear(context.Background(), arbiter.Claim{Group: "g", Won: true, Value: "g/0/1"}); !errors.Is(err, arbiter.ErrInvalidClaim) {
 		t.Fatalf("Clear without a user action = %v, want ErrInvalidClaim", err)
 	}
 }
@@ -437,7 +438,7 @@ func TestNewRedisGateValidatesItsConfig(t *testing.T) {
 				if err != nil {
 					t.Fatalf("NewRedisGate: %v", err)
 				}
-				if g.timeout != DefaultRedisGateTimeout || g.ttlMS != DefaultGateTTL.Milliseconds() || g.prefix != DefaultRedisGatePrefix || g.Local() == nil {
+				if g.timeout != DefaultRedisGateTimeout || g.ttlMS != arbiter.DefaultGateTTL.Milliseconds() || g.prefix != DefaultRedisGatePrefix || g.Local() == nil {
 					t.Fatalf("defaults not applied: %+v", g)
 				}
 				return

@@ -1,4 +1,4 @@
-package arbiter
+package sharedgate
 
 import (
 	"context"
@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// DefaultLedgerBucket names the JetStream key-value bucket of a KVLedger
-// when LedgerConfig.Bucket is empty.
-const DefaultLedgerBucket = "hedgerow_gate"
+	"github.com/hedgerow/hedgerow/arbiter"
+)
 
 // DefaultLedgerTimeout bounds one ledger operation when LedgerConfig.Timeout
 // is zero. A bucket write is a JetStream publish acknowledged by a quorum of
@@ -35,7 +33,7 @@ const maxProposeRounds = 4
 
 // LedgerConfig configures the bucket of a KVLedger.
 type LedgerConfig struct {
-	// Bucket is the key-value bucket; empty means DefaultLedgerBucket.
+	// Bucket is the key-value bucket; empty means arbiter.DefaultLedgerBucket.
 	Bucket string
 	// Replicas is the bucket's replication factor: 1 on a single server, 3
 	// on a cluster (a quorum must acknowledge every holding). Zero means 1.
@@ -66,7 +64,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 		return nil, errors.New("gate ledger: a JetStream context is required")
 	}
 	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultLedgerBucket
+		cfg.Bucket = arbiter.DefaultLedgerBucket
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
@@ -75,7 +73,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (
 		return nil, fmt.Errorf("gate ledger: replicas %d not in [1, 5]", cfg.Replicas)
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultGateTTL
+		cfg.TTL = arbiter.DefaultGateTTL
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultLedgerTimeout
@@ -108,7 +106,7 @@ func (l *KVLedger) key(userAction string) string {
 // (a repeated proposal of the same claim wins again). A released holding
 // is taken over at an epoch above the released one, so the returned holder
 // may carry a higher epoch than want.
-func (l *KVLedger) Propose(ctx context.Context, userAction string, want GateValue) (GateValue, bool, error) {
+func (l *KVLedger) Propose(ctx context.Context, userAction string, want arbiter.GateValue) (arbiter.GateValue, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	key := l.key(userAction)
@@ -116,14 +114,14 @@ func (l *KVLedger) Propose(ctx context.Context, userAction string, want GateValu
 		if _, err := l.kv.Create(ctx, key, []byte(want.String())); err == nil {
 			return want, true, nil
 		} else if !errors.Is(err, jetstream.ErrKeyExists) {
-			return GateValue{}, false, fmt.Errorf("gate ledger: create: %w", err)
+			return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: create: %w", err)
 		}
 		entry, err := l.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // expired or purged since the create
 		}
 		if err != nil {
-			return GateValue{}, false, fmt.Errorf("gate ledger: get: %w", err)
+			return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: get: %w", err)
 		}
 		value := string(entry.Value())
 		if released, ok := clearedEpoch(value); ok {
@@ -135,15 +133,15 @@ func (l *KVLedger) Propose(ctx context.Context, userAction string, want GateValu
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue
 			}
-			return GateValue{}, false, fmt.Errorf("gate ledger: update: %w", err)
+			return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: update: %w", err)
 		}
-		holder, err := ParseGateValue(value)
+		holder, err := arbiter.ParseGateValue(value)
 		if err != nil {
-			return GateValue{}, false, fmt.Errorf("gate ledger: key holds a foreign value: %w", err)
+			return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: key holds a foreign value: %w", err)
 		}
 		return holder, holder.Group == want.Group && holder.Attempt == want.Attempt, nil
 	}
-	return GateValue{}, false, fmt.Errorf("gate ledger: %d concurrent writes on one user action", maxProposeRounds)
+	return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: %d concurrent writes on one user action", maxProposeRounds)
 }
 
 // Release gives back userAction's holding if it is value, compare-and-set:
@@ -162,7 +160,7 @@ func (l *KVLedger) Release(ctx context.Context, userAction, value string) (bool,
 	if string(entry.Value()) != value {
 		return false, nil
 	}
-	held, err := ParseGateValue(value)
+	held, err := arbiter.ParseGateValue(value)
 	if err != nil {
 		return false, fmt.Errorf("gate ledger: key holds a foreign value: %w", err)
 	}
@@ -178,20 +176,20 @@ func (l *KVLedger) Release(ctx context.Context, userAction, value string) (bool,
 
 // Holder returns the current holder of userAction, or ok false when none
 // holds it. It exists for operators' tools and tests.
-func (l *KVLedger) Holder(ctx context.Context, userAction string) (GateValue, bool, error) {
+func (l *KVLedger) Holder(ctx context.Context, userAction string) (arbiter.GateValue, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	entry, err := l.kv.Get(ctx, l.key(userAction))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return GateValue{}, false, nil
+		return arbiter.GateValue{}, false, nil
 	}
 	if err != nil {
-		return GateValue{}, false, fmt.Errorf("gate ledger: get: %w", err)
+		return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: get: %w", err)
 	}
 	if _, ok := clearedEpoch(string(entry.Value())); ok {
-		return GateValue{}, false, nil
+		return arbiter.GateValue{}, false, nil
 	}
-	v, err := ParseGateValue(string(entry.Value()))
+	v, err := arbiter.ParseGateValue(string(entry.Value()))
 	return v, err == nil, err
 }
 

@@ -1,4 +1,4 @@
-package arbiter
+package sharedgate
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hedgerow/hedgerow/arbiter"
 )
 
 // DefaultRedisGateTimeout bounds one Claim or Clear, Redis round trip
@@ -42,7 +44,7 @@ type RedisGateConfig struct {
 	// Local is the in-process gate consulted first. Nil makes a private one
 	// with the same TTL. Passing a shared one lets other code of this
 	// dispatcher see the elections.
-	Local *LocalGate
+	Local *arbiter.LocalGate
 	// OnUnavailable is what a claim does when Redis cannot answer it; empty
 	// means UnavailableLocal. UnavailableFallback needs Ledger.
 	OnUnavailable Unavailable
@@ -113,7 +115,7 @@ func ParseUnavailable(s string) (Unavailable, error) {
 // go-redis clients it can inspect.
 type RedisGate struct {
 	client        redis.UniversalClient
-	local         *LocalGate
+	local         *arbiter.LocalGate
 	prefix        string
 	ttlMS         int64
 	timeout       time.Duration
@@ -122,7 +124,7 @@ type RedisGate struct {
 	locks         actionLocks
 }
 
-var _ Gate = (*RedisGate)(nil)
+var _ arbiter.Gate = (*RedisGate)(nil)
 
 // claimScript elects the winner of one user action. KEYS[1] is the winner
 // key, KEYS[2] the epoch key (same hash tag, same slot); ARGV[1] is the
@@ -186,7 +188,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 		return nil, fmt.Errorf("redis gate: prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultGateTTL
+		cfg.TTL = arbiter.DefaultGateTTL
 	}
 	if cfg.TTL < time.Millisecond {
 		return nil, fmt.Errorf("redis gate: ttl %v must be at least 1ms", cfg.TTL)
@@ -212,7 +214,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	local := cfg.Local
 	if local == nil {
 		var err error
-		if local, err = NewLocalGate(LocalGateConfig{TTL: cfg.TTL}); err != nil {
+		if local, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: cfg.TTL}); err != nil {
 			return nil, fmt.Errorf("redis gate: %w", err)
 		}
 	}
@@ -239,16 +241,16 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 }
 
 // Local returns the in-process gate consulted before Redis.
-func (g *RedisGate) Local() *LocalGate { return g.local }
+func (g *RedisGate) Local() *arbiter.LocalGate { return g.local }
 
 // Claim implements Gate. See RedisGate for how Redis and the local gate
 // combine. When Redis cannot answer, the mode decides: local returns the
 // local decision with an error wrapping ErrGateDegraded; refuse returns an
 // error wrapping ErrGateUnavailable and no decision; fallback asks the
 // ledger, which also confirms every Redis win.
-func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt int) (Claim, error) {
+func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt int) (arbiter.Claim, error) {
 	if userAction == "" || group == "" || attempt < 0 {
-		return Claim{}, fmt.Errorf("%w: user action %q, group %q, attempt %d", ErrInvalidClaim, userAction, group, attempt)
+		return arbiter.Claim{}, fmt.Errorf("%w: user action %q, group %q, attempt %d", arbiter.ErrInvalidClaim, userAction, group, attempt)
 	}
 	redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -265,18 +267,18 @@ func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt
 
 	proposal, redisErr := g.claimRedis(redisCtx, userAction, group, attempt)
 	if redisErr == nil && (!proposal.won || g.ledger == nil) {
-		g.local.adopt(userAction, local.Value, proposal.holder, proposal.won)
+		g.local.Adopt(userAction, local.Value, proposal.holder, proposal.won)
 		return claimOf(userAction, group, attempt, proposal.holder, proposal.won), nil
 	}
 	if redisErr != nil {
 		switch g.onUnavailable {
 		case UnavailableLocal:
-			return local, fmt.Errorf("gate claim %s: %w: %w", group, ErrGateDegraded, redisErr)
+			return local, fmt.Errorf("gate claim %s: %w: %w", group, arbiter.ErrGateDegraded, redisErr)
 		case UnavailableRefuse:
 			g.giveBack(ctx, local, "", false)
-			return Claim{}, fmt.Errorf("gate claim %s: %w: redis: %w", group, ErrGateUnavailable, redisErr)
+			return arbiter.Claim{}, fmt.Errorf("gate claim %s: %w: redis: %w", group, arbiter.ErrGateUnavailable, redisErr)
 		}
-		proposal.holder, _ = ParseGateValue(local.Value)
+		proposal.holder, _ = arbiter.ParseGateValue(local.Value)
 	}
 
 	// Fallback: the ledger decides every win, Redis' or the local one.
@@ -285,21 +287,21 @@ func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt
 		// The write may have landed before its answer was lost: give the
 		// holding back everywhere, so the user action stays claimable.
 		g.giveBack(ctx, local, proposal.holder.String(), redisErr == nil)
-		return Claim{}, fmt.Errorf("gate claim %s: %w: ledger: %w (redis: %v)", group, ErrGateUnavailable, err, redisErr)
+		return arbiter.Claim{}, fmt.Errorf("gate claim %s: %w: ledger: %w (redis: %v)", group, arbiter.ErrGateUnavailable, err, redisErr)
 	}
 	if redisErr == nil && holder != proposal.holder {
 		// Redis forgot the holder (it restarted empty) or never saw it (the
 		// ledger decided while this gate could not reach Redis): teach it.
 		g.adoptRedis(ctx, userAction, proposal.holder, holder)
 	}
-	g.local.adopt(userAction, local.Value, holder, won)
+	g.local.Adopt(userAction, local.Value, holder, won)
 	return claimOf(userAction, group, attempt, holder, won), nil
 }
 
 // redisAnswer is claimScript's decision.
 type redisAnswer struct {
 	won    bool
-	holder GateValue
+	holder arbiter.GateValue
 }
 
 // claimRedis runs claimScript for the claimant; an error means Redis did
@@ -314,8 +316,8 @@ func (g *RedisGate) claimRedis(ctx context.Context, userAction, group string, at
 }
 
 // claimOf is the Claim of a decided election.
-func claimOf(userAction, group string, attempt int, holder GateValue, won bool) Claim {
-	c := Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: won, Epoch: holder.Epoch, Holder: holder.String()}
+func claimOf(userAction, group string, attempt int, holder arbiter.GateValue, won bool) arbiter.Claim {
+	c := arbiter.Claim{UserAction: userAction, Group: group, Attempt: attempt, Won: won, Epoch: holder.Epoch, Holder: holder.String()}
 	if won {
 		c.Value = c.Holder
 	}
@@ -327,7 +329,7 @@ func claimOf(userAction, group string, attempt int, holder GateValue, won bool) 
 // ledger, compare-and-delete, each bounded by its own timeout. Failures are
 // left to the TTLs: until then the user action loses to a claim that never
 // committed.
-func (g *RedisGate) giveBack(ctx context.Context, local Claim, shared string, inRedis bool) {
+func (g *RedisGate) giveBack(ctx context.Context, local arbiter.Claim, shared string, inRedis bool) {
 	ctx = context.WithoutCancel(ctx)
 	_ = g.local.Clear(ctx, local)
 	if inRedis {
@@ -343,7 +345,7 @@ func (g *RedisGate) giveBack(ctx context.Context, local Claim, shared string, in
 // adoptRedis replaces the holding Redis gave (from) with the ledger's
 // holder (to). It is best effort: a Redis that keeps the wrong holder only
 // makes later claims lose to it, never win.
-func (g *RedisGate) adoptRedis(ctx context.Context, userAction string, from, to GateValue) {
+func (g *RedisGate) adoptRedis(ctx context.Context, userAction string, from, to arbiter.GateValue) {
 	redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	_, _ = adoptScript.Run(redisCtx, g.client, g.keys(userAction), from.String(), to.String(), g.ttlMS, to.Epoch).Result()
@@ -352,18 +354,18 @@ func (g *RedisGate) adoptRedis(ctx context.Context, userAction string, from, to 
 // parseClaimReply reads claimScript's {won, holder}. A holder that does not
 // parse means something else wrote the key: that is a fault of the shared
 // gate, so the caller degrades to the local decision.
-func parseClaimReply(res []any) (bool, GateValue, error) {
+func parseClaimReply(res []any) (bool, arbiter.GateValue, error) {
 	if len(res) != 2 {
-		return false, GateValue{}, fmt.Errorf("claim script returned %d values, want 2", len(res))
+		return false, arbiter.GateValue{}, fmt.Errorf("claim script returned %d values, want 2", len(res))
 	}
 	flag, ok1 := res[0].(int64)
 	raw, ok2 := res[1].(string)
 	if !ok1 || !ok2 {
-		return false, GateValue{}, fmt.Errorf("claim script returned %T, %T; want integer, string", res[0], res[1])
+		return false, arbiter.GateValue{}, fmt.Errorf("claim script returned %T, %T; want integer, string", res[0], res[1])
 	}
-	holder, err := ParseGateValue(raw)
+	holder, err := arbiter.ParseGateValue(raw)
 	if err != nil {
-		return false, GateValue{}, fmt.Errorf("winner key holds a foreign value: %w", err)
+		return false, arbiter.GateValue{}, fmt.Errorf("winner key holds a foreign value: %w", err)
 	}
 	return flag == 1, holder, nil
 }
@@ -374,12 +376,12 @@ func parseClaimReply(res []any) (bool, GateValue, error) {
 // ErrGateDegraded; the Redis key then lapses with its TTL, and until it
 // does, claims of other replicas for this user action lose to the cleared
 // claim.
-func (g *RedisGate) Clear(ctx context.Context, c Claim) error {
+func (g *RedisGate) Clear(ctx context.Context, c arbiter.Claim) error {
 	if c.UserAction == "" {
-		return fmt.Errorf("%w: clear without a user action", ErrInvalidClaim)
+		return fmt.Errorf("%w: clear without a user action", arbiter.ErrInvalidClaim)
 	}
 	if !c.Won || c.Value == "" {
-		return fmt.Errorf("clear %s: %w", c.Group, ErrNotHolder)
+		return fmt.Errorf("clear %s: %w", c.Group, arbiter.ErrNotHolder)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -398,11 +400,11 @@ func (g *RedisGate) Clear(ctx context.Context, c Claim) error {
 	}
 	switch {
 	case ledgerErr != nil:
-		return fmt.Errorf("gate clear %s: %w: ledger: %w", c.Group, ErrGateUnavailable, ledgerErr)
+		return fmt.Errorf("gate clear %s: %w: ledger: %w", c.Group, arbiter.ErrGateUnavailable, ledgerErr)
 	case redisErr != nil && g.ledger == nil:
-		return fmt.Errorf("gate clear %s: %w: %w", c.Group, ErrGateDegraded, redisErr)
+		return fmt.Errorf("gate clear %s: %w: %w", c.Group, arbiter.ErrGateDegraded, redisErr)
 	case deleted == 0 && localErr != nil && !released:
-		return fmt.Errorf("clear %s: %w", c.Group, ErrNotHolder)
+		return fmt.Errorf("clear %s: %w", c.Group, arbiter.ErrNotHolder)
 	}
 	return nil
 }
@@ -420,41 +422,6 @@ func (g *RedisGate) keys(userAction string) []string {
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 func escapeKeyPart(s string) string { return keyEscaper.Replace(s) }
-
-// adopt records Redis' decision on a claim that won the local gate with
-// localValue. A Redis win replaces the local value with Redis' (same group
-// and attempt, Redis' epoch), so later local claims lose at once to the
-// holder Redis names and a Clear with the Redis value finds it. A Redis loss
-// releases the local entry: the holder is another replica's group, for
-// which this gate is not authoritative, so later claims ask Redis again
-// instead of losing to a holder that replica may clear. An entry meanwhile
-// held by another value is left alone. The local epoch follows Redis', so
-// a local loser reports the holder's epoch.
-func (g *LocalGate) adopt(userAction, localValue string, holder GateValue, won bool) {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.sweep(now)
-	e := g.actions[userAction]
-	if e == nil || !e.expires.After(now) {
-		if !won {
-			return
-		}
-		e = &gateEntry{}
-		g.actions[userAction] = e
-	}
-	if e.held && e.holder.String() != localValue {
-		return
-	}
-	e.epoch = holder.Epoch
-	if !won {
-		e.held, e.holder = false, GateValue{}
-		return
-	}
-	e.held, e.holder = true, holder
-	e.expires = now.Add(g.ttl)
-	g.expiry = append(g.expiry, expiryItem{userAction: userAction, expires: e.expires})
-}
 
 // actionLocks serialises the claims and clears of one user action on one
 // gate. An entry's channel is closed when its holder releases it.

@@ -1,4 +1,4 @@
-package arbiter
+package sharedgate
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 )
@@ -51,8 +52,8 @@ func fallbackReplicas(t *testing.T, rs *redistest.Server, ns *server.Server) (*R
 func TestLedgerProposalRules(t *testing.T) {
 	ctx := context.Background()
 	l := openTestLedger(t, ledgerServer(t))
-	v := func(group string, attempt int, epoch int64) GateValue {
-		return GateValue{Group: group, Attempt: attempt, Epoch: epoch}
+	v := func(group string, attempt int, epoch int64) arbiter.GateValue {
+		return arbiter.GateValue{Group: group, Attempt: attempt, Epoch: epoch}
 	}
 	tests := []struct {
 		name string
@@ -110,7 +111,7 @@ func TestLedgerElectsOneWinnerUnderRace(t *testing.T) {
 		for c := range claimants {
 			wg.Go(func() {
 				key := fmt.Sprintf("ua-%d", ua)
-				h, won, err := ledgers[c%len(ledgers)].Propose(context.Background(), key, GateValue{Group: fmt.Sprintf("g%d", c), Epoch: 1})
+				h, won, err := ledgers[c%len(ledgers)].Propose(context.Background(), key, arbiter.GateValue{Group: fmt.Sprintf("g%d", c), Epoch: 1})
 				if err != nil {
 					t.Errorf("propose: %v", err)
 					return
@@ -167,7 +168,7 @@ func TestFallbackGateNeverCommitsAUserActionTwice(t *testing.T) {
 
 // claimUntilDecided claims until an answer comes without error: a restarted
 // Redis refuses the first calls of a client that saw it die.
-func claimUntilDecided(t *testing.T, g *RedisGate, ua, group string) Claim {
+func claimUntilDecided(t *testing.T, g *RedisGate, ua, group string) arbiter.Claim {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -201,7 +202,7 @@ func TestFallbackGateTeachesAnEmptyRedisTheLedgersHolder(t *testing.T) {
 		t.Fatalf("Clear: %v", err)
 	}
 	third := mustClaim(t, g2, "ua", "g3", 0)
-	if v, _ := ParseGateValue(third.Value); !third.Won || v.Epoch <= first.Epoch {
+	if v, _ := arbiter.ParseGateValue(third.Value); !third.Won || v.Epoch <= first.Epoch {
 		t.Fatalf("claim after clear = %+v; want a win above epoch %d", third, first.Epoch)
 	}
 }
@@ -215,10 +216,10 @@ func TestGateWithoutRedisRefusesOrDecidesAsConfigured(t *testing.T) {
 		wantErr     error
 		wantDecided bool
 	}{
-		{"local keeps the local decision", UnavailableLocal, false, ErrGateDegraded, true},
-		{"refuse decides nothing", UnavailableRefuse, false, ErrGateUnavailable, false},
+		{"local keeps the local decision", UnavailableLocal, false, arbiter.ErrGateDegraded, true},
+		{"refuse decides nothing", UnavailableRefuse, false, arbiter.ErrGateUnavailable, false},
 		{"fallback lets the ledger decide", UnavailableFallback, false, nil, true},
-		{"fallback with no ledger either refuses", UnavailableFallback, true, ErrGateUnavailable, false},
+		{"fallback with no ledger either refuses", UnavailableFallback, true, arbiter.ErrGateUnavailable, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,7 +245,7 @@ func TestGateWithoutRedisRefusesOrDecidesAsConfigured(t *testing.T) {
 			if !tt.wantDecided {
 				// Nothing was kept: the local gate lets another group claim
 				// again (and be refused the same way), not lose to a ghost.
-				if c2, err := g.Claim(ctx, "ua", "g2", 0); c2.Holder != "" || !errors.Is(err, ErrGateUnavailable) {
+				if c2, err := g.Claim(ctx, "ua", "g2", 0); c2.Holder != "" || !errors.Is(err, arbiter.ErrGateUnavailable) {
 					t.Fatalf("second claim = %+v, %v; want refused again, no holder", c2, err)
 				}
 			}
@@ -269,7 +270,7 @@ func TestARedisWinTheLedgerCannotConfirmIsRefusedAndGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.Shutdown()
-	if c, err := g.Claim(ctx, "ua", "g1", 0); !errors.Is(err, ErrGateUnavailable) || c.Won {
+	if c, err := g.Claim(ctx, "ua", "g1", 0); !errors.Is(err, arbiter.ErrGateUnavailable) || c.Won {
 		t.Fatalf("claim with the ledger down = %+v, %v; want refused", c, err)
 	}
 	if got := redisHolds(t, client, g, "ua"); got != "" {
@@ -277,7 +278,7 @@ func TestARedisWinTheLedgerCannotConfirmIsRefusedAndGivenBack(t *testing.T) {
 	}
 	// Nor does the local gate: another group of this replica is refused
 	// the same way, not lost to a holder that never committed.
-	if c, err := g.Claim(ctx, "ua", "g2", 0); !errors.Is(err, ErrGateUnavailable) || c.Holder != "" {
+	if c, err := g.Claim(ctx, "ua", "g2", 0); !errors.Is(err, arbiter.ErrGateUnavailable) || c.Holder != "" {
 		t.Fatalf("second claim = %+v, %v; want refused again, no holder", c, err)
 	}
 }

@@ -1,0 +1,162 @@
+package dispatcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+// delivery is what the group hands to the caller's goroutine: the commit
+// of a stream, a piece of it, or the final answer or error.
+type delivery struct {
+	commit *Response
+	delta  *Delta
+	resp   *Response
+	err    error
+}
+
+func (g *group) commit(c hedge.Commit) {
+	d := g.d
+	g.winner, g.gateValue = c.Attempt, c.Gate
+	a := g.attempt(c.Attempt)
+	d.metrics.wins.WithLabelValues(string(a.role)).Inc()
+	d.metrics.groups.WithLabelValues("committed").Inc()
+	d.metrics.groupDuration.Observe(d.now().Sub(g.start).Seconds())
+	if g.sub.Request.Stream {
+		g.send(delivery{commit: g.response(a)})
+	}
+	for _, ch := range a.chunks {
+		g.deliverChunk(ch)
+	}
+	a.chunks = nil
+	if !g.sub.Request.Stream || a.result != nil {
+		g.finish(delivery{resp: g.response(a)})
+	}
+	if d.records != nil {
+		rec := g.groupRecord(hedge.GroupEnded{Committed: true, Winner: c.Attempt, Attempts: len(g.attempts),
+			HedgeLaunched: g.hedged(), HedgeSuppressed: g.suppressed, Usage: g.ended, Latency: d.now().Sub(g.start)})
+		rec.Event = schemas.EventGroupCommitted
+		g.committed = &rec
+	}
+}
+
+func (g *group) response(a *attemptState) *Response {
+	r := &Response{
+		UserActionID: g.ua, GroupID: g.id, Attempts: len(g.attempts), Hedged: g.hedged(),
+		Winner: a.n, WinnerRoute: a.route, Gate: g.gateValue,
+	}
+	if a.result != nil {
+		r.FinishReason, r.Usage, r.ToolCalls, r.Refusal = a.result.FinishReason, a.result.Usage, a.result.ToolCalls, a.result.Refusal
+		r.Embeddings = a.result.Embeddings
+		r.Content = a.result.Content
+		if r.Content == "" && !g.sub.Request.Stream {
+			r.Content = a.content.String()
+		}
+	}
+	return r
+}
+
+func (g *group) hedged() bool {
+	for _, a := range g.attempts {
+		if a.role == schemas.RoleHedge {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *group) deliverChunk(ch schemas.Chunk) {
+	if g.delivered || !g.sub.Request.Stream {
+		return
+	}
+	g.streamed = true
+	g.send(delivery{delta: &Delta{Content: ch.Delta, ToolCalls: ch.ToolCalls}})
+}
+
+// send hands a delivery to the caller; a slow caller slows its own group's
+// stream (backpressure), a departed one is skipped.
+//
+// Deliveries wait until every action of the event was carried out, so the
+// cancels a commit decides go out before the caller is handed anything: a
+// slow caller must not delay stopping the losers.
+func (g *group) send(dl delivery) { g.pending = append(g.pending, dl) }
+
+// deliver hands the caller what this event produced, in order, then
+// publishes the records it produced.
+func (g *group) deliver() {
+	if g.committed != nil && len(g.pending) > 0 {
+		g.keepCommit()
+	}
+	for _, dl := range g.pending {
+		select {
+		case g.out <- dl:
+		case <-g.gone:
+		}
+	}
+	g.pending = g.pending[:0]
+	g.publishRecords()
+}
+
+// finish hands the caller its one final delivery; an answer awaiting the
+// total usage waits for the group's end (groupEnded).
+func (g *group) finish(dl delivery) {
+	if g.delivered {
+		return
+	}
+	g.delivered = true
+	if dl.resp != nil && g.sub.AwaitTotalUsage {
+		g.held = dl.resp
+		return
+	}
+	g.send(dl)
+}
+
+// failCommitted ends a committed stream with an error. Its caller never
+// got the whole answer (at most a prefix and an error event), so nothing of
+// the user action was delivered: the group gives its winner gate claim
+// back (compare-and-delete, before the caller hears of the failure) and its
+// final record says failed, so a retry of the user action can commit
+// instead of meeting this commit with 409 already_committed
+// (docs/architecture.md §6, "A commit that was never delivered").
+func (g *group) failCommitted(code schemas.ErrorCode, scope schemas.ErrorScope) {
+	if g.delivered {
+		return
+	}
+	g.finish(delivery{err: &GroupError{Group: g.id, Code: code, Scope: scope, Streamed: g.streamed}})
+	g.voided = code
+	claim := arbiter.Claim{UserAction: g.ua, Group: g.id, Attempt: g.winner, Won: true, Value: g.gateValue}
+	if err := g.d.gate.Clear(context.Background(), claim); err != nil {
+		g.d.log.Warn("failed commit's gate claim not given back", "group", g.id, "err", err)
+	}
+}
+
+// retryAfterFor is how long a caller should wait before retrying a group
+// that failed with code: the longest pause the routes asked for when they
+// all pushed back, the rest of the tenant's spend window when that refused
+// the primary, and 0 when waiting does not help.
+func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
+	switch {
+	case code == schemas.ErrRateLimited:
+		return max(g.retryAfter, time.Second)
+	case code == schemas.ErrOverloaded:
+		return g.overloadedRetryAfter()
+	case code == schemas.ErrGateUnavailable:
+		return time.Second
+	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonAttempts:
+		// A full ledger that forgave a death's slots or holds a live
+		// attempt's: the retry of a death is told when, never not to
+		// retry (docs/architecture.md §7).
+		return g.ledgerAfter
+	case code == schemas.ErrBudgetExhausted && g.denied == budgets.ReasonSpendTenant:
+		if sp := g.spend(); sp.TenantWindow > 0 {
+			now := g.d.now()
+			end := time.UnixMilli(budgets.TenantWindowStart(now, sp.TenantWindow)).Add(sp.TenantWindow)
+			return end.Sub(now)
+		}
+	}
+	return 0
+}

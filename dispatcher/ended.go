@@ -1,0 +1,111 @@
+package dispatcher
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/schemas"
+)
+
+func (g *group) attemptEnded(e hedge.AttemptEnded) {
+	d := g.d
+	a := g.attempt(e.Attempt)
+	_ = d.picker.Release(a.route)
+	d.observeRoute(g.sub.Pool, e)
+	if e.Outcome == hedge.OutcomeWinner && g.sub.Request.Stream {
+		// The committed stream ended: success, or a failure after its commit
+		// point, which ends the caller's stream with an error, never with
+		// bytes of another attempt.
+		switch {
+		case e.Status == schemas.StatusOK:
+			g.finish(delivery{resp: g.response(a)})
+		case e.Status == schemas.StatusTimeout || !d.now().Before(g.start.Add(g.deadline)):
+			// The worker enforces the attempt's deadline too, and may
+			// report it before the group's own timer fires.
+			g.failCommitted(schemas.ErrDeadlineExceeded, e.Scope)
+		default:
+			g.failCommitted(schemas.ErrStreamInterrupted, e.Scope)
+		}
+	}
+	a.outcome = e.Outcome
+	g.class.ObserveAnswer(g.cohort.Key(), e.Status, e.Usage, e.Elapsed, e.FirstByte)
+	if e.Outcome == hedge.OutcomeLoserLate {
+		d.metrics.late.Inc()
+	}
+	if e.CancellationSent {
+		d.metrics.cancellations.WithLabelValues(strconv.FormatBool(e.CancellationObserved)).Inc()
+	}
+	g.ended = g.ended.Add(e.Usage)
+	d.metrics.usage.WithLabelValues(string(e.Role), "input").Add(float64(e.Usage.InputUnits))
+	d.metrics.usage.WithLabelValues(string(e.Role), "output").Add(float64(e.Usage.OutputUnits))
+	rec := g.attemptRecord(a, e)
+	if d.tracer != nil {
+		a.ended = &AttemptTimeline{Launched: a.launchedAt, Ended: d.now(), Record: rec}
+	}
+	g.publish(pendingRecord{subject: AttemptRecordSubject, rec: rec,
+		stored: schemas.StoredAttemptSubject(g.id, a.n), id: schemas.StoredAttemptID(g.id, a.n)})
+}
+
+// observeSuperseded offers the primary's elapsed time to the class's
+// censoring rule as the group ends, and reports whether it was recorded.
+func (g *group) observeSuperseded(now time.Time, e hedge.GroupEnded) bool {
+	p := g.attempt(1)
+	if p == nil {
+		return false
+	}
+	return g.class.ObserveSuperseded(g.cohort, now,
+		policy.Primary{Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte > 0, Failed: p.outcome == hedge.OutcomeFailed},
+		policy.Decision{Winner: e.Winner, Error: e.Error})
+}
+
+func (g *group) groupEnded(e hedge.GroupEnded) {
+	d := g.d
+	now := d.now()
+	g.observeSuperseded(now, e)
+	latency := g.deadline
+	if e.Committed {
+		latency = e.Latency
+		if w := g.attempt(e.Winner); w != nil && g.class.Policy.Trigger == policy.TriggerFirstByte && w.firstByte > 0 {
+			latency = w.launchedAt.Sub(g.start) + w.firstByte
+		}
+	}
+	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	g.checkSpendBreach(e)
+	if g.held != nil {
+		g.held.TotalUsage = e.Usage
+		g.send(delivery{resp: g.held})
+		g.held = nil
+	}
+	if g.armed {
+		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
+	}
+	rec := g.groupRecord(e)
+	g.trace(now, rec)
+	if g.committed != nil {
+		// The group ended in the event that committed it: its full record
+		// is kept before the answer instead.
+		rec.Event = schemas.EventGroupComplete
+		g.committed = &rec
+		g.keepCommit()
+		g.publish(pendingRecord{subject: GroupRecordSubject, rec: rec})
+		return
+	}
+	g.publish(pendingRecord{subject: GroupRecordSubject, rec: rec,
+		stored: schemas.StoredGroupSubject(g.id), id: schemas.StoredGroupID(g.id, schemas.EventGroupComplete)})
+}
+
+// trace hands the ended group's timeline to the Tracer, if there is one.
+func (g *group) trace(now time.Time, rec schemas.GroupRecord) {
+	if g.d.tracer == nil {
+		return
+	}
+	tl := GroupTimeline{Start: g.start, End: now, TraceParent: g.sub.TraceParent, Embeddings: g.sub.Request.Embedding != nil, Group: rec}
+	for _, a := range g.attempts {
+		if a.ended != nil {
+			tl.Attempts = append(tl.Attempts, *a.ended)
+		}
+	}
+	g.d.tracer.GroupEnded(tl)
+}
