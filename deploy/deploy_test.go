@@ -33,9 +33,9 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/eventually"
-	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/internal/redistest"
+	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )

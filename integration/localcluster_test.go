@@ -17,14 +17,14 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
-	"github.com/hedgerow/hedgerow/internal/cluster"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/tools/cluster"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything is the smoke
-// test of `make cluster` (internal/cluster): a small variant — one NATS
+// test of `make cluster` (internal/tools/cluster): a small variant — one NATS
 // node with TLS and the generated users, Redis, the three routes, one
 // worker, one gateway, no Prometheus — on free ports in a temporary
 // directory. One request is answered, its group's record is kept in the

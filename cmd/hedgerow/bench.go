@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/client"
-	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 )
 
 // apiKeyEnv is the default of --api-key-env, the environment variable

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hedgerow/hedgerow/internal/cluster"
-	"github.com/hedgerow/hedgerow/internal/faultproxy"
+	"github.com/hedgerow/hedgerow/internal/tools/cluster"
+	"github.com/hedgerow/hedgerow/internal/tools/faultproxy"
 )
 
 func newClusterCmd() *cobra.Command {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hedgerow/hedgerow/internal/demo"
+	"github.com/hedgerow/hedgerow/internal/tools/demo"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 

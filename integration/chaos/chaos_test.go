@@ -26,10 +26,10 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
-	"github.com/hedgerow/hedgerow/internal/cluster"
-	"github.com/hedgerow/hedgerow/internal/faultproxy"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/tools/cluster"
+	"github.com/hedgerow/hedgerow/internal/tools/faultproxy"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 

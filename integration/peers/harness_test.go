@@ -24,8 +24,8 @@ import (
 
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"

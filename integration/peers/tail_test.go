@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
-	"github.com/hedgerow/hedgerow/internal/loadgen"
 	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )

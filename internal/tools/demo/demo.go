@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
-	"github.com/hedgerow/hedgerow/internal/loadgen"
+	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"

@@ -4,7 +4,7 @@
 // side: what the proxy adds is the floor on this machine at that moment,
 // so hedgerow's added latency can be read against it on a noisy host.
 //
-//	go run ./internal/loadgen/proxyfloor --listen 127.0.0.1:8381 --to http://127.0.0.1:9301
+//	go run ./internal/tools/proxyfloor --listen 127.0.0.1:8381 --to http://127.0.0.1:9301
 package main
 
 import (

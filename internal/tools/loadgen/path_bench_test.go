@@ -20,7 +20,7 @@ import (
 // what the path adds to an unloaded request. Run it with -cpuprofile to see
 // where that time goes:
 //
-//	go test -run '^$' -bench GatewayPath -cpuprofile cpu.out ./internal/loadgen/
+//	go test -run '^$' -bench GatewayPath -cpuprofile cpu.out ./internal/tools/loadgen/
 //	go tool pprof -top cpu.out
 func BenchmarkGatewayPath(b *testing.B) {
 	s, route, users := startServe(b)
