@@ -85,7 +85,7 @@ type Config struct {
 
 // Recorder keeps records, each under its own subject
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject) and message id.
-// internal/records.Publisher is one.
+// internal/adapters/records.Publisher is one.
 type Recorder interface {
 	// Publish queues a record without waiting for it to be kept.
 	Publish(subject, id string, data []byte)
@@ -96,7 +96,7 @@ type Recorder interface {
 
 // Tracer receives the timeline of every group that ended, with its
 // attempts'. It is called on the group's goroutine after the group's last
-// event, so it must not block; internal/tracing's exporter queues spans.
+// event, so it must not block; internal/adapters/tracing's exporter queues spans.
 type Tracer interface {
 	GroupEnded(GroupTimeline)
 }

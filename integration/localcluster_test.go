@@ -17,8 +17,8 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
-	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/internal/tools/cluster"
 	"github.com/hedgerow/hedgerow/schemas"
 )

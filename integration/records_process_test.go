@@ -18,9 +18,9 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/node"
-	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/internal/redact"
 	hreport "github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/tailplot"

@@ -12,14 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
+	"github.com/hedgerow/hedgerow/internal/adapters/records/recordstest"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/records"
-	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	hreport "github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 )
 
-// Records kept in a real JetStream stream through internal/records, read
+// Records kept in a real JetStream stream through internal/adapters/records, read
 // back by `hedgerow report --nats`: its JSON is the report of the records
 // kept, the export holds them, the plot is drawn.
 func TestReportReadsTheStreamExportsItsRecordsAndPlotsTheirTails(t *testing.T) {

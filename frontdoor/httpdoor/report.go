@@ -23,7 +23,7 @@ const (
 )
 
 // RecordSource reads the kept records from since on (zero: all). It is
-// what the report endpoints need of the records stream; internal/records'
+// what the report endpoints need of the records stream; internal/adapters/records'
 // Reader is the one the gateway passes. An error wrapping
 // report.ErrNotKept answers 503: the deployment keeps no records.
 type RecordSource interface {

@@ -9,7 +9,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
-	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 )
 
 // defaultSetting is the value a key takes when the file leaves it out. In

@@ -23,9 +23,9 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/redistenantlimit"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
+	"github.com/hedgerow/hedgerow/internal/adapters/tracing"
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/records"
-	"github.com/hedgerow/hedgerow/internal/tracing"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 

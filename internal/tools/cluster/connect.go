@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
-	"github.com/hedgerow/hedgerow/internal/records"
 )
 
 // NATSURLs are the cluster's NATS client URLs (TLS).

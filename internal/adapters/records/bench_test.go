@@ -12,8 +12,8 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -23,7 +23,7 @@ import (
 // (publish and flush) on the same server, open loop at 1,000 records a
 // second. It reports both p50 and p99 and their ratio.
 //
-//	go test ./internal/records/ -run '^$' -bench CommitPathWait -benchtime 3000x
+//	go test ./internal/adapters/records/ -run '^$' -bench CommitPathWait -benchtime 3000x
 func BenchmarkCommitPathWait(b *testing.B) {
 	srv := natstest.Start(b, natstest.JetStream(b.TempDir()))
 	nc := natstest.Connect(b, srv)
@@ -88,7 +88,7 @@ func BenchmarkCommitPathWait(b *testing.B) {
 // temporary directory, closed loop, with nats-server's default sync timer
 // and with `sync_interval: always` side by side in one run.
 //
-//	go test ./internal/records/ -run '^$' -bench Durability -benchtime 2000x
+//	go test ./internal/adapters/records/ -run '^$' -bench Durability -benchtime 2000x
 func BenchmarkDurability(b *testing.B) {
 	for _, sync := range []struct {
 		name string

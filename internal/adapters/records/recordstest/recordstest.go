@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hedgerow/hedgerow/internal/records"
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 )
 
 // Keep publishes raw records as a dispatcher does, each on its subject with

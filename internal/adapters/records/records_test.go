@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/records"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hedgerow/hedgerow/internal/adapters/records"
+	"github.com/hedgerow/hedgerow/internal/adapters/records/recordstest"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/records"
-	"github.com/hedgerow/hedgerow/internal/records/recordstest"
 	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 	"github.com/hedgerow/hedgerow/schemas"
