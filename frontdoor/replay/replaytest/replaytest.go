@@ -17,10 +17,16 @@ import (
 
 // Clock is the settable clock the suite's stores read; the suite only
 // advances it, never sleeps.
-type Clock = fakeclock.Clock
+type Clock struct{ fake *fakeclock.Clock }
 
 // NewClock returns a clock at a fixed instant.
-func NewClock() *Clock { return fakeclock.New() }
+func NewClock() *Clock { return &Clock{fake: fakeclock.New()} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { return c.fake.Now() }
+
+// Advance moves the clock by d.
+func (c *Clock) Advance(d time.Duration) { c.fake.Advance(d) }
 
 // Factory returns a fresh, empty store on clock that keeps entries of up
 // to maxEntryBytes.
