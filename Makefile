@@ -72,6 +72,7 @@ test: redis prometheus
 	$(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestReplayingAWorkloadsRecordsRecoversItsFrontier$$' ./simulator/
 
+# gofmt, go vet and the import rules below; CI (.ci/run) runs it before make test.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -91,8 +92,8 @@ function bad(why) { printf "%s imports %s: %s\n", pkg, imp, why; failed = 1 }
 			bad("the runtime serves no door")
 		if (under(pkg, "frontdoor") && (imp == m "/internal/config" || under(imp, "budgets")))
 			bad("doors take plain options, not the configuration or the budgets")
-		if (!under(pkg, "internal") && !under(pkg, "cmd") && !under(pkg, "integration") && imp == m "/internal/config")
-			bad("public packages take their own options")
+		if (!under(pkg, "internal") && !under(pkg, "cmd") && !under(pkg, "integration") && under(imp, "internal"))
+			bad("public packages, their test helpers included, take their own options and expose no internal/ type")
 		if (pkg == m "/dispatcher/hedge" && imp !~ /^(errors|fmt|time|slices|maps|sort|strconv|strings|math)$$/ && imp != m "/schemas")
 			bad("the hedge engine does no I/O")
 		if ((under(pkg, "dispatcher") || under(pkg, "budgets") || under(pkg, "arbiter") || under(pkg, "worker") || under(pkg, "schemas")) && under(imp, "simulator"))

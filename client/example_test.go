@@ -46,7 +46,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(natsauth.ClientInbox(natsauth.UserClient)))
+	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(schemas.ClientInbox(natsauth.UserClient)))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func ExampleClient_Stream() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(natsauth.ClientInbox(natsauth.UserClient)))
+	nc, err := nats.Connect(natsURL, auth, nats.CustomInboxPrefix(schemas.ClientInbox(natsauth.UserClient)))
 	if err != nil {
 		log.Fatal(err)
 	}

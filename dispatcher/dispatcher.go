@@ -29,13 +29,6 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Subjects of the wire (docs/architecture.md §8).
-const (
-	AttemptSubjectPrefix = "hedgerow.attempt."
-	AttemptRecordSubject = "hedgerow.events.attempt"
-	GroupRecordSubject   = "hedgerow.events.group"
-)
-
 // Budgets is what a dispatcher asks of the shared budgets: admission and
 // reservations on the request path, route flags it marks, and the route
 // snapshot its picker reads. Any budgets.Store is one; a dispatcher holds no

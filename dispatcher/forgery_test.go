@@ -238,7 +238,7 @@ func TestARogueClientCommitsNoAnswerAndKillsNoRequest(t *testing.T) {
 		}
 	}
 	// (a) Forged answers to every attempt it reads.
-	attempts, err := rogue.Subscribe(AttemptSubjectPrefix+">", func(m *nats.Msg) {
+	attempts, err := rogue.Subscribe(schemas.AttemptSubjectPrefix+">", func(m *nats.Msg) {
 		var a schemas.Attempt
 		if schemas.Decode(m.Data, &a) != nil {
 			t.Error("the rogue could not read an attempt")

@@ -464,7 +464,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		}
 		t.Cleanup(func() { _ = s.Unsubscribe() })
 	}
-	sub(AttemptRecordSubject, func(b []byte) {
+	sub(schemas.AttemptRecordSubject, func(b []byte) {
 		var r schemas.AttemptRecord
 		if json.Unmarshal(b, &r) == nil {
 			select {
@@ -473,7 +473,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 			}
 		}
 	})
-	sub(GroupRecordSubject, func(b []byte) {
+	sub(schemas.GroupRecordSubject, func(b []byte) {
 		var r schemas.GroupRecord
 		if json.Unmarshal(b, &r) == nil {
 			select {
@@ -587,7 +587,7 @@ func startFakeWorker(t *testing.T, c *cluster, routes []string, handle func(fw *
 	}
 	var wg sync.WaitGroup
 	for _, r := range routes {
-		s, err := fw.nc.QueueSubscribe(AttemptSubjectPrefix+r, "hedgerow-worker-"+r, func(m *nats.Msg) {
+		s, err := fw.nc.QueueSubscribe(schemas.AttemptSubjectPrefix+r, "hedgerow-worker-"+r, func(m *nats.Msg) {
 			var a schemas.Attempt
 			if schemas.Decode(m.Data, &a) != nil {
 				return

@@ -48,7 +48,7 @@ func TestNoGoroutineLeakAfterTenThousandGroups(t *testing.T) {
 	var failedMu sync.Mutex
 	failed := map[string]schemas.GroupRecord{}
 	recorded := make(chan struct{}, 1)
-	fs, err := c.nc.Subscribe(GroupRecordSubject, func(m *nats.Msg) {
+	fs, err := c.nc.Subscribe(schemas.GroupRecordSubject, func(m *nats.Msg) {
 		var r schemas.GroupRecord
 		if json.Unmarshal(m.Data, &r) == nil && r.Outcome != schemas.GroupCommitted {
 			failedMu.Lock()

@@ -202,7 +202,7 @@ func TestAfterFiftyQuickStreamsTheCohortsDerivedStallBoundCutsAStall(t *testing.
 	ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
 	c := newCluster(t, []string{"a", "b"}, ps, derivedStallYAML)
 	d, regs := singleDispatcher(t, c)
-	attempts, err := c.nc.SubscribeSync(AttemptSubjectPrefix + ">")
+	attempts, err := c.nc.SubscribeSync(schemas.AttemptSubjectPrefix + ">")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +49,7 @@ func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining ti
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()
 	if err == nil {
-		err = d.nc.PublishMsg(&nats.Msg{Subject: AttemptSubjectPrefix + a.route, Reply: msg.ReplyInbox, Data: data})
+		err = d.nc.PublishMsg(&nats.Msg{Subject: schemas.AttemptSubject(a.route), Reply: msg.ReplyInbox, Data: data})
 	}
 	if err != nil {
 		d.log.Warn("attempt not published", "group", g.id, "route", a.route, "err", err)
@@ -167,7 +166,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		switch {
 		case len(m.Embeddings) > 0:
 			obs.Content = m.Embeddings // an embeddings answer is its vectors
-		case hasToolCalls(m.ToolCalls) && strings.TrimSpace(content) == "":
+		case schemas.HasToolCalls(m.ToolCalls) && strings.TrimSpace(content) == "":
 			obs.Content = m.ToolCalls
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
@@ -206,13 +205,6 @@ func (g *group) checkReply(a *attemptState, reply schemas.Reply) string {
 		}
 	}
 	return ""
-}
-
-// hasToolCalls reports whether a result's tool calls hold any: a JSON null
-// or empty array is none.
-func hasToolCalls(raw json.RawMessage) bool {
-	s := strings.TrimSpace(string(raw))
-	return s != "" && s != "null" && s != "[]"
 }
 
 // lost fails an attempt whose stream broke on the wire; its worker may still

@@ -22,7 +22,6 @@ import (
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/schemas"
-	"github.com/hedgerow/hedgerow/worker"
 )
 
 // clusterDeadline is the policy deadline of the cluster test's groups, and
@@ -96,9 +95,9 @@ func TestGroupsFinishOrFailStablyWhenANATSNodeGoesDown(t *testing.T) {
 			// subscriber are before the first attempt: two worker
 			// processes per route, one subscriber.
 			for _, r := range cfg.Routes {
-				waitInterest(t, nodes, worker.AttemptSubject(r.Name), 2)
+				waitInterest(t, nodes, schemas.AttemptSubject(r.Name), 2)
 			}
-			waitInterest(t, nodes, dispatcher.GroupRecordSubject, 1)
+			waitInterest(t, nodes, schemas.GroupRecordSubject, 1)
 
 			calls := runCallers(t, d, 4)
 			calls.waitCommitted(t, 20, time.Time{}, "before the node goes down")
@@ -479,7 +478,7 @@ type groupRecordBook struct {
 func subscribeGroupRecords(t *testing.T, nc *nats.Conn) *groupRecordBook {
 	t.Helper()
 	b := &groupRecordBook{byGroup: map[string][]schemas.GroupRecord{}, changed: make(chan struct{}, 1)}
-	sub, err := nc.Subscribe(dispatcher.GroupRecordSubject, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(schemas.GroupRecordSubject, func(m *nats.Msg) {
 		var r schemas.GroupRecord
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			r.HedgeGroupID = "undecodable: " + err.Error()

@@ -24,7 +24,6 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
-	"github.com/hedgerow/hedgerow/worker"
 )
 
 // processDeadline is the policy deadline of the process tests' groups.
@@ -477,7 +476,7 @@ const workersReadyTimeout = 30 * time.Second
 // the bound has its goroutines' stacks written to its log first.
 func waitWorkers(t *testing.T, nc *nats.Conn, n int, watch ...*process) {
 	t.Helper()
-	subject := "$SRV.PING." + worker.ServiceName
+	subject := "$SRV.PING." + schemas.WorkerServiceName
 	what := strconv.Itoa(n) + " workers to answer " + subject
 	bound := time.Now().Add(workersReadyTimeout)
 	eventually.True(t, workersReadyTimeout+10*time.Second, what, func() bool {

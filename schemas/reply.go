@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -339,4 +340,12 @@ func decodeReplyCarefully(data []byte) (Reply, error) {
 		return nil, fmt.Errorf("decode reply %s: %w", head.Type, err)
 	}
 	return r, nil
+}
+
+// HasToolCalls reports whether raw, the tool_calls member of a reply, a
+// chunk or an answer (an array in the OpenAI shape), holds any: absent,
+// JSON null and an empty array hold none.
+func HasToolCalls(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte("[]"))
 }

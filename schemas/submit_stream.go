@@ -56,12 +56,6 @@ const (
 	// (SubmitCancelSubject), or by the caller's NATS user and the request
 	// id (SubmitCancelUserSubject).
 	SubmitCancelPrefix = "hedgerow.submit.cancel."
-	// ClientInboxPrefix starts the inbox prefix of each NATS client user,
-	// ClientInboxPrefix.<user> (nats.CustomInboxPrefix): the generated
-	// permissions let a client user read only its own (docs/architecture.md
-	// §13), so the gateway reads the user owning a request from its reply
-	// subject (ClientInboxUser).
-	ClientInboxPrefix = "_INBOX.cl"
 	// MinUnguessableRequestIDLen is the length from which a request id
 	// counts as unguessable (UnguessableSubmitRequestID): 32 characters
 	// hold 128 bits as hex, the sparsest encoding in use; a caller draws

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,7 +87,7 @@ func (p *pendingChunk) reset() {
 // appendToolCalls appends the fragments of one chunk's tool-call array, so
 // that a coalesced Chunk carries every fragment in order.
 func appendToolCalls(dst []json.RawMessage, raw json.RawMessage) []json.RawMessage {
-	if !hasToolCalls(raw) {
+	if !schemas.HasToolCalls(raw) {
 		return dst
 	}
 	var frags []json.RawMessage
@@ -97,11 +96,6 @@ func appendToolCalls(dst []json.RawMessage, raw json.RawMessage) []json.RawMessa
 		return append(dst, raw)
 	}
 	return append(dst, frags...)
-}
-
-func hasToolCalls(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte("[]"))
 }
 
 func newAttemptRun(w *Worker, att schemas.Attempt, received time.Time) *attemptRun {
@@ -303,7 +297,7 @@ func (r *attemptRun) Delta(d upstream.Delta) {
 	}
 	wasEmpty := r.pend.empty()
 	r.pend.add(d)
-	isToken := d.Content != "" || hasToolCalls(d.ToolCalls)
+	isToken := d.Content != "" || schemas.HasToolCalls(d.ToolCalls)
 	switch {
 	case isToken && !r.firstToken:
 		r.firstToken = true

@@ -5,13 +5,14 @@
 //
 // # Subjects
 //
-// A Worker subscribes to AttemptSubject(route) in the queue group
-// QueueGroup(route), so each attempt reaches one worker of the route, and to
-// one control inbox of its own, named in every Accept, on which the
-// dispatcher sends Cancels. It registers the NATS micro service ServiceName
-// with the route in its metadata, so readiness checks can ping
-// $SRV.PING.hedgerow-worker, and publishes each attempt's sanitized
-// schemas.AttemptRecord on AttemptEventsSubject.
+// The wire's names are schemas' (docs/architecture.md §8). A Worker
+// subscribes to schemas.AttemptSubject(route) in the queue group
+// schemas.WorkerQueueGroup(route), so each attempt reaches one worker of the
+// route, and to one control inbox of its own, named in every Accept, on
+// which the dispatcher sends Cancels. It registers the NATS micro service
+// schemas.WorkerServiceName with the route in its metadata, so readiness
+// checks can ping $SRV.PING.hedgerow-worker, and publishes each attempt's
+// sanitized schemas.AttemptRecord on schemas.AttemptRecordSubject.
 //
 // # One attempt on the reply inbox
 //

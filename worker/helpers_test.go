@@ -179,7 +179,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	h.dc = natstest.Connect(t, h.nats)
 	wc := natstest.Connect(t, h.nats)
 	h.prov = startProvider(t, s.fake, s.gate)
-	events, err := h.dc.SubscribeSync(AttemptEventsSubject)
+	events, err := h.dc.SubscribeSync(schemas.AttemptRecordSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func (h *harness) listen(att schemas.Attempt) *inbox {
 func (h *harness) send(att schemas.Attempt) *inbox {
 	h.t.Helper()
 	in := h.listen(att)
-	h.publish(AttemptSubject(testRoute), att)
+	h.publish(schemas.AttemptSubject(testRoute), att)
 	return in
 }
 

@@ -133,7 +133,7 @@ func run(t *testing.T, nc *nats.Conn, route string) *schemas.AttemptResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Publish(worker.AttemptSubject(route), data); err != nil {
+	if err := nc.Publish(schemas.AttemptSubject(route), data); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -224,7 +224,7 @@ func TestPoolServesOnlyTheRoutesAskedFor(t *testing.T) {
 	if got := p.Routes(); !slices.Equal(got, []string{"ra"}) {
 		t.Fatalf("Routes = %v, want [ra]", got)
 	}
-	if _, err := nc.Request(worker.AttemptSubject("rb"), []byte("{}"), poolWait); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := nc.Request(schemas.AttemptSubject("rb"), []byte("{}"), poolWait); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("request on the route left out: %v, want no responders", err)
 	}
 }
@@ -264,7 +264,7 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 				t.Errorf("error %q does not say %q", err, tt.mentions)
 			}
 			// Nothing may be left subscribed after a refusal.
-			if _, err := nc.Request(worker.AttemptSubject("r"), []byte("{}"), poolWait); !errors.Is(err, nats.ErrNoResponders) {
+			if _, err := nc.Request(schemas.AttemptSubject("r"), []byte("{}"), poolWait); !errors.Is(err, nats.ErrNoResponders) {
 				t.Errorf("after a refused start: %v, want no responders", err)
 			}
 		})

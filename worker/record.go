@@ -7,10 +7,10 @@ import (
 )
 
 // publishRecord publishes the attempt's sanitized record on
-// AttemptEventsSubject, live only: the authoritative record of the attempt,
-// the one kept in the records stream, is its dispatcher's, which takes the
-// same usage from the attempt's result (docs/architecture.md §9). It holds
-// ids, classes, times and counts only.
+// schemas.AttemptRecordSubject, live only: the authoritative record of the
+// attempt, the one kept in the records stream, is its dispatcher's, which
+// takes the same usage from the attempt's result (docs/architecture.md §9).
+// It holds ids, classes, times and counts only.
 func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usage, cancelAt time.Time, reason schemas.CancelReason) {
 	cfg := &r.w.cfg
 	fp, err := r.att.Request.Fingerprint(cfg.FingerprintKey)
@@ -53,7 +53,7 @@ func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usag
 	}
 	data, err := rec.MarshalJSON()
 	if err == nil {
-		err = cfg.Conn.Publish(AttemptEventsSubject, data)
+		err = cfg.Conn.Publish(schemas.AttemptRecordSubject, data)
 	}
 	if err != nil {
 		r.w.log.Warn("attempt record not published", "group_id", r.att.GroupID, "attempt", r.att.Attempt, "error", err)

@@ -16,23 +16,9 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// Subjects and names of the wire (docs/architecture.md §8).
-const (
-	// ServiceName is the NATS micro service every worker registers.
-	ServiceName = "hedgerow-worker"
-	// ServiceVersion is the micro service's version: the wire's major
-	// version as semver.
-	ServiceVersion = "1.0.0"
-	// AttemptEventsSubject carries the workers' sanitized attempt records.
-	AttemptEventsSubject = "hedgerow.events.attempt"
-)
-
-// AttemptSubject is the subject the dispatcher publishes a route's attempts on.
-func AttemptSubject(route string) string { return "hedgerow.attempt." + route }
-
-// QueueGroup is the queue group of a route's workers: each attempt reaches
-// one of them.
-func QueueGroup(route string) string { return "hedgerow-worker-" + route }
+// ServiceVersion is the version of the micro service a worker registers
+// (schemas.WorkerServiceName): the wire's major version as semver.
+const ServiceVersion = "1.0.0"
 
 // Errors of the package, which callers may branch on with errors.Is.
 var (
@@ -143,20 +129,20 @@ func (w *Worker) Start() error {
 	if err != nil {
 		return fmt.Errorf("worker %s: subscribe control inbox: %w", w.cfg.WorkerID, err)
 	}
-	asub, err := nc.QueueSubscribe(AttemptSubject(w.cfg.Route), QueueGroup(w.cfg.Route), w.handleAttempt)
+	asub, err := nc.QueueSubscribe(schemas.AttemptSubject(w.cfg.Route), schemas.WorkerQueueGroup(w.cfg.Route), w.handleAttempt)
 	if err != nil {
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker %s: subscribe %s: %w", w.cfg.WorkerID, AttemptSubject(w.cfg.Route), err)
+		return fmt.Errorf("worker %s: subscribe %s: %w", w.cfg.WorkerID, schemas.AttemptSubject(w.cfg.Route), err)
 	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        schemas.WorkerServiceName,
 		Version:     ServiceVersion,
 		Description: "hedgerow attempt worker",
 		Metadata: map[string]string{
 			"route":        w.cfg.Route,
 			"worker_id":    w.cfg.WorkerID,
-			"subject":      AttemptSubject(w.cfg.Route),
-			"queue_group":  QueueGroup(w.cfg.Route),
+			"subject":      schemas.AttemptSubject(w.cfg.Route),
+			"queue_group":  schemas.WorkerQueueGroup(w.cfg.Route),
 			"max_inflight": strconv.Itoa(w.cfg.MaxInflight),
 			"wire_version": strconv.Itoa(schemas.Version),
 		},
@@ -164,7 +150,7 @@ func (w *Worker) Start() error {
 	if err != nil {
 		_ = asub.Unsubscribe()
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker %s: register micro service %s: %w", w.cfg.WorkerID, ServiceName, err)
+		return fmt.Errorf("worker %s: register micro service %s: %w", w.cfg.WorkerID, schemas.WorkerServiceName, err)
 	}
 	// Return only once the server has the subscriptions: an attempt sent
 	// after Start reaches this worker, and a readiness ping is answered.
@@ -181,7 +167,7 @@ func (w *Worker) Start() error {
 	w.state = started
 	w.leases.start()
 	w.metrics.setInflight(w.cfg.Route, 0)
-	w.log.Info("worker started", "subject", AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
+	w.log.Info("worker started", "subject", schemas.AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
 	return nil
 }
 

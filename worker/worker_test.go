@@ -482,7 +482,7 @@ func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := h.dc.Publish(AttemptSubject(testRoute), []byte(tc.body(badInbox))); err != nil {
+			if err := h.dc.Publish(schemas.AttemptSubject(testRoute), []byte(tc.body(badInbox))); err != nil {
 				t.Fatal(err)
 			}
 			// Attempts are handled in order: once the next one is answered,
@@ -513,7 +513,7 @@ func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
 
 func TestMicroServiceAnswersPingWithTheRoute(t *testing.T) {
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
-	msg, err := h.dc.Request("$SRV.PING."+ServiceName, nil, wait)
+	msg, err := h.dc.Request("$SRV.PING."+schemas.WorkerServiceName, nil, wait)
 	if err != nil {
 		t.Fatalf("ping: %v", err)
 	}
@@ -521,7 +521,7 @@ func TestMicroServiceAnswersPingWithTheRoute(t *testing.T) {
 	if err := json.Unmarshal(msg.Data, &ping); err != nil {
 		t.Fatal(err)
 	}
-	if ping.Name != ServiceName || ping.Metadata["route"] != testRoute || ping.Metadata["worker_id"] != "worker-test-1" {
+	if ping.Name != schemas.WorkerServiceName || ping.Metadata["route"] != testRoute || ping.Metadata["worker_id"] != "worker-test-1" {
 		t.Errorf("ping = %+v", ping)
 	}
 }
@@ -556,7 +556,7 @@ func TestStopFinishesInflightAttemptsAndTakesNoNewWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.w.handleAttempt(&nats.Msg{Subject: AttemptSubject(testRoute), Data: data})
+	h.w.handleAttempt(&nats.Msg{Subject: schemas.AttemptSubject(testRoute), Data: data})
 	if r := qin.next(); r.ReplyType() != schemas.ReplyBusy {
 		t.Errorf("queued attempt got %s, want busy", r.ReplyType())
 	}
@@ -566,13 +566,13 @@ func TestStopFinishesInflightAttemptsAndTakesNoNewWork(t *testing.T) {
 	if data, err = fresh.MarshalJSON(); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.dc.PublishRequest(AttemptSubject(testRoute), fresh.ReplyInbox, data); err != nil {
+	if err := h.dc.PublishRequest(schemas.AttemptSubject(testRoute), fresh.ReplyInbox, data); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fin.sub.NextMsg(wait); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("new attempt: %v, want no responders", err)
 	}
-	if _, err := h.dc.Request("$SRV.PING."+ServiceName, nil, wait); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := h.dc.Request("$SRV.PING."+schemas.WorkerServiceName, nil, wait); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("ping while stopping: %v, want no responders", err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hedgerow/hedgerow/internal/natsauth"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 func TestNATSAuthWritesUsersForTheConfiguredRoutesAndSaysWhatEachProcessSets(t *testing.T) {
@@ -32,7 +33,7 @@ func TestNATSAuthWritesUsersForTheConfiguredRoutesAndSaysWhatEachProcessSets(t *
 	if !strings.Contains(string(conf), "# worker of routes fake-0;") {
 		t.Errorf("the permissions do not follow the configured routes:\n%s", conf)
 	}
-	for _, want := range []string{"nkey_seed_file: " + filepath.Join(out, "w0.nk"), natsauth.ClientInbox("alice")} {
+	for _, want := range []string{"nkey_seed_file: " + filepath.Join(out, "w0.nk"), schemas.ClientInbox("alice")} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 func newWorkerCmd() *cobra.Command {
@@ -31,7 +32,7 @@ restart), and its attempts in flight carry on.`,
 			defer stopCatching()
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, nc, log, err := flags.connect(cmd, config.RoleWorker, urls, "hedgerow-worker")
+			cfg, nc, log, err := flags.connect(cmd, config.RoleWorker, urls, schemas.WorkerServiceName)
 			if err != nil {
 				return err
 			}

@@ -9,11 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-)
 
-// workerServiceName is the NATS micro service workers register;
-// it mirrors worker.ServiceName, which the front door does not import.
-const workerServiceName = "hedgerow-worker"
+	"github.com/hedgerow/hedgerow/schemas"
+)
 
 // readyReport is the body of /readyz: ready, or what is missing.
 type readyReport struct {
@@ -86,7 +84,7 @@ func (r *readiness) probe() readyReport {
 // liveRoutes pings every worker and collects the routes of those that answer
 // within the window; it stops early once every pool has one.
 func (r *readiness) liveRoutes() (map[string]bool, error) {
-	subject, err := micro.ControlSubject(micro.PingVerb, workerServiceName, "")
+	subject, err := micro.ControlSubject(micro.PingVerb, schemas.WorkerServiceName, "")
 	if err != nil {
 		return nil, fmt.Errorf("ping subject: %w", err)
 	}
@@ -116,7 +114,7 @@ func (r *readiness) liveRoutes() (map[string]bool, error) {
 			return nil, fmt.Errorf("ping replies: %w", err)
 		}
 		var ping micro.Ping
-		if json.Unmarshal(msg.Data, &ping) != nil || ping.Name != workerServiceName {
+		if json.Unmarshal(msg.Data, &ping) != nil || ping.Name != schemas.WorkerServiceName {
 			continue
 		}
 		if rt := ping.Metadata["route"]; rt != "" {

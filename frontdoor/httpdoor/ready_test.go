@@ -13,7 +13,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/worker"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // startWorkerServices registers, for each route, the micro service a
@@ -22,7 +22,7 @@ func startWorkerServices(t *testing.T, nc *nats.Conn, routes ...string) []micro.
 	t.Helper()
 	var out []micro.Service
 	for _, r := range routes {
-		svc, err := micro.AddService(nc, micro.Config{Name: workerServiceName, Version: "1.0.0", Metadata: map[string]string{"route": r}})
+		svc, err := micro.AddService(nc, micro.Config{Name: schemas.WorkerServiceName, Version: "1.0.0", Metadata: map[string]string{"route": r}})
 		if err != nil {
 			t.Fatalf("register worker of %s: %v", r, err)
 		}
@@ -108,11 +108,5 @@ func TestHTTPReadinessIsReusedUntilItsTTLExpires(t *testing.T) {
 	clock.Add(time.Second)
 	if s := status(); s != http.StatusServiceUnavailable {
 		t.Fatalf("readyz %d after the TTL with every worker stopped, want 503", s)
-	}
-}
-
-func TestHTTPWorkerServiceNameMatchesTheWorkers(t *testing.T) {
-	if workerServiceName != worker.ServiceName {
-		t.Fatalf("readiness pings %q, workers register %q", workerServiceName, worker.ServiceName)
 	}
 }

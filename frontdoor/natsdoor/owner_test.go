@@ -107,7 +107,7 @@ func startOwnedDoor(t *testing.T, opts Options) *ownedDoor {
 	d := &ownedDoor{runtime: newHeldRuntime(), reg: prometheus.NewPedanticRegistry(), users: map[string]*caller{}}
 	for _, user := range []string{"alice", "bob"} {
 		c := &caller{denied: make(chan string, 8)}
-		c.nc = connect(user, natsauth.ClientInbox(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		c.nc = connect(user, schemas.ClientInbox(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.denied <- err.Error()
 		}))
 		d.users[user] = c
@@ -116,7 +116,7 @@ func startOwnedDoor(t *testing.T, opts Options) *ownedDoor {
 		"acme": {policy.HashAPIKey(frontdoortest.AcmeKey)}, "other": {policy.HashAPIKey(frontdoortest.OtherKey)}})
 	opts.Registerer = d.reg
 	d.sub = frontdoortest.New(d.runtime.script)
-	if d.svc, err = Start(d.sub, connect(natsauth.UserGateway, natsauth.GatewayInboxPrefix), opts); err != nil {
+	if d.svc, err = Start(d.sub, connect(natsauth.UserGateway, schemas.GatewayInboxPrefix), opts); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {

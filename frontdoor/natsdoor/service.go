@@ -30,9 +30,6 @@ const (
 	// ServiceVersion is the micro service's version: the wire's major
 	// version first.
 	ServiceVersion = "1.0.0"
-	// QueueGroup is the queue group of the submit endpoint: each request
-	// goes to one gateway replica.
-	QueueGroup = "hedgerow-gateway"
 	// DefaultMaxInFlight bounds the requests one replica serves at once
 	// when Options.MaxInFlight is zero.
 	DefaultMaxInFlight = 4096
@@ -198,7 +195,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	}
 	if err := s.svc.AddEndpoint("submit", micro.HandlerFunc(s.handleSubmit),
 		micro.WithEndpointSubject(schemas.SubmitSubject),
-		micro.WithEndpointQueueGroup(QueueGroup),
+		micro.WithEndpointQueueGroup(schemas.SubmitQueueGroup),
 		micro.WithEndpointMetadata(map[string]string{
 			"request":  schemas.KindSubmitRequest,
 			"response": schemas.KindSubmitResponse,

@@ -153,8 +153,8 @@ func TestNATSServiceAnswersPingAndListsItsEndpointInInfo(t *testing.T) {
 		endpoints[e.Subject] = e
 	}
 	submit, ok := endpoints[schemas.SubmitSubject]
-	if !ok || submit.QueueGroup != QueueGroup {
-		t.Errorf("info endpoints %+v: want %s in queue group %s", info.Endpoints, schemas.SubmitSubject, QueueGroup)
+	if !ok || submit.QueueGroup != schemas.SubmitQueueGroup {
+		t.Errorf("info endpoints %+v: want %s in queue group %s", info.Endpoints, schemas.SubmitSubject, schemas.SubmitQueueGroup)
 	}
 	if _, ok := endpoints[schemas.SubmitCancelPrefix+">"]; !ok {
 		t.Errorf("info endpoints %+v: want the cancel endpoint %s>", info.Endpoints, schemas.SubmitCancelPrefix)

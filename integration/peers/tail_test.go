@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/node"
 	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -37,7 +36,7 @@ func tapGroupRecords(s *node.Serve) (*groupTap, error) {
 		return nil, fmt.Errorf("tap group records: %w", err)
 	}
 	t := &groupTap{nc: nc, by: map[string]schemas.GroupRecord{}}
-	if _, err := nc.Subscribe(dispatcher.GroupRecordSubject, t.add); err != nil {
+	if _, err := nc.Subscribe(schemas.GroupRecordSubject, t.add); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("tap group records: %w", err)
 	}

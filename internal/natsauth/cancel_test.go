@@ -35,7 +35,7 @@ func TestAClientUserMayPublishCancelsOnlyUnderItsOwnName(t *testing.T) {
 		}
 		return natstest.Connect(t, ns, append(opts, seed, nats.CustomInboxPrefix(inbox))...)
 	}
-	gw := as(UserGateway, GatewayInboxPrefix)
+	gw := as(UserGateway, schemas.GatewayInboxPrefix)
 	heard, err := gw.SubscribeSync(schemas.SubmitCancelPrefix + ">")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestAClientUserMayPublishCancelsOnlyUnderItsOwnName(t *testing.T) {
 		t.Fatal(err)
 	}
 	denied := make(chan string, 4)
-	alice := as("alice", ClientInbox("alice"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	alice := as("alice", schemas.ClientInbox("alice"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		denied <- err.Error()
 	}))
 	id := strings.Repeat("ab", 16)

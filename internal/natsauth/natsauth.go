@@ -3,11 +3,12 @@
 // its part of the wire (docs/architecture.md §8) needs, as a nats-server
 // configuration, with each user's secret in a file of its own (mode 0600).
 //
-// The subjects come from the packages that use them (dispatcher, worker,
-// schemas), never from copies. Each role's connections keep their inboxes
-// under a prefix of their own (GatewayInboxPrefix, WorkerInboxPrefix,
-// ClientInboxPrefix), so a role may subscribe to its own replies and to no
-// one else's: a client cannot read _INBOX.> or an attempt subject.
+// The subjects come from schemas, the wire's one home (docs/architecture.md
+// §8), never from copies. Each role's connections keep their inboxes under
+// a prefix of their own (schemas.GatewayInboxPrefix, WorkerInboxPrefix,
+// ClientInbox(user), ObserverInboxPrefix), so a role may subscribe to its
+// own replies and to no one else's: a client cannot read _INBOX.> or an
+// attempt subject.
 package natsauth
 
 import (
@@ -30,35 +31,11 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hedgerow/hedgerow/arbiter"
-	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/worker"
 )
-
-// Inbox prefixes of the roles' connections (nats.CustomInboxPrefix).
-// internal/node sets them on every connection it opens, with or without
-// authentication, so that turning authentication on changes no subject.
-const (
-	// GatewayInboxPrefix holds the dispatchers' reply inboxes, the NATS
-	// door's probes and the readiness pings' inboxes.
-	GatewayInboxPrefix = "_INBOX.gw"
-	// WorkerInboxPrefix holds the workers' control inboxes, where
-	// gateways send cancels.
-	WorkerInboxPrefix = "_INBOX.wk"
-	// ClientInboxPrefix starts each client user's prefix:
-	// ClientInbox(user). The gateway reads a request's owner from it
-	// (schemas.ClientInboxUser).
-	ClientInboxPrefix = schemas.ClientInboxPrefix
-	// ObserverInboxPrefix holds the observers' inboxes, where the records
-	// stream's answers and messages reach them.
-	ObserverInboxPrefix = "_INBOX.ob"
-)
-
-// ClientInbox is the inbox prefix a client user must connect with
-// (nats.CustomInboxPrefix): the only subjects it may subscribe to.
-func ClientInbox(user string) string { return ClientInboxPrefix + "." + user }
 
 // Method is how users authenticate.
 type Method string
@@ -245,12 +222,12 @@ func Generate(spec Spec) (*Bundle, error) {
 	}
 	var users []User
 	if spec.Serve {
-		users = append(users, User{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: GatewayInboxPrefix,
+		users = append(users, User{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: schemas.GatewayInboxPrefix,
 			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))})
 	}
 	users = append(users,
-		User{Name: UserGateway, Role: UserGateway, InboxPrefix: GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
-		User{Name: UserObserver, Role: UserObserver, InboxPrefix: ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+		User{Name: UserGateway, Role: UserGateway, InboxPrefix: schemas.GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
+		User{Name: UserObserver, Role: UserObserver, InboxPrefix: schemas.ObserverInboxPrefix, Permissions: observerPermissions(stream)},
 	)
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
 		routes := workers[name]
@@ -263,10 +240,10 @@ func Generate(spec Spec) (*Bundle, error) {
 			return nil, fmt.Errorf("natsauth: worker user %q has no routes", name)
 		}
 		users = append(users, User{Name: name, Role: UserWorker, Routes: slices.Clone(routes),
-			InboxPrefix: WorkerInboxPrefix, Permissions: workerPermissions(routes, resp)})
+			InboxPrefix: schemas.WorkerInboxPrefix, Permissions: workerPermissions(routes, resp)})
 	}
 	for _, name := range clients {
-		users = append(users, User{Name: name, Role: UserClient, InboxPrefix: ClientInbox(name),
+		users = append(users, User{Name: name, Role: UserClient, InboxPrefix: schemas.ClientInbox(name),
 			Permissions: clientPermissions(name)})
 	}
 	seen := map[string]bool{}
@@ -387,15 +364,15 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
 			schemas.StoredRecordPrefix + ">",
-			dispatcher.AttemptSubjectPrefix + "*",
-			WorkerInboxPrefix + ".>",
-			dispatcher.AttemptRecordSubject,
-			dispatcher.GroupRecordSubject,
-			ClientInboxPrefix + ".>",
-			micro.APIPrefix + ".PING." + worker.ServiceName,
+			schemas.AttemptSubjectPrefix + "*",
+			schemas.WorkerInboxPrefix + ".>",
+			schemas.AttemptRecordSubject,
+			schemas.GroupRecordSubject,
+			schemas.ClientInboxPrefix + ".>",
+			micro.APIPrefix + ".PING." + schemas.WorkerServiceName,
 		},
 		Subscribe: append([]string{
-			GatewayInboxPrefix + ".>",
+			schemas.GatewayInboxPrefix + ".>",
 			schemas.SubmitSubject,
 			schemas.SubmitCancelPrefix + ">",
 		}, srvSubjects(schemas.SubmitServiceName)...),
@@ -408,12 +385,12 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 // inbox and its own micro service; publish its attempt records and, within
 // resp, the replies to the attempts (and pings) it received — nothing else.
 func workerPermissions(routes []string, resp Responses) Permissions {
-	p := Permissions{Publish: []string{worker.AttemptEventsSubject}, Responses: &resp}
+	p := Permissions{Publish: []string{schemas.AttemptRecordSubject}, Responses: &resp}
 	for _, r := range routes {
-		p.Subscribe = append(p.Subscribe, queueSubscription(worker.AttemptSubject(r), worker.QueueGroup(r)))
+		p.Subscribe = append(p.Subscribe, queueSubscription(schemas.AttemptSubject(r), schemas.WorkerQueueGroup(r)))
 	}
-	p.Subscribe = append(p.Subscribe, WorkerInboxPrefix+".>")
-	p.Subscribe = append(p.Subscribe, srvSubjects(worker.ServiceName)...)
+	p.Subscribe = append(p.Subscribe, schemas.WorkerInboxPrefix+".>")
+	p.Subscribe = append(p.Subscribe, srvSubjects(schemas.WorkerServiceName)...)
 	return p
 }
 
@@ -424,7 +401,7 @@ func clientPermissions(name string) Permissions {
 	return Permissions{
 		Publish: []string{schemas.SubmitSubject, schemas.SubmitCancelUserPrefix(name) + "*",
 			micro.APIPrefix + ".PING." + schemas.SubmitServiceName},
-		Subscribe: []string{ClientInbox(name) + ".>"},
+		Subscribe: []string{schemas.ClientInbox(name) + ".>"},
 	}
 }
 
@@ -443,7 +420,7 @@ func observerPermissions(recordsStream string) Permissions {
 			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
 		},
-		Subscribe: []string{"hedgerow.events.>", ObserverInboxPrefix + ".>"},
+		Subscribe: []string{schemas.LiveRecordPrefix + ">", schemas.ObserverInboxPrefix + ".>"},
 	}
 }
 

@@ -221,7 +221,7 @@ func TestAWorkersCredentialsTakeAttemptsOnlyInTheQueueGroupAndAnswerOnlyItsOwnPi
 		}
 		// The rogue's one permitted subscription: its control inbox, where
 		// the gateway's marker arrives after both attempts.
-		marker, err := rogue.SubscribeSync(WorkerInboxPrefix + ".rogue")
+		marker, err := rogue.SubscribeSync(schemas.WorkerInboxPrefix + ".rogue")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,12 +235,12 @@ func TestAWorkersCredentialsTakeAttemptsOnlyInTheQueueGroupAndAnswerOnlyItsOwnPi
 		}
 		// As the dispatcher publishes it: the reply subject is the inbox,
 		// which allow_responses lets the worker answer.
-		if err := gw.PublishRequest(worker.AttemptSubject("a"), att.ReplyInbox, data); err != nil {
+		if err := gw.PublishRequest(schemas.AttemptSubject("a"), att.ReplyInbox, data); err != nil {
 			t.Fatal(err)
 		}
 		// Route b has no worker here: only a subscription of the rogue's
 		// could take it.
-		if err := gw.Publish(worker.AttemptSubject("b"), data); err != nil {
+		if err := gw.Publish(schemas.AttemptSubject("b"), data); err != nil {
 			t.Fatal(err)
 		}
 		if err := gw.Publish(marker.Subject, []byte("marker")); err != nil {
@@ -270,7 +270,7 @@ func TestAWorkersCredentialsTakeAttemptsOnlyInTheQueueGroupAndAnswerOnlyItsOwnPi
 	})
 
 	t.Run("the real worker answers its own service's pings", func(t *testing.T) {
-		subject, err := micro.ControlSubject(micro.PingVerb, worker.ServiceName, "")
+		subject, err := micro.ControlSubject(micro.PingVerb, schemas.WorkerServiceName, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,8 +279,8 @@ func TestAWorkersCredentialsTakeAttemptsOnlyInTheQueueGroupAndAnswerOnlyItsOwnPi
 			t.Fatalf("ping %s: %v", subject, err)
 		}
 		var ping micro.Ping
-		if err := json.Unmarshal(msg.Data, &ping); err != nil || ping.Name != worker.ServiceName || ping.Metadata["route"] != "a" {
-			t.Fatalf("ping answer %s (%v), want %s of route a", msg.Data, err, worker.ServiceName)
+		if err := json.Unmarshal(msg.Data, &ping); err != nil || ping.Name != schemas.WorkerServiceName || ping.Metadata["route"] != "a" {
+			t.Fatalf("ping answer %s (%v), want %s of route a", msg.Data, err, schemas.WorkerServiceName)
 		}
 	})
 	if got := gwViolations.all(); len(got) > 0 {

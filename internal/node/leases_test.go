@@ -19,7 +19,6 @@ import (
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
-	"github.com/hedgerow/hedgerow/worker"
 )
 
 // heldProvider is an OpenAI-compatible route that holds every chat request
@@ -142,7 +141,7 @@ func TestWorkerProcessWithRedisHoldsARouteLeaseWhileBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dc.Publish(worker.AttemptSubject("fake-a"), data); err != nil {
+	if err := dc.Publish(schemas.AttemptSubject("fake-a"), data); err != nil {
 		t.Fatal(err)
 	}
 	p.waitArrived(t)

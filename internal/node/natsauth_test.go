@@ -173,7 +173,7 @@ func TestEveryRoleDoesItsJobWithItsOwnCredentials(t *testing.T) {
 	if code, body := get(t, "http://"+g.Addr().String()+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d %s", code, body)
 	}
-	nc := bus.userConn(t, "alice", clErrs, nats.CustomInboxPrefix(natsauth.ClientInbox("alice")))
+	nc := bus.userConn(t, "alice", clErrs, nats.CustomInboxPrefix(schemas.ClientInbox("alice")))
 	c, err := client.New(nc, client.WithTimeout(wait))
 	if err != nil {
 		t.Fatal(err)
@@ -223,26 +223,26 @@ func TestEachRoleIsRefusedWhatItHasNoNeedFor(t *testing.T) {
 			{"a worker cannot publish attempts, even its own route's", true, "hedgerow.attempt.fake-a"},
 			{"a worker cannot publish another route's attempts", true, "hedgerow.attempt.fake-b"},
 			{"a worker cannot take another route's attempts", false, "hedgerow.attempt.fake-b"},
-			{"a worker cannot read the gateways' reply inboxes", false, natsauth.GatewayInboxPrefix + ".>"},
-			{"a worker cannot answer an attempt it never received", true, natsauth.GatewayInboxPrefix + ".x.1.1"},
+			{"a worker cannot read the gateways' reply inboxes", false, schemas.GatewayInboxPrefix + ".>"},
+			{"a worker cannot answer an attempt it never received", true, schemas.GatewayInboxPrefix + ".x.1.1"},
 			{"a worker cannot publish group records", true, "hedgerow.events.group"},
 			{"a worker cannot forge kept records", true, "hedgerow.records.group.x"},
-			{"a worker cannot cancel other workers' attempts", true, natsauth.WorkerInboxPrefix + ".x"},
+			{"a worker cannot cancel other workers' attempts", true, schemas.WorkerInboxPrefix + ".x"},
 		}},
 		{"gateway", config.RoleGateway, []try{
 			{"a gateway cannot take attempts", false, "hedgerow.attempt.fake-a"},
 			{"a gateway cannot submit requests", true, schemas.SubmitSubject},
-			{"a gateway cannot read clients' inboxes", false, natsauth.ClientInboxPrefix + ".>"},
+			{"a gateway cannot read clients' inboxes", false, schemas.ClientInboxPrefix + ".>"},
 		}},
 		{"alice", "", []try{
 			{"a client cannot read every inbox", false, "_INBOX.>"},
-			{"a client cannot read the gateways' reply inboxes", false, natsauth.GatewayInboxPrefix + ".>"},
-			{"a client cannot read another client's inbox", false, natsauth.ClientInbox("bob") + ".>"},
+			{"a client cannot read the gateways' reply inboxes", false, schemas.GatewayInboxPrefix + ".>"},
+			{"a client cannot read another client's inbox", false, schemas.ClientInbox("bob") + ".>"},
 			{"a client cannot read attempts", false, "hedgerow.attempt.*"},
-			{"a client cannot read the workers' control inboxes", false, natsauth.WorkerInboxPrefix + ".>"},
+			{"a client cannot read the workers' control inboxes", false, schemas.WorkerInboxPrefix + ".>"},
 			{"a client cannot publish attempts", true, "hedgerow.attempt.fake-a"},
-			{"a client cannot forge replies", true, natsauth.GatewayInboxPrefix + ".x.1.1"},
-			{"a client cannot forge cancels", true, natsauth.WorkerInboxPrefix + ".x"},
+			{"a client cannot forge replies", true, schemas.GatewayInboxPrefix + ".x.1.1"},
+			{"a client cannot forge cancels", true, schemas.WorkerInboxPrefix + ".x"},
 			{"a client cannot forge records", true, "hedgerow.events.group"},
 			{"a client cannot forge kept records", true, "hedgerow.records.attempt.x.1"},
 			{"a client cannot ping the workers", true, "$SRV.PING.hedgerow-worker"},
@@ -265,7 +265,7 @@ func TestEachRoleIsRefusedWhatItHasNoNeedFor(t *testing.T) {
 					cfg := bus.roleConfig(t, urlA, urlB, tt.user)
 					nc = connectAs(t, cfg, tt.role, errs)
 				} else {
-					nc = bus.userConn(t, tt.user, errs, nats.CustomInboxPrefix(natsauth.ClientInbox(tt.user)))
+					nc = bus.userConn(t, tt.user, errs, nats.CustomInboxPrefix(schemas.ClientInbox(tt.user)))
 				}
 				if tr.pub {
 					if err := nc.Publish(tr.subject, []byte("{}")); err != nil {
@@ -406,7 +406,7 @@ func TestServeWithUsersServesAndLetsOnlyKnownUsersJoin(t *testing.T) {
 	}
 	// The gateway kept the chat's group in the records stream, and the
 	// observer reads it there with its read-only stream permissions.
-	reader, err := nats.Connect(s.NATSURL(), obs, errs.option(), nats.CustomInboxPrefix(natsauth.ObserverInboxPrefix))
+	reader, err := nats.Connect(s.NATSURL(), obs, errs.option(), nats.CustomInboxPrefix(schemas.ObserverInboxPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +514,7 @@ func TestACallerThatGivesUpHasItsAttemptCancelledAcrossTheUsers(t *testing.T) {
 		}
 		defer stop(t, ws)
 	}
-	nc := bus.userConn(t, "alice", newAsyncErrors(), nats.CustomInboxPrefix(natsauth.ClientInbox("alice")))
+	nc := bus.userConn(t, "alice", newAsyncErrors(), nats.CustomInboxPrefix(schemas.ClientInbox("alice")))
 	// The client's timeout becomes the attempt's deadline: far too.
 	c, err := client.New(nc, client.WithTimeout(50*time.Second))
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/hedgerow/hedgerow/internal/config"
-	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/internal/redact"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // Options are the settings of a process that do not come from its
@@ -155,9 +155,9 @@ func authOptions(n config.NATS, env config.LookupEnv) ([]nats.Option, error) {
 // connection is a gateway's.
 func inboxPrefix(role config.Role) string {
 	if role == config.RoleWorker {
-		return natsauth.WorkerInboxPrefix
+		return schemas.WorkerInboxPrefix
 	}
-	return natsauth.GatewayInboxPrefix
+	return schemas.GatewayInboxPrefix
 }
 
 // checkPermissions fails when the server refused anything the process

@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/client"
-	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -112,7 +111,7 @@ type wireTap struct {
 }
 
 func (w *wireTap) add(m *nats.Msg) {
-	if m.Subject == schemas.SubmitSubject || strings.HasPrefix(m.Subject, dispatcher.AttemptSubjectPrefix) {
+	if m.Subject == schemas.SubmitSubject || strings.HasPrefix(m.Subject, schemas.AttemptSubjectPrefix) {
 		return
 	}
 	w.mu.Lock()
@@ -294,7 +293,7 @@ tenants:
 	groups += len(modes)
 	eventually.True(t, wait, "every group record published", func() bool {
 		_, counts := tap.snapshot()
-		return counts[dispatcher.GroupRecordSubject] >= groups
+		return counts[schemas.GroupRecordSubject] >= groups
 	})
 	if err := tapConn.Flush(); err != nil {
 		t.Fatal(err)

@@ -125,7 +125,7 @@ func (s *Serve) connect(name string, log *slog.Logger, opts ...nats.Option) (*na
 
 // Observe opens an in-process connection to the embedded server for an
 // observer in the same process — the peer comparison reads the records of
-// the groups it sent (dispatcher.GroupRecordSubject) — without an open
+// the groups it sent (schemas.GroupRecordSubject) — without an open
 // listener. The caller closes it; it authenticates as nothing, so it works
 // only while the server has no users.
 func (s *Serve) Observe(name string) (*nats.Conn, error) { return s.nats.Connect(name) }

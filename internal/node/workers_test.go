@@ -12,7 +12,6 @@ import (
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/schemas"
-	"github.com/hedgerow/hedgerow/worker"
 )
 
 // lookups is an environment that holds every variable and remembers which
@@ -54,7 +53,7 @@ pools:
 		t.Fatalf("config: %v", err)
 	}
 	nc := natstest.Connect(t, natstest.Start(t, natstest.MaxPayload(8<<20)))
-	records, err := nc.SubscribeSync(worker.AttemptEventsSubject)
+	records, err := nc.SubscribeSync(schemas.AttemptRecordSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ pools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.PublishMsg(&nats.Msg{Subject: worker.AttemptSubject("fake-a"), Reply: att.ReplyInbox, Data: data}); err != nil {
+	if err := nc.PublishMsg(&nats.Msg{Subject: schemas.AttemptSubject("fake-a"), Reply: att.ReplyInbox, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -11,22 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
-	"github.com/hedgerow/hedgerow/internal/fakeclock"
 )
 
 // Clock is the settable clock the suite's stores read; the suite only
 // advances it, never sleeps.
-type Clock struct{ fake *fakeclock.Clock }
+type Clock = frontdoortest.SettableClock
 
 // NewClock returns a clock at a fixed instant.
-func NewClock() *Clock { return &Clock{fake: fakeclock.New()} }
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time { return c.fake.Now() }
-
-// Advance moves the clock by d.
-func (c *Clock) Advance(d time.Duration) { c.fake.Advance(d) }
+func NewClock() *Clock { return frontdoortest.NewSettableClock() }
 
 // Factory returns a fresh, empty store on clock that keeps entries of up
 // to maxEntryBytes.

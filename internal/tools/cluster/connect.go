@@ -14,6 +14,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/natsauth"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // NATSURLs are the cluster's NATS client URLs (TLS).
@@ -43,10 +44,10 @@ func (m *Manifest) Connect(user string, opts ...nats.Option) (*nats.Conn, error)
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	prefix := map[string]string{
-		natsauth.UserObserver: natsauth.ObserverInboxPrefix,
-		natsauth.UserGateway:  natsauth.GatewayInboxPrefix,
-		natsauth.UserWorker:   natsauth.WorkerInboxPrefix,
-		natsauth.UserClient:   natsauth.ClientInbox(natsauth.UserClient),
+		natsauth.UserObserver: schemas.ObserverInboxPrefix,
+		natsauth.UserGateway:  schemas.GatewayInboxPrefix,
+		natsauth.UserWorker:   schemas.WorkerInboxPrefix,
+		natsauth.UserClient:   schemas.ClientInbox(natsauth.UserClient),
 	}[user]
 	own := []nats.Option{seed, nats.Name("hedgerow-cluster-" + user),
 		nats.RootCAs(filepath.Join(tlsDir, natsauth.CAFile)),

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -48,8 +47,8 @@ func startRecorder(url, seed string) (*recorder, error) {
 		changed: make(chan struct{}, 1),
 	}
 	for subject, handler := range map[string]nats.MsgHandler{
-		dispatcher.GroupRecordSubject:   r.onGroup,
-		dispatcher.AttemptRecordSubject: r.onAttempt,
+		schemas.GroupRecordSubject:   r.onGroup,
+		schemas.AttemptRecordSubject: r.onAttempt,
 	} {
 		sub, err := nc.Subscribe(subject, handler)
 		if err != nil {

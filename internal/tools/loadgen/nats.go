@@ -38,7 +38,7 @@ func (t *natsTarget) Send(ctx context.Context, rq Request, since func() time.Dur
 	if req.Request.Stream {
 		resp, err = t.stream(ctx, req, since, res)
 	} else if resp, err = t.c.Submit(ctx, req); err == nil {
-		if resp.Content == "" && !hasToolCalls(resp.ToolCalls) {
+		if resp.Content == "" && !schemas.HasToolCalls(resp.ToolCalls) {
 			err = ErrIncomplete
 		} else {
 			res.FirstToken, res.Chunks = since(), 1
@@ -67,7 +67,7 @@ func (t *natsTarget) stream(ctx context.Context, req client.Request, since func(
 	defer func() { _ = s.Close() }()
 	for s.Next() {
 		ch := s.Chunk()
-		if ch.Delta == "" && !hasToolCalls(ch.ToolCalls) {
+		if ch.Delta == "" && !schemas.HasToolCalls(ch.ToolCalls) {
 			continue
 		}
 		res.Chunks++

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // The X-Hedgerow-* response headers (frontdoor.Header*); repeated here so
@@ -162,14 +164,9 @@ func readCompletion(body io.Reader, since func() time.Duration) (time.Duration, 
 	}
 	at := since()
 	for _, ch := range c.Choices {
-		if ch.Message.Content != "" || hasToolCalls(ch.Message.ToolCalls) {
+		if ch.Message.Content != "" || schemas.HasToolCalls(ch.Message.ToolCalls) {
 			return at, 1, nil
 		}
 	}
 	return 0, 0, ErrIncomplete
-}
-
-func hasToolCalls(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && !bytes.Equal(raw, []byte("null")) && !bytes.Equal(raw, []byte("[]"))
 }

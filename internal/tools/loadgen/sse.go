@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // maxEventLine bounds one line of a stream; a chunk is far smaller.
@@ -101,7 +103,7 @@ func (st *streamStats) event(data []byte, since func() time.Duration) error {
 		return e
 	}
 	for _, c := range ev.Choices {
-		if c.Delta.Content == "" && !hasToolCalls(c.Delta.ToolCalls) {
+		if c.Delta.Content == "" && !schemas.HasToolCalls(c.Delta.ToolCalls) {
 			continue
 		}
 		st.chunks++
