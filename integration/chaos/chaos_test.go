@@ -38,6 +38,7 @@ var (
 	rateFlag  = flag.Float64("chaos.rate", 25, "requests a second, half streaming, over both gateways")
 	phaseFlag = flag.Duration("chaos.phase", 20*time.Second, "load time of each fault's phase")
 	seedFlag  = flag.Int64("chaos.seed", 1, "seed of the request mix")
+	natsFlag  = flag.String("chaos.nats-node", "", "NATS node the NATS phase kills (default nats-2); name the records stream's leader to kill a leader")
 )
 
 // clientDeadline bounds one logical request with its retries: past it with
@@ -354,6 +355,9 @@ func killGateway(t *testing.T, m *cluster.Manifest, l *load) string {
 
 func killNATS(t *testing.T, m *cluster.Manifest, _ *load) string {
 	name := cluster.NATSName(1)
+	if *natsFlag != "" {
+		name = *natsFlag
+	}
 	if err := cluster.Kill(m.Spec.Dir, name); err != nil {
 		t.Fatal(err)
 	}
