@@ -102,9 +102,12 @@ type Settle struct {
 	Attempt     int
 	Reservation ReservationID
 	Usage       schemas.Usage
-	// Lost says the attempt ended lost (schemas.StatusLost: its worker
-	// went silent or its stream broke): its ledger slot is forgiven, so
-	// the death does not spend a retry's attempts (docs/architecture.md §7).
+	// Lost says the attempt was lost through no fault of its caller: it
+	// ended lost (schemas.StatusLost: its worker went silent or its stream
+	// broke), or its group's commit was refused by a winner gate that
+	// could not decide (gate_unavailable: a Redis and ledger outage, a
+	// stream without a leader). Its ledger slot is forgiven, so the fault
+	// does not spend a retry's attempts (docs/architecture.md §7).
 	Lost bool
 }
 

@@ -101,9 +101,12 @@ type Group struct {
 	// attempt ran out of time failed for the deadline, not the routes.
 	lastFailTimedOut bool
 
-	committed   bool
-	winner      int
-	stopReason  CancelReason // why attempts were stopped when the group failed
+	committed  bool
+	winner     int
+	stopReason CancelReason // why attempts were stopped when the group failed
+	// gateRefused: the group failed gate_unavailable, so its attempts'
+	// ledger slots are forgiven as they settle (Settle.Lost).
+	gateRefused bool
 	failErr     schemas.ErrorCode
 	failScope   schemas.ErrorScope
 	decidedAt   time.Time
@@ -846,7 +849,14 @@ func (g *Group) onGate(e GateDecided) {
 	case e.Won:
 		g.commit(a, e.Gate)
 	case e.Unavailable && g.phase == phaseRunning:
+		// No gate could decide: every attempt's slot is forgiven, or the
+		// retries its 503 asks for would find the ledger spent.
+		g.gateRefused = true
 		g.fail(schemas.ErrGateUnavailable, schemas.ScopeGroup, "", CancelGroupError)
+		// The caller is told to retry by the Fail: the settles of the
+		// attempts that already finished go first, so that retry finds
+		// their slots forgiven.
+		g.settlesFirst()
 	case g.phase == phaseRunning:
 		// Another group of this user action committed: every attempt of this
 		// group would lose the same gate.
@@ -882,6 +892,20 @@ func (g *Group) fail(code schemas.ErrorCode, scope schemas.ErrorScope, holder st
 	for _, a := range g.attempts {
 		g.stop(a, reason)
 	}
+}
+
+// settlesFirst moves the pending Settles ahead of the other pending actions,
+// keeping each group's order.
+func (g *Group) settlesFirst() {
+	var settles, rest []Action
+	for _, a := range g.pendingActs {
+		if _, ok := a.(Settle); ok {
+			settles = append(settles, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	g.pendingActs = append(settles, rest...)
 }
 
 func (g *Group) decide(committed bool, code schemas.ErrorCode, scope schemas.ErrorScope, holder string) {
@@ -977,7 +1001,7 @@ func (g *Group) endAttempt(a *attempt, outcome Outcome, status schemas.StatusCla
 	a.state = attemptEnded
 	a.candidate = false
 	if a.reachedProvider(usage) {
-		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage, Lost: status == schemas.StatusLost})
+		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage, Lost: status == schemas.StatusLost || g.gateRefused})
 	} else {
 		g.emit(Release{Reservation: a.reservation})
 	}

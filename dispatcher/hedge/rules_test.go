@@ -457,6 +457,39 @@ func TestRule3AnElectionNoGateCouldDecideFailsTheGroupWithoutACommit(t *testing.
 	if len(all[Cancel](acts)) != 2 {
 		t.Fatalf("want both attempts cancelled, got %v", all[Cancel](acts))
 	}
+	// The caller is told to retry (503): the attempts that reached a
+	// provider settle with their ledger slots forgiven, so the retries
+	// do not find the user action's allowance spent by an outage.
+	for n := 1; n <= 2; n++ {
+		acts := h.at(1200+n, CancelObserved{Attempt: n, Usage: schemas.Usage{InputUnits: 10, OutputUnits: 3}})
+		if st, ok := find[Settle](acts); !ok || !st.Lost {
+			t.Fatalf("attempt %d settled %+v %v; want its slot forgiven (Lost)", n, st, ok)
+		}
+	}
+}
+
+// A finished answer no gate could decide settles, slot forgiven, before the
+// Fail that tells its caller to retry: the retry must find the slot back.
+func TestRule3AFinishedAttemptNoGateCouldDecideSettlesBeforeItsCallerIsTold(t *testing.T) {
+	h := newHarness(t, DefaultPolicy())
+	h.launched(Start{HedgeEligible: true, HedgeDelay: time.Second, InputUnits: 100})
+	h.at(2, Accepted{Attempt: 1})
+	h.at(500, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 20}})
+	acts := h.at(501, GateDecided{Attempt: 1, Unavailable: true})
+	settle, fail := -1, -1
+	for i, a := range acts {
+		switch a := a.(type) {
+		case Settle:
+			if a.Lost {
+				settle = i
+			}
+		case Fail:
+			fail = i
+		}
+	}
+	if settle < 0 || fail < 0 || settle > fail {
+		t.Fatalf("actions %v: want the forgiven Settle (at %d) before the Fail (at %d)", acts, settle, fail)
+	}
 }
 
 // Rule 4: the error's scope decides, never the arrival order.
