@@ -126,7 +126,7 @@ type Pool struct {
 	Models []string
 	// QueueWait bounds the re-offers of an attempt a worker refused Busy
 	// before the group fails overloaded (docs/architecture.md §4 rule 4);
-	// zero means hedge.DefaultPolicy's (1 s), as config's pools.*.queue_wait.
+	// zero means hedge.DefaultOptions's (1 s), as config's pools.*.queue_wait.
 	QueueWait time.Duration
 	// Health is the pool's outlier detection (docs/architecture.md §5,
 	// "Route health"); the zero value ejects nothing, as config's

@@ -26,7 +26,7 @@ import (
 // launched attempt ended exactly once, every granted reservation was settled
 // or released, and every won gate claim was committed or cleared.
 type Checker struct {
-	policy      Policy
+	policy      Options
 	started     bool
 	streaming   bool
 	needsWhole  bool
@@ -48,7 +48,7 @@ type Checker struct {
 }
 
 // NewChecker returns a checker for a group run with policy.
-func NewChecker(policy Policy) *Checker {
+func NewChecker(policy Options) *Checker {
 	return &Checker{
 		policy:     policy,
 		ended:      map[int]int{},

@@ -13,7 +13,7 @@ import (
 // values for every key they leave out, and the simulator's hedgerow strategy
 // runs them.
 func Default() *Policy {
-	engine := hedge.DefaultPolicy()
+	engine := hedge.DefaultOptions()
 	delays := delay.DefaultConfig()
 	guardrail := delay.DefaultGuardrailConfig()
 	return &Policy{

@@ -213,8 +213,8 @@ func HashAPIKey(key string) string {
 }
 
 // Engine returns the part of the policy the hedge engine enforces.
-func (p *Policy) Engine() hedge.Policy {
-	e := hedge.DefaultPolicy()
+func (p *Policy) Engine() hedge.Options {
+	e := hedge.DefaultOptions()
 	e.Trigger = hedge.Trigger(p.Trigger)
 	e.MaxAttempts = p.MaxAttempts
 	e.Deadline = p.Deadline

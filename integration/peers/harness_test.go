@@ -1009,7 +1009,7 @@ func newFailsafeTarget(hosts []string, delay time.Duration) *routedTarget {
 }
 
 // maxAttempts is hedgerow's default max_attempts (dispatcher/hedge
-// DefaultPolicy), which the peers get as their bound too.
+// DefaultOptions), which the peers get as their bound too.
 const maxAttempts = 2
 
 // hedgerowTarget is hedgerow's OpenAI-compatible front door, the request
