@@ -429,14 +429,14 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		var up upstream.Upstream
 		var err error
 		if p.anthropic {
-			up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: upstream.Config{BaseURL: r.BaseURL, Model: r.Model}})
+			up, err = upstream.NewAnthropic(upstream.AnthropicOptions{Options: upstream.Options{BaseURL: r.BaseURL, Model: r.Model}})
 		} else {
-			up, err = upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model})
+			up, err = upstream.NewOpenAI(upstream.Options{BaseURL: r.BaseURL, Model: r.Model})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
+		w, err := worker.New(worker.Options{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
 			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics})
 		if err != nil {
 			t.Fatal(err)

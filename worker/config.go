@@ -13,7 +13,7 @@ import (
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
-// Defaults of the optional Config fields.
+// Defaults of the optional Options fields.
 const (
 	// DefaultMaxInflight bounds the attempts one worker runs at once.
 	DefaultMaxInflight = 64
@@ -38,8 +38,8 @@ var routePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 // appear in Accept and records.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
-// Config configures a Worker for one route.
-type Config struct {
+// Options configures a Worker for one route.
+type Options struct {
 	// Route is the route this worker serves; it names the attempt subject
 	// and queue group. Required.
 	Route string
@@ -95,7 +95,7 @@ type Config struct {
 }
 
 // withDefaults validates c and returns it with its defaults filled in.
-func (c Config) withDefaults() (Config, error) {
+func (c Options) withDefaults() (Options, error) {
 	switch {
 	case !routePattern.MatchString(c.Route):
 		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidConfig, c.Route, routePattern)

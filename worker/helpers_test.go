@@ -114,7 +114,7 @@ func startProvider(t *testing.T, cfg fakellm.Config, gate chan struct{}) *provid
 
 func newAdapter(t *testing.T, baseURL string) *upstream.OpenAI {
 	t.Helper()
-	o, err := upstream.NewOpenAI(upstream.Config{BaseURL: baseURL, Model: "route-model"})
+	o, err := upstream.NewOpenAI(upstream.Options{BaseURL: baseURL, Model: "route-model"})
 	if err != nil {
 		t.Fatalf("NewOpenAI: %v", err)
 	}
@@ -169,7 +169,7 @@ type setup struct {
 	fake     fakellm.Config
 	gate     chan struct{}
 	upstream upstream.Upstream // overrides the provider's adapter
-	config   func(*Config)
+	config   func(*Options)
 	noStart  bool
 }
 
@@ -187,7 +187,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	if err := h.dc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{
+	cfg := Options{
 		Route:             testRoute,
 		Upstream:          h.prov.upstream,
 		Conn:              wc,

@@ -79,7 +79,7 @@ func TestAttemptHoldsARouteLeaseWhileInFlightRenewedAndReleasedAtItsEnd(t *testi
 	waitInFlight(t, store, 0)
 	gate := make(chan struct{})
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
 
 	att := h.attempt("hg_lease")
 	in := h.send(att)
@@ -120,7 +120,7 @@ func TestLeaseOfAWorkerCutOffFromTheStoreExpiresAfterItsTTL(t *testing.T) {
 	const renew, ttl = 250 * time.Millisecond, 2500 * time.Millisecond
 	gate := make(chan struct{})
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval, c.LeaseTTL = workerStore, renew, ttl }})
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval, c.LeaseTTL = workerStore, renew, ttl }})
 
 	in := h.send(h.attempt("hg_orphan"))
 	in.accept()
@@ -169,7 +169,7 @@ func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)},
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 100*time.Millisecond }})
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 100*time.Millisecond }})
 
 	// Redis stops answering writes for the pause — lease calls are
 	// scripts and ZREMs — so each lease call waits until its deadline
@@ -201,7 +201,7 @@ func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 func TestWorkerWithoutALeaseStoreMakesNoLeases(t *testing.T) {
 	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
 	if h.w.leases != nil {
-		t.Fatal("a worker without Config.Leases has a lease keeper")
+		t.Fatal("a worker without Options.Leases has a lease keeper")
 	}
 	in := h.send(h.attempt("hg_no_lease"))
 	if _, res := in.untilResult(); res.StatusClass != schemas.StatusOK {
@@ -216,7 +216,7 @@ func TestStopReleasesTheLeasesOfCancelledAttempts(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
 	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.Leases, c.DrainGrace = store, 20*time.Millisecond }})
+		config: func(c *Options) { c.Leases, c.DrainGrace = store, 20*time.Millisecond }})
 	in := h.send(h.attempt("hg_hung_lease"))
 	in.accept()
 	<-h.prov.arrived

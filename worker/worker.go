@@ -22,14 +22,14 @@ const ServiceVersion = "1.0.0"
 
 // Errors of the package, which callers may branch on with errors.Is.
 var (
-	// ErrInvalidConfig is matched by every error New returns for a bad Config.
+	// ErrInvalidConfig is matched by every error New returns for a bad Options.
 	ErrInvalidConfig = errors.New("worker: invalid config")
 
 	// Errors of the Worker's lifecycle.
 	ErrStarted    = errors.New("worker: already started")
 	ErrNotStarted = errors.New("worker: not started")
 
-	// Errors of StartPool; each is wrapped with the route it concerns.
+	// Errors of StartWorkers; each is wrapped with the route it concerns.
 
 	// ErrProviderNotSupported: the route's provider has no adapter yet.
 	ErrProviderNotSupported = errors.New("worker: provider not supported yet")
@@ -62,7 +62,7 @@ const (
 // beyond the attempt's own lifetime, except a briefly remembered early
 // Cancel (PendingCancelTTL). Create it with New, then Start and Stop it once.
 type Worker struct {
-	cfg     Config
+	cfg     Options
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -77,7 +77,7 @@ type Worker struct {
 	controlDone <-chan nats.SubStatus
 	svc         micro.Service
 	runs        sync.WaitGroup // one per attempt goroutine
-	leases      *leaseKeeper   // nil without Config.Leases
+	leases      *leaseKeeper   // nil without Options.Leases
 
 	controlInbox string
 
@@ -87,7 +87,7 @@ type Worker struct {
 }
 
 // New validates cfg and returns a worker that is not yet subscribed.
-func New(cfg Config) (*Worker, error) {
+func New(cfg Options) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

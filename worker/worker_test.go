@@ -175,7 +175,7 @@ func TestChunksCoalesceUpToTheTokenThreshold(t *testing.T) {
 	// Tokens arrive together; with no time limit a chunk closes at 16 tokens.
 	h := newHarness(t, setup{
 		fake:   fakellm.Config{Model: model(t, 1, 40, 1e6)},
-		config: func(c *Config) { c.CoalesceDelay = time.Hour },
+		config: func(c *Options) { c.CoalesceDelay = time.Hour },
 	})
 	in := h.send(h.attempt("hg_tokens"))
 	in.accept()
@@ -195,7 +195,7 @@ func TestChunksFlushAfterTheCoalesceDelay(t *testing.T) {
 	// never reached: only the delay can split the stream after its first chunk.
 	h := newHarness(t, setup{
 		fake:   fakellm.Config{Model: model(t, 1, 40, 1)},
-		config: func(c *Config) { c.CoalesceTokens = 1000 },
+		config: func(c *Options) { c.CoalesceTokens = 1000 },
 	})
 	in := h.send(h.attempt("hg_delay"))
 	in.accept()
@@ -237,7 +237,7 @@ func hangModel(t *testing.T) *workload.Model {
 func TestAttemptBeyondMaxInflightIsAnsweredBusy(t *testing.T) {
 	h := newHarness(t, setup{
 		fake:   fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.MaxInflight = 1 },
+		config: func(c *Options) { c.MaxInflight = 1 },
 	})
 	a := h.send(h.attempt("hg_first"))
 	accA := a.accept()
@@ -354,7 +354,7 @@ func TestDeadlineBoundsTheUpstreamCall(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, setup{
 				fake:   fakellm.Config{Model: hangModel(t)},
-				config: func(c *Config) { c.Now = tc.now },
+				config: func(c *Options) { c.Now = tc.now },
 			})
 			att := h.attempt("hg_deadline")
 			att.DeadlineUnixMs, att.RemainingMs = tc.deadline.UnixMilli(), tc.remaining.Milliseconds()
@@ -588,7 +588,7 @@ func TestStopFinishesInflightAttemptsAndTakesNoNewWork(t *testing.T) {
 func TestStopCancelsAttemptsStillRunningAfterTheDrainGrace(t *testing.T) {
 	h := newHarness(t, setup{
 		fake:   fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.DrainGrace = 20 * time.Millisecond },
+		config: func(c *Options) { c.DrainGrace = 20 * time.Millisecond },
 	})
 	in := h.send(h.attempt("hg_hung"))
 	in.accept()

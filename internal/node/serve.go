@@ -24,7 +24,7 @@ type Serve struct {
 	tempDir string // JetStream's store when nats.store_dir is empty, removed at Stop
 	conns   []*nats.Conn
 	shared  *shared // budgets, gate and, on Redis, the workers' route leases
-	workers *worker.Pool
+	workers *worker.Workers
 	gateway *Gateway
 }
 
@@ -98,7 +98,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		return fail(err)
 	}
 	m := worker.NewMetrics()
-	if s.workers, err = worker.StartPool(WorkerRoutes(cfg), workerConn, worker.PoolOptions{
+	if s.workers, err = worker.StartWorkers(WorkerRoutes(cfg), workerConn, worker.WorkersOptions{
 		LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg), Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
 		Leases: s.shared.leases(),
 	}); err != nil {
