@@ -37,7 +37,7 @@ var (
 	ErrGateDegraded = errors.New("arbiter: redis gate degraded: local decision only")
 	// ErrGateUnavailable is wrapped by the errors of a claim that no store
 	// could decide and that the gate refuses rather than decide locally
-	// (sharedgate.RedisGateConfig.OnUnavailable refuse, or fallback when the ledger
+	// (sharedgate.RedisGateOptions.OnUnavailable refuse, or fallback when the ledger
 	// does not answer either). The Claim holds no decision: the group must
 	// not commit.
 	ErrGateUnavailable = errors.New("arbiter: winner gate unavailable")

@@ -82,7 +82,7 @@ func ParseGateValue(s string) (GateValue, error) {
 }
 
 // DefaultGateTTL is how long a LocalGate remembers a user action after its
-// last won claim when LocalGateConfig.TTL is zero. It must outlast any user
+// last won claim when LocalGateOptions.TTL is zero. It must outlast any user
 // action's deadline, so that a late claim still finds the winner.
 const DefaultGateTTL = 10 * time.Minute
 
@@ -92,8 +92,8 @@ const DefaultGateTTL = 10 * time.Minute
 // NATS permissions, the cluster's tooling — links no JetStream client.
 const DefaultLedgerBucket = "hedgerow_gate"
 
-// LocalGateConfig configures a LocalGate.
-type LocalGateConfig struct {
+// LocalGateOptions configures a LocalGate.
+type LocalGateOptions struct {
 	// TTL is how long a user action is remembered after its last won claim;
 	// zero means DefaultGateTTL. Once it lapses the entry — holder and epoch
 	// — is forgotten, so it must exceed the longest user action deadline.
@@ -134,7 +134,7 @@ type expiryItem struct {
 var _ Gate = (*LocalGate)(nil)
 
 // NewLocalGate returns an empty in-process gate.
-func NewLocalGate(cfg LocalGateConfig) (*LocalGate, error) {
+func NewLocalGate(cfg LocalGateOptions) (*LocalGate, error) {
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("local gate: ttl %v must not be negative", cfg.TTL)
 	}

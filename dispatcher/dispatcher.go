@@ -39,8 +39,8 @@ type Budgets interface {
 	RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error)
 }
 
-// Config wires a Dispatcher to its edges.
-type Config struct {
+// Options wires a Dispatcher to its edges.
+type Options struct {
 	// Conn is the NATS connection attempts are published on.
 	Conn *nats.Conn
 	// Store holds the shared budgets; Gate elects winners.
@@ -131,7 +131,7 @@ type Pool struct {
 	// Health is the pool's outlier detection (docs/architecture.md §5,
 	// "Route health"); the zero value ejects nothing, as config's
 	// pools.*.outlier_detection with both triggers off.
-	Health route.HealthConfig
+	Health route.HealthOptions
 	// MaxTokens is the largest output limit (max_tokens) a request may
 	// ask of the pool: the most its routes can produce, as config's
 	// pools.*.max_tokens. Zero means DefaultMaxTokens. A request over it is
@@ -206,7 +206,7 @@ type Dispatcher struct {
 }
 
 // New builds a Dispatcher from its configuration.
-func New(c Config) (*Dispatcher, error) {
+func New(c Options) (*Dispatcher, error) {
 	if c.Conn == nil || c.Store == nil || c.Gate == nil {
 		return nil, errors.New("dispatcher: Conn, Store and Gate are required")
 	}
@@ -243,7 +243,7 @@ func New(c Config) (*Dispatcher, error) {
 	}
 	d.dialects = poolDialects(c.Routes, c.Pools)
 	var err error
-	if d.picker, err = route.NewPicker(c.Routes, route.Config{}); err != nil {
+	if d.picker, err = route.NewPicker(c.Routes, route.Options{}); err != nil {
 		return nil, fmt.Errorf("dispatcher: routes: %w", err)
 	}
 	for name, p := range c.Pools {

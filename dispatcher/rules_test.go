@@ -27,7 +27,7 @@ func rulesGroup(t *testing.T, p *policy.Policy, routes int) *group {
 		g.routes = append(g.routes, "r"+strconv.Itoa(i))
 		defs[i] = route.Route{Name: g.routes[i]}
 	}
-	if g.d.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+	if g.d.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return g

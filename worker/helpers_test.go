@@ -74,7 +74,7 @@ type provider struct {
 	closing chan struct{}
 }
 
-func startProvider(t *testing.T, cfg fakellm.Config, gate chan struct{}) *provider {
+func startProvider(t *testing.T, cfg fakellm.Options, gate chan struct{}) *provider {
 	t.Helper()
 	p := &provider{records: make(chan fakellm.Record, 64), arrived: make(chan struct{}, 64), gate: gate,
 		closing: make(chan struct{})}
@@ -166,7 +166,7 @@ type harness struct {
 }
 
 type setup struct {
-	fake     fakellm.Config
+	fake     fakellm.Options
 	gate     chan struct{}
 	upstream upstream.Upstream // overrides the provider's adapter
 	config   func(*Options)

@@ -78,7 +78,7 @@ func TestAttemptHoldsARouteLeaseWhileInFlightRenewedAndReleasedAtItsEnd(t *testi
 	// call, so that call is not also a dial.
 	waitInFlight(t, store, 0)
 	gate := make(chan struct{})
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}, gate: gate,
 		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
 
 	att := h.attempt("hg_lease")
@@ -119,7 +119,7 @@ func TestLeaseOfAWorkerCutOffFromTheStoreExpiresAfterItsTTL(t *testing.T) {
 	// life before the cut that the test measures after it.
 	const renew, ttl = 250 * time.Millisecond, 2500 * time.Millisecond
 	gate := make(chan struct{})
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}, gate: gate,
 		config: func(c *Options) { c.Leases, c.LeaseRenewInterval, c.LeaseTTL = workerStore, renew, ttl }})
 
 	in := h.send(h.attempt("hg_orphan"))
@@ -168,7 +168,7 @@ func TestLeaseOfAWorkerCutOffFromTheStoreExpiresAfterItsTTL(t *testing.T) {
 func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)},
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)},
 		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 100*time.Millisecond }})
 
 	// Redis stops answering writes for the pause — lease calls are
@@ -199,7 +199,7 @@ func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 }
 
 func TestWorkerWithoutALeaseStoreMakesNoLeases(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}})
 	if h.w.leases != nil {
 		t.Fatal("a worker without Options.Leases has a lease keeper")
 	}
@@ -215,7 +215,7 @@ func TestWorkerWithoutALeaseStoreMakesNoLeases(t *testing.T) {
 func TestStopReleasesTheLeasesOfCancelledAttempts(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
-	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t)},
+	h := newHarness(t, setup{fake: fakellm.Options{Model: hangModel(t)},
 		config: func(c *Options) { c.Leases, c.DrainGrace = store, 20*time.Millisecond }})
 	in := h.send(h.attempt("hg_hung_lease"))
 	in.accept()

@@ -62,7 +62,7 @@ func startFakeRoute(t *testing.T, n int) *fakeRoute {
 	m.ErrorFraction = 0
 	m.TTFT = workload.TTFT{Main: workload.LogNormalMedian(0.1, 0), Stall: workload.LogNormalMedian(0.1, 0)}
 	m.OutputTokens = workload.LogNormal{Mu: math.Log(5)}
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 1, TimeScale: 0.001, Route: n})
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 1, TimeScale: 0.001, Route: n})
 	if err != nil {
 		t.Fatal(err)
 	}

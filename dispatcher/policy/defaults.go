@@ -14,8 +14,8 @@ import (
 // runs them.
 func Default() *Policy {
 	engine := hedge.DefaultOptions()
-	delays := delay.DefaultConfig()
-	guardrail := delay.DefaultGuardrailConfig()
+	delays := delay.DefaultOptions()
+	guardrail := delay.DefaultGuardrailOptions()
 	return &Policy{
 		Hedge:           true,
 		Idempotent:      true, // completions have no side effects at the provider

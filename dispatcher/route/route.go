@@ -24,7 +24,7 @@ const (
 	LabelRegion   = "region"
 )
 
-// DefaultHalfLife is the latency EWMA's half-life when Config.HalfLife is
+// DefaultHalfLife is the latency EWMA's half-life when Options.HalfLife is
 // zero: a sample's weight halves every 10 s, so a route that degrades (the
 // simulator's degraded episodes last minutes) is seen within seconds while
 // single outliers are smoothed.
@@ -89,8 +89,8 @@ func (s State) String() string {
 	}
 }
 
-// Config tunes a Picker.
-type Config struct {
+// Options tunes a Picker.
+type Options struct {
 	// HalfLife is the half-life of the latency EWMA; zero means DefaultHalfLife.
 	HalfLife time.Duration
 }
@@ -139,7 +139,7 @@ type routeState struct {
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
 // without latency data.
-func NewPicker(routes []Route, cfg Config) (*Picker, error) {
+func NewPicker(routes []Route, cfg Options) (*Picker, error) {
 	if cfg.HalfLife < 0 {
 		return nil, fmt.Errorf("route picker: half-life %v must not be negative", cfg.HalfLife)
 	}

@@ -61,7 +61,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		}
 		s.tempDir, storeDir = dir, dir
 	}
-	ns, err := embednats.Start(embednats.Config{
+	ns, err := embednats.Start(embednats.Options{
 		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
 		ConfigFile: cfg.NATS.ServerConfig, StoreDir: storeDir, SyncInterval: time.Duration(cfg.NATS.SyncInterval),
 	})
