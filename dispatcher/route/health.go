@@ -87,7 +87,7 @@ func (c HealthOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("ejection %v..%v: base must be positive and max at least base", c.BaseEjection, c.MaxEjection))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("route health: %w", err)
+		return fmt.Errorf("route: health: %w", err)
 	}
 	return nil
 }
