@@ -49,10 +49,10 @@ var (
 	// ErrInvalidContract is returned by NewContract when the contract
 	// cannot be built: an empty required field name or a JSON schema that
 	// does not compile.
-	ErrInvalidContract = errors.New("invalid contract")
+	ErrInvalidContract = errors.New("arbiter: invalid contract")
 	// ErrInvalidResponseFormat is returned by WithResponseFormat for a
 	// response_format the contract cannot honour; callers answer 400.
-	ErrInvalidResponseFormat = errors.New("invalid response_format")
+	ErrInvalidResponseFormat = errors.New("arbiter: invalid response_format")
 )
 
 // contractSchemaURL names the contract's schema inside its private compiler.
