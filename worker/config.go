@@ -110,7 +110,7 @@ func (c Options) withDefaults() (Options, error) {
 	if c.WorkerID == "" {
 		var b [6]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return c, fmt.Errorf("generate worker id: %w", err)
+			return c, fmt.Errorf("worker: generate worker id: %w", err)
 		}
 		c.WorkerID = c.Route + "-" + hex.EncodeToString(b[:])
 	}
@@ -154,7 +154,7 @@ func (c Options) withDefaults() (Options, error) {
 	if len(c.FingerprintKey) == 0 {
 		c.FingerprintKey = make([]byte, 32)
 		if _, err := rand.Read(c.FingerprintKey); err != nil {
-			return c, fmt.Errorf("generate fingerprint key: %w", err)
+			return c, fmt.Errorf("worker: generate fingerprint key: %w", err)
 		}
 	}
 	return c, nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +82,7 @@ type Workers struct {
 // starts or none is left running.
 func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: worker pool needs a NATS connection", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: StartWorkers needs a NATS connection", ErrInvalidConfig)
 	}
 	env := opts.LookupEnv
 	if env == nil {
@@ -110,7 +111,7 @@ func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers,
 			Leases:            opts.Leases,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
+			return nil, routeError(r.Name, err)
 		}
 		p.workers = append(p.workers, w)
 	}
@@ -121,7 +122,7 @@ func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers,
 			started := &Workers{workers: p.workers[:i]}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			return nil, errors.Join(fmt.Errorf("route %s: %w", routes[i].Name, err), started.Stop(ctx))
+			return nil, errors.Join(routeError(routes[i].Name, err), started.Stop(ctx))
 		}
 	}
 	return p, nil
@@ -140,7 +141,7 @@ func poolRoutes(routes []Route, names []string) ([]Route, error) {
 	for _, n := range names {
 		i := slices.IndexFunc(routes, func(r Route) bool { return r.Name == n })
 		if i < 0 {
-			return nil, fmt.Errorf("route %q: %w", n, ErrUnknownRoute)
+			return nil, fmt.Errorf("%w: route %q", ErrUnknownRoute, n)
 		}
 		if !seen[n] {
 			seen[n] = true
@@ -156,7 +157,7 @@ func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, e
 	if r.APIKeyEnv != "" {
 		v, ok := env(r.APIKeyEnv)
 		if !ok || v == "" {
-			return nil, fmt.Errorf("route %s: %w: environment variable %s", r.Name, ErrMissingAPIKey, r.APIKeyEnv)
+			return nil, routeError(r.Name, fmt.Errorf("%w: environment variable %s", ErrMissingAPIKey, r.APIKeyEnv))
 		}
 		key = v
 	}
@@ -171,10 +172,10 @@ func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, e
 	case ProviderAnthropic:
 		up, err = upstream.NewAnthropic(upstream.AnthropicOptions{Options: cfg})
 	default:
-		return nil, fmt.Errorf("route %s: %w: %q", r.Name, ErrProviderNotSupported, r.Provider)
+		return nil, routeError(r.Name, fmt.Errorf("%w: %q", ErrProviderNotSupported, r.Provider))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("route %s: %w", r.Name, err)
+		return nil, routeError(r.Name, err)
 	}
 	return up, nil
 }
@@ -196,10 +197,28 @@ func (p *Workers) Stop(ctx context.Context) error {
 	for i, w := range p.workers {
 		wg.Go(func() {
 			if err := w.Stop(ctx); err != nil {
-				errs[i] = fmt.Errorf("route %s: %w", w.cfg.Route, err)
+				errs[i] = routeError(w.cfg.Route, err)
 			}
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// routeError names the route an error of StartWorkers concerns, reading
+// "worker: route <name>: <what>" with one package prefix however err reads;
+// errors.Is and errors.As see err.
+func routeError(route string, err error) error {
+	return &namedRouteError{route: route, err: err}
+}
+
+type namedRouteError struct {
+	route string
+	err   error
+}
+
+func (e *namedRouteError) Error() string {
+	return "worker: route " + e.route + ": " + strings.TrimPrefix(e.err.Error(), "worker: ")
+}
+
+func (e *namedRouteError) Unwrap() error { return e.err }
