@@ -50,10 +50,10 @@ var _ Upstream = (*Anthropic)(nil)
 func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	u, err := parseBaseURL(cfg.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("anthropic adapter: %w", err)
+		return nil, fmt.Errorf("upstream: anthropic adapter: %w", err)
 	}
 	if cfg.MaxTokens < 0 {
-		return nil, fmt.Errorf("anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
+		return nil, fmt.Errorf("upstream: anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
 	}
 	root := strings.TrimSuffix(cfg.BaseURL, "/")
 	endpoint := root + "/v1/messages"

@@ -104,7 +104,7 @@ var _ Upstream = (*OpenAI)(nil)
 // NewOpenAI returns an adapter for the route cfg describes.
 func NewOpenAI(cfg Options) (*OpenAI, error) {
 	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
-		return nil, fmt.Errorf("openai adapter: %w", err)
+		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
 	}
 	return &OpenAI{
 		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
