@@ -146,7 +146,8 @@ type Pool struct {
 const DefaultMaxTokens = 1_000_000
 
 // ErrMaxTokens is wrapped, with ErrBadRequest, by Submit for a request whose
-// max_tokens is over its pool's MaxTokens.
+// max_tokens is over its pool's MaxTokens. The door's 400 quotes its text,
+// so it has no "dispatcher: " prefix (docs/architecture.md §3, "Names").
 var ErrMaxTokens = errors.New("max_tokens is over the model's limit")
 
 // Model is one model name callers may send, and the pool answering to it.
