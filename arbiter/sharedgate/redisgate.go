@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets/redisstore"
 )
 
 // DefaultRedisGateTimeout bounds one Claim or Clear, Redis round trip
@@ -199,7 +200,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateOptions) (*RedisGat
 	if cfg.Timeout < 0 || cfg.Timeout > MaxRedisGateTimeout {
 		return nil, fmt.Errorf("redis gate: timeout %v not in (0, %v]", cfg.Timeout, MaxRedisGateTimeout)
 	}
-	if !contextTimeoutEnabled(client) {
+	if !redisstore.FollowsContextDeadlines(client) {
 		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
 	}
 	if cfg.OnUnavailable == "" {
@@ -224,20 +225,6 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateOptions) (*RedisGat
 		onUnavailable: cfg.OnUnavailable, ledger: cfg.Ledger,
 		locks: actionLocks{held: make(map[string]chan struct{})},
 	}, nil
-}
-
-// contextTimeoutEnabled reports whether a client honours context deadlines;
-// clients of unknown type are trusted.
-func contextTimeoutEnabled(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
 }
 
 // Local returns the in-process gate consulted before Redis.
