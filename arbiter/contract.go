@@ -37,7 +37,7 @@ var (
 	ErrGateDegraded = errors.New("arbiter: redis gate degraded: local decision only")
 	// ErrGateUnavailable is wrapped by the errors of a claim that no store
 	// could decide and that the gate refuses rather than decide locally
-	// (sharedgate.RedisGateConfig.OnUnavailable refuse, or fallback when the ledger
+	// (sharedgate.RedisGateOptions.OnUnavailable refuse, or fallback when the ledger
 	// does not answer either). The Claim holds no decision: the group must
 	// not commit.
 	ErrGateUnavailable = errors.New("arbiter: winner gate unavailable")
@@ -49,10 +49,10 @@ var (
 	// ErrInvalidContract is returned by NewContract when the contract
 	// cannot be built: an empty required field name or a JSON schema that
 	// does not compile.
-	ErrInvalidContract = errors.New("invalid contract")
+	ErrInvalidContract = errors.New("arbiter: invalid contract")
 	// ErrInvalidResponseFormat is returned by WithResponseFormat for a
 	// response_format the contract cannot honour; callers answer 400.
-	ErrInvalidResponseFormat = errors.New("invalid response_format")
+	ErrInvalidResponseFormat = errors.New("arbiter: invalid response_format")
 )
 
 // contractSchemaURL names the contract's schema inside its private compiler.

@@ -18,7 +18,7 @@ import (
 func ExampleLocalGate() {
 	ctx := context.Background()
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{Now: func() time.Time { return now }})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{Now: func() time.Time { return now }})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -63,26 +63,26 @@ func (v GateValue) String() string {
 func ParseGateValue(s string) (GateValue, error) {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
-		return GateValue{}, fmt.Errorf("gate value %q: want group/attempt/epoch", s)
+		return GateValue{}, fmt.Errorf("arbiter: gate value %q: want group/attempt/epoch", s)
 	}
 	epoch, err := strconv.ParseInt(s[i+1:], 10, 64)
 	if err != nil || epoch < 1 {
-		return GateValue{}, fmt.Errorf("gate value %q: epoch must be a positive integer", s)
+		return GateValue{}, fmt.Errorf("arbiter: gate value %q: epoch must be a positive integer", s)
 	}
 	rest := s[:i]
 	j := strings.LastIndexByte(rest, '/')
 	if j <= 0 {
-		return GateValue{}, fmt.Errorf("gate value %q: want group/attempt/epoch", s)
+		return GateValue{}, fmt.Errorf("arbiter: gate value %q: want group/attempt/epoch", s)
 	}
 	attempt, err := strconv.Atoi(rest[j+1:])
 	if err != nil || attempt < 0 {
-		return GateValue{}, fmt.Errorf("gate value %q: attempt must be a non-negative integer", s)
+		return GateValue{}, fmt.Errorf("arbiter: gate value %q: attempt must be a non-negative integer", s)
 	}
 	return GateValue{Group: rest[:j], Attempt: attempt, Epoch: epoch}, nil
 }
 
 // DefaultGateTTL is how long a LocalGate remembers a user action after its
-// last won claim when LocalGateConfig.TTL is zero. It must outlast any user
+// last won claim when LocalGateOptions.TTL is zero. It must outlast any user
 // action's deadline, so that a late claim still finds the winner.
 const DefaultGateTTL = 10 * time.Minute
 
@@ -92,8 +92,8 @@ const DefaultGateTTL = 10 * time.Minute
 // NATS permissions, the cluster's tooling — links no JetStream client.
 const DefaultLedgerBucket = "hedgerow_gate"
 
-// LocalGateConfig configures a LocalGate.
-type LocalGateConfig struct {
+// LocalGateOptions configures a LocalGate.
+type LocalGateOptions struct {
 	// TTL is how long a user action is remembered after its last won claim;
 	// zero means DefaultGateTTL. Once it lapses the entry — holder and epoch
 	// — is forgotten, so it must exceed the longest user action deadline.
@@ -134,9 +134,9 @@ type expiryItem struct {
 var _ Gate = (*LocalGate)(nil)
 
 // NewLocalGate returns an empty in-process gate.
-func NewLocalGate(cfg LocalGateConfig) (*LocalGate, error) {
+func NewLocalGate(cfg LocalGateOptions) (*LocalGate, error) {
 	if cfg.TTL < 0 {
-		return nil, fmt.Errorf("local gate: ttl %v must not be negative", cfg.TTL)
+		return nil, fmt.Errorf("arbiter: local gate: ttl %v must not be negative", cfg.TTL)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultGateTTL
@@ -198,7 +198,7 @@ func (g *LocalGate) Clear(_ context.Context, c Claim) error {
 		return fmt.Errorf("%w: clear without a user action", ErrInvalidClaim)
 	}
 	if !c.Won || c.Value == "" {
-		return fmt.Errorf("clear %s: %w", c.UserAction, ErrNotHolder)
+		return fmt.Errorf("%w: clear %s", ErrNotHolder, c.UserAction)
 	}
 	now := g.now()
 
@@ -208,7 +208,7 @@ func (g *LocalGate) Clear(_ context.Context, c Claim) error {
 
 	e := g.actions[c.UserAction]
 	if e == nil || !e.held || !e.expires.After(now) || e.holder.String() != c.Value {
-		return fmt.Errorf("clear %s: %w", c.UserAction, ErrNotHolder)
+		return fmt.Errorf("%w: clear %s", ErrNotHolder, c.UserAction)
 	}
 	e.held = false
 	e.holder = GateValue{}

@@ -32,7 +32,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func newTestGate(t *testing.T, ttl time.Duration) (*LocalGate, *fakeClock) {
 	t.Helper()
 	clock := newFakeClock()
-	g, err := NewLocalGate(LocalGateConfig{TTL: ttl, Now: clock.Now})
+	g, err := NewLocalGate(LocalGateOptions{TTL: ttl, Now: clock.Now})
 	if err != nil {
 		t.Fatalf("NewLocalGate: %v", err)
 	}
@@ -241,7 +241,7 @@ func TestLocalGateRejectsInvalidClaims(t *testing.T) {
 	if err := g.Clear(context.Background(), Claim{}); !errors.Is(err, ErrInvalidClaim) {
 		t.Fatalf("Clear(zero claim) = %v, want ErrInvalidClaim", err)
 	}
-	if _, err := NewLocalGate(LocalGateConfig{TTL: -time.Second}); err == nil {
+	if _, err := NewLocalGate(LocalGateOptions{TTL: -time.Second}); err == nil {
 		t.Fatal("NewLocalGate accepted a negative TTL")
 	}
 }

@@ -75,16 +75,16 @@ const entryOverhead = 256
 // ErrSchemaLimit is wrapped (with ErrInvalidResponseFormat) by
 // WithResponseFormat for a caller's schema over MaxSchemaBytes,
 // MaxSchemaDepth or MaxSchemaContainers; the schema was not compiled.
-var ErrSchemaLimit = errors.New("json schema exceeds the limits")
+var ErrSchemaLimit = errors.New("arbiter: json schema exceeds the limits")
 
 // ErrCompileAborted is wrapped (with ErrInvalidContract) when a schema's
 // compilation was stopped: its caller's context ended or the compile took
 // longer than the cache's timeout (then inside a *SchemaBudgetError).
-var ErrCompileAborted = errors.New("json schema compilation aborted")
+var ErrCompileAborted = errors.New("arbiter: json schema compilation aborted")
 
 // ErrSchemaTooLarge is wrapped, inside a *SchemaBudgetError, when a
 // schema's compiled form would hold more memory than one schema may.
-var ErrSchemaTooLarge = errors.New("json schema too large once compiled")
+var ErrSchemaTooLarge = errors.New("arbiter: json schema too large once compiled")
 
 // SchemaBudgetError is a caller's schema refused for its cost once it
 // began compiling: its compile ran past the cache's time budget
@@ -100,7 +100,7 @@ type SchemaBudgetError struct {
 }
 
 func (e *SchemaBudgetError) Error() string {
-	return fmt.Sprintf("json schema over its %s budget of %s: %v", e.Budget, e.Limit, e.err)
+	return fmt.Sprintf("arbiter: json schema over its %s budget of %s: %v", e.Budget, e.Limit, e.err)
 }
 
 // Unwrap is ErrCompileAborted (with the deadline) or ErrSchemaTooLarge.

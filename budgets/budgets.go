@@ -419,7 +419,7 @@ type AdmitRequest struct {
 // in ErrInvalidRequest.
 func (r AdmitRequest) Validate() error {
 	if err := r.validate(); err != nil {
-		return fmt.Errorf("admit request: %w", err)
+		return fmt.Errorf("%w (admit request)", err)
 	}
 	return nil
 }
@@ -466,7 +466,7 @@ type ExtraRequest struct {
 // in ErrInvalidRequest.
 func (r ExtraRequest) Validate() error {
 	if err := r.validate(); err != nil {
-		return fmt.Errorf("extra request: %w", err)
+		return fmt.Errorf("%w (extra request)", err)
 	}
 	return nil
 }

@@ -466,7 +466,7 @@ func (m *Memory) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 		return fmt.Errorf("budgets: settle %s: %w", id, err)
 	}
 	if err := ValidateUsage(usage); err != nil {
-		return fmt.Errorf("settle %s: %w", id, err)
+		return fmt.Errorf("%w (settle %s)", err, id)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -474,7 +474,7 @@ func (m *Memory) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 
 	res, ok := m.reservations[id]
 	if !ok {
-		return fmt.Errorf("settle %s: %w", id, ErrUnknownReservation)
+		return fmt.Errorf("%w: %s", ErrUnknownReservation, id)
 	}
 	used := usage.InputUnits + usage.OutputUnits
 	res.ua.spend.reserved -= res.units
@@ -533,7 +533,7 @@ func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 
 	res, ok := m.reservations[id]
 	if !ok {
-		return fmt.Errorf("release %s: %w", id, ErrUnknownReservation)
+		return fmt.Errorf("%w: %s", ErrUnknownReservation, id)
 	}
 	res.ua.spend.reserved -= res.units
 	res.ua.giveBack(res.group)

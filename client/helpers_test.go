@@ -48,7 +48,7 @@ func startHedgerow(routes int, model *workload.Model) (*hedgerow, error) {
 	y.WriteString("http: {listen: \"127.0.0.1:0\"}\nroutes:\n")
 	var names []string
 	for i := range routes {
-		fake, err := fakellm.New(fakellm.Config{Model: model, Seed: 11, Route: i,
+		fake, err := fakellm.New(fakellm.Options{Model: model, Seed: 11, Route: i,
 			OnStart: func() {
 				select {
 				case h.started <- struct{}{}:

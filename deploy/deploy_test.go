@@ -398,7 +398,7 @@ func fakeRoute(t *testing.T, n int) string {
 	}
 	m.ErrorFraction, m.TTFT.HangFraction = 0, 0
 	m.OutputTokens = workload.LogNormal{Mu: math.Log(8)}
-	f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Config{Model: m, Seed: 11, TimeScale: 0.02, Route: n}, nil)
+	f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Options{Model: m, Seed: 11, TimeScale: 0.02, Route: n}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func load(t *testing.T, addr, name string) int {
 	}
 	client := loadgen.NewClient(32)
 	defer client.CloseIdleConnections()
-	sum, err := loadgen.Run(t.Context(), loadgen.Config{
+	sum, err := loadgen.Run(t.Context(), loadgen.Options{
 		BaseURL: "http://" + addr, Requests: reqs, Rate: 50, Seed: 3, Timeout: loadWait, MaxInFlight: 32, Client: client,
 	})
 	if err != nil {

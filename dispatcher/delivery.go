@@ -44,7 +44,7 @@ func (g *group) commit(c hedge.Commit) {
 	}
 }
 
-func (g *group) response(a *attemptState) *Response {
+func (g *group) response(a *attemptRun) *Response {
 	r := &Response{
 		UserActionID: g.ua, GroupID: g.id, Attempts: len(g.attempts), Hedged: g.hedged(),
 		Winner: a.n, WinnerRoute: a.route, Gate: g.gateValue,

@@ -39,8 +39,8 @@ type Budgets interface {
 	RouteSnapshot(ctx context.Context, routes []string) (map[string]budgets.RouteState, map[string]int, error)
 }
 
-// Config wires a Dispatcher to its edges.
-type Config struct {
+// Options wires a Dispatcher to its edges.
+type Options struct {
 	// Conn is the NATS connection attempts are published on.
 	Conn *nats.Conn
 	// Store holds the shared budgets; Gate elects winners.
@@ -126,12 +126,12 @@ type Pool struct {
 	Models []string
 	// QueueWait bounds the re-offers of an attempt a worker refused Busy
 	// before the group fails overloaded (docs/architecture.md §4 rule 4);
-	// zero means hedge.DefaultPolicy's (1 s), as config's pools.*.queue_wait.
+	// zero means hedge.DefaultOptions's (1 s), as config's pools.*.queue_wait.
 	QueueWait time.Duration
 	// Health is the pool's outlier detection (docs/architecture.md §5,
 	// "Route health"); the zero value ejects nothing, as config's
 	// pools.*.outlier_detection with both triggers off.
-	Health route.HealthConfig
+	Health route.HealthOptions
 	// MaxTokens is the largest output limit (max_tokens) a request may
 	// ask of the pool: the most its routes can produce, as config's
 	// pools.*.max_tokens. Zero means DefaultMaxTokens. A request over it is
@@ -146,7 +146,8 @@ type Pool struct {
 const DefaultMaxTokens = 1_000_000
 
 // ErrMaxTokens is wrapped, with ErrBadRequest, by Submit for a request whose
-// max_tokens is over its pool's MaxTokens.
+// max_tokens is over its pool's MaxTokens. The door's 400 quotes its text,
+// so it has no "dispatcher: " prefix (docs/architecture.md §3, "Names").
 var ErrMaxTokens = errors.New("max_tokens is over the model's limit")
 
 // Model is one model name callers may send, and the pool answering to it.
@@ -206,7 +207,7 @@ type Dispatcher struct {
 }
 
 // New builds a Dispatcher from its configuration.
-func New(c Config) (*Dispatcher, error) {
+func New(c Options) (*Dispatcher, error) {
 	if c.Conn == nil || c.Store == nil || c.Gate == nil {
 		return nil, errors.New("dispatcher: Conn, Store and Gate are required")
 	}
@@ -243,7 +244,7 @@ func New(c Config) (*Dispatcher, error) {
 	}
 	d.dialects = poolDialects(c.Routes, c.Pools)
 	var err error
-	if d.picker, err = route.NewPicker(c.Routes, route.Config{}); err != nil {
+	if d.picker, err = route.NewPicker(c.Routes, route.Options{}); err != nil {
 		return nil, fmt.Errorf("dispatcher: routes: %w", err)
 	}
 	for name, p := range c.Pools {

@@ -228,11 +228,11 @@ func TestHTTPClientLeavingMidStreamCancelsTheGroup(t *testing.T) {
 func TestHTTPMetricsExposeTheDispatchersCounters(t *testing.T) {
 	c, _ := dispatcher.TwoRoutes(t, dispatcher.NewTestScript(dispatcher.Words(2)))
 	reg := prometheus.NewRegistry()
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.AddDispatcher(dispatcher.Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
+	d := c.AddDispatcher(dispatcher.Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
 	srv := httpDoor(t, c, d, httpdoor.Options{Gatherer: reg})
 	resp := post(t, context.Background(), srv.URL, chatBody(false, ""), nil)
 	_, _ = io.Copy(io.Discard, resp.Body)

@@ -18,12 +18,12 @@ import (
 // store, with a registry the test reads.
 func singleDispatcher(t *testing.T, c *cluster) (*Dispatcher, []*prometheus.Registry) {
 	t.Helper()
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	return c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg}), []*prometheus.Registry{reg}
+	return c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg}), []*prometheus.Registry{reg}
 }
 
 // coldReplacementPolicy is the default duplicate ceiling with no floor and

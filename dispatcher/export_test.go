@@ -53,7 +53,7 @@ func Status(code int) Behaviour                    { return behaviour{status: co
 func Late(wait time.Duration, words int) Behaviour { return behaviour{firstByte: wait, words: words} }
 
 func (c *cluster) Dispatcher() *Dispatcher                   { return c.d }
-func (c *cluster) AddDispatcher(base Config) *Dispatcher     { return c.addDispatcher(base) }
+func (c *cluster) AddDispatcher(base Options) *Dispatcher    { return c.addDispatcher(base) }
 func (c *cluster) Conn() *nats.Conn                          { return c.nc }
 func (c *cluster) Server() *server.Server                    { return c.ns }
 func (c *cluster) Workers() []*worker.Worker                 { return c.workers }

@@ -142,11 +142,11 @@ func TestAReplyThatIsNotTheAttemptWorkersIsDropped(t *testing.T) {
 		t.Run(tc.rule, func(t *testing.T) {
 			c := newCluster(t, []string{"a"}, nil, forgeryPolicy)
 			reg := prometheus.NewRegistry()
-			gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+			gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
+			d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
 			proceed := make(chan struct{})
 			startFakeWorker(t, c, []string{"a"}, func(fw *fakeWorker, a schemas.Attempt) {
 				if !tc.beforeAccept {
@@ -197,11 +197,11 @@ func TestARogueClientCommitsNoAnswerAndKillsNoRequest(t *testing.T) {
 	prov := newProvider(t, "a", newScript(behaviour{hold: hold, content: "real answer"}))
 	c := newCluster(t, []string{"a"}, map[string]*provider{"a": prov}, forgeryPolicy)
 	reg := prometheus.NewRegistry()
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
+	d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
 	wreg := prometheus.NewRegistry()
 	if err := c.workerMetrics.Register(wreg); err != nil {
 		t.Fatal(err)

@@ -38,13 +38,13 @@ func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string,
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := sharedgate.RedisGateConfig{Prefix: prefix, Timeout: time.Second, OnUnavailable: mode}
+		cfg := sharedgate.RedisGateOptions{Prefix: prefix, Timeout: time.Second, OnUnavailable: mode}
 		if mode == sharedgate.UnavailableFallback {
 			js, err := jetstream.New(natstest.Connect(t, c.ns))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Ledger, err = sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerConfig{Bucket: prefix, Timeout: 5 * time.Second}); err != nil {
+			if cfg.Ledger, err = sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerOptions{Bucket: prefix, Timeout: 5 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -53,7 +53,7 @@ func gateReplicas(t *testing.T, c *cluster, rs *redistest.Server, prefix string,
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		ds = append(ds, c.addDispatcher(Config{Store: store, Gate: gate, Registerer: reg, Secret: []byte("shared-secret")}))
+		ds = append(ds, c.addDispatcher(Options{Store: store, Gate: gate, Registerer: reg, Secret: []byte("shared-secret")}))
 		regs = append(regs, reg)
 	}
 	return ds, regs

@@ -17,9 +17,9 @@ import (
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
-// attemptState is the driver's view of one launched attempt: what the wire
+// attemptRun is the driver's view of one launched attempt: what the wire
 // told it, beyond what the engine keeps.
-type attemptState struct {
+type attemptRun struct {
 	n            int
 	route        string
 	role         schemas.Role
@@ -67,7 +67,7 @@ type group struct {
 	// attempts ended by the commit and of a hedge held back.
 	ended      schemas.Usage
 	suppressed string
-	attempts   []*attemptState
+	attempts   []*attemptRun
 	// timers are the engine's armed timers, stopped and cut off from the
 	// group as it ends: each would hold it until it fires (up to the whole
 	// deadline).
@@ -346,7 +346,7 @@ func (g *group) handle(input groupInput) {
 	}
 }
 
-func (g *group) attempt(n int) *attemptState {
+func (g *group) attempt(n int) *attemptRun {
 	if n < 1 || n > len(g.attempts) {
 		return nil
 	}

@@ -306,7 +306,7 @@ type cluster struct {
 
 // withConfig fills base's routes, pools, policies and tenants from a loaded
 // configuration, as a gateway does.
-func withConfig(base Config, cfg *config.Config) Config {
+func withConfig(base Options, cfg *config.Config) Options {
 	for _, r := range cfg.Routes {
 		dl := schemas.DialectOpenAI
 		if r.Provider == config.ProviderAnthropic {
@@ -328,7 +328,7 @@ func withConfig(base Config, cfg *config.Config) Config {
 
 // addDispatcher starts another dispatcher replica on the cluster's NATS
 // with the cluster's configuration and base's store, gate and registry.
-func (c *cluster) addDispatcher(base Config) *Dispatcher {
+func (c *cluster) addDispatcher(base Options) *Dispatcher {
 	c.t.Helper()
 	base.Conn, base.Logger = natstest.Connect(c.t, c.ns), testLogger()
 	d, err := New(withConfig(base, c.cfg))
@@ -429,14 +429,14 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		var up upstream.Upstream
 		var err error
 		if p.anthropic {
-			up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: upstream.Config{BaseURL: r.BaseURL, Model: r.Model}})
+			up, err = upstream.NewAnthropic(upstream.AnthropicOptions{Options: upstream.Options{BaseURL: r.BaseURL, Model: r.Model}})
 		} else {
-			up, err = upstream.NewOpenAI(upstream.Config{BaseURL: r.BaseURL, Model: r.Model})
+			up, err = upstream.NewOpenAI(upstream.Options{BaseURL: r.BaseURL, Model: r.Model})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := worker.New(worker.Config{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
+		w, err := worker.New(worker.Options{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
 			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics})
 		if err != nil {
 			t.Fatal(err)
@@ -452,11 +452,11 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		})
 	}
 	c.cfg = cfg
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.d = c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate})
+	c.d = c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate})
 	sub := func(subject string, f func([]byte)) {
 		s, err := c.nc.Subscribe(subject, func(m *nats.Msg) { f(m.Data) })
 		if err != nil {

@@ -52,11 +52,11 @@ func TestAFailingRouteIsEjectedWithinAFewFailuresAndNoRequestFails(t *testing.T)
 			// Every key the policy leaves out takes its default.
 			c := newCluster(t, []string{"a", "b", "bad"}, ps, "policies:\n  default: {}\n")
 			reg := prometheus.NewRegistry()
-			gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+			gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
+			d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
 
 			var mu sync.Mutex
 			var failed []error

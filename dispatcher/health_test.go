@@ -88,11 +88,11 @@ policies:
     duplicate_rate: {ceiling: 1}
 `)
 	store := budgets.NewMemory(nil)
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.addDispatcher(Config{Store: store, Gate: gate})
+	d := c.addDispatcher(Options{Store: store, Gate: gate})
 	type result struct {
 		resp *Response
 		err  error
@@ -142,11 +142,11 @@ func TestAnEjectionReachesEveryReplicaThroughTheRouteFlags(t *testing.T) {
 	store := budgets.NewMemory(nil)
 	replicas := make([]*Dispatcher, 2)
 	for i := range replicas {
-		gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+		gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		replicas[i] = c.addDispatcher(Config{Store: store, Gate: gate})
+		replicas[i] = c.addDispatcher(Options{Store: store, Gate: gate})
 	}
 	replicas[0].markRoute("a", budgets.RouteEjected, time.Minute)
 	eventually.True(t, 5*time.Second, "the other replica to see the ejection", func() bool { return replicas[1].ejected("a") })

@@ -139,7 +139,7 @@ func redisReplicaWith(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateConfig{Prefix: "twins", Timeout: time.Second})
+	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateOptions{Prefix: "twins", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func redisReplicaWith(t *testing.T, c *dispatcher.TestCluster, rs *redistest.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.AddDispatcher(dispatcher.Config{Store: store, Gate: gate, Registerer: prometheus.NewRegistry(), Secret: []byte("replicas-share-it")})
+	d := c.AddDispatcher(dispatcher.Options{Store: store, Gate: gate, Registerer: prometheus.NewRegistry(), Secret: []byte("replicas-share-it")})
 	opts.Replays = replays
 	return httpDoor(t, c, d, opts).URL
 }

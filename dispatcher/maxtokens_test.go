@@ -38,7 +38,7 @@ func TestAStoresInvalidAnswerIsNeverReadAsUnavailable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, provs := twoRoutes(t, newScript(behaviour{words: 2}))
-			d := c.addDispatcher(Config{Store: admitFails{Store: budgets.NewMemory(nil), err: tt.err}, Gate: c.d.gate})
+			d := c.addDispatcher(Options{Store: admitFails{Store: budgets.NewMemory(nil), err: tt.err}, Gate: c.d.gate})
 			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
 			if tt.wantCode == "" {
 				if err != nil || resp.Content == "" {

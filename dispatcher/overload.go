@@ -79,7 +79,7 @@ func (o *overload) saturated(pool string, now time.Time, fresh time.Duration) bo
 
 // onBusy records a worker's Busy for attempt a: backpressure, not a
 // failure (docs/architecture.md §4 rule 4).
-func (g *group) onBusy(a *attemptState) {
+func (g *group) onBusy(a *attemptRun) {
 	d := g.d
 	d.metrics.busy.WithLabelValues(g.sub.Pool).Inc()
 	d.metrics.saturated.WithLabelValues(g.sub.Pool).Set(1)

@@ -87,11 +87,11 @@ func TestSaturatedPoolRefusesWithOverloadedAndNoMoreLoad(t *testing.T) {
     deadline: 20s
 `})
 	reg := prometheus.NewRegistry()
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
+	d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Registerer: reg})
 	regs := []*prometheus.Registry{reg}
 	metric := func(name, label, value string) float64 { return metricSum(t, regs, name, label, value) }
 

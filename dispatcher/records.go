@@ -26,7 +26,7 @@ func (g *group) fingerprint() string {
 
 // attemptRecord is the dispatcher's sanitized record of one attempt: no
 // prompt, output, header, credential or user identifier.
-func (g *group) attemptRecord(a *attemptState, e hedge.AttemptEnded) schemas.AttemptRecord {
+func (g *group) attemptRecord(a *attemptRun, e hedge.AttemptEnded) schemas.AttemptRecord {
 	r := schemas.AttemptRecord{
 		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
 		UserActionID: g.ua, HedgeGroupID: g.id, Attempt: e.Attempt, Role: e.Role, Route: e.Route,

@@ -65,17 +65,17 @@ func TestAnsweredGroupsAreKeptBeforeTheAnswerAndEndWithOneRecordEach(t *testing.
 			// once the primary observed its cancel, after the answer.
 			c, _ := twoRoutes(t, newScript(behaviour{words: 5}, behaviour{hang: true}))
 			nc := natstest.Connect(t, c.ns)
-			pub, err := records.Open(context.Background(), nc, records.Config{Stream: "records_test", MaxAge: time.Hour,
+			pub, err := records.Open(context.Background(), nc, records.Options{Stream: "records_test", MaxAge: time.Hour,
 				MaxBytes: 8 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 256, CommitTimeout: 5 * time.Second}, nil, testLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
 			rec := &watchedRecorder{Publisher: pub, kept: map[string]bool{}}
-			gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+			gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
+			d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
 			js, err := jetstream.New(nc)
 			if err != nil {
 				t.Fatal(err)
@@ -165,17 +165,17 @@ func (s commitSinkFunc) Committed(r *Response) { s.committed(r) }
 func TestATakeoverKeepsTheOrphansCommitMarkedSupersededBeforeItsOwnCommit(t *testing.T) {
 	c, _ := twoRoutes(t, newScript(behaviour{words: 3}))
 	nc := natstest.Connect(t, c.ns)
-	pub, err := records.Open(context.Background(), nc, records.Config{Stream: "records_test", MaxAge: time.Hour,
+	pub, err := records.Open(context.Background(), nc, records.Options{Stream: "records_test", MaxAge: time.Hour,
 		MaxBytes: 8 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 256, CommitTimeout: 5 * time.Second}, nil, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &watchedRecorder{Publisher: pub, kept: map[string]bool{}}
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
+	d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Records: rec})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

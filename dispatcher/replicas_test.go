@@ -43,7 +43,7 @@ func redisShared(t testing.TB, client redis.UniversalClient, prefix string) (bud
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateConfig{Prefix: prefix, Timeout: time.Second})
+	gate, err := sharedgate.NewRedisGate(client, sharedgate.RedisGateOptions{Prefix: prefix, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 			prefix := fmt.Sprintf("roundtrips%d", i)
 			bookkeeping, _ := redisShared(t, redisClient(t, rs), prefix)
 			requestPath, gate := redisShared(t, requestClient, prefix)
-			d := c.addDispatcher(Config{Store: requestPathStore{Store: bookkeeping, requestPath: requestPath}, Gate: gate})
+			d := c.addDispatcher(Options{Store: requestPathStore{Store: bookkeeping, requestPath: requestPath}, Gate: gate})
 			// Warm up: the first use of each script loads it (EVALSHA, then
 			// EVAL) and the first calls dial; the target is the steady state.
 			warm, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
@@ -312,7 +312,7 @@ func TestElectionsAcrossReplicasCommitOneGroupPerUserAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger, err := sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerConfig{Bucket: "elect"})
+	ledger, err := sharedgate.OpenLedger(t.Context(), js, sharedgate.LedgerOptions{Bucket: "elect"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func rulesGroup(t *testing.T, p *policy.Policy, routes int) *group {
 		g.routes = append(g.routes, "r"+strconv.Itoa(i))
 		defs[i] = route.Route{Name: g.routes[i]}
 	}
-	if g.d.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+	if g.d.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -61,14 +61,14 @@ func TestSharedCensoringRules(t *testing.T) {
 	policytest.TestCensoring(t, func(t *testing.T, p *policy.Policy, tc policytest.Censoring) bool {
 		g := rulesGroup(t, p, 2)
 		now := time.Now()
-		primary := &attemptState{n: 1, role: schemas.RolePrimary, launchedAt: now.Add(-tc.Elapsed), outcome: hedge.OutcomeLoserCanceled}
+		primary := &attemptRun{n: 1, role: schemas.RolePrimary, launchedAt: now.Add(-tc.Elapsed), outcome: hedge.OutcomeLoserCanceled}
 		if tc.FirstByte {
 			primary.firstByte = 100 * time.Millisecond
 		}
 		if tc.Failed {
 			primary.outcome = hedge.OutcomeFailed
 		}
-		g.attempts = []*attemptState{primary, {n: 2, role: schemas.RoleHedge, launchedAt: now.Add(-tc.Elapsed / 2)}}
+		g.attempts = []*attemptRun{primary, {n: 2, role: schemas.RoleHedge, launchedAt: now.Add(-tc.Elapsed / 2)}}
 		return g.observeSuperseded(now, hedge.GroupEnded{Committed: tc.Winner > 0, Winner: tc.Winner, Error: tc.Error})
 	})
 }

@@ -36,11 +36,11 @@ func TestPrimariesAvoidARouteLoadedByOtherReplicasWorkers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, _ := twoRoutes(t, newScript(behaviour{words: 2}))
 			store := tt.store(t)
-			gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+			gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := c.addDispatcher(Config{Store: store, Gate: gate})
+			d := c.addDispatcher(Options{Store: store, Gate: gate})
 			ctx := context.Background()
 
 			// Another replica's workers hold 20 attempts on route a.

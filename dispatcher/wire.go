@@ -14,7 +14,7 @@ import (
 
 func (g *group) launch(l hedge.Launch) {
 	d := g.d
-	a := &attemptState{n: l.Attempt, route: l.Route, role: l.Role, launchedAt: d.now()}
+	a := &attemptRun{n: l.Attempt, route: l.Route, role: l.Role, launchedAt: d.now()}
 	g.attempts = append(g.attempts, a)
 	secret, err := schemas.NewAttemptSecret()
 	if err != nil { // crypto/rand does not fail on the platforms Go supports
@@ -33,7 +33,7 @@ func (g *group) launch(l hedge.Launch) {
 
 // publishAttempt sends attempt a to its route: at its launch, and again
 // when a worker refused it Busy (reoffer).
-func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining time.Duration) {
+func (g *group) publishAttempt(a *attemptRun, deadline time.Time, remaining time.Duration) {
 	d := g.d
 	msg := schemas.Attempt{
 		GroupID: g.id, UserActionID: g.ua, Attempt: a.n, Role: a.role, Route: a.route,
@@ -57,7 +57,7 @@ func (g *group) publishAttempt(a *attemptState, deadline time.Time, remaining ti
 	}
 }
 
-func (g *group) sendCancel(a *attemptState, reason hedge.CancelReason) {
+func (g *group) sendCancel(a *attemptRun, reason hedge.CancelReason) {
 	c := schemas.Cancel{GroupID: g.id, Attempt: a.n, Reason: schemas.CancelReason(reason), Secret: a.secret}
 	if a.controlInbox == "" {
 		a.cancel = &c // sent when the Accept names the control inbox
@@ -66,7 +66,7 @@ func (g *group) sendCancel(a *attemptState, reason hedge.CancelReason) {
 	g.publishCancel(a, c)
 }
 
-func (g *group) publishCancel(a *attemptState, c schemas.Cancel) {
+func (g *group) publishCancel(a *attemptRun, c schemas.Cancel) {
 	g.d.log.Debug("cancel", "group", g.id, "attempt", a.n, "inbox", a.controlInbox)
 	data, err := c.MarshalJSON()
 	if err == nil {
@@ -183,7 +183,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 // a — an Accept or Busy from any worker before one accepted, anything
 // from that worker after (docs/architecture.md §8). The secret is
 // compared in constant time.
-func (g *group) checkReply(a *attemptState, reply schemas.Reply) string {
+func (g *group) checkReply(a *attemptRun, reply schemas.Reply) string {
 	group, n := reply.AttemptRef()
 	worker, secret := reply.Sender()
 	switch {
@@ -209,7 +209,7 @@ func (g *group) checkReply(a *attemptState, reply schemas.Reply) string {
 
 // lost fails an attempt whose stream broke on the wire; its worker may still
 // be running, so it is told to stop.
-func (g *group) lost(a *attemptState, why string) hedge.Event {
+func (g *group) lost(a *attemptRun, why string) hedge.Event {
 	g.d.log.Warn("attempt lost", "group", g.id, "attempt", a.n, "why", why)
 	g.sendCancel(a, hedge.CancelInvalid)
 	return hedge.Result{Attempt: a.n, Status: schemas.StatusLost, Scope: schemas.ScopeTransient}

@@ -309,11 +309,11 @@ func startWorkers(t *testing.T, cfg *config.Config, nc *nats.Conn) {
 // and winner gate, as node.StartGateway assembles it.
 func startDispatcher(t *testing.T, cfg *config.Config, nc *nats.Conn) *dispatcher.Dispatcher {
 	t.Helper()
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{})
+	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dcfg := node.DispatcherConfig(cfg)
+	dcfg := node.DispatcherOptions(cfg)
 	dcfg.Conn, dcfg.Store, dcfg.Gate = nc, budgets.NewMemory(nil), gate
 	d, err := dispatcher.New(dcfg)
 	if err != nil {

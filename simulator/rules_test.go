@@ -42,7 +42,7 @@ func TestSharedEligibilityRules(t *testing.T) {
 				defs[i] = route.Route{Name: name}
 			}
 			var err error
-			if r.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+			if r.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := r.do(g, hedge.MarkRoute{Route: r.routes[0], Mark: hedge.MarkPushback, TTL: time.Minute}); err != nil {

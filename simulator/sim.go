@@ -173,7 +173,7 @@ func newRunner(strat strategy, t cohortTraffic, seed uint64, acc *accumulator) (
 	}
 	clock := func() time.Time { return epoch.Add(r.now) }
 	if strat.routeAware {
-		if r.picker, err = route.NewPicker(defs, route.Config{}); err != nil {
+		if r.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
 			return nil, err
 		}
 	}
@@ -183,7 +183,7 @@ func newRunner(strat strategy, t cohortTraffic, seed uint64, acc *accumulator) (
 	if r.class, err = policy.NewClass(r.operation, strat.rules); err != nil {
 		return nil, err
 	}
-	if r.gate, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: 2 * cond.Deadline, Now: clock}); err != nil {
+	if r.gate, err = arbiter.NewLocalGate(arbiter.LocalGateOptions{TTL: 2 * cond.Deadline, Now: clock}); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -48,7 +48,7 @@ const (
 // what differs between gateways is configuration, not mechanism.
 type strategy struct {
 	name   string
-	policy hedge.Policy
+	policy hedge.Options
 	delay  delayMode
 	fixed  time.Duration
 	// rules is the class policy the dispatcher's rules apply to the
@@ -69,7 +69,7 @@ type strategy struct {
 }
 
 func newStrategy(name string, cond workload.Conditions) (strategy, error) {
-	p := hedge.DefaultPolicy()
+	p := hedge.DefaultOptions()
 	p.Deadline = cond.Deadline
 	// Simulated workers neither die nor stall before accepting: the timers
 	// that detect those are exercised by the live runtime's tests instead.

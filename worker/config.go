@@ -13,7 +13,7 @@ import (
 	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
-// Defaults of the optional Config fields.
+// Defaults of the optional Options fields.
 const (
 	// DefaultMaxInflight bounds the attempts one worker runs at once.
 	DefaultMaxInflight = 64
@@ -38,8 +38,8 @@ var routePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 // appear in Accept and records.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
-// Config configures a Worker for one route.
-type Config struct {
+// Options configures a Worker for one route.
+type Options struct {
 	// Route is the route this worker serves; it names the attempt subject
 	// and queue group. Required.
 	Route string
@@ -95,7 +95,7 @@ type Config struct {
 }
 
 // withDefaults validates c and returns it with its defaults filled in.
-func (c Config) withDefaults() (Config, error) {
+func (c Options) withDefaults() (Options, error) {
 	switch {
 	case !routePattern.MatchString(c.Route):
 		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidConfig, c.Route, routePattern)
@@ -110,7 +110,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.WorkerID == "" {
 		var b [6]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return c, fmt.Errorf("generate worker id: %w", err)
+			return c, fmt.Errorf("worker: generate worker id: %w", err)
 		}
 		c.WorkerID = c.Route + "-" + hex.EncodeToString(b[:])
 	}
@@ -154,7 +154,7 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.FingerprintKey) == 0 {
 		c.FingerprintKey = make([]byte, 32)
 		if _, err := rand.Read(c.FingerprintKey); err != nil {
-			return c, fmt.Errorf("generate fingerprint key: %w", err)
+			return c, fmt.Errorf("worker: generate fingerprint key: %w", err)
 		}
 	}
 	return c, nil

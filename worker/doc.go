@@ -62,7 +62,7 @@
 //
 // # Route in-flight leases
 //
-// With Config.Leases set (the shared budget store when redis.url is set),
+// With Options.Leases set (the shared budget store when redis.url is set),
 // the worker holds a lease on its route for each attempt it runs, so every
 // dispatcher replica's route choice sees the cluster's load on the route
 // (docs/architecture.md §7). The holder is "<worker id>/<group id>/<attempt>", ids the

@@ -20,7 +20,7 @@ func TestFirstByteIsTheFirstTokenOfAStreamOpenedEarly(t *testing.T) {
 		name := map[bool]string{true: "streaming", false: "non-streaming"}[stream]
 		t.Run(name, func(t *testing.T) {
 			// The first token after 50 ms, heartbeats every 5 ms.
-			h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 50, 20, 1000), OpenEarly: true}})
+			h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 50, 20, 1000), OpenEarly: true}})
 			att := h.attempt("hg_open_early_" + name)
 			att.Request.Stream = stream
 			if !stream {
@@ -50,7 +50,7 @@ func TestFirstByteIsTheFirstTokenOfAStreamOpenedEarly(t *testing.T) {
 // attempt beating: the dispatcher's heartbeat timeout must not take a
 // silent model for a lost worker, and only a first token ends the beats.
 func TestHeartbeatsGoOnWhileAnOpenStreamHasNoToken(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t), OpenEarly: true}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: hangModel(t), OpenEarly: true}})
 	att := h.attempt("hg_open_silent")
 	in := h.send(att)
 	acc := in.accept()
@@ -102,7 +102,7 @@ func TestHeartbeatsGoOnAfterTheFirstTokenUntilTheResult(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(map[bool]string{true: "streaming", false: "not streaming"}[stream], func(t *testing.T) {
 			release := make(chan struct{})
-			h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 0.01, 2, 1000)}, upstream: stallAfterFirstToken{release: release}})
+			h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 0.01, 2, 1000)}, upstream: stallAfterFirstToken{release: release}})
 			att := h.attempt("hg_beats_after_first")
 			att.Request.Stream = stream
 			in := h.send(att)
@@ -161,7 +161,7 @@ func TestTheResultCarriesTheLongestGapBetweenTokensRoundedUpToAMillisecond(t *te
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 0.01, 2, 1000)}, upstream: gapUpstream{gap: tc.gap}})
+			h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 0.01, 2, 1000)}, upstream: gapUpstream{gap: tc.gap}})
 			in := h.send(h.attempt("hg_gap"))
 			in.accept()
 			_, res := in.untilResult()

@@ -74,7 +74,7 @@ type provider struct {
 	closing chan struct{}
 }
 
-func startProvider(t *testing.T, cfg fakellm.Config, gate chan struct{}) *provider {
+func startProvider(t *testing.T, cfg fakellm.Options, gate chan struct{}) *provider {
 	t.Helper()
 	p := &provider{records: make(chan fakellm.Record, 64), arrived: make(chan struct{}, 64), gate: gate,
 		closing: make(chan struct{})}
@@ -114,7 +114,7 @@ func startProvider(t *testing.T, cfg fakellm.Config, gate chan struct{}) *provid
 
 func newAdapter(t *testing.T, baseURL string) *upstream.OpenAI {
 	t.Helper()
-	o, err := upstream.NewOpenAI(upstream.Config{BaseURL: baseURL, Model: "route-model"})
+	o, err := upstream.NewOpenAI(upstream.Options{BaseURL: baseURL, Model: "route-model"})
 	if err != nil {
 		t.Fatalf("NewOpenAI: %v", err)
 	}
@@ -166,10 +166,10 @@ type harness struct {
 }
 
 type setup struct {
-	fake     fakellm.Config
+	fake     fakellm.Options
 	gate     chan struct{}
 	upstream upstream.Upstream // overrides the provider's adapter
-	config   func(*Config)
+	config   func(*Options)
 	noStart  bool
 }
 
@@ -187,7 +187,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	if err := h.dc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{
+	cfg := Options{
 		Route:             testRoute,
 		Upstream:          h.prov.upstream,
 		Conn:              wc,

@@ -22,13 +22,13 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, route, holder string) error
 }
 
-// Defaults of the lease settings of Config.
+// Defaults of the lease settings of Options.
 const (
 	// DefaultLeaseRenewInterval is how often a worker renews the leases of
 	// its attempts in flight.
 	DefaultLeaseRenewInterval = time.Second
 	// DefaultLeaseRenewals is how many renew intervals a lease lasts
-	// without renewal when Config.LeaseTTL is zero: a renewal may fail or
+	// without renewal when Options.LeaseTTL is zero: a renewal may fail or
 	// come late twice before the lease lapses, and a killed worker's
 	// leases are gone within three intervals.
 	DefaultLeaseRenewals = 3
@@ -85,7 +85,7 @@ type lease struct {
 	renewed  time.Time // when the last successful acquire or renewal was sent
 }
 
-func newLeaseKeeper(cfg Config, log *slog.Logger) *leaseKeeper {
+func newLeaseKeeper(cfg Options, log *slog.Logger) *leaseKeeper {
 	if cfg.Leases == nil {
 		return nil
 	}

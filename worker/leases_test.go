@@ -78,8 +78,8 @@ func TestAttemptHoldsARouteLeaseWhileInFlightRenewedAndReleasedAtItsEnd(t *testi
 	// call, so that call is not also a dial.
 	waitInFlight(t, store, 0)
 	gate := make(chan struct{})
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}, gate: gate,
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 200*time.Millisecond }})
 
 	att := h.attempt("hg_lease")
 	in := h.send(att)
@@ -119,8 +119,8 @@ func TestLeaseOfAWorkerCutOffFromTheStoreExpiresAfterItsTTL(t *testing.T) {
 	// life before the cut that the test measures after it.
 	const renew, ttl = 250 * time.Millisecond, 2500 * time.Millisecond
 	gate := make(chan struct{})
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, gate: gate,
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval, c.LeaseTTL = workerStore, renew, ttl }})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}, gate: gate,
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval, c.LeaseTTL = workerStore, renew, ttl }})
 
 	in := h.send(h.attempt("hg_orphan"))
 	in.accept()
@@ -168,8 +168,8 @@ func TestLeaseOfAWorkerCutOffFromTheStoreExpiresAfterItsTTL(t *testing.T) {
 func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)},
-		config: func(c *Config) { c.Leases, c.LeaseRenewInterval = store, 100*time.Millisecond }})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)},
+		config: func(c *Options) { c.Leases, c.LeaseRenewInterval = store, 100*time.Millisecond }})
 
 	// Redis stops answering writes for the pause — lease calls are
 	// scripts and ZREMs — so each lease call waits until its deadline
@@ -199,9 +199,9 @@ func TestAStoreThatDoesNotAnswerNeverDelaysAnAttempt(t *testing.T) {
 }
 
 func TestWorkerWithoutALeaseStoreMakesNoLeases(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}})
 	if h.w.leases != nil {
-		t.Fatal("a worker without Config.Leases has a lease keeper")
+		t.Fatal("a worker without Options.Leases has a lease keeper")
 	}
 	in := h.send(h.attempt("hg_no_lease"))
 	if _, res := in.untilResult(); res.StatusClass != schemas.StatusOK {
@@ -215,8 +215,8 @@ func TestWorkerWithoutALeaseStoreMakesNoLeases(t *testing.T) {
 func TestStopReleasesTheLeasesOfCancelledAttempts(t *testing.T) {
 	rs := redistest.Start(t)
 	store, _ := leaseStore(t, rs)
-	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.Leases, c.DrainGrace = store, 20*time.Millisecond }})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: hangModel(t)},
+		config: func(c *Options) { c.Leases, c.DrainGrace = store, 20*time.Millisecond }})
 	in := h.send(h.attempt("hg_hung_lease"))
 	in.accept()
 	<-h.prov.arrived

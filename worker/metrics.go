@@ -90,7 +90,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("register worker metrics: %w", err)
+		return fmt.Errorf("worker: register metrics: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,7 @@ const (
 // Route describes one route a pool serves: where its provider is and how
 // to reach it.
 type Route struct {
-	// Name is the route's subject-safe name (see Config.Route).
+	// Name is the route's subject-safe name (see Options.Route).
 	Name     string
 	Provider Provider
 	BaseURL  string
@@ -37,12 +38,12 @@ type Route struct {
 	// empty for endpoints that need none.
 	APIKeyEnv string
 	// MaxInflight is how many attempts the route's worker runs at once
-	// (see Config.MaxInflight).
+	// (see Options.MaxInflight).
 	MaxInflight int
 }
 
-// PoolOptions are the optional settings of StartPool.
-type PoolOptions struct {
+// WorkersOptions are the optional settings of StartWorkers.
+type WorkersOptions struct {
 	// Routes limits the pool to the routes of these names; empty runs every
 	// route given.
 	Routes []string
@@ -50,7 +51,7 @@ type PoolOptions struct {
 	// os.LookupEnv.
 	LookupEnv func(name string) (string, bool)
 	// HeartbeatInterval is the workers' heartbeat period (see
-	// Config.HeartbeatInterval); 0 means DefaultHeartbeatInterval.
+	// Options.HeartbeatInterval); 0 means DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
 	// Metrics is shared by every worker of the pool; nil counts into
 	// collectors no registry sees.
@@ -58,30 +59,30 @@ type PoolOptions struct {
 	// Logger receives the workers' operational logs; nil discards them.
 	Logger *slog.Logger
 	// FingerprintKey keys the prompt fingerprints of records; it must be
-	// the dispatcher's for records to correlate (see Config).
+	// the dispatcher's for records to correlate (see Options).
 	FingerprintKey []byte
 	// DrainGrace is how long Stop lets in-flight attempts finish; 0 means
 	// DefaultDrainGrace.
 	DrainGrace time.Duration
 	// Leases, when set, is where every worker of the pool records its
-	// attempts in flight (see Config.Leases): the shared budget store when
+	// attempts in flight (see Options.Leases): the shared budget store when
 	// redis.url is set.
 	Leases Leases
 }
 
-// Pool is the set of workers of one process, one per route.
-type Pool struct {
+// Workers is the set of workers of one process, one per route.
+type Workers struct {
 	workers []*Worker
 }
 
-// StartPool starts one Worker per route (or per route opts.Routes names) on
+// StartWorkers starts one Worker per route (or per route opts.Routes names) on
 // nc. Each route's adapter gets the route's base URL and model, and the
 // provider key read through opts.LookupEnv from the variable the route
 // names — keys are only ever read here, in workers. Either every worker
 // starts or none is left running.
-func StartPool(routes []Route, nc *nats.Conn, opts PoolOptions) (*Pool, error) {
+func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: worker pool needs a NATS connection", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: StartWorkers needs a NATS connection", ErrInvalidConfig)
 	}
 	env := opts.LookupEnv
 	if env == nil {
@@ -91,13 +92,13 @@ func StartPool(routes []Route, nc *nats.Conn, opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{}
+	p := &Workers{}
 	for _, r := range routes {
 		up, err := newUpstream(r, env)
 		if err != nil {
 			return nil, err
 		}
-		w, err := New(Config{
+		w, err := New(Options{
 			Route:             r.Name,
 			Upstream:          up,
 			Conn:              nc,
@@ -110,7 +111,7 @@ func StartPool(routes []Route, nc *nats.Conn, opts PoolOptions) (*Pool, error) {
 			Leases:            opts.Leases,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
+			return nil, routeError(r.Name, err)
 		}
 		p.workers = append(p.workers, w)
 	}
@@ -118,10 +119,10 @@ func StartPool(routes []Route, nc *nats.Conn, opts PoolOptions) (*Pool, error) {
 		if err := w.Start(); err != nil {
 			// Unwind what started: those workers hold no attempts worth
 			// draining yet, but their subscriptions must go.
-			started := &Pool{workers: p.workers[:i]}
+			started := &Workers{workers: p.workers[:i]}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			return nil, errors.Join(fmt.Errorf("route %s: %w", routes[i].Name, err), started.Stop(ctx))
+			return nil, errors.Join(routeError(routes[i].Name, err), started.Stop(ctx))
 		}
 	}
 	return p, nil
@@ -140,7 +141,7 @@ func poolRoutes(routes []Route, names []string) ([]Route, error) {
 	for _, n := range names {
 		i := slices.IndexFunc(routes, func(r Route) bool { return r.Name == n })
 		if i < 0 {
-			return nil, fmt.Errorf("route %q: %w", n, ErrUnknownRoute)
+			return nil, fmt.Errorf("%w: route %q", ErrUnknownRoute, n)
 		}
 		if !seen[n] {
 			seen[n] = true
@@ -156,11 +157,11 @@ func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, e
 	if r.APIKeyEnv != "" {
 		v, ok := env(r.APIKeyEnv)
 		if !ok || v == "" {
-			return nil, fmt.Errorf("route %s: %w: environment variable %s", r.Name, ErrMissingAPIKey, r.APIKeyEnv)
+			return nil, routeError(r.Name, fmt.Errorf("%w: environment variable %s", ErrMissingAPIKey, r.APIKeyEnv))
 		}
 		key = v
 	}
-	cfg := upstream.Config{BaseURL: r.BaseURL, Model: r.Model, APIKey: key}
+	cfg := upstream.Options{BaseURL: r.BaseURL, Model: r.Model, APIKey: key}
 	var (
 		up  upstream.Upstream
 		err error
@@ -169,18 +170,18 @@ func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, e
 	case ProviderOpenAI:
 		up, err = upstream.NewOpenAI(cfg)
 	case ProviderAnthropic:
-		up, err = upstream.NewAnthropic(upstream.AnthropicConfig{Config: cfg})
+		up, err = upstream.NewAnthropic(upstream.AnthropicOptions{Options: cfg})
 	default:
-		return nil, fmt.Errorf("route %s: %w: %q", r.Name, ErrProviderNotSupported, r.Provider)
+		return nil, routeError(r.Name, fmt.Errorf("%w: %q", ErrProviderNotSupported, r.Provider))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("route %s: %w", r.Name, err)
+		return nil, routeError(r.Name, err)
 	}
 	return up, nil
 }
 
 // Routes lists the routes the pool serves, in configuration order.
-func (p *Pool) Routes() []string {
+func (p *Workers) Routes() []string {
 	out := make([]string, len(p.workers))
 	for i, w := range p.workers {
 		out[i] = w.cfg.Route
@@ -190,16 +191,34 @@ func (p *Pool) Routes() []string {
 
 // Stop stops every worker of the pool at once (see Worker.Stop), so they
 // drain in parallel within ctx, and returns their errors joined.
-func (p *Pool) Stop(ctx context.Context) error {
+func (p *Workers) Stop(ctx context.Context) error {
 	errs := make([]error, len(p.workers))
 	var wg sync.WaitGroup
 	for i, w := range p.workers {
 		wg.Go(func() {
 			if err := w.Stop(ctx); err != nil {
-				errs[i] = fmt.Errorf("route %s: %w", w.cfg.Route, err)
+				errs[i] = routeError(w.cfg.Route, err)
 			}
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// routeError names the route an error of StartWorkers concerns, reading
+// "worker: route <name>: <what>" with one package prefix however err reads;
+// errors.Is and errors.As see err.
+func routeError(route string, err error) error {
+	return &namedRouteError{route: route, err: err}
+}
+
+type namedRouteError struct {
+	route string
+	err   error
+}
+
+func (e *namedRouteError) Error() string {
+	return "worker: route " + e.route + ": " + strings.TrimPrefix(e.err.Error(), "worker: ")
+}
+
+func (e *namedRouteError) Unwrap() error { return e.err }

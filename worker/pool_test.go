@@ -62,7 +62,7 @@ func startFakeRoute(t *testing.T, n int) *fakeRoute {
 	m.ErrorFraction = 0
 	m.TTFT = workload.TTFT{Main: workload.LogNormalMedian(0.1, 0), Stall: workload.LogNormalMedian(0.1, 0)}
 	m.OutputTokens = workload.LogNormal{Mu: math.Log(5)}
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 1, TimeScale: 0.001, Route: n})
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 1, TimeScale: 0.001, Route: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func env(vars map[string]string) func(string) (string, bool) {
 // parse loads routes (YAML list items) and a pool over them, for the serve
 // role with every key variable set, so the pool's own checks are what a
 // test exercises, and returns them as a worker process passes them to
-// StartPool.
+// StartWorkers.
 func parse(t *testing.T, routes ...string) []worker.Route {
 	t.Helper()
 	var names []string
@@ -151,7 +151,7 @@ func run(t *testing.T, nc *nats.Conn, route string) *schemas.AttemptResult {
 	}
 }
 
-func stopPool(t *testing.T, p *worker.Pool) {
+func stopPool(t *testing.T, p *worker.Workers) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), poolWait)
 	defer cancel()
@@ -167,9 +167,9 @@ func TestPoolRunsOneWorkerPerRouteWithItsOwnKey(t *testing.T) {
 		fmt.Sprintf("{name: open, provider: openai, base_url: %q, model: m}", b.url))
 	nc := natstest.Connect(t, natstest.Start(t))
 	metrics := worker.NewMetrics()
-	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-route"}), Metrics: metrics})
+	p, err := worker.StartWorkers(cfg, nc, worker.WorkersOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-route"}), Metrics: metrics})
 	if err != nil {
-		t.Fatalf("StartPool: %v", err)
+		t.Fatalf("StartWorkers: %v", err)
 	}
 	defer stopPool(t, p)
 	if got := p.Routes(); !slices.Equal(got, []string{"keyed", "open"}) {
@@ -193,9 +193,9 @@ func TestPoolServesAnthropicRoutesWithTheKeyInXAPIKey(t *testing.T) {
 	cfg := parse(t, fmt.Sprintf("{name: claude, provider: anthropic, base_url: %q, model: m, api_key_env: ROUTE_KEY}",
 		strings.TrimSuffix(a.url, "/v1")))
 	nc := natstest.Connect(t, natstest.Start(t))
-	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-ant-route"})})
+	p, err := worker.StartWorkers(cfg, nc, worker.WorkersOptions{LookupEnv: env(map[string]string{"ROUTE_KEY": "sk-ant-route"})})
 	if err != nil {
-		t.Fatalf("StartPool: %v", err)
+		t.Fatalf("StartWorkers: %v", err)
 	}
 	defer stopPool(t, p)
 	res := run(t, nc, "claude")
@@ -216,9 +216,9 @@ func TestPoolServesOnlyTheRoutesAskedFor(t *testing.T) {
 		fmt.Sprintf("{name: ra, provider: openai, base_url: %q, model: m}", a.url),
 		"{name: rb, provider: openai, base_url: \"http://127.0.0.1:1/v1\", model: m}")
 	nc := natstest.Connect(t, natstest.Start(t))
-	p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(nil), Routes: []string{"ra", "ra"}})
+	p, err := worker.StartWorkers(cfg, nc, worker.WorkersOptions{LookupEnv: env(nil), Routes: []string{"ra", "ra"}})
 	if err != nil {
-		t.Fatalf("StartPool: %v", err)
+		t.Fatalf("StartWorkers: %v", err)
 	}
 	defer stopPool(t, p)
 	if got := p.Routes(); !slices.Equal(got, []string{"ra"}) {
@@ -253,12 +253,12 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := parse(t, tt.route)
-			p, err := worker.StartPool(cfg, nc, worker.PoolOptions{LookupEnv: env(tt.env), Routes: tt.routes})
+			p, err := worker.StartWorkers(cfg, nc, worker.WorkersOptions{LookupEnv: env(tt.env), Routes: tt.routes})
 			if !errors.Is(err, tt.want) {
 				if p != nil {
 					stopPool(t, p)
 				}
-				t.Fatalf("StartPool: %v, want %v", err, tt.want)
+				t.Fatalf("StartWorkers: %v, want %v", err, tt.want)
 			}
 			if !strings.Contains(err.Error(), tt.mentions) {
 				t.Errorf("error %q does not say %q", err, tt.mentions)

@@ -103,18 +103,18 @@ func (nopUpstream) Stream(_ context.Context, _ *schemas.ChatRequest, _ upstream.
 
 func TestNewRejectsAnInvalidConfig(t *testing.T) {
 	nc := &nats.Conn{}
-	valid := Config{Route: "openai-east", Upstream: nopUpstream{}, Conn: nc}
-	for name, mutate := range map[string]func(*Config){
-		"empty route":          func(c *Config) { c.Route = "" },
-		"route with a dot":     func(c *Config) { c.Route = "openai.east" },
-		"route with wildcards": func(c *Config) { c.Route = "openai-*" },
-		"no upstream":          func(c *Config) { c.Upstream = nil },
-		"no connection":        func(c *Config) { c.Conn = nil },
-		"negative inflight":    func(c *Config) { c.MaxInflight = -1 },
-		"negative heartbeat":   func(c *Config) { c.HeartbeatInterval = -time.Second },
-		"worker id with space": func(c *Config) { c.WorkerID = "worker 1" },
-		"negative lease renew": func(c *Config) { c.LeaseRenewInterval = -time.Second },
-		"lease ttl under two renew intervals": func(c *Config) {
+	valid := Options{Route: "openai-east", Upstream: nopUpstream{}, Conn: nc}
+	for name, mutate := range map[string]func(*Options){
+		"empty route":          func(c *Options) { c.Route = "" },
+		"route with a dot":     func(c *Options) { c.Route = "openai.east" },
+		"route with wildcards": func(c *Options) { c.Route = "openai-*" },
+		"no upstream":          func(c *Options) { c.Upstream = nil },
+		"no connection":        func(c *Options) { c.Conn = nil },
+		"negative inflight":    func(c *Options) { c.MaxInflight = -1 },
+		"negative heartbeat":   func(c *Options) { c.HeartbeatInterval = -time.Second },
+		"worker id with space": func(c *Options) { c.WorkerID = "worker 1" },
+		"negative lease renew": func(c *Options) { c.LeaseRenewInterval = -time.Second },
+		"lease ttl under two renew intervals": func(c *Options) {
 			c.LeaseRenewInterval, c.LeaseTTL = time.Second, 1500*time.Millisecond
 		},
 	} {

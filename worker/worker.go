@@ -22,20 +22,20 @@ const ServiceVersion = "1.0.0"
 
 // Errors of the package, which callers may branch on with errors.Is.
 var (
-	// ErrInvalidConfig is matched by every error New returns for a bad Config.
+	// ErrInvalidConfig is matched by every error New returns for a bad Options.
 	ErrInvalidConfig = errors.New("worker: invalid config")
 
 	// Errors of the Worker's lifecycle.
 	ErrStarted    = errors.New("worker: already started")
 	ErrNotStarted = errors.New("worker: not started")
 
-	// Errors of StartPool; each is wrapped with the route it concerns.
+	// Errors of StartWorkers; each is wrapped with the route it concerns.
 
 	// ErrProviderNotSupported: the route's provider has no adapter yet.
 	ErrProviderNotSupported = errors.New("worker: provider not supported yet")
 	// ErrMissingAPIKey: the environment variable a route names for its
 	// provider key is unset or empty.
-	ErrMissingAPIKey = errors.New("provider API key not set")
+	ErrMissingAPIKey = errors.New("worker: provider API key not set")
 	// ErrUnknownRoute: a route asked for is not in the configuration.
 	ErrUnknownRoute = errors.New("worker: unknown route")
 
@@ -62,7 +62,7 @@ const (
 // beyond the attempt's own lifetime, except a briefly remembered early
 // Cancel (PendingCancelTTL). Create it with New, then Start and Stop it once.
 type Worker struct {
-	cfg     Config
+	cfg     Options
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -77,7 +77,7 @@ type Worker struct {
 	controlDone <-chan nats.SubStatus
 	svc         micro.Service
 	runs        sync.WaitGroup // one per attempt goroutine
-	leases      *leaseKeeper   // nil without Config.Leases
+	leases      *leaseKeeper   // nil without Options.Leases
 
 	controlInbox string
 
@@ -87,7 +87,7 @@ type Worker struct {
 }
 
 // New validates cfg and returns a worker that is not yet subscribed.
-func New(cfg Config) (*Worker, error) {
+func New(cfg Options) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -127,12 +127,12 @@ func (w *Worker) Start() error {
 	inbox := nc.NewInbox()
 	csub, err := nc.Subscribe(inbox, w.handleControl)
 	if err != nil {
-		return fmt.Errorf("worker %s: subscribe control inbox: %w", w.cfg.WorkerID, err)
+		return fmt.Errorf("worker: %s: subscribe control inbox: %w", w.cfg.WorkerID, err)
 	}
 	asub, err := nc.QueueSubscribe(schemas.AttemptSubject(w.cfg.Route), schemas.WorkerQueueGroup(w.cfg.Route), w.handleAttempt)
 	if err != nil {
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker %s: subscribe %s: %w", w.cfg.WorkerID, schemas.AttemptSubject(w.cfg.Route), err)
+		return fmt.Errorf("worker: %s: subscribe %s: %w", w.cfg.WorkerID, schemas.AttemptSubject(w.cfg.Route), err)
 	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        schemas.WorkerServiceName,
@@ -150,7 +150,7 @@ func (w *Worker) Start() error {
 	if err != nil {
 		_ = asub.Unsubscribe()
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker %s: register micro service %s: %w", w.cfg.WorkerID, schemas.WorkerServiceName, err)
+		return fmt.Errorf("worker: %s: register micro service %s: %w", w.cfg.WorkerID, schemas.WorkerServiceName, err)
 	}
 	// Return only once the server has the subscriptions: an attempt sent
 	// after Start reaches this worker, and a readiness ping is answered.
@@ -158,7 +158,7 @@ func (w *Worker) Start() error {
 		_ = svc.Stop()
 		_ = asub.Unsubscribe()
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker %s: flush subscriptions: %w", w.cfg.WorkerID, err)
+		return fmt.Errorf("worker: %s: flush subscriptions: %w", w.cfg.WorkerID, err)
 	}
 	// Ask for the closed status before anything can close them.
 	w.attemptDone = asub.StatusChanged(nats.SubscriptionClosed)
@@ -201,14 +201,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	// drain's flush does.
 	var errs []error
 	if err := w.svc.Stop(); err != nil {
-		errs = append(errs, fmt.Errorf("stop micro service: %w", err))
+		errs = append(errs, fmt.Errorf("worker: stop micro service: %w", err))
 	}
 	if err := w.attemptSub.Drain(); err != nil {
 		// A closed connection closed the subscription too, silently.
-		errs = append(errs, fmt.Errorf("drain attempt subscription: %w", err))
+		errs = append(errs, fmt.Errorf("worker: drain attempt subscription: %w", err))
 	} else if err := waitClosed(ctx, w.attemptDone); err != nil {
 		w.cancelAll(errShutdown)
-		return errors.Join(append(errs, fmt.Errorf("wait for attempt subscription to drain: %w", err), w.stopLeases(ctx))...)
+		return errors.Join(append(errs, fmt.Errorf("worker: wait for attempt subscription to drain: %w", err), w.stopLeases(ctx))...)
 	}
 	// A drained subscription closes only after its last callback returned:
 	// every attempt delivered to this worker has been answered.
@@ -234,7 +234,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return errors.Join(append(errs, fmt.Errorf("wait for cancelled attempts: %w", ctx.Err()), w.stopLeases(ctx))...)
+		return errors.Join(append(errs, fmt.Errorf("worker: wait for cancelled attempts: %w", ctx.Err()), w.stopLeases(ctx))...)
 	}
 	// Every attempt has ended: give their leases back.
 	if err := w.stopLeases(ctx); err != nil {
@@ -242,12 +242,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 
 	if err := w.controlSub.Drain(); err != nil {
-		errs = append(errs, fmt.Errorf("drain control subscription: %w", err))
+		errs = append(errs, fmt.Errorf("worker: drain control subscription: %w", err))
 	} else if err := waitClosed(ctx, w.controlDone); err != nil {
-		errs = append(errs, fmt.Errorf("wait for control subscription to drain: %w", err))
+		errs = append(errs, fmt.Errorf("worker: wait for control subscription to drain: %w", err))
 	}
 	if err := flush(ctx, w.cfg.Conn); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		errs = append(errs, fmt.Errorf("flush results: %w", err))
+		errs = append(errs, fmt.Errorf("worker: flush results: %w", err))
 	}
 	if c, ok := w.cfg.Upstream.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
@@ -263,7 +263,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 // an error means ctx ended before it had stopped.
 func (w *Worker) stopLeases(ctx context.Context) error {
 	if err := w.leases.close(ctx); err != nil {
-		return fmt.Errorf("stop route leases: %w", err)
+		return fmt.Errorf("worker: stop route leases: %w", err)
 	}
 	return nil
 }
@@ -414,7 +414,7 @@ func (w *Worker) publishReply(inbox string, m json.Marshaler) error {
 	}
 	if err != nil {
 		w.log.Warn("reply not published", "error", err)
-		return fmt.Errorf("publish reply: %w", err)
+		return fmt.Errorf("worker: publish reply: %w", err)
 	}
 	return nil
 }

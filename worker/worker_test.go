@@ -105,7 +105,7 @@ func checkStream(t *testing.T, rs []schemas.Reply) (chunks []*schemas.Chunk, hea
 
 func TestStreamingAttemptSendsAcceptHeartbeatsFirstByteChunksThenOneResult(t *testing.T) {
 	// First byte after 50 ms, heartbeats every 5 ms, 40 tokens at once.
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 50, 40, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 50, 40, 1000)}})
 	att := h.attempt("hg_stream")
 	in := h.send(att)
 
@@ -174,8 +174,8 @@ func TestStreamingAttemptSendsAcceptHeartbeatsFirstByteChunksThenOneResult(t *te
 func TestChunksCoalesceUpToTheTokenThreshold(t *testing.T) {
 	// Tokens arrive together; with no time limit a chunk closes at 16 tokens.
 	h := newHarness(t, setup{
-		fake:   fakellm.Config{Model: model(t, 1, 40, 1e6)},
-		config: func(c *Config) { c.CoalesceDelay = time.Hour },
+		fake:   fakellm.Options{Model: model(t, 1, 40, 1e6)},
+		config: func(c *Options) { c.CoalesceDelay = time.Hour },
 	})
 	in := h.send(h.attempt("hg_tokens"))
 	in.accept()
@@ -194,8 +194,8 @@ func TestChunksFlushAfterTheCoalesceDelay(t *testing.T) {
 	// One token per millisecond for 40 ms, a 5 ms delay and a threshold
 	// never reached: only the delay can split the stream after its first chunk.
 	h := newHarness(t, setup{
-		fake:   fakellm.Config{Model: model(t, 1, 40, 1)},
-		config: func(c *Config) { c.CoalesceTokens = 1000 },
+		fake:   fakellm.Options{Model: model(t, 1, 40, 1)},
+		config: func(c *Options) { c.CoalesceTokens = 1000 },
 	})
 	in := h.send(h.attempt("hg_delay"))
 	in.accept()
@@ -210,7 +210,7 @@ func TestChunksFlushAfterTheCoalesceDelay(t *testing.T) {
 }
 
 func TestNonStreamingCallerGetsTheWholeAnswerInTheResultAndNoChunks(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 20, 40, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 20, 40, 1000)}})
 	att := h.attempt("hg_whole")
 	att.Request.Stream = false
 	att.CommitPoint = schemas.Complete
@@ -236,8 +236,8 @@ func hangModel(t *testing.T) *workload.Model {
 
 func TestAttemptBeyondMaxInflightIsAnsweredBusy(t *testing.T) {
 	h := newHarness(t, setup{
-		fake:   fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.MaxInflight = 1 },
+		fake:   fakellm.Options{Model: hangModel(t)},
+		config: func(c *Options) { c.MaxInflight = 1 },
 	})
 	a := h.send(h.attempt("hg_first"))
 	accA := a.accept()
@@ -260,7 +260,7 @@ func TestAttemptBeyondMaxInflightIsAnsweredBusy(t *testing.T) {
 
 func TestCancelStopsTheUpstreamAndReportsCanceledObserved(t *testing.T) {
 	// 1000 tokens, one per millisecond: the cancel comes mid-stream.
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 1000, 1)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 1000, 1)}})
 	in := h.send(h.attempt("hg_cancel"))
 	acc := in.accept()
 	var before []schemas.Reply
@@ -300,7 +300,7 @@ func TestCancelStopsTheUpstreamAndReportsCanceledObserved(t *testing.T) {
 }
 
 func TestCancelArrivingBeforeItsAttemptStillCancelsIt(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 40, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 40, 1000)}})
 	att := h.attempt("hg_early")
 	data, err := schemas.Cancel{GroupID: att.GroupID, Attempt: att.Attempt, Reason: schemas.CancelLostRace, Secret: att.Secret}.MarshalJSON()
 	if err != nil {
@@ -353,8 +353,8 @@ func TestDeadlineBoundsTheUpstreamCall(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, setup{
-				fake:   fakellm.Config{Model: hangModel(t)},
-				config: func(c *Config) { c.Now = tc.now },
+				fake:   fakellm.Options{Model: hangModel(t)},
+				config: func(c *Options) { c.Now = tc.now },
 			})
 			att := h.attempt("hg_deadline")
 			att.DeadlineUnixMs, att.RemainingMs = tc.deadline.UnixMilli(), tc.remaining.Milliseconds()
@@ -392,7 +392,7 @@ func TestUpstreamErrorsMapToStatusAndScope(t *testing.T) {
 		return m
 	}
 	for name, tc := range map[string]struct {
-		fake        func(t *testing.T) fakellm.Config
+		fake        func(t *testing.T) fakellm.Options
 		unreachable bool
 		before      func(t *testing.T, h *harness)
 		status      schemas.StatusClass
@@ -401,12 +401,12 @@ func TestUpstreamErrorsMapToStatusAndScope(t *testing.T) {
 		retryAfter  bool
 	}{
 		"provider 500 is transient": {
-			fake:   func(t *testing.T) fakellm.Config { return fakellm.Config{Model: serverError(t)} },
+			fake:   func(t *testing.T) fakellm.Options { return fakellm.Options{Model: serverError(t)} },
 			status: schemas.StatusServerError, scope: schemas.ScopeTransient, http: 500,
 		},
 		"provider 429 is pushback with retry-after": {
-			fake: func(t *testing.T) fakellm.Config {
-				return fakellm.Config{Model: model(t, 1, 40, 1000), RateLimit: workload.RateLimit{RPM: 1}}
+			fake: func(t *testing.T) fakellm.Options {
+				return fakellm.Options{Model: model(t, 1, 40, 1000), RateLimit: workload.RateLimit{RPM: 1}}
 			},
 			before: func(t *testing.T, h *harness) {
 				// Spend the route's one request a minute.
@@ -420,7 +420,7 @@ func TestUpstreamErrorsMapToStatusAndScope(t *testing.T) {
 			status: schemas.StatusRateLimited, scope: schemas.ScopePushback, http: 429, retryAfter: true,
 		},
 		"unreachable base url is transient": {
-			fake:        func(t *testing.T) fakellm.Config { return fakellm.Config{Model: model(t, 1, 40, 1000)} },
+			fake:        func(t *testing.T) fakellm.Options { return fakellm.Options{Model: model(t, 1, 40, 1000)} },
 			unreachable: true,
 			status:      schemas.StatusServerError, scope: schemas.ScopeTransient,
 		},
@@ -428,7 +428,7 @@ func TestUpstreamErrorsMapToStatusAndScope(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := setup{fake: tc.fake(t)}
 			if tc.unreachable {
-				closed := startProvider(t, fakellm.Config{Model: model(t, 1, 40, 1000)}, nil)
+				closed := startProvider(t, fakellm.Options{Model: model(t, 1, 40, 1000)}, nil)
 				closed.http.Close()
 				s.upstream = closed.upstream
 			}
@@ -459,7 +459,7 @@ func TestUpstreamErrorsMapToStatusAndScope(t *testing.T) {
 }
 
 func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}})
 	for i, tc := range []struct {
 		name, reason string
 		body         func(reply string) string
@@ -512,7 +512,7 @@ func TestUnreadableAttemptsAreDroppedAndCounted(t *testing.T) {
 }
 
 func TestMicroServiceAnswersPingWithTheRoute(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}})
 	msg, err := h.dc.Request("$SRV.PING."+schemas.WorkerServiceName, nil, wait)
 	if err != nil {
 		t.Fatalf("ping: %v", err)
@@ -528,7 +528,7 @@ func TestMicroServiceAnswersPingWithTheRoute(t *testing.T) {
 
 func TestStopFinishesInflightAttemptsAndTakesNoNewWork(t *testing.T) {
 	gate := make(chan struct{})
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 40, 1000)}, gate: gate})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 40, 1000)}, gate: gate})
 	drained := make(chan struct{})
 	h.w.testHookDrained = func() { close(drained) }
 
@@ -587,8 +587,8 @@ func TestStopFinishesInflightAttemptsAndTakesNoNewWork(t *testing.T) {
 
 func TestStopCancelsAttemptsStillRunningAfterTheDrainGrace(t *testing.T) {
 	h := newHarness(t, setup{
-		fake:   fakellm.Config{Model: hangModel(t)},
-		config: func(c *Config) { c.DrainGrace = 20 * time.Millisecond },
+		fake:   fakellm.Options{Model: hangModel(t)},
+		config: func(c *Options) { c.DrainGrace = 20 * time.Millisecond },
 	})
 	in := h.send(h.attempt("hg_hung"))
 	in.accept()
@@ -612,7 +612,7 @@ func TestStopCancelsAttemptsStillRunningAfterTheDrainGrace(t *testing.T) {
 }
 
 func TestLifecycleRejectsMisuse(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}, noStart: true})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}, noStart: true})
 	ctx := context.Background()
 	if err := h.w.Stop(ctx); !errors.Is(err, ErrNotStarted) {
 		t.Errorf("Stop before Start: %v, want ErrNotStarted", err)
@@ -632,7 +632,7 @@ func TestLifecycleRejectsMisuse(t *testing.T) {
 }
 
 func TestStopAfterTheConnectionClosedReturnsWithoutWaiting(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 4, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 4, 1000)}})
 	h.w.cfg.Conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -646,7 +646,7 @@ func TestStopAfterTheConnectionClosedReturnsWithoutWaiting(t *testing.T) {
 
 func TestCancelWithoutTheAttemptsSecretIsNotObeyed(t *testing.T) {
 	// The attempt hangs before its first byte: only a cancel ends it.
-	h := newHarness(t, setup{fake: fakellm.Config{Model: hangModel(t)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: hangModel(t)}})
 	att := h.attempt("hg_forged_cancel")
 	in := h.send(att)
 	acc := in.accept()
@@ -699,7 +699,7 @@ func TestCancelWithoutTheAttemptsSecretIsNotObeyed(t *testing.T) {
 }
 
 func TestMalformedControlMessageIsCountedAndIgnored(t *testing.T) {
-	h := newHarness(t, setup{fake: fakellm.Config{Model: model(t, 1, 5, 1000)}})
+	h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 1, 5, 1000)}})
 	if err := h.dc.Publish(h.w.ControlInbox(), []byte(`{"v":1,"group_id":`)); err != nil {
 		t.Fatal(err)
 	}

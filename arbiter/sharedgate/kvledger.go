@@ -15,7 +15,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 )
 
-// DefaultLedgerTimeout bounds one ledger operation when LedgerConfig.Timeout
+// DefaultLedgerTimeout bounds one ledger operation when LedgerOptions.Timeout
 // is zero. A bucket write is a JetStream publish acknowledged by a quorum of
 // the bucket's replicas, slower than a Redis script, and a ledger that does
 // not answer refuses the claim; so it is given more time than Redis.
@@ -31,8 +31,8 @@ const clearedPrefix = "cleared:"
 // running out means a storm of claims, answered as an error.
 const maxProposeRounds = 4
 
-// LedgerConfig configures the bucket of a KVLedger.
-type LedgerConfig struct {
+// LedgerOptions configures the bucket of a KVLedger.
+type LedgerOptions struct {
 	// Bucket is the key-value bucket; empty means arbiter.DefaultLedgerBucket.
 	Bucket string
 	// Replicas is the bucket's replication factor: 1 on a single server, 3
@@ -59,7 +59,7 @@ type KVLedger struct {
 
 // OpenLedger creates the bucket of cfg, or updates its settings, and returns
 // the ledger on it. It fails when the server has no JetStream.
-func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerConfig) (*KVLedger, error) {
+func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerOptions) (*KVLedger, error) {
 	if js == nil {
 		return nil, errors.New("gate ledger: a JetStream context is required")
 	}

@@ -30,7 +30,7 @@ func openTestLedger(t *testing.T, ns *server.Server) *KVLedger {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := OpenLedger(context.Background(), js, LedgerConfig{Timeout: 2 * time.Second})
+	l, err := OpenLedger(context.Background(), js, LedgerOptions{Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("OpenLedger: %v", err)
 	}
@@ -42,7 +42,7 @@ func openTestLedger(t *testing.T, ns *server.Server) *KVLedger {
 func fallbackReplicas(t *testing.T, rs *redistest.Server, ns *server.Server) (*RedisGate, *RedisGate) {
 	t.Helper()
 	gate := func() *RedisGate {
-		return newRedisGate(t, redisClient(t, rs.Addr()), RedisGateConfig{
+		return newRedisGate(t, redisClient(t, rs.Addr()), RedisGateOptions{
 			Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: openTestLedger(t, ns),
 		})
 	}
@@ -225,7 +225,7 @@ func TestGateWithoutRedisRefusesOrDecidesAsConfigured(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := redistest.Start(t)
 			ns := ledgerServer(t)
-			cfg := RedisGateConfig{Timeout: 100 * time.Millisecond, OnUnavailable: tt.mode}
+			cfg := RedisGateOptions{Timeout: 100 * time.Millisecond, OnUnavailable: tt.mode}
 			if tt.mode == UnavailableFallback {
 				cfg.Ledger = openTestLedger(t, ns)
 				cfg.Ledger.timeout = 200 * time.Millisecond
@@ -262,10 +262,10 @@ func TestARedisWinTheLedgerCannotConfirmIsRefusedAndGivenBack(t *testing.T) {
 	l := openTestLedger(t, ns)
 	l.timeout = 200 * time.Millisecond
 	client := redisClient(t, rs.Addr())
-	g := newRedisGate(t, client, RedisGateConfig{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: l})
+	g := newRedisGate(t, client, RedisGateOptions{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: l})
 	// Another replica won and cleared the user action once: Redis' epoch
 	// is ahead of this replica's local one, so the two values differ.
-	other := newRedisGate(t, client, RedisGateConfig{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: openTestLedger(t, ns)})
+	other := newRedisGate(t, client, RedisGateOptions{Timeout: 100 * time.Millisecond, OnUnavailable: UnavailableFallback, Ledger: openTestLedger(t, ns)})
 	if err := other.Clear(ctx, mustClaim(t, other, "ua", "g0", 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestARedisWinTheLedgerCannotConfirmIsRefusedAndGivenBack(t *testing.T) {
 func TestNewRedisGateTiesTheLedgerToFallbackMode(t *testing.T) {
 	client := redisClient(t, redistest.Start(t).Addr())
 	l := openTestLedger(t, ledgerServer(t))
-	for _, cfg := range []RedisGateConfig{
+	for _, cfg := range []RedisGateOptions{
 		{OnUnavailable: UnavailableFallback},
 		{OnUnavailable: UnavailableLocal, Ledger: l},
 		{OnUnavailable: "maybe"},

@@ -12,24 +12,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets/redisstore"
 )
 
 // DefaultRedisGateTimeout bounds one Claim or Clear, Redis round trip
-// included, when RedisGateConfig.Timeout is zero. A claim sits on the commit
+// included, when RedisGateOptions.Timeout is zero. A claim sits on the commit
 // path of a result, so it is kept short; a Redis slower than this counts as
 // down for that election.
 const DefaultRedisGateTimeout = 50 * time.Millisecond
 
-// MaxRedisGateTimeout is the largest RedisGateConfig.Timeout accepted: a
+// MaxRedisGateTimeout is the largest RedisGateOptions.Timeout accepted: a
 // slow Redis must never hold a finished result back for long.
 const MaxRedisGateTimeout = time.Second
 
 // DefaultRedisGatePrefix starts every key of a RedisGate when
-// RedisGateConfig.Prefix is empty.
+// RedisGateOptions.Prefix is empty.
 const DefaultRedisGatePrefix = "hr"
 
-// RedisGateConfig configures a RedisGate.
-type RedisGateConfig struct {
+// RedisGateOptions configures a RedisGate.
+type RedisGateOptions struct {
 	// Prefix starts every key: <prefix>:{ua:<id>}:win and …:epoch. Empty
 	// means DefaultRedisGatePrefix. It must not contain '{' or '}', which
 	// would move the hash tag.
@@ -177,7 +178,7 @@ return 1
 
 // NewRedisGate returns a gate over client, which may be a standalone,
 // cluster or failover client.
-func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate, error) {
+func NewRedisGate(client redis.UniversalClient, cfg RedisGateOptions) (*RedisGate, error) {
 	if client == nil {
 		return nil, errors.New("redis gate: a client is required")
 	}
@@ -199,7 +200,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	if cfg.Timeout < 0 || cfg.Timeout > MaxRedisGateTimeout {
 		return nil, fmt.Errorf("redis gate: timeout %v not in (0, %v]", cfg.Timeout, MaxRedisGateTimeout)
 	}
-	if !contextTimeoutEnabled(client) {
+	if !redisstore.FollowsContextDeadlines(client) {
 		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
 	}
 	if cfg.OnUnavailable == "" {
@@ -214,7 +215,7 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 	local := cfg.Local
 	if local == nil {
 		var err error
-		if local, err = arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: cfg.TTL}); err != nil {
+		if local, err = arbiter.NewLocalGate(arbiter.LocalGateOptions{TTL: cfg.TTL}); err != nil {
 			return nil, fmt.Errorf("redis gate: %w", err)
 		}
 	}
@@ -224,20 +225,6 @@ func NewRedisGate(client redis.UniversalClient, cfg RedisGateConfig) (*RedisGate
 		onUnavailable: cfg.OnUnavailable, ledger: cfg.Ledger,
 		locks: actionLocks{held: make(map[string]chan struct{})},
 	}, nil
-}
-
-// contextTimeoutEnabled reports whether a client honours context deadlines;
-// clients of unknown type are trusted.
-func contextTimeoutEnabled(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
 }
 
 // Local returns the in-process gate consulted before Redis.

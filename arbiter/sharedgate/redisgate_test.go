@@ -37,7 +37,7 @@ func clusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 	return c
 }
 
-func newRedisGate(t testing.TB, client redis.UniversalClient, cfg RedisGateConfig) *RedisGate {
+func newRedisGate(t testing.TB, client redis.UniversalClient, cfg RedisGateOptions) *RedisGate {
 	t.Helper()
 	g, err := NewRedisGate(client, cfg)
 	if err != nil {
@@ -84,8 +84,8 @@ func TestRedisGateSharedElectionRules(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			client := be.start(t)
 			// Two replicas: each its own RedisGate and LocalGate, one Redis.
-			r1 := newRedisGate(t, client, RedisGateConfig{Timeout: MaxRedisGateTimeout})
-			r2 := newRedisGate(t, client, RedisGateConfig{Timeout: MaxRedisGateTimeout})
+			r1 := newRedisGate(t, client, RedisGateOptions{Timeout: MaxRedisGateTimeout})
+			r2 := newRedisGate(t, client, RedisGateOptions{Timeout: MaxRedisGateTimeout})
 
 			t.Run("FirstClaimWinsAcrossReplicasAndLosersLearnTheHolder", func(t *testing.T) {
 				ua := "ua-first"
@@ -289,7 +289,7 @@ func TestRedisGateKeepsTheLocalDecisionWhenRedisIsDownAndRecovers(t *testing.T) 
 	s := redistest.Start(t)
 	client := redisClient(t, s.Addr())
 	const timeout = 50 * time.Millisecond
-	g := newRedisGate(t, client, RedisGateConfig{Timeout: timeout})
+	g := newRedisGate(t, client, RedisGateOptions{Timeout: timeout})
 	if c := mustClaim(t, g, "before", "gA", 0); !c.Won {
 		t.Fatalf("claim with Redis up = %+v", c)
 	}
@@ -378,7 +378,7 @@ func TestRedisGateTimeoutBoundsAClaimWhenRedisStalls(t *testing.T) {
 
 	client := redisClient(t, l.Addr().String())
 	const timeout = 50 * time.Millisecond
-	g := newRedisGate(t, client, RedisGateConfig{Timeout: timeout})
+	g := newRedisGate(t, client, RedisGateOptions{Timeout: timeout})
 	start := time.Now()
 	c, err := g.Claim(context.Background(), "stalled", "gA", 0)
 	elapsed := time.Since(start)
@@ -391,7 +391,7 @@ func TestRedisGateTimeoutBoundsAClaimWhenRedisStalls(t *testing.T) {
 }
 
 func TestRedisGateRejectsInvalidClaimsWithoutADecision(t *testing.T) {
-	g := newRedisGate(t, redisClient(t, redistest.Start(t).Addr()), RedisGateConfig{})
+	g := newRedisGate(t, redisClient(t, redistest.Start(t).Addr()), RedisGateOptions{})
 	tests := []struct {
 		name, ua, group string
 		attempt         int
@@ -419,17 +419,17 @@ func TestNewRedisGateValidatesItsConfig(t *testing.T) {
 	tests := []struct {
 		name    string
 		client  redis.UniversalClient
-		cfg     RedisGateConfig
+		cfg     RedisGateOptions
 		wantErr string
 	}{
-		{"defaults", good, RedisGateConfig{}, ""},
-		{"no client", nil, RedisGateConfig{}, "client is required"},
-		{"client ignores context deadlines", noCtx, RedisGateConfig{}, "ContextTimeoutEnabled"},
-		{"brace in prefix", good, RedisGateConfig{Prefix: "a{b"}, "must not contain"},
-		{"negative ttl", good, RedisGateConfig{TTL: -time.Second}, "ttl"},
-		{"sub-millisecond ttl", good, RedisGateConfig{TTL: time.Microsecond}, "ttl"},
-		{"negative timeout", good, RedisGateConfig{Timeout: -time.Millisecond}, "timeout"},
-		{"unbounded timeout", good, RedisGateConfig{Timeout: MaxRedisGateTimeout + 1}, "timeout"},
+		{"defaults", good, RedisGateOptions{}, ""},
+		{"no client", nil, RedisGateOptions{}, "client is required"},
+		{"client ignores context deadlines", noCtx, RedisGateOptions{}, "ContextTimeoutEnabled"},
+		{"brace in prefix", good, RedisGateOptions{Prefix: "a{b"}, "must not contain"},
+		{"negative ttl", good, RedisGateOptions{TTL: -time.Second}, "ttl"},
+		{"sub-millisecond ttl", good, RedisGateOptions{TTL: time.Microsecond}, "ttl"},
+		{"negative timeout", good, RedisGateOptions{Timeout: -time.Millisecond}, "timeout"},
+		{"unbounded timeout", good, RedisGateOptions{Timeout: MaxRedisGateTimeout + 1}, "timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -451,7 +451,7 @@ func TestNewRedisGateValidatesItsConfig(t *testing.T) {
 }
 
 func TestRedisGateKeysKeepEveryIDInsideOneHashTag(t *testing.T) {
-	g := newRedisGate(t, redisClient(t, "127.0.0.1:1"), RedisGateConfig{})
+	g := newRedisGate(t, redisClient(t, "127.0.0.1:1"), RedisGateOptions{})
 	seen := map[string]string{}
 	for _, ua := range []string{"plain", "a}b", "a%7Db", "a%257Db", "{x}", "}{", "a:b}:win"} {
 		keys := g.keys(ua)
@@ -481,13 +481,13 @@ func BenchmarkRedisGateClaim(b *testing.B) {
 	rs := redistest.Start(b)
 	for _, mode := range []Unavailable{UnavailableLocal, UnavailableFallback} {
 		b.Run(string(mode), func(b *testing.B) {
-			cfg := RedisGateConfig{Prefix: "bench-" + string(mode), Timeout: MaxRedisGateTimeout, OnUnavailable: mode}
+			cfg := RedisGateOptions{Prefix: "bench-" + string(mode), Timeout: MaxRedisGateTimeout, OnUnavailable: mode}
 			if mode == UnavailableFallback {
 				js, err := jetstream.New(natstest.Connect(b, natstest.Start(b, natstest.JetStream(b.TempDir()))))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if cfg.Ledger, err = OpenLedger(context.Background(), js, LedgerConfig{}); err != nil {
+				if cfg.Ledger, err = OpenLedger(context.Background(), js, LedgerOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -74,7 +74,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: new: client is nil")
 	}
-	if !followsContextDeadlines(client) {
+	if !FollowsContextDeadlines(client) {
 		return nil, errors.New("redisstore: new: the client ignores context deadlines; create it with ContextTimeoutEnabled: true so Timeout bounds every call")
 	}
 	if strings.ContainsAny(opts.Prefix, "{}") {
@@ -100,10 +100,11 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// followsContextDeadlines reports whether client bounds its socket I/O by
-// context deadlines; for client types it does not know, it trusts the
-// caller.
-func followsContextDeadlines(client redis.UniversalClient) bool {
+// FollowsContextDeadlines reports whether client bounds its socket I/O by
+// context deadlines (go-redis's ContextTimeoutEnabled); for client types it
+// does not know, it trusts the caller. It is the one such check: New and
+// arbiter/sharedgate's NewRedisGate both refuse a client without it.
+func FollowsContextDeadlines(client redis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled

@@ -14,7 +14,7 @@ func newFakeLLMCmd() *cobra.Command {
 	var (
 		flags   processFlags
 		listen  string
-		cfg     fakellm.Config
+		cfg     fakellm.Options
 		instant int
 	)
 	cmd := &cobra.Command{

@@ -25,7 +25,7 @@ import (
 func TestReportReadsTheStreamExportsItsRecordsAndPlotsTheirTails(t *testing.T) {
 	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
 	nc := natstest.Connect(t, srv)
-	p, err := records.Open(context.Background(), nc, records.Config{Stream: records.DefaultStream, MaxAge: time.Hour,
+	p, err := records.Open(context.Background(), nc, records.Options{Stream: records.DefaultStream, MaxAge: time.Hour,
 		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
 		prometheus.NewRegistry(), nil)
 	if err != nil {

@@ -43,7 +43,7 @@ func fakeUpstream(t *testing.T, n int) string {
 	}
 	m.ErrorFraction = 0
 	m.TTFT.HangFraction = 0
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 1, TimeScale: 0.01, Route: n})
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 1, TimeScale: 0.01, Route: n})
 	if err != nil {
 		t.Fatal(err)
 	}

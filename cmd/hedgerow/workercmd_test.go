@@ -124,7 +124,7 @@ func TestAWorkerProcessKeepsItsStreamsAcrossSIGHUP(t *testing.T) {
 	m.ErrorFraction = 0
 	m.TTFT = workload.TTFT{Main: workload.LogNormalMedian(0.2, 0), Stall: workload.LogNormalMedian(0.2, 0)}
 	m.OutputTokens = workload.LogNormal{Mu: math.Log(40)}
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 1, TimeScale: 0.05})
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 1, TimeScale: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,12 +92,12 @@ func (c Cohort) String() string { return c.Key() }
 func ParseCohortKey(k string) (Cohort, error) {
 	parts := strings.Split(k, "/")
 	if len(parts) != 4 {
-		return Cohort{}, fmt.Errorf("cohort key %q: want operation/model/stream/mtN", k)
+		return Cohort{}, fmt.Errorf("delay: cohort key %q: want operation/model/stream/mtN", k)
 	}
 	op, err1 := url.PathUnescape(parts[0])
 	model, err2 := url.PathUnescape(parts[1])
 	if err := errors.Join(err1, err2); err != nil {
-		return Cohort{}, fmt.Errorf("cohort key %q: %w", k, err)
+		return Cohort{}, fmt.Errorf("delay: cohort key %q: %w", k, err)
 	}
 	var stream bool
 	var kind string
@@ -108,16 +108,16 @@ func ParseCohortKey(k string) (Cohort, error) {
 	case KindEmbeddings:
 		kind = KindEmbeddings
 	default:
-		return Cohort{}, fmt.Errorf("cohort key %q: %q is neither stream, nostream nor embeddings", k, parts[2])
+		return Cohort{}, fmt.Errorf("delay: cohort key %q: %q is neither stream, nostream nor embeddings", k, parts[2])
 	}
 	digits, ok := strings.CutPrefix(parts[3], "mt")
 	mt, err := strconv.Atoi(digits)
 	if !ok || err != nil || mt < 0 || MaxTokensBucket(mt) != mt {
-		return Cohort{}, fmt.Errorf("cohort key %q: bad max_tokens bucket %q", k, parts[3])
+		return Cohort{}, fmt.Errorf("delay: cohort key %q: bad max_tokens bucket %q", k, parts[3])
 	}
 	c := Cohort{Operation: op, Model: model, Stream: stream, MaxTokens: mt, Kind: kind}
 	if c.Key() != k {
-		return Cohort{}, fmt.Errorf("cohort key %q is not canonical (%q)", k, c.Key())
+		return Cohort{}, fmt.Errorf("delay: cohort key %q is not canonical (%q)", k, c.Key())
 	}
 	return c, nil
 }

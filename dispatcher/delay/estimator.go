@@ -18,8 +18,8 @@ var ErrInvalidConfig = errors.New("delay: invalid config")
 // which can only come from a clock error in the caller.
 var ErrNegativeLatency = errors.New("delay: negative latency")
 
-// Config sets how an Estimator turns a cohort's latencies into a hedge delay.
-type Config struct {
+// Options sets how an Estimator turns a cohort's latencies into a hedge delay.
+type Options struct {
 	// Quantile of the cohort's primary latencies used as the delay (0.95:
 	// about one group in twenty hedges).
 	Quantile float64
@@ -42,9 +42,9 @@ type Config struct {
 	MaxBins int
 }
 
-// DefaultConfig is the delay configuration used when a policy sets nothing.
-func DefaultConfig() Config {
-	return Config{
+// DefaultOptions is the delay configuration used when a policy sets nothing.
+func DefaultOptions() Options {
+	return Options{
 		Quantile:         0.95,
 		Min:              100 * time.Millisecond,
 		Max:              10 * time.Second,
@@ -57,10 +57,10 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills zero fields from DefaultConfig. Min and WarmupSamples
+// withDefaults fills zero fields from DefaultOptions. Min and WarmupSamples
 // are left alone: zero is a meaningful setting for both.
-func (c Config) withDefaults() Config {
-	d := DefaultConfig()
+func (c Options) withDefaults() Options {
+	d := DefaultOptions()
 	if c.Quantile == 0 {
 		c.Quantile = d.Quantile
 	}
@@ -86,7 +86,7 @@ func (c Config) withDefaults() Config {
 }
 
 // validate reports every problem of a defaulted config at once.
-func (c Config) validate() error {
+func (c Options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
@@ -132,9 +132,9 @@ type Clamp string
 const (
 	// ClampNone: the delay is the window quantile (or Initial) as is.
 	ClampNone Clamp = ""
-	// ClampMin: the quantile was below Config.Min.
+	// ClampMin: the quantile was below Options.Min.
 	ClampMin Clamp = "min"
-	// ClampMax: the quantile was above Config.Max.
+	// ClampMax: the quantile was above Options.Max.
 	ClampMax Clamp = "max"
 	// ClampDeadline: the delay would have fired after the deadline, so it was
 	// cut to the remaining time; the hedge gates will then refuse for lack of
@@ -147,7 +147,7 @@ type Delay struct {
 	// Value is the delay to arm the hedge timer with, from the group's start.
 	Value time.Duration
 	// Warm is true when Value comes from the window's quantile, false while
-	// the cohort is still warming up and Value comes from Config.Initial.
+	// the cohort is still warming up and Value comes from Options.Initial.
 	Warm bool
 	// Samples is the number of samples in the cohort's window.
 	Samples int
@@ -162,7 +162,7 @@ type Delay struct {
 // takes now — so the simulator drives it on virtual time and the live
 // runtime on real time, with the same results. It is safe for concurrent use.
 type Estimator struct {
-	cfg  Config
+	cfg  Options
 	spec sketchSpec
 
 	mu      sync.Mutex
@@ -179,8 +179,8 @@ type cohortWindow struct {
 }
 
 // NewEstimator returns an Estimator for cfg. Zero fields of cfg take
-// DefaultConfig's values, except Min and WarmupSamples.
-func NewEstimator(cfg Config) (*Estimator, error) {
+// DefaultOptions's values, except Min and WarmupSamples.
+func NewEstimator(cfg Options) (*Estimator, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -192,8 +192,8 @@ func NewEstimator(cfg Config) (*Estimator, error) {
 	return &Estimator{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*cohortWindow), scratch: spec.newSketch()}, nil
 }
 
-// Config returns the estimator's configuration with defaults filled in.
-func (e *Estimator) Config() Config { return e.cfg }
+// Options returns the estimator's configuration with defaults filled in.
+func (e *Estimator) Options() Options { return e.cfg }
 
 func (e *Estimator) window(c Cohort) *cohortWindow {
 	w, ok := e.cohorts[c]

@@ -10,17 +10,17 @@ import (
 func TestNewEstimatorRejectsInvalidConfig(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  Options
 	}{
-		{"quantile of one", Config{Quantile: 1}},
-		{"negative quantile", Config{Quantile: -0.5}},
-		{"max below min", Config{Min: 2 * time.Second, Max: time.Second, Initial: time.Second}},
-		{"initial above max", Config{Max: time.Second, Initial: 2 * time.Second}},
-		{"negative warm-up", Config{WarmupSamples: -1}},
-		{"slots shorter than a millisecond", Config{Window: time.Millisecond, Slots: 10}},
-		{"negative slots", Config{Slots: -3}},
-		{"accuracy of one", Config{RelativeAccuracy: 1}},
-		{"too few bins", Config{MaxBins: 4}},
+		{"quantile of one", Options{Quantile: 1}},
+		{"negative quantile", Options{Quantile: -0.5}},
+		{"max below min", Options{Min: 2 * time.Second, Max: time.Second, Initial: time.Second}},
+		{"initial above max", Options{Max: time.Second, Initial: 2 * time.Second}},
+		{"negative warm-up", Options{WarmupSamples: -1}},
+		{"slots shorter than a millisecond", Options{Window: time.Millisecond, Slots: 10}},
+		{"negative slots", Options{Slots: -3}},
+		{"accuracy of one", Options{RelativeAccuracy: 1}},
+		{"too few bins", Options{MaxBins: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -32,16 +32,16 @@ func TestNewEstimatorRejectsInvalidConfig(t *testing.T) {
 }
 
 func TestZeroConfigTakesDefaults(t *testing.T) {
-	e := mustEstimator(t, Config{})
-	got, want := e.Config(), DefaultConfig()
+	e := mustEstimator(t, Options{})
+	got, want := e.Options(), DefaultOptions()
 	want.Min, want.WarmupSamples = 0, 0 // zero is meaningful for both
 	if got != want {
-		t.Fatalf("Config() = %+v, want %+v", got, want)
+		t.Fatalf("Options() = %+v, want %+v", got, want)
 	}
 }
 
 func TestDelayIsInitialUntilWarmup(t *testing.T) {
-	cfg := Config{Initial: 700 * time.Millisecond, Min: 10 * time.Millisecond, WarmupSamples: 50}
+	cfg := Options{Initial: 700 * time.Millisecond, Min: 10 * time.Millisecond, WarmupSamples: 50}
 	tests := []struct {
 		name     string
 		samples  int
@@ -85,7 +85,7 @@ func TestDelayIsTheWindowQuantileWithinSketchAccuracy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := mustEstimator(t, Config{Quantile: tt.quantile, Max: time.Minute})
+			e := mustEstimator(t, Options{Quantile: tt.quantile, Max: time.Minute})
 			r := newRand(tt.seed)
 			xs := make([]time.Duration, 20000)
 			for i := range xs {
@@ -104,7 +104,7 @@ func TestDelayIsTheWindowQuantileWithinSketchAccuracy(t *testing.T) {
 }
 
 func TestDelayClampsToMinMaxAndRemainingTime(t *testing.T) {
-	cfg := Config{Min: 200 * time.Millisecond, Max: 3 * time.Second, Initial: time.Second, WarmupSamples: 10}
+	cfg := Options{Min: 200 * time.Millisecond, Max: 3 * time.Second, Initial: time.Second, WarmupSamples: 10}
 	tests := []struct {
 		name      string
 		latency   time.Duration // every sample
@@ -143,7 +143,7 @@ func TestDelayClampsToMinMaxAndRemainingTime(t *testing.T) {
 
 func TestOldSlotsRollOutOfTheWindow(t *testing.T) {
 	// 60 s window in 6 slots of 10 s: slow samples at t0, fast ones 30 s later.
-	cfg := Config{Window: time.Minute, Slots: 6, Min: time.Millisecond, WarmupSamples: 1}
+	cfg := Options{Window: time.Minute, Slots: 6, Min: time.Millisecond, WarmupSamples: 1}
 	tests := []struct {
 		name        string
 		at          time.Duration
@@ -174,7 +174,7 @@ func TestOldSlotsRollOutOfTheWindow(t *testing.T) {
 }
 
 func TestStaleSampleNeverEvictsNewerSlot(t *testing.T) {
-	e := mustEstimator(t, Config{Window: time.Minute, Slots: 6, WarmupSamples: 1})
+	e := mustEstimator(t, Options{Window: time.Minute, Slots: 6, WarmupSamples: 1})
 	_ = e.ObservePrimary(testCohort, t0.Add(2*time.Minute), time.Second)
 	// A sample from exactly one window earlier maps to the same ring position.
 	_ = e.ObservePrimary(testCohort, t0.Add(time.Minute), 9*time.Second)
@@ -184,7 +184,7 @@ func TestStaleSampleNeverEvictsNewerSlot(t *testing.T) {
 }
 
 func TestWindowRotatesOnAVirtualClockStartingAtZeroTime(t *testing.T) {
-	e := mustEstimator(t, Config{Window: time.Minute, Slots: 6, WarmupSamples: 1})
+	e := mustEstimator(t, Options{Window: time.Minute, Slots: 6, WarmupSamples: 1})
 	var zero time.Time
 	_ = e.ObservePrimary(testCohort, zero, time.Second)
 	if d := e.Delay(testCohort, zero.Add(59*time.Second), time.Minute); d.Samples != 1 {
@@ -196,7 +196,7 @@ func TestWindowRotatesOnAVirtualClockStartingAtZeroTime(t *testing.T) {
 }
 
 func TestObservationsRejectNegativeLatency(t *testing.T) {
-	e := mustEstimator(t, Config{})
+	e := mustEstimator(t, Options{})
 	if err := e.ObservePrimary(testCohort, t0, -time.Millisecond); !errors.Is(err, ErrNegativeLatency) {
 		t.Errorf("ObservePrimary error = %v, want ErrNegativeLatency", err)
 	}
@@ -206,7 +206,7 @@ func TestObservationsRejectNegativeLatency(t *testing.T) {
 }
 
 func TestMergingSnapshotsEqualsObservingAllSamples(t *testing.T) {
-	cfg := Config{Window: time.Minute, Slots: 6, WarmupSamples: 100, Max: time.Minute}
+	cfg := Options{Window: time.Minute, Slots: 6, WarmupSamples: 100, Max: time.Minute}
 	a, b, all := mustEstimator(t, cfg), mustEstimator(t, cfg), mustEstimator(t, cfg)
 	r := newRand(7)
 	for i := range 6000 {
@@ -243,9 +243,9 @@ func TestMergingSnapshotsEqualsObservingAllSamples(t *testing.T) {
 }
 
 func TestMergeRefusesMismatchedOrCorruptSnapshots(t *testing.T) {
-	e := mustEstimator(t, Config{Window: time.Minute, Slots: 6})
-	other := mustEstimator(t, Config{Window: time.Minute, Slots: 3})
-	coarse := mustEstimator(t, Config{Window: time.Minute, Slots: 6, RelativeAccuracy: 0.05})
+	e := mustEstimator(t, Options{Window: time.Minute, Slots: 6})
+	other := mustEstimator(t, Options{Window: time.Minute, Slots: 3})
+	coarse := mustEstimator(t, Options{Window: time.Minute, Slots: 6, RelativeAccuracy: 0.05})
 	for _, x := range []*Estimator{e, other, coarse} {
 		_ = x.ObservePrimary(testCohort, t0, time.Second)
 	}
@@ -276,7 +276,7 @@ func TestMergeRefusesMismatchedOrCorruptSnapshots(t *testing.T) {
 }
 
 func TestMergeIgnoresSnapshotsOutsideTheWindow(t *testing.T) {
-	cfg := Config{Window: time.Minute, Slots: 6, WarmupSamples: 1}
+	cfg := Options{Window: time.Minute, Slots: 6, WarmupSamples: 1}
 	a, b := mustEstimator(t, cfg), mustEstimator(t, cfg)
 	_ = b.ObservePrimary(testCohort, t0, time.Second)
 	snaps := b.Snapshot(testCohort, t0)
@@ -326,7 +326,7 @@ func TestCensoringRuleKeepsTheQuantileWhenPrimariesAreSuperseded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := mustEstimator(t, Config{Quantile: tt.quantile, Min: time.Millisecond, Max: time.Minute,
+			e := mustEstimator(t, Options{Quantile: tt.quantile, Min: time.Millisecond, Max: time.Minute,
 				Initial: time.Second, WarmupSamples: 200, Window: 2 * time.Minute, Slots: 12})
 			r := newRand(42)
 			const n = 30000
@@ -368,7 +368,7 @@ func TestCensoringRuleKeepsTheQuantileWhenPrimariesAreSuperseded(t *testing.T) {
 }
 
 func TestSupersededPrimaryBelowTheCurrentDelayIsNotRecorded(t *testing.T) {
-	e := mustEstimator(t, Config{Initial: time.Second, WarmupSamples: 1000})
+	e := mustEstimator(t, Options{Initial: time.Second, WarmupSamples: 1000})
 	tests := []struct {
 		elapsed time.Duration
 		want    bool
@@ -386,7 +386,7 @@ func TestSupersededPrimaryBelowTheCurrentDelayIsNotRecorded(t *testing.T) {
 }
 
 func TestCohortsAreListedInKeyOrder(t *testing.T) {
-	e := mustEstimator(t, Config{})
+	e := mustEstimator(t, Options{})
 	b, a := NewCohort("b", "m", false, 0), NewCohort("a", "m", true, 100)
 	_ = e.ObservePrimary(b, t0, time.Second)
 	_ = e.ObservePrimary(a, t0, time.Second)

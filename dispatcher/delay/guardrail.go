@@ -66,8 +66,8 @@ var ErrInvalidArm = errors.New("delay: unknown arm")
 // ErrNotABreach is returned by ReportBreach for a reason that is not a ceiling.
 var ErrNotABreach = errors.New("delay: not a ceiling breach reason")
 
-// GuardrailConfig sets the statistics and timing of a Guardrail.
-type GuardrailConfig struct {
+// GuardrailOptions sets the statistics and timing of a Guardrail.
+type GuardrailOptions struct {
 	// Quantile of group latency compared between the arms. It must lie above
 	// the delay quantile: a hedged group's latency is min(L1, d + L2), equal
 	// to the primary's below the delay d, so at the delay's own quantile the
@@ -102,15 +102,15 @@ type GuardrailConfig struct {
 	// guardrail never decides (30 min needs ~14 req/s per cohort at 2%).
 	Window time.Duration
 	Slots  int
-	// RelativeAccuracy and MaxBins shape the sketches, as in Config.
+	// RelativeAccuracy and MaxBins shape the sketches, as in Options.
 	RelativeAccuracy float64
 	MaxBins          int
 }
 
-// DefaultGuardrailConfig is the guardrail configuration used when a policy
+// DefaultGuardrailOptions is the guardrail configuration used when a policy
 // sets nothing.
-func DefaultGuardrailConfig() GuardrailConfig {
-	return GuardrailConfig{
+func DefaultGuardrailOptions() GuardrailOptions {
+	return GuardrailOptions{
 		Quantile:          0.99,
 		Z:                 1.96,
 		MinControlSamples: 1000,
@@ -128,11 +128,11 @@ func DefaultGuardrailConfig() GuardrailConfig {
 	}
 }
 
-// withDefaults fills zero fields from DefaultGuardrailConfig. A zero gain or
+// withDefaults fills zero fields from DefaultGuardrailOptions. A zero gain or
 // error margin would make the guardrail trip on noise, so zero means default
 // there too; set a tiny positive value to mean "no margin".
-func (c GuardrailConfig) withDefaults() GuardrailConfig {
-	d := DefaultGuardrailConfig()
+func (c GuardrailOptions) withDefaults() GuardrailOptions {
+	d := DefaultGuardrailOptions()
 	fill := func(v *float64, def float64) {
 		if *v == 0 {
 			*v = def
@@ -171,7 +171,7 @@ func (c GuardrailConfig) withDefaults() GuardrailConfig {
 	return c
 }
 
-func (c GuardrailConfig) validate() error {
+func (c GuardrailOptions) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: guardrail "+format, append([]any{ErrInvalidConfig}, args...)...))
@@ -216,7 +216,7 @@ const minErrorSamples = 20
 // GuardrailStats are the measurements behind a decision, for records and the
 // tail_gain_ratio metric. Durations are zero for an empty arm.
 type GuardrailStats struct {
-	// Quantile compared (GuardrailConfig.Quantile).
+	// Quantile compared (GuardrailOptions.Quantile).
 	Quantile float64
 	// ControlSamples and HedgedSamples are the groups in each arm's window.
 	ControlSamples, HedgedSamples int
@@ -255,7 +255,7 @@ func (d GuardrailDecision) HedgingAllowed() bool { return d.State != StateDisabl
 // a rolling window; see the package doc for the statistics. Like Estimator
 // it is pure (every method takes now) and safe for concurrent use.
 type Guardrail struct {
-	cfg  GuardrailConfig
+	cfg  GuardrailOptions
 	spec sketchSpec
 
 	mu              sync.Mutex
@@ -271,8 +271,8 @@ type guardCohort struct {
 }
 
 // NewGuardrail returns a Guardrail for cfg. Zero fields of cfg take
-// DefaultGuardrailConfig's values.
-func NewGuardrail(cfg GuardrailConfig) (*Guardrail, error) {
+// DefaultGuardrailOptions's values.
+func NewGuardrail(cfg GuardrailOptions) (*Guardrail, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -284,8 +284,8 @@ func NewGuardrail(cfg GuardrailConfig) (*Guardrail, error) {
 	return &Guardrail{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*guardCohort)}, nil
 }
 
-// Config returns the guardrail's configuration with defaults filled in.
-func (g *Guardrail) Config() GuardrailConfig { return g.cfg }
+// Options returns the guardrail's configuration with defaults filled in.
+func (g *Guardrail) Options() GuardrailOptions { return g.cfg }
 
 func (g *Guardrail) cohort(c Cohort, now time.Time) *guardCohort {
 	gc, ok := g.cohorts[c]

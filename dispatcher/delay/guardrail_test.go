@@ -29,7 +29,7 @@ func feed(t *testing.T, g *Guardrail, r *rand.Rand, at time.Time, which Arm, a a
 	}
 }
 
-func mustGuardrail(t *testing.T, cfg GuardrailConfig) *Guardrail {
+func mustGuardrail(t *testing.T, cfg GuardrailOptions) *Guardrail {
 	t.Helper()
 	g, err := NewGuardrail(cfg)
 	if err != nil {
@@ -39,10 +39,10 @@ func mustGuardrail(t *testing.T, cfg GuardrailConfig) *Guardrail {
 }
 
 func TestGuardrailDecidesOnControlVersusHedgedTail(t *testing.T) {
-	p95 := GuardrailConfig{Quantile: 0.95, MinControlSamples: 500}
+	p95 := GuardrailOptions{Quantile: 0.95, MinControlSamples: 500}
 	tests := []struct {
 		name            string
-		cfg             GuardrailConfig
+		cfg             GuardrailOptions
 		control, hedged arm
 		wantState       GuardrailState
 		wantReason      GuardrailReason
@@ -50,7 +50,7 @@ func TestGuardrailDecidesOnControlVersusHedgedTail(t *testing.T) {
 		{"keeps hedging when the gain is real (P95 2s vs 0.8s, 600 control)", p95,
 			arm{600, p95Lognormal(2 * time.Second), 0}, arm{5000, p95Lognormal(800 * time.Millisecond), 0},
 			StateEnabled, ReasonGain},
-		{"keeps hedging when the gain is real at the default P99", GuardrailConfig{MinControlSamples: 500},
+		{"keeps hedging when the gain is real at the default P99", GuardrailOptions{MinControlSamples: 500},
 			arm{600, p95Lognormal(2 * time.Second), 0}, arm{5000, p95Lognormal(800 * time.Millisecond), 0},
 			StateEnabled, ReasonGain},
 		{"disables when the gain is shown flat (same distribution both sides)", p95,
@@ -102,7 +102,7 @@ func TestGuardrailDecidesOnControlVersusHedgedTail(t *testing.T) {
 }
 
 func TestGuardrailReportsTailGainRatio(t *testing.T) {
-	g := mustGuardrail(t, GuardrailConfig{Quantile: 0.95})
+	g := mustGuardrail(t, GuardrailOptions{Quantile: 0.95})
 	r := newRand(5)
 	feed(t, g, r, t0, ArmControl, arm{2000, p95Lognormal(2 * time.Second), 0})
 	feed(t, g, r, t0, ArmHedged, arm{20000, p95Lognormal(800 * time.Millisecond), 0})
@@ -145,7 +145,7 @@ func TestGuardrailCannotSeeGainAtTheDelayQuantile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := mustGuardrail(t, GuardrailConfig{Quantile: tt.quantile})
+			g := mustGuardrail(t, GuardrailOptions{Quantile: tt.quantile})
 			r := newRand(4)
 			feed(t, g, r, t0, ArmControl, arm{20000, gpt4oTTFT, 0})
 			feed(t, g, r, t0, ArmHedged, arm{60000, hedgedTTFT, 0})
@@ -188,7 +188,7 @@ func TestGuardrailHasPowerOnTheGpt4oModel(t *testing.T) {
 			}
 			gain, disabled := 0, 0
 			for seed := range uint64(replicas) {
-				g := mustGuardrail(t, GuardrailConfig{})
+				g := mustGuardrail(t, GuardrailOptions{})
 				r := newRand(1000 + seed)
 				feed(t, g, r, t0, ArmControl, arm{tt.control, gpt4oTTFT, 0})
 				feed(t, g, r, t0, ArmHedged, arm{min(10*tt.control, 2*80000), tt.hedged, 0})
@@ -218,7 +218,7 @@ func TestGuardrailDisablesOnCeilingBreach(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := mustGuardrail(t, GuardrailConfig{Quantile: 0.95})
+			g := mustGuardrail(t, GuardrailOptions{Quantile: 0.95})
 			r := newRand(8)
 			feed(t, g, r, t0, ArmControl, arm{600, p95Lognormal(2 * time.Second), 0})
 			feed(t, g, r, t0, ArmHedged, arm{5000, p95Lognormal(800 * time.Millisecond), 0})
@@ -235,7 +235,7 @@ func TestGuardrailDisablesOnCeilingBreach(t *testing.T) {
 		})
 	}
 	t.Run("a reason that is not a ceiling is refused", func(t *testing.T) {
-		g := mustGuardrail(t, GuardrailConfig{})
+		g := mustGuardrail(t, GuardrailOptions{})
 		if err := g.ReportBreach(testCohort, t0, ReasonFlatGain); !errors.Is(err, ErrNotABreach) {
 			t.Fatalf("ReportBreach(flat_gain) error = %v, want ErrNotABreach", err)
 		}
@@ -246,7 +246,7 @@ func TestGuardrailDisablesOnCeilingBreach(t *testing.T) {
 }
 
 func TestGuardrailProbesAfterCoolDownAndReenablesWhenGainIsBack(t *testing.T) {
-	cfg := GuardrailConfig{Quantile: 0.95, CoolDown: 5 * time.Minute, ProbePeriod: 2 * time.Minute}
+	cfg := GuardrailOptions{Quantile: 0.95, CoolDown: 5 * time.Minute, ProbePeriod: 2 * time.Minute}
 	slow, fast := p95Lognormal(2*time.Second), p95Lognormal(800*time.Millisecond)
 	tests := []struct {
 		name         string
@@ -300,7 +300,7 @@ func TestGuardrailProbesAfterCoolDownAndReenablesWhenGainIsBack(t *testing.T) {
 }
 
 func TestGuardrailProbeStillDisablesAtOnceOnErrorsAndBreaches(t *testing.T) {
-	cfg := GuardrailConfig{Quantile: 0.95, CoolDown: time.Minute, ProbePeriod: 10 * time.Minute}
+	cfg := GuardrailOptions{Quantile: 0.95, CoolDown: time.Minute, ProbePeriod: 10 * time.Minute}
 	slow, fast := p95Lognormal(2*time.Second), p95Lognormal(800*time.Millisecond)
 	tests := []struct {
 		name       string
@@ -336,7 +336,7 @@ func TestGuardrailProbeStillDisablesAtOnceOnErrorsAndBreaches(t *testing.T) {
 }
 
 func TestGuardrailForgetsGroupsOlderThanItsWindow(t *testing.T) {
-	g := mustGuardrail(t, GuardrailConfig{Quantile: 0.95, Window: 10 * time.Minute, Slots: 10, ProbePeriod: time.Minute})
+	g := mustGuardrail(t, GuardrailOptions{Quantile: 0.95, Window: 10 * time.Minute, Slots: 10, ProbePeriod: time.Minute})
 	r := newRand(9)
 	feed(t, g, r, t0, ArmControl, arm{600, p95Lognormal(2 * time.Second), 0})
 	feed(t, g, r, t0, ArmHedged, arm{600, p95Lognormal(2 * time.Second), 0})
@@ -346,7 +346,7 @@ func TestGuardrailForgetsGroupsOlderThanItsWindow(t *testing.T) {
 }
 
 func TestGuardrailRejectsBadInput(t *testing.T) {
-	g := mustGuardrail(t, GuardrailConfig{})
+	g := mustGuardrail(t, GuardrailOptions{})
 	if err := g.ObserveGroup(testCohort, t0, Arm("both"), time.Second, false); !errors.Is(err, ErrInvalidArm) {
 		t.Errorf("unknown arm error = %v, want ErrInvalidArm", err)
 	}
@@ -355,15 +355,15 @@ func TestGuardrailRejectsBadInput(t *testing.T) {
 	}
 	configs := []struct {
 		name string
-		cfg  GuardrailConfig
+		cfg  GuardrailOptions
 	}{
-		{"quantile of one", GuardrailConfig{Quantile: 1}},
-		{"one control sample", GuardrailConfig{MinControlSamples: 1}},
-		{"too few control samples for the quantile", GuardrailConfig{Quantile: 0.999}},
-		{"gain of 100%", GuardrailConfig{MinRelativeGain: 1}},
-		{"negative error margin", GuardrailConfig{ErrorRateMargin: -0.1}},
-		{"probe longer than the window", GuardrailConfig{Window: time.Minute, ProbePeriod: 2 * time.Minute}},
-		{"negative cool-down", GuardrailConfig{CoolDown: -time.Second}},
+		{"quantile of one", GuardrailOptions{Quantile: 1}},
+		{"one control sample", GuardrailOptions{MinControlSamples: 1}},
+		{"too few control samples for the quantile", GuardrailOptions{Quantile: 0.999}},
+		{"gain of 100%", GuardrailOptions{MinRelativeGain: 1}},
+		{"negative error margin", GuardrailOptions{ErrorRateMargin: -0.1}},
+		{"probe longer than the window", GuardrailOptions{Window: time.Minute, ProbePeriod: 2 * time.Minute}},
+		{"negative cool-down", GuardrailOptions{CoolDown: -time.Second}},
 	}
 	for _, tt := range configs {
 		t.Run(tt.name, func(t *testing.T) {
@@ -406,7 +406,7 @@ func TestGuardrailErrorRateRuleActsOnFarFewerSamplesThanTheTailRule(t *testing.T
 		t.Run(tt.name, func(t *testing.T) {
 			disabled := 0
 			for seed := range uint64(200) {
-				g := mustGuardrail(t, GuardrailConfig{})
+				g := mustGuardrail(t, GuardrailOptions{})
 				r := newRand(1000 + seed)
 				feed(t, g, r, t0, ArmControl, tt.control)
 				feed(t, g, r, t0, ArmHedged, tt.hedged)
@@ -439,7 +439,7 @@ func TestGuardrailTailGainIsWithheldBelowTheSampleFloorAndBracketed(t *testing.T
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := mustGuardrail(t, GuardrailConfig{})
+			g := mustGuardrail(t, GuardrailOptions{})
 			r := newRand(77)
 			feed(t, g, r, t0, ArmControl, tt.control)
 			feed(t, g, r, t0, ArmHedged, tt.hedged)
@@ -465,7 +465,7 @@ func TestGuardrailTailGainIsWithheldBelowTheSampleFloorAndBracketed(t *testing.T
 }
 
 func TestGuardrailStatusReadsWithoutMovingTheState(t *testing.T) {
-	g := mustGuardrail(t, GuardrailConfig{CoolDown: time.Minute, ProbePeriod: time.Minute})
+	g := mustGuardrail(t, GuardrailOptions{CoolDown: time.Minute, ProbePeriod: time.Minute})
 	if s := g.Status(testCohort, t0); s.State != StateEnabled || s.Reason != ReasonInsufficientSamples {
 		t.Fatalf("a cohort never seen: %s/%s, want enabled/insufficient_samples", s.State, s.Reason)
 	}
@@ -485,7 +485,7 @@ func TestGuardrailStatusReadsWithoutMovingTheState(t *testing.T) {
 }
 
 func TestGuardrailAdoptsAnotherReplicasDisablingForItsCoolDown(t *testing.T) {
-	cfg := GuardrailConfig{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute}
+	cfg := GuardrailOptions{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute}
 	tests := []struct {
 		name       string
 		local      func(g *Guardrail) // what this replica decided first

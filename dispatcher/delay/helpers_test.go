@@ -46,7 +46,7 @@ func relErr(got, want time.Duration) float64 {
 func mustEstimator(t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, cfg Config) *Estimator {
+}, cfg Options) *Estimator {
 	t.Helper()
 	e, err := NewEstimator(cfg)
 	if err != nil {

@@ -35,7 +35,7 @@ const DefaultInterval = time.Second
 type Guardrail interface {
 	Disabled(now time.Time) []delay.Disabling
 	Adopt(c delay.Cohort, now time.Time, reason delay.GuardrailReason, since time.Time) error
-	Config() delay.GuardrailConfig
+	Options() delay.GuardrailOptions
 }
 
 // Sharer syncs the disablings of its classes' guardrails through Redis.
@@ -76,7 +76,7 @@ func (s *Sharer) SyncOnce(ctx context.Context, now time.Time) error {
 			pipe.HSet(ctx, key, d.Cohort.Key(), string(d.Reason)+"|"+strconv.FormatInt(d.Since.UnixMilli(), 10))
 		}
 		reads[class] = pipe.HGetAll(ctx, key)
-		pipe.PExpire(ctx, key, 2*g.Config().CoolDown+time.Minute)
+		pipe.PExpire(ctx, key, 2*g.Options().CoolDown+time.Minute)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("guardshare: sync: %w", err)
@@ -95,7 +95,7 @@ func (s *Sharer) SyncOnce(ctx context.Context, now time.Time) error {
 				continue
 			}
 			since := time.UnixMilli(sinceMs)
-			if !now.Before(since.Add(g.Config().CoolDown)) {
+			if !now.Before(since.Add(g.Options().CoolDown)) {
 				stale = append(stale, field)
 				continue
 			}

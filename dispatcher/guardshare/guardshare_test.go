@@ -23,7 +23,7 @@ type replica struct {
 
 func newReplica(t *testing.T, rs *redistest.Server) replica {
 	t.Helper()
-	g, err := delay.NewGuardrail(delay.GuardrailConfig{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute})
+	g, err := delay.NewGuardrail(delay.GuardrailOptions{CoolDown: 5 * time.Minute, ProbePeriod: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 // launched attempt ended exactly once, every granted reservation was settled
 // or released, and every won gate claim was committed or cleared.
 type Checker struct {
-	policy      Policy
+	policy      Options
 	started     bool
 	streaming   bool
 	needsWhole  bool
@@ -48,7 +48,7 @@ type Checker struct {
 }
 
 // NewChecker returns a checker for a group run with policy.
-func NewChecker(policy Policy) *Checker {
+func NewChecker(policy Options) *Checker {
 	return &Checker{
 		policy:     policy,
 		ended:      map[int]int{},
@@ -71,6 +71,13 @@ func (c *Checker) commitPoint() schemas.CommitPoint {
 
 // Step checks one event and the actions the engine returned for it.
 func (c *Checker) Step(now time.Time, ev Event, actions []Action) error {
+	if err := c.step(now, ev, actions); err != nil {
+		return fmt.Errorf("hedge: %w", err)
+	}
+	return nil
+}
+
+func (c *Checker) step(now time.Time, ev Event, actions []Action) error {
 	if err := c.observeEvent(now, ev); err != nil {
 		return err
 	}
@@ -302,6 +309,13 @@ func (c *Checker) endReservation(res ReservationID) error {
 
 // Finish checks what must hold once the group reported Done.
 func (c *Checker) Finish() error {
+	if err := c.finish(); err != nil {
+		return fmt.Errorf("hedge: %w", err)
+	}
+	return nil
+}
+
+func (c *Checker) finish() error {
 	if !c.groupEnded {
 		return fmt.Errorf("group never emitted its group record")
 	}

@@ -17,7 +17,7 @@ import (
 // at its estimated usage. Times are offsets from a fixed start, so the story
 // plays the same on every run, as it does in the simulator.
 func ExampleGroup() {
-	p := hedge.DefaultPolicy()
+	p := hedge.DefaultOptions()
 	p.Deadline = 10 * time.Second
 	g, err := hedge.New(p)
 	if err != nil {

@@ -19,7 +19,7 @@ func FuzzEngine(f *testing.F) {
 		if len(data) < 2 {
 			return
 		}
-		p := DefaultPolicy()
+		p := DefaultOptions()
 		p.MaxAttempts = 1 + int(data[0]%MaxAttemptsCap)
 		p.CommitPoint = []schemas.CommitPoint{schemas.FirstToken, schemas.Complete, {Kind: schemas.CommitTokens, Tokens: 2}}[data[1]%3]
 		if data[0]&0x10 != 0 {
@@ -97,7 +97,7 @@ func FuzzEngine(f *testing.F) {
 // complaint (FuzzEngine found the checker counting silence only from a
 // first reply).
 func TestCheckerCountsSilenceFromTheLaunch(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	g, err := New(p)
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func (a *attempt) reachedProvider(u schemas.Usage) bool {
 // Group is the hedge engine for one hedge group. It is not safe for
 // concurrent use: a driver steps one group from one goroutine (or under a lock).
 type Group struct {
-	policy Policy
+	policy Options
 	start  Start
 
 	phase       phase
@@ -117,7 +117,7 @@ type Group struct {
 }
 
 // New returns a group that waits for Start. It fails only on an invalid policy.
-func New(policy Policy) (*Group, error) {
+func New(policy Options) (*Group, error) {
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
@@ -415,7 +415,7 @@ func (g *Group) onTimer(e TimerFired) {
 }
 
 // maxBusyBackoffFactor caps the re-offer backoff at this multiple of
-// Policy.BusyBackoff.
+// Options.BusyBackoff.
 const maxBusyBackoffFactor = 8
 
 // Rule 4, busy is backpressure: a Busy spends no slot and no duplicate

@@ -23,9 +23,9 @@ const (
 // replacements together.
 const MaxAttemptsCap = 4
 
-// Policy is the part of an operation class's policy the engine enforces.
-// The zero value is not valid; start from DefaultPolicy.
-type Policy struct {
+// Options is the part of an operation class's policy the engine enforces.
+// The zero value is not valid; start from DefaultOptions.
+type Options struct {
 	Trigger Trigger
 	// MaxAttempts counts primary + hedges + replacements (1..MaxAttemptsCap).
 	MaxAttempts int
@@ -70,9 +70,9 @@ type Policy struct {
 	FailFast bool
 }
 
-// DefaultPolicy returns hedgerow's defaults (docs/architecture.md §4, §8, §11).
-func DefaultPolicy() Policy {
-	return Policy{
+// DefaultOptions returns hedgerow's defaults (docs/architecture.md §4, §8, §11).
+func DefaultOptions() Options {
+	return Options{
 		Trigger:          TriggerFirstByte,
 		MaxAttempts:      2,
 		Deadline:         30 * time.Second,
@@ -88,13 +88,13 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// ErrInvalidPolicy is wrapped by every error Policy.Validate returns.
-var ErrInvalidPolicy = errors.New("invalid hedge policy")
+// ErrInvalidOptions is wrapped by every error Options.Validate returns.
+var ErrInvalidOptions = errors.New("hedge: invalid options")
 
 // Validate reports the first field that is out of range.
-func (p Policy) Validate() error {
+func (p Options) Validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case p.Trigger != TriggerFirstByte && p.Trigger != TriggerTotal:

@@ -47,7 +47,7 @@ type randomWorld struct {
 	rng      *rand.Rand
 	g        *Group
 	chk      *Checker
-	policy   Policy
+	policy   Options
 	now      time.Time
 	timers   []ArmTimer
 	admit    bool
@@ -68,8 +68,8 @@ type randomWorld struct {
 	overloaded bool
 }
 
-func randomPolicy(rng *rand.Rand) Policy {
-	p := DefaultPolicy()
+func randomPolicy(rng *rand.Rand) Options {
+	p := DefaultOptions()
 	p.MaxAttempts = 1 + rng.IntN(MaxAttemptsCap)
 	if rng.IntN(2) == 0 {
 		p.Trigger = TriggerTotal

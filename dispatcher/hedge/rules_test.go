@@ -17,7 +17,7 @@ type harness struct {
 	t0  time.Time
 }
 
-func newHarness(t *testing.T, p Policy) *harness {
+func newHarness(t *testing.T, p Options) *harness {
 	t.Helper()
 	g, err := New(p)
 	if err != nil {
@@ -101,25 +101,25 @@ func timerAt(acts []Action, kind TimerKind) (time.Time, bool) {
 func TestPolicyValidateRejectsOutOfRangeFields(t *testing.T) {
 	tests := []struct {
 		name   string
-		change func(*Policy)
+		change func(*Options)
 	}{
-		{"max attempts above the hard cap", func(p *Policy) { p.MaxAttempts = 5 }},
-		{"max attempts below one", func(p *Policy) { p.MaxAttempts = 0 }},
-		{"unknown trigger", func(p *Policy) { p.Trigger = "sometimes" }},
-		{"no deadline", func(p *Policy) { p.Deadline = 0 }},
-		{"min useful time not below the deadline", func(p *Policy) { p.MinUsefulTime = p.Deadline }},
-		{"token commit point without tokens", func(p *Policy) { p.CommitPoint = schemas.CommitPoint{Kind: schemas.CommitTokens} }},
-		{"no accept timeout", func(p *Policy) { p.AcceptTimeout = 0 }},
+		{"max attempts above the hard cap", func(p *Options) { p.MaxAttempts = 5 }},
+		{"max attempts below one", func(p *Options) { p.MaxAttempts = 0 }},
+		{"unknown trigger", func(p *Options) { p.Trigger = "sometimes" }},
+		{"no deadline", func(p *Options) { p.Deadline = 0 }},
+		{"min useful time not below the deadline", func(p *Options) { p.MinUsefulTime = p.Deadline }},
+		{"token commit point without tokens", func(p *Options) { p.CommitPoint = schemas.CommitPoint{Kind: schemas.CommitTokens} }},
+		{"no accept timeout", func(p *Options) { p.AcceptTimeout = 0 }},
 	}
-	if err := DefaultPolicy().Validate(); err != nil {
+	if err := DefaultOptions().Validate(); err != nil {
 		t.Fatalf("default policy invalid: %v", err)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			tc.change(&p)
-			if _, err := New(p); !errors.Is(err, ErrInvalidPolicy) {
-				t.Fatalf("New = %v, want ErrInvalidPolicy", err)
+			if _, err := New(p); !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("New = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}
@@ -128,7 +128,7 @@ func TestPolicyValidateRejectsOutOfRangeFields(t *testing.T) {
 // Rule 1: admit first (ledger, reservation, primary route), then the primary;
 // one absolute deadline; the hedge timer only for hedge-eligible cohorts.
 func TestRule1AdmissionComesBeforeThePrimary(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	acts := h.at(0, streamingStart)
 	if len(acts) != 1 || !has[Admit](acts) {
 		t.Fatalf("Start = %v, want only Admit", acts)
@@ -141,7 +141,7 @@ func TestRule1AdmissionComesBeforeThePrimary(t *testing.T) {
 }
 
 func TestRule1RefusedAdmissionFailsWithoutLaunching(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.at(0, streamingStart)
 	acts := h.at(1, Admitted{Allowed: false, Reason: "attempts", Error: schemas.ErrBudgetExhausted})
 	if has[Launch](acts) {
@@ -157,7 +157,7 @@ func TestRule1RefusedAdmissionFailsWithoutLaunching(t *testing.T) {
 }
 
 func TestRule1EveryAttemptCarriesTheAbsoluteDeadlineAndItsRemainingTime(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.Deadline = 10 * time.Second
 	h := newHarness(t, p)
 	acts := h.launched(streamingStart)
@@ -189,7 +189,7 @@ func TestRule1HedgeTimerIsArmedOnlyForEligibleCohorts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, DefaultPolicy())
+			h := newHarness(t, DefaultOptions())
 			acts := h.launched(tc.start)
 			at, armed := timerAt(acts, TimerHedge)
 			if armed != tc.wantTimer {
@@ -222,7 +222,7 @@ func TestRule2HedgeTriggerDecidesWhatCountsAsAStall(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			p.Trigger = tc.trigger
 			p.CommitPoint = schemas.Complete
 			h := newHarness(t, p)
@@ -248,23 +248,23 @@ func TestRule2HedgeTriggerDecidesWhatCountsAsAStall(t *testing.T) {
 func TestRule2HedgeLaunchesOnlyWhenEveryGateAllows(t *testing.T) {
 	tests := []struct {
 		name   string
-		policy func(*Policy)
+		policy func(*Options)
 		before func(h *harness)
 		budget *HedgeBudgetDecided
 		reason string
 	}{
-		{name: "not enough time left", policy: func(p *Policy) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond }, reason: "delay_past_deadline"},
-		{name: "no attempt slot", policy: func(p *Policy) { p.MaxAttempts = 1 }, reason: "no_slot"},
+		{name: "not enough time left", policy: func(p *Options) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond }, reason: "delay_past_deadline"},
+		{name: "no attempt slot", policy: func(p *Options) { p.MaxAttempts = 1 }, reason: "no_slot"},
 		{name: "duplicate-rate budget refuses", budget: &HedgeBudgetDecided{Allowed: false, Reason: "duplicate_rate"}, reason: "duplicate_rate"},
 		{name: "spend ceiling refuses", budget: &HedgeBudgetDecided{Allowed: false, Reason: "spend"}, reason: "spend"},
 		{name: "no other eligible route", budget: &HedgeBudgetDecided{Allowed: false, Reason: "no_route"}, reason: "no_route"},
-		{name: "a valid result already arrived", policy: func(p *Policy) { p.Trigger = TriggerTotal }, before: func(h *harness) {
+		{name: "a valid result already arrived", policy: func(p *Options) { p.Trigger = TriggerTotal }, before: func(h *harness) {
 			h.at(900, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 		}, reason: "valid_result"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			if tc.policy != nil {
 				tc.policy(&p)
 			}
@@ -300,7 +300,7 @@ func TestRule2HedgeLaunchesOnlyWhenEveryGateAllows(t *testing.T) {
 
 func TestRule2HedgeAsksForADifferentRoute(t *testing.T) {
 	for _, same := range []bool{false, true} {
-		p := DefaultPolicy()
+		p := DefaultOptions()
 		p.SameRouteHedging = same
 		h := newHarness(t, p)
 		h.launched(streamingStart)
@@ -312,7 +312,7 @@ func TestRule2HedgeAsksForADifferentRoute(t *testing.T) {
 }
 
 func TestRule2BudgetGrantedAfterAWinnerIsReleased(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.Trigger = TriggerTotal
 	p.CommitPoint = schemas.Complete
 	h := newHarness(t, p)
@@ -355,7 +355,7 @@ func TestRule3OnlyAResultValidAtTheCommitPointIsElected(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			p.CommitPoint = tc.commit
 			h := newHarness(t, p)
 			h.launched(tc.start)
@@ -370,7 +370,7 @@ func TestRule3OnlyAResultValidAtTheCommitPointIsElected(t *testing.T) {
 }
 
 func TestRule3InvalidAnswerLosesAndTheOtherAttemptKeepsRunning(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.CommitPoint = schemas.Complete
 	p.MaxAttempts = 2
 	h := newHarness(t, p)
@@ -389,7 +389,7 @@ func TestRule3InvalidAnswerLosesAndTheOtherAttemptKeepsRunning(t *testing.T) {
 }
 
 func TestRule3FirstValidIsElectedThenCommittedThenTheOthersCancelled(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1100, FirstByte{Attempt: 2})
 	if e, ok := find[Elect](h.at(1101, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})); !ok || e.Attempt != 2 {
@@ -411,7 +411,7 @@ func TestRule3FirstValidIsElectedThenCommittedThenTheOthersCancelled(t *testing.
 }
 
 func TestRule3CommittedStreamWhoseResultIsInvalidEndsContractInvalid(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 	if _, ok := find[Commit](h.at(1101, GateDecided{Attempt: 1, Won: true, Gate: "g/1/1"})); !ok {
@@ -429,7 +429,7 @@ func TestRule3CommittedStreamWhoseResultIsInvalidEndsContractInvalid(t *testing.
 }
 
 func TestRule3EveryAttemptLosingTheElectionEndsAlreadyCommitted(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 	acts := h.at(1101, GateDecided{Attempt: 1, Won: false, Holder: "group-x"})
@@ -443,7 +443,7 @@ func TestRule3EveryAttemptLosingTheElectionEndsAlreadyCommitted(t *testing.T) {
 }
 
 func TestRule3AnElectionNoGateCouldDecideFailsTheGroupWithoutACommit(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1100, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 	acts := h.at(1101, GateDecided{Attempt: 1, Unavailable: true})
@@ -517,7 +517,7 @@ func TestRule4ErrorScopeDecidesWhatAFailureReaches(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			p.MaxAttempts = 3
 			h := newHarness(t, p)
 			h.hedged(streamingStart)
@@ -552,7 +552,7 @@ func TestRule4ArrivalOrderDoesNotChangeTheOutcome(t *testing.T) {
 	routeErr := Result{Attempt: 1, Status: schemas.StatusAuth, Scope: schemas.ScopeRoute}
 	answer := Result{Attempt: 2, Status: schemas.StatusOK, Valid: true}
 	for _, order := range [][]Result{{routeErr, answer}, {answer, routeErr}} {
-		p := DefaultPolicy()
+		p := DefaultOptions()
 		p.CommitPoint = schemas.Complete
 		h := newHarness(t, p)
 		h.hedged(streamingStart)
@@ -777,7 +777,7 @@ func TestRule4AnAttemptWithNoWorkerIsReofferedAtOnceKeepingItsSlot(t *testing.T)
 // nothing else fails overloaded: never all_routes_failed, no hedge, no
 // replacement, its reservation released.
 func TestRule4BusyPastTheQueueWaitFailsOverloaded(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	h := newHarness(t, p)
 	h.launched(streamingStart)
 	now, backoffs := 10, []int{}
@@ -830,7 +830,7 @@ func TestRule4BusyPastTheQueueWaitFailsOverloaded(t *testing.T) {
 // While the group's last offer came back Busy, a failure of another attempt
 // asks for no replacement, and a budget granted meanwhile is given back.
 func TestRule4SaturationSuppressesReplacementsAndHedges(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedgeLaunched(streamingStart)
 	// The primary fails while the hedge's worker is full.
 	h.at(1100, Busy{Attempt: 2})
@@ -857,7 +857,7 @@ func TestRule4SaturationSuppressesReplacementsAndHedges(t *testing.T) {
 
 // A replacement granted after the pool saturated is released unlaunched.
 func TestRule4ReplacementGrantedIntoSaturationIsReleased(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.MaxAttempts = 3
 	h := newHarness(t, p)
 	h.hedgeLaunched(streamingStart)
@@ -873,7 +873,7 @@ func TestRule4ReplacementGrantedIntoSaturationIsReleased(t *testing.T) {
 
 // Rule 5: the deadline, records after the outcome, CallerGone, gate clearing.
 func TestRule5DeadlineCancelsEveryAttemptAndFails(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	acts := h.at(30_000, TimerFired{Kind: TimerDeadline})
 	f, ok := find[Fail](acts)
@@ -886,7 +886,7 @@ func TestRule5DeadlineCancelsEveryAttemptAndFails(t *testing.T) {
 }
 
 func TestRule5AnyEventPastTheDeadlineFailsTheGroupFirst(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.launched(streamingStart)
 	// The deadline timer is late; a valid answer arriving after the deadline must not win.
 	acts := h.at(30_001, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
@@ -899,7 +899,7 @@ func TestRule5AnyEventPastTheDeadlineFailsTheGroupFirst(t *testing.T) {
 }
 
 func TestRule5AfterTheOutcomeEventsOnlyRecord(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.CommitPoint = schemas.Complete
 	h := newHarness(t, p)
 	h.hedged(streamingStart)
@@ -924,7 +924,7 @@ func TestRule5AfterTheOutcomeEventsOnlyRecord(t *testing.T) {
 }
 
 func TestRule5CancelledAttemptsNeverTriggerALaunch(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.MaxAttempts = 4
 	h := newHarness(t, p)
 	h.hedged(streamingStart)
@@ -943,7 +943,7 @@ func TestRule5CancelledAttemptsNeverTriggerALaunch(t *testing.T) {
 }
 
 func TestRule5CallerGoneCancelsEverythingWithoutFallback(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	acts := h.at(1100, CallerGone{})
 	if f, ok := find[Fail](acts); !ok || f.Error != schemas.ErrCanceled {
@@ -958,7 +958,7 @@ func TestRule5CallerGoneCancelsEverythingWithoutFallback(t *testing.T) {
 }
 
 func TestRule5AGateClaimThatDidNotCommitIsCleared(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.launched(streamingStart)
 	h.at(500, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 	h.at(501, CallerGone{}) // decided while the election is in flight
@@ -969,7 +969,7 @@ func TestRule5AGateClaimThatDidNotCommitIsCleared(t *testing.T) {
 }
 
 func TestCancelledAttemptIsSettledAtItsEstimatedDecode(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1010, FirstByte{Attempt: 1})
 	h.at(1011, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
@@ -989,7 +989,7 @@ func TestCancelledAttemptIsSettledAtItsEstimatedDecode(t *testing.T) {
 }
 
 func TestCancelGraceEndsAnAttemptThatNeverReports(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.hedged(streamingStart)
 	h.at(1011, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
 	h.at(1012, GateDecided{Attempt: 1, Won: true, Gate: "g"})
@@ -1004,7 +1004,7 @@ func TestCancelGraceEndsAnAttemptThatNeverReports(t *testing.T) {
 }
 
 func TestFailFastEndsTheGroupWithTheFirstFailure(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.FailFast = true
 	h := newHarness(t, p)
 	h.hedged(streamingStart)
@@ -1015,7 +1015,7 @@ func TestFailFastEndsTheGroupWithTheFirstFailure(t *testing.T) {
 }
 
 func TestAttemptTimeoutCancelsAndReplaces(t *testing.T) {
-	p := DefaultPolicy()
+	p := DefaultOptions()
 	p.AttemptTimeout = 3 * time.Second
 	h := newHarness(t, p)
 	acts := h.launched(Start{Streaming: true, HedgeDelay: time.Second})
@@ -1034,8 +1034,8 @@ func TestAttemptTimeoutCancelsAndReplaces(t *testing.T) {
 // livenessPolicy is the default policy with the accept and heartbeat
 // timeouts the liveness rule tests' timelines are written for (250 ms and
 // 1 s), so they read the same whatever the defaults become.
-func livenessPolicy() Policy {
-	p := DefaultPolicy()
+func livenessPolicy() Options {
+	p := DefaultOptions()
 	p.AcceptTimeout, p.HeartbeatTimeout = 250*time.Millisecond, time.Second
 	return p
 }
@@ -1057,7 +1057,7 @@ func TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded(t *testing
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			p.MaxAttempts, p.FailFast = 2, tt.failFast
 			h := newHarness(t, p)
 			h.hedged(streamingStart)
@@ -1078,7 +1078,7 @@ func TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded(t *testing
 func TestSuppressionsAtTheStartAreEmittedWithTheirReason(t *testing.T) {
 	tests := []struct {
 		name   string
-		policy func(*Policy)
+		policy func(*Options)
 		start  Start
 		reason string
 	}{
@@ -1087,12 +1087,12 @@ func TestSuppressionsAtTheStartAreEmittedWithTheirReason(t *testing.T) {
 		{name: "an ineligible group without a reason emits not_eligible",
 			start: Start{HedgeEligible: false, HedgeDelay: time.Second}, reason: ReasonNotEligible},
 		{name: "a delay past the deadline emits delay_past_deadline",
-			policy: func(p *Policy) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond },
+			policy: func(p *Options) { p.Deadline = 1500 * time.Millisecond; p.MinUsefulTime = 600 * time.Millisecond },
 			start:  Start{HedgeEligible: true, HedgeDelay: time.Second}, reason: ReasonDelayPastDeadline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DefaultPolicy()
+			p := DefaultOptions()
 			if tc.policy != nil {
 				tc.policy(&p)
 			}
@@ -1108,7 +1108,7 @@ func TestSuppressionsAtTheStartAreEmittedWithTheirReason(t *testing.T) {
 		})
 	}
 	t.Run("a primary not admitted emits not_admitted", func(t *testing.T) {
-		h := newHarness(t, DefaultPolicy())
+		h := newHarness(t, DefaultOptions())
 		h.at(0, streamingStart)
 		acts := h.at(1, Admitted{Allowed: false, Reason: "spend_tenant", Error: schemas.ErrBudgetExhausted})
 		if s, ok := find[HedgeSuppressed](acts); !ok || s.Reason != ReasonNotAdmitted {

@@ -38,10 +38,10 @@ type Class struct {
 func NewClass(name string, p *Policy) (*Class, error) {
 	c := &Class{Name: name, Policy: p}
 	var err error
-	if c.Estimator, err = delay.NewEstimator(p.DelayConfig()); err != nil {
+	if c.Estimator, err = delay.NewEstimator(p.DelayOptions()); err != nil {
 		return nil, fmt.Errorf("policy: class %s: %w", name, err)
 	}
-	if c.Guardrail, err = delay.NewGuardrail(p.GuardrailConfig()); err != nil {
+	if c.Guardrail, err = delay.NewGuardrail(p.GuardrailOptions()); err != nil {
 		return nil, fmt.Errorf("policy: class %s: %w", name, err)
 	}
 	return c, nil

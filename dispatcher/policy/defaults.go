@@ -13,9 +13,9 @@ import (
 // values for every key they leave out, and the simulator's hedgerow strategy
 // runs them.
 func Default() *Policy {
-	engine := hedge.DefaultPolicy()
-	delays := delay.DefaultConfig()
-	guardrail := delay.DefaultGuardrailConfig()
+	engine := hedge.DefaultOptions()
+	delays := delay.DefaultOptions()
+	guardrail := delay.DefaultGuardrailOptions()
 	return &Policy{
 		Hedge:           true,
 		Idempotent:      true, // completions have no side effects at the provider

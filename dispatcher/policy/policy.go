@@ -213,8 +213,8 @@ func HashAPIKey(key string) string {
 }
 
 // Engine returns the part of the policy the hedge engine enforces.
-func (p *Policy) Engine() hedge.Policy {
-	e := hedge.DefaultPolicy()
+func (p *Policy) Engine() hedge.Options {
+	e := hedge.DefaultOptions()
 	e.Trigger = hedge.Trigger(p.Trigger)
 	e.MaxAttempts = p.MaxAttempts
 	e.Deadline = p.Deadline
@@ -226,9 +226,9 @@ func (p *Policy) Engine() hedge.Policy {
 	return e
 }
 
-// DelayConfig returns the hedge-delay estimator's configuration.
-func (p *Policy) DelayConfig() delay.Config {
-	c := delay.DefaultConfig()
+// DelayOptions returns the hedge-delay estimator's configuration.
+func (p *Policy) DelayOptions() delay.Options {
+	c := delay.DefaultOptions()
 	c.Quantile = p.Delay.Quantile
 	c.Min, c.Max, c.Initial = p.Delay.Min, p.Delay.Max, p.Delay.Initial
 	c.WarmupSamples = p.Delay.WarmupSamples
@@ -236,9 +236,9 @@ func (p *Policy) DelayConfig() delay.Config {
 	return c
 }
 
-// GuardrailConfig returns the guardrail's configuration.
-func (p *Policy) GuardrailConfig() delay.GuardrailConfig {
-	c := delay.DefaultGuardrailConfig()
+// GuardrailOptions returns the guardrail's configuration.
+func (p *Policy) GuardrailOptions() delay.GuardrailOptions {
+	c := delay.DefaultGuardrailOptions()
 	c.Quantile = p.Guardrail.Quantile
 	c.MinControlSamples = p.Guardrail.MinControlSamples
 	c.MinErrorSamples = p.Guardrail.MinErrorSamples

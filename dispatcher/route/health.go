@@ -34,9 +34,9 @@ const (
 	EjectProbe       = "probe_failed"         // the first result after an ejection was a failure
 )
 
-// HealthConfig tunes outlier ejection. A zero ConsecutiveFailures or
+// HealthOptions tunes outlier ejection. A zero ConsecutiveFailures or
 // FailureRate turns that trigger off; both zero turn ejection off.
-type HealthConfig struct {
+type HealthOptions struct {
 	// ConsecutiveFailures transient failures in a row eject a route.
 	ConsecutiveFailures int
 	// FailureRate, a share in (0,1], of the route's attempts that failed
@@ -55,9 +55,9 @@ type HealthConfig struct {
 	MaxEjectedPercent int
 }
 
-// DefaultHealthConfig returns the defaults above.
-func DefaultHealthConfig() HealthConfig {
-	return HealthConfig{
+// DefaultHealthOptions returns the defaults above.
+func DefaultHealthOptions() HealthOptions {
+	return HealthOptions{
 		ConsecutiveFailures: DefaultConsecutiveFailures,
 		FailureRate:         DefaultFailureRate,
 		MinRequests:         DefaultMinRequests,
@@ -69,7 +69,7 @@ func DefaultHealthConfig() HealthConfig {
 }
 
 // Validate reports a configuration Health cannot run.
-func (c HealthConfig) Validate() error {
+func (c HealthOptions) Validate() error {
 	var errs []error
 	if c.ConsecutiveFailures < 0 {
 		errs = append(errs, fmt.Errorf("consecutive failures %d is negative", c.ConsecutiveFailures))
@@ -87,13 +87,13 @@ func (c HealthConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("ejection %v..%v: base must be positive and max at least base", c.BaseEjection, c.MaxEjection))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("route health: %w", err)
+		return fmt.Errorf("route: health: %w", err)
 	}
 	return nil
 }
 
 // Enabled reports whether any trigger can eject a route.
-func (c HealthConfig) Enabled() bool { return c.ConsecutiveFailures > 0 || c.FailureRate > 0 }
+func (c HealthOptions) Enabled() bool { return c.ConsecutiveFailures > 0 || c.FailureRate > 0 }
 
 // Health is outlier ejection, as Envoy's outlier detection: it watches how
 // each route's attempts end and says when a route should be ejected. It is
@@ -106,7 +106,7 @@ func (c HealthConfig) Enabled() bool { return c.ConsecutiveFailures > 0 || c.Fai
 // in: its first result decides — a failure ejects it again at once, for
 // twice as long; a success returns it to normal watch.
 type Health struct {
-	cfg HealthConfig
+	cfg HealthOptions
 
 	mu     sync.Mutex
 	routes map[string]*routeHealth
@@ -132,7 +132,7 @@ type healthSlot struct {
 }
 
 // NewHealth returns a Health running cfg.
-func NewHealth(cfg HealthConfig) (*Health, error) {
+func NewHealth(cfg HealthOptions) (*Health, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

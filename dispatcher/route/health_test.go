@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-func newTestHealth(t *testing.T, mod func(*HealthConfig)) *Health {
+func newTestHealth(t *testing.T, mod func(*HealthOptions)) *Health {
 	t.Helper()
-	cfg := DefaultHealthConfig()
+	cfg := DefaultHealthOptions()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -30,7 +30,7 @@ func TestHealthEjectsARouteOnConsecutiveFailuresOrAFailureRate(t *testing.T) {
 	ok := func(at time.Duration) outcome { return outcome{at, false} }
 	tests := []struct {
 		name     string
-		mod      func(*HealthConfig)
+		mod      func(*HealthOptions)
 		outcomes []outcome
 		want     string // the last outcome's verdict; every earlier one must be ""
 	}{
@@ -40,14 +40,14 @@ func TestHealthEjectsARouteOnConsecutiveFailuresOrAFailureRate(t *testing.T) {
 			[]outcome{fail(0), fail(time.Millisecond)}, ""},
 		{"a success between failures restarts the count", nil,
 			[]outcome{fail(0), fail(1), ok(2), fail(3), fail(4)}, ""},
-		{"half of ten attempts in the window failed ejects", func(c *HealthConfig) { c.ConsecutiveFailures = 0 },
+		{"half of ten attempts in the window failed ejects", func(c *HealthOptions) { c.ConsecutiveFailures = 0 },
 			[]outcome{ok(0), fail(1), ok(2), fail(3), ok(4), fail(5), ok(6), fail(7), ok(8), fail(9)}, EjectFailureRate},
-		{"a failure rate below min requests does not eject", func(c *HealthConfig) { c.ConsecutiveFailures = 0 },
+		{"a failure rate below min requests does not eject", func(c *HealthOptions) { c.ConsecutiveFailures = 0 },
 			[]outcome{fail(0), fail(1), fail(2), fail(3), ok(4)}, ""},
-		{"failures that slid out of the window do not count", func(c *HealthConfig) { c.ConsecutiveFailures = 0 },
+		{"failures that slid out of the window do not count", func(c *HealthOptions) { c.ConsecutiveFailures = 0 },
 			[]outcome{fail(0), fail(1), fail(2), fail(3), fail(4),
 				ok(20 * time.Second), ok(20*time.Second + 1), ok(20*time.Second + 2), ok(20*time.Second + 3), fail(20*time.Second + 4)}, ""},
-		{"both triggers off never eject", func(c *HealthConfig) { c.ConsecutiveFailures, c.FailureRate = 0, 0 },
+		{"both triggers off never eject", func(c *HealthOptions) { c.ConsecutiveFailures, c.FailureRate = 0, 0 },
 			[]outcome{fail(0), fail(1), fail(2), fail(3), fail(4), fail(5), fail(6), fail(7), fail(8), fail(9), fail(10)}, ""},
 	}
 	for _, tt := range tests {
@@ -67,7 +67,7 @@ func TestHealthEjectsARouteOnConsecutiveFailuresOrAFailureRate(t *testing.T) {
 }
 
 func TestHealthEjectionBacksOffWithRepeatedEjectionsUpToTheCap(t *testing.T) {
-	h := newTestHealth(t, func(c *HealthConfig) { c.BaseEjection, c.MaxEjection = 10*time.Second, 35*time.Second })
+	h := newTestHealth(t, func(c *HealthOptions) { c.BaseEjection, c.MaxEjection = 10*time.Second, 35*time.Second })
 	now := t0
 	var got []time.Duration
 	for range 4 {
@@ -127,18 +127,18 @@ func TestHealthIgnoresAnEjectedRouteAndProbesItBackIn(t *testing.T) {
 func TestHealthConfigRejectsWhatCannotRun(t *testing.T) {
 	tests := []struct {
 		name string
-		mod  func(*HealthConfig)
+		mod  func(*HealthOptions)
 	}{
-		{"negative consecutive failures", func(c *HealthConfig) { c.ConsecutiveFailures = -1 }},
-		{"failure rate above one", func(c *HealthConfig) { c.FailureRate = 1.5 }},
-		{"failure rate without min requests", func(c *HealthConfig) { c.MinRequests = 0 }},
-		{"failure rate without a window", func(c *HealthConfig) { c.Window = 0 }},
-		{"no base ejection", func(c *HealthConfig) { c.BaseEjection = 0 }},
-		{"max ejection below base", func(c *HealthConfig) { c.MaxEjection = c.BaseEjection / 2 }},
+		{"negative consecutive failures", func(c *HealthOptions) { c.ConsecutiveFailures = -1 }},
+		{"failure rate above one", func(c *HealthOptions) { c.FailureRate = 1.5 }},
+		{"failure rate without min requests", func(c *HealthOptions) { c.MinRequests = 0 }},
+		{"failure rate without a window", func(c *HealthOptions) { c.Window = 0 }},
+		{"no base ejection", func(c *HealthOptions) { c.BaseEjection = 0 }},
+		{"max ejection below base", func(c *HealthOptions) { c.MaxEjection = c.BaseEjection / 2 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultHealthConfig()
+			cfg := DefaultHealthOptions()
 			tt.mod(&cfg)
 			if _, err := NewHealth(cfg); err == nil {
 				t.Fatalf("NewHealth(%+v) accepted it", cfg)

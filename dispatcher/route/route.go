@@ -24,7 +24,7 @@ const (
 	LabelRegion   = "region"
 )
 
-// DefaultHalfLife is the latency EWMA's half-life when Config.HalfLife is
+// DefaultHalfLife is the latency EWMA's half-life when Options.HalfLife is
 // zero: a sample's weight halves every 10 s, so a route that degrades (the
 // simulator's degraded episodes last minutes) is seen within seconds while
 // single outliers are smoothed.
@@ -37,9 +37,9 @@ const staleHalfLives = 8
 
 var (
 	// ErrUnknownRoute is returned for a route name the Picker was not built with.
-	ErrUnknownRoute = errors.New("unknown route")
+	ErrUnknownRoute = errors.New("route: unknown route")
 	// ErrNotAcquired is returned by Release for a route with nothing in flight.
-	ErrNotAcquired = errors.New("route has no attempt in flight")
+	ErrNotAcquired = errors.New("route: no attempt in flight")
 )
 
 // Route is one configured upstream route.
@@ -89,8 +89,8 @@ func (s State) String() string {
 	}
 }
 
-// Config tunes a Picker.
-type Config struct {
+// Options tunes a Picker.
+type Options struct {
 	// HalfLife is the half-life of the latency EWMA; zero means DefaultHalfLife.
 	HalfLife time.Duration
 }
@@ -139,9 +139,9 @@ type routeState struct {
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
 // without latency data.
-func NewPicker(routes []Route, cfg Config) (*Picker, error) {
+func NewPicker(routes []Route, cfg Options) (*Picker, error) {
 	if cfg.HalfLife < 0 {
-		return nil, fmt.Errorf("route picker: half-life %v must not be negative", cfg.HalfLife)
+		return nil, fmt.Errorf("route: picker: half-life %v must not be negative", cfg.HalfLife)
 	}
 	if cfg.HalfLife == 0 {
 		cfg.HalfLife = DefaultHalfLife
@@ -149,10 +149,10 @@ func NewPicker(routes []Route, cfg Config) (*Picker, error) {
 	p := &Picker{halfLife: cfg.HalfLife, routes: make(map[string]*routeState, len(routes))}
 	for _, r := range routes {
 		if r.Name == "" {
-			return nil, errors.New("route picker: route without a name")
+			return nil, errors.New("route: picker: route without a name")
 		}
 		if _, dup := p.routes[r.Name]; dup {
-			return nil, fmt.Errorf("route picker: route %q listed twice", r.Name)
+			return nil, fmt.Errorf("route: picker: route %q listed twice", r.Name)
 		}
 		labels := make(map[string]string, len(r.Labels))
 		for k, v := range r.Labels {
@@ -176,7 +176,7 @@ func (p *Picker) lookup(name string) (*routeState, error) {
 // route is healthy again from then on) and is ignored for Healthy.
 func (p *Picker) SetState(name string, s State, until time.Time) error {
 	if s > Ejected {
-		return fmt.Errorf("route %q: invalid state %v", name, s)
+		return fmt.Errorf("route: %q: invalid state %v", name, s)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -227,7 +227,7 @@ func (p *Picker) MarkServed(name string) error {
 // alone decides again.
 func (p *Picker) SetSharedInFlight(name string, n int, until time.Time) error {
 	if n < 0 {
-		return fmt.Errorf("route %q: negative shared in-flight count %d", name, n)
+		return fmt.Errorf("route: %q: negative shared in-flight count %d", name, n)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -244,7 +244,7 @@ func (p *Picker) SetSharedInFlight(name string, n int, until time.Time) error {
 // first byte for streaming requests) so that scores compare.
 func (p *Picker) Observe(name string, latency time.Duration, now time.Time) error {
 	if latency < 0 {
-		return fmt.Errorf("route %q: negative latency %v", name, latency)
+		return fmt.Errorf("route: %q: negative latency %v", name, latency)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -354,7 +354,7 @@ func (p *Picker) Release(name string) error {
 		return err
 	}
 	if rs.inFlight == 0 {
-		return fmt.Errorf("release %q: %w", name, ErrNotAcquired)
+		return fmt.Errorf("%w: %q", ErrNotAcquired, name)
 	}
 	rs.inFlight--
 	return nil

@@ -19,7 +19,7 @@ func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779
 
 func newTestPicker(t *testing.T, routes ...Route) *Picker {
 	t.Helper()
-	p, err := NewPicker(routes, Config{HalfLife: 10 * time.Second})
+	p, err := NewPicker(routes, Options{HalfLife: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("NewPicker: %v", err)
 	}
@@ -422,13 +422,13 @@ func TestPickerRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		name    string
 		routes  []Route
-		cfg     Config
+		cfg     Options
 		wantErr bool
 	}{
-		{"valid", plain("a", "b"), Config{}, false},
-		{"unnamed route", []Route{{}}, Config{}, true},
-		{"duplicate route", plain("a", "a"), Config{}, true},
-		{"negative half-life", plain("a"), Config{HalfLife: -time.Second}, true},
+		{"valid", plain("a", "b"), Options{}, false},
+		{"unnamed route", []Route{{}}, Options{}, true},
+		{"duplicate route", plain("a", "a"), Options{}, true},
+		{"negative half-life", plain("a"), Options{HalfLife: -time.Second}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

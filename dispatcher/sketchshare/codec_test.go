@@ -15,7 +15,7 @@ import (
 // samples in three slots.
 func sampleSnapshots(t testing.TB) []delay.SlotSnapshot {
 	t.Helper()
-	e := mustEstimator(t, delay.Config{Window: time.Minute, Slots: 6})
+	e := mustEstimator(t, delay.Options{Window: time.Minute, Slots: 6})
 	for i := range 30 {
 		if err := e.ObservePrimary(chatStream, t0.Add(time.Duration(i)*time.Second), time.Duration(100+i)*time.Millisecond); err != nil {
 			t.Fatal(err)

@@ -30,7 +30,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 )
 
-// DefaultPrefix starts every key of an Exchange when ExchangeConfig.Prefix is
+// DefaultPrefix starts every key of an Exchange when ExchangeOptions.Prefix is
 // empty.
 const DefaultPrefix = "hr"
 
@@ -39,8 +39,8 @@ const DefaultPrefix = "hr"
 // seven max_tokens buckets), so the bound only stops a runaway index.
 const maxIndexedCohorts = 1024
 
-// ExchangeConfig configures an Exchange.
-type ExchangeConfig struct {
+// ExchangeOptions configures an Exchange.
+type ExchangeOptions struct {
 	// ReplicaID names this replica's fields; it must be unique among the
 	// replicas sharing the Redis, and stable for a process's life.
 	ReplicaID string
@@ -49,7 +49,7 @@ type ExchangeConfig struct {
 	Prefix string
 	// MaxAge is how long a replica's published snapshots stay in use after
 	// it last published; zero means the default delay window
-	// (delay.DefaultConfig().Window). Set it to the estimators' Window: a
+	// (delay.DefaultOptions().Window). Set it to the estimators' Window: a
 	// dead replica's samples then count exactly as long as they would have
 	// in its own window. Replica clocks are compared at this scale, so skew
 	// must stay well below it.
@@ -108,7 +108,7 @@ return out
 
 // NewExchange returns an Exchange over client, which may be a standalone,
 // cluster or failover client.
-func NewExchange(client redis.UniversalClient, cfg ExchangeConfig) (*Exchange, error) {
+func NewExchange(client redis.UniversalClient, cfg ExchangeOptions) (*Exchange, error) {
 	if client == nil {
 		return nil, errors.New("sketchshare: a client is required")
 	}
@@ -122,7 +122,7 @@ func NewExchange(client redis.UniversalClient, cfg ExchangeConfig) (*Exchange, e
 		return nil, fmt.Errorf("sketchshare: prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
 	if cfg.MaxAge == 0 {
-		cfg.MaxAge = delay.DefaultConfig().Window
+		cfg.MaxAge = delay.DefaultOptions().Window
 	}
 	if cfg.MaxAge < time.Millisecond {
 		return nil, fmt.Errorf("sketchshare: max age %v must be at least 1ms", cfg.MaxAge)

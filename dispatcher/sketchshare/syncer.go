@@ -26,11 +26,11 @@ type Estimator interface {
 
 var _ Estimator = (*delay.Estimator)(nil)
 
-// DefaultInterval is how often Run syncs when SyncerConfig.Interval is zero.
+// DefaultInterval is how often Run syncs when SyncerOptions.Interval is zero.
 const DefaultInterval = time.Second
 
-// SyncerConfig configures a Syncer.
-type SyncerConfig struct {
+// SyncerOptions configures a Syncer.
+type SyncerOptions struct {
 	// Interval between syncs in Run; zero means DefaultInterval.
 	Interval time.Duration
 	// Timeout bounds one sync's round trip; zero means Interval. It acts
@@ -62,7 +62,7 @@ type Stats struct {
 type Syncer struct {
 	x          *Exchange
 	estimators []namedEstimator
-	cfg        SyncerConfig
+	cfg        SyncerOptions
 
 	rounds, failures, corrupt atomic.Uint64
 
@@ -79,7 +79,7 @@ type namedEstimator struct {
 
 // NewSyncer returns a Syncer for estimators, keyed by operation class name.
 // The classes are fixed: each names its own keys.
-func NewSyncer(x *Exchange, estimators map[string]Estimator, cfg SyncerConfig) (*Syncer, error) {
+func NewSyncer(x *Exchange, estimators map[string]Estimator, cfg SyncerOptions) (*Syncer, error) {
 	if x == nil {
 		return nil, errors.New("sketchshare: an exchange is required")
 	}

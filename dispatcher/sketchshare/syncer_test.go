@@ -46,7 +46,7 @@ func (c *fakeClock) Set(t time.Time) {
 	c.t = t
 }
 
-func mustEstimator(t testing.TB, cfg delay.Config) *delay.Estimator {
+func mustEstimator(t testing.TB, cfg delay.Options) *delay.Estimator {
 	t.Helper()
 	e, err := delay.NewEstimator(cfg)
 	if err != nil {
@@ -57,7 +57,7 @@ func mustEstimator(t testing.TB, cfg delay.Config) *delay.Estimator {
 
 // windowConfig is the estimators' config in most tests: a one-minute window
 // of six slots, warm after 100 samples.
-var windowConfig = delay.Config{Window: time.Minute, Slots: 6, WarmupSamples: 100, Max: time.Minute}
+var windowConfig = delay.Options{Window: time.Minute, Slots: 6, WarmupSamples: 100, Max: time.Minute}
 
 // lognormal draws a latency with the given median and σ of its log.
 func lognormal(r *rand.Rand, median time.Duration, sigma float64) time.Duration {
@@ -82,7 +82,7 @@ type replica struct {
 
 func newReplica(t testing.TB, client redis.UniversalClient, id string, clock *fakeClock, maxAge time.Duration, classes ...string) *replica {
 	t.Helper()
-	x, err := NewExchange(client, ExchangeConfig{ReplicaID: id, MaxAge: maxAge})
+	x, err := NewExchange(client, ExchangeOptions{ReplicaID: id, MaxAge: maxAge})
 	if err != nil {
 		t.Fatalf("NewExchange: %v", err)
 	}
@@ -92,7 +92,7 @@ func newReplica(t testing.TB, client redis.UniversalClient, id string, clock *fa
 		r.ests[class] = mustEstimator(t, windowConfig)
 		byClass[class] = r.ests[class]
 	}
-	if r.sync, err = NewSyncer(x, byClass, SyncerConfig{Now: clock.Now}); err != nil {
+	if r.sync, err = NewSyncer(x, byClass, SyncerOptions{Now: clock.Now}); err != nil {
 		t.Fatalf("NewSyncer: %v", err)
 	}
 	return r
@@ -191,7 +191,7 @@ func TestReplicasSharingOneRedisComputeTheSameDelayAsOneEstimatorOfAllSamples(t 
 				if da != db {
 					t.Fatalf("%s: replica a's delay %+v, b's %+v; want the same", tc.cohort, da, db)
 				}
-				acc := tc.all.Config().RelativeAccuracy
+				acc := tc.all.Options().RelativeAccuracy
 				if !da.Warm || da.Samples != want.Samples || relErr(da.Estimate, want.Estimate) > acc {
 					t.Fatalf("%s: shared delay %+v, want %+v within %v", tc.cohort, da, want, acc)
 				}
@@ -279,7 +279,7 @@ func TestCorruptPeerDataIsIgnoredAndCounted(t *testing.T) {
 	clock.Set(now)
 	b.mustSync(t)
 
-	otherWidth := mustEstimator(t, delay.Config{Window: time.Minute, Slots: 3})
+	otherWidth := mustEstimator(t, delay.Options{Window: time.Minute, Slots: 3})
 	_ = otherWidth.ObservePrimary(chatStream, t0, time.Second)
 	badSketch := b.ests["chat"].Snapshot(chatStream, now)
 	badSketch[0].Sketch = []byte{0xff, 0x01, 0x02}
@@ -384,7 +384,7 @@ func TestRedisDownKeepsLocalDelaysAndSharingRecovers(t *testing.T) {
 
 func TestRunSyncsEveryIntervalUntilCancelled(t *testing.T) {
 	client := redisClient(t, redistest.Start(t).Addr())
-	x, err := NewExchange(client, ExchangeConfig{ReplicaID: "replica-a"})
+	x, err := NewExchange(client, ExchangeOptions{ReplicaID: "replica-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestRunSyncsEveryIntervalUntilCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	synced := make(chan error, 16)
-	s, err := NewSyncer(x, map[string]Estimator{"chat": e}, SyncerConfig{
+	s, err := NewSyncer(x, map[string]Estimator{"chat": e}, SyncerOptions{
 		Interval: 10 * time.Millisecond,
 		// Syncs are frequent here, but each may take long on a loaded
 		// machine under the race detector.
@@ -438,14 +438,14 @@ func TestConstructorsValidateTheirConfig(t *testing.T) {
 	exchangeTests := []struct {
 		name    string
 		client  redis.UniversalClient
-		cfg     ExchangeConfig
+		cfg     ExchangeOptions
 		wantErr string
 	}{
-		{"no client", nil, ExchangeConfig{ReplicaID: "r"}, "client"},
-		{"no replica id", client, ExchangeConfig{}, "replica id"},
-		{"overlong replica id", client, ExchangeConfig{ReplicaID: strings.Repeat("r", 257)}, "replica id"},
-		{"brace in prefix", client, ExchangeConfig{ReplicaID: "r", Prefix: "x}"}, "prefix"},
-		{"negative max age", client, ExchangeConfig{ReplicaID: "r", MaxAge: -time.Second}, "max age"},
+		{"no client", nil, ExchangeOptions{ReplicaID: "r"}, "client"},
+		{"no replica id", client, ExchangeOptions{}, "replica id"},
+		{"overlong replica id", client, ExchangeOptions{ReplicaID: strings.Repeat("r", 257)}, "replica id"},
+		{"brace in prefix", client, ExchangeOptions{ReplicaID: "r", Prefix: "x}"}, "prefix"},
+		{"negative max age", client, ExchangeOptions{ReplicaID: "r", MaxAge: -time.Second}, "max age"},
 	}
 	for _, tt := range exchangeTests {
 		t.Run("exchange/"+tt.name, func(t *testing.T) {
@@ -454,8 +454,8 @@ func TestConstructorsValidateTheirConfig(t *testing.T) {
 			}
 		})
 	}
-	x, err := NewExchange(client, ExchangeConfig{ReplicaID: "r"})
-	if err != nil || x.maxAgeMS != delay.DefaultConfig().Window.Milliseconds() || x.prefix != DefaultPrefix {
+	x, err := NewExchange(client, ExchangeOptions{ReplicaID: "r"})
+	if err != nil || x.maxAgeMS != delay.DefaultOptions().Window.Milliseconds() || x.prefix != DefaultPrefix {
 		t.Fatalf("NewExchange defaults: %+v, %v", x, err)
 	}
 	e := mustEstimator(t, windowConfig)
@@ -463,14 +463,14 @@ func TestConstructorsValidateTheirConfig(t *testing.T) {
 		name    string
 		x       *Exchange
 		ests    map[string]Estimator
-		cfg     SyncerConfig
+		cfg     SyncerOptions
 		wantErr string
 	}{
-		{"no exchange", nil, nil, SyncerConfig{}, "exchange"},
-		{"negative interval", x, nil, SyncerConfig{Interval: -time.Second}, "interval"},
-		{"negative timeout", x, nil, SyncerConfig{Timeout: -time.Second}, "timeout"},
-		{"unnamed class", x, map[string]Estimator{"": e}, SyncerConfig{}, "class"},
-		{"nil estimator", x, map[string]Estimator{"chat": nil}, SyncerConfig{}, "class"},
+		{"no exchange", nil, nil, SyncerOptions{}, "exchange"},
+		{"negative interval", x, nil, SyncerOptions{Interval: -time.Second}, "interval"},
+		{"negative timeout", x, nil, SyncerOptions{Timeout: -time.Second}, "timeout"},
+		{"unnamed class", x, map[string]Estimator{"": e}, SyncerOptions{}, "class"},
+		{"nil estimator", x, map[string]Estimator{"chat": nil}, SyncerOptions{}, "class"},
 	}
 	for _, tt := range syncerTests {
 		t.Run("syncer/"+tt.name, func(t *testing.T) {
@@ -479,7 +479,7 @@ func TestConstructorsValidateTheirConfig(t *testing.T) {
 			}
 		})
 	}
-	s, err := NewSyncer(x, map[string]Estimator{"chat": e}, SyncerConfig{})
+	s, err := NewSyncer(x, map[string]Estimator{"chat": e}, SyncerOptions{})
 	if err != nil || s.cfg.Interval != DefaultInterval || s.cfg.Timeout != DefaultInterval {
 		t.Fatalf("NewSyncer defaults: %+v, %v", s, err)
 	}

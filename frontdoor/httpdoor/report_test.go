@@ -26,7 +26,7 @@ func keptRecords(t *testing.T, groups int, start time.Time) (records.Reader, [][
 	t.Helper()
 	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
 	nc := natstest.Connect(t, srv)
-	p, err := records.Open(context.Background(), nc, records.Config{Stream: "door_records", MaxAge: time.Hour,
+	p, err := records.Open(context.Background(), nc, records.Options{Stream: "door_records", MaxAge: time.Hour,
 		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
 		prometheus.NewRegistry(), nil)
 	if err != nil {

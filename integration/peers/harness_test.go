@@ -102,7 +102,7 @@ type options struct {
 type condition struct {
 	Name string
 	// OpenEarly: headers and the opening chunk at once, the first token at
-	// the drawn first byte (fakellm.Config.OpenEarly), as real providers
+	// the drawn first byte (fakellm.Options.OpenEarly), as real providers
 	// do. Without it the headers wait for the first token — the best case
 	// for a hedger that races on response headers.
 	OpenEarly bool
@@ -313,7 +313,7 @@ func startStage(o options, c condition) (*stage, error) {
 	s := &stage{o: o, upstream: newUpstreamCounter(), warns: newWarnCounter()}
 	log := slog.New(s.warns)
 	for r := range routes {
-		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Config{
+		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Options{
 			Workload: o.Workload, Seed: o.Seed, TimeScale: o.TimeScale, Route: r, OpenEarly: c.OpenEarly,
 			OnStart: s.upstream.start, OnRecord: s.upstream.record,
 		}, log)
@@ -514,7 +514,7 @@ func (s *stage) runLoad(ctx context.Context, seed uint64, reqs []request, target
 		lreqs[i] = loadgen.Request{Body: r.body, Target: r.contender, Header: http.Header{}}
 		index[r.id] = i
 	}
-	sum, err := loadgen.Run(ctx, loadgen.Config{
+	sum, err := loadgen.Run(ctx, loadgen.Options{
 		Targets: targets, Requests: lreqs, Rate: s.o.Rate, Seed: seed,
 		Timeout: s.o.deadline(),
 	})
@@ -1009,7 +1009,7 @@ func newFailsafeTarget(hosts []string, delay time.Duration) *routedTarget {
 }
 
 // maxAttempts is hedgerow's default max_attempts (dispatcher/hedge
-// DefaultPolicy), which the peers get as their bound too.
+// DefaultOptions), which the peers get as their bound too.
 const maxAttempts = 2
 
 // hedgerowTarget is hedgerow's OpenAI-compatible front door, the request

@@ -352,7 +352,7 @@ type Pool struct {
 // consecutive transient failures, or a failure rate over a window, eject a
 // route for a backoff that doubles with repeated ejections up to
 // max_ejection; then it is probed back in. Defaults are
-// dispatcher/route's (route.DefaultHealthConfig).
+// dispatcher/route's (route.DefaultHealthOptions).
 type OutlierDetection struct {
 	// ConsecutiveFailures in a row eject a route; 0 turns the trigger off.
 	ConsecutiveFailures int `yaml:"consecutive_failures"`
@@ -371,8 +371,8 @@ type OutlierDetection struct {
 }
 
 // Health returns the route package's form of the configuration.
-func (o OutlierDetection) Health() route.HealthConfig {
-	return route.HealthConfig{
+func (o OutlierDetection) Health() route.HealthOptions {
+	return route.HealthOptions{
 		ConsecutiveFailures: o.ConsecutiveFailures,
 		FailureRate:         o.FailureRate,
 		MinRequests:         o.MinRequests,

@@ -643,7 +643,7 @@ func TestDefaultsFillOnlyKeysTheFileLeavesOut(t *testing.T) {
 		{"explicit false kept", def.Hedge, false},
 		{"explicit zero kept", def.ControlFraction, 0.0},
 		{"explicit quantile kept", def.Delay.Quantile, 0.9},
-		{"sibling defaulted", def.Delay.Min, delay.DefaultConfig().Min},
+		{"sibling defaulted", def.Delay.Min, delay.DefaultOptions().Min},
 		{"hedge defaulted", chat.Hedge, true},
 		{"control fraction defaulted", chat.ControlFraction, delay.DefaultControlFraction},
 		{"max attempts defaulted", chat.MaxAttempts, 2},
@@ -692,7 +692,7 @@ func TestDefaultsTableNamesRealFieldsOfTheRightType(t *testing.T) {
 	if err := applyDefaults(c, func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
-	if c.Policies["x"].Guardrail.ProbeInterval != delay.DefaultGuardrailConfig().CoolDown || c.Tenants["t"].SpendWindow != 24*time.Hour {
+	if c.Policies["x"].Guardrail.ProbeInterval != delay.DefaultGuardrailOptions().CoolDown || c.Tenants["t"].SpendWindow != 24*time.Hour {
 		t.Fatalf("defaults not applied to map entries: %+v", c)
 	}
 }
@@ -988,10 +988,10 @@ func TestDefaultPolicyConvertsToValidEngineEstimatorGuardrailAndBuckets(t *testi
 	if err := p.Engine().Validate(); err != nil {
 		t.Errorf("engine policy: %v", err)
 	}
-	if _, err := delay.NewEstimator(p.DelayConfig()); err != nil {
+	if _, err := delay.NewEstimator(p.DelayOptions()); err != nil {
 		t.Errorf("delay config: %v", err)
 	}
-	if _, err := delay.NewGuardrail(p.GuardrailConfig()); err != nil {
+	if _, err := delay.NewGuardrail(p.GuardrailOptions()); err != nil {
 		t.Errorf("guardrail config: %v", err)
 	}
 	dup := p.DuplicateCeiling()

@@ -25,7 +25,7 @@ var policyDefaults = policy.Default()
 
 // healthDefaults are a pool's outlier-detection defaults; dispatcher/route
 // defines them.
-var healthDefaults = route.DefaultHealthConfig()
+var healthDefaults = route.DefaultHealthOptions()
 
 // defaults is every default of the configuration, in one table. Keys not
 // listed here default to their zero value (empty, false, 0). Load adds a

@@ -30,11 +30,11 @@ const DefaultServerName = "hedgerow-embedded"
 // listener that cannot bind (address in use) is reported after it.
 const readyTimeout = 5 * time.Second
 
-// ErrInvalidConfig is matched by every error Start returns for a bad Config.
+// ErrInvalidConfig is matched by every error Start returns for bad Options.
 var ErrInvalidConfig = errors.New("invalid embedded NATS config")
 
-// Config configures the embedded server.
-type Config struct {
+// Options configures the embedded server.
+type Options struct {
 	// Listen is the client address "host:port" to accept TCP clients on;
 	// port 0 picks a free one. Empty keeps the server in-process only: it
 	// opens no port and only Connect reaches it.
@@ -47,7 +47,7 @@ type Config struct {
 	// ConfigFile is a nats-server configuration file (as `hedgerow
 	// nats-auth` writes it) whose users, permissions and TLS the server
 	// takes; listen address, max payload, name and signals stay this
-	// Config's. Empty: no users, which Start allows only without Listen.
+	// Options's. Empty: no users, which Start allows only without Listen.
 	ConfigFile string
 	// StoreDir enables JetStream, keeping its state (the winner gate's
 	// ledger) in this directory; empty runs the server without JetStream.
@@ -84,7 +84,7 @@ type Server struct {
 }
 
 // Start starts a server for cfg and returns once it accepts connections.
-func Start(cfg Config) (*Server, error) {
+func Start(cfg Options) (*Server, error) {
 	if cfg.MaxPayload <= 0 || cfg.MaxPayload > maxPayloadCeiling {
 		return nil, fmt.Errorf("%w: max payload %d is outside (0, %d]", ErrInvalidConfig, cfg.MaxPayload, maxPayloadCeiling)
 	}

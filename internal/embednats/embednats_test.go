@@ -28,7 +28,7 @@ func usersConfig(t *testing.T) string {
 	return path
 }
 
-func start(t *testing.T, cfg Config) *Server {
+func start(t *testing.T, cfg Options) *Server {
 	t.Helper()
 	s, err := Start(cfg)
 	if err != nil {
@@ -59,7 +59,7 @@ func roundTrip(t *testing.T, responder, nc *nats.Conn) {
 }
 
 func TestInProcessServerOpensNoPortAndConnectsThroughMemory(t *testing.T) {
-	s := start(t, Config{MaxPayload: testPayload})
+	s := start(t, Options{MaxPayload: testPayload})
 	if url := s.ClientURL(); url != "" {
 		t.Fatalf("ClientURL = %q, want empty for an in-process server", url)
 	}
@@ -77,7 +77,7 @@ func TestInProcessServerOpensNoPortAndConnectsThroughMemory(t *testing.T) {
 }
 
 func TestListeningServerAcceptsTCPClients(t *testing.T) {
-	s := start(t, Config{Listen: "127.0.0.1:0", MaxPayload: testPayload, ConfigFile: usersConfig(t)})
+	s := start(t, Options{Listen: "127.0.0.1:0", MaxPayload: testPayload, ConfigFile: usersConfig(t)})
 	url := s.ClientURL()
 	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":0") {
 		t.Fatalf("ClientURL = %q, want a bound loopback address", url)
@@ -101,7 +101,7 @@ func TestListeningServerAcceptsTCPClients(t *testing.T) {
 
 func TestServerAnnouncesTheConfiguredMaxPayload(t *testing.T) {
 	for _, payload := range []int64{256 << 10, 8 << 20} {
-		s := start(t, Config{MaxPayload: payload})
+		s := start(t, Options{MaxPayload: payload})
 		nc, err := s.Connect("probe")
 		if err != nil {
 			t.Fatal(err)
@@ -120,14 +120,14 @@ func TestServerAnnouncesTheConfiguredMaxPayload(t *testing.T) {
 func TestStartRefusesBadConfig(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  Options
 	}{
-		{"zero max payload", Config{}},
-		{"max payload beyond the server's ceiling", Config{MaxPayload: 65 << 20}},
-		{"listen without a port", Config{Listen: "127.0.0.1", MaxPayload: testPayload}},
-		{"listen with a bad port", Config{Listen: "127.0.0.1:http", MaxPayload: testPayload}},
-		{"listen without users", Config{Listen: "127.0.0.1:0", MaxPayload: testPayload}},
-		{"config file that is not there", Config{MaxPayload: testPayload, ConfigFile: "/nonexistent/nats-server.conf"}},
+		{"zero max payload", Options{}},
+		{"max payload beyond the server's ceiling", Options{MaxPayload: 65 << 20}},
+		{"listen without a port", Options{Listen: "127.0.0.1", MaxPayload: testPayload}},
+		{"listen with a bad port", Options{Listen: "127.0.0.1:http", MaxPayload: testPayload}},
+		{"listen without users", Options{Listen: "127.0.0.1:0", MaxPayload: testPayload}},
+		{"config file that is not there", Options{MaxPayload: testPayload, ConfigFile: "/nonexistent/nats-server.conf"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,21 +144,21 @@ func TestStartReportsAnAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	_, err = Start(Config{Listen: ln.Addr().String(), MaxPayload: testPayload, ConfigFile: usersConfig(t)})
+	_, err = Start(Options{Listen: ln.Addr().String(), MaxPayload: testPayload, ConfigFile: usersConfig(t)})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Fatalf("Start on a busy address: %v, want a listen error", err)
 	}
 }
 
 func TestListenWithoutUsersIsRefusedNamingTheFix(t *testing.T) {
-	_, err := Start(Config{Listen: "127.0.0.1:0", MaxPayload: testPayload})
+	_, err := Start(Options{Listen: "127.0.0.1:0", MaxPayload: testPayload})
 	if !errors.Is(err, ErrOpenListener) {
 		t.Fatalf("Start: %v, want ErrOpenListener", err)
 	}
 }
 
 func TestShutdownIsIdempotent(t *testing.T) {
-	s, err := Start(Config{MaxPayload: testPayload})
+	s, err := Start(Options{MaxPayload: testPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestJetStreamFsyncsEveryWriteUnlessAnIntervalIsGiven(t *testing.T) {
 		{"an interval fsyncs on a timer", 2 * time.Minute, false, 2 * time.Minute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := start(t, Config{MaxPayload: testPayload, StoreDir: t.TempDir(), SyncInterval: tt.syncInterval})
+			s := start(t, Options{MaxPayload: testPayload, StoreDir: t.TempDir(), SyncInterval: tt.syncInterval})
 			js := s.ns.JetStreamConfig()
 			if js == nil {
 				t.Fatal("JetStream is not running")

@@ -150,7 +150,7 @@ func TestAWorkersCredentialsTakeAttemptsOnlyInTheQueueGroupAndAnswerOnlyItsOwnPi
 	// The real worker, with wa's credentials.
 	waViolations := newViolations()
 	wc := connectUser(t, b, dir, url, "wa", waViolations)
-	w, err := worker.New(worker.Config{Route: "a", Upstream: answering{}, Conn: wc})
+	w, err := worker.New(worker.Options{Route: "a", Upstream: answering{}, Conn: wc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ type FakeLLM struct {
 }
 
 // StartFakeLLM serves the simulator route cfg describes on listen.
-func StartFakeLLM(listen string, cfg fakellm.Config, log *slog.Logger) (*FakeLLM, error) {
+func StartFakeLLM(listen string, cfg fakellm.Options, log *slog.Logger) (*FakeLLM, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

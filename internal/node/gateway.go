@@ -202,7 +202,7 @@ func openRecords(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, l
 	var p *records.Publisher
 	err := createAtStart(ctx, func(try context.Context) error {
 		var err error
-		p, err = records.Open(try, nc, records.Config{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
+		p, err = records.Open(try, nc, records.Options{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
 			Replicas: r.Replicas, Duplicates: r.Duplicates, MaxPending: r.MaxPending, CommitTimeout: r.CommitTimeout}, reg, log)
 		return err
 	})
@@ -307,11 +307,11 @@ func reportTenants(tenants map[string]*config.Tenant) map[string]bool {
 	return out
 }
 
-// DispatcherConfig is the part of a dispatcher's configuration the file
+// DispatcherOptions is the part of a dispatcher's configuration the file
 // describes: its routes, pools, policies, tenants and schema cache. The caller adds the
 // connection, the store and the gate.
-func DispatcherConfig(cfg *config.Config) dispatcher.Config {
-	c := dispatcher.Config{
+func DispatcherOptions(cfg *config.Config) dispatcher.Options {
+	c := dispatcher.Options{
 		Routes:   make([]route.Route, 0, len(cfg.Routes)),
 		Pools:    make(map[string]dispatcher.Pool, len(cfg.Pools)),
 		Policies: cfg.Policies,

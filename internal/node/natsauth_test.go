@@ -49,7 +49,7 @@ func startAuthBus(t *testing.T, method natsauth.Method) *authBus {
 	if err := b.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	s, err := embednats.Start(embednats.Config{Listen: "127.0.0.1:0", MaxPayload: 8 << 20,
+	s, err := embednats.Start(embednats.Options{Listen: "127.0.0.1:0", MaxPayload: 8 << 20,
 		ConfigFile: filepath.Join(dir, natsauth.ServerConfigFile), ServerName: "authbus"})
 	if err != nil {
 		t.Fatal(err)
@@ -487,7 +487,7 @@ func TestACallerThatGivesUpHasItsAttemptCancelledAcrossTheUsers(t *testing.T) {
 	}
 	m.TTFT.HangFraction = 1 // every request hangs until it is cancelled
 	started, ended := make(chan struct{}, 4), make(chan fakellm.Record, 4)
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 3,
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 3,
 		OnStart:  func() { started <- struct{}{} },
 		OnRecord: func(r fakellm.Record) { ended <- r }})
 	if err != nil {

@@ -52,7 +52,7 @@ func calmModel(t *testing.T) *workload.Model {
 // a real millisecond, and returns its base URL.
 func fakeRoute(t *testing.T, n int) string {
 	t.Helper()
-	fake, err := fakellm.New(fakellm.Config{Model: calmModel(t), Seed: 7, TimeScale: 0.001, Route: n})
+	fake, err := fakellm.New(fakellm.Options{Model: calmModel(t), Seed: 7, TimeScale: 0.001, Route: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestStartFailsOnAnAddressInUse(t *testing.T) {
 		}
 		t.Fatalf("StartServe on a busy address: %v", err)
 	}
-	if f, err := StartFakeLLM(addr, fakellm.Config{Workload: workload.GPT4o}, nil); err == nil {
+	if f, err := StartFakeLLM(addr, fakellm.Options{Workload: workload.GPT4o}, nil); err == nil {
 		stop(t, f)
 		t.Fatal("StartFakeLLM on a busy address succeeded")
 	}
@@ -362,7 +362,7 @@ func TestStartFailsOnAnAddressInUse(t *testing.T) {
 func TestFakeLLMStopEndsHeldRequestsFirst(t *testing.T) {
 	m := calmModel(t)
 	m.TTFT = workload.TTFT{HangFraction: 1}
-	f, err := StartFakeLLM("127.0.0.1:0", fakellm.Config{Model: m, Seed: 1, OnRecord: nil}, nil)
+	f, err := StartFakeLLM("127.0.0.1:0", fakellm.Options{Model: m, Seed: 1, OnRecord: nil}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const sdkBodyLimit = 64 << 10
 // second lasting a real millisecond, and returns its base URL.
 func simulatedRoute(t *testing.T, n int, m *workload.Model, hangCap time.Duration) string {
 	t.Helper()
-	fake, err := fakellm.New(fakellm.Config{Model: m, Seed: 7, TimeScale: 0.001, Route: n, HangCap: hangCap})
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 7, TimeScale: 0.001, Route: n, HangCap: hangCap})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ type shared struct {
 func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, error) {
 	gateTTL := gateTTL(cfg)
 	if cfg.Redis.URL == "" {
-		gate, err := arbiter.NewLocalGate(arbiter.LocalGateConfig{TTL: gateTTL})
+		gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{TTL: gateTTL})
 		if err != nil {
 			return nil, fmt.Errorf("winner gate: %w", err)
 		}
@@ -59,7 +59,7 @@ func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, e
 	if err != nil {
 		return nil, err
 	}
-	gcfg := sharedgate.RedisGateConfig{
+	gcfg := sharedgate.RedisGateOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: gateTTL, Timeout: min(cfg.Redis.Timeout, sharedgate.MaxRedisGateTimeout),
 	}
 	if gcfg.OnUnavailable, err = sharedgate.ParseUnavailable(cfg.Gate.OnUnavailable); err != nil {
@@ -116,7 +116,7 @@ func openLedger(cfg *config.Config, nc *nats.Conn, ttl time.Duration) (*sharedga
 	var l *sharedgate.KVLedger
 	err = createAtStart(ctx, func(try context.Context) error {
 		var err error
-		l, err = sharedgate.OpenLedger(try, js, sharedgate.LedgerConfig{
+		l, err = sharedgate.OpenLedger(try, js, sharedgate.LedgerOptions{
 			Bucket: cfg.Gate.Bucket, Replicas: cfg.Gate.Replicas, TTL: ttl, Timeout: cfg.Gate.Timeout,
 		})
 		return err
@@ -273,9 +273,9 @@ func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log
 	}
 	var maxAge time.Duration
 	for _, p := range cfg.Policies {
-		maxAge = max(maxAge, p.DelayConfig().Window)
+		maxAge = max(maxAge, p.DelayOptions().Window)
 	}
-	x, err := sketchshare.NewExchange(s.client, sketchshare.ExchangeConfig{
+	x, err := sketchshare.NewExchange(s.client, sketchshare.ExchangeOptions{
 		ReplicaID: hex.EncodeToString(id[:]), Prefix: cfg.Redis.KeyPrefix, MaxAge: maxAge,
 	})
 	if err != nil {
@@ -285,7 +285,7 @@ func (s *shared) shareSketches(d *dispatcher.Dispatcher, cfg *config.Config, log
 	for name, e := range d.Estimators() {
 		estimators[name] = e
 	}
-	syncer, err := sketchshare.NewSyncer(x, estimators, sketchshare.SyncerConfig{Logger: log})
+	syncer, err := sketchshare.NewSyncer(x, estimators, sketchshare.SyncerOptions{Logger: log})
 	if err != nil {
 		return fmt.Errorf("sketch sharing: %w", err)
 	}

@@ -53,7 +53,7 @@ type generation struct {
 // Redis, records and replay store; its NATS door is started by startNATS.
 func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	gen := &generation{cfg: cfg, reg: prometheus.NewRegistry()}
-	dcfg := DispatcherConfig(cfg)
+	dcfg := DispatcherOptions(cfg)
 	dcfg.Conn, dcfg.Store, dcfg.Gate, dcfg.Records = g.nc, g.shared.store, g.shared.gate, g.records
 	if g.tracer != nil {
 		// The generation's spans name its own routes' models and providers.

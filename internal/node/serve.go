@@ -24,7 +24,7 @@ type Serve struct {
 	tempDir string // JetStream's store when nats.store_dir is empty, removed at Stop
 	conns   []*nats.Conn
 	shared  *shared // budgets, gate and, on Redis, the workers' route leases
-	workers *worker.Pool
+	workers *worker.Workers
 	gateway *Gateway
 }
 
@@ -61,7 +61,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		}
 		s.tempDir, storeDir = dir, dir
 	}
-	ns, err := embednats.Start(embednats.Config{
+	ns, err := embednats.Start(embednats.Options{
 		Listen: cfg.NATS.Listen, MaxPayload: int64(cfg.NATS.MaxPayload), Logger: log,
 		ConfigFile: cfg.NATS.ServerConfig, StoreDir: storeDir, SyncInterval: time.Duration(cfg.NATS.SyncInterval),
 	})
@@ -98,7 +98,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 		return fail(err)
 	}
 	m := worker.NewMetrics()
-	if s.workers, err = worker.StartPool(WorkerRoutes(cfg), workerConn, worker.PoolOptions{
+	if s.workers, err = worker.StartWorkers(WorkerRoutes(cfg), workerConn, worker.WorkersOptions{
 		LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg), Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
 		Leases: s.shared.leases(),
 	}); err != nil {

@@ -20,7 +20,7 @@ import (
 // connection, optionally the Redis its workers keep their route leases in,
 // and optionally an HTTP server for its metrics.
 type Workers struct {
-	pool    *worker.Pool
+	pool    *worker.Workers
 	redis   redis.UniversalClient // nil without redis.url
 	metrics *httpServer           // nil without Options.MetricsListen
 }
@@ -49,7 +49,7 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 		w.redis, leases = client, store
 	}
 	m := worker.NewMetrics()
-	pool, err := worker.StartPool(WorkerRoutes(cfg), nc, worker.PoolOptions{
+	pool, err := worker.StartWorkers(WorkerRoutes(cfg), nc, worker.WorkersOptions{
 		Routes: o.Routes, LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg),
 		Metrics: m, Logger: log.With("component", "worker"),
 		FingerprintKey: o.FingerprintKey, DrainGrace: o.DrainGrace, Leases: leases,
@@ -144,7 +144,7 @@ func (w *Workers) Failed() <-chan error {
 	return w.metrics.failed
 }
 
-// Stop stops every worker within ctx (see worker.Pool.Stop), which gives
+// Stop stops every worker within ctx (see worker.Workers.Stop), which gives
 // back their route leases, then closes Redis and the metrics server.
 func (w *Workers) Stop(ctx context.Context) error {
 	err := errors.Join(w.pool.Stop(ctx), w.closeRedis())

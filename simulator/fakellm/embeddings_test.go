@@ -49,8 +49,8 @@ func floats(t *testing.T, raw json.RawMessage) []float32 {
 }
 
 func TestEmbeddingsAreDeterministicByTextAcrossRoutesAndSeeds(t *testing.T) {
-	a := startServer(t, fakellm.Config{Model: steadyModel(t, 5), Seed: 1, Route: 0, TimeScale: fastScale})
-	b := startServer(t, fakellm.Config{Model: steadyModel(t, 5), Seed: 9, Route: 1, TimeScale: fastScale})
+	a := startServer(t, fakellm.Options{Model: steadyModel(t, 5), Seed: 1, Route: 0, TimeScale: fastScale})
+	b := startServer(t, fakellm.Options{Model: steadyModel(t, 5), Seed: 9, Route: 1, TimeScale: fastScale})
 	var answers [2]embeddingsAnswer
 	for i, fs := range []*fakeServer{a, b} {
 		status, body := fs.embed(t, `{"model":"text-embedding-3-small","input":["hedge","row","hedge"]}`)
@@ -85,7 +85,7 @@ func TestEmbeddingsAreDeterministicByTextAcrossRoutesAndSeeds(t *testing.T) {
 }
 
 func TestEmbeddingsHonourDimensionsAndBase64(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale})
 	status, body := fs.embed(t, `{"model":"m","input":"hedge","dimensions":8}`)
 	var ans embeddingsAnswer
 	if status != http.StatusOK || json.Unmarshal(body, &ans) != nil {
@@ -115,7 +115,7 @@ func TestEmbeddingsHonourDimensionsAndBase64(t *testing.T) {
 }
 
 func TestEmbeddingsRefuseWhatTheyDoNotServe(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale})
 	for body, param := range map[string]string{
 		`{"model":"m","input":[1,2,3]}`:                    "input",
 		`{"model":"m","input":[]}`:                         "input",

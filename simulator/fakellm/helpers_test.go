@@ -56,7 +56,7 @@ type fakeServer struct {
 	arrived chan struct{}
 }
 
-func startServer(t *testing.T, cfg fakellm.Config) *fakeServer {
+func startServer(t *testing.T, cfg fakellm.Options) *fakeServer {
 	t.Helper()
 	fs := &fakeServer{records: make(chan fakellm.Record, 64), arrived: make(chan struct{}, 64)}
 	cfg.OnRecord = func(r fakellm.Record) { fs.records <- r }

@@ -16,7 +16,7 @@ func TestInstantModelAnswersEveryRequestAtOnceWithTheSameLength(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Real time (no time scale): whatever the model waits is really waited.
-	fs := startServer(t, fakellm.Config{Model: m, Seed: 3})
+	fs := startServer(t, fakellm.Options{Model: m, Seed: 3})
 	for i := range requests {
 		extra := ""
 		if i%2 == 1 {

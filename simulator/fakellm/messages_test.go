@@ -165,7 +165,7 @@ func anthropicError(t *testing.T, body []byte) string {
 }
 
 func TestMessagesNonStreamingAnswerIsAMessage(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
 
 	status, hdr, body := fs.postMessages(t, messagesBody("hello", 1024, ""))
 	if status != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
@@ -194,7 +194,7 @@ func TestMessagesNonStreamingAnswerIsAMessage(t *testing.T) {
 }
 
 func TestMessagesStreamIsWellFormedWithCumulativeUsage(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Workload: workload.GPT4o, Seed: 7, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Workload: workload.GPT4o, Seed: 7, TimeScale: fastScale})
 	answered := 0
 	for i := range 5 {
 		status, hdr, body := fs.postMessages(t, messagesBody("stream me "+string(rune('a'+i)), 1024, `"stream":true`))
@@ -220,7 +220,7 @@ func TestMessagesStreamIsWellFormedWithCumulativeUsage(t *testing.T) {
 func TestMessagesMaxTokensStopsWithMaxTokens(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%t", stream), func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Model: steadyModel(t, 100), Seed: 1, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Model: steadyModel(t, 100), Seed: 1, TimeScale: fastScale})
 
 			status, _, body := fs.postMessages(t, messagesBody("count", 3, fmt.Sprintf(`"stream":%t`, stream)))
 			if status != http.StatusOK {
@@ -265,7 +265,7 @@ func TestTheSameConversationDrawsTheSameAnswerInEitherAPI(t *testing.T) {
 				t.Fatal(err)
 			}
 			model.ErrorFraction, model.TTFT.HangFraction = 0, 0
-			cfg := fakellm.Config{Model: model, Seed: 3, TimeScale: fastScale}
+			cfg := fakellm.Options{Model: model, Seed: 3, TimeScale: fastScale}
 			a, b := startServer(t, cfg), startServer(t, cfg)
 			_, _, mBody := a.postMessages(t, tc.messages)
 			_, _, cBody := b.post(t, tc.chat)
@@ -318,7 +318,7 @@ func TestMessagesErrorsAreAnthropicShaped(t *testing.T) {
 			if tc.model != nil {
 				model = tc.model(t)
 			}
-			fs := startServer(t, fakellm.Config{Model: model, Seed: 1, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Model: model, Seed: 1, TimeScale: fastScale})
 			method := cmp.Or(tc.method, http.MethodPost)
 
 			resp := fs.do(t, context.Background(), method, "/v1/messages", tc.body)
@@ -343,7 +343,7 @@ func TestMessagesErrorsAreAnthropicShaped(t *testing.T) {
 }
 
 func TestMessagesBodyOverTheLimitIsRequestTooLarge(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 5), TimeScale: fastScale, MaxBodyBytes: 64})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 5), TimeScale: fastScale, MaxBodyBytes: 64})
 	status, _, body := fs.postMessages(t, messagesBody(strings.Repeat("x", 200), 5, ""))
 	if status != http.StatusRequestEntityTooLarge || anthropicError(t, body) != "request_too_large" {
 		t.Errorf("status %d: %s, want 413 request_too_large", status, body)
@@ -352,7 +352,7 @@ func TestMessagesBodyOverTheLimitIsRequestTooLarge(t *testing.T) {
 
 func TestMessagesRateLimitAndShutdownAnswers(t *testing.T) {
 	frozen := time.Unix(1_700_000_000, 0)
-	fs := startServer(t, fakellm.Config{
+	fs := startServer(t, fakellm.Options{
 		Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale,
 		RateLimit: workload.RateLimit{RPM: 1},
 		Now:       func() time.Time { return frozen },
@@ -382,7 +382,7 @@ func sdkClient(fs *fakeServer) anthropic.Client {
 }
 
 func TestOfficialSDKReadsTheFakesMessages(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 12), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 12), Seed: 1, TimeScale: fastScale})
 	client := sdkClient(fs)
 	params := anthropic.MessageNewParams{
 		Model: "claude-fake", MaxTokens: 100,
@@ -422,7 +422,7 @@ func TestOfficialSDKReadsTheFakesMessages(t *testing.T) {
 func TestOfficialSDKSeesTheFakesErrorsAsTypedErrors(t *testing.T) {
 	m := steadyModel(t, 5)
 	m.ErrorFraction = 1
-	fs := startServer(t, fakellm.Config{Model: m, Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: m, Seed: 1, TimeScale: fastScale})
 
 	client := sdkClient(fs)
 	_, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{

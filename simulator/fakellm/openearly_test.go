@@ -38,7 +38,7 @@ var openEarlyAPIs = []struct {
 func TestOpenEarlySendsTheOpeningAtOnceAndNoTokenBeforeTheFirstByte(t *testing.T) {
 	for _, api := range openEarlyAPIs {
 		t.Run(api.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Model: slowFirstTokenModel(t), Seed: 1, TimeScale: 1, OpenEarly: true})
+			fs := startServer(t, fakellm.Options{Model: slowFirstTokenModel(t), Seed: 1, TimeScale: 1, OpenEarly: true})
 			ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 			defer cancel()
 			// The headers come although the first token is an hour away.
@@ -80,7 +80,7 @@ func nextNonBlank(sc *bufio.Scanner) bool {
 }
 
 func TestOpenEarlyStreamsAreWellFormedWithTheFirstTokenAtTheDrawnFirstByte(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 12), Seed: 3, TimeScale: fastScale, OpenEarly: true})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 12), Seed: 3, TimeScale: fastScale, OpenEarly: true})
 
 	status, _, body := fs.post(t, chatBody("early chat", `"stream":true,"stream_options":{"include_usage":true}`))
 	rec := fs.nextRecord(t)
@@ -118,7 +118,7 @@ func checkFirstTokenTimes(t *testing.T, rec fakellm.Record) {
 func TestOpenEarlyHangIsAnOpenSilentStreamEndedByAnErrorEventAtTheHangCap(t *testing.T) {
 	for _, api := range openEarlyAPIs {
 		t.Run(api.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Model: hangModel(t), Seed: 1, TimeScale: fastScale, OpenEarly: true})
+			fs := startServer(t, fakellm.Options{Model: hangModel(t), Seed: 1, TimeScale: fastScale, OpenEarly: true})
 			resp := fs.do(t, context.Background(), http.MethodPost, api.path, api.body("hang open"))
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -140,7 +140,7 @@ func TestOpenEarlyHangIsAnOpenSilentStreamEndedByAnErrorEventAtTheHangCap(t *tes
 func TestOpenEarlyHangHoldsTheOpenStreamUntilTheClientLeaves(t *testing.T) {
 	// Real time: the 30 s hang cap is far beyond the test, so only the
 	// client's leaving can end the request.
-	fs := startServer(t, fakellm.Config{Model: hangModel(t), Seed: 1, TimeScale: 1, OpenEarly: true})
+	fs := startServer(t, fakellm.Options{Model: hangModel(t), Seed: 1, TimeScale: 1, OpenEarly: true})
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	defer cancel()
 	resp := fs.do(t, ctx, http.MethodPost, "/v1/chat/completions", chatBody("hang", `"stream":true`))

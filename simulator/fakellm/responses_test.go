@@ -48,7 +48,7 @@ type responseObject struct {
 }
 
 func TestResponsesAnswerIsTheChatDraw(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
 	_, _, chat := fs.post(t, chatBody("hello", ""))
 	chatRec := fs.nextRecord(t)
 	var cc struct {
@@ -80,7 +80,7 @@ func TestResponsesAnswerIsTheChatDraw(t *testing.T) {
 }
 
 func TestResponsesStreamEvents(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
 	status, hdr, body := fs.postResponses(t, responsesBody("hello", `"stream":true,"max_output_tokens":5`))
 	if status != http.StatusOK || hdr.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d: %s", status, body)
@@ -119,7 +119,7 @@ func TestResponsesStreamEvents(t *testing.T) {
 }
 
 func TestResponsesBadRequests(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
 	for _, tc := range []struct{ body, param string }{
 		{`{"model":"m"}`, "input"},
 		{`{"model":"m","input":[{"type":"reasoning"}]}`, "input[0].type"},

@@ -15,7 +15,7 @@ import (
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
-// Defaults of the optional Config fields.
+// Defaults of the optional Options fields.
 const (
 	DefaultStatsCapacity = 100_000
 	DefaultMaxBodyBytes  = 4 << 20
@@ -25,11 +25,11 @@ const (
 	DefaultStatsLimit = 10_000
 )
 
-// ErrInvalidConfig is returned by New for a Config it cannot run.
+// ErrInvalidConfig is returned by New for its Options it cannot run.
 var ErrInvalidConfig = errors.New("invalid fake LLM config")
 
-// Config describes the route a Server plays.
-type Config struct {
+// Options describes the route a Server plays.
+type Options struct {
 	// Workload names a built-in model (workload.Names). Ignored when Model
 	// is set.
 	Workload string
@@ -101,7 +101,7 @@ type Server struct {
 	now      func() time.Time
 	onRecord func(Record)
 	onStart  func()
-	early    bool // Config.OpenEarly
+	early    bool // Options.OpenEarly
 
 	began    time.Time    // model time 0
 	attempts atomic.Int64 // the attempt counter; numbers start at 1
@@ -111,7 +111,7 @@ type Server struct {
 }
 
 // New returns a server for cfg.
-func New(cfg Config) (*Server, error) {
+func New(cfg Options) (*Server, error) {
 	model := cfg.Model
 	if model == nil {
 		m, err := workload.ByName(cfg.Workload)

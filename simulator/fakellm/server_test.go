@@ -17,7 +17,7 @@ import (
 )
 
 func TestNonStreamingAnswerIsAChatCompletion(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 40), Seed: 1, TimeScale: fastScale})
 
 	status, hdr, body := fs.post(t, chatBody("hello", ""))
 	if status != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
@@ -62,7 +62,7 @@ func TestStreamingAnswerIsWellFormedSSE(t *testing.T) {
 		{"with include_usage", `"stream":true,"stream_options":{"include_usage":true}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Workload: workload.GPT4o, Seed: 7, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Workload: workload.GPT4o, Seed: 7, TimeScale: fastScale})
 			// Several requests so the drawn lengths and coalescing vary.
 			answered := 0
 			for i := range 5 {
@@ -111,7 +111,7 @@ func TestMaxTokensCutsTheAnswerWithFinishReasonLength(t *testing.T) {
 		{"max_tokens equal to the drawn length", `"max_tokens":100`, 100, "stop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Model: steadyModel(t, 100), Seed: 1, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Model: steadyModel(t, 100), Seed: 1, TimeScale: fastScale})
 
 			status, _, body := fs.post(t, chatBody("count", tc.extra))
 			var c completion
@@ -141,8 +141,8 @@ func TestMaxTokensCutsTheAnswerWithFinishReasonLength(t *testing.T) {
 
 func TestSameBodyOnTwoRoutesDrawsTheSameAnswerWithItsOwnLatency(t *testing.T) {
 	routes := []*fakeServer{
-		startServer(t, fakellm.Config{Workload: workload.GPT4o, Seed: 3, TimeScale: fastScale, Route: 0}),
-		startServer(t, fakellm.Config{Workload: workload.GPT4o, Seed: 3, TimeScale: fastScale, Route: 1}),
+		startServer(t, fakellm.Options{Workload: workload.GPT4o, Seed: 3, TimeScale: fastScale, Route: 0}),
+		startServer(t, fakellm.Options{Workload: workload.GPT4o, Seed: 3, TimeScale: fastScale, Route: 1}),
 	}
 	latencyDiffers := false
 	for i := range 6 {
@@ -185,7 +185,7 @@ func TestDisconnectMidStreamBillsTheCancellationLag(t *testing.T) {
 	m := steadyModel(t, 1000)
 	m.TokensPerSecond, m.ITLSigma, m.CancelLag = 10, 0, time.Second
 	const lagTokens = 10
-	fs := startServer(t, fakellm.Config{Model: m, Seed: 1, TimeScale: 0.01})
+	fs := startServer(t, fakellm.Options{Model: m, Seed: 1, TimeScale: 0.01})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -232,7 +232,7 @@ func TestRateLimitedAnswerCarriesRetryAfter(t *testing.T) {
 	// A frozen clock keeps both requests at model time 0, so the one-request
 	// bucket cannot refill between them.
 	frozen := time.Unix(1_700_000_000, 0)
-	fs := startServer(t, fakellm.Config{
+	fs := startServer(t, fakellm.Options{
 		Model: steadyModel(t, 5), Seed: 1, TimeScale: fastScale,
 		RateLimit: workload.RateLimit{RPM: 1},
 		Now:       func() time.Time { return frozen },
@@ -267,7 +267,7 @@ func TestServerErrorAnswerIsOpenAIShaped(t *testing.T) {
 		t.Run("stream="+map[bool]string{false: "false", true: "true"}[stream], func(t *testing.T) {
 			m := steadyModel(t, 10)
 			m.ErrorFraction = 1
-			fs := startServer(t, fakellm.Config{Model: m, Seed: 1, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Model: m, Seed: 1, TimeScale: fastScale})
 
 			extra := ""
 			if stream {
@@ -296,7 +296,7 @@ func TestModelsListsTheModel(t *testing.T) {
 		{"the configured id", "claude-fake", "claude-fake"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Workload: workload.Sonnet, ModelID: tc.modelID, TimeScale: fastScale})
+			fs := startServer(t, fakellm.Options{Workload: workload.Sonnet, ModelID: tc.modelID, TimeScale: fastScale})
 			resp := fs.do(t, context.Background(), http.MethodGet, "/v1/models", "")
 			defer resp.Body.Close()
 			var list struct {
@@ -338,7 +338,7 @@ func TestInvalidRequestsAreAnsweredWithOpenAIErrors(t *testing.T) {
 		{"an unknown path", http.MethodPost, "/v1/completions", "{}", http.StatusNotFound, "unknown_url", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := startServer(t, fakellm.Config{Workload: workload.GPT4o, TimeScale: fastScale, MaxBodyBytes: 1024})
+			fs := startServer(t, fakellm.Options{Workload: workload.GPT4o, TimeScale: fastScale, MaxBodyBytes: 1024})
 			resp := fs.do(t, context.Background(), tc.method, tc.path, tc.body)
 			defer resp.Body.Close()
 			var raw json.RawMessage
@@ -376,7 +376,7 @@ func hangModel(t *testing.T) *workload.Model {
 func TestHangHoldsTheConnectionUntilTheClientCancels(t *testing.T) {
 	// Real time: the 30 s hang cap is far beyond the test, so only the
 	// client's cancel can end the request.
-	fs := startServer(t, fakellm.Config{Model: hangModel(t), Seed: 1, TimeScale: 1})
+	fs := startServer(t, fakellm.Options{Model: hangModel(t), Seed: 1, TimeScale: 1})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -407,7 +407,7 @@ func TestHangHoldsTheConnectionUntilTheClientCancels(t *testing.T) {
 }
 
 func TestHangIsAnswered504AtTheHangCap(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: hangModel(t), Seed: 1, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Model: hangModel(t), Seed: 1, TimeScale: fastScale})
 
 	status, _, body := fs.post(t, chatBody("hang", ""))
 	if status != http.StatusGatewayTimeout {
@@ -422,7 +422,7 @@ func TestHangIsAnswered504AtTheHangCap(t *testing.T) {
 }
 
 func TestCloseAnswersHeldRequestsWithServiceUnavailable(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: hangModel(t), Seed: 1, TimeScale: 1})
+	fs := startServer(t, fakellm.Options{Model: hangModel(t), Seed: 1, TimeScale: 1})
 
 	type answer struct {
 		status int
@@ -450,7 +450,7 @@ func TestCloseAnswersHeldRequestsWithServiceUnavailable(t *testing.T) {
 }
 
 func TestStatsSinceReturnsOnlyNewerRecordsFromABoundedRing(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Model: steadyModel(t, 3), Seed: 1, TimeScale: fastScale, StatsCapacity: 3})
+	fs := startServer(t, fakellm.Options{Model: steadyModel(t, 3), Seed: 1, TimeScale: fastScale, StatsCapacity: 3})
 	for i := range 5 {
 		fs.post(t, chatBody("SECRET-PROMPT "+string(rune('a'+i)), ""))
 		fs.nextRecord(t)
@@ -532,14 +532,14 @@ func TestNewRejectsConfigsItCannotRun(t *testing.T) {
 	bad.TokensPerSecond = math.NaN()
 	for _, tc := range []struct {
 		name string
-		cfg  fakellm.Config
+		cfg  fakellm.Options
 		want error
 	}{
-		{"an unknown workload", fakellm.Config{Workload: "gpt5"}, workload.ErrUnknownModel},
-		{"a route the degraded model lacks", fakellm.Config{Workload: workload.Degraded, Route: 3}, workload.ErrNoSuchRoute},
-		{"a negative time scale", fakellm.Config{Workload: workload.GPT4o, TimeScale: -1}, fakellm.ErrInvalidConfig},
-		{"a negative stats capacity", fakellm.Config{Workload: workload.GPT4o, StatsCapacity: -1}, fakellm.ErrInvalidConfig},
-		{"a negative hang cap", fakellm.Config{Workload: workload.GPT4o, HangCap: -time.Second}, fakellm.ErrInvalidConfig},
+		{"an unknown workload", fakellm.Options{Workload: "gpt5"}, workload.ErrUnknownModel},
+		{"a route the degraded model lacks", fakellm.Options{Workload: workload.Degraded, Route: 3}, workload.ErrNoSuchRoute},
+		{"a negative time scale", fakellm.Options{Workload: workload.GPT4o, TimeScale: -1}, fakellm.ErrInvalidConfig},
+		{"a negative stats capacity", fakellm.Options{Workload: workload.GPT4o, StatsCapacity: -1}, fakellm.ErrInvalidConfig},
+		{"a negative hang cap", fakellm.Options{Workload: workload.GPT4o, HangCap: -time.Second}, fakellm.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := fakellm.New(tc.cfg); !errors.Is(err, tc.want) {
@@ -547,13 +547,13 @@ func TestNewRejectsConfigsItCannotRun(t *testing.T) {
 			}
 		})
 	}
-	if _, err := fakellm.New(fakellm.Config{Model: bad}); err == nil {
+	if _, err := fakellm.New(fakellm.Options{Model: bad}); err == nil {
 		t.Error("an invalid explicit model was accepted")
 	}
 }
 
 func TestHealthzAnswersOK(t *testing.T) {
-	fs := startServer(t, fakellm.Config{Workload: workload.Degraded, Route: 2, TimeScale: fastScale})
+	fs := startServer(t, fakellm.Options{Workload: workload.Degraded, Route: 2, TimeScale: fastScale})
 	resp := fs.do(t, context.Background(), http.MethodGet, "/healthz", "")
 	defer resp.Body.Close()
 	var body map[string]string
@@ -574,7 +574,7 @@ func TestStreamCoalescesTokensDueWithinAFlushInterval(t *testing.T) {
 	// 500 tokens 154 µs apart in real time: one write per token would be
 	// 500 flushes; at most one per millisecond is about 80.
 	const tokens = 500
-	fake, err := fakellm.New(fakellm.Config{Model: steadyModel(t, tokens), Seed: 1, TimeScale: 0.02})
+	fake, err := fakellm.New(fakellm.Options{Model: steadyModel(t, tokens), Seed: 1, TimeScale: 0.02})
 	if err != nil {
 		t.Fatal(err)
 	}

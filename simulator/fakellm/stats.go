@@ -58,7 +58,7 @@ type Record struct {
 	// FirstByteRealMs is the measured real time from the request's arrival
 	// to the first byte of the answer written, when one was: a completion's
 	// body, or a stream's first token (what opened the stream before it, as
-	// with Config.OpenEarly, is not the answer).
+	// with Options.OpenEarly, is not the answer).
 	FirstByteRealMs *float64 `json:"first_byte_real_ms,omitempty"`
 
 	End EndReason `json:"end"`

@@ -19,14 +19,14 @@ const AnthropicVersion = "2023-06-01"
 // an ordinary answer; budgets reserve by the cohort's output, not by it.
 const DefaultAnthropicMaxTokens = 4096
 
-// AnthropicConfig configures the Anthropic Messages adapter of one route.
-type AnthropicConfig struct {
-	// Config is shared with the OpenAI adapter, except BaseURL's convention:
+// AnthropicOptions configures the Anthropic Messages adapter of one route.
+type AnthropicOptions struct {
+	// Options is shared with the OpenAI adapter, except BaseURL's convention:
 	// the API root as Anthropic's SDKs take it ("https://api.anthropic.com"),
 	// to which the adapter appends "/v1/messages"; a root that already ends
 	// in "/v1", as OpenAI-style routes are written, gets "/messages" only.
 	// APIKey is sent as x-api-key.
-	Config
+	Options
 	// MaxTokens is the max_tokens sent when the request sets none; 0 means
 	// DefaultAnthropicMaxTokens.
 	MaxTokens int
@@ -47,13 +47,13 @@ type Anthropic struct {
 var _ Upstream = (*Anthropic)(nil)
 
 // NewAnthropic returns an adapter for the route cfg describes.
-func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
+func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	u, err := parseBaseURL(cfg.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("anthropic adapter: %w", err)
+		return nil, fmt.Errorf("upstream: anthropic adapter: %w", err)
 	}
 	if cfg.MaxTokens < 0 {
-		return nil, fmt.Errorf("anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
+		return nil, fmt.Errorf("upstream: anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
 	}
 	root := strings.TrimSuffix(cfg.BaseURL, "/")
 	endpoint := root + "/v1/messages"

@@ -44,7 +44,7 @@ func newMessagesProvider(t *testing.T, h http.HandlerFunc) *messagesProvider {
 // "route-model-2024", the API root as Anthropic's SDKs take it, and key.
 func newAnthropicAdapter(t *testing.T, p *messagesProvider, key string) *Anthropic {
 	t.Helper()
-	a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: p.URL, Model: "route-model-2024", APIKey: key, Now: func() time.Time { return fixedNow }}})
+	a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: p.URL, Model: "route-model-2024", APIKey: key, Now: func() time.Time { return fixedNow }}})
 	if err != nil {
 		t.Fatalf("NewAnthropic: %v", err)
 	}
@@ -473,7 +473,7 @@ func TestAnthropicRequestFieldsFollowTheMessagesRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan captured, 1)
 			p := newMessagesProvider(t, capture(t, got))
-			a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: p.URL, Model: "route-model-2024"}, MaxTokens: tc.maxTokens})
+			a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: p.URL, Model: "route-model-2024"}, MaxTokens: tc.maxTokens})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -536,7 +536,7 @@ func TestAnthropicBaseURLIsTheAPIRootWithOrWithoutTheVersion(t *testing.T) {
 	for _, suffix := range []string{"", "/", "/v1", "/v1/"} {
 		t.Run("root"+suffix, func(t *testing.T) {
 			p := newMessagesProvider(t, replay(answer{body: fixture(t, "anthropic_stream_text.sse")}))
-			a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: p.URL + suffix}})
+			a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: p.URL + suffix}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -568,11 +568,11 @@ func TestAnthropicKeyIsSentOnlyWhenConfiguredAndNeverInErrors(t *testing.T) {
 }
 
 func TestNewAnthropicRefusesBadSettings(t *testing.T) {
-	for _, cfg := range []AnthropicConfig{
-		{Config: Config{BaseURL: ""}},
-		{Config: Config{BaseURL: "api.anthropic.com"}},
-		{Config: Config{BaseURL: "ftp://host"}},
-		{Config: Config{BaseURL: "https://api.anthropic.com"}, MaxTokens: -1},
+	for _, cfg := range []AnthropicOptions{
+		{Options: Options{BaseURL: ""}},
+		{Options: Options{BaseURL: "api.anthropic.com"}},
+		{Options: Options{BaseURL: "ftp://host"}},
+		{Options: Options{BaseURL: "https://api.anthropic.com"}, MaxTokens: -1},
 	} {
 		if _, err := NewAnthropic(cfg); err == nil {
 			t.Errorf("NewAnthropic(%+v) succeeded, want an error", cfg)

@@ -64,7 +64,7 @@
 // After the first token each next one must come within the stall bound —
 // the one WithStallAfterFirstToken put in the call's context (the worker
 // passes the attempt's, which the dispatcher derives from the cohort's
-// inter-token gaps), else Config.StallAfterFirstToken
+// inter-token gaps), else Options.StallAfterFirstToken
 // (DefaultStallAfterFirstToken, 2 s): a
 // per-token idle timer, which pings, keep-alives and empty deltas do not
 // re-arm, cuts a stream silent that long and fails it as a transient

@@ -25,7 +25,7 @@ func embeddingsProvider(t *testing.T, h http.HandlerFunc) (*OpenAI, *[]byte) {
 		h(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	o, err := NewOpenAI(Config{BaseURL: srv.URL + "/v1", Model: "route-embedder", APIKey: testKey})
+	o, err := NewOpenAI(Options{BaseURL: srv.URL + "/v1", Model: "route-embedder", APIKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestAnAnthropicRouteRefusesAnEmbeddingsRequestUnsent(t *testing.T) {
 	var hits int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
 	defer srv.Close()
-	a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: srv.URL + "/v1"}})
+	a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: srv.URL + "/v1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func (s segmentedStream) check(t *testing.T) {
 		}
 		return resp, err
 	})}
-	cfg := Config{BaseURL: srv.URL + "/v1", Model: "m", Client: client, Now: func() time.Time { return fixedNow }}
+	cfg := Options{BaseURL: srv.URL + "/v1", Model: "m", Client: client, Now: func() time.Time { return fixedNow }}
 	var up Upstream
 	req := hello()
 	switch s.api {
@@ -229,7 +229,7 @@ func (s segmentedStream) check(t *testing.T) {
 		}
 		up = o
 	default:
-		a, err := NewAnthropic(AnthropicConfig{Config: cfg})
+		a, err := NewAnthropic(AnthropicOptions{Options: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}

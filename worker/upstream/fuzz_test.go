@@ -25,7 +25,7 @@ const streamCanary = "s3cr3t-canary"
 type streamAPI struct {
 	name    string
 	fixture string // the prefix of its testdata/*.sse streams
-	open    func(Config) (Upstream, error)
+	open    func(Options) (Upstream, error)
 	dialect schemas.Dialect
 }
 
@@ -40,7 +40,7 @@ func streamBody(t *testing.T, api streamAPI, body []byte) (Outcome, error, *orde
 			Body: io.NopCloser(bytes.NewReader(body)), Request: r,
 		}, nil
 	})}
-	up, err := api.open(Config{BaseURL: "http://provider.invalid/v1", Model: "m", APIKey: "sk-" + streamCanary,
+	up, err := api.open(Options{BaseURL: "http://provider.invalid/v1", Model: "m", APIKey: "sk-" + streamCanary,
 		Client: client, Now: func() time.Time { return fixedNow }, StallAfterFirstToken: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func fuzzStream(f *testing.F, api streamAPI, errorEvents ...string) {
 }
 
 var openAIStreams = streamAPI{name: "chat completions", fixture: "stream_", dialect: schemas.DialectOpenAI,
-	open: func(cfg Config) (Upstream, error) { return NewOpenAI(cfg) }}
+	open: func(cfg Options) (Upstream, error) { return NewOpenAI(cfg) }}
 
 func FuzzOpenAIStream(f *testing.F) {
 	fuzzStream(f, openAIStreams,
@@ -155,7 +155,7 @@ func FuzzOpenAIStream(f *testing.F) {
 
 func FuzzAnthropicStream(f *testing.F) {
 	fuzzStream(f, streamAPI{name: "messages", fixture: "anthropic_stream_", dialect: schemas.DialectAnthropic,
-		open: func(cfg Config) (Upstream, error) { return NewAnthropic(AnthropicConfig{Config: cfg}) }},
+		open: func(cfg Options) (Upstream, error) { return NewAnthropic(AnthropicOptions{Options: cfg}) }},
 		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\""+streamCanary+"\",\"message\":\""+streamCanary+"\"}}\n\n",
 		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded "+streamCanary+"\"}}\n\n",
 	)
@@ -163,7 +163,7 @@ func FuzzAnthropicStream(f *testing.F) {
 
 func FuzzResponsesStream(f *testing.F) {
 	fuzzStream(f, streamAPI{name: "responses", fixture: "responses_stream_", dialect: schemas.DialectResponses,
-		open: func(cfg Config) (Upstream, error) { return NewOpenAI(cfg) }},
+		open: func(cfg Options) (Upstream, error) { return NewOpenAI(cfg) }},
 		"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\""+streamCanary+"\",\"message\":\""+streamCanary+"\"}}}\n\n",
 		"event: error\ndata: {\"type\":\"error\",\"code\":\""+streamCanary+"\",\"message\":\""+streamCanary+"\"}\n\n",
 	)

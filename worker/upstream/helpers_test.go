@@ -94,7 +94,7 @@ func replay(a answer) http.HandlerFunc {
 // "route-model-2024" and the given key.
 func newAdapter(t *testing.T, p *provider, key string) *OpenAI {
 	t.Helper()
-	o, err := NewOpenAI(Config{BaseURL: p.URL + "/v1", Model: "route-model-2024", APIKey: key, Now: func() time.Time { return fixedNow }})
+	o, err := NewOpenAI(Options{BaseURL: p.URL + "/v1", Model: "route-model-2024", APIKey: key, Now: func() time.Time { return fixedNow }})
 	if err != nil {
 		t.Fatalf("NewOpenAI: %v", err)
 	}

@@ -21,8 +21,8 @@ import (
 // provider's error object, not enough for a misrouted page to cost memory.
 const maxErrorBody = 64 << 10
 
-// Config configures a provider adapter for one route.
-type Config struct {
+// Options configures a provider adapter for one route.
+type Options struct {
 	// BaseURL is the API root including its version path, as the OpenAI SDKs
 	// take it: "https://api.openai.com/v1" or "http://127.0.0.1:9101/v1". The
 	// adapter appends "/chat/completions".
@@ -59,7 +59,7 @@ const DefaultStallAfterFirstToken = 2 * time.Second
 type stallKey struct{}
 
 // WithStallAfterFirstToken returns ctx carrying a stall bound for the calls
-// made with it, which overrides the adapter's Config.StallAfterFirstToken:
+// made with it, which overrides the adapter's Options.StallAfterFirstToken:
 // the worker passes the bound the attempt names
 // (schemas.Attempt.StallAfterFirstTokenMs). A bound that is not positive
 // leaves the adapter's.
@@ -78,7 +78,7 @@ func stallBound(ctx context.Context, dflt time.Duration) time.Duration {
 	return dflt
 }
 
-func (cfg Config) stallAfter() time.Duration {
+func (cfg Options) stallAfter() time.Duration {
 	switch {
 	case cfg.StallAfterFirstToken == 0:
 		return DefaultStallAfterFirstToken
@@ -102,9 +102,9 @@ type OpenAI struct {
 var _ Upstream = (*OpenAI)(nil)
 
 // NewOpenAI returns an adapter for the route cfg describes.
-func NewOpenAI(cfg Config) (*OpenAI, error) {
+func NewOpenAI(cfg Options) (*OpenAI, error) {
 	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
-		return nil, fmt.Errorf("openai adapter: %w", err)
+		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
 	}
 	return &OpenAI{
 		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
@@ -127,7 +127,7 @@ func parseBaseURL(raw string) (*url.URL, error) {
 
 // httpClient is the adapter's copy of the configured client, or a client of
 // its own, that never follows a redirect.
-func (cfg Config) httpClient() *http.Client {
+func (cfg Options) httpClient() *http.Client {
 	var client http.Client
 	if cfg.Client != nil {
 		client = *cfg.Client
@@ -142,7 +142,7 @@ func (cfg Config) httpClient() *http.Client {
 	return &client
 }
 
-func (cfg Config) clock() func() time.Time {
+func (cfg Options) clock() func() time.Time {
 	if cfg.Now == nil {
 		return time.Now
 	}
@@ -226,7 +226,7 @@ type providerStream struct {
 	drainWait time.Duration
 	drained   bool // a drain owns the body and the request
 	// stallAfter bounds the silence between tokens after the first one
-	// (Config.StallAfterFirstToken); 0 turns the bound off.
+	// (Options.StallAfterFirstToken); 0 turns the bound off.
 	stallAfter time.Duration
 }
 

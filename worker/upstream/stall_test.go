@@ -54,21 +54,21 @@ func TestAStreamSilentAfterItsFirstTokenFailsTransientAtTheStallBound(t *testing
 		want    string
 	}{
 		{"chat completions", func(t *testing.T, url string) Upstream {
-			o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m", StallAfterFirstToken: bound})
+			o, err := NewOpenAI(Options{BaseURL: url + "/v1", Model: "m", StallAfterFirstToken: bound})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return o
 		}, openAIChunk(openAIRoleChunk) + openAIChunk(`{"content":"Hello"}`), ": keep-alive\n\n", "Hello"},
 		{"messages", func(t *testing.T, url string) Upstream {
-			a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: url, Model: "m", StallAfterFirstToken: bound}})
+			a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: url, Model: "m", StallAfterFirstToken: bound}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return a
 		}, messagesOpening + messagesText(0, "Hello"), sseEvent("ping", `{"type": "ping"}`), "Hello"},
 		{"the policy's bound, carried by the context", func(t *testing.T, url string) Upstream {
-			o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m", StallAfterFirstToken: time.Hour})
+			o, err := NewOpenAI(Options{BaseURL: url + "/v1", Model: "m", StallAfterFirstToken: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestTheStallBoundIsPerTokenAndStartsAtTheFirstToken(t *testing.T) {
 		_, _ = w.Write([]byte(openAIEnd))
 	}))
 	t.Cleanup(srv.Close)
-	o, err := NewOpenAI(Config{BaseURL: srv.URL + "/v1", Model: "m", StallAfterFirstToken: bound})
+	o, err := NewOpenAI(Options{BaseURL: srv.URL + "/v1", Model: "m", StallAfterFirstToken: bound})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst(t *testing.T) 
 	firstDelta := strings.Index(responses, "event: response.output_text.delta")
 	secondDelta := firstDelta + 1 + strings.Index(responses[firstDelta+1:], "event: response.output_text.delta")
 	chat := func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
-		o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m"})
+		o, err := NewOpenAI(Options{BaseURL: url + "/v1", Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst(t *testing.T) 
 			[]string{openAIChunk(openAIRoleChunk), openAIChunk(`{"content":"Hello"}`) + openAIEnd},
 			[]time.Duration{0, long}, 0},
 		{"messages: pings are no tokens", func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
-			a, err := NewAnthropic(AnthropicConfig{Config: Config{BaseURL: url, Model: "m"}})
+			a, err := NewAnthropic(AnthropicOptions{Options: Options{BaseURL: url, Model: "m"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst(t *testing.T) 
 			[]string{messagesOpening + messagesText(0, "Hel"), messagesText(0, "lo"), messagesText(0, " you") + messagesEnd(0, "end_turn")},
 			[]time.Duration{0, long, short}, long},
 		{"responses", func(t *testing.T, url string) (Upstream, *schemas.ChatRequest) {
-			o, err := NewOpenAI(Config{BaseURL: url + "/v1", Model: "m"})
+			o, err := NewOpenAI(Options{BaseURL: url + "/v1", Model: "m"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +249,7 @@ func TestTheOutcomeCarriesTheLongestGapBetweenTokensAfterTheFirst(t *testing.T) 
 
 func TestStallAfterFirstTokenDefaultsToTwoSecondsAndNegativeTurnsItOff(t *testing.T) {
 	for in, want := range map[time.Duration]time.Duration{0: DefaultStallAfterFirstToken, -1: 0, time.Second: time.Second} {
-		if got := (Config{StallAfterFirstToken: in}).stallAfter(); got != want {
+		if got := (Options{StallAfterFirstToken: in}).stallAfter(); got != want {
 			t.Errorf("StallAfterFirstToken %v: bound %v, want %v", in, got, want)
 		}
 	}

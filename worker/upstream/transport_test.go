@@ -114,7 +114,7 @@ func TestAttemptsThatNeverReachTheProviderAreNotBilled(t *testing.T) {
 		{"a cancel before the call is canceled", canceled, schemas.StatusCanceled, schemas.ScopeNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := NewOpenAI(Config{BaseURL: refusedURL + "/v1", Model: "m"})
+			o, err := NewOpenAI(Options{BaseURL: refusedURL + "/v1", Model: "m"})
 			if err != nil {
 				t.Fatalf("NewOpenAI: %v", err)
 			}
@@ -337,7 +337,7 @@ func TestBaseURLIncludesTheVersionPath(t *testing.T) {
 	for _, suffix := range []string{"/v1", "/v1/"} {
 		t.Run(suffix, func(t *testing.T) {
 			p := newProvider(t, replay(answer{body: fixture(t, "stream_content.sse")}))
-			o, err := NewOpenAI(Config{BaseURL: p.URL + suffix})
+			o, err := NewOpenAI(Options{BaseURL: p.URL + suffix})
 			if err != nil {
 				t.Fatalf("NewOpenAI: %v", err)
 			}
@@ -351,7 +351,7 @@ func TestBaseURLIncludesTheVersionPath(t *testing.T) {
 
 func TestNewOpenAIRefusesABaseURLThatIsNotAbsoluteHTTP(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:9101/v1", "ftp://host/v1", "http://", "://bad"} {
-		if _, err := NewOpenAI(Config{BaseURL: u}); err == nil {
+		if _, err := NewOpenAI(Options{BaseURL: u}); err == nil {
 			t.Errorf("NewOpenAI(%q) succeeded, want an error", u)
 		}
 	}

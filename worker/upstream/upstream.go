@@ -117,7 +117,7 @@ type Error struct {
 
 // Error returns the status class, scope and sanitized message.
 func (e *Error) Error() string {
-	return fmt.Sprintf("upstream %s (%s): %s", e.Status, e.Scope, e.Message)
+	return fmt.Sprintf("upstream: %s (%s): %s", e.Status, e.Scope, e.Message)
 }
 
 // Unwrap returns the underlying cause, if any, so callers can match

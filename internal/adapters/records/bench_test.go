@@ -27,7 +27,7 @@ import (
 func BenchmarkCommitPathWait(b *testing.B) {
 	srv := natstest.Start(b, natstest.JetStream(b.TempDir()))
 	nc := natstest.Connect(b, srv)
-	p, err := records.Open(context.Background(), nc, records.Config{Stream: "bench_records", MaxAge: time.Hour,
+	p, err := records.Open(context.Background(), nc, records.Options{Stream: "bench_records", MaxAge: time.Hour,
 		MaxBytes: 1 << 30, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -105,11 +105,11 @@ func BenchmarkDurability(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ledger, err := sharedgate.OpenLedger(ctx, js, sharedgate.LedgerConfig{Bucket: "bench_gate", TTL: time.Hour})
+			ledger, err := sharedgate.OpenLedger(ctx, js, sharedgate.LedgerOptions{Bucket: "bench_gate", TTL: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}
-			p, err := records.Open(ctx, nc, records.Config{Stream: "bench_records", MaxAge: time.Hour,
+			p, err := records.Open(ctx, nc, records.Options{Stream: "bench_records", MaxAge: time.Hour,
 				MaxBytes: 1 << 30, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second}, nil, nil)
 			if err != nil {
 				b.Fatal(err)

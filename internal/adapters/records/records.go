@@ -29,8 +29,8 @@ const SubjectPrefix = schemas.StoredRecordPrefix
 // DefaultStream names the stream when the configuration names none.
 const DefaultStream = "hedgerow_records"
 
-// Config is the stream's shape, as config's records section.
-type Config struct {
+// Options is the stream's shape, as config's records section.
+type Options struct {
 	Stream   string
 	MaxAge   time.Duration
 	MaxBytes int64
@@ -45,8 +45,8 @@ type Config struct {
 	CommitTimeout time.Duration
 }
 
-// StreamConfig is the JetStream stream Config describes.
-func (c Config) StreamConfig() jetstream.StreamConfig {
+// StreamConfig is the JetStream stream Options describe.
+func (c Options) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
 		Description:       "hedgerow records: one per attempt, per group and per superseded commit (docs/architecture.md §9)",
@@ -67,7 +67,7 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 // logInterval. The zero-JetStream case (Open found none) publishes nothing.
 type Publisher struct {
 	js       jetstream.JetStream // nil: no JetStream, records are not kept
-	cfg      Config
+	cfg      Options
 	log      *slog.Logger
 	failures *prometheus.CounterVec
 	commits  prometheus.Histogram
@@ -93,7 +93,7 @@ const logInterval = 10 * time.Second
 // Open creates or updates the stream on nc's JetStream. A server without
 // JetStream is logged once and yields a Publisher that keeps nothing; any
 // other failure is returned.
-func Open(ctx context.Context, nc *nats.Conn, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Publisher, error) {
+func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Registerer, log *slog.Logger) (*Publisher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

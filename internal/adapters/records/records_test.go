@@ -17,8 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func testConfig() records.Config {
-	return records.Config{Stream: "test_records", MaxAge: time.Hour, MaxBytes: 1 << 20, Replicas: 1,
+func testConfig() records.Options {
+	return records.Options{Stream: "test_records", MaxAge: time.Hour, MaxBytes: 1 << 20, Replicas: 1,
 		Duplicates: time.Minute, MaxPending: 64, CommitTimeout: 5 * time.Second}
 }
 

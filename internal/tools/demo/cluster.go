@@ -51,7 +51,7 @@ func (c *cluster) observerSeed() string { return filepath.Join(c.auth, natsauth.
 func startCluster(o Options, key []byte, log *slog.Logger) (*cluster, error) {
 	c := &cluster{}
 	for r := range routes {
-		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Config{
+		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Options{
 			Workload: o.Workload, Seed: o.Seed, TimeScale: o.TimeScale, Route: r, OpenEarly: o.OpenEarly,
 			// Records are read after every run, so the ring must hold one
 			// run's attempts on one route (at most two per request). The

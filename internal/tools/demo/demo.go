@@ -61,7 +61,7 @@ type Options struct {
 	// Workload names the fake routes' model (workload.Names).
 	Workload string
 	// OpenEarly makes the fake routes open every stream at once and send
-	// its first token at the drawn first byte (fakellm.Config.OpenEarly),
+	// its first token at the drawn first byte (fakellm.Options.OpenEarly),
 	// as real providers do: the hedge trigger must then tell an open
 	// stream from a producing one.
 	OpenEarly bool
@@ -282,7 +282,7 @@ func (r *runner) run(ctx context.Context, name, class, prompt string, n int) (*r
 			frontdoor.HeaderIdempotencyKey: {idem},
 		}}
 	}
-	cfg := loadgen.Config{
+	cfg := loadgen.Options{
 		BaseURL: r.baseURL, Requests: reqs, Rate: r.o.Rate, Seed: r.o.Seed, Client: r.client,
 		// Longer than the group's deadline, so the gateway, not the client,
 		// ends a group that runs out of time.

@@ -205,7 +205,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		return Run(ctx, Config{Targets: targets, Requests: reqs, Rate: total, Seed: seed, Timeout: o.Timeout,
+		return Run(ctx, Options{Targets: targets, Requests: reqs, Rate: total, Seed: seed, Timeout: o.Timeout,
 			MaxInFlight: o.MaxInFlight, Progress: o.Progress})
 	}
 	if o.Warmup > 0 {

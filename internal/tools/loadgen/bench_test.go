@@ -136,7 +136,7 @@ func startServe(t testing.TB) (*node.Serve, string, *natsauth.Local) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake, err := fakellm.New(fakellm.Config{Model: model, Seed: 1})
+	fake, err := fakellm.New(fakellm.Options{Model: model, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,18 +27,18 @@ import (
 	"time"
 )
 
-// Defaults of the optional Config fields.
+// Defaults of the optional Options fields.
 const (
 	DefaultPath        = "/v1/chat/completions"
 	DefaultMaxInFlight = 1024
 )
 
-// ErrInvalidConfig is wrapped by every error about the Config itself.
+// ErrInvalidConfig is wrapped by every error about the Options themselves.
 var ErrInvalidConfig = errors.New("invalid load generator config")
 
 // Request is one request of a run: a JSON body and the headers that go with
 // it (e.g. X-Hedgerow-Operation, Idempotency-Key). Target indexes
-// Config.Targets; it is 0 when the run has one target.
+// Options.Targets; it is 0 when the run has one target.
 type Request struct {
 	Body   []byte
 	Header http.Header
@@ -48,13 +48,13 @@ type Request struct {
 // Target is where requests go: it sends one and reads its answer to the
 // end, filling in the result's Status, Err, FirstToken, Chunks and Hedge
 // (Run stamps the times). since returns the time elapsed since the request
-// was due. ctx carries the request's deadline (Config.Timeout).
+// was due. ctx carries the request's deadline (Options.Timeout).
 type Target interface {
 	Send(ctx context.Context, rq Request, since func() time.Duration, res *Result)
 }
 
-// Config describes one run.
-type Config struct {
+// Options describes one run.
+type Options struct {
 	// BaseURL is the server's root, e.g. "http://127.0.0.1:8080"; Path is
 	// appended to it (empty: DefaultPath). Used when Targets is empty.
 	BaseURL string
@@ -129,7 +129,7 @@ type Hedge struct {
 type Summary struct {
 	// Start is when the run began; every Result's offsets count from it.
 	Start time.Time
-	// Results are indexed like Config.Requests; a request never sent (the
+	// Results are indexed like Options.Requests; a request never sent (the
 	// run was cancelled first) has Status 0 and Err set.
 	Results []Result
 	// Sent counts the requests sent, CapDelayed those the cap held back.
@@ -159,7 +159,7 @@ func PoissonGaps(n int, rate float64, seed uint64) ([]time.Duration, error) {
 // NewClient returns an HTTP client whose transport keeps up to maxInFlight
 // connections per host alive, so an open-loop run does not dial (and measure
 // a TCP handshake) for most requests. It sets no timeout of its own: each
-// request carries Config.Timeout.
+// request carries Options.Timeout.
 func NewClient(maxInFlight int) *http.Client {
 	if maxInFlight <= 0 {
 		maxInFlight = DefaultMaxInFlight
@@ -175,7 +175,7 @@ func NewClient(maxInFlight int) *http.Client {
 // measured once every response has ended. Cancelling ctx stops sending and
 // cancels the requests in flight; Run then returns the summary so far with
 // ctx's error.
-func Run(ctx context.Context, cfg Config) (*Summary, error) {
+func Run(ctx context.Context, cfg Options) (*Summary, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	return g.run(ctx, gaps)
 }
 
-func (c Config) validate() error {
+func (c Options) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
@@ -247,7 +247,7 @@ func NewHTTPTarget(baseURL, path, apiKey string, client *http.Client) (Target, e
 
 // generator is one run in progress.
 type generator struct {
-	cfg     Config
+	cfg     Options
 	targets []Target
 	now     func() time.Time
 	start   time.Time

@@ -229,7 +229,7 @@ func TestRunReadsTheHedgeValuesFromHeadersOrTrailers(t *testing.T) {
 			defer srv.Close()
 			var progressed []int
 			var mu sync.Mutex
-			sum, err := Run(context.Background(), Config{
+			sum, err := Run(context.Background(), Options{
 				BaseURL: srv.URL, APIKey: "k", Requests: requests(5), Rate: 1e5, Seed: 1, Timeout: 10 * time.Second,
 				Progress: func(r Result) { mu.Lock(); progressed = append(progressed, r.Index); mu.Unlock() },
 			})
@@ -261,7 +261,7 @@ func TestRunReportsErrorStatusesWithTheirCode(t *testing.T) {
 		_, _ = io.WriteString(w, `{"error":{"message":"deadline exceeded","type":"timeout_error","param":null,"code":"deadline_exceeded"}}`)
 	}))
 	defer srv.Close()
-	sum, err := Run(context.Background(), Config{BaseURL: srv.URL, APIKey: "k", Requests: requests(1), Rate: 1e5, Timeout: 10 * time.Second})
+	sum, err := Run(context.Background(), Options{BaseURL: srv.URL, APIKey: "k", Requests: requests(1), Rate: 1e5, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestRunSendsWithoutWaitingForEarlierResponses(t *testing.T) {
 		sseHandler(false)(w, r)
 	}))
 	defer srv.Close()
-	sum, err := Run(context.Background(), Config{BaseURL: srv.URL, APIKey: "k", Requests: requests(2), Rate: 1e5, Timeout: 10 * time.Second})
+	sum, err := Run(context.Background(), Options{BaseURL: srv.URL, APIKey: "k", Requests: requests(2), Rate: 1e5, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestRunFlagsASendTheInFlightCapHeldBack(t *testing.T) {
 	}))
 	defer srv.Close()
 	var waited []int
-	sum, err := Run(context.Background(), Config{
+	sum, err := Run(context.Background(), Options{
 		BaseURL: srv.URL, APIKey: "k", Requests: requests(2), Rate: 1e5, Timeout: 10 * time.Second, MaxInFlight: 1,
 		// Runs on the scheduler while request 0 holds the only slot.
 		OnCapWait: func(i int) { waited = append(waited, i); close(release) },
@@ -349,7 +349,7 @@ func TestRunStopsSendingWhenCancelled(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sum, err := Run(ctx, Config{
+	sum, err := Run(ctx, Options{
 		BaseURL: srv.URL, APIKey: "k", Requests: requests(50), Rate: 1e5, Timeout: 10 * time.Second, MaxInFlight: 1,
 		OnCapWait: func(int) { cancel() },
 	})
@@ -364,16 +364,16 @@ func TestRunStopsSendingWhenCancelled(t *testing.T) {
 }
 
 func TestRunRejectsAnInvalidConfig(t *testing.T) {
-	ok := Config{BaseURL: "http://127.0.0.1:1", Requests: requests(1), Rate: 1, Timeout: time.Second}
+	ok := Options{BaseURL: "http://127.0.0.1:1", Requests: requests(1), Rate: 1, Timeout: time.Second}
 	tests := []struct {
 		name   string
-		mutate func(*Config)
+		mutate func(*Options)
 		want   string
 	}{
-		{"relative base URL", func(c *Config) { c.BaseURL = "/v1" }, "base URL"},
-		{"no client deadline", func(c *Config) { c.Timeout = 0 }, "timeout"},
-		{"negative cap", func(c *Config) { c.MaxInFlight = -1 }, "max in flight"},
-		{"zero rate", func(c *Config) { c.Rate = 0 }, "rate"},
+		{"relative base URL", func(c *Options) { c.BaseURL = "/v1" }, "base URL"},
+		{"no client deadline", func(c *Options) { c.Timeout = 0 }, "timeout"},
+		{"negative cap", func(c *Options) { c.MaxInFlight = -1 }, "max in flight"},
+		{"zero rate", func(c *Options) { c.Rate = 0 }, "rate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
