@@ -37,7 +37,7 @@ policies:
     heartbeat_interval: 50ms
     heartbeat_timeout: 300ms
 `)
-	d := c.addDispatcher(Config{Store: budgets.NewMemory(nil), Gate: refusingGate{}})
+	d := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: refusingGate{}})
 	submit := func() *GroupError {
 		t.Helper()
 		_, err := d.Submit(context.Background(), Submission{Pool: "general", Tenant: "acme", IdempotencyKey: "order-7", Request: chat(false)}, nil)

@@ -471,7 +471,7 @@ func TestRule3AnElectionNoGateCouldDecideFailsTheGroupWithoutACommit(t *testing.
 // A finished answer no gate could decide settles, slot forgiven, before the
 // Fail that tells its caller to retry: the retry must find the slot back.
 func TestRule3AFinishedAttemptNoGateCouldDecideSettlesBeforeItsCallerIsTold(t *testing.T) {
-	h := newHarness(t, DefaultPolicy())
+	h := newHarness(t, DefaultOptions())
 	h.launched(Start{HedgeEligible: true, HedgeDelay: time.Second, InputUnits: 100})
 	h.at(2, Accepted{Attempt: 1})
 	h.at(500, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 20}})
