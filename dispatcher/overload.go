@@ -118,7 +118,7 @@ func (g *group) reoffer(r hedge.Reoffer) hedge.Event {
 	}
 	if r.Unserved {
 		d.metrics.unserved.WithLabelValues(r.Busy).Inc()
-		_ = d.picker.MarkUnserved(r.Busy, d.now().Add(g.d.unservedFor))
+		_ = d.picker.MarkUnserved(r.Busy, d.now().Add(d.unservedFor))
 	}
 	target, ok := d.picker.PickLeastLoaded(g.routes, r.Busy, d.now())
 	switch {

@@ -178,16 +178,23 @@ func (p *Picker) SetState(name string, s State, until time.Time) error {
 	if s > Ejected {
 		return fmt.Errorf("route: %q: invalid state %v", name, s)
 	}
+	return p.update(name, func(rs *routeState) {
+		rs.state, rs.until = s, until
+		if s == Healthy {
+			rs.until = time.Time{}
+		}
+	})
+}
+
+// update applies f to the named route's state under the picker's lock.
+func (p *Picker) update(name string, f func(*routeState)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rs, err := p.lookup(name)
 	if err != nil {
 		return err
 	}
-	rs.state, rs.until = s, until
-	if s == Healthy {
-		rs.until = time.Time{}
-	}
+	f(rs)
 	return nil
 }
 
@@ -198,27 +205,11 @@ func (p *Picker) SetState(name string, s State, until time.Time) error {
 // Local to this picker: each replica sees the same bus, and learns it for
 // itself at the same cost.
 func (p *Picker) MarkUnserved(name string, until time.Time) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	rs.unservedUntil = until
-	return nil
+	return p.update(name, func(rs *routeState) { rs.unservedUntil = until })
 }
 
 // MarkServed clears MarkUnserved: a worker of the route took an attempt.
-func (p *Picker) MarkServed(name string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	rs.unservedUntil = time.Time{}
-	return nil
-}
+func (p *Picker) MarkServed(name string) error { return p.MarkUnserved(name, time.Time{}) }
 
 // SetSharedInFlight records a route's in-flight count across the cluster,
 // as read from the budgets store's route leases, valid until until: while
@@ -229,14 +220,7 @@ func (p *Picker) SetSharedInFlight(name string, n int, until time.Time) error {
 	if n < 0 {
 		return fmt.Errorf("route: %q: negative shared in-flight count %d", name, n)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	rs.sharedInFlight, rs.sharedUntil = n, until
-	return nil
+	return p.update(name, func(rs *routeState) { rs.sharedInFlight, rs.sharedUntil = n, until })
 }
 
 // Observe feeds one attempt's latency on a route into its estimate. The

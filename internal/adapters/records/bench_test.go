@@ -33,13 +33,7 @@ func BenchmarkCommitPathWait(b *testing.B) {
 		b.Fatal(err)
 	}
 	rtt := natstest.Connect(b, srv)
-	// A group record's size, as the dispatcher marshals one.
-	data, err := schemas.GroupRecord{HedgeGroupID: "0123456789ab-1", UserActionID: "ua_0123456789abcdef0123456789abcdef",
-		RouteClass: "general", OperationClass: "default", ModelClass: "general", Outcome: schemas.GroupCommitted,
-		WinnerAttempt: 1, WinnerRole: schemas.RolePrimary, WinnerRoute: "a", PromptFingerprint: "0123456789abcdef"}.MarshalJSON()
-	if err != nil {
-		b.Fatal(err)
-	}
+	data := groupRecordBytes(b)
 	run := func(name string, op func(i int) error) (p50, p99 time.Duration) {
 		const rate = 1000
 		latencies := make([]time.Duration, b.N)
@@ -114,12 +108,7 @@ func BenchmarkDurability(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			data, err := schemas.GroupRecord{HedgeGroupID: "0123456789ab-1", UserActionID: "ua_0123456789abcdef0123456789abcdef",
-				RouteClass: "general", OperationClass: "default", ModelClass: "general", Outcome: schemas.GroupCommitted,
-				WinnerAttempt: 1, WinnerRole: schemas.RolePrimary, WinnerRoute: "a", PromptFingerprint: "0123456789abcdef"}.MarshalJSON()
-			if err != nil {
-				b.Fatal(err)
-			}
+			data := groupRecordBytes(b)
 			claims := make([]time.Duration, b.N)
 			commits := make([]time.Duration, b.N)
 			b.ResetTimer()
@@ -147,4 +136,17 @@ func BenchmarkDurability(b *testing.B) {
 			}
 		})
 	}
+}
+
+// groupRecordBytes is a committed group's record of the usual size, as the
+// dispatcher marshals one.
+func groupRecordBytes(b *testing.B) []byte {
+	b.Helper()
+	data, err := schemas.GroupRecord{HedgeGroupID: "0123456789ab-1", UserActionID: "ua_0123456789abcdef0123456789abcdef",
+		RouteClass: "general", OperationClass: "default", ModelClass: "general", Outcome: schemas.GroupCommitted,
+		WinnerAttempt: 1, WinnerRole: schemas.RolePrimary, WinnerRoute: "a", PromptFingerprint: "0123456789abcdef"}.MarshalJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
 }
