@@ -61,7 +61,7 @@ type KVLedger struct {
 // the ledger on it. It fails when the server has no JetStream.
 func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerOptions) (*KVLedger, error) {
 	if js == nil {
-		return nil, errors.New("gate ledger: a JetStream context is required")
+		return nil, errors.New("sharedgate: gate ledger: a JetStream context is required")
 	}
 	if cfg.Bucket == "" {
 		cfg.Bucket = arbiter.DefaultLedgerBucket
@@ -70,7 +70,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerOptions) 
 		cfg.Replicas = 1
 	}
 	if cfg.Replicas < 1 || cfg.Replicas > 5 {
-		return nil, fmt.Errorf("gate ledger: replicas %d not in [1, 5]", cfg.Replicas)
+		return nil, fmt.Errorf("sharedgate: gate ledger: replicas %d not in [1, 5]", cfg.Replicas)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = arbiter.DefaultGateTTL
@@ -79,7 +79,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerOptions) 
 		cfg.Timeout = DefaultLedgerTimeout
 	}
 	if cfg.TTL < time.Second || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("gate ledger: ttl %v must be at least 1s and timeout %v not negative", cfg.TTL, cfg.Timeout)
+		return nil, fmt.Errorf("sharedgate: gate ledger: ttl %v must be at least 1s and timeout %v not negative", cfg.TTL, cfg.Timeout)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
@@ -90,7 +90,7 @@ func OpenLedger(ctx context.Context, js jetstream.JetStream, cfg LedgerOptions) 
 		Replicas:    cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gate ledger: bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("sharedgate: gate ledger: bucket %s: %w", cfg.Bucket, err)
 	}
 	return &KVLedger{kv: kv, timeout: cfg.Timeout}, nil
 }
@@ -107,6 +107,13 @@ func (l *KVLedger) key(userAction string) string {
 // is taken over at an epoch above the released one, so the returned holder
 // may carry a higher epoch than want.
 func (l *KVLedger) Propose(ctx context.Context, userAction string, want arbiter.GateValue) (arbiter.GateValue, bool, error) {
+	holder, won, err := l.propose(ctx, userAction, want)
+	return holder, won, withPackage(err)
+}
+
+// propose is Propose with errors that leave the package name to the caller:
+// RedisGate wraps them in its own.
+func (l *KVLedger) propose(ctx context.Context, userAction string, want arbiter.GateValue) (arbiter.GateValue, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	key := l.key(userAction)
@@ -147,6 +154,13 @@ func (l *KVLedger) Propose(ctx context.Context, userAction string, want arbiter.
 // Release gives back userAction's holding if it is value, compare-and-set:
 // the key keeps the released epoch. It reports whether value was held.
 func (l *KVLedger) Release(ctx context.Context, userAction, value string) (bool, error) {
+	released, err := l.release(ctx, userAction, value)
+	return released, withPackage(err)
+}
+
+// release is Release with errors that leave the package name to the caller,
+// as propose.
+func (l *KVLedger) release(ctx context.Context, userAction, value string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	key := l.key(userAction)
@@ -184,7 +198,7 @@ func (l *KVLedger) Holder(ctx context.Context, userAction string) (arbiter.GateV
 		return arbiter.GateValue{}, false, nil
 	}
 	if err != nil {
-		return arbiter.GateValue{}, false, fmt.Errorf("gate ledger: get: %w", err)
+		return arbiter.GateValue{}, false, fmt.Errorf("sharedgate: gate ledger: get: %w", err)
 	}
 	if _, ok := clearedEpoch(string(entry.Value())); ok {
 		return arbiter.GateValue{}, false, nil
@@ -201,4 +215,14 @@ func clearedEpoch(value string) (int64, bool) {
 	}
 	epoch, err := strconv.ParseInt(rest, 10, 64)
 	return epoch, err == nil
+}
+
+// withPackage starts err, an error of this package's that does not name it,
+// with the package's name (docs/architecture.md §3). Errors the package
+// wraps in its own are left without it, so the name is said once.
+func withPackage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sharedgate: %w", err)
 }

@@ -73,6 +73,13 @@ const (
 
 // ParseUnavailable reads a gate.on_unavailable value.
 func ParseUnavailable(s string) (Unavailable, error) {
+	u, err := parseUnavailable(s)
+	return u, withPackage(err)
+}
+
+// parseUnavailable is ParseUnavailable with an error that leaves the
+// package name to the caller: NewRedisGate wraps it in its own.
+func parseUnavailable(s string) (Unavailable, error) {
 	switch u := Unavailable(s); u {
 	case UnavailableLocal, UnavailableFallback, UnavailableRefuse:
 		return u, nil
@@ -180,43 +187,43 @@ return 1
 // cluster or failover client.
 func NewRedisGate(client redis.UniversalClient, cfg RedisGateOptions) (*RedisGate, error) {
 	if client == nil {
-		return nil, errors.New("redis gate: a client is required")
+		return nil, errors.New("sharedgate: redis gate: a client is required")
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultRedisGatePrefix
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("redis gate: prefix %q must not contain '{' or '}'", cfg.Prefix)
+		return nil, fmt.Errorf("sharedgate: redis gate: prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = arbiter.DefaultGateTTL
 	}
 	if cfg.TTL < time.Millisecond {
-		return nil, fmt.Errorf("redis gate: ttl %v must be at least 1ms", cfg.TTL)
+		return nil, fmt.Errorf("sharedgate: redis gate: ttl %v must be at least 1ms", cfg.TTL)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultRedisGateTimeout
 	}
 	if cfg.Timeout < 0 || cfg.Timeout > MaxRedisGateTimeout {
-		return nil, fmt.Errorf("redis gate: timeout %v not in (0, %v]", cfg.Timeout, MaxRedisGateTimeout)
+		return nil, fmt.Errorf("sharedgate: redis gate: timeout %v not in (0, %v]", cfg.Timeout, MaxRedisGateTimeout)
 	}
 	if !redisstore.FollowsContextDeadlines(client) {
-		return nil, errors.New("redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
+		return nil, errors.New("sharedgate: redis gate: the client must set ContextTimeoutEnabled, so that Timeout bounds a claim")
 	}
 	if cfg.OnUnavailable == "" {
 		cfg.OnUnavailable = UnavailableLocal
 	}
-	if _, err := ParseUnavailable(string(cfg.OnUnavailable)); err != nil {
-		return nil, fmt.Errorf("redis gate: on unavailable: %w", err)
+	if _, err := parseUnavailable(string(cfg.OnUnavailable)); err != nil {
+		return nil, fmt.Errorf("sharedgate: redis gate: on unavailable: %w", err)
 	}
 	if (cfg.OnUnavailable == UnavailableFallback) != (cfg.Ledger != nil) {
-		return nil, fmt.Errorf("redis gate: a ledger goes with fallback mode, and only with it (mode %s)", cfg.OnUnavailable)
+		return nil, fmt.Errorf("sharedgate: redis gate: a ledger goes with fallback mode, and only with it (mode %s)", cfg.OnUnavailable)
 	}
 	local := cfg.Local
 	if local == nil {
 		var err error
 		if local, err = arbiter.NewLocalGate(arbiter.LocalGateOptions{TTL: cfg.TTL}); err != nil {
-			return nil, fmt.Errorf("redis gate: %w", err)
+			return nil, fmt.Errorf("sharedgate: redis gate: %w", err)
 		}
 	}
 	return &RedisGate{
@@ -237,7 +244,7 @@ func (g *RedisGate) Local() *arbiter.LocalGate { return g.local }
 // ledger, which also confirms every Redis win.
 func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt int) (arbiter.Claim, error) {
 	if userAction == "" || group == "" || attempt < 0 {
-		return arbiter.Claim{}, fmt.Errorf("%w: user action %q, group %q, attempt %d", arbiter.ErrInvalidClaim, userAction, group, attempt)
+		return arbiter.Claim{}, fmt.Errorf("sharedgate: %w: user action %q, group %q, attempt %d", arbiter.ErrInvalidClaim, userAction, group, attempt)
 	}
 	redisCtx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -260,21 +267,21 @@ func (g *RedisGate) Claim(ctx context.Context, userAction, group string, attempt
 	if redisErr != nil {
 		switch g.onUnavailable {
 		case UnavailableLocal:
-			return local, fmt.Errorf("gate claim %s: %w: %w", group, arbiter.ErrGateDegraded, redisErr)
+			return local, fmt.Errorf("sharedgate: gate claim %s: %w: %w", group, arbiter.ErrGateDegraded, redisErr)
 		case UnavailableRefuse:
 			g.giveBack(ctx, local, "", false)
-			return arbiter.Claim{}, fmt.Errorf("gate claim %s: %w: redis: %w", group, arbiter.ErrGateUnavailable, redisErr)
+			return arbiter.Claim{}, fmt.Errorf("sharedgate: gate claim %s: %w: redis: %w", group, arbiter.ErrGateUnavailable, redisErr)
 		}
 		proposal.holder, _ = arbiter.ParseGateValue(local.Value)
 	}
 
 	// Fallback: the ledger decides every win, Redis' or the local one.
-	holder, won, err := g.ledger.Propose(ctx, userAction, proposal.holder)
+	holder, won, err := g.ledger.propose(ctx, userAction, proposal.holder)
 	if err != nil {
 		// The write may have landed before its answer was lost: give the
 		// holding back everywhere, so the user action stays claimable.
 		g.giveBack(ctx, local, proposal.holder.String(), redisErr == nil)
-		return arbiter.Claim{}, fmt.Errorf("gate claim %s: %w: ledger: %w (redis: %v)", group, arbiter.ErrGateUnavailable, err, redisErr)
+		return arbiter.Claim{}, fmt.Errorf("sharedgate: gate claim %s: %w: ledger: %w (redis: %v)", group, arbiter.ErrGateUnavailable, err, redisErr)
 	}
 	if redisErr == nil && holder != proposal.holder {
 		// Redis forgot the holder (it restarted empty) or never saw it (the
@@ -325,7 +332,7 @@ func (g *RedisGate) giveBack(ctx context.Context, local arbiter.Claim, shared st
 		cancel()
 	}
 	if g.ledger != nil && shared != "" {
-		_, _ = g.ledger.Release(ctx, local.UserAction, shared)
+		_, _ = g.ledger.release(ctx, local.UserAction, shared)
 	}
 }
 
@@ -365,10 +372,10 @@ func parseClaimReply(res []any) (bool, arbiter.GateValue, error) {
 // claim.
 func (g *RedisGate) Clear(ctx context.Context, c arbiter.Claim) error {
 	if c.UserAction == "" {
-		return fmt.Errorf("%w: clear without a user action", arbiter.ErrInvalidClaim)
+		return fmt.Errorf("sharedgate: %w: clear without a user action", arbiter.ErrInvalidClaim)
 	}
 	if !c.Won || c.Value == "" {
-		return fmt.Errorf("clear %s: %w", c.Group, arbiter.ErrNotHolder)
+		return fmt.Errorf("sharedgate: clear %s: %w", c.Group, arbiter.ErrNotHolder)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -383,15 +390,15 @@ func (g *RedisGate) Clear(ctx context.Context, c arbiter.Claim) error {
 	var released bool
 	var ledgerErr error
 	if g.ledger != nil {
-		released, ledgerErr = g.ledger.Release(context.WithoutCancel(ctx), c.UserAction, c.Value)
+		released, ledgerErr = g.ledger.release(context.WithoutCancel(ctx), c.UserAction, c.Value)
 	}
 	switch {
 	case ledgerErr != nil:
-		return fmt.Errorf("gate clear %s: %w: ledger: %w", c.Group, arbiter.ErrGateUnavailable, ledgerErr)
+		return fmt.Errorf("sharedgate: gate clear %s: %w: ledger: %w", c.Group, arbiter.ErrGateUnavailable, ledgerErr)
 	case redisErr != nil && g.ledger == nil:
-		return fmt.Errorf("gate clear %s: %w: %w", c.Group, arbiter.ErrGateDegraded, redisErr)
+		return fmt.Errorf("sharedgate: gate clear %s: %w: %w", c.Group, arbiter.ErrGateDegraded, redisErr)
 	case deleted == 0 && localErr != nil && !released:
-		return fmt.Errorf("clear %s: %w", c.Group, arbiter.ErrNotHolder)
+		return fmt.Errorf("sharedgate: clear %s: %w", c.Group, arbiter.ErrNotHolder)
 	}
 	return nil
 }
