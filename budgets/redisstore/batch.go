@@ -24,6 +24,14 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
+// reply is a queued command's answer, read once its batch ran: a
+// scriptCall or a go-redis command.
+type reply interface{ Err() error }
+
+// Err is the error of the call's reply once the batch ran: the EVAL
+// retry's when the server did not know the script.
+func (c *scriptCall) Err() error { return c.cmd.Err() }
+
 func newBatch(client redis.UniversalClient) *batch {
 	return &batch{client: client, pipe: client.Pipeline()}
 }

@@ -159,17 +159,8 @@ func flag(b bool) int {
 // pipelined together; a denial
 // costs a second round trip that gives back what the others granted.
 func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Admission, error) {
-	if err := ended(ctx, "admit"); err != nil {
-		return budgets.Admission{}, err
-	}
-	if err := req.Validate(); err != nil {
-		return budgets.Admission{}, err
-	}
-	if err := checkExact("admit request", req.Spend); err != nil {
-		return budgets.Admission{}, err
-	}
 	parent := ctx
-	ctx, cancel, err := s.start(ctx, "admit")
+	ctx, cancel, err := s.begin(ctx, "admit", checkRequest(req, "admit request", req.Spend))
 	if err != nil {
 		return budgets.Admission{}, err
 	}
@@ -221,6 +212,15 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 	}, nil
 }
 
+// checkRequest is a decision's check of its request: the request's own
+// validation, then checkExact of its spend.
+func checkRequest(req interface{ Validate() error }, what string, spend budgets.SpendPolicy) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	return checkExact(what, spend)
+}
+
 // fail compensates what a decision whose batch partly failed was granted,
 // as far as the call's time allows, and returns err as a failure.
 func (d *decision) fail(parent, ctx context.Context, op string, err error) error {
@@ -238,17 +238,8 @@ func (d *decision) fail(parent, ctx context.Context, op string, err error) error
 // pipelined together; a denial costs a second round trip that gives back
 // what the others granted.
 func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (budgets.Grant, error) {
-	if err := ended(ctx, "reserve extra"); err != nil {
-		return budgets.Grant{}, err
-	}
-	if err := req.Validate(); err != nil {
-		return budgets.Grant{}, err
-	}
-	if err := checkExact("extra request", req.Spend); err != nil {
-		return budgets.Grant{}, err
-	}
 	parent := ctx
-	ctx, cancel, err := s.start(ctx, "reserve extra")
+	ctx, cancel, err := s.begin(ctx, "reserve extra", checkRequest(req, "extra request", req.Spend))
 	if err != nil {
 		return budgets.Grant{}, err
 	}

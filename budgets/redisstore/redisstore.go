@@ -127,6 +127,38 @@ func (s *Store) start(ctx context.Context, op string) (context.Context, context.
 	return ctx, cancel, nil
 }
 
+// begin starts op, a call that goes to Redis, as start does, once it has
+// refused a ctx that already ended and then invalid: the caller's check of
+// op's arguments, nil when they are fine.
+func (s *Store) begin(ctx context.Context, op string, invalid error) (context.Context, context.CancelFunc, error) {
+	if err := ended(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	if invalid != nil {
+		return nil, nil, invalid
+	}
+	return s.start(ctx, op)
+}
+
+// roundTrip does op as one command, which queue adds to a batch of its
+// own, in one round trip; begin's ctx and invalid come first. The error of
+// the command's reply, read once the batch ran, is op's failure.
+func (s *Store) roundTrip(ctx context.Context, op string, invalid error, queue func(ctx context.Context, b *batch) reply) error {
+	parent := ctx
+	ctx, cancel, err := s.begin(ctx, op, invalid)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	b := newBatch(s.client)
+	cmd := queue(ctx, b)
+	s.send(parent, ctx, b)
+	if err := cmd.Err(); err != nil {
+		return failure(parent, op, err)
+	}
+	return nil
+}
+
 // send runs b within ctx and tells the breaker whether Redis answered. A
 // round trip cut short by the caller's own context says nothing of Redis.
 func (s *Store) send(parent, ctx context.Context, b *batch) {
@@ -186,11 +218,8 @@ var scripts = []*redis.Script{
 // missing script costs. It is optional: a server that lacks a script, say
 // after a restart, is sent its source when a call needs it.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	if err := ended(ctx, "load scripts"); err != nil {
-		return err
-	}
 	parent := ctx
-	ctx, cancel, err := s.start(ctx, "load scripts")
+	ctx, cancel, err := s.begin(ctx, "load scripts", nil)
 	if err != nil {
 		return err
 	}

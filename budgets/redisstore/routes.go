@@ -12,12 +12,6 @@ import (
 
 // MarkRoute implements budgets.Store: one script call on the route's flags.
 func (s *Store) MarkRoute(ctx context.Context, route string, state budgets.RouteState, ttl time.Duration) error {
-	if err := ended(ctx, "mark route"); err != nil {
-		return err
-	}
-	if err := budgets.ValidateRouteMark(route, state, ttl); err != nil {
-		return err
-	}
 	field := "p"
 	switch state {
 	case budgets.RouteQuarantined:
@@ -25,21 +19,11 @@ func (s *Store) MarkRoute(ctx context.Context, route string, state budgets.Route
 	case budgets.RouteEjected:
 		field = "e"
 	}
-	parent := ctx
-	ctx, cancel, err := s.start(ctx, "mark route")
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	now := s.now().UnixMilli()
-	b := newBatch(s.client)
-	call := b.eval(ctx, markScript, []string{s.keys.routeFlags(entityHash(route))},
-		now, field, now+millisCeil(ttl), graceMs)
-	s.send(parent, ctx, b)
-	if err := call.cmd.Err(); err != nil {
-		return failure(parent, "mark route", err)
-	}
-	return nil
+	return s.roundTrip(ctx, "mark route", budgets.ValidateRouteMark(route, state, ttl), func(ctx context.Context, b *batch) reply {
+		now := s.now().UnixMilli()
+		return b.eval(ctx, markScript, []string{s.keys.routeFlags(entityHash(route))},
+			now, field, now+millisCeil(ttl), graceMs)
+	})
 }
 
 // RouteStates implements budgets.Store, as RouteSnapshot.
@@ -110,47 +94,18 @@ func (s *Store) readRoutes(ctx context.Context, op string, routes []string) (map
 // AcquireLease implements budgets.Store: one script call on the route's
 // leases.
 func (s *Store) AcquireLease(ctx context.Context, route, holder string, ttl time.Duration) error {
-	if err := ended(ctx, "acquire lease"); err != nil {
-		return err
-	}
-	if err := budgets.ValidateLease(route, holder, ttl); err != nil {
-		return err
-	}
-	parent := ctx
-	ctx, cancel, err := s.start(ctx, "acquire lease")
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	now := s.now().UnixMilli()
-	b := newBatch(s.client)
-	call := b.eval(ctx, leaseScript, []string{s.keys.routeLeases(entityHash(route))},
-		now, holder, now+millisCeil(ttl), graceMs)
-	s.send(parent, ctx, b)
-	if err := call.cmd.Err(); err != nil {
-		return failure(parent, "acquire lease", err)
-	}
-	return nil
+	return s.roundTrip(ctx, "acquire lease", budgets.ValidateLease(route, holder, ttl), func(ctx context.Context, b *batch) reply {
+		now := s.now().UnixMilli()
+		return b.eval(ctx, leaseScript, []string{s.keys.routeLeases(entityHash(route))},
+			now, holder, now+millisCeil(ttl), graceMs)
+	})
 }
 
 // ReleaseLease implements budgets.Store: one ZREM.
 func (s *Store) ReleaseLease(ctx context.Context, route, holder string) error {
-	if err := ended(ctx, "release lease"); err != nil {
-		return err
-	}
-	parent := ctx
-	ctx, cancel, err := s.start(ctx, "release lease")
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	b := newBatch(s.client)
-	cmd := b.pipe.ZRem(ctx, s.keys.routeLeases(entityHash(route)), holder)
-	s.send(parent, ctx, b)
-	if err := cmd.Err(); err != nil {
-		return failure(parent, "release lease", err)
-	}
-	return nil
+	return s.roundTrip(ctx, "release lease", nil, func(ctx context.Context, b *batch) reply {
+		return b.pipe.ZRem(ctx, s.keys.routeLeases(entityHash(route)), holder)
+	})
 }
 
 // InFlight implements budgets.Store, as RouteSnapshot.
