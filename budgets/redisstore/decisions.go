@@ -87,6 +87,23 @@ func takeResult(c *scriptCall) (code int64, attempts int, retryAfterMs int64, er
 	return v[0], int(v[1]), v[2], nil
 }
 
+// takes is what the calls takeAccounts queued answered.
+type takes struct {
+	ua, tenant   int64 // takeScript results; takeGranted for no tenant call
+	attempts     int
+	retryAfterMs int64
+}
+
+// readTakes reads the answers to takeAccounts' calls and records which
+// of them granted their part.
+func (d *decision) readTakes(ua, tn *scriptCall) (takes, error) {
+	uaCode, attempts, retryAfterMs, uaErr := takeResult(ua)
+	tenantCode, _, _, tenantErr := takeResult(tn)
+	d.uaGranted = uaErr == nil && uaCode == takeGranted
+	d.tenantGranted = tn != nil && tenantErr == nil && tenantCode == takeGranted
+	return takes{ua: uaCode, tenant: tenantCode, attempts: attempts, retryAfterMs: retryAfterMs}, errors.Join(uaErr, tenantErr)
+}
+
 // compensate gives back, in one more round trip, every part a denied or
 // failed decision was granted. Parts Redis did not answer for are left to
 // their expiry.
@@ -175,23 +192,20 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 	count := b.eval(ctx, countScript, []string{d.windowKey}, d.slot, req.Duplicates.Slots, windowTTL(req.Duplicates))
 	s.send(parent, ctx, b)
 
-	uaCode, attempts, retryAfterMs, uaErr := takeResult(uaCall)
-	tenantCode, _, _, tenantErr := takeResult(tenantCall)
+	t, takeErr := d.readTakes(uaCall, tenantCall)
 	countErr := count.cmd.Err()
-	d.uaGranted = uaErr == nil && uaCode == takeGranted
-	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
 	d.counted = countErr == nil
-	if err := errors.Join(uaErr, tenantErr, countErr); err != nil {
+	if err := errors.Join(takeErr, countErr); err != nil {
 		return budgets.Admission{}, d.fail(parent, ctx, "admit", err)
 	}
 
 	reason := budgets.ReasonNone
 	switch {
-	case uaCode == takeAttempts:
+	case t.ua == takeAttempts:
 		reason = budgets.ReasonAttempts
-	case uaCode == takeCeiling:
+	case t.ua == takeCeiling:
 		reason = budgets.ReasonSpendUserAction
-	case tenantCode != takeGranted:
+	case t.tenant != takeGranted:
 		reason = budgets.ReasonSpendTenant
 	}
 	if reason != budgets.ReasonNone {
@@ -200,14 +214,14 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 		}
 		adm := budgets.Admission{Reason: reason}
 		if reason == budgets.ReasonAttempts {
-			adm.RetryAfter = time.Duration(retryAfterMs) * time.Millisecond
+			adm.RetryAfter = time.Duration(t.retryAfterMs) * time.Millisecond
 		}
 		return adm, nil
 	}
 	return budgets.Admission{
 		Allowed:       true,
 		Reservation:   d.r.id(),
-		AttemptsUsed:  attempts,
+		AttemptsUsed:  t.attempts,
 		ReservedUnits: d.units,
 	}, nil
 }
@@ -262,17 +276,14 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		req.Duplicates.BurstSlots, budgets.Microtokens(req.Duplicates.BurstCeiling))
 	s.send(parent, ctx, b)
 
-	uaCode, attempts, _, uaErr := takeResult(uaCall)
-	tenantCode, _, _, tenantErr := takeResult(tenantCall)
+	t, takeErr := d.readTakes(uaCall, tenantCall)
 	source, tokenErr := tokenCall.cmd.Int64()
-	d.uaGranted = uaErr == nil && uaCode == takeGranted
-	d.tenantGranted = tenantCall != nil && tenantErr == nil && tenantCode == takeGranted
 	if tokenErr == nil && source >= srcCohort && source <= srcReplacement {
 		d.r.source, d.r.pool, d.r.cohort = int(source), poolHash, cohortHash
 		d.r.slotMs, d.r.slot = slotLen.Milliseconds(), slot
 	}
 	flagVals, flagsErr := flags.Result()
-	if err := errors.Join(flagsErr, uaErr, tenantErr, tokenErr); err != nil {
+	if err := errors.Join(flagsErr, takeErr, tokenErr); err != nil {
 		return budgets.Grant{}, d.fail(parent, ctx, "reserve extra", err)
 	}
 
@@ -284,13 +295,13 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		reason = budgets.ReasonRoutePushback
 	case d.nowMs < untilField(flagVals, 2):
 		reason = budgets.ReasonRouteEjected
-	case uaCode == takeAttempts:
+	case t.ua == takeAttempts:
 		reason = budgets.ReasonAttempts
 	case d.r.source == srcNone:
 		reason = budgets.ReasonDuplicateRate
-	case uaCode == takeCeiling:
+	case t.ua == takeCeiling:
 		reason = budgets.ReasonSpendUserAction
-	case tenantCode != takeGranted:
+	case t.tenant != takeGranted:
 		reason = budgets.ReasonSpendTenant
 	}
 	if reason != budgets.ReasonNone {
@@ -309,7 +320,7 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	return budgets.Grant{
 		Allowed:       true,
 		Reservation:   d.r.id(),
-		AttemptsUsed:  attempts,
+		AttemptsUsed:  t.attempts,
 		ReservedUnits: d.units,
 		Token:         token,
 	}, nil
