@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -61,27 +62,13 @@ func DefaultOptions() Options {
 // are left alone: zero is a meaningful setting for both.
 func (c Options) withDefaults() Options {
 	d := DefaultOptions()
-	if c.Quantile == 0 {
-		c.Quantile = d.Quantile
-	}
-	if c.Max == 0 {
-		c.Max = d.Max
-	}
-	if c.Initial == 0 {
-		c.Initial = d.Initial
-	}
-	if c.Window == 0 {
-		c.Window = d.Window
-	}
-	if c.Slots == 0 {
-		c.Slots = d.Slots
-	}
-	if c.RelativeAccuracy == 0 {
-		c.RelativeAccuracy = d.RelativeAccuracy
-	}
-	if c.MaxBins == 0 {
-		c.MaxBins = d.MaxBins
-	}
+	c.Quantile = cmp.Or(c.Quantile, d.Quantile)
+	c.Max = cmp.Or(c.Max, d.Max)
+	c.Initial = cmp.Or(c.Initial, d.Initial)
+	c.Window = cmp.Or(c.Window, d.Window)
+	c.Slots = cmp.Or(c.Slots, d.Slots)
+	c.RelativeAccuracy = cmp.Or(c.RelativeAccuracy, d.RelativeAccuracy)
+	c.MaxBins = cmp.Or(c.MaxBins, d.MaxBins)
 	return c
 }
 

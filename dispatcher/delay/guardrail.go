@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -133,41 +134,20 @@ func DefaultGuardrailOptions() GuardrailOptions {
 // there too; set a tiny positive value to mean "no margin".
 func (c GuardrailOptions) withDefaults() GuardrailOptions {
 	d := DefaultGuardrailOptions()
-	fill := func(v *float64, def float64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	fill(&c.Quantile, d.Quantile)
-	fill(&c.Z, d.Z)
-	fill(&c.ErrorZ, d.ErrorZ)
-	fill(&c.RelativeAccuracy, d.RelativeAccuracy)
-	fill(&c.MinRelativeGain, d.MinRelativeGain)
-	fill(&c.ErrorRateMargin, d.ErrorRateMargin)
-	if c.MinControlSamples == 0 {
-		c.MinControlSamples = d.MinControlSamples
-	}
-	if c.MinHedgedSamples == 0 {
-		c.MinHedgedSamples = d.MinHedgedSamples
-	}
-	if c.MinErrorSamples == 0 {
-		c.MinErrorSamples = d.MinErrorSamples
-	}
-	if c.CoolDown == 0 {
-		c.CoolDown = d.CoolDown
-	}
-	if c.ProbePeriod == 0 {
-		c.ProbePeriod = d.ProbePeriod
-	}
-	if c.Window == 0 {
-		c.Window = d.Window
-	}
-	if c.Slots == 0 {
-		c.Slots = d.Slots
-	}
-	if c.MaxBins == 0 {
-		c.MaxBins = d.MaxBins
-	}
+	c.Quantile = cmp.Or(c.Quantile, d.Quantile)
+	c.Z = cmp.Or(c.Z, d.Z)
+	c.ErrorZ = cmp.Or(c.ErrorZ, d.ErrorZ)
+	c.RelativeAccuracy = cmp.Or(c.RelativeAccuracy, d.RelativeAccuracy)
+	c.MinRelativeGain = cmp.Or(c.MinRelativeGain, d.MinRelativeGain)
+	c.ErrorRateMargin = cmp.Or(c.ErrorRateMargin, d.ErrorRateMargin)
+	c.MinControlSamples = cmp.Or(c.MinControlSamples, d.MinControlSamples)
+	c.MinHedgedSamples = cmp.Or(c.MinHedgedSamples, d.MinHedgedSamples)
+	c.MinErrorSamples = cmp.Or(c.MinErrorSamples, d.MinErrorSamples)
+	c.CoolDown = cmp.Or(c.CoolDown, d.CoolDown)
+	c.ProbePeriod = cmp.Or(c.ProbePeriod, d.ProbePeriod)
+	c.Window = cmp.Or(c.Window, d.Window)
+	c.Slots = cmp.Or(c.Slots, d.Slots)
+	c.MaxBins = cmp.Or(c.MaxBins, d.MaxBins)
 	return c
 }
 
