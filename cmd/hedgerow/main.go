@@ -24,19 +24,12 @@ result and cancels the rest.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd())
-	root.AddCommand(newConfigCmd())
-	root.AddCommand(newSimulateCmd())
-	root.AddCommand(newServeCmd())
-	root.AddCommand(newGatewayCmd())
-	root.AddCommand(newWorkerCmd())
-	root.AddCommand(newFakeLLMCmd())
-	root.AddCommand(newDemoCmd())
-	root.AddCommand(newBenchCmd())
-	root.AddCommand(newNATSAuthCmd())
-	root.AddCommand(newReportCmd())
-	root.AddCommand(newClusterCmd())
-	root.AddCommand(newFaultProxyCmd())
+	root.AddCommand(
+		newVersionCmd(), newConfigCmd(), newSimulateCmd(),
+		newServeCmd(), newGatewayCmd(), newWorkerCmd(),
+		newFakeLLMCmd(), newDemoCmd(), newBenchCmd(),
+		newNATSAuthCmd(), newReportCmd(), newClusterCmd(), newFaultProxyCmd(),
+	)
 	return root
 }
 

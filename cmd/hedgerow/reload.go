@@ -21,25 +21,13 @@ type reloader interface {
 // the call on, so it never ends the process; the returned function stops
 // catching it and waits for a reload under way.
 func reloadOnHangup(ctx context.Context, p reloader, load func() (*config.Config, error)) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = p.Reload(load) // logged and counted by p; the running configuration stays on error
-			}
-		}
-	}()
+	hup, stopCatching := catchHangups()
+	stopHandling := onHangup(ctx, hup, func() {
+		_ = p.Reload(load) // logged and counted by p; the running configuration stays on error
+	})
 	return func() {
-		signal.Stop(hup)
-		cancel()
-		<-done
+		stopCatching()
+		stopHandling()
 	}
 }
 
@@ -60,6 +48,16 @@ func catchHangups() (hup <-chan os.Signal, stop func()) {
 // attempts in flight carry on. The returned function waits for the
 // logging goroutine to end.
 func ignoreHangups(ctx context.Context, hup <-chan os.Signal, log *slog.Logger, configPath string) (stop func()) {
+	return onHangup(ctx, hup, func() {
+		log.Warn("SIGHUP ignored: a worker does not reload its configuration; restart it (SIGTERM drains it first) to take a changed file",
+			"config", configPath)
+	})
+}
+
+// onHangup calls handle for each SIGHUP from hup, one at a time, until ctx
+// ends or the returned function is called, which waits for a call under
+// way.
+func onHangup(ctx context.Context, hup <-chan os.Signal, handle func()) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -69,8 +67,7 @@ func ignoreHangups(ctx context.Context, hup <-chan os.Signal, log *slog.Logger, 
 			case <-ctx.Done():
 				return
 			case <-hup:
-				log.Warn("SIGHUP ignored: a worker does not reload its configuration; restart it (SIGTERM drains it first) to take a changed file",
-					"config", configPath)
+				handle()
 			}
 		}
 	}()
