@@ -290,13 +290,9 @@ func portsFree(ports []int, within time.Duration) error {
 // Kill sends SIGKILL to the part named name of dir's cluster and waits
 // until it is gone.
 func Kill(dir, name string) error {
-	m, err := ReadManifest(dir)
+	_, p, err := readPart(dir, name)
 	if err != nil {
 		return err
-	}
-	p, ok := m.Part(name)
-	if !ok {
-		return fmt.Errorf("cluster: no part %q", name)
 	}
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return err
@@ -304,16 +300,25 @@ func Kill(dir, name string) error {
 	return p.stop(5 * time.Second)
 }
 
-// Restart starts the part named name of dir's cluster again (it must not
-// be running) and waits until it is ready or ctx ends.
-func Restart(ctx context.Context, dir, name string) error {
+// readPart reads dir's manifest and finds in it the part named name.
+func readPart(dir, name string) (*Manifest, *Part, error) {
 	m, err := ReadManifest(dir)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	p, ok := m.Part(name)
 	if !ok {
-		return fmt.Errorf("cluster: no part %q", name)
+		return nil, nil, fmt.Errorf("cluster: no part %q", name)
+	}
+	return m, p, nil
+}
+
+// Restart starts the part named name of dir's cluster again (it must not
+// be running) and waits until it is ready or ctx ends.
+func Restart(ctx context.Context, dir, name string) error {
+	m, p, err := readPart(dir, name)
+	if err != nil {
+		return err
 	}
 	if p.Running() {
 		return fmt.Errorf("cluster: %s is running", name)

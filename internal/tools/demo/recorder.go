@@ -137,16 +137,11 @@ func (r *recorder) group(ua string) (first *schemas.GroupRecord, committed int) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	gs := r.groups[ua]
-	for i := range gs {
-		if gs[i].Outcome == schemas.GroupCommitted {
-			committed++
-		}
-	}
 	if len(gs) == 0 {
 		return nil, 0
 	}
 	g := gs[0]
-	return &g, committed
+	return &g, count(gs, isCommitted)
 }
 
 // doubleCommits counts, over every record seen, the user actions with more
@@ -157,24 +152,27 @@ func (r *recorder) doubleCommits() int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, gs := range r.groups {
-		committed := 0
-		for _, g := range gs {
-			if g.Outcome == schemas.GroupCommitted {
-				committed++
-			}
-		}
-		if committed > 1 {
+		if count(gs, isCommitted) > 1 {
 			n++
 		}
 	}
 	for _, as := range r.attempts {
-		winners := 0
-		for _, a := range as {
-			if a.Outcome == schemas.OutcomeWinner {
-				winners++
-			}
+		if count(as, isWinner) > 1 {
+			n++
 		}
-		if winners > 1 {
+	}
+	return n
+}
+
+func isCommitted(g schemas.GroupRecord) bool { return g.Outcome == schemas.GroupCommitted }
+
+func isWinner(a schemas.AttemptRecord) bool { return a.Outcome == schemas.OutcomeWinner }
+
+// count returns how many elements of xs is holds for.
+func count[T any](xs []T, is func(T) bool) int {
+	n := 0
+	for _, x := range xs {
+		if is(x) {
 			n++
 		}
 	}
