@@ -1,13 +1,11 @@
 package simulator
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"strconv"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
@@ -182,25 +180,13 @@ func sweep(traffic []cohortTraffic, so SweepOptions) (*Frontier, error) {
 	if ceilings.ExtraCostRatio == 0 {
 		ceilings.ExtraCostRatio = ceilings.DuplicateRate
 	}
-	parallel := so.Parallel
-	if parallel <= 0 {
-		parallel = len(settings)
-	}
 	points := make([]FrontierPoint, len(settings))
-	errs := make([]error, len(settings))
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for i, st := range settings {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			points[i], errs[i] = runSetting(traffic, so, st)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = inParallel(len(settings), so.Parallel, func(i int) error {
+		var err error
+		points[i], err = runSetting(traffic, so, settings[i])
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	f := &Frontier{Seed: so.Seed, Frontier: points, Ceilings: ceilings}

@@ -81,34 +81,20 @@ func Run(o Options) (*Report, error) {
 		}
 		strategies[i] = s
 	}
-	parallel := o.Parallel
-	if parallel <= 0 {
-		parallel = len(strategies)
-	}
 	results := make([]StrategyResult, len(strategies))
-	errs := make([]error, len(strategies))
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for i, s := range strategies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t, err := builtinTraffic(o, cond)
-			var r *runner
-			if err == nil {
-				r, err = newRunner(s, t, o.Seed, newAccumulator(o.Requests))
-			}
-			if err == nil {
-				r.records = o.Records
-				results[i], err = r.run(o.Requests, o.Seed, o.Progress)
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := inParallel(len(strategies), o.Parallel, func(i int) error {
+		t, err := builtinTraffic(o, cond)
+		var r *runner
+		if err == nil {
+			r, err = newRunner(strategies[i], t, o.Seed, newAccumulator(o.Requests))
+		}
+		if err == nil {
+			r.records = o.Records
+			results[i], err = r.run(o.Requests, o.Seed, o.Progress)
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &Report{
@@ -126,4 +112,27 @@ func Run(o Options) (*Report, error) {
 		},
 		Strategies: results,
 	}, nil
+}
+
+// inParallel runs run(0) … run(n-1), each on its own goroutine and at most
+// parallel at a time (all n when parallel <= 0), and returns their errors
+// joined in index order.
+func inParallel(n, parallel int, run func(i int) error) error {
+	if parallel <= 0 {
+		parallel = n
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = run(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
