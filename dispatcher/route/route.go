@@ -230,19 +230,14 @@ func (p *Picker) Observe(name string, latency time.Duration, now time.Time) erro
 	if latency < 0 {
 		return fmt.Errorf("route: %q: negative latency %v", name, latency)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	d := p.decay(rs, now)
-	rs.weight = rs.weight*d + 1
-	rs.wsum = rs.wsum*d + latency.Seconds()
-	if now.After(rs.lastSeen) {
-		rs.lastSeen = now
-	}
-	return nil
+	return p.update(name, func(rs *routeState) {
+		d := p.decay(rs, now)
+		rs.weight = rs.weight*d + 1
+		rs.wsum = rs.wsum*d + latency.Seconds()
+		if now.After(rs.lastSeen) {
+			rs.lastSeen = now
+		}
+	})
 }
 
 // ObserveOutcome feeds how one attempt on a route ended into its success
@@ -254,24 +249,19 @@ func (p *Picker) Observe(name string, latency time.Duration, now time.Time) erro
 // otherwise score like an idle fast route — stops drawing primaries after
 // a failure or two.
 func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	d := p.decayFrom(rs.outcomeSeen, rs.okWeight+rs.failWeight, now)
-	rs.okWeight *= d
-	rs.failWeight *= d
-	if ok {
-		rs.okWeight++
-	} else {
-		rs.failWeight++
-	}
-	if now.After(rs.outcomeSeen) {
-		rs.outcomeSeen = now
-	}
-	return nil
+	return p.update(name, func(rs *routeState) {
+		d := p.decayFrom(rs.outcomeSeen, rs.okWeight+rs.failWeight, now)
+		rs.okWeight *= d
+		rs.failWeight *= d
+		if ok {
+			rs.okWeight++
+		} else {
+			rs.failWeight++
+		}
+		if now.After(rs.outcomeSeen) {
+			rs.outcomeSeen = now
+		}
+	})
 }
 
 // minSuccessRatio bounds the success ratio's divisor: a route that only
@@ -319,14 +309,7 @@ func (p *Picker) latency(rs *routeState, now time.Time) (float64, bool) {
 // Acquire counts one more attempt in flight on a route; call Release when it
 // ends. The count feeds the primary's score.
 func (p *Picker) Acquire(name string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	rs.inFlight++
-	return nil
+	return p.update(name, func(rs *routeState) { rs.inFlight++ })
 }
 
 // Release ends one in-flight attempt counted by Acquire.
