@@ -157,12 +157,17 @@ func (w *duplicateWindow) sums(from int64) (primaries, extras int64) {
 
 // slot returns slot cur's counts, created empty.
 func (w *duplicateWindow) slot(cur int64) *windowSlot {
-	s := w.slots[cur]
-	if s == nil {
-		s = &windowSlot{}
-		w.slots[cur] = s
+	return entry(w.slots, cur, func() *windowSlot { return &windowSlot{} })
+}
+
+// entry returns m[k], storing fresh() there first when k has no entry.
+func entry[K comparable, V any](m map[K]V, k K, fresh func() V) V {
+	v, ok := m[k]
+	if !ok {
+		v = fresh()
+		m[k] = v
 	}
-	return s
+	return v
 }
 
 // floorBucket is a pool's refilling token bucket, in microtokens.
@@ -388,11 +393,9 @@ func (m *Memory) reserveSpend(c *claim, tenant string, p SpendPolicy, now time.T
 	}
 	start := TenantWindowStart(now, p.TenantWindow)
 	key := tenantWindowKey{tenant: tenant, start: start, length: p.TenantWindow}
-	acct := m.tenants[key]
-	if acct == nil {
-		acct = &tenantAccount{expires: time.UnixMilli(start).Add(p.TenantWindow)}
-		m.tenants[key] = acct
-	}
+	acct := entry(m.tenants, key, func() *tenantAccount {
+		return &tenantAccount{expires: time.UnixMilli(start).Add(p.TenantWindow)}
+	})
 	if !acct.fits(units, p.TenantCeiling) {
 		return ReasonSpendTenant
 	}
@@ -429,11 +432,9 @@ func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time)
 func (m *Memory) duplicateWindow(pool, cohort string, cfg DuplicateCeiling, now time.Time) (*duplicateWindow, int64) {
 	slot := cfg.SlotLength()
 	key := windowKey{pool: pool, cohort: cohort, slot: slot}
-	w := m.windows[key]
-	if w == nil {
-		w = &duplicateWindow{slots: make(map[int64]*windowSlot)}
-		m.windows[key] = w
-	}
+	w := entry(m.windows, key, func() *duplicateWindow {
+		return &duplicateWindow{slots: make(map[int64]*windowSlot)}
+	})
 	cur := WindowSlot(now, slot)
 	for i := range w.slots {
 		if i <= cur-int64(cfg.Slots) {
@@ -570,11 +571,7 @@ func (m *Memory) MarkRoute(ctx context.Context, route string, state RouteState, 
 	defer m.mu.Unlock()
 	now := m.advance()
 
-	flags := m.routes[route]
-	if flags == nil {
-		flags = &routeFlags{}
-		m.routes[route] = flags
-	}
+	flags := entry(m.routes, route, func() *routeFlags { return &routeFlags{} })
 	until := now.Add(ttl)
 	switch state {
 	case RouteQuarantined:
@@ -631,11 +628,7 @@ func (m *Memory) AcquireLease(ctx context.Context, route, holder string, ttl tim
 	defer m.mu.Unlock()
 	now := m.advance()
 
-	holders := m.leases[route]
-	if holders == nil {
-		holders = make(map[string]time.Time)
-		m.leases[route] = holders
-	}
+	holders := entry(m.leases, route, func() map[string]time.Time { return make(map[string]time.Time) })
 	holders[holder] = now.Add(ttl)
 	return nil
 }
