@@ -98,14 +98,14 @@ type Options struct {
 func (c Options) withDefaults() (Options, error) {
 	switch {
 	case !routePattern.MatchString(c.Route):
-		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidConfig, c.Route, routePattern)
+		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidOptions, c.Route, routePattern)
 	case c.Upstream == nil:
-		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidOptions, c.Route)
 	case c.Conn == nil:
-		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidOptions, c.Route)
 	case c.MaxInflight < 0, c.HeartbeatInterval < 0, c.CoalesceTokens < 0, c.CoalesceDelay < 0, c.DrainGrace < 0,
 		c.LeaseRenewInterval < 0, c.LeaseTTL < 0:
-		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidOptions, c.Route)
 	}
 	if c.WorkerID == "" {
 		var b [6]byte
@@ -115,7 +115,7 @@ func (c Options) withDefaults() (Options, error) {
 		c.WorkerID = c.Route + "-" + hex.EncodeToString(b[:])
 	}
 	if !idPattern.MatchString(c.WorkerID) {
-		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidConfig, c.WorkerID, idPattern)
+		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidOptions, c.WorkerID, idPattern)
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
@@ -140,7 +140,7 @@ func (c Options) withDefaults() (Options, error) {
 	}
 	if c.LeaseTTL < 2*c.LeaseRenewInterval {
 		return c, fmt.Errorf("%w: route %q: lease ttl %v is shorter than two renew intervals (%v): a late renewal would drop a live lease",
-			ErrInvalidConfig, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
+			ErrInvalidOptions, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
