@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -117,27 +118,13 @@ func (c Options) withDefaults() (Options, error) {
 	if !idPattern.MatchString(c.WorkerID) {
 		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidOptions, c.WorkerID, idPattern)
 	}
-	if c.MaxInflight == 0 {
-		c.MaxInflight = DefaultMaxInflight
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.CoalesceTokens == 0 {
-		c.CoalesceTokens = DefaultCoalesceTokens
-	}
-	if c.CoalesceDelay == 0 {
-		c.CoalesceDelay = DefaultCoalesceDelay
-	}
-	if c.DrainGrace == 0 {
-		c.DrainGrace = DefaultDrainGrace
-	}
-	if c.LeaseRenewInterval == 0 {
-		c.LeaseRenewInterval = DefaultLeaseRenewInterval
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseRenewals * c.LeaseRenewInterval
-	}
+	c.MaxInflight = cmp.Or(c.MaxInflight, DefaultMaxInflight)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.CoalesceTokens = cmp.Or(c.CoalesceTokens, DefaultCoalesceTokens)
+	c.CoalesceDelay = cmp.Or(c.CoalesceDelay, DefaultCoalesceDelay)
+	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
+	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, DefaultLeaseRenewInterval)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseRenewals*c.LeaseRenewInterval)
 	if c.LeaseTTL < 2*c.LeaseRenewInterval {
 		return c, fmt.Errorf("%w: route %q: lease ttl %v is shorter than two renew intervals (%v): a late renewal would drop a live lease",
 			ErrInvalidOptions, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
