@@ -61,10 +61,6 @@ func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	}, nil
 }
 
-// CloseIdleConnections closes the adapter's idle provider connections, for
-// a worker shutting down.
-func (a *Anthropic) CloseIdleConnections() { a.client.CloseIdleConnections() }
-
 // Stream implements Upstream with one streaming POST to the Messages
 // endpoint. As with the OpenAI adapter, the request is sent once and the
 // provider is always streamed from, whatever the caller asked for.

@@ -103,7 +103,8 @@ func NewOpenAI(cfg Options) (*OpenAI, error) {
 	return &OpenAI{cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")}, nil
 }
 
-// adapter is what every provider adapter keeps of its Options.
+// adapter is what every provider adapter keeps of its Options, and what it
+// does the same way whatever the provider.
 type adapter struct {
 	endpoint string
 	model    string // empty: the request's
@@ -124,6 +125,10 @@ func (cfg Options) adapter(endpoint string) adapter {
 		stall:    cfg.stallAfter(),
 	}
 }
+
+// CloseIdleConnections closes the adapter's idle provider connections, for
+// a worker shutting down.
+func (ad *adapter) CloseIdleConnections() { ad.client.CloseIdleConnections() }
 
 // translate begins every request body: it returns the caller's other
 // members as dialect d carries them (schemas.ChatRequest.ForDialect, which
@@ -185,10 +190,6 @@ func (cfg Options) clock() func() time.Time {
 	}
 	return cfg.Now
 }
-
-// CloseIdleConnections closes the adapter's idle provider connections, for
-// a worker shutting down.
-func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
 
 // Stream implements Upstream with one streaming POST to {base_url}/chat/completions,
 // or to {base_url}/responses for a caller of the Responses API.
