@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -98,14 +99,14 @@ type Options struct {
 func (c Options) withDefaults() (Options, error) {
 	switch {
 	case !routePattern.MatchString(c.Route):
-		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidConfig, c.Route, routePattern)
+		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidOptions, c.Route, routePattern)
 	case c.Upstream == nil:
-		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidOptions, c.Route)
 	case c.Conn == nil:
-		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q has no NATS connection", ErrInvalidOptions, c.Route)
 	case c.MaxInflight < 0, c.HeartbeatInterval < 0, c.CoalesceTokens < 0, c.CoalesceDelay < 0, c.DrainGrace < 0,
 		c.LeaseRenewInterval < 0, c.LeaseTTL < 0:
-		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidConfig, c.Route)
+		return c, fmt.Errorf("%w: route %q: limits and intervals must not be negative", ErrInvalidOptions, c.Route)
 	}
 	if c.WorkerID == "" {
 		var b [6]byte
@@ -115,32 +116,18 @@ func (c Options) withDefaults() (Options, error) {
 		c.WorkerID = c.Route + "-" + hex.EncodeToString(b[:])
 	}
 	if !idPattern.MatchString(c.WorkerID) {
-		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidConfig, c.WorkerID, idPattern)
+		return c, fmt.Errorf("%w: worker id %q must match %s", ErrInvalidOptions, c.WorkerID, idPattern)
 	}
-	if c.MaxInflight == 0 {
-		c.MaxInflight = DefaultMaxInflight
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.CoalesceTokens == 0 {
-		c.CoalesceTokens = DefaultCoalesceTokens
-	}
-	if c.CoalesceDelay == 0 {
-		c.CoalesceDelay = DefaultCoalesceDelay
-	}
-	if c.DrainGrace == 0 {
-		c.DrainGrace = DefaultDrainGrace
-	}
-	if c.LeaseRenewInterval == 0 {
-		c.LeaseRenewInterval = DefaultLeaseRenewInterval
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseRenewals * c.LeaseRenewInterval
-	}
+	c.MaxInflight = cmp.Or(c.MaxInflight, DefaultMaxInflight)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.CoalesceTokens = cmp.Or(c.CoalesceTokens, DefaultCoalesceTokens)
+	c.CoalesceDelay = cmp.Or(c.CoalesceDelay, DefaultCoalesceDelay)
+	c.DrainGrace = cmp.Or(c.DrainGrace, DefaultDrainGrace)
+	c.LeaseRenewInterval = cmp.Or(c.LeaseRenewInterval, DefaultLeaseRenewInterval)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseRenewals*c.LeaseRenewInterval)
 	if c.LeaseTTL < 2*c.LeaseRenewInterval {
 		return c, fmt.Errorf("%w: route %q: lease ttl %v is shorter than two renew intervals (%v): a late renewal would drop a live lease",
-			ErrInvalidConfig, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
+			ErrInvalidOptions, c.Route, c.LeaseTTL, c.LeaseRenewInterval)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -82,7 +82,7 @@ type Workers struct {
 // starts or none is left running.
 func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: StartWorkers needs a NATS connection", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: StartWorkers needs a NATS connection", ErrInvalidOptions)
 	}
 	env := opts.LookupEnv
 	if env == nil {
@@ -132,7 +132,7 @@ func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers,
 func poolRoutes(routes []Route, names []string) ([]Route, error) {
 	if len(names) == 0 {
 		if len(routes) == 0 {
-			return nil, fmt.Errorf("%w: the pool has no routes", ErrInvalidConfig)
+			return nil, fmt.Errorf("%w: the pool has no routes", ErrInvalidOptions)
 		}
 		return routes, nil
 	}

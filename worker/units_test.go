@@ -121,8 +121,8 @@ func TestNewRejectsAnInvalidConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := valid
 			mutate(&cfg)
-			if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("New: %v, want ErrInvalidConfig", err)
+			if _, err := New(cfg); !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("New: %v, want ErrInvalidOptions", err)
 			}
 		})
 	}

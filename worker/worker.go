@@ -22,8 +22,8 @@ const ServiceVersion = "1.0.0"
 
 // Errors of the package, which callers may branch on with errors.Is.
 var (
-	// ErrInvalidConfig is matched by every error New returns for a bad Options.
-	ErrInvalidConfig = errors.New("worker: invalid config")
+	// ErrInvalidOptions is matched by every error New returns for a bad Options.
+	ErrInvalidOptions = errors.New("worker: invalid config")
 
 	// Errors of the Worker's lifecycle.
 	ErrStarted    = errors.New("worker: already started")

@@ -1,11 +1,11 @@
 package upstream
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -35,13 +35,8 @@ type AnthropicOptions struct {
 // Anthropic is the Upstream of an Anthropic Messages endpoint. It is safe
 // for concurrent use.
 type Anthropic struct {
-	endpoint  string
-	model     string
-	key       string
+	adapter
 	maxTokens int
-	client    *http.Client
-	now       func() time.Time
-	stall     time.Duration // 0: no stall bound
 }
 
 var _ Upstream = (*Anthropic)(nil)
@@ -60,24 +55,11 @@ func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
 		endpoint = root + "/messages"
 	}
-	maxTokens := cfg.MaxTokens
-	if maxTokens == 0 {
-		maxTokens = DefaultAnthropicMaxTokens
-	}
 	return &Anthropic{
-		endpoint:  endpoint,
-		model:     cfg.Model,
-		key:       cfg.APIKey,
-		maxTokens: maxTokens,
-		client:    cfg.httpClient(),
-		now:       cfg.clock(),
-		stall:     cfg.stallAfter(),
+		adapter:   cfg.adapter(endpoint),
+		maxTokens: cmp.Or(cfg.MaxTokens, DefaultAnthropicMaxTokens),
 	}, nil
 }
-
-// CloseIdleConnections closes the adapter's idle provider connections, for
-// a worker shutting down.
-func (a *Anthropic) CloseIdleConnections() { a.client.CloseIdleConnections() }
 
 // Stream implements Upstream with one streaming POST to the Messages
 // endpoint. As with the OpenAI adapter, the request is sent once and the
@@ -95,17 +77,14 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	}
 	// As in the OpenAI adapter: a stream held open after message_stop can be
 	// cut without failing the attempt.
-	ps, inputEstimate, out, err := openStream(ctx, a.client, a.endpoint, body, a.now, func(h http.Header) {
-		h.Set("Anthropic-Version", AnthropicVersion)
-		if a.key != "" {
-			h.Set("X-Api-Key", a.key)
-		}
-	})
-	if err != nil {
-		return out, err
-	}
-	defer ps.close()
-	ps.stallAfter = stallBound(ctx, a.stall)
+	return a.stream(ctx, a.endpoint, body, a.setHeaders, newMessageStream(sink, inputEstimate(body)), "a stop reason")
+}
 
-	return readEvents(ctx, ps, newMessageStream(sink, inputEstimate), a.now, "a stop reason")
+// setHeaders sets the Messages API version and the route's key, if it has
+// one.
+func (a *Anthropic) setHeaders(h http.Header) {
+	h.Set("Anthropic-Version", AnthropicVersion)
+	if a.key != "" {
+		h.Set("X-Api-Key", a.key)
+	}
 }

@@ -77,16 +77,9 @@ type (
 // seed, a JSON response_format, logit_bias, ...) is refused, and so are parts
 // it cannot carry: dropping them would change the question.
 func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
-	if req == nil {
-		return nil, errors.New("no request")
-	}
-	extra, err := req.ForDialect(schemas.DialectAnthropic)
+	extra, model, err := a.translate(req, schemas.DialectAnthropic)
 	if err != nil {
 		return nil, err
-	}
-	model := a.model
-	if model == "" {
-		model = req.Model
 	}
 	system, msgs, err := messagesOf(req.Messages)
 	if err != nil {

@@ -40,19 +40,31 @@ var (
 	usageFields  = [...]string{"prompt_tokens", "completion_tokens"}
 )
 
-func (p *chunkParser) chunk(c *chatCompletionChunk) bool {
-	var seen [len(chunkFields)]bool
-	ok := p.Object(func(key []byte) bool {
-		f := jsonscan.FieldIndex(key, chunkFields[:])
+// fields reads an object, calling field with the index in names of each key
+// it names, the reader standing at the key's value, and skipping the values
+// of other keys at depth. It declines a key given twice and one FieldIndex
+// cannot place for sure, which encoding/json reads its own way.
+func (p *chunkParser) fields(names []string, depth int, field func(f int) bool) bool {
+	var seen uint32 // bit f: names[f] was read
+	return p.Object(func(key []byte) bool {
+		f := jsonscan.FieldIndex(key, names)
 		switch {
 		case f == -1:
-			return p.Skip(1)
-		case f < 0 || seen[f]:
+			return p.Skip(depth)
+		case f < 0 || seen&(1<<f) != 0:
 			return false
 		}
-		seen[f] = true
+		seen |= 1 << f
+		return field(f)
+	})
+}
+
+func (p *chunkParser) chunk(c *chatCompletionChunk) bool {
+	hasChoices := false
+	ok := p.fields(chunkFields[:], 1, func(f int) bool {
 		switch f {
 		case 0:
+			hasChoices = true
 			return p.choices(c)
 		case 1:
 			return p.usage(c)
@@ -62,7 +74,7 @@ func (p *chunkParser) chunk(c *chatCompletionChunk) bool {
 			return ok
 		}
 	})
-	if !seen[0] {
+	if !hasChoices {
 		c.Choices = nil // absent, as encoding/json leaves it
 	}
 	return ok && p.End()
@@ -101,16 +113,7 @@ func (p *chunkParser) choices(c *chatCompletionChunk) bool {
 }
 
 func (p *chunkParser) choice(ch *chunkChoice) bool {
-	var seen [len(choiceFields)]bool
-	return p.Object(func(key []byte) bool {
-		f := jsonscan.FieldIndex(key, choiceFields[:])
-		switch {
-		case f == -1:
-			return p.Skip(2)
-		case f < 0 || seen[f]:
-			return false
-		}
-		seen[f] = true
+	return p.fields(choiceFields[:], 2, func(f int) bool {
 		switch f {
 		case 0:
 			if p.null() {
@@ -131,16 +134,7 @@ func (p *chunkParser) choice(ch *chunkChoice) bool {
 }
 
 func (p *chunkParser) delta(d *chunkDelta) bool {
-	var seen [len(deltaFields)]bool
-	return p.Object(func(key []byte) bool {
-		f := jsonscan.FieldIndex(key, deltaFields[:])
-		switch {
-		case f == -1:
-			return p.Skip(3)
-		case f < 0 || seen[f]:
-			return false
-		}
-		seen[f] = true
+	return p.fields(deltaFields[:], 3, func(f int) bool {
 		switch f {
 		case 0:
 			return p.optString(&d.Content, &d.content)
@@ -168,16 +162,7 @@ func (p *chunkParser) usage(c *chatCompletionChunk) bool {
 	}
 	u := new(chunkUsage)
 	c.Usage = u
-	var seen [len(usageFields)]bool
-	return p.Object(func(key []byte) bool {
-		f := jsonscan.FieldIndex(key, usageFields[:])
-		switch {
-		case f == -1:
-			return p.Skip(2)
-		case f < 0 || seen[f]:
-			return false
-		}
-		seen[f] = true
+	return p.fields(usageFields[:], 2, func(f int) bool {
 		if p.null() {
 			return true
 		}

@@ -52,13 +52,9 @@ type embeddingObject struct {
 // the 2xx answer's headers; the Outcome carries the vectors in input order
 // (Outcome.Embeddings) and the provider's prompt tokens as input usage.
 func (o *OpenAI) embed(ctx context.Context, req *schemas.ChatRequest, sink Sink) (Outcome, error) {
-	extra, err := req.ForDialect(schemas.DialectOpenAI)
+	extra, model, err := o.translate(req, schemas.DialectOpenAI)
 	if err != nil {
 		return Outcome{}, unencodable(err)
-	}
-	model := o.model
-	if model == "" {
-		model = req.Model
 	}
 	body, err := json.Marshal(embeddingsRequest{Model: model, Input: req.Embedding.Input,
 		EncodingFormat: req.Embedding.EncodingFormat, Dimensions: req.Embedding.Dimensions})
@@ -76,24 +72,17 @@ func (o *OpenAI) embed(ctx context.Context, req *schemas.ChatRequest, sink Sink)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
-	if o.key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+o.key)
-	}
-	inputEstimate := int64(len(body)+3) / 4
+	o.authorize(hreq.Header)
 	resp, err := o.client.Do(hreq)
 	if err != nil {
-		var out Outcome
-		if !neverConnected(err) {
-			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
-		}
-		return out, transportError(ctx, err)
+		return unsent(ctx, err, body)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return Outcome{}, statusError(resp, o.now())
 	}
 	sink.FirstByte()
-	billed := Outcome{Usage: schemas.Usage{InputUnits: inputEstimate, Estimated: true}}
+	billed := Outcome{Usage: schemas.Usage{InputUnits: inputEstimate(body), Estimated: true}}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxEmbeddingsBody+1))
 	if err != nil {
 		return billed, transportError(ctx, err)

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,14 +91,7 @@ func (cfg Options) stallAfter() time.Duration {
 
 // OpenAI is the Upstream of an OpenAI-compatible Chat Completions endpoint.
 // It is safe for concurrent use.
-type OpenAI struct {
-	endpoint string
-	model    string
-	key      string
-	client   *http.Client
-	now      func() time.Time
-	stall    time.Duration // 0: no stall bound
-}
+type OpenAI struct{ adapter }
 
 var _ Upstream = (*OpenAI)(nil)
 
@@ -106,14 +100,62 @@ func NewOpenAI(cfg Options) (*OpenAI, error) {
 	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
 		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
 	}
-	return &OpenAI{
-		endpoint: strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions",
+	return &OpenAI{cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")}, nil
+}
+
+// adapter is what every provider adapter keeps of its Options, and what it
+// does the same way whatever the provider.
+type adapter struct {
+	endpoint string
+	model    string // empty: the request's
+	key      string
+	client   *http.Client
+	now      func() time.Time
+	stall    time.Duration // 0: no stall bound
+}
+
+// adapter is the state of an adapter of cfg that sends to endpoint.
+func (cfg Options) adapter(endpoint string) adapter {
+	return adapter{
+		endpoint: endpoint,
 		model:    cfg.Model,
 		key:      cfg.APIKey,
 		client:   cfg.httpClient(),
 		now:      cfg.clock(),
 		stall:    cfg.stallAfter(),
-	}, nil
+	}
+}
+
+// CloseIdleConnections closes the adapter's idle provider connections, for
+// a worker shutting down.
+func (ad *adapter) CloseIdleConnections() { ad.client.CloseIdleConnections() }
+
+// translate begins every request body: it returns the caller's other
+// members as dialect d carries them (schemas.ChatRequest.ForDialect, which
+// refuses what has no equivalent) and the model to name, the route's or
+// else the caller's.
+func (ad *adapter) translate(req *schemas.ChatRequest, d schemas.Dialect) (extra map[string]json.RawMessage, model string, err error) {
+	if req == nil {
+		return nil, "", errors.New("no request")
+	}
+	if extra, err = req.ForDialect(d); err != nil {
+		return nil, "", err
+	}
+	return extra, cmp.Or(ad.model, req.Model), nil
+}
+
+// stream sends body once as a streaming POST to endpoint (openStream) and
+// folds the provider's events into s (readEvents, what being the finish a
+// complete stream ends with), under the call's stall bound.
+func (ad *adapter) stream(ctx context.Context, endpoint string, body []byte, setHeaders func(http.Header),
+	s eventStream, what string) (Outcome, error) {
+	ps, out, err := openStream(ctx, ad.client, endpoint, body, ad.now, setHeaders)
+	if err != nil {
+		return out, err
+	}
+	defer ps.close()
+	ps.stallAfter = stallBound(ctx, ad.stall)
+	return readEvents(ctx, ps, s, ad.now, what)
 }
 
 // parseBaseURL checks that a route's base_url is an absolute HTTP URL.
@@ -149,10 +191,6 @@ func (cfg Options) clock() func() time.Time {
 	return cfg.Now
 }
 
-// CloseIdleConnections closes the adapter's idle provider connections, for
-// a worker shutting down.
-func (o *OpenAI) CloseIdleConnections() { o.client.CloseIdleConnections() }
-
 // Stream implements Upstream with one streaming POST to {base_url}/chat/completions,
 // or to {base_url}/responses for a caller of the Responses API.
 //
@@ -174,18 +212,14 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	ps, inputEstimate, out, err := openStream(ctx, o.client, o.endpoint, body, o.now, func(h http.Header) {
-		if o.key != "" {
-			h.Set("Authorization", "Bearer "+o.key)
-		}
-	})
-	if err != nil {
-		return out, err
-	}
-	defer ps.close()
-	ps.stallAfter = stallBound(ctx, o.stall)
+	return o.stream(ctx, o.endpoint, body, o.authorize, chatStream{newAccumulator(sink, inputEstimate(body))}, "a finish reason")
+}
 
-	return readEvents(ctx, ps, chatStream{newAccumulator(sink, inputEstimate)}, o.now, "a finish reason")
+// authorize sets the route's key as a bearer token, if it has one.
+func (o *OpenAI) authorize(h http.Header) {
+	if o.key != "" {
+		h.Set("Authorization", "Bearer "+o.key)
+	}
 }
 
 // chatStream reads a chat completions stream: chunks until [DONE].
@@ -343,16 +377,9 @@ type streamOptions struct {
 // where they accept an absent field; extra members are sent as the caller
 // sent them.
 func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
-	if req == nil {
-		return nil, errors.New("no request")
-	}
-	extra, err := req.ForDialect(schemas.DialectOpenAI)
+	extra, model, err := o.translate(req, schemas.DialectOpenAI)
 	if err != nil {
 		return nil, err
-	}
-	model := o.model
-	if model == "" {
-		model = req.Model
 	}
 	msgs := make([]schemas.Message, len(req.Messages))
 	for i, m := range req.Messages {
@@ -456,17 +483,20 @@ func unencodable(err error) *Error {
 	}
 }
 
+// inputEstimate is the input units a request body is settled at if the
+// provider's usage report never arrives: a token per four bytes.
+func inputEstimate(body []byte) int64 { return int64(len(body)+3) / 4 }
+
 // openStream sends body once as a streaming POST to endpoint, with the
 // adapter's own headers, and returns the provider's 2xx event stream; the
 // caller closes it. An open stream is not yet a first byte: that is the
-// first generated token the caller reads from it (Sink.FirstByte). inputEstimate is the
-// input to settle if the provider's usage report never arrives. On error,
-// out holds what may have been billed.
+// first generated token the caller reads from it (Sink.FirstByte). On
+// error, out holds what may have been billed.
 //
 // The only resend the Go transport may make is of a request it could not
 // write at all to a reused idle connection, which the provider never saw.
 func openStream(ctx context.Context, client *http.Client, endpoint string, body []byte, now func() time.Time,
-	setHeaders func(http.Header)) (ps *providerStream, inputEstimate int64, out Outcome, err error) {
+	setHeaders func(http.Header)) (ps *providerStream, out Outcome, err error) {
 	reqCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel)
 	release := func() {
@@ -476,7 +506,7 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 	hreq, err := http.NewRequestWithContext(reqCtx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		release()
-		return nil, 0, Outcome{}, &Error{
+		return nil, Outcome{}, &Error{
 			Status: schemas.StatusNotFound, Scope: schemas.ScopeRoute,
 			Message: "provider request cannot be built", cause: err,
 		}
@@ -484,20 +514,17 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	setHeaders(hreq.Header)
-	inputEstimate = int64(len(body)+3) / 4
 
 	resp, err := client.Do(hreq)
 	if err != nil {
 		release()
-		if !neverConnected(err) {
-			out.Usage = schemas.Usage{InputUnits: inputEstimate, Estimated: true}
-		}
-		return nil, 0, out, transportError(ctx, err)
+		out, err := unsent(ctx, err, body)
+		return nil, out, err
 	}
-	fail := func(err error) (*providerStream, int64, Outcome, error) {
+	fail := func(err error) (*providerStream, Outcome, error) {
 		resp.Body.Close()
 		release()
-		return nil, 0, Outcome{}, err
+		return nil, Outcome{}, err
 	}
 	if resp.StatusCode/100 != 2 {
 		return fail(statusError(resp, now()))
@@ -505,5 +532,14 @@ func openStream(ctx context.Context, client *http.Client, endpoint string, body 
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
 		return fail(unstreamedAnswer(resp, now()))
 	}
-	return &providerStream{resp: resp, cancel: cancel, detach: detach, drainWait: drainWait}, inputEstimate, Outcome{}, nil
+	return &providerStream{resp: resp, cancel: cancel, detach: detach, drainWait: drainWait}, Outcome{}, nil
+}
+
+// unsent is the outcome and error of a request body whose sending failed
+// with err: billed at its estimate unless the connection was never made.
+func unsent(ctx context.Context, err error, body []byte) (out Outcome, _ error) {
+	if !neverConnected(err) {
+		out.Usage = schemas.Usage{InputUnits: inputEstimate(body), Estimated: true}
+	}
+	return out, transportError(ctx, err)
 }

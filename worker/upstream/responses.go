@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/hedgerow/hedgerow/schemas"
@@ -29,18 +27,7 @@ func (o *OpenAI) streamResponses(ctx context.Context, req *schemas.ChatRequest, 
 	}
 	// The endpoint is {base_url}/responses, beside {base_url}/chat/completions.
 	endpoint := strings.TrimSuffix(o.endpoint, "/chat/completions") + "/responses"
-	ps, inputEstimate, out, err := openStream(ctx, o.client, endpoint, body, o.now, func(h http.Header) {
-		if o.key != "" {
-			h.Set("Authorization", "Bearer "+o.key)
-		}
-	})
-	if err != nil {
-		return out, err
-	}
-	defer ps.close()
-	ps.stallAfter = stallBound(ctx, o.stall)
-
-	return readEvents(ctx, ps, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate}, o.now, "a finish reason")
+	return o.stream(ctx, endpoint, body, o.authorize, &responsesAccumulator{sink: sink, inputEstimate: inputEstimate(body)}, "a finish reason")
 }
 
 // responsesEvent is the part of a Responses streaming event the adapter
@@ -260,19 +247,13 @@ type responsesRequest struct {
 // tool_choice the flat Responses shapes; response_format text.format; the
 // cap max_output_tokens. The model is the route's.
 func (o *OpenAI) responsesBody(req *schemas.ChatRequest) ([]byte, error) {
-	if req == nil {
-		return nil, errors.New("no request")
-	}
-	extra, err := req.ForDialect(schemas.DialectOpenAI)
+	extra, model, err := o.translate(req, schemas.DialectOpenAI)
 	if err != nil {
 		return nil, err
 	}
 	body := responsesRequest{
-		Model: o.model, MaxOutputTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
+		Model: model, MaxOutputTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
 		ParallelToolCalls: req.ParallelToolCalls, ToolChoice: responsesToolChoice(req.ToolChoice), Stream: true,
-	}
-	if body.Model == "" {
-		body.Model = req.Model
 	}
 	msgs := req.Messages
 	if len(msgs) > 0 && msgs[0].Role == schemas.MessageSystem {
