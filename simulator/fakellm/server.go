@@ -25,8 +25,8 @@ const (
 	DefaultStatsLimit = 10_000
 )
 
-// ErrInvalidConfig is returned by New for its Options it cannot run.
-var ErrInvalidConfig = errors.New("invalid fake LLM config")
+// ErrInvalidOptions is returned by New for its Options it cannot run.
+var ErrInvalidOptions = errors.New("invalid fake LLM config")
 
 // Options describes the route a Server plays.
 type Options struct {
@@ -131,16 +131,16 @@ func New(cfg Options) (*Server, error) {
 	var scale workload.TimeScale
 	if cfg.TimeScale != 0 {
 		if scale, err = workload.NewTimeScale(cfg.TimeScale); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
 	switch {
 	case cfg.HangCap < 0:
-		return nil, fmt.Errorf("%w: hang cap %v is negative", ErrInvalidConfig, cfg.HangCap)
+		return nil, fmt.Errorf("%w: hang cap %v is negative", ErrInvalidOptions, cfg.HangCap)
 	case cfg.StatsCapacity < 0:
-		return nil, fmt.Errorf("%w: stats capacity %d is negative", ErrInvalidConfig, cfg.StatsCapacity)
+		return nil, fmt.Errorf("%w: stats capacity %d is negative", ErrInvalidOptions, cfg.StatsCapacity)
 	case cfg.MaxBodyBytes < 0:
-		return nil, fmt.Errorf("%w: max body bytes %d is negative", ErrInvalidConfig, cfg.MaxBodyBytes)
+		return nil, fmt.Errorf("%w: max body bytes %d is negative", ErrInvalidOptions, cfg.MaxBodyBytes)
 	}
 	s := &Server{
 		gen:      gen,
