@@ -185,29 +185,25 @@ func (s *Server) Stats(since uint64, limit int) (Stats, error) {
 	return st, nil
 }
 
-// ServeHTTP routes the OpenAI and Anthropic endpoints and the fake's own.
+// endpoints are the paths the server answers: the OpenAI and Anthropic
+// endpoints and the fake's own, each with its one method.
+var endpoints = map[string]struct {
+	method  string
+	handler func(*Server, http.ResponseWriter, *http.Request)
+}{
+	"/v1/chat/completions": {http.MethodPost, (*Server).handleChat},
+	"/v1/messages":         {http.MethodPost, (*Server).handleMessages},
+	"/v1/responses":        {http.MethodPost, (*Server).handleResponses},
+	"/v1/embeddings":       {http.MethodPost, (*Server).handleEmbeddings},
+	"/v1/models":           {http.MethodGet, (*Server).handleModels},
+	"/stats":               {http.MethodGet, (*Server).handleStats},
+	"/healthz":             {http.MethodGet, (*Server).handleHealth},
+}
+
+// ServeHTTP routes the endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	type endpoint struct {
-		method  string
-		handler func(http.ResponseWriter, *http.Request)
-	}
-	var ep endpoint
-	switch r.URL.Path {
-	case "/v1/chat/completions":
-		ep = endpoint{http.MethodPost, s.handleChat}
-	case "/v1/messages":
-		ep = endpoint{http.MethodPost, s.handleMessages}
-	case "/v1/responses":
-		ep = endpoint{http.MethodPost, s.handleResponses}
-	case "/v1/embeddings":
-		ep = endpoint{http.MethodPost, s.handleEmbeddings}
-	case "/v1/models":
-		ep = endpoint{http.MethodGet, s.handleModels}
-	case "/stats":
-		ep = endpoint{http.MethodGet, s.handleStats}
-	case "/healthz":
-		ep = endpoint{http.MethodGet, s.handleHealth}
-	default:
+	ep, ok := endpoints[r.URL.Path]
+	if !ok {
 		writeError(w, http.StatusNotFound, errTypeInvalidRequest, errCodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path))
 		return
@@ -222,7 +218,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Method %s is not allowed on %s; use %s", r.Method, r.URL.Path, ep.method))
 		return
 	}
-	ep.handler(w, r)
+	ep.handler(s, w, r)
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
