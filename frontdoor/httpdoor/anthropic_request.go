@@ -48,12 +48,12 @@ func parseMessagesRequest(body []byte) (string, schemas.ChatRequest, *frontdoor.
 		{"tool_choice", "an object", &toolChoice},
 		{"stream", "a boolean", &req.Stream},
 	}
-	fields, wrong, f := readMembers(body, members)
+	fields, f := readMembers(body, members, func(m member) *frontdoor.Failure {
+		return invalidMessages(m.name, "Input should be %s", m.want)
+	})
 	switch {
 	case f != nil:
 		return "", req, f
-	case wrong != nil:
-		return "", req, invalidMessages(wrong.name, "Input should be %s", wrong.want)
 	case pool == "":
 		return "", req, invalidMessages("model", "Field required")
 	case maxTokens == nil:
@@ -102,15 +102,24 @@ func canonicalMessages(system json.RawMessage, turns []turn) ([]schemas.Message,
 		out = append(out, *sys)
 	}
 	for i, m := range turns {
-		var msgs []schemas.Message
 		field := fmt.Sprintf("messages.%d", i)
-		switch m.Role {
-		case "user":
-			msgs, f = userTurn(field, m.Content)
-		case "assistant":
-			msgs, f = assistantTurn(field, m.Content)
-		default:
-			f = invalidMessages(field+".role", "Input should be 'user' or 'assistant'")
+		if m.Role != "user" && m.Role != "assistant" {
+			return nil, invalidMessages(field+".role", "Input should be 'user' or 'assistant'")
+		}
+		// String content is one message of the turn's role, as sent.
+		if content := bytes.TrimSpace(m.Content); len(content) > 0 && content[0] == '"' {
+			out = append(out, schemas.Message{Role: schemas.MessageRole(m.Role), Content: content})
+			continue
+		}
+		blocks, f := blocksOf(field+".content", m.Content)
+		if f != nil {
+			return nil, f
+		}
+		var msgs []schemas.Message
+		if m.Role == "user" {
+			msgs, f = userTurn(field, blocks)
+		} else {
+			msgs, f = assistantTurn(field, blocks)
 		}
 		if f != nil {
 			return nil, f
@@ -161,28 +170,38 @@ func blocksOf(field string, raw json.RawMessage) ([]contentBlock, *frontdoor.Fai
 	return blocks, nil
 }
 
-// systemMessage is the system prompt as one system message: string
-// content stays a string, text blocks become text parts.
+// systemMessage is the system prompt as one system message.
 func systemMessage(raw json.RawMessage) (*schemas.Message, *frontdoor.Failure) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
+	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
-	if raw[0] == '"' {
-		return &schemas.Message{Role: schemas.MessageSystem, Content: raw}, nil
+	content, f := textOnly("system", raw, "the system prompt takes only text blocks")
+	if f != nil {
+		return nil, f
 	}
-	blocks, aerr := blocksOf("system", raw)
-	if aerr != nil {
-		return nil, aerr
+	return &schemas.Message{Role: schemas.MessageSystem, Content: content}, nil
+}
+
+// textOnly is content that may hold only text, as the chat API carries it:
+// a string stays a string, text blocks become text parts. Any other block
+// is refused with why.
+func textOnly(field string, raw json.RawMessage, why string) (json.RawMessage, *frontdoor.Failure) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		return raw, nil
+	}
+	blocks, f := blocksOf(field, raw)
+	if f != nil {
+		return nil, f
 	}
 	parts := make([]textPart, 0, len(blocks))
 	for j, b := range blocks {
 		if b.Type != "text" {
-			return nil, invalidMessages(fmt.Sprintf("system.%d.type", j), "the system prompt takes only text blocks")
+			return nil, invalidMessages(fmt.Sprintf("%s.%d.type", field, j), "%s", why)
 		}
 		parts = append(parts, textPart{Type: "text", Text: *b.Text})
 	}
-	return &schemas.Message{Role: schemas.MessageSystem, Content: mustJSON(parts)}, nil
+	return mustJSON(parts), nil
 }
 
 // textPart and imagePart are OpenAI content parts.
@@ -198,16 +217,9 @@ type imagePart struct {
 	} `json:"image_url"`
 }
 
-// userTurn is one user turn: its tool results as tool messages, then its
-// text and images as one user message (if it has any).
-func userTurn(field string, raw json.RawMessage) ([]schemas.Message, *frontdoor.Failure) {
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
-		return []schemas.Message{{Role: schemas.MessageUser, Content: t}}, nil
-	}
-	blocks, aerr := blocksOf(field+".content", raw)
-	if aerr != nil {
-		return nil, aerr
-	}
+// userTurn is the blocks of one user turn: its tool results as tool
+// messages, then its text and images as one user message (if it has any).
+func userTurn(field string, blocks []contentBlock) ([]schemas.Message, *frontdoor.Failure) {
 	var out []schemas.Message
 	var parts []any
 	for j, b := range blocks {
@@ -265,39 +277,18 @@ func toolMessage(field string, b contentBlock) (schemas.Message, *frontdoor.Fail
 		return schemas.Message{}, invalidMessages(field+".tool_use_id", "Field required")
 	}
 	msg := schemas.Message{Role: schemas.MessageTool, ToolCallID: b.ToolUseID}
-	content := bytes.TrimSpace(b.Content)
-	switch {
-	case len(content) == 0 || isJSONNull(content):
+	if content := bytes.TrimSpace(b.Content); len(content) == 0 || isJSONNull(content) {
 		msg.Content = schemas.TextContent("")
-	case content[0] == '"':
-		msg.Content = content
-	default:
-		blocks, aerr := blocksOf(field+".content", content)
-		if aerr != nil {
-			return msg, aerr
-		}
-		parts := make([]textPart, 0, len(blocks))
-		for k, rb := range blocks {
-			if rb.Type != "text" {
-				return msg, invalidMessages(fmt.Sprintf("%s.content.%d.type", field, k), "tool results carry only text here")
-			}
-			parts = append(parts, textPart{Type: "text", Text: *rb.Text})
-		}
-		msg.Content = mustJSON(parts)
+		return msg, nil
 	}
-	return msg, nil
+	var f *frontdoor.Failure
+	msg.Content, f = textOnly(field+".content", b.Content, "tool results carry only text here")
+	return msg, f
 }
 
-// assistantTurn is one assistant turn: text as content, tool_use blocks as
-// tool calls; thinking of earlier turns is dropped.
-func assistantTurn(field string, raw json.RawMessage) ([]schemas.Message, *frontdoor.Failure) {
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
-		return []schemas.Message{{Role: schemas.MessageAssistant, Content: t}}, nil
-	}
-	blocks, aerr := blocksOf(field+".content", raw)
-	if aerr != nil {
-		return nil, aerr
-	}
+// assistantTurn is the blocks of one assistant turn: text as content,
+// tool_use blocks as tool calls; thinking of earlier turns is dropped.
+func assistantTurn(field string, blocks []contentBlock) ([]schemas.Message, *frontdoor.Failure) {
 	var parts []textPart
 	var calls []toolCall
 	for j, b := range blocks {

@@ -3,6 +3,7 @@ package httpdoor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -21,23 +22,30 @@ type member struct {
 var notAnObject = &frontdoor.Failure{Code: frontdoor.CodeInvalidJSON, Message: "The request body is not a JSON object."}
 
 // readMembers decodes body as a JSON object and each of its present,
-// non-null members into its destination. It returns the first member whose
-// value has the wrong type, and every member of the body by name, as sent,
-// for what the dialect carries on untyped (unread).
-func readMembers(body []byte, members []member) (fields map[string]json.RawMessage, wrongType *member, f *frontdoor.Failure) {
+// non-null members into its destination. It returns every member of the
+// body by name, as sent, for what the dialect carries on untyped (unread);
+// the first member whose value has the wrong type is refused by wrongType,
+// in the dialect's words.
+func readMembers(body []byte, members []member, wrongType func(member) *frontdoor.Failure) (fields map[string]json.RawMessage, f *frontdoor.Failure) {
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return nil, nil, notAnObject
+		return nil, notAnObject
 	}
-	for i := range members {
-		raw, ok := fields[members[i].name]
+	for _, m := range members {
+		raw, ok := fields[m.name]
 		if !ok || isJSONNull(raw) {
 			continue
 		}
-		if err := json.Unmarshal(raw, members[i].dst); err != nil {
-			return nil, &members[i], nil
+		if err := json.Unmarshal(raw, m.dst); err != nil {
+			return nil, wrongType(m)
 		}
 	}
-	return fields, nil, nil
+	return fields, nil
+}
+
+// openAIWrongType refuses a member of the wrong type as OpenAI's APIs do
+// (chat completions, embeddings, Responses).
+func openAIWrongType(m member) *frontdoor.Failure {
+	return frontdoor.InvalidParam(m.name, fmt.Sprintf("Invalid type for '%s': expected %s.", m.name, m.want))
 }
 
 // unread is the members of the body that no member of the dialect reads, as

@@ -80,12 +80,10 @@ func parseEmbeddingsRequest(body []byte) (pool string, req schemas.ChatRequest, 
 		{"encoding_format", "a string", &format},
 		{"dimensions", "an integer", &dimensions},
 	}
-	fields, wrong, f := readMembers(body, members)
+	fields, f := readMembers(body, members, openAIWrongType)
 	switch {
 	case f != nil:
 		return "", req, f
-	case wrong != nil:
-		return "", req, frontdoor.InvalidParam(wrong.name, fmt.Sprintf("Invalid type for '%s': expected %s.", wrong.name, wrong.want))
 	case pool == "":
 		return "", req, frontdoor.InvalidParam("model", "You must name a model: one of the embedding models in GET /v1/models.")
 	}

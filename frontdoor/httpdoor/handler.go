@@ -6,6 +6,7 @@
 package httpdoor
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -201,24 +202,12 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	if opts.BodyLimit < 0 || opts.HeaderLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
 	}
-	if opts.ReplayTTL == 0 {
-		opts.ReplayTTL = replay.DefaultTTL
-	}
-	if opts.ReplayMaxBytes == 0 {
-		opts.ReplayMaxBytes = replay.DefaultMaxEntryBytes
-	}
-	if opts.BodyLimit == 0 {
-		opts.BodyLimit = DefaultBodyLimit
-	}
-	if opts.HeaderLimit == 0 {
-		opts.HeaderLimit = DefaultHeaderLimit
-	}
-	if opts.ReadyProbeWindow == 0 {
-		opts.ReadyProbeWindow = DefaultReadyProbeWindow
-	}
-	if opts.ReadyCacheTTL == 0 {
-		opts.ReadyCacheTTL = DefaultReadyCacheTTL
-	}
+	opts.ReplayTTL = cmp.Or(opts.ReplayTTL, replay.DefaultTTL)
+	opts.ReplayMaxBytes = cmp.Or(opts.ReplayMaxBytes, replay.DefaultMaxEntryBytes)
+	opts.BodyLimit = cmp.Or(opts.BodyLimit, DefaultBodyLimit)
+	opts.HeaderLimit = cmp.Or(opts.HeaderLimit, DefaultHeaderLimit)
+	opts.ReadyProbeWindow = cmp.Or(opts.ReadyProbeWindow, DefaultReadyProbeWindow)
+	opts.ReadyCacheTTL = cmp.Or(opts.ReadyCacheTTL, DefaultReadyCacheTTL)
 	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
 	if opts.Replays != nil {
 		var err error

@@ -93,12 +93,10 @@ func parseChatRequest(body []byte) (pool string, req schemas.ChatRequest, includ
 		{"stream", "a boolean", &req.Stream},
 		{"stream_options", "an object", &streamOptions},
 	}
-	fields, wrong, f := readMembers(body, members)
+	fields, f := readMembers(body, members, openAIWrongType)
 	switch {
 	case f != nil:
 		return "", req, false, f
-	case wrong != nil:
-		return "", req, false, frontdoor.InvalidParam(wrong.name, fmt.Sprintf("Invalid type for '%s': expected %s.", wrong.name, wrong.want))
 	case pool == "":
 		return "", req, false, frontdoor.InvalidParam("model", "You must name a model: one of the pools in GET /v1/models.")
 	case len(req.Messages) == 0:

@@ -41,12 +41,10 @@ func parseResponsesRequest(body []byte) (pool string, req schemas.ChatRequest, f
 		{"stream", "a boolean", &req.Stream},
 		{"stream_options", "an object", &streamOptions},
 	}
-	fields, wrong, f := readMembers(body, members)
+	fields, f := readMembers(body, members, openAIWrongType)
 	switch {
 	case f != nil:
 		return "", req, f
-	case wrong != nil:
-		return "", req, frontdoor.InvalidParam(wrong.name, fmt.Sprintf("Invalid type for '%s': expected %s.", wrong.name, wrong.want))
 	case pool == "":
 		return "", req, frontdoor.InvalidParam("model", "You must name a model: one of the pools in GET /v1/models.")
 	case maxOutputTokens != nil && *maxOutputTokens < 1:

@@ -4,6 +4,7 @@
 package natsdoor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -145,15 +146,9 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 	if opts.MaxInFlight < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("natsdoor: max in flight, replay TTL and replay size must not be negative")
 	}
-	if opts.ReplayTTL == 0 {
-		opts.ReplayTTL = replay.DefaultTTL
-	}
-	if opts.ReplayMaxBytes == 0 {
-		opts.ReplayMaxBytes = replay.DefaultMaxEntryBytes
-	}
-	if opts.MaxInFlight == 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
-	}
+	opts.ReplayTTL = cmp.Or(opts.ReplayTTL, replay.DefaultTTL)
+	opts.ReplayMaxBytes = cmp.Or(opts.ReplayMaxBytes, replay.DefaultMaxEntryBytes)
+	opts.MaxInFlight = cmp.Or(opts.MaxInFlight, DefaultMaxInFlight)
 	s := &Service{
 		d: d, nc: nc, opts: opts, log: opts.Logger,
 		byID: map[callKey]*natsCall{}, byProbe: map[string]*natsCall{}, early: newEarlyCancels(),

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -58,12 +59,8 @@ func NewFlights(store Store, opts FlightOptions) (*Flights, error) {
 	if opts.Lease < 0 || opts.MaxPoll < 0 {
 		return nil, errors.New("replay: the lease and the poll bound must not be negative")
 	}
-	if opts.Lease == 0 {
-		opts.Lease = DefaultLease
-	}
-	if opts.MaxPoll == 0 {
-		opts.MaxPoll = min(opts.Lease/10, 250*time.Millisecond)
-	}
+	opts.Lease = cmp.Or(opts.Lease, DefaultLease)
+	opts.MaxPoll = cmp.Or(opts.MaxPoll, min(opts.Lease/10, 250*time.Millisecond))
 	return &Flights{store: store, opts: opts, m: map[string]*Flight{}}, nil
 }
 

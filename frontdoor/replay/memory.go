@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -54,15 +55,9 @@ func NewMemory(opts MemoryOptions) (*Memory, error) {
 	if opts.MaxEntryBytes < 0 || opts.MaxTotalBytes < 0 || opts.MarkerKeep < 0 {
 		return nil, errors.New("replay: size bounds and the marker keep must not be negative")
 	}
-	if opts.MarkerKeep == 0 {
-		opts.MarkerKeep = DefaultMarkerKeep
-	}
-	if opts.MaxEntryBytes == 0 {
-		opts.MaxEntryBytes = DefaultMaxEntryBytes
-	}
-	if opts.MaxTotalBytes == 0 {
-		opts.MaxTotalBytes = DefaultMaxTotalBytes
-	}
+	opts.MarkerKeep = cmp.Or(opts.MarkerKeep, DefaultMarkerKeep)
+	opts.MaxEntryBytes = cmp.Or(opts.MaxEntryBytes, DefaultMaxEntryBytes)
+	opts.MaxTotalBytes = cmp.Or(opts.MaxTotalBytes, DefaultMaxTotalBytes)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package tenantlimit
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -90,14 +91,9 @@ func New(store Store, opts Options) (*Limiter, error) {
 			return nil, fmt.Errorf("tenantlimit: tenant %q: limits must not be negative", tenant)
 		}
 	}
-	l := &Limiter{store: store, limits: maps.Clone(opts.Limits), ttl: opts.LeaseTTL, wait: opts.StoreTimeout,
+	l := &Limiter{store: store, limits: maps.Clone(opts.Limits),
+		ttl: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), wait: cmp.Or(opts.StoreTimeout, DefaultStoreTimeout),
 		log: opts.Logger, live: map[*lease]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
-	if l.ttl == 0 {
-		l.ttl = DefaultLeaseTTL
-	}
-	if l.wait == 0 {
-		l.wait = DefaultStoreTimeout
-	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}

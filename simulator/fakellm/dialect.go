@@ -84,13 +84,7 @@ func (chatCompletions) streamEnd(buf *bytes.Buffer, ex *exchange) {
 // streamError sends the error object alone as a chunk, as the API does when
 // a stream fails after its 200.
 func (chatCompletions) streamError(buf *bytes.Buffer, typ, code, message string) {
-	data, err := json.Marshal(errorBody{Error: errorObject{Message: message, Type: typ, Code: &code}})
-	if err != nil {
-		return // only plain fields; cannot fail
-	}
-	buf.WriteString("data: ")
-	buf.Write(data)
-	buf.WriteString("\n\n")
+	appendEvent(buf, "", errorBody{Error: errorObject{Message: message, Type: typ, Code: &code}})
 }
 
 // appendChunk appends one server-sent event holding a chunk.
@@ -113,11 +107,5 @@ func appendChunk(buf *bytes.Buffer, ex *exchange, choices []chunkChoice, u *usag
 			c.Usage = raw
 		}
 	}
-	data, err := json.Marshal(c)
-	if err != nil {
-		return // only plain fields; cannot fail
-	}
-	buf.WriteString("data: ")
-	buf.Write(data)
-	buf.WriteString("\n\n")
+	appendEvent(buf, "", c)
 }

@@ -16,7 +16,7 @@ const InstantName = "instant"
 // byte and every token are due at once, and nothing fails, stalls or hangs.
 func InstantModel(outputTokens int) (*workload.Model, error) {
 	if outputTokens < 1 {
-		return nil, fmt.Errorf("%w: instant model: output tokens %d must be ≥ 1", ErrInvalidConfig, outputTokens)
+		return nil, fmt.Errorf("%w: instant model: output tokens %d must be ≥ 1", ErrInvalidOptions, outputTokens)
 	}
 	// A lognormal needs a positive median: a picosecond rounds to a wait of
 	// zero, and a spread of zero makes every draw the median.

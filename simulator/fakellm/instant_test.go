@@ -43,8 +43,8 @@ func TestInstantModelAnswersEveryRequestAtOnceWithTheSameLength(t *testing.T) {
 
 func TestInstantModelRejectsAnEmptyAnswer(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		if _, err := fakellm.InstantModel(n); !errors.Is(err, fakellm.ErrInvalidConfig) {
-			t.Errorf("InstantModel(%d) = %v, want ErrInvalidConfig", n, err)
+		if _, err := fakellm.InstantModel(n); !errors.Is(err, fakellm.ErrInvalidOptions) {
+			t.Errorf("InstantModel(%d) = %v, want ErrInvalidOptions", n, err)
 		}
 	}
 }

@@ -100,44 +100,8 @@ func systemMessages(raw json.RawMessage) ([]schemas.Message, error) {
 // string content as is, text blocks as text parts; other blocks (images,
 // tool use and results) are kept as given, typed, for the key alone.
 func canonicalContent(raw json.RawMessage) (json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
-		return raw, nil
-	}
-	var blocks []json.RawMessage
-	if err := json.Unmarshal(raw, &blocks); err != nil || len(blocks) == 0 {
-		return nil, fmt.Errorf("want a string or a non-empty array of content blocks")
-	}
-	parts := make([]json.RawMessage, len(blocks))
-	for i, b := range blocks {
-		var head struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(b, &head); err != nil || head.Type == "" {
-			return nil, fmt.Errorf("block %d: want an object with a type", i)
-		}
-		if head.Type != "text" {
-			parts[i] = b
-			continue
-		}
-		if head.Text == nil {
-			return nil, fmt.Errorf("block %d: a text block needs text", i)
-		}
-		part, err := json.Marshal(struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}{"text", *head.Text})
-		if err != nil {
-			return nil, err
-		}
-		parts[i] = part
-	}
-	return json.Marshal(parts)
+	return chatContent(raw, "block", "want a string or a non-empty array of content blocks",
+		func(typ string) bool { return typ == "text" })
 }
 
 func (messagesAPI) id(requestID uint64, route, number int) string {
@@ -244,15 +208,19 @@ func (messagesAPI) streamError(buf *bytes.Buffer, _, _, message string) {
 		Error: messagesErrorObject{Type: messagesErrorType(http.StatusGatewayTimeout), Message: message}})
 }
 
-// appendEvent appends one named server-sent event.
+// appendEvent appends one server-sent event holding v, named unless name
+// is empty (OpenAI's chat chunks are unnamed).
 func appendEvent(buf *bytes.Buffer, name string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return // only plain fields; cannot fail
 	}
-	buf.WriteString("event: ")
-	buf.WriteString(name)
-	buf.WriteString("\ndata: ")
+	if name != "" {
+		buf.WriteString("event: ")
+		buf.WriteString(name)
+		buf.WriteString("\n")
+	}
+	buf.WriteString("data: ")
 	buf.Write(data)
 	buf.WriteString("\n\n")
 }

@@ -1,7 +1,9 @@
 package fakellm
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/hedgerow/hedgerow/schemas"
@@ -120,4 +122,37 @@ func fillerToken(requestID uint64, k int) string {
 		return w
 	}
 	return " " + w
+}
+
+// chatContent is content as the chat API carries it: a string as is; of a
+// non-empty array of typed parts, the text ones (isText) become chat text
+// parts and the others are kept as given, for the key alone. Errors name a
+// part by noun ("block", "part") and content that is neither by notList,
+// each dialect in its own words.
+func chatContent(raw json.RawMessage, noun, notList string, isText func(typ string) bool) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		return raw, nil // raw was decoded as JSON: a valid string
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil || len(parts) == 0 {
+		return nil, errors.New(notList)
+	}
+	for i, p := range parts {
+		var head struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(p, &head); err != nil || head.Type == "" {
+			return nil, fmt.Errorf("%s %d: want an object with a type", noun, i)
+		}
+		if !isText(head.Type) {
+			continue
+		}
+		if head.Text == nil {
+			return nil, fmt.Errorf("%s %d: a text %s needs text", noun, i, noun)
+		}
+		parts[i] = append(append([]byte(`{"type":"text","text":`), schemas.TextContent(*head.Text)...), '}')
+	}
+	return json.Marshal(parts)
 }

@@ -112,32 +112,8 @@ func (*responsesAPI) parse(body []byte, maxOutput int) (chatParams, error) {
 // a string as is, input_text and output_text parts as text parts; other
 // parts are kept as given, for the key alone.
 func responsesContent(raw json.RawMessage) (json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] == '"' {
-		return raw, nil
-	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(raw, &parts); err != nil || len(parts) == 0 {
-		return nil, fmt.Errorf("content must be a string or a non-empty array of content parts")
-	}
-	for i, p := range parts {
-		var head struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(p, &head); err != nil || head.Type == "" {
-			return nil, fmt.Errorf("part %d: want an object with a type", i)
-		}
-		if head.Type != "input_text" && head.Type != "output_text" {
-			continue
-		}
-		if head.Text == nil {
-			return nil, fmt.Errorf("part %d: a text part needs text", i)
-		}
-		parts[i] = schemas.TextContent(*head.Text)
-		parts[i] = append(append([]byte(`{"type":"text","text":`), parts[i]...), '}')
-	}
-	return json.Marshal(parts)
+	return chatContent(raw, "part", "content must be a string or a non-empty array of content parts",
+		func(typ string) bool { return typ == "input_text" || typ == "output_text" })
 }
 
 func (*responsesAPI) id(requestID uint64, route, number int) string {

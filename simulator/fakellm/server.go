@@ -25,8 +25,8 @@ const (
 	DefaultStatsLimit = 10_000
 )
 
-// ErrInvalidConfig is returned by New for its Options it cannot run.
-var ErrInvalidConfig = errors.New("invalid fake LLM config")
+// ErrInvalidOptions is returned by New for its Options it cannot run.
+var ErrInvalidOptions = errors.New("invalid fake LLM config")
 
 // Options describes the route a Server plays.
 type Options struct {
@@ -131,16 +131,16 @@ func New(cfg Options) (*Server, error) {
 	var scale workload.TimeScale
 	if cfg.TimeScale != 0 {
 		if scale, err = workload.NewTimeScale(cfg.TimeScale); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
 	}
 	switch {
 	case cfg.HangCap < 0:
-		return nil, fmt.Errorf("%w: hang cap %v is negative", ErrInvalidConfig, cfg.HangCap)
+		return nil, fmt.Errorf("%w: hang cap %v is negative", ErrInvalidOptions, cfg.HangCap)
 	case cfg.StatsCapacity < 0:
-		return nil, fmt.Errorf("%w: stats capacity %d is negative", ErrInvalidConfig, cfg.StatsCapacity)
+		return nil, fmt.Errorf("%w: stats capacity %d is negative", ErrInvalidOptions, cfg.StatsCapacity)
 	case cfg.MaxBodyBytes < 0:
-		return nil, fmt.Errorf("%w: max body bytes %d is negative", ErrInvalidConfig, cfg.MaxBodyBytes)
+		return nil, fmt.Errorf("%w: max body bytes %d is negative", ErrInvalidOptions, cfg.MaxBodyBytes)
 	}
 	s := &Server{
 		gen:      gen,
@@ -185,29 +185,25 @@ func (s *Server) Stats(since uint64, limit int) (Stats, error) {
 	return st, nil
 }
 
-// ServeHTTP routes the OpenAI and Anthropic endpoints and the fake's own.
+// endpoints are the paths the server answers: the OpenAI and Anthropic
+// endpoints and the fake's own, each with its one method.
+var endpoints = map[string]struct {
+	method  string
+	handler func(*Server, http.ResponseWriter, *http.Request)
+}{
+	"/v1/chat/completions": {http.MethodPost, (*Server).handleChat},
+	"/v1/messages":         {http.MethodPost, (*Server).handleMessages},
+	"/v1/responses":        {http.MethodPost, (*Server).handleResponses},
+	"/v1/embeddings":       {http.MethodPost, (*Server).handleEmbeddings},
+	"/v1/models":           {http.MethodGet, (*Server).handleModels},
+	"/stats":               {http.MethodGet, (*Server).handleStats},
+	"/healthz":             {http.MethodGet, (*Server).handleHealth},
+}
+
+// ServeHTTP routes the endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	type endpoint struct {
-		method  string
-		handler func(http.ResponseWriter, *http.Request)
-	}
-	var ep endpoint
-	switch r.URL.Path {
-	case "/v1/chat/completions":
-		ep = endpoint{http.MethodPost, s.handleChat}
-	case "/v1/messages":
-		ep = endpoint{http.MethodPost, s.handleMessages}
-	case "/v1/responses":
-		ep = endpoint{http.MethodPost, s.handleResponses}
-	case "/v1/embeddings":
-		ep = endpoint{http.MethodPost, s.handleEmbeddings}
-	case "/v1/models":
-		ep = endpoint{http.MethodGet, s.handleModels}
-	case "/stats":
-		ep = endpoint{http.MethodGet, s.handleStats}
-	case "/healthz":
-		ep = endpoint{http.MethodGet, s.handleHealth}
-	default:
+	ep, ok := endpoints[r.URL.Path]
+	if !ok {
 		writeError(w, http.StatusNotFound, errTypeInvalidRequest, errCodeUnknownURL, "",
 			fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path))
 		return
@@ -222,7 +218,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Method %s is not allowed on %s; use %s", r.Method, r.URL.Path, ep.method))
 		return
 	}
-	ep.handler(w, r)
+	ep.handler(s, w, r)
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {

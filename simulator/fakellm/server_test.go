@@ -537,9 +537,9 @@ func TestNewRejectsConfigsItCannotRun(t *testing.T) {
 	}{
 		{"an unknown workload", fakellm.Options{Workload: "gpt5"}, workload.ErrUnknownModel},
 		{"a route the degraded model lacks", fakellm.Options{Workload: workload.Degraded, Route: 3}, workload.ErrNoSuchRoute},
-		{"a negative time scale", fakellm.Options{Workload: workload.GPT4o, TimeScale: -1}, fakellm.ErrInvalidConfig},
-		{"a negative stats capacity", fakellm.Options{Workload: workload.GPT4o, StatsCapacity: -1}, fakellm.ErrInvalidConfig},
-		{"a negative hang cap", fakellm.Options{Workload: workload.GPT4o, HangCap: -time.Second}, fakellm.ErrInvalidConfig},
+		{"a negative time scale", fakellm.Options{Workload: workload.GPT4o, TimeScale: -1}, fakellm.ErrInvalidOptions},
+		{"a negative stats capacity", fakellm.Options{Workload: workload.GPT4o, StatsCapacity: -1}, fakellm.ErrInvalidOptions},
+		{"a negative hang cap", fakellm.Options{Workload: workload.GPT4o, HangCap: -time.Second}, fakellm.ErrInvalidOptions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := fakellm.New(tc.cfg); !errors.Is(err, tc.want) {

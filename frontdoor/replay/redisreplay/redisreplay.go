@@ -19,6 +19,7 @@
 package redisreplay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,15 +64,9 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.MaxEntryBytes < 0 || opts.Timeout < 0 || opts.MarkerKeep < 0 {
 		return nil, errors.New("redisreplay: the entry bound, the timeout and the marker keep must not be negative")
 	}
-	if opts.MarkerKeep == 0 {
-		opts.MarkerKeep = replay.DefaultMarkerKeep
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "hr"
-	}
-	if opts.MaxEntryBytes == 0 {
-		opts.MaxEntryBytes = replay.DefaultMaxEntryBytes
-	}
+	opts.MarkerKeep = cmp.Or(opts.MarkerKeep, replay.DefaultMarkerKeep)
+	opts.Prefix = cmp.Or(opts.Prefix, "hr")
+	opts.MaxEntryBytes = cmp.Or(opts.MaxEntryBytes, replay.DefaultMaxEntryBytes)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
