@@ -131,22 +131,10 @@ func CheckSchemaLimits(schema []byte) error {
 // '-' or digit outside a string, then its digits, '.', 'e' and signs.
 func maxExponent(data []byte) int {
 	largest := 0
-	inString, escaped := false, false
 	for i := 0; i < len(data); i++ {
 		c := data[i]
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
 		if c == '"' {
-			inString = true
+			i = jsonscan.StringEnd(data, i)
 			continue
 		}
 		if c != '-' && (c < '0' || c > '9') {

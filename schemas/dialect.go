@@ -188,9 +188,10 @@ func (r *ChatRequest) ForDialect(to Dialect) (map[string]json.RawMessage, error)
 	return out, nil
 }
 
-// checkTypedForAnthropic refuses the typed fields the Messages API has no
-// equivalent for, or whose value it refuses.
-func (r *ChatRequest) checkTypedForAnthropic() error {
+// checkChatOnlyTyped refuses, towards to, the typed fields only the Chat
+// Completions API has: presence_penalty, frequency_penalty and seed, in
+// that order, which neither the Messages nor the Responses API takes.
+func (r *ChatRequest) checkChatOnlyTyped(to Dialect) error {
 	for _, p := range []struct {
 		name string
 		set  bool
@@ -200,8 +201,17 @@ func (r *ChatRequest) checkTypedForAnthropic() error {
 		{"seed", r.Seed != nil},
 	} {
 		if p.set {
-			return &UntranslatableError{Param: p.name, To: DialectAnthropic}
+			return &UntranslatableError{Param: p.name, To: to}
 		}
+	}
+	return nil
+}
+
+// checkTypedForAnthropic refuses the typed fields the Messages API has no
+// equivalent for, or whose value it refuses.
+func (r *ChatRequest) checkTypedForAnthropic() error {
+	if err := r.checkChatOnlyTyped(DialectAnthropic); err != nil {
+		return err
 	}
 	if r.Temperature != nil && *r.Temperature > 1 {
 		return &UntranslatableError{Param: "temperature", To: DialectAnthropic, Detail: "it takes a temperature between 0 and 1"}

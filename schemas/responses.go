@@ -38,18 +38,11 @@ func responsesToAnthropic(name string, raw json.RawMessage, out map[string]json.
 // /responses could not be sent (a NATS caller can set them; the door never
 // does).
 func (r *ChatRequest) checkTypedForResponses() error {
-	for _, p := range []struct {
-		name string
-		set  bool
-	}{
-		{"presence_penalty", r.PresencePenalty != nil},
-		{"frequency_penalty", r.FrequencyPenalty != nil},
-		{"seed", r.Seed != nil},
-		{"stop", len(r.Stop) > 0},
-	} {
-		if p.set {
-			return &UntranslatableError{Param: p.name, To: DialectResponses}
-		}
+	if err := r.checkChatOnlyTyped(DialectResponses); err != nil {
+		return err
+	}
+	if len(r.Stop) > 0 {
+		return &UntranslatableError{Param: "stop", To: DialectResponses}
 	}
 	return nil
 }

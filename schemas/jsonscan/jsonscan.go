@@ -286,22 +286,10 @@ func FieldIndex(key []byte, names []string) int {
 // over, whatever else is wrong with it.
 func Nesting(data []byte) (depth, containers int) {
 	cur := 0
-	inString, escaped := false, false
-	for _, c := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
 		case '"':
-			inString = true
+			i = StringEnd(data, i)
 		case '{', '[':
 			cur++
 			containers++
@@ -311,4 +299,20 @@ func Nesting(data []byte) (depth, containers int) {
 		}
 	}
 	return depth, containers
+}
+
+// StringEnd is the index of the quote closing the string that opens with the
+// quote at data[open], or len(data) when the string is not closed. It steps
+// over escapes without validating them, for scans that read only what lies
+// outside strings (Nesting, a schema's exponents) and need not decode them.
+func StringEnd(data []byte, open int) int {
+	for i := open + 1; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return len(data)
 }

@@ -25,3 +25,26 @@ func TestNestingCountsBracketsOutsideStringsOnly(t *testing.T) {
 		})
 	}
 }
+
+func TestStringEndFindsTheClosingQuote(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		open int
+		want int
+	}{
+		{"an empty string", `""`, 0, 1},
+		{"a string inside a document", `{"ab":1}`, 1, 4},
+		{"an escaped quote does not close it", `"a\"b"`, 0, 5},
+		{"an escaped backslash does not escape the quote", `"\\"x`, 0, 3},
+		{"an unclosed string runs to the end", `"abc`, 0, 4},
+		{"a trailing backslash runs to the end", `"a\`, 0, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := StringEnd([]byte(tt.doc), tt.open); got != tt.want {
+				t.Errorf("StringEnd(%s, %d) = %d, want %d", tt.doc, tt.open, got, tt.want)
+			}
+		})
+	}
+}
