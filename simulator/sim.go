@@ -275,6 +275,13 @@ func (r *runner) arrive(id uint64) error {
 		return err
 	}
 	g.chk = hedge.NewChecker(r.strat.policy)
+	return r.step(g, r.start(g))
+}
+
+// start picks the group's primary route and builds its Start: the hedge
+// delay (the primary's route's, as the dispatcher's startEvent) and the
+// eligibility.
+func (r *runner) start(g *simGroup) hedge.Start {
 	g.primary, _ = r.pickPrimary()
 	start := hedge.Start{
 		Streaming:             r.stream,
@@ -294,7 +301,7 @@ func (r *runner) arrive(id uint64) error {
 		g.hedgeDelay = start.HedgeDelay
 		r.acc.hedgeDelays = append(r.acc.hedgeDelays, float64(start.HedgeDelay)/float64(time.Millisecond))
 	}
-	return r.step(g, start)
+	return start
 }
 
 // notHedgingStrategy is the suppression reason of a strategy that never

@@ -312,14 +312,15 @@ func (e *Estimator) Delay(c Cohort, now time.Time, remaining time.Duration) Dela
 }
 
 // RouteDelay is Delay for a group whose primary runs on route: the route's
-// own Quantile when its distribution differs from its cohort's, else the
-// cohort's delay. They differ when both windows are warm (WarmupSamples
-// each) and the distribution-free confidence intervals for the Quantile
-// (RouteZ, as the guardrail's) lie apart by RouteMargin: the route's lower
-// bound above (1 + RouteMargin) × the cohort's upper bound, or its upper
-// bound below (1 − RouteMargin) × the cohort's lower bound. The cohort's
-// window holds every route's samples and the peers', so a route's own
-// delay rests on this replica's primaries and the cohort's on everyone's.
+// own Quantile when its distribution differs from its pool's, else the
+// cohort's delay. The pool is the cohort's other routes: the union of their
+// windows. They differ when the cohort is warm, the route's window and the
+// union each hold WarmupSamples, and the distribution-free confidence
+// intervals for the Quantile (RouteZ, as the guardrail's) lie apart by
+// RouteMargin: the route's lower bound above (1 + RouteMargin) × the
+// pool's upper bound, or its upper bound below (1 − RouteMargin) × the
+// pool's lower bound. Route windows hold this replica's own primaries
+// only; the cohort's holds the peers' too.
 func (e *Estimator) RouteDelay(c Cohort, route string, now time.Time, remaining time.Duration) Delay {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -453,11 +454,24 @@ func (e *Estimator) routeDelayLocked(c Cohort, route string, now time.Time) Dela
 	if !e.warm(rv.GetCount()) {
 		return d
 	}
+	// The pool the route is judged against: its sibling routes' samples.
+	// The cohort's window would hold the route's own too, and a route that
+	// carries much of the traffic would hide its own difference.
+	e.union.Clear()
+	for name, sib := range w.routes {
+		if name != route {
+			sv, _ := sib.merged(now)
+			_ = e.union.MergeWith(sv) // same mapping: cannot fail
+		}
+	}
+	if !e.warm(e.union.GetCount()) {
+		return d
+	}
 	q, z := e.cfg.Quantile, e.cfg.RouteZ
-	_, cLo, cHi := quantileInterval(e.view(w, now), q, z)
+	_, pLo, pHi := quantileInterval(e.union, q, z)
 	rq, rLo, rHi := quantileInterval(rv, q, z)
 	m := e.cfg.RouteMargin
-	if float64(rLo) <= (1+m)*float64(cHi) && float64(rHi) >= (1-m)*float64(cLo) {
+	if float64(rLo) <= (1+m)*float64(pHi) && float64(rHi) >= (1-m)*float64(pLo) {
 		return d
 	}
 	rd := e.fromQuantile(Delay{Samples: d.Samples}, rq.Seconds())
