@@ -33,10 +33,8 @@ const reasonBudgetInvalid = "budget_invalid"
 
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
-	d.rngMu.Lock()
-	primary, ok := d.picker.PickPrimary(g.routes, d.now(), d.rng)
-	d.rngMu.Unlock()
-	if !ok {
+	primary := g.primary // picked as the group started (startEvent)
+	if primary == "" {
 		return hedge.Admitted{Allowed: false, Reason: reasonNoRoute, Error: schemas.ErrNoRoute}
 	}
 	p := g.class.Policy

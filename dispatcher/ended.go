@@ -56,7 +56,7 @@ func (g *group) observeSuperseded(now time.Time, e hedge.GroupEnded) bool {
 		return false
 	}
 	return g.class.ObserveSuperseded(g.cohort, now,
-		policy.Primary{Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte > 0, Failed: p.outcome == hedge.OutcomeFailed},
+		policy.Primary{Route: p.route, Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte > 0, Failed: p.outcome == hedge.OutcomeFailed},
 		policy.Decision{Winner: e.Winner, Error: e.Error})
 }
 

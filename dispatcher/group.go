@@ -76,6 +76,10 @@ type group struct {
 	deadline  time.Duration
 	queueWait time.Duration // the pool's bound on re-offers after a Busy (§4 rule 4)
 	delay     time.Duration
+	// primary is the route the primary goes to, picked as the group starts
+	// so that its hedge delay is that route's (docs/architecture.md §5);
+	// empty when no route of the pool could be picked.
+	primary   string
 	armed     bool
 	winner    int
 	gateValue string
@@ -272,7 +276,10 @@ func (g *group) startEvent() hedge.Start {
 		DecodeTokensPerSecond: g.class.DecodeRate(),
 	}
 	now := g.d.now()
-	d := g.class.Estimator.Delay(g.cohort, now, g.deadline)
+	g.d.rngMu.Lock()
+	g.primary, _ = g.d.picker.PickPrimary(g.routes, now, g.d.rng)
+	g.d.rngMu.Unlock()
+	d := g.class.HedgeDelay(g.cohort, g.primary, now, g.deadline)
 	s.HedgeDelay = d.Value
 	g.delay = d.Value
 	el := g.eligibility(now)

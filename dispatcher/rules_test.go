@@ -1,9 +1,14 @@
 package dispatcher
 
 import (
+	"encoding/json"
+	mrand "math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
@@ -70,5 +75,48 @@ func TestSharedCensoringRules(t *testing.T) {
 		}
 		g.attempts = []*attemptRun{primary, {n: 2, role: schemas.RoleHedge, launchedAt: now.Add(-tc.Elapsed / 2)}}
 		return g.observeSuperseded(now, hedge.GroupEnded{Committed: tc.Winner > 0, Winner: tc.Winner, Error: tc.Error})
+	})
+}
+
+// The dispatcher arms the hedge delay of the primary's route, from first
+// bytes reported on each route, as the simulator does (see the simulator's
+// TestSharedRouteDelayRules).
+func TestSharedRouteDelayRules(t *testing.T) {
+	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) time.Duration {
+		g := rulesGroup(t, p, policytest.RouteDelayRoutes)
+		now := time.Now()
+		g.d.now = func() time.Time { return now }
+		g.d.rng = mrand.New(mrand.NewPCG(1, 2))
+		g.deadline = 30 * time.Second
+		var err error
+		if g.d.metrics, err = newMetrics(prometheus.NewRegistry(), nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range f.Samples {
+			// A primary on the sample's route, accepted by its worker,
+			// reports its first byte over the wire.
+			g.attempts = []*attemptRun{{n: 1, role: schemas.RolePrimary, route: g.routes[s.Route],
+				workerID: "w1", secret: "s1", launchedAt: now.Add(-s.Latency)}}
+			data, err := json.Marshal(schemas.FirstByte{V: 1, GroupID: g.id, Attempt: 1, WorkerID: "w1", Secret: "s1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev := g.translate(inboundEvent{attempt: 1, msg: &nats.Msg{Data: data}}); ev == nil {
+				t.Fatal("the first byte was dropped")
+			}
+		}
+		g.attempts = nil
+		for i, name := range g.routes {
+			if i != f.Primary {
+				if err := g.d.picker.SetState(name, route.Quarantined, now.Add(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s := g.startEvent()
+		if g.primary != g.routes[f.Primary] {
+			t.Fatalf("primary picked on %q, want %q", g.primary, g.routes[f.Primary])
+		}
+		return s.HedgeDelay
 	})
 }

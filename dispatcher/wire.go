@@ -124,7 +124,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		a.firstByte = now.Sub(a.launchedAt)
 		_ = g.d.picker.Observe(a.route, a.firstByte, now)
 		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
-		g.class.ObserveFirstByte(g.cohort, now, a.role, a.firstByte)
+		g.class.ObserveFirstByte(g.cohort, a.route, now, a.role, a.firstByte)
 		return hedge.FirstByte{Attempt: a.n}
 	case *schemas.Chunk:
 		if m.Seq != a.lastSeq+1 {
@@ -150,7 +150,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if m.StatusClass == schemas.StatusCanceled && m.CancellationObserved {
 			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
 		}
-		g.class.ObserveResult(g.cohort, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
+		g.class.ObserveResult(g.cohort, a.route, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
 		g.class.ObserveTokenGap(g.cohort.Key(), now, m.StatusClass, time.Duration(m.MaxTokenGapMs)*time.Millisecond)
 		content := m.Content
 		if content == "" {

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -78,5 +79,46 @@ func TestSharedCensoringRules(t *testing.T) {
 		g := &simGroup{id: "g1", cohort: delay.NewCohort("chat", "gpt4o", false, 0),
 			attempts: []*simAttempt{primary, {role: schemas.RoleHedge, start: r.now - tc.Elapsed/2}}}
 		return r.observeSuperseded(g, policy.Decision{Winner: tc.Winner, Error: tc.Error})
+	})
+}
+
+// The simulator arms the hedge delay of the primary's route, from first
+// bytes reported on each route, as the dispatcher does (see the
+// dispatcher's TestSharedRouteDelayRules).
+func TestSharedRouteDelayRules(t *testing.T) {
+	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) time.Duration {
+		r := rulesRunner(t, p, policytest.RouteDelayRoutes)
+		r.strat.policy, r.acc = hedge.DefaultOptions(), &accumulator{}
+		r.cond.Deadline = 30 * time.Second
+		r.rng = rand.New(rand.NewPCG(1, 2))
+		defs := make([]route.Route, len(r.routes))
+		for i, name := range r.routes {
+			defs[i] = route.Route{Name: name}
+		}
+		var err error
+		if r.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
+		for _, s := range f.Samples {
+			// A primary on the sample's route reports its first byte; the
+			// dispatcher launched it s.Latency ago.
+			sa := &simAttempt{route: s.Route, role: schemas.RolePrimary, start: r.now - s.Latency + workerLatency}
+			if err := r.observeReport(g, sa, hedge.FirstByte{Attempt: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, name := range r.routes {
+			if i != f.Primary {
+				if err := r.picker.SetState(name, route.Quarantined, r.at().Add(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		start := r.start(g)
+		if g.primary != r.routes[f.Primary] {
+			t.Fatalf("primary picked on %q, want %q", g.primary, r.routes[f.Primary])
+		}
+		return start.HedgeDelay
 	})
 }

@@ -93,6 +93,10 @@ type simGroup struct {
 	// none); guard is the guardrail's decision, both for its records.
 	hedgeDelay time.Duration
 	guard      schemas.GuardrailDecision
+	// primary is the primary's route, picked as the group arrives so that
+	// its hedge delay is that route's, as the dispatcher does; "" when no
+	// route could be picked.
+	primary string
 }
 
 // runner simulates one strategy over the whole workload on virtual time.
@@ -271,6 +275,14 @@ func (r *runner) arrive(id uint64) error {
 		return err
 	}
 	g.chk = hedge.NewChecker(r.strat.policy)
+	return r.step(g, r.start(g))
+}
+
+// start picks the group's primary route and builds its Start: the hedge
+// delay (the primary's route's, as the dispatcher's startEvent) and the
+// eligibility.
+func (r *runner) start(g *simGroup) hedge.Start {
+	g.primary, _ = r.pickPrimary()
 	start := hedge.Start{
 		Streaming:             r.stream,
 		InputUnits:            int64(g.req.InputTokens),
@@ -280,7 +292,7 @@ func (r *runner) arrive(id uint64) error {
 	case delayFixed:
 		start.HedgeDelay = r.strat.fixed
 	case delayEstimated:
-		start.HedgeDelay = r.class.Estimator.Delay(g.cohort, r.at(), r.cond.Deadline).Value
+		start.HedgeDelay = r.class.HedgeDelay(g.cohort, g.primary, r.at(), r.cond.Deadline).Value
 	}
 	el := r.eligibility(g)
 	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
@@ -289,7 +301,7 @@ func (r *runner) arrive(id uint64) error {
 		g.hedgeDelay = start.HedgeDelay
 		r.acc.hedgeDelays = append(r.acc.hedgeDelays, float64(start.HedgeDelay)/float64(time.Millisecond))
 	}
-	return r.step(g, start)
+	return start
 }
 
 // notHedgingStrategy is the suppression reason of a strategy that never
@@ -353,8 +365,8 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 	ctx := context.Background()
 	switch a := act.(type) {
 	case hedge.Admit:
-		route, ok := r.pickPrimary()
-		if !ok {
+		route := g.primary // picked as the group arrived
+		if route == "" {
 			r.schedule(r.now, g, 0, hedge.Admitted{Allowed: false, Reason: "no_route", Error: schemas.ErrNoRoute})
 			return nil
 		}
@@ -572,11 +584,11 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 			}
 		}
 		if r.learnsDelay() {
-			r.class.ObserveFirstByte(g.cohort, r.at(), sa.role, ttft)
+			r.class.ObserveFirstByte(g.cohort, r.routes[sa.route], r.at(), sa.role, ttft)
 		}
 	case hedge.Result:
 		if r.learnsDelay() {
-			r.class.ObserveResult(g.cohort, r.at(), sa.role, e.Status, r.now-(sa.start-workerLatency))
+			r.class.ObserveResult(g.cohort, r.routes[sa.route], r.at(), sa.role, e.Status, r.now-(sa.start-workerLatency))
 		}
 		sa.finished = true
 		sa.stopped = true
@@ -607,6 +619,7 @@ func (r *runner) observeSuperseded(g *simGroup, d policy.Decision) bool {
 	primary := g.attempts[0]
 	elapsed := r.now - (primary.start - workerLatency)
 	return r.class.ObserveSuperseded(g.cohort, r.at(), policy.Primary{
+		Route:     r.routes[primary.route],
 		Elapsed:   elapsed,
 		FirstByte: primary.finished || primary.draw.FirstByte < r.now-primary.start,
 		Failed:    primary.finished && primary.draw.Outcome != workload.OutcomeOK,

@@ -15,8 +15,13 @@
 // first_byte trigger, total time for total) in DDSketch slots of relative
 // accuracy 1%: Window is split into Slots slots aligned on the Unix clock, and
 // a whole slot rolls out at a time. The delay is the window's Quantile (0.95),
-// clamped to [Min, Max] and then to the time left before the deadline;
-// Initial until WarmupSamples samples exist.
+// clamped to [Min, Max] and then to the time left before the deadline.
+// Until WarmupSamples samples exist a cohort borrows from its warm siblings
+// in other max_tokens buckets (scaled by the buckets with ScaleBorrowed,
+// for the total trigger), else Initial. Inside each cohort every route has
+// a window too (at most MaxRoutes), and RouteDelay gives a route whose
+// quantile's confidence interval lies RouteMargin apart from its sibling
+// routes' a delay of its own (docs/architecture.md §5).
 //
 // Censoring. A primary superseded by a winning hedge never reports its
 // latency, only that it exceeded its elapsed time. Dropping it removes

@@ -41,6 +41,21 @@ type Options struct {
 	// MaxBins bounds each slot's sketch; 2048 bins at 1% span 1 ms to
 	// beyond a day, so collapsing never touches latencies that matter.
 	MaxBins int
+	// ScaleBorrowed says a cold cohort's delay borrowed from a sibling of
+	// another max_tokens bucket is scaled by the ratio of the buckets: set
+	// for the total trigger, where the time to a result grows with the
+	// output; left off for first_byte, where it does not (see Delay).
+	ScaleBorrowed bool
+	// RouteMargin is how far apart, relatively, a route's confidence
+	// interval for the Quantile must lie from its cohort's for the route to
+	// get a delay of its own (0.1); RouteZ is the intervals' normal
+	// quantile (1.96: 95%).
+	RouteMargin float64
+	RouteZ      float64
+	// MaxRoutes bounds the routes of one cohort that get a window of their
+	// own (8), so memory stays routes × cohorts; further routes take the
+	// cohort's delay.
+	MaxRoutes int
 }
 
 // DefaultOptions is the delay configuration used when a policy sets nothing.
@@ -55,6 +70,9 @@ func DefaultOptions() Options {
 		Slots:            10,
 		RelativeAccuracy: 0.01,
 		MaxBins:          2048,
+		RouteMargin:      0.1,
+		RouteZ:           1.96,
+		MaxRoutes:        8,
 	}
 }
 
@@ -69,6 +87,9 @@ func (c Options) withDefaults() Options {
 	c.Slots = cmp.Or(c.Slots, d.Slots)
 	c.RelativeAccuracy = cmp.Or(c.RelativeAccuracy, d.RelativeAccuracy)
 	c.MaxBins = cmp.Or(c.MaxBins, d.MaxBins)
+	c.RouteMargin = cmp.Or(c.RouteMargin, d.RouteMargin)
+	c.RouteZ = cmp.Or(c.RouteZ, d.RouteZ)
+	c.MaxRoutes = cmp.Or(c.MaxRoutes, d.MaxRoutes)
 	return c
 }
 
@@ -92,6 +113,15 @@ func (c Options) validate() error {
 	}
 	if c.WarmupSamples < 0 {
 		bad("warm-up samples %d is negative", c.WarmupSamples)
+	}
+	if !(c.RouteMargin > 0 && c.RouteMargin < 1) {
+		bad("route margin %v not in (0, 1)", c.RouteMargin)
+	}
+	if !(c.RouteZ > 0) {
+		bad("route z %v is not positive", c.RouteZ)
+	}
+	if c.MaxRoutes < 1 {
+		bad("max routes %d, need at least 1", c.MaxRoutes)
 	}
 	errs = append(errs, validateWindow(c.Window, c.Slots, c.RelativeAccuracy, c.MaxBins)...)
 	return errors.Join(errs...)
@@ -133,36 +163,52 @@ const (
 type Delay struct {
 	// Value is the delay to arm the hedge timer with, from the group's start.
 	Value time.Duration
-	// Warm is true when Value comes from the window's quantile, false while
-	// the cohort is still warming up and Value comes from Options.Initial.
+	// Warm is true when Value comes from a window's quantile — the cohort's,
+	// its route's or, Borrowed, its siblings' — and false while it is
+	// Options.Initial.
 	Warm bool
+	// Borrowed: the cohort is still warming up and Value comes from its warm
+	// sibling cohorts (same operation, pool, stream and kind, another
+	// max_tokens bucket).
+	Borrowed bool
+	// Route: Value is the primary's route's own quantile, whose
+	// distribution differs from its cohort's (Estimator.RouteDelay).
+	Route bool
 	// Samples is the number of samples in the cohort's window.
 	Samples int
-	// Estimate is the window quantile before clamping (0 while cold).
+	// Estimate is the quantile before clamping (0 while cold).
 	Estimate time.Duration
 	// Clamp names the bound that changed the value, if any.
 	Clamp Clamp
 }
 
-// Estimator keeps a rolling window of primary latencies per cohort and turns
-// it into hedge delays. It is pure — no goroutines, no clock: every method
-// takes now — so the simulator drives it on virtual time and the live
-// runtime on real time, with the same results. It is safe for concurrent use.
+// Estimator keeps a rolling window of primary latencies per cohort, and per
+// route inside each cohort, and turns them into hedge delays. It is pure —
+// no goroutines, no clock: every method takes now — so the simulator drives
+// it on virtual time and the live runtime on real time, with the same
+// results. It is safe for concurrent use.
 type Estimator struct {
 	cfg  Options
 	spec sketchSpec
 
 	mu      sync.Mutex
 	cohorts map[Cohort]*cohortWindow
-	scratch *ddsketch.DDSketch // reused to merge slots; guarded by mu
+	// families lists the cohorts of each family — a cohort with its
+	// MaxTokens zeroed: same operation, pool, stream and kind — in the
+	// order they were seen, for a cold cohort to borrow from its siblings.
+	families map[Cohort][]Cohort
+	scratch  *ddsketch.DDSketch // reused to merge slots; guarded by mu
+	union    *ddsketch.DDSketch // a family's union while borrowing; guarded by mu
 }
 
 // cohortWindow separates this replica's own samples from those merged in
 // from peers, so that merging the peers' latest snapshots again replaces
-// them instead of counting them twice.
+// them instead of counting them twice. routes holds the own samples again,
+// split by the primary's route (at most Options.MaxRoutes of them).
 type cohortWindow struct {
-	own   ring
-	peers ring
+	own    ring
+	peers  ring
+	routes map[string]*ring
 }
 
 // NewEstimator returns an Estimator for cfg. Zero fields of cfg take
@@ -176,11 +222,17 @@ func NewEstimator(cfg Options) (*Estimator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Estimator{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*cohortWindow), scratch: spec.newSketch()}, nil
+	return &Estimator{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*cohortWindow),
+		families: make(map[Cohort][]Cohort), scratch: spec.newSketch(), union: spec.newSketch()}, nil
 }
 
 // Options returns the estimator's configuration with defaults filled in.
 func (e *Estimator) Options() Options { return e.cfg }
+
+func family(c Cohort) Cohort {
+	c.MaxTokens = 0
+	return c
+}
 
 func (e *Estimator) window(c Cohort) *cohortWindow {
 	w, ok := e.cohorts[c]
@@ -190,18 +242,73 @@ func (e *Estimator) window(c Cohort) *cohortWindow {
 			peers: newRing(e.spec, e.cfg.Window, e.cfg.Slots),
 		}
 		e.cohorts[c] = w
+		f := family(c)
+		e.families[f] = append(e.families[f], c)
 	}
 	return w
 }
 
+// route returns the window of a route of w, creating it while the cohort
+// has fewer than MaxRoutes; nil for the empty route or beyond the bound.
+func (e *Estimator) route(w *cohortWindow, route string) *ring {
+	if route == "" {
+		return nil
+	}
+	if r, ok := w.routes[route]; ok {
+		return r
+	}
+	if len(w.routes) >= e.cfg.MaxRoutes {
+		return nil
+	}
+	if w.routes == nil {
+		w.routes = make(map[string]*ring)
+	}
+	r := newRing(e.spec, e.cfg.Window, e.cfg.Slots)
+	w.routes[route] = &r
+	return &r
+}
+
 // Delay returns the hedge delay for a group of cohort c starting at now with
 // remaining time left before its deadline: the Quantile of the cohort's
-// window, clamped to [Min, Max] and then to remaining; Initial until the
-// window holds WarmupSamples samples.
+// window, clamped to [Min, Max] and then to remaining. Until the window holds
+// WarmupSamples samples the cohort borrows from its family (the cohorts of
+// the same operation, pool, stream and kind in other max_tokens buckets):
+//
+//   - without ScaleBorrowed (trigger first_byte: the time to a first token
+//     does not grow with max_tokens) the family is one distribution, and the
+//     delay is the Quantile of the union of its windows, once that union
+//     holds WarmupSamples;
+//   - with ScaleBorrowed (trigger total) the delay is the nearest warm
+//     sibling's Quantile (nearest bucket on a log scale; of two as near, the
+//     larger) times max(1, bucket / sibling's bucket): a larger bucket may
+//     take up to proportionally longer, a smaller one never takes longer.
+//     The unset bucket 0 neither lends nor borrows: its output has no bound
+//     to scale by.
+//
+// With no warm sibling it is Initial.
 func (e *Estimator) Delay(c Cohort, now time.Time, remaining time.Duration) Delay {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	d := e.delayLocked(c, now)
+	return clampRemaining(e.delayLocked(c, now), remaining)
+}
+
+// RouteDelay is Delay for a group whose primary runs on route: the route's
+// own Quantile when its distribution differs from its pool's, else the
+// cohort's delay. The pool is the cohort's other routes: the union of their
+// windows. They differ when the cohort is warm, the route's window and the
+// union each hold WarmupSamples, and the distribution-free confidence
+// intervals for the Quantile (RouteZ, as the guardrail's) lie apart by
+// RouteMargin: the route's lower bound above (1 + RouteMargin) × the
+// pool's upper bound, or its upper bound below (1 − RouteMargin) × the
+// pool's lower bound. Route windows hold this replica's own primaries
+// only; the cohort's holds the peers' too.
+func (e *Estimator) RouteDelay(c Cohort, route string, now time.Time, remaining time.Duration) Delay {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return clampRemaining(e.routeDelayLocked(c, route, now), remaining)
+}
+
+func clampRemaining(d Delay, remaining time.Duration) Delay {
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -211,12 +318,9 @@ func (e *Estimator) Delay(c Cohort, now time.Time, remaining time.Duration) Dela
 	return d
 }
 
-func (e *Estimator) delayLocked(c Cohort, now time.Time) Delay {
-	d := Delay{Value: e.cfg.Initial}
-	w, ok := e.cohorts[c]
-	if !ok {
-		return d
-	}
+// view is the cohort's window, own and peers' samples merged; it may be
+// e.scratch, valid until the next view.
+func (e *Estimator) view(w *cohortWindow, now time.Time) *ddsketch.DDSketch {
 	view, _ := w.own.merged(now)
 	if peers, _ := w.peers.merged(now); !peers.IsEmpty() {
 		e.scratch.Clear()
@@ -225,15 +329,15 @@ func (e *Estimator) delayLocked(c Cohort, now time.Time) Delay {
 		_ = e.scratch.MergeWith(peers)
 		view = e.scratch
 	}
-	n := view.GetCount()
-	d.Samples = int(math.Round(n))
-	if n == 0 || d.Samples < e.cfg.WarmupSamples {
-		return d
-	}
-	q, err := view.GetValueAtQuantile(e.cfg.Quantile)
-	if err != nil { // empty or bad quantile: both excluded above
-		return d
-	}
+	return view
+}
+
+func (e *Estimator) warm(n float64) bool {
+	return n > 0 && int(math.Round(n)) >= e.cfg.WarmupSamples
+}
+
+// fromQuantile is a warm delay of estimate q seconds, clamped to [Min, Max].
+func (e *Estimator) fromQuantile(d Delay, q float64) Delay {
 	d.Warm = true
 	d.Estimate = secondsToDuration(q)
 	d.Value = d.Estimate
@@ -246,6 +350,116 @@ func (e *Estimator) delayLocked(c Cohort, now time.Time) Delay {
 	return d
 }
 
+func (e *Estimator) delayLocked(c Cohort, now time.Time) Delay {
+	d := Delay{Value: e.cfg.Initial}
+	if w, ok := e.cohorts[c]; ok {
+		view := e.view(w, now)
+		n := view.GetCount()
+		d.Samples = int(math.Round(n))
+		if e.warm(n) {
+			if q, err := view.GetValueAtQuantile(e.cfg.Quantile); err == nil {
+				return e.fromQuantile(d, q)
+			}
+		}
+	}
+	return e.borrowLocked(c, now, d)
+}
+
+// borrowLocked is the delay of a cold cohort taken from its family (see
+// Delay), or d as it is.
+func (e *Estimator) borrowLocked(c Cohort, now time.Time, d Delay) Delay {
+	members := e.families[family(c)]
+	if !e.cfg.ScaleBorrowed {
+		e.union.Clear()
+		for _, m := range members {
+			// Same mapping everywhere: MergeWith cannot fail.
+			_ = e.union.MergeWith(e.view(e.cohorts[m], now))
+		}
+		if !e.warm(e.union.GetCount()) {
+			return d
+		}
+		q, err := e.union.GetValueAtQuantile(e.cfg.Quantile)
+		if err != nil {
+			return d
+		}
+		d = e.fromQuantile(d, q)
+		d.Borrowed = true
+		return d
+	}
+	if c.MaxTokens == 0 {
+		return d
+	}
+	best, bestQ := 0, 0.0
+	for _, m := range members {
+		if m.MaxTokens == 0 || m.MaxTokens == c.MaxTokens || !nearer(c.MaxTokens, m.MaxTokens, best) {
+			continue
+		}
+		view := e.view(e.cohorts[m], now)
+		if !e.warm(view.GetCount()) {
+			continue
+		}
+		if q, err := view.GetValueAtQuantile(e.cfg.Quantile); err == nil {
+			best, bestQ = m.MaxTokens, q
+		}
+	}
+	if best == 0 {
+		return d
+	}
+	d = e.fromQuantile(d, bestQ*math.Max(1, float64(c.MaxTokens)/float64(best)))
+	d.Borrowed = true
+	return d
+}
+
+// nearer reports whether bucket b is nearer to bucket c than best (0: none
+// yet) on a log scale, the larger winning a tie.
+func nearer(c, b, best int) bool {
+	if best == 0 {
+		return true
+	}
+	db, dbest := math.Abs(math.Log(float64(b)/float64(c))), math.Abs(math.Log(float64(best)/float64(c)))
+	const eps = 1e-9
+	return db < dbest-eps || math.Abs(db-dbest) <= eps && b > best
+}
+
+func (e *Estimator) routeDelayLocked(c Cohort, route string, now time.Time) Delay {
+	d := e.delayLocked(c, now)
+	w, ok := e.cohorts[c]
+	if !ok || !d.Warm || d.Borrowed {
+		return d
+	}
+	r, ok := w.routes[route]
+	if !ok {
+		return d
+	}
+	rv, _ := r.merged(now)
+	if !e.warm(rv.GetCount()) {
+		return d
+	}
+	// The pool the route is judged against: its sibling routes' samples.
+	// The cohort's window would hold the route's own too, and a route that
+	// carries much of the traffic would hide its own difference.
+	e.union.Clear()
+	for name, sib := range w.routes {
+		if name != route {
+			sv, _ := sib.merged(now)
+			_ = e.union.MergeWith(sv) // same mapping: cannot fail
+		}
+	}
+	if !e.warm(e.union.GetCount()) {
+		return d
+	}
+	q, z := e.cfg.Quantile, e.cfg.RouteZ
+	_, pLo, pHi := quantileInterval(e.union, q, z)
+	rq, rLo, rHi := quantileInterval(rv, q, z)
+	m := e.cfg.RouteMargin
+	if float64(rLo) <= (1+m)*float64(pHi) && float64(rHi) >= (1-m)*float64(pLo) {
+		return d
+	}
+	rd := e.fromQuantile(Delay{Samples: d.Samples}, rq.Seconds())
+	rd.Route = true
+	return rd
+}
+
 // ObservePrimary records the exact latency of a primary attempt that ended on
 // its own: time to first byte for the first_byte trigger, total time for the
 // total trigger (the caller picks, consistently per cohort).
@@ -255,12 +469,22 @@ func (e *Estimator) delayLocked(c Cohort, now time.Time) Delay {
 // about how long the answer would have taken, and recording it would pull
 // the delay down.
 func (e *Estimator) ObservePrimary(c Cohort, now time.Time, latency time.Duration) error {
+	return e.ObservePrimaryOn(c, "", now, latency)
+}
+
+// ObservePrimaryOn is ObservePrimary for a primary that ran on route: the
+// sample joins the cohort's window and the route's (none for route "").
+func (e *Estimator) ObservePrimaryOn(c Cohort, route string, now time.Time, latency time.Duration) error {
 	if latency < 0 {
 		return fmt.Errorf("%w: primary of %s observed at %v", ErrNegativeLatency, c, latency)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.window(c).own.add(now, latency.Seconds(), false)
+	w := e.window(c)
+	w.own.add(now, latency.Seconds(), false)
+	if r := e.route(w, route); r != nil {
+		r.add(now, latency.Seconds(), false)
+	}
 	return nil
 }
 
@@ -275,15 +499,33 @@ func (e *Estimator) ObservePrimary(c Cohort, now time.Time, latency time.Duratio
 // current delay (the delay has since grown) would land below the delay on
 // possibly the wrong side, so it is skipped.
 func (e *Estimator) ObserveSuperseded(c Cohort, now time.Time, elapsed time.Duration) (bool, error) {
+	return e.ObserveSupersededOn(c, "", now, elapsed)
+}
+
+// ObserveSupersededOn is ObserveSuperseded for a primary that ran on route,
+// with the rule applied to each window on its own: the sample joins the
+// cohort's window when elapsed ≥ the cohort's delay and the route's when
+// elapsed ≥ the delay the route's primaries get (RouteDelay), so a route
+// with a delay of its own keeps its quantile exact too. It reports whether
+// either recorded it.
+func (e *Estimator) ObserveSupersededOn(c Cohort, route string, now time.Time, elapsed time.Duration) (bool, error) {
 	if elapsed < 0 {
 		return false, fmt.Errorf("%w: superseded primary of %s at %v", ErrNegativeLatency, c, elapsed)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if elapsed < e.delayLocked(c, now).Value {
+	toCohort := elapsed >= e.delayLocked(c, now).Value
+	toRoute := route != "" && elapsed >= e.routeDelayLocked(c, route, now).Value
+	if !toCohort && !toRoute {
 		return false, nil
 	}
-	e.window(c).own.add(now, elapsed.Seconds(), false)
+	w := e.window(c)
+	if toCohort {
+		w.own.add(now, elapsed.Seconds(), false)
+	}
+	if r := e.route(w, route); toRoute && r != nil {
+		r.add(now, elapsed.Seconds(), false)
+	}
 	return true, nil
 }
 

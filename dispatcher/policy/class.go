@@ -38,7 +38,12 @@ type Class struct {
 func NewClass(name string, p *Policy) (*Class, error) {
 	c := &Class{Name: name, Policy: p}
 	var err error
-	if c.Estimator, err = delay.NewEstimator(p.DelayOptions()); err != nil {
+	opts := p.DelayOptions()
+	// A cold cohort borrows its delay from its siblings in other max_tokens
+	// buckets, scaled by the buckets only where the time measured grows
+	// with the output (docs/architecture.md §5).
+	opts.ScaleBorrowed = p.Trigger == TriggerTotal
+	if c.Estimator, err = delay.NewEstimator(opts); err != nil {
 		return nil, fmt.Errorf("policy: class %s: %w", name, err)
 	}
 	if c.Guardrail, err = delay.NewGuardrail(p.GuardrailOptions()); err != nil {
@@ -125,27 +130,40 @@ func (c *Class) Eligibility(g Group) Eligibility {
 	return e
 }
 
-// ObserveFirstByte records a primary's time to first byte as an exact
-// latency sample when the class hedges on first bytes; other attempts and
-// triggers record nothing.
-func (c *Class) ObserveFirstByte(cohort delay.Cohort, now time.Time, role schemas.Role, ttfb time.Duration) {
+// HedgeDelay is the hedge delay of a group of cohort whose primary runs on
+// route, starting at now with remaining time before its deadline: the
+// route's own delay when its distribution differs from the cohort's, else
+// the cohort's — its own once warm, borrowed from its warm siblings before,
+// else the initial delay (delay.Estimator.RouteDelay). Both drivers arm the
+// group's hedge timer with it.
+func (c *Class) HedgeDelay(cohort delay.Cohort, route string, now time.Time, remaining time.Duration) delay.Delay {
+	return c.Estimator.RouteDelay(cohort, route, now, remaining)
+}
+
+// ObserveFirstByte records a primary's time to first byte on its route as
+// an exact latency sample when the class hedges on first bytes; other
+// attempts and triggers record nothing.
+func (c *Class) ObserveFirstByte(cohort delay.Cohort, route string, now time.Time, role schemas.Role, ttfb time.Duration) {
 	if role == schemas.RolePrimary && c.Policy.Trigger == TriggerFirstByte {
-		_ = c.Estimator.ObservePrimary(cohort, now, ttfb)
+		_ = c.Estimator.ObservePrimaryOn(cohort, route, now, ttfb)
 	}
 }
 
-// ObserveResult records a primary's time to a successful answer as an
-// exact latency sample when the class hedges on totals; other attempts,
-// outcomes and triggers record nothing.
-func (c *Class) ObserveResult(cohort delay.Cohort, now time.Time, role schemas.Role, status schemas.StatusClass, elapsed time.Duration) {
+// ObserveResult records a primary's time to a successful answer on its
+// route as an exact latency sample when the class hedges on totals; other
+// attempts, outcomes and triggers record nothing.
+func (c *Class) ObserveResult(cohort delay.Cohort, route string, now time.Time, role schemas.Role, status schemas.StatusClass, elapsed time.Duration) {
 	if role == schemas.RolePrimary && status == schemas.StatusOK && c.Policy.Trigger == TriggerTotal {
-		_ = c.Estimator.ObservePrimary(cohort, now, elapsed)
+		_ = c.Estimator.ObservePrimaryOn(cohort, route, now, elapsed)
 	}
 }
 
 // Primary is what a driver knows of a group's primary attempt when the group
 // is decided.
 type Primary struct {
+	// Route is the route it ran on: its censored sample joins that route's
+	// window too.
+	Route string
 	// Elapsed is how long it had run.
 	Elapsed time.Duration
 	// FirstByte: it produced its first byte, so its exact sample is in.
@@ -176,14 +194,15 @@ func (c *Class) Censors(p Primary, d Decision) bool {
 }
 
 // ObserveSuperseded records a primary's elapsed time as a censored sample
-// when the censoring rule holds and the elapsed time is at least the
-// cohort's current delay (see delay.Estimator.ObserveSuperseded), and
-// reports whether it did.
+// when the censoring rule holds, in the cohort's window when the elapsed
+// time is at least the cohort's current delay and in its route's when at
+// least the route's (see delay.Estimator.ObserveSupersededOn), and reports
+// whether it did.
 func (c *Class) ObserveSuperseded(cohort delay.Cohort, now time.Time, p Primary, d Decision) bool {
 	if !c.Censors(p, d) {
 		return false
 	}
-	recorded, _ := c.Estimator.ObserveSuperseded(cohort, now, p.Elapsed)
+	recorded, _ := c.Estimator.ObserveSupersededOn(cohort, p.Route, now, p.Elapsed)
 	return recorded
 }
 
