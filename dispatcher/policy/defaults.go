@@ -53,8 +53,11 @@ func Default() *Policy {
 			BurstWindow:        10 * time.Second,
 			BurstCeiling:       0.16,
 			ReplacementReserve: 0,
-			PoolFloor:          1,
-			PoolFloorRefill:    0.05,
+			// Five stalls of a cold pool hedged at once, then one every
+			// 10 s: the first stalls of a fresh gateway cost the caller
+			// no more than the delay (issue 27's fault runs waited the
+			// whole stall behind a floor of one).
+			Reserve: Reserve{Burst: 5, PerMinute: 6},
 		},
 		Spend:             Spend{Window: time.Hour},
 		AcceptTimeout:     engine.AcceptTimeout,

@@ -137,12 +137,20 @@ type DuplicateRate struct {
 	// ReplacementReserve is the room, in extra attempts per window, that
 	// hedges leave under the ceiling for the replacements counted against it.
 	ReplacementReserve float64 `yaml:"replacement_reserve"`
-	// PoolFloor is the capacity of the per-pool floor: tokens a pool may
-	// spend beyond what its primaries deposited, so a pool with little
-	// traffic can still hedge now and then. Zero disables it.
-	PoolFloor float64 `yaml:"pool_floor"`
-	// PoolFloorRefill is how many floor tokens return per second.
-	PoolFloorRefill float64 `yaml:"pool_floor_refill"`
+	// Reserve pays for a hedge the window has no room for: a cold or
+	// quiet pool, whose window holds too few primaries for one extra
+	// attempt, still hedges its first stalls.
+	Reserve Reserve `yaml:"reserve"`
+}
+
+// Reserve is a pool's minimum hedging allowance, in the spirit of gRPC's
+// retry throttle (a bucket that starts full) and Finagle's retry budget (a
+// floor per second beside the percentage): a token bucket per pool and
+// class holding Burst hedges, full when created, refilled by PerMinute
+// (docs/architecture.md §7). Zero Burst turns it off.
+type Reserve struct {
+	Burst     float64 `yaml:"burst"`
+	PerMinute float64 `yaml:"per_minute"`
 }
 
 // Spend configures spend ceilings in usage units; zero means no ceiling.
@@ -275,7 +283,8 @@ func (p *Policy) DuplicateCeiling() budgets.DuplicateCeiling {
 	return c
 }
 
-// FloorBucket returns the pool's floor bucket.
-func (p *Policy) FloorBucket() budgets.FloorBucket {
-	return budgets.FloorBucket{Capacity: p.DuplicateRate.PoolFloor, RefillPerSecond: p.DuplicateRate.PoolFloorRefill}
+// ReserveBucket returns the pool's reserve as the budget store's bucket.
+func (p *Policy) ReserveBucket() budgets.ReserveBucket {
+	r := p.DuplicateRate.Reserve
+	return budgets.ReserveBucket{Capacity: r.Burst, RefillPerSecond: r.PerMinute / 60}
 }

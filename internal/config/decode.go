@@ -27,7 +27,11 @@ var retiredKeys = map[reflect.Type]map[string]string{
 		"capacity": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
 			"(docs/architecture.md §7); delete it and set duplicate_rate.window (default 1m) and burst_window (default 10s) if the defaults do not suit",
 		"initial_fill": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
-			"(docs/architecture.md §7); delete it: a cold cohort hedges on the pool's floor (pool_floor)",
+			"(docs/architecture.md §7); delete it: a cold pool hedges on its reserve (duplicate_rate.reserve)",
+		"pool_floor": "the pool's floor became its reserve (docs/architecture.md §7); " +
+			"write duplicate_rate.reserve: {burst: <hedges at once>, per_minute: <refill>} (default {burst: 5, per_minute: 6})",
+		"pool_floor_refill": "the pool's floor became its reserve (docs/architecture.md §7); " +
+			"write duplicate_rate.reserve: {burst: <hedges at once>, per_minute: <refill>} (default {burst: 5, per_minute: 6})",
 	},
 }
 

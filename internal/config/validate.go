@@ -559,11 +559,11 @@ func (v *validator) policy(p, name string, pol *Policy) {
 	if b.ReplacementReserve < 0 || b.ReplacementReserve > 1e6 {
 		v.addf(bp+".replacement_reserve", "%v is outside [0, 1000000]", b.ReplacementReserve)
 	}
-	if b.PoolFloor < 0 {
-		v.addf(bp+".pool_floor", "%v is negative", b.PoolFloor)
+	if b.Reserve.Burst < 0 || b.Reserve.Burst > 1e6 {
+		v.addf(bp+".reserve.burst", "%v is outside [0, 1000000]", b.Reserve.Burst)
 	}
-	if b.PoolFloorRefill < 0 {
-		v.addf(bp+".pool_floor_refill", "%v is negative", b.PoolFloorRefill)
+	if b.Reserve.PerMinute < 0 || b.Reserve.PerMinute > 1e6 {
+		v.addf(bp+".reserve.per_minute", "%v is outside [0, 1000000]", b.Reserve.PerMinute)
 	}
 
 	s, sp := pol.Spend, p+".spend"
