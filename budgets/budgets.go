@@ -1,6 +1,6 @@
 // Package budgets holds the ceilings that bound a user action across every
 // dispatcher replica (docs/architecture.md §7): the attempt ledger of each user action, the
-// duplicate-rate window of each cohort with a floor per pool, spend ceilings
+// duplicate-rate window of each cohort with a reserve per pool, spend ceilings
 // per user action and per tenant window, route pushback, quarantine and
 // ejection flags, and route in-flight leases.
 //
@@ -16,7 +16,7 @@
 // decision needs, including the ceiling's configuration, so a Redis store can
 // make it one pipelined batch and needs no configuration of its own. Keys fall
 // into one hash tag per entity — {ua:<id>} for the ledger and the user action's
-// spend, {pool:<pool>} for the cohort windows and the pool floor,
+// spend, {pool:<pool>} for the cohort windows and the pool reserve,
 // {tenant:<id>} for the tenant's spend window, {route:<name>} for route flags
 // and leases. A decision that spans several entities takes from them in that
 // order (or, as the Redis store does, from all at once, choosing the reason
@@ -70,7 +70,7 @@ type Store interface {
 }
 
 // Reservations is the accounting of a user action's attempts and spend: the
-// attempt ledgers, the duplicate-rate windows and pool floors, and the spend
+// attempt ledgers, the duplicate-rate windows and pool reserves, and the spend
 // ceilings. It decides on each attempt and ends the reservation it granted.
 type Reservations interface {
 	// Admit decides on a user action's primary attempt: it takes an attempt
@@ -87,7 +87,7 @@ type Reservations interface {
 	// ReserveExtra decides on a hedge or a replacement: the target route must
 	// be neither in pushback, quarantined nor ejected; then it takes an attempt slot,
 	// counts the attempt in its cohort's duplicate-rate window — a hedge
-	// only if it fits under the ceiling or, failing that, the pool's floor
+	// only if it fits under the ceiling or, failing that, the pool's reserve
 	// pays; a replacement always — and reserves spend. On denial
 	// nothing is kept; the reason is the first refusal in the order
 	// route_quarantined, route_pushback, route_ejected, attempts, duplicate_rate,
@@ -106,7 +106,7 @@ type Reservations interface {
 
 	// Release ends a live reservation whose grant never launched an attempt
 	// (e.g. a hedge budget granted after a winner arrived): the spend, the
-	// attempt slot, the window's count and any floor token are all given
+	// attempt slot, the window's count and any reserve token are all given
 	// back (a count whose slot has left the window is gone already). An attempt
 	// that launched is Settled instead, even with zero usage. It returns
 	// ErrUnknownReservation, changing nothing, if the reservation is unknown,
@@ -186,7 +186,7 @@ const (
 	ReasonSpendUserAction Reason = "spend_user_action"
 	// ReasonSpendTenant: the reservation would exceed the tenant's ceiling for the current window.
 	ReasonSpendTenant Reason = "spend_tenant"
-	// ReasonDuplicateRate: a hedge fits under neither its cohort's window ceiling nor the pool's floor.
+	// ReasonDuplicateRate: a hedge fits under neither its cohort's window ceiling nor the pool's reserve.
 	ReasonDuplicateRate Reason = "duplicate_rate"
 	// ReasonRoutePushback: the target route asked for less load (429/529) and its pushback has not expired.
 	ReasonRoutePushback Reason = "route_pushback"
@@ -227,8 +227,8 @@ const (
 	TokenNone TokenSource = ""
 	// TokenCohort: the hedge fit under its cohort's window ceiling.
 	TokenCohort TokenSource = "cohort"
-	// TokenFloor: the cohort's window had no room and the pool's floor paid.
-	TokenFloor TokenSource = "floor"
+	// TokenReserve: the cohort's window had no room and the pool's reserve paid.
+	TokenReserve TokenSource = "reserve"
 )
 
 // AttemptPolicy bounds the attempts of one user action, across its hedge
@@ -295,7 +295,7 @@ func (p SpendPolicy) Units() int64 { return p.InputUnits + p.OutputUnits }
 //
 // so a long window can hold the average while the burst bound caps what an
 // incident adds within seconds (docs/architecture.md §7, "two windows").
-// When the cohort refuses, the pool's floor may pay (FloorBucket). A
+// When the cohort refuses, the pool's reserve may pay (ReserveBucket). A
 // replacement is never refused by the ceiling: the attempt it replaces has
 // ended, so it adds no concurrent load, and the user action's attempt ledger
 // bounds how many there are; it is counted, so it leaves less room to hedges.
@@ -367,21 +367,21 @@ func (c DuplicateCeiling) AllowsBurst(primaries, extras int64) bool {
 // oneToken is one extra attempt in microtokens.
 const oneToken = 1_000_000
 
-// FloorBucket configures a pool's floor: a token bucket, full when created,
+// ReserveBucket configures a pool's reserve: a token bucket, full when created,
 // that refills continuously, so a low-traffic or cold cohort, whose window
 // holds too few primaries for a hedge, can still hedge now and then. A hedge
-// the floor pays is counted in its cohort's window like any other. A zero
-// Capacity disables the floor.
-type FloorBucket struct {
+// the reserve pays is counted in its cohort's window like any other. A zero
+// Capacity disables the reserve.
+type ReserveBucket struct {
 	Capacity        float64
 	RefillPerSecond float64
 }
 
-// BucketIdleTTL is how long a pool floor is kept without being used; after
+// BucketIdleTTL is how long a pool reserve is kept without being used; after
 // that it starts again full.
 const BucketIdleTTL = 24 * time.Hour
 
-// maxTokens bounds floor capacities and the replacement reserve so that
+// maxTokens bounds reserve capacities and the replacement reserve so that
 // their fixed-point form (millionths of a token, see Microtokens) stays
 // exact in int64 and in a Lua double.
 const maxTokens = 1e9
@@ -395,10 +395,12 @@ type AdmitRequest struct {
 	// Spend.TenantCeiling is set.
 	Tenant string
 	// Pool is the pool of equivalent routes the cohort belongs to; the
-	// cohort's window lives with the pool's floor.
+	// cohort's window lives with the pool's reserve.
 	Pool string
-	// Cohort identifies the duplicate-rate window the primary is counted in.
-	Cohort string
+	// Window names the duplicate-rate window the primary is counted in:
+	// the dispatcher keeps one per class and pool (policy.DuplicateWindow),
+	// where the duplicate load lands (docs/architecture.md §7).
+	Window string
 	// Group names the hedge group the attempt belongs to; the ledger
 	// counts the slots each group holds, so a takeover can forgive them.
 	// Empty: the slot is counted for the user action only.
@@ -428,8 +430,8 @@ func (r AdmitRequest) validate() error {
 	if r.UserAction == "" {
 		return invalid("user action is empty")
 	}
-	if r.Pool == "" || r.Cohort == "" {
-		return invalid("pool and cohort are required")
+	if r.Pool == "" || r.Window == "" {
+		return invalid("pool and window are required")
 	}
 	if err := r.Attempts.validate(); err != nil {
 		return err
@@ -453,13 +455,13 @@ type ExtraRequest struct {
 	// Route is the route the attempt would be sent to.
 	Route    string
 	Pool     string
-	Cohort   string
+	Window   string
 	Attempts AttemptPolicy
 	Spend    SpendPolicy
 	// Duplicates is the cohort's ceiling a hedge must fit under; Floor pays
 	// for a hedge the cohort refuses.
 	Duplicates DuplicateCeiling
-	Floor      FloorBucket
+	Reserve    ReserveBucket
 }
 
 // Validate reports the first problem that makes the request unusable, wrapped
@@ -487,13 +489,13 @@ func (r ExtraRequest) validate() error {
 	if err := r.Spend.validate(r.Tenant); err != nil {
 		return err
 	}
-	if r.Pool == "" || r.Cohort == "" {
+	if r.Pool == "" || r.Window == "" {
 		return invalid("an extra attempt needs its pool and cohort")
 	}
 	if err := r.Duplicates.validate(); err != nil {
 		return err
 	}
-	return r.Floor.validate()
+	return r.Reserve.validate()
 }
 
 // Admission is the decision on a primary attempt.
@@ -624,12 +626,12 @@ func (c DuplicateCeiling) validate() error {
 	return nil
 }
 
-func (f FloorBucket) validate() error {
+func (f ReserveBucket) validate() error {
 	switch {
 	case !(f.Capacity >= 0 && f.Capacity <= maxTokens):
-		return invalid(fmt.Sprintf("floor bucket: capacity %v is outside [0, %g]", f.Capacity, float64(maxTokens)))
+		return invalid(fmt.Sprintf("reserve bucket: capacity %v is outside [0, %g]", f.Capacity, float64(maxTokens)))
 	case !(f.RefillPerSecond >= 0 && f.RefillPerSecond <= maxTokens):
-		return invalid(fmt.Sprintf("floor bucket: refill %v/s is outside [0, %g]", f.RefillPerSecond, float64(maxTokens)))
+		return invalid(fmt.Sprintf("reserve bucket: refill %v/s is outside [0, %g]", f.RefillPerSecond, float64(maxTokens)))
 	}
 	return nil
 }
@@ -637,7 +639,7 @@ func (f FloorBucket) validate() error {
 func invalid(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidRequest, msg) }
 
 // Microtokens converts a quantity of extra attempts (a ceiling, a reserve, a
-// floor level) to millionths of one. Stores decide in integers so that
+// reserve level) to millionths of one. Stores decide in integers so that
 // many small shares (a ceiling of 0.05 twenty times) add up to exactly one
 // attempt in every implementation.
 func Microtokens(tokens float64) int64 { return int64(tokens*1e6 + 0.5) }

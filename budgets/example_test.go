@@ -29,14 +29,14 @@ func ExampleMemory() {
 
 	for i := range 9 { // the cohort's earlier traffic
 		if _, err := store.Admit(ctx, budgets.AdmitRequest{
-			UserAction: fmt.Sprint("earlier-", i), Pool: "general", Cohort: "general/short",
+			UserAction: fmt.Sprint("earlier-", i), Pool: "general", Window: "general/short",
 			Attempts: attempts, Spend: spend, Duplicates: dup,
 		}); err != nil {
 			log.Fatal(err)
 		}
 	}
 	primary, err := store.Admit(ctx, budgets.AdmitRequest{
-		UserAction: "order-2291", Pool: "general", Cohort: "general/short",
+		UserAction: "order-2291", Pool: "general", Window: "general/short",
 		Attempts: attempts, Spend: spend, Duplicates: dup,
 	})
 	if err != nil {
@@ -46,7 +46,7 @@ func ExampleMemory() {
 
 	hedgeReq := budgets.ExtraRequest{
 		Role: schemas.RoleHedge, UserAction: "order-2291", Route: "west",
-		Pool: "general", Cohort: "general/short",
+		Pool: "general", Window: "general/short",
 		Attempts: attempts, Spend: spend, Duplicates: dup,
 	}
 	hedge, err := store.ReserveExtra(ctx, hedgeReq)

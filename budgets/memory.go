@@ -30,7 +30,7 @@ type Memory struct {
 	userActions  map[string]*userAction
 	tenants      map[tenantWindowKey]*tenantAccount
 	windows      map[windowKey]*duplicateWindow
-	floors       map[string]*floorBucket
+	reserves     map[string]*reserveBucket
 	routes       map[string]*routeFlags
 	leases       map[string]map[string]time.Time // route → holder → expiry
 	reservations map[ReservationID]*reservation
@@ -51,7 +51,7 @@ func NewMemory(now func() time.Time) *Memory {
 		userActions:  make(map[string]*userAction),
 		tenants:      make(map[tenantWindowKey]*tenantAccount),
 		windows:      make(map[windowKey]*duplicateWindow),
-		floors:       make(map[string]*floorBucket),
+		reserves:     make(map[string]*reserveBucket),
 		routes:       make(map[string]*routeFlags),
 		leases:       make(map[string]map[string]time.Time),
 		reservations: make(map[ReservationID]*reservation),
@@ -170,8 +170,8 @@ func entry[K comparable, V any](m map[K]V, k K, fresh func() V) V {
 	return v
 }
 
-// floorBucket is a pool's refilling token bucket, in microtokens.
-type floorBucket struct {
+// reserveBucket is a pool's refilling token bucket, in microtokens.
+type reserveBucket struct {
 	level, capacity int64
 	refillPerSecond float64 // microtokens
 	refilled        time.Time
@@ -181,7 +181,7 @@ type floorBucket struct {
 // refill adds the tokens earned since the last refill. The refill time only
 // moves on when at least one microtoken was earned, so that frequent touches
 // at a slow rate do not round every increment away.
-func (f *floorBucket) refill(now time.Time) {
+func (f *reserveBucket) refill(now time.Time) {
 	if f.level >= f.capacity {
 		f.level, f.refilled = f.capacity, now
 		return
@@ -218,7 +218,7 @@ type reservation struct {
 	group   string         // the group its ledger slot is held for
 	tenant  *tenantAccount // nil without a tenant ceiling
 	counted *windowSlot    // where an extra attempt was counted
-	floor   *floorBucket   // the floor that paid for a hedge, if any
+	reserve *reserveBucket // the reserve that paid for a hedge, if any
 	index   int            // in byExpiry
 }
 
@@ -228,7 +228,7 @@ type claim struct {
 	group   string
 	tenant  *tenantAccount
 	counted *windowSlot
-	floor   *floorBucket
+	reserve *reserveBucket
 	units   int64
 	undo    []func()
 }
@@ -264,7 +264,7 @@ func (m *Memory) Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 		c.compensate()
 		return Admission{Reason: reason}, nil
 	}
-	w, cur := m.duplicateWindow(req.Pool, req.Cohort, req.Duplicates, now)
+	w, cur := m.duplicateWindow(req.Pool, req.Window, req.Duplicates, now)
 	w.slot(cur).primaries++
 	res := m.commit(c, req.Attempts, req.Spend, now)
 	return Admission{
@@ -347,10 +347,10 @@ func (m *Memory) takeSlot(c *claim, id, forgive string, p AttemptPolicy, now tim
 
 // countExtra counts an extra attempt in its cohort's window: a
 // replacement always, a hedge when it fits under the window's ceiling or,
-// failing that, when the pool's floor pays a token. ok is false when a
+// failing that, when the pool's reserve pays a token. ok is false when a
 // hedge fits under neither.
 func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token TokenSource, ok bool) {
-	w, cur := m.duplicateWindow(req.Pool, req.Cohort, req.Duplicates, now)
+	w, cur := m.duplicateWindow(req.Pool, req.Window, req.Duplicates, now)
 	primaries, extras := w.sums(math.MinInt64)
 	burstPrimaries, burstExtras := w.sums(cur - int64(req.Duplicates.BurstSlots) + 1)
 	switch {
@@ -358,17 +358,17 @@ func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token To
 		token = TokenNone
 	case req.Duplicates.AllowsHedge(primaries, extras) && req.Duplicates.AllowsBurst(burstPrimaries, burstExtras):
 		token = TokenCohort
-	case req.Floor.Capacity == 0:
+	case req.Reserve.Capacity == 0:
 		return TokenNone, false
 	default:
-		f := m.floorBucket(req.Pool, req.Floor, now)
+		f := m.reserveBucket(req.Pool, req.Reserve, now)
 		if f.level < oneToken {
 			return TokenNone, false
 		}
 		f.level -= oneToken
-		c.floor = f
+		c.reserve = f
 		c.undo = append(c.undo, func() { f.level = min(f.capacity, f.level+oneToken) })
-		token = TokenFloor
+		token = TokenReserve
 	}
 	s := w.slot(cur)
 	s.extras++
@@ -417,7 +417,7 @@ func (m *Memory) commit(c *claim, a AttemptPolicy, p SpendPolicy, now time.Time)
 		group:   c.group,
 		tenant:  c.tenant,
 		counted: c.counted,
-		floor:   c.floor,
+		reserve: c.reserve,
 	}
 	c.ua.expires = latest(c.ua.expires, now.Add(a.TTL), res.expires)
 	c.ua.live++
@@ -446,13 +446,13 @@ func (m *Memory) duplicateWindow(pool, cohort string, cfg DuplicateCeiling, now 
 	return w, cur
 }
 
-// floorBucket returns the pool's floor, created full, refilled up to now with
+// reserveBucket returns the pool's reserve, created full, refilled up to now with
 // the request's configuration applied.
-func (m *Memory) floorBucket(pool string, cfg FloorBucket, now time.Time) *floorBucket {
-	f := m.floors[pool]
+func (m *Memory) reserveBucket(pool string, cfg ReserveBucket, now time.Time) *reserveBucket {
+	f := m.reserves[pool]
 	if f == nil || !now.Before(f.used.Add(BucketIdleTTL)) {
-		f = &floorBucket{level: Microtokens(cfg.Capacity), refilled: now}
-		m.floors[pool] = f
+		f = &reserveBucket{level: Microtokens(cfg.Capacity), refilled: now}
+		m.reserves[pool] = f
 	}
 	f.capacity = Microtokens(cfg.Capacity)
 	f.refillPerSecond = cfg.RefillPerSecond * 1e6
@@ -544,9 +544,9 @@ func (m *Memory) Release(ctx context.Context, id ReservationID) error {
 	if res.counted != nil {
 		res.counted.extras--
 	}
-	if res.floor != nil {
-		res.floor.refill(now)
-		res.floor.level = min(res.floor.capacity, res.floor.level+oneToken)
+	if res.reserve != nil {
+		res.reserve.refill(now)
+		res.reserve.level = min(res.reserve.capacity, res.reserve.level+oneToken)
 	}
 	m.end(res)
 	return nil
@@ -706,9 +706,9 @@ func (m *Memory) advance() time.Time {
 			delete(m.windows, key)
 		}
 	}
-	for pool, f := range m.floors {
+	for pool, f := range m.reserves {
 		if !now.Before(f.used.Add(BucketIdleTTL)) {
-			delete(m.floors, pool)
+			delete(m.reserves, pool)
 		}
 	}
 	for route, flags := range m.routes {
@@ -729,13 +729,13 @@ func (m *Memory) advance() time.Time {
 	return now
 }
 
-// entities reports how many user actions, tenant windows, duplicate windows, floors,
+// entities reports how many user actions, tenant windows, duplicate windows, reserves,
 // flagged routes, leased routes and reservations Memory holds; tests use it to
 // check that forgotten entities are really gone.
 func (m *Memory) entities() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.userActions) + len(m.tenants) + len(m.windows) + len(m.floors) +
+	return len(m.userActions) + len(m.tenants) + len(m.windows) + len(m.reserves) +
 		len(m.routes) + len(m.leases) + len(m.reservations)
 }
 

@@ -19,7 +19,7 @@ func testAdmitRequest(ua string) AdmitRequest {
 		UserAction: ua,
 		Tenant:     "tenant",
 		Pool:       "pool",
-		Cohort:     "cohort",
+		Window:     "cohort",
 		Attempts:   AttemptPolicy{Max: 2, TTL: time.Minute},
 		Spend: SpendPolicy{
 			InputUnits: 10, OutputUnits: 10, TenantCeiling: 1000, TenantWindow: time.Hour,
@@ -42,10 +42,10 @@ func TestMemoryForgetsEntitiesPastTheirLifetime(t *testing.T) {
 		t.Fatalf("Admit: %v", err)
 	}
 	if _, err := m.ReserveExtra(ctx, ExtraRequest{
-		Role: schemas.RoleHedge, UserAction: "ua-hedge", Route: "route", Pool: "pool", Cohort: "cohort",
+		Role: schemas.RoleHedge, UserAction: "ua-hedge", Route: "route", Pool: "pool", Window: "cohort",
 		Attempts: AttemptPolicy{Max: 1, TTL: time.Minute}, Spend: SpendPolicy{ReservationTTL: time.Minute},
 		Duplicates: DuplicateCeiling{Ceiling: 0.1, Window: 10 * time.Second, Slots: 10},
-		Floor:      FloorBucket{Capacity: 1},
+		Reserve:    ReserveBucket{Capacity: 1},
 	}); err != nil {
 		t.Fatalf("ReserveExtra: %v", err)
 	}

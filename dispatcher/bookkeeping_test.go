@@ -39,7 +39,7 @@ func TestSettlesWaitingTogetherReachTheStoreAsOneBatch(t *testing.T) {
 	var ids []budgets.ReservationID
 	for i := range 10 {
 		a, err := store.Admit(t.Context(), budgets.AdmitRequest{
-			UserAction: fmt.Sprintf("ua-%d", i), Pool: "general", Cohort: "c",
+			UserAction: fmt.Sprintf("ua-%d", i), Pool: "general", Window: "c",
 			Attempts:   budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
 			Spend:      budgets.SpendPolicy{InputUnits: 10, OutputUnits: 10, ReservationTTL: time.Minute},
 			Duplicates: budgets.DuplicateCeiling{Ceiling: 0.08, Window: 10 * time.Second, Slots: 10},

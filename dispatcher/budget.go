@@ -39,7 +39,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	}
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
-		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Window: policy.DuplicateWindow(g.cohort),
 		// A takeover forgives the ledger slots its dead predecessor holds
 		// (docs/architecture.md §2, §7).
 		Group: g.id, Forgive: g.sub.Supersedes,
@@ -110,11 +110,11 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
-		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Cohort: g.cohort.Key(),
+		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Window: policy.DuplicateWindow(g.cohort),
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),
-		Floor:      p.FloorBucket(),
+		Reserve:    p.ReserveBucket(),
 	})
 	switch {
 	case errors.Is(err, budgets.ErrInvalidRequest):

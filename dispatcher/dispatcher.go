@@ -188,7 +188,7 @@ type Dispatcher struct {
 	replies     replyMux       // routes every group's replies from one subscription
 	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
 	unservedFor time.Duration  // how long a route without a worker is passed over (overload.go)
-	dupRates    duplicateRates // each cohort's duplicate window as this replica counts it (opsmetrics.go)
+	dupRates    duplicateRates // each class and pool's duplicate window as this replica counts it (opsmetrics.go)
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).

@@ -40,7 +40,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 3s
-    duplicate_rate: {ceiling: 0.08, window: 10s, pool_floor: 0}
+    duplicate_rate: {ceiling: 0.08, window: 10s, reserve: {burst: 0}}
 `
 
 // TestReplacementAfterAFastFailureIsNeverRefusedByTheDuplicateCeiling: one
@@ -88,7 +88,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 5s
-    duplicate_rate: {ceiling: 0.08, window: 60s, replacement_reserve: 0, pool_floor: 0}
+    duplicate_rate: {ceiling: 0.08, window: 60s, replacement_reserve: 0, reserve: {burst: 0}}
 `
 
 // TestBurstOfStallsAtASteadyRateIsHedgedWithinTheWindowCeiling: 100 quick

@@ -151,7 +151,7 @@ func (w *rateWindow) read(cur int64) duplicateWindowRead {
 
 // countPrimary counts an admitted primary in its cohort's window.
 func (g *group) countPrimary() {
-	g.d.dupRates.count(g.cohort.Key(), g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
+	g.d.dupRates.count(policy.DuplicateWindow(g.cohort), g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
 }
 
 // countExtra counts a granted hedge or replacement in its cohort's window
@@ -159,7 +159,7 @@ func (g *group) countPrimary() {
 // which switches hedging off at once.
 func (g *group) countExtra(role schemas.Role) {
 	c, now := g.class.Policy.DuplicateCeiling(), g.d.now()
-	if w := g.d.dupRates.count(g.cohort.Key(), c, now, role); w.breaches(c) {
+	if w := g.d.dupRates.count(policy.DuplicateWindow(g.cohort), c, now, role); w.breaches(c) {
 		g.reportBreach(now, delay.ReasonDuplicateCeiling)
 	}
 }
@@ -188,7 +188,7 @@ func (g *group) reportBreach(now time.Time, reason delay.GuardrailReason) {
 // duplicateRateWindow is the cohort's rate in this replica's window, for
 // the records' duplicate_rate_window.
 func (g *group) duplicateRateWindow() float64 {
-	return g.d.dupRates.read(g.cohort.Key(), g.class.Policy.DuplicateCeiling(), g.d.now()).rate()
+	return g.d.dupRates.read(policy.DuplicateWindow(g.cohort), g.class.Policy.DuplicateCeiling(), g.d.now()).rate()
 }
 
 // cohortMetric is a cohort the dispatcher exports metrics for, and the
@@ -254,7 +254,7 @@ func newCohortCollector(d *Dispatcher) *cohortCollector {
 		reason: desc("hedgerow_guardrail_reason",
 			"1 for the reason of the cohort's guardrail state (the cause of disabling through a cool-down), 0 for the others.", "reason"),
 		dupRate: desc("hedgerow_duplicate_rate",
-			"Extra attempts (hedges and replacements) per primary over the cohort's duplicate window, as this replica counted them; 0 with no primary."),
+			"Extra attempts (hedges and replacements) per primary over the duplicate window of the cohort's class and pool (docs/architecture.md §7), as this replica counted them; 0 with no primary."),
 		dupCeiling: desc("hedgerow_duplicate_rate_ceiling",
 			"The cohort's duplicate-rate ceiling (policy duplicate_rate.ceiling)."),
 		stallBound: desc("hedgerow_stall_bound_seconds",
@@ -301,7 +301,7 @@ func (c *cohortCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.reason, one(st.Reason == r), key, string(r))
 		}
 		ceiling := cm.class.Policy.DuplicateCeiling()
-		gauge(c.dupRate, c.d.dupRates.read(key, ceiling, now).rate(), key)
+		gauge(c.dupRate, c.d.dupRates.read(policy.DuplicateWindow(cm.cohort), ceiling, now).rate(), key)
 		gauge(c.dupCeiling, ceiling.Ceiling, key)
 		gauge(c.stallBound, cm.class.StallBound(key, now).Seconds(), key)
 	}

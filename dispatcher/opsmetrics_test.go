@@ -25,7 +25,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 5s
-    duplicate_rate: {ceiling: 0.05, window: 60s, replacement_reserve: 0, pool_floor: 0}
+    duplicate_rate: {ceiling: 0.05, window: 60s, replacement_reserve: 0, reserve: {burst: 0}}
 `
 
 // TestADuplicateCeilingBreachSwitchesTheCohortsHedgingOff: 100 quick

@@ -25,7 +25,7 @@ func BenchmarkAdmissionAndElectionOnRedis(b *testing.B) {
 	client := redisClient(b, rs)
 	store, gate := redisShared(b, client, "bench")
 	admit := budgets.AdmitRequest{
-		Pool: "general", Cohort: "default/general/non-stream/256",
+		Pool: "general", Window: "default/general",
 		Attempts:   budgets.AttemptPolicy{Max: 2, TTL: time.Minute},
 		Spend:      budgets.SpendPolicy{InputUnits: 100, OutputUnits: 256, ReservationTTL: time.Minute},
 		Duplicates: budgets.DuplicateCeiling{Ceiling: 0.08, Window: 10 * time.Second, Slots: 10},

@@ -195,7 +195,7 @@ policies:
     accept_timeout: 2s
     heartbeat_interval: 50ms
     heartbeat_timeout: 3s
-    duplicate_rate: {ceiling: 0.05, window: 10s, replacement_reserve: 0, pool_floor: 0}
+    duplicate_rate: {ceiling: 0.05, window: 10s, replacement_reserve: 0, reserve: {burst: 0}}
 `
 
 // slowThreeInTen makes 3 requests in 10 stall 400 ms before their first

@@ -373,7 +373,7 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 		res := r.newReservation()
 		if r.store != nil {
 			adm, err := r.store.Admit(ctx, budgets.AdmitRequest{
-				UserAction: g.id, Pool: pool, Cohort: g.cohort.Key(),
+				UserAction: g.id, Pool: pool, Window: policy.DuplicateWindow(g.cohort),
 				Attempts: r.attemptPolicy(), Spend: r.spend(g), Duplicates: r.strat.duplicates,
 			})
 			if err != nil {
@@ -481,8 +481,8 @@ func (r *runner) decideExtra(ctx context.Context, g *simGroup, a hedge.AskHedgeB
 		return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: r.newReservation()}
 	}
 	grant, err := r.store.ReserveExtra(ctx, budgets.ExtraRequest{
-		Role: a.Role, UserAction: g.id, Route: target, Pool: pool, Cohort: g.cohort.Key(),
-		Attempts: r.attemptPolicy(), Spend: r.spend(g), Duplicates: r.strat.duplicates, Floor: r.strat.floor,
+		Role: a.Role, UserAction: g.id, Route: target, Pool: pool, Window: policy.DuplicateWindow(g.cohort),
+		Attempts: r.attemptPolicy(), Spend: r.spend(g), Duplicates: r.strat.duplicates, Reserve: r.strat.reserve,
 	})
 	if err != nil {
 		// The store is down: the optional duplicate fails closed.

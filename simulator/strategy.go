@@ -62,7 +62,7 @@ type strategy struct {
 	observeGroup bool
 	budget       budgetMode
 	duplicates   budgets.DuplicateCeiling
-	floor        budgets.FloorBucket
+	reserve      budgets.ReserveBucket
 	// routeAware picks routes by power of two choices, honouring pushback and
 	// quarantine; otherwise routes are drawn uniformly, the same one allowed.
 	routeAware bool
@@ -97,7 +97,7 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 		s.observeGroup = true
 		s.budget = budgetStore
 		// A retry budget in the manner of Finagle's: 20% of the requests
-		// of the last 10 s, no floor.
+		// of the last 10 s, no reserve.
 		s.duplicates = budgets.DuplicateCeiling{Ceiling: 0.20, Window: 10 * time.Second, Slots: 10}
 	case StrategyHedgerow:
 		// This project's defaults: exactly what a configuration that sets
@@ -113,7 +113,7 @@ func newStrategy(name string, cond workload.Conditions) (strategy, error) {
 }
 
 // configuredStrategy runs a class policy as the dispatcher runs it: its
-// engine policy, estimated delay, duplicate ceiling and floor, route-aware
+// engine policy, estimated delay, duplicate ceiling and reserve, route-aware
 // picking. rules is taken as it is, its deadline set to the conditions'.
 func configuredStrategy(name string, rules *policy.Policy, cond workload.Conditions) (strategy, error) {
 	rules.Deadline = cond.Deadline
@@ -126,7 +126,7 @@ func configuredStrategy(name string, rules *policy.Policy, cond workload.Conditi
 	s.delay = delayEstimated
 	s.budget = budgetStore
 	s.duplicates = rules.DuplicateCeiling()
-	s.floor = rules.FloorBucket()
+	s.reserve = rules.ReserveBucket()
 	s.routeAware = true
 	return s, s.policy.Validate()
 }

@@ -150,11 +150,11 @@ func (d *decision) endTenant(ctx context.Context, b *batch, settle bool, used in
 }
 
 // endToken queues the end of the reservation's count in its cohort's
-// duplicate-rate window (and floor token).
+// duplicate-rate window (and reserve token).
 func (d *decision) endToken(ctx context.Context, b *batch, settle bool) *scriptCall {
 	k := d.s.keys
 	return b.eval(ctx, poolEndScript,
-		[]string{k.window(d.r.pool, d.r.cohort, d.r.slotMs), k.floor(d.r.pool), k.poolTokens(d.r.pool)},
+		[]string{k.window(d.r.pool, d.r.cohort, d.r.slotMs), k.reserve(d.r.pool), k.poolTokens(d.r.pool)},
 		d.nowMs, d.r.nonce, d.r.source, flag(!settle), d.r.slot, idleMs)
 }
 
@@ -185,7 +185,7 @@ func (s *Store) Admit(ctx context.Context, req budgets.AdmitRequest) (budgets.Ad
 
 	d := s.newDecision(req.UserAction, req.Group, req.Spend.Units())
 	slotLen := req.Duplicates.SlotLength()
-	d.windowKey = s.keys.window(entityHash(req.Pool), entityHash(req.Cohort), slotLen.Milliseconds())
+	d.windowKey = s.keys.window(entityHash(req.Pool), entityHash(req.Window), slotLen.Milliseconds())
 	d.slot = budgets.WindowSlot(d.now, slotLen)
 	b := newBatch(s.client)
 	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, req.Forgive, req.Attempts, req.Spend)
@@ -248,7 +248,7 @@ func (d *decision) fail(parent, ctx context.Context, op string, err error) error
 
 // ReserveExtra implements budgets.Store in one round trip: the route's
 // flags, the user action's take, the count in the cohort's window (or the
-// pool's floor token) and the tenant's take are
+// pool's reserve token) and the tenant's take are
 // pipelined together; a denial costs a second round trip that gives back
 // what the others granted.
 func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (budgets.Grant, error) {
@@ -263,15 +263,15 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	b := newBatch(s.client)
 	flags := b.pipe.HMGet(ctx, s.keys.routeFlags(entityHash(req.Route)), "q", "p", "e")
 	uaCall, tenantCall := d.takeAccounts(ctx, b, req.Tenant, "", req.Attempts, req.Spend)
-	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Cohort)
+	poolHash, cohortHash := entityHash(req.Pool), entityHash(req.Window)
 	slotLen := req.Duplicates.SlotLength()
 	slot := budgets.WindowSlot(d.now, slotLen)
 	tokenCall := b.eval(ctx, poolCountScript,
-		[]string{s.keys.window(poolHash, cohortHash, slotLen.Milliseconds()), s.keys.floor(poolHash), s.keys.poolTokens(poolHash)},
+		[]string{s.keys.window(poolHash, cohortHash, slotLen.Milliseconds()), s.keys.reserve(poolHash), s.keys.poolTokens(poolHash)},
 		d.nowMs, d.r.nonce, slot, req.Duplicates.Slots,
 		budgets.Microtokens(req.Duplicates.Ceiling), budgets.Microtokens(req.Duplicates.ReplacementReserve),
 		flag(req.Role == schemas.RoleReplacement),
-		budgets.Microtokens(req.Floor.Capacity), strconv.FormatFloat(req.Floor.RefillPerSecond*1e6, 'g', -1, 64),
+		budgets.Microtokens(req.Reserve.Capacity), strconv.FormatFloat(req.Reserve.RefillPerSecond*1e6, 'g', -1, 64),
 		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs, windowTTL(req.Duplicates),
 		req.Duplicates.BurstSlots, budgets.Microtokens(req.Duplicates.BurstCeiling))
 	s.send(parent, ctx, b)
@@ -314,8 +314,8 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 	switch d.r.source {
 	case srcCohort:
 		token = budgets.TokenCohort
-	case srcFloor:
-		token = budgets.TokenFloor
+	case srcReserve:
+		token = budgets.TokenReserve
 	}
 	return budgets.Grant{
 		Allowed:       true,

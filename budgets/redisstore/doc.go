@@ -15,7 +15,7 @@
 //	<prefix>:{ua:<h>}:res, …:exp            its live reservations: units (HASH nonce → units), expiries (ZSET nonce → ms)
 //	<prefix>:{tenant:<h>}:w:<len>:<start>   a tenant's spend in one window (same three keys, no attempts)
 //	<prefix>:{pool:<h>}:w:<cohort h>:<ms>   a cohort's duplicate-rate window of slots of <ms> (HASH p:<slot> primaries, x:<slot> extra attempts)
-//	<prefix>:{pool:<h>}:floor               the pool's floor (HASH l, c, rate, t last refill, u last use)
+//	<prefix>:{pool:<h>}:reserve             the pool's reserve (HASH l, c, rate, t last refill, u last use)
 //	<prefix>:{pool:<h>}:tokens              counts held by live reservations (ZSET "nonce:source" → expiry)
 //	<prefix>:{route:<h>}:flags              route flags (HASH q quarantined-until, p pushback-until; ms)
 //	<prefix>:{route:<h>}:leases             in-flight leases (ZSET holder → expiry)
@@ -46,7 +46,7 @@
 //     count in its cohort's window.
 //   - ReserveExtra: one batch — the route's flags (HMGET), the user
 //     action's take, the pool's count (one script on the pool's slot:
-//     the cohort's window decides a hedge, else the floor pays; a
+//     the cohort's window decides a hedge, else the reserve pays; a
 //     replacement is always counted) and the tenant window's take.
 //   - Settle and Release: one batch — each entity the reservation spans
 //     ends its own share. The ReservationID carries those entities (hashed)

@@ -20,7 +20,7 @@ func TestReservationIDCarriesEveryEntityItSpans(t *testing.T) {
 		{"a primary without a tenant ceiling", reservation{nonce: newNonce(), ua: h("ua")}},
 		{"a primary with a tenant window", reservation{nonce: newNonce(), ua: h("ua"), tenant: h("t"), winLen: 3_600_000, winAt: 1_735_689_600_000}},
 		{"a hedge under its cohort's ceiling", reservation{nonce: newNonce(), ua: h("ua"), source: srcCohort, pool: h("p"), cohort: h("c"), tenant: h("t"), winLen: 1, winAt: -5, slotMs: 1000, slot: 1_735_689_600}},
-		{"a hedge paid by the floor", reservation{nonce: newNonce(), ua: h("ua"), source: srcFloor, pool: h("p"), cohort: h("c"), slotMs: 1, slot: -3}},
+		{"a hedge paid by the reserve", reservation{nonce: newNonce(), ua: h("ua"), source: srcReserve, pool: h("p"), cohort: h("c"), slotMs: 1, slot: -3}},
 		{"a replacement", reservation{nonce: newNonce(), ua: h("ua"), source: srcReplacement, pool: h("p"), cohort: h("c"), slotMs: 250, slot: 7}},
 	}
 	for _, tt := range tests {

@@ -44,7 +44,7 @@ func (k keys) tenantWindow(tenantHash string, lengthMs, startMs int64) []string 
 		strconv.FormatInt(lengthMs, 10) + ":" + strconv.FormatInt(startMs, 10))
 }
 
-// pool returns the pool's tag prefix: its cohort windows, its floor and the
+// pool returns the pool's tag prefix: its cohort windows, its reserve and the
 // record of the counts held by live reservations all share it.
 func (k keys) pool(poolHash string) string { return k.prefix + ":{pool:" + poolHash + "}" }
 
@@ -53,7 +53,7 @@ func (k keys) pool(poolHash string) string { return k.prefix + ":{pool:" + poolH
 func (k keys) window(poolHash, cohortHash string, slotMs int64) string {
 	return k.pool(poolHash) + ":w:" + cohortHash + ":" + strconv.FormatInt(slotMs, 10)
 }
-func (k keys) floor(poolHash string) string      { return k.pool(poolHash) + ":floor" }
+func (k keys) reserve(poolHash string) string    { return k.pool(poolHash) + ":reserve" }
 func (k keys) poolTokens(poolHash string) string { return k.pool(poolHash) + ":tokens" }
 
 func (k keys) route(routeHash string) string       { return k.prefix + ":{route:" + routeHash + "}" }
@@ -65,7 +65,7 @@ func (k keys) routeLeases(routeHash string) string { return k.route(routeHash) +
 const (
 	srcNone        = 0 // nothing: a primary
 	srcCohort      = 1 // a hedge under the window's ceiling
-	srcFloor       = 2 // a hedge the pool's floor paid
+	srcReserve     = 2 // a hedge the pool's reserve paid
 	srcReplacement = 3 // a replacement, never refused
 )
 
@@ -75,7 +75,7 @@ type reservation struct {
 	nonce  string // unique per reservation; its record's name in every entity
 	ua     string // user action hash
 	group  string // the hash of the group its ledger slot is held for, or ""
-	source int    // srcNone, srcCohort, srcFloor, srcReplacement
+	source int    // srcNone, srcCohort, srcReserve, srcReplacement
 	pool   string // pool hash, with source ≠ srcNone
 	cohort string // cohort hash, with source ≠ srcNone
 	tenant string // tenant hash, when a tenant ceiling applied

@@ -69,7 +69,7 @@ func TestIDsWithBracesStayInTheirEntitysHashTag(t *testing.T) {
 			}
 			ctx := t.Context()
 			p := ceilinged("secret-user}{ua")
-			p.Tenant, p.Pool, p.Cohort = "{secret-tenant", "po}ol", "{co}h{"
+			p.Tenant, p.Pool, p.Window = "{secret-tenant", "po}ol", "{co}h{"
 			const route = "{route}"
 
 			a, err := store.Admit(ctx, p)

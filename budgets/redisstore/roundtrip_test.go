@@ -46,7 +46,7 @@ func ceilinged(ua string) budgets.AdmitRequest {
 		UserAction: ua,
 		Tenant:     "tenant-rt",
 		Pool:       "pool-rt",
-		Cohort:     "cohort-rt",
+		Window:     "cohort-rt",
 		Attempts:   budgets.AttemptPolicy{Max: 3, TTL: time.Minute},
 		Spend: budgets.SpendPolicy{
 			InputUnits: 10, OutputUnits: 90,
@@ -58,12 +58,12 @@ func ceilinged(ua string) budgets.AdmitRequest {
 }
 
 // hedgeOf is the hedge of a ceilinged primary towards route, paid for by
-// the cohort's window or the pool's floor.
+// the cohort's window or the pool's reserve.
 func hedgeOf(p budgets.AdmitRequest, route string) budgets.ExtraRequest {
 	return budgets.ExtraRequest{
 		Role: schemas.RoleHedge, UserAction: p.UserAction, Tenant: p.Tenant, Route: route,
-		Pool: p.Pool, Cohort: p.Cohort, Attempts: p.Attempts, Spend: p.Spend, Duplicates: p.Duplicates,
-		Floor: budgets.FloorBucket{Capacity: 2, RefillPerSecond: 1},
+		Pool: p.Pool, Window: p.Window, Attempts: p.Attempts, Spend: p.Spend, Duplicates: p.Duplicates,
+		Reserve: budgets.ReserveBucket{Capacity: 2, RefillPerSecond: 1},
 	}
 }
 

@@ -79,7 +79,7 @@ local function uncount(key, field)
   if v and v > 0 then redis.call('HINCRBY', key, field, -1) end
 end
 
--- refill adds the floor tokens earned since t; t moves on only when at
+-- refill adds the reserve tokens earned since t; t moves on only when at
 -- least one microtoken was earned, so slow rates are not rounded away.
 local function refill(l, c, t, rate, now)
   if l >= c then return c, now end
@@ -222,19 +222,19 @@ return 1
 // replacement always; a hedge when the window has room for it under the
 // ceiling, reserve left ((x + 1) + reserve ≤ ceiling × p, in
 // microtokens), and its last burst slots under the burst ceiling (xb + 1
-// ≤ burst ceiling × pb, when burst slots > 0), else when the pool's floor,
+// ≤ burst ceiling × pb, when burst slots > 0), else when the pool's reserve,
 // refilled up to now, pays a token. It records the count in the pool's
 // tokens, so it ends once.
 //
-// KEYS: cohort window, pool floor (HASH l level, c capacity, rate
+// KEYS: cohort window, pool reserve (HASH l level, c capacity, rate
 // microtokens/s, t last refill, u last use), pool tokens (ZSET
 // "nonce:source" → reservation expiry).
 // ARGV: now, nonce, slot index, slots in the window, ceiling (microtokens
-// per primary), reserve (microtokens), 1 replacement | 0 hedge, floor
-// capacity, floor rate (microtokens/s), reservation expiry, floor idle
+// per primary), replacement reserve (microtokens), 1 replacement | 0 hedge, reserve
+// capacity, reserve rate (microtokens/s), reservation expiry, reserve idle
 // ttl, gc grace, window key ttl, burst slots, burst ceiling (microtokens
 // per primary).
-// Returns the source: 0 none (a hedge refused), 1 cohort, 2 floor, 3 a
+// Returns the source: 0 none (a hedge refused), 1 cohort, 2 reserve, 3 a
 // replacement. A replay of a granted call returns the same source.
 var poolCountScript = redis.NewScript(prelude + `
 local now, nonce, slot = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -278,12 +278,12 @@ return src
 
 // poolEndScript ends a reservation's count: a settled attempt stays
 // counted; a released one is uncounted from its slot (if the slot is
-// still in the window) and gives a floor token back (not above capacity,
-// the floor refilled up to now first).
+// still in the window) and gives a reserve token back (not above capacity,
+// the reserve refilled up to now first).
 //
-// KEYS: the count's cohort window, pool floor, pool tokens.
-// ARGV: now, nonce, source (1 cohort | 2 floor | 3 replacement), 1 release
-// | 0 settle, slot index, floor idle ttl.
+// KEYS: the count's cohort window, pool reserve, pool tokens.
+// ARGV: now, nonce, source (1 cohort | 2 reserve | 3 replacement), 1 release
+// | 0 settle, slot index, reserve idle ttl.
 // Returns 1 if the count was held, 0 (changing nothing) if not.
 var poolEndScript = redis.NewScript(prelude + `
 local now, idle = tonumber(ARGV[1]), tonumber(ARGV[6])

@@ -83,7 +83,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 			}
 			if rng.IntN(2) == 0 {
 				a, err := f.store.Admit(f.ctx, budgets.AdmitRequest{
-					UserAction: userAction(w), Tenant: busyTenant, Pool: pool, Cohort: busyCohort,
+					UserAction: userAction(w), Tenant: busyTenant, Pool: pool, Window: busyCohort,
 					Attempts: attempts, Spend: spend, Duplicates: bucket,
 				})
 				if err != nil {
@@ -98,7 +98,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 			}
 			g, err := f.store.ReserveExtra(f.ctx, budgets.ExtraRequest{
 				Role: schemas.RoleHedge, UserAction: userAction(w), Tenant: busyTenant, Route: routeA,
-				Pool: pool, Cohort: busyCohort, Attempts: attempts, Spend: spend, Duplicates: bucket,
+				Pool: pool, Window: busyCohort, Attempts: attempts, Spend: spend, Duplicates: bucket,
 			})
 			if err != nil {
 				t.err = fmt.Errorf("reserve hedge: %w", err)
@@ -149,7 +149,7 @@ func testConcurrentUseConservesEveryCeiling(f *fixture) {
 		}
 	}
 	wantHedges := total.primaries - total.settledHedges
-	if got := f.hedgesAvailableIn(busyCohort, bucket, budgets.FloorBucket{}, wantHedges+1); got != wantHedges {
+	if got := f.hedgesAvailableIn(busyCohort, bucket, budgets.ReserveBucket{}, wantHedges+1); got != wantHedges {
 		f.t.Errorf("duplicate-rate window has room for %d hedges, want %d primaries − %d settled hedges = %d",
 			got, total.primaries, total.settledHedges, wantHedges)
 	}

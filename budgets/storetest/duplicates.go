@@ -28,7 +28,7 @@ func (f *fixture) primaries(c string, dup budgets.DuplicateCeiling, n int) {
 	f.t.Helper()
 	for range n {
 		req := primary(f.fresh("ua"))
-		req.Cohort, req.Duplicates = c, dup
+		req.Window, req.Duplicates = c, dup
 		if a := f.admit(req); !a.Allowed {
 			f.t.Fatalf("cohort %s: primary refused (%s)", c, a.Reason)
 		}
@@ -38,11 +38,11 @@ func (f *fixture) primaries(c string, dup budgets.DuplicateCeiling, n int) {
 // hedgesAvailableIn counts the hedges cohort c grants before the first
 // duplicate-rate denial, each from a user action of its own. The grants are
 // settled, so they stay counted.
-func (f *fixture) hedgesAvailableIn(c string, dup budgets.DuplicateCeiling, floor budgets.FloorBucket, limit int) int {
+func (f *fixture) hedgesAvailableIn(c string, dup budgets.DuplicateCeiling, reserve budgets.ReserveBucket, limit int) int {
 	f.t.Helper()
 	for n := 0; n <= limit; n++ {
 		req := hedge(f.fresh("hedge"))
-		req.Cohort, req.Duplicates, req.Floor = c, dup, floor
+		req.Window, req.Duplicates, req.Reserve = c, dup, reserve
 		g := f.extra(req)
 		if !g.Allowed {
 			f.wantGrant(fmt.Sprintf("cohort %s hedge %d", c, n+1), g, budgets.ReasonDuplicateRate)
@@ -59,7 +59,7 @@ func (f *fixture) hedgesAvailableIn(c string, dup budgets.DuplicateCeiling, floo
 func (f *fixture) extraIn(role schemas.Role, c string, dup budgets.DuplicateCeiling) budgets.Grant {
 	f.t.Helper()
 	req := extra(role, f.fresh("ua"))
-	req.Cohort, req.Duplicates = c, dup
+	req.Window, req.Duplicates = c, dup
 	return f.extra(req)
 }
 
@@ -85,7 +85,7 @@ func testHedgeIsAllowedOnlyUnderTheWindowCeiling(f *fixture) {
 	for i, tt := range tests {
 		c := fmt.Sprintf("cohort-%d", i)
 		f.primaries(c, ceilingOf(tt.ceiling), tt.primaries)
-		if got := f.hedgesAvailableIn(c, ceilingOf(tt.ceiling), budgets.FloorBucket{}, tt.primaries+1); got != tt.hedges {
+		if got := f.hedgesAvailableIn(c, ceilingOf(tt.ceiling), budgets.ReserveBucket{}, tt.primaries+1); got != tt.hedges {
 			f.t.Errorf("%s: %d hedges granted, want %d", tt.name, got, tt.hedges)
 		}
 	}
@@ -120,14 +120,14 @@ func testBurstBoundCapsHedgesWithinTheWindowsRoom(f *fixture) {
 	}
 	// Slots 0–8 hold 90 primaries (room for 9 hedges at 10%); the last two
 	// slots hold 20 (room for 4 at 20%).
-	if got := f.hedgesAvailableIn("tight", tight, budgets.FloorBucket{}, 10); got != 4 {
+	if got := f.hedgesAvailableIn("tight", tight, budgets.ReserveBucket{}, 10); got != 4 {
 		f.t.Errorf("burst ceiling 20%% over 20 primaries in a window of 90 at 10%%: %d hedges, want 4", got)
 	}
-	if got := f.hedgesAvailableIn("unbounded", unbounded, budgets.FloorBucket{}, 10); got != 9 {
+	if got := f.hedgesAvailableIn("unbounded", unbounded, budgets.ReserveBucket{}, 10); got != 9 {
 		f.t.Errorf("no burst bound, 90 primaries at 10%%: %d hedges, want 9", got)
 	}
 	// 20 primaries in all, all in the burst slots: the window's 10% binds.
-	if got := f.hedgesAvailableIn("loose", loose, budgets.FloorBucket{}, 10); got != 2 {
+	if got := f.hedgesAvailableIn("loose", loose, budgets.ReserveBucket{}, 10); got != 2 {
 		f.t.Errorf("burst ceiling 100%% over a window of 20 primaries at 10%%: %d hedges, want 2", got)
 	}
 	if g := f.extraIn(schemas.RoleReplacement, "tight", tight); !g.Allowed {
@@ -137,7 +137,7 @@ func testBurstBoundCapsHedgesWithinTheWindowsRoom(f *fixture) {
 	// window still holds slots 1–8's and the 5 extra attempts counted.
 	f.clock.Advance(2 * dupSlot)
 	f.primaries("tight", tight, 10)
-	if got := f.hedgesAvailableIn("tight", tight, budgets.FloorBucket{}, 10); got != 2 {
+	if got := f.hedgesAvailableIn("tight", tight, budgets.ReserveBucket{}, 10); got != 2 {
 		f.t.Errorf("burst slots of 10 fresh primaries at 20%% (window 90 primaries, 5 extras, at 10%%): %d hedges, want 2", got)
 	}
 }
@@ -246,7 +246,7 @@ func testHedgesLeaveTheReplacementReserve(f *fixture) {
 }
 
 func testReplacementsAreNeverRefusedByTheCeilingButCount(f *fixture) {
-	// A cold cohort, a ceiling of 0 and no floor: a replacement goes all the same.
+	// A cold cohort, a ceiling of 0 and no reserve: a replacement goes all the same.
 	for i := range 3 {
 		g := f.extraIn(schemas.RoleReplacement, "cold", ceilingOf(0))
 		if !g.Allowed || g.Token != budgets.TokenNone {
@@ -259,7 +259,7 @@ func testReplacementsAreNeverRefusedByTheCeilingButCount(f *fixture) {
 	if g := f.extraIn(schemas.RoleReplacement, "shared", ceilingOf(1)); !g.Allowed {
 		f.t.Fatalf("replacement: %+v", g)
 	}
-	if got := f.hedgesAvailableIn("shared", ceilingOf(1), budgets.FloorBucket{}, 3); got != 1 {
+	if got := f.hedgesAvailableIn("shared", ceilingOf(1), budgets.ReserveBucket{}, 3); got != 1 {
 		f.t.Errorf("after one replacement of two earned extra attempts: %d hedges granted, want 1", got)
 	}
 	// And past the ceiling, replacements still go.
@@ -286,7 +286,7 @@ func testWindowSlidesAndForgetsOldSlots(f *fixture) {
 	for _, s := range steps {
 		f.clock.Advance(s.advance)
 		f.primaries("sliding", dup, s.primaries)
-		if got := f.hedgesAvailableIn("sliding", dup, budgets.FloorBucket{}, 10); got != s.hedges {
+		if got := f.hedgesAvailableIn("sliding", dup, budgets.ReserveBucket{}, 10); got != s.hedges {
 			f.t.Errorf("%s: %d hedges granted, want %d", s.name, got, s.hedges)
 		}
 	}
@@ -311,7 +311,7 @@ func testReleasedHedgeIsUncounted(f *fixture) {
 	f.clock.Advance(dupWindow)
 	f.primaries("late", dup, 1)
 	f.release(g.Reservation)
-	if got := f.hedgesAvailableIn("late", dup, budgets.FloorBucket{}, 3); got != 1 {
+	if got := f.hedgesAvailableIn("late", dup, budgets.ReserveBucket{}, 3); got != 1 {
 		f.t.Errorf("after releasing a hedge whose slot left the window: %d hedges granted, want 1", got)
 	}
 }
@@ -436,8 +436,8 @@ func testCeilingHoldsOverEveryWindowOfASeededSequence(f *fixture) {
 	}
 }
 
-func testPoolFloorLetsLowTrafficHedge(f *fixture) {
-	floor := budgets.FloorBucket{Capacity: 1, RefillPerSecond: 1}
+func testPoolReserveLetsLowTrafficHedge(f *fixture) {
+	reserve := budgets.ReserveBucket{Capacity: 1, RefillPerSecond: 1}
 	dup := ceilingOf(1)
 	f.primaries("quiet", dup, 1)
 	f.primaries("quieter", dup, 1)
@@ -449,27 +449,27 @@ func testPoolFloorLetsLowTrafficHedge(f *fixture) {
 		source  budgets.TokenSource
 	}{
 		{"the cohort's own window goes first", "quiet", 0, budgets.ReasonNone, budgets.TokenCohort},
-		{"then the pool's floor pays", "quiet", 0, budgets.ReasonNone, budgets.TokenFloor},
-		{"an empty floor refuses", "quiet", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"the floor is the pool's, not the cohort's", "quieter", 0, budgets.ReasonNone, budgets.TokenCohort},
-		{"another full cohort shares the empty floor", "quieter", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
-		{"the floor refills over time", "quiet", 1100 * time.Millisecond, budgets.ReasonNone, budgets.TokenFloor},
+		{"then the pool's reserve pays", "quiet", 0, budgets.ReasonNone, budgets.TokenReserve},
+		{"an empty reserve refuses", "quiet", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
+		{"the reserve is the pool's, not the cohort's", "quieter", 0, budgets.ReasonNone, budgets.TokenCohort},
+		{"another full cohort shares the empty reserve", "quieter", 0, budgets.ReasonDuplicateRate, budgets.TokenNone},
+		{"the reserve refills over time", "quiet", 1100 * time.Millisecond, budgets.ReasonNone, budgets.TokenReserve},
 	}
 	for _, s := range steps {
 		f.clock.Advance(s.advance)
 		req := hedge(f.fresh("ua"))
-		req.Cohort, req.Duplicates, req.Floor = s.cohort, dup, floor
+		req.Window, req.Duplicates, req.Reserve = s.cohort, dup, reserve
 		g := f.extra(req)
 		f.wantGrant(s.name, g, s.want)
 		if g.Token != s.source {
 			f.t.Errorf("%s: token from %q, want %q", s.name, g.Token, s.source)
 		}
 	}
-	// A hedge the floor paid is counted in its cohort's window too: the
-	// primary that follows earns no hedge, the floor-paid one it shares
+	// A hedge the reserve paid is counted in its cohort's window too: the
+	// primary that follows earns no hedge, the reserve-paid one it shares
 	// the window with having taken its room.
 	f.primaries("quiet", dup, 1)
-	if got := f.hedgesAvailableIn("quiet", dup, budgets.FloorBucket{}, 3); got != 0 {
-		f.t.Errorf("after a floor-paid hedge: %d hedges granted, want 0", got)
+	if got := f.hedgesAvailableIn("quiet", dup, budgets.ReserveBucket{}, 3); got != 0 {
+		f.t.Errorf("after a reserve-paid hedge: %d hedges granted, want 0", got)
 	}
 }

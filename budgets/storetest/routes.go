@@ -56,13 +56,13 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 		{
 			name: "tenant refuses a hedge: slot, count and user-action spend return",
 			deny: func(f *fixture, k key) budgets.Reason {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Spend.UserActionCeiling, req.Spend.TenantCeiling = 100, 50
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonSpendTenant,
 			check: func(f *fixture, k key) {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Spend.UserActionCeiling = 100
 				g := f.extra(req)
 				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
@@ -71,42 +71,42 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 		{
 			name: "user action refuses a hedge: slot and count return",
 			deny: func(f *fixture, k key) budgets.Reason {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Spend.UserActionCeiling = 50
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonSpendUserAction,
 			check: func(f *fixture, k key) {
-				g := f.extra(k.hedge(100, budgets.FloorBucket{}))
+				g := f.extra(k.hedge(100, budgets.ReserveBucket{}))
 				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
 			},
 		},
 		{
-			name: "user action refuses a hedge: the floor token returns",
+			name: "user action refuses a hedge: the reserve token returns",
 			deny: func(f *fixture, k key) budgets.Reason {
-				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
+				req := k.hedge(100, budgets.ReserveBucket{Capacity: 1})
 				req.Duplicates.Ceiling = 0
 				req.Spend.UserActionCeiling = 50
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonSpendUserAction,
 			check: func(f *fixture, k key) {
-				req := k.hedge(100, budgets.FloorBucket{Capacity: 1})
+				req := k.hedge(100, budgets.ReserveBucket{Capacity: 1})
 				req.Duplicates.Ceiling = 0
 				g := f.extra(req)
-				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenFloor)
+				f.wantAttempt(k.name+": hedge", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenReserve)
 			},
 		},
 		{
 			name: "duplicate rate refuses a hedge: the slot returns",
 			deny: func(f *fixture, k key) budgets.Reason {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Duplicates.Ceiling = 0
 				return f.extra(req).Reason
 			},
 			want: budgets.ReasonDuplicateRate,
 			check: func(f *fixture, k key) {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Role, req.Duplicates.Ceiling = schemas.RoleReplacement, 0
 				g := f.extra(req)
 				f.wantAttempt(k.name+": replacement", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenNone)
@@ -116,11 +116,11 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			name: "a route in pushback refuses before anything is taken",
 			deny: func(f *fixture, k key) budgets.Reason {
 				f.mark(k.route, budgets.RoutePushback, longTTL)
-				return f.extra(k.hedge(100, budgets.FloorBucket{})).Reason
+				return f.extra(k.hedge(100, budgets.ReserveBucket{})).Reason
 			},
 			want: budgets.ReasonRoutePushback,
 			check: func(f *fixture, k key) {
-				req := k.hedge(100, budgets.FloorBucket{})
+				req := k.hedge(100, budgets.ReserveBucket{})
 				req.Route = k.route + "-other"
 				g := f.extra(req)
 				f.wantAttempt(k.name+": hedge elsewhere", g.Reason, g.AttemptsUsed, g.Token, budgets.TokenCohort)
@@ -137,7 +137,7 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			route:  fmt.Sprintf("route-%d", i),
 		}
 		room := primary(f.fresh("ua")) // room for one hedge
-		room.Pool, room.Cohort, room.Duplicates = k.pool, k.cohort, ceilingOf(1)
+		room.Pool, room.Window, room.Duplicates = k.pool, k.cohort, ceilingOf(1)
 		f.admit(room)
 		if got := tt.deny(f, k); got != tt.want {
 			f.t.Errorf("%s: denied with %q, want %q", tt.name, got, tt.want)
@@ -154,19 +154,19 @@ type key struct{ name, ua, tenant, pool, cohort, route string }
 
 func (k key) primary(n int64) budgets.AdmitRequest {
 	req := primary(k.ua)
-	req.Tenant, req.Pool, req.Cohort = k.tenant, k.pool, k.cohort
+	req.Tenant, req.Pool, req.Window = k.tenant, k.pool, k.cohort
 	req.Attempts.Max = 1
 	req.Duplicates = ceilingOf(1)
 	units(&req.Spend, n)
 	return req
 }
 
-func (k key) hedge(n int64, floor budgets.FloorBucket) budgets.ExtraRequest {
+func (k key) hedge(n int64, reserve budgets.ReserveBucket) budgets.ExtraRequest {
 	req := hedge(k.ua)
-	req.Tenant, req.Pool, req.Cohort, req.Route = k.tenant, k.pool, k.cohort, k.route
+	req.Tenant, req.Pool, req.Window, req.Route = k.tenant, k.pool, k.cohort, k.route
 	req.Attempts.Max = 1
 	req.Duplicates = ceilingOf(1)
-	req.Floor = floor
+	req.Reserve = reserve
 	units(&req.Spend, n)
 	return req
 }
@@ -176,7 +176,7 @@ func (f *fixture) hedgesIn(k key, limit int) int {
 	f.t.Helper()
 	for n := 0; n <= limit; n++ {
 		req := hedge(f.fresh("other"))
-		req.Pool, req.Cohort, req.Duplicates = k.pool, k.cohort, ceilingOf(1)
+		req.Pool, req.Window, req.Duplicates = k.pool, k.cohort, ceilingOf(1)
 		if g := f.extra(req); !g.Allowed {
 			return n
 		}
@@ -236,7 +236,7 @@ func testPushbackSuppressesRouteUntilTTL(f *fixture) {
 		f.clock.Advance(s.advance)
 		req := extra(s.role, f.fresh("ua"))
 		req.Route = s.route
-		req.Floor = budgets.FloorBucket{Capacity: 10}
+		req.Reserve = budgets.ReserveBucket{Capacity: 10}
 		f.wantGrant(s.name, f.extra(req), s.want)
 	}
 
@@ -248,7 +248,7 @@ func testPushbackSuppressesRouteUntilTTL(f *fixture) {
 	f.clock.Advance(shortTTL / 2)
 	f.wantStates("after the ttl", map[string]budgets.RouteState{routeB: budgets.RouteHealthy})
 	req := hedge(f.fresh("ua"))
-	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	req.Route, req.Reserve = routeB, budgets.ReserveBucket{Capacity: 10}
 	f.wantGrant("hedge after the ttl", f.extra(req), budgets.ReasonNone)
 }
 
@@ -257,7 +257,7 @@ func testQuarantineExpires(f *fixture) {
 	f.mark(routeB, budgets.RoutePushback, 2*shortTTL)
 	f.wantStates("quarantine outranks pushback", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RouteQuarantined})
 	req := replacement(f.fresh("ua"))
-	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	req.Route, req.Reserve = routeB, budgets.ReserveBucket{Capacity: 10}
 	f.wantGrant("replacement towards a quarantined route", f.extra(req), budgets.ReasonRouteQuarantined)
 
 	f.clock.Advance(shortTTL / 3)
@@ -279,7 +279,7 @@ func testEjectedRouteTakesNoExtraAttemptUntilTTL(f *fixture) {
 	f.wantStates("just ejected", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RouteEjected})
 	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement} {
 		req := extra(role, f.fresh("ua"))
-		req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+		req.Route, req.Reserve = routeB, budgets.ReserveBucket{Capacity: 10}
 		f.wantGrant(string(role)+" towards the ejected route", f.extra(req), budgets.ReasonRouteEjected)
 	}
 	states, _, err := f.store.RouteSnapshot(f.ctx, []string{routeA, routeB})
@@ -306,7 +306,7 @@ func testEjectedRouteTakesNoExtraAttemptUntilTTL(f *fixture) {
 	f.clock.Advance(shortTTL * 3 / 2) // past the first ejection's 3 × shortTTL
 	f.wantStates("after the ejection's ttl", map[string]budgets.RouteState{routeB: budgets.RouteHealthy})
 	req := replacement(f.fresh("ua"))
-	req.Route, req.Floor = routeB, budgets.FloorBucket{Capacity: 10}
+	req.Route, req.Reserve = routeB, budgets.ReserveBucket{Capacity: 10}
 	f.wantGrant("replacement after the ejection expired (probed back in)", f.extra(req), budgets.ReasonNone)
 }
 
@@ -360,7 +360,7 @@ func testInvalidRequestIsAnError(f *fixture) {
 		spoil func(*budgets.AdmitRequest)
 	}{
 		{"no user action", func(r *budgets.AdmitRequest) { r.UserAction = "" }},
-		{"no cohort", func(r *budgets.AdmitRequest) { r.Cohort = "" }},
+		{"no cohort", func(r *budgets.AdmitRequest) { r.Window = "" }},
 		{"zero max attempts", func(r *budgets.AdmitRequest) { r.Attempts.Max = 0 }},
 		{"no ledger ttl", func(r *budgets.AdmitRequest) { r.Attempts.TTL = 0 }},
 		{"negative estimate", func(r *budgets.AdmitRequest) { r.Spend.OutputUnits = -1 }},
@@ -392,7 +392,7 @@ func testInvalidRequestIsAnError(f *fixture) {
 		{"primary role", func(r *budgets.ExtraRequest) { r.Role = schemas.RolePrimary }},
 		{"no route", func(r *budgets.ExtraRequest) { r.Route = "" }},
 		{"hedge without pool", func(r *budgets.ExtraRequest) { r.Pool = "" }},
-		{"negative floor refill", func(r *budgets.ExtraRequest) { r.Floor.RefillPerSecond = -1 }},
+		{"negative reserve refill", func(r *budgets.ExtraRequest) { r.Reserve.RefillPerSecond = -1 }},
 		{"an output estimate of 2^63-1", func(r *budgets.ExtraRequest) { r.Spend.OutputUnits = math.MaxInt64 }},
 	}
 	for _, tt := range extras {

@@ -90,8 +90,8 @@ func testReleaseRefundsWholeReservation(f *fixture) {
 
 	// And so does a hedge's count in its cohort's window.
 	h := hedge("ua-hedge")
-	h.Cohort, h.Duplicates = "cohort-of-one", ceilingOf(1)
-	f.primaries(h.Cohort, h.Duplicates, 1)
+	h.Window, h.Duplicates = "cohort-of-one", ceilingOf(1)
+	f.primaries(h.Window, h.Duplicates, 1)
 	f.release(f.extra(h).Reservation)
 	if g := f.extra(h); !g.Allowed || g.Token != budgets.TokenCohort {
 		f.t.Errorf("hedge after a released hedge: %+v, want the cohort's room back", g)

@@ -37,7 +37,7 @@ func Default() *Policy {
 		CommitPoint:   engine.CommitPoint,
 		// Measured with `hedgerow simulate` (the hedgerow strategy runs these
 		// defaults): room above the ~5.5% a P95 delay asks for on gpt4o, and
-		// a floor for cold cohorts. No reserve: replacements are never
+		// a reserve for cold pools. No replacement reserve: replacements are never
 		// refused, and each attempt of room a reserve keeps is a stall of a
 		// burst left unhedged (over seeds 1–4, P99.9 2.99 s with a reserve of
 		// 1, 2.76 s without). Two windows (docs/architecture.md §7): the

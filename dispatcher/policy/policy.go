@@ -288,3 +288,13 @@ func (p *Policy) ReserveBucket() budgets.ReserveBucket {
 	r := p.DuplicateRate.Reserve
 	return budgets.ReserveBucket{Capacity: r.Burst, RefillPerSecond: r.PerMinute / 60}
 }
+
+// DuplicateWindow names the duplicate-rate window a group's attempts count
+// in: one per class and pool, where the duplicate load lands, shared by
+// every cohort of the class on the pool (stream mode, max_tokens bucket and
+// kind), which keep their own delays (docs/architecture.md §7). A window
+// per cohort left most cohorts quiet, and a quiet cohort could not hedge
+// its first stalls however busy its pool.
+func DuplicateWindow(c delay.Cohort) string {
+	return c.Operation + "/" + c.Model
+}

@@ -123,17 +123,19 @@ func TestUnknownKeyIsAProblemAnywhere(t *testing.T) {
 }
 
 func TestRetiredDuplicateBucketKeysSayWhatReplacedThem(t *testing.T) {
-	cases := []struct{ key, hint string }{
-		{"capacity", "duplicate_rate.window"},
-		{"initial_fill", "pool_floor"},
+	cases := []struct{ key, why, hint string }{
+		{"capacity", "sliding window", "duplicate_rate.window"},
+		{"initial_fill", "sliding window", "duplicate_rate.reserve"},
+		{"pool_floor", "became its reserve", "duplicate_rate.reserve: {burst"},
+		{"pool_floor_refill", "became its reserve", "per_minute"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.key, func(t *testing.T) {
 			src := minimal + "policies:\n  default:\n    duplicate_rate:\n      " + tc.key + ": 4\n"
 			_, ps := parse(t, src, RoleServe, noEnv)
 			p := wantProblem(t, ps, "policies.default.duplicate_rate."+tc.key, "was removed")
-			if !strings.Contains(p.Message, "sliding window") || !strings.Contains(p.Message, tc.hint) || p.Line != 16 {
-				t.Fatalf("problem %v at line %d: want line 16, naming the sliding window and %s", p, p.Line, tc.hint)
+			if !strings.Contains(p.Message, tc.why) || !strings.Contains(p.Message, tc.hint) || p.Line != 16 {
+				t.Fatalf("problem %v at line %d: want line 16, saying %q and naming %s", p, p.Line, tc.why, tc.hint)
 			}
 		})
 	}
@@ -999,7 +1001,7 @@ func TestDefaultPolicyConvertsToValidEngineEstimatorGuardrailAndBuckets(t *testi
 		t.Errorf("duplicate ceiling %+v does not follow duplicate_rate %+v", dup, p.DuplicateRate)
 	}
 	admit := budgets.AdmitRequest{
-		UserAction: "ua", Pool: "pool", Cohort: "cohort",
+		UserAction: "ua", Pool: "pool", Window: "cohort",
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * p.Deadline},
 		Spend:      budgets.SpendPolicy{ReservationTTL: 2 * p.Deadline},
 		Duplicates: dup,

@@ -28,12 +28,14 @@ var retiredKeys = map[reflect.Type]map[string]string{
 			"(docs/architecture.md §7); delete it and set duplicate_rate.window (default 1m) and burst_window (default 10s) if the defaults do not suit",
 		"initial_fill": "the duplicate-rate ceiling is a rate over a sliding window, not a token bucket " +
 			"(docs/architecture.md §7); delete it: a cold pool hedges on its reserve (duplicate_rate.reserve)",
-		"pool_floor": "the pool's floor became its reserve (docs/architecture.md §7); " +
-			"write duplicate_rate.reserve: {burst: <hedges at once>, per_minute: <refill>} (default {burst: 5, per_minute: 6})",
-		"pool_floor_refill": "the pool's floor became its reserve (docs/architecture.md §7); " +
-			"write duplicate_rate.reserve: {burst: <hedges at once>, per_minute: <refill>} (default {burst: 5, per_minute: 6})",
+		"pool_floor":        floorBecameReserve,
+		"pool_floor_refill": floorBecameReserve,
 	},
 }
+
+// floorBecameReserve is what replaced the pool's floor of one hedge.
+const floorBecameReserve = "the pool's floor became its reserve (docs/architecture.md §7); " +
+	"write duplicate_rate.reserve: {burst: <hedges at once>, per_minute: <refill>} (default {burst: 5, per_minute: 6})"
 
 // decoder fills Go values from a yaml.Node tree by their yaml tags, strictly:
 // unknown and duplicate keys, wrong kinds and unparsable scalars are all
