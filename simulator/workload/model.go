@@ -261,9 +261,9 @@ func ByName(name string) (*Model, error) {
 			WarmUp:            30 * time.Minute,
 		}
 	case Uneven:
-		m.Shift = unevenShift()
+		m.Shift = UnevenShift()
 	case Degrading:
-		m.Shift = unevenShift()
+		m.Shift = UnevenShift()
 		m.Shift.From, m.Shift.AtFraction = DegradingAt, 0.5
 	default:
 		return nil, fmt.Errorf("%w %q: valid names are %s", ErrUnknownModel, name, strings.Join(Names(), ", "))

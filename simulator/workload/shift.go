@@ -43,9 +43,10 @@ type RouteShift struct {
 	SpeedFactor float64
 }
 
-// unevenShift is the degraded route of the uneven and degrading models:
-// route 0, twice the stall share, half the decode speed.
-func unevenShift() *RouteShift {
+// UnevenShift is the degraded route of the uneven and degrading models,
+// for the whole run: route 0, twice the stall share, half the decode speed.
+// Set on any lognormal model it makes that model's routes uneven.
+func UnevenShift() *RouteShift {
 	return &RouteShift{Route: 0, StallFactor: UnevenStallFactor, SpeedFactor: UnevenSpeedFactor}
 }
 

@@ -109,7 +109,7 @@ func TestNewGeneratorRejectsInvalidShifts(t *testing.T) {
 		mutate func(*Model)
 	}{
 		{"negative route", Uneven, func(m *Model) { m.Shift.Route = -1 }},
-		{"a route the degraded model lacks", Degraded, func(m *Model) { m.Shift = unevenShift(); m.Shift.Route = 3 }},
+		{"a route the degraded model lacks", Degraded, func(m *Model) { m.Shift = UnevenShift(); m.Shift.Route = 3 }},
 		{"stall share above one", Uneven, func(m *Model) { m.Shift.StallFactor = 50 }},
 		{"zero speed", Uneven, func(m *Model) { m.Shift.SpeedFactor = 0 }},
 		{"negative start", Uneven, func(m *Model) { m.Shift.From = -time.Second }},
