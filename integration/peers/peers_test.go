@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,4 +210,30 @@ func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
 		}
 	}
 	t.Log("\n" + b.String())
+}
+
+func TestPeersConditionsKeepBothAndAddTheUnevenOrders(t *testing.T) {
+	tests := []struct {
+		name string
+		want []condition
+	}{
+		{"both", []condition{conditionHeadersAtFirstToken, conditionOpenEarly}},
+		{"uneven", []condition{conditionUnevenFirst, conditionUnevenLast}},
+		{"uneven-last", []condition{conditionUnevenLast}},
+		{"all", []condition{conditionHeadersAtFirstToken, conditionOpenEarly, conditionUnevenFirst, conditionUnevenLast}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := conditionsOf(tt.name)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("conditionsOf(%q) = %v, %v; want %v", tt.name, got, err, tt.want)
+			}
+		})
+	}
+	if _, err := conditionsOf("lopsided"); err == nil || !strings.Contains(err.Error(), "-peers.conditions") {
+		t.Errorf("an unknown condition gave %v, want an error naming -peers.conditions", err)
+	}
+	if first, last := conditionUnevenFirst.order(), conditionUnevenLast.order(); first[0] != degradedRoute || last[routes-1] != degradedRoute {
+		t.Errorf("route orders %v and %v: want the degraded route %d first and then last", first, last, degradedRoute)
+	}
 }
