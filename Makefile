@@ -138,6 +138,10 @@ demo: build
 # against no hedging, on one live seeded load: three fake routes, 6,000 streaming
 # requests per contender interleaved by a seeded shuffle, the peers at the P95
 # delay, headers at the first token and then open early. Prints the table.
+# PEERS_CONDITIONS: both (those two, the default), first-token, open-early;
+# uneven (one route with twice its siblings' stall share and half their decode
+# speed, run with it first in the peers' route order — their primary — and then
+# last), uneven-first, uneven-last; all (both, then uneven).
 PEERS_REQUESTS ?= 6000
 PEERS_WARMUP   ?= 1000
 PEERS_RATE     ?= 100

@@ -140,6 +140,8 @@ func builtinTraffic(o Options, cond workload.Conditions) (cohortTraffic, error) 
 	if err != nil {
 		return cohortTraffic{}, err
 	}
+	// A route that degrades mid-run does so at the middle of this run.
+	model.ForRun(time.Duration(float64(o.Requests) / cond.ArrivalRate * float64(time.Second)))
 	return cohortTraffic{Operation: "chat", ModelClass: o.Workload, Model: model, Stream: o.Stream, Requests: o.Requests, Cond: cond}, nil
 }
 

@@ -98,7 +98,9 @@ type options struct {
 	Log func(format string, args ...any)
 }
 
-// condition is how the fake providers open their streams.
+// condition is how the fake providers open their streams, whether the
+// routes are equal, and the target hedgerow's ratios over the best peer
+// are held to.
 type condition struct {
 	Name string
 	// OpenEarly: headers and the opening chunk at once, the first token at
@@ -106,12 +108,58 @@ type condition struct {
 	// do. Without it the headers wait for the first token — the best case
 	// for a hedger that races on response headers.
 	OpenEarly bool
+	// Uneven: fake route 0 is degraded (workload.UnevenShift: twice its
+	// siblings' stall share, half their decode speed), and the direct
+	// contenders send every primary to the first route of their order and
+	// the k-th attempt to the k-th route, as a user of hedgedhttp or
+	// failsafe-go configures a primary and its fallbacks. Equal routes
+	// keep today's round-robin primaries (the order then changes nothing).
+	Uneven bool
+	// DegradedLast puts the degraded route last in the contenders' route
+	// order (and hedgerow's configuration) instead of first: the peers'
+	// primary and hedge then both go to healthy routes.
+	DegradedLast bool
+	// TargetP99 and TargetP999 bound hedgerow's TTFT ratios over the best
+	// peer (docs/architecture.md §11; issue 27 for the uneven routes).
+	TargetP99, TargetP999 float64
 }
 
 var (
-	conditionHeadersAtFirstToken = condition{Name: "headers at first token"}
-	conditionOpenEarly           = condition{Name: "open early (headers at once, stall before first token)", OpenEarly: true}
+	conditionHeadersAtFirstToken = condition{Name: "headers at first token", TargetP99: 1, TargetP999: 1}
+	conditionOpenEarly           = condition{Name: "open early (headers at once, stall before first token)", OpenEarly: true, TargetP99: 1, TargetP999: 1}
+	// The uneven conditions send headers with the first token, the peers'
+	// best case: what hedgerow gains there it gains by where it sends its
+	// attempts, not by a header race the peers lose.
+	conditionUnevenFirst = condition{Name: "uneven routes, degraded route first (the peers' primary)",
+		Uneven: true, TargetP99: 0.85, TargetP999: 0.70}
+	conditionUnevenLast = condition{Name: "uneven routes, degraded route last",
+		Uneven: true, DegradedLast: true, TargetP99: 0.95, TargetP999: 0.95}
 )
+
+// degradedRoute is the fake route the uneven conditions degrade.
+const degradedRoute = 0
+
+// order is the fake routes in the contenders' route order: the first is
+// the direct contenders' primary under uneven routes.
+func (c condition) order() []int {
+	if c.DegradedLast {
+		return []int{1, 2, degradedRoute}
+	}
+	return []int{degradedRoute, 1, 2}
+}
+
+// model is the workload the fakes play under c.
+func (c condition) model(name string) (*workload.Model, error) {
+	m, err := workload.ByName(name)
+	if err != nil {
+		return nil, err
+	}
+	if c.Uneven {
+		m.Shift = workload.UnevenShift()
+		m.Shift.Route = degradedRoute
+	}
+	return m, nil
+}
 
 func (o options) deadline() time.Duration { return scaled(modelDeadline, o.TimeScale) }
 
@@ -187,7 +235,11 @@ type contenderReport struct {
 	Unreached int
 	// ErrorKinds counts Errors by kind (errorKind).
 	ErrorKinds map[string]int
-	TTFT, End  distribution
+	// Primaries and Extras count, by fake route, each request's first
+	// upstream request and the ones after it: where the contender sent
+	// its primaries and its duplicates.
+	Primaries, Extras [routes]int
+	TTFT, End         distribution
 	// ttfts and ends are the samples TTFT and End summarize, kept so runs
 	// of several seeds can be pooled (pool.go).
 	ttfts, ends []time.Duration
@@ -297,12 +349,16 @@ func (w *warnCounter) take() map[string]int {
 // in front of them, and the counter of what reached the fakes.
 type stage struct {
 	o        options
+	c        condition
 	fakes    []*node.FakeLLM
 	serve    *node.Serve
 	upstream *upstreamCounter
 	warns    *warnCounter
 	groups   *groupTap
-	hosts    []string // host:port of each fake route
+	hosts    []string // host:port of each fake route, by fake route index
+	// ordered is hosts in the condition's route order, as the direct
+	// contenders and hedgerow's configuration list them.
+	ordered []string
 }
 
 // fingerprintKey keys hedgerow's prompt fingerprints, so the harness can
@@ -310,11 +366,15 @@ type stage struct {
 var fingerprintKey = []byte("peers comparison fingerprint key")
 
 func startStage(o options, c condition) (*stage, error) {
-	s := &stage{o: o, upstream: newUpstreamCounter(), warns: newWarnCounter()}
+	s := &stage{o: o, c: c, upstream: newUpstreamCounter(), warns: newWarnCounter()}
 	log := slog.New(s.warns)
+	model, err := c.model(o.Workload)
+	if err != nil {
+		return nil, err
+	}
 	for r := range routes {
 		f, err := node.StartFakeLLM("127.0.0.1:0", fakellm.Options{
-			Workload: o.Workload, Seed: o.Seed, TimeScale: o.TimeScale, Route: r, OpenEarly: c.OpenEarly,
+			Model: model, Seed: o.Seed, TimeScale: o.TimeScale, Route: r, OpenEarly: c.OpenEarly,
 			OnStart: s.upstream.start, OnRecord: s.upstream.record,
 		}, log)
 		if err != nil {
@@ -323,7 +383,10 @@ func startStage(o options, c condition) (*stage, error) {
 		s.fakes = append(s.fakes, f)
 		s.hosts = append(s.hosts, f.Addr().String())
 	}
-	cfg, err := config.Parse("peers.yaml", []byte(configYAML(o, s.hosts)), config.RoleServe, func(string) (string, bool) { return "", false })
+	for _, r := range c.order() {
+		s.ordered = append(s.ordered, s.hosts[r])
+	}
+	cfg, err := config.Parse("peers.yaml", []byte(configYAML(o, s.hosts, c.order())), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hedgerow configuration: %w", err), s.stop(context.Background()))
 	}
@@ -337,20 +400,22 @@ func startStage(o options, c condition) (*stage, error) {
 	return s, nil
 }
 
-// configYAML is hedgerow's configuration: the three fakes as one pool and
-// one operation class on the default policy — hedging on, max_attempts 2,
-// the adaptive delay at q = 0.95, the default duplicate budget and
-// guardrail — with the durations the workload model decides scaled as
-// `hedgerow demo` scales them (deadline, minimum useful time, delay clamps).
-func configYAML(o options, hosts []string) string {
+// configYAML is hedgerow's configuration: the three fakes as one pool, in
+// the condition's route order, and one operation class on the default
+// policy — hedging on, max_attempts 2, the adaptive delay at q = 0.95, the
+// default duplicate budget and guardrail — with the durations the workload
+// model decides scaled as `hedgerow demo` scales them (deadline, minimum
+// useful time, delay clamps). Route fake-r is fake route r whatever the
+// order.
+func configYAML(o options, hosts []string, order []int) string {
 	scale := func(d time.Duration) time.Duration { return scaled(d, o.TimeScale) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "http:\n  listen: 127.0.0.1:0\n")
 	fmt.Fprintf(&b, "routes:\n")
-	names := make([]string, len(hosts))
-	for r, h := range hosts {
-		names[r] = fmt.Sprintf("fake-%d", r)
-		fmt.Fprintf(&b, "  - name: %s\n    provider: openai\n    base_url: http://%s/v1\n    model: %s\n", names[r], h, o.Workload)
+	names := make([]string, len(order))
+	for i, r := range order {
+		names[i] = fmt.Sprintf("fake-%d", r)
+		fmt.Fprintf(&b, "  - name: %s\n    provider: openai\n    base_url: http://%s/v1\n    model: %s\n", names[i], hosts[r], o.Workload)
 	}
 	fmt.Fprintf(&b, "pools:\n  %s:\n    routes: [%s]\n", poolName, strings.Join(names, ", "))
 	fmt.Fprintf(&b, "policies:\n  %s:\n    hedge: true\n    deadline: %v\n    min_useful_time: %v\n", classHedged, scale(modelDeadline), scale(500*time.Millisecond))
@@ -553,7 +618,8 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	statsClient := &http.Client{Timeout: 10 * time.Second}
 	defer statsClient.CloseIdleConnections()
 
-	none := newDirectTarget(s.hosts)
+	rotate := !c.Uneven
+	none := newDirectTarget(s.ordered, rotate)
 	defer none.close()
 	hr, err := newHedgerowTarget("http://" + s.serve.HTTPAddr().String())
 	if err != nil {
@@ -596,12 +662,12 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 		source = "hedgerow's own: the median delay its groups armed over the warm-up's second half"
 	}
 
-	hh, err := newHedgedHTTPTarget(s.hosts, delay)
+	hh, err := newHedgedHTTPTarget(s.ordered, rotate, delay)
 	if err != nil {
 		return nil, err
 	}
 	defer hh.close()
-	fs := newFailsafeTarget(s.hosts, delay)
+	fs := newFailsafeTarget(s.ordered, rotate, delay)
 	defer fs.close()
 	targets := []loadgen.Target{none, hh, fs, hr} // contenderNames order
 
@@ -637,7 +703,7 @@ func runCondition(ctx context.Context, o options, c condition) (rep *conditionRe
 	if err != nil {
 		return nil, err
 	}
-	modelDelay, err := modelFirstByteP95(o)
+	modelDelay, err := modelFirstByteP95(o, c)
 	if err != nil {
 		return nil, err
 	}
@@ -785,9 +851,10 @@ func histogramBound(before, after map[string]float64, name string, q float64) ti
 }
 
 // modelFirstByteP95 is the P95 of the first byte of the workload's
-// successful attempts on one route (20,000 draws), in real time.
-func modelFirstByteP95(o options) (time.Duration, error) {
-	m, err := workload.ByName(o.Workload)
+// successful attempts on the first route of c's order (20,000 draws), in
+// real time.
+func modelFirstByteP95(o options, c condition) (time.Duration, error) {
+	m, err := c.model(o.Workload)
 	if err != nil {
 		return 0, err
 	}
@@ -795,7 +862,7 @@ func modelFirstByteP95(o options) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	p, err := g.Provider(0, workload.RateLimit{})
+	p, err := g.Provider(c.order()[0], workload.RateLimit{})
 	if err != nil {
 		return 0, err
 	}
@@ -828,6 +895,14 @@ func measure(reqs []request, sum *loadgen.Summary, upstream [][]fakellm.Record, 
 		c.MaxPerRequest = max(c.MaxPerRequest, n)
 		if n == 0 {
 			c.Unreached++
+		}
+		if n > 0 {
+			first := slices.MinFunc(upstream[i], func(a, b fakellm.Record) int { return cmp.Compare(a.StartUnixMs, b.StartUnixMs) })
+			c.Primaries[first.Route]++
+			for _, r := range upstream[i] {
+				c.Extras[r.Route]++
+			}
+			c.Extras[first.Route]--
 		}
 		if res.Err != nil || res.FirstToken <= 0 {
 			c.Errors++
@@ -905,29 +980,33 @@ type requestState struct {
 
 type requestStateKey struct{}
 
-// routedTarget gives each request a primary route, round-robin over the
-// fakes, before handing it to an HTTP target whose transport routes each
-// attempt.
+// routedTarget gives each request a primary route — round-robin over the
+// fakes when rotate is set, else always the first of its order — before
+// handing it to an HTTP target whose transport routes each attempt.
 type routedTarget struct {
 	inner  loadgen.Target
+	rotate bool
 	next   atomic.Uint64
 	client *http.Client
 }
 
 func (t *routedTarget) Send(ctx context.Context, rq loadgen.Request, since func() time.Duration, res *loadgen.Result) {
-	st := &requestState{primary: int((t.next.Add(1) - 1) % routes)}
+	st := &requestState{}
+	if t.rotate {
+		st.primary = int((t.next.Add(1) - 1) % routes)
+	}
 	t.inner.Send(context.WithValue(ctx, requestStateKey{}, st), rq, since, res)
 }
 
 func (t *routedTarget) close() { t.client.CloseIdleConnections() }
 
-func newRoutedTarget(client *http.Client) *routedTarget {
+func newRoutedTarget(client *http.Client, rotate bool) *routedTarget {
 	// The host is replaced by routeTransport for every attempt.
 	inner, err := loadgen.NewHTTPTarget("http://fake.invalid", "", "", client)
 	if err != nil {
 		panic(err) // a constant URL
 	}
-	return &routedTarget{inner: inner, client: client}
+	return &routedTarget{inner: inner, rotate: rotate, client: client}
 }
 
 // routeTransport sends the k-th attempt of a request to route primary + k,
@@ -979,33 +1058,33 @@ func newTransport() *http.Transport {
 }
 
 // newDirectTarget is the none contender: one attempt to the request's
-// round-robin route, no hedge, no retry.
-func newDirectTarget(hosts []string) *routedTarget {
-	return newRoutedTarget(&http.Client{Transport: &routeTransport{hosts: hosts, inner: newTransport()}})
+// primary route, no hedge, no retry.
+func newDirectTarget(hosts []string, rotate bool) *routedTarget {
+	return newRoutedTarget(&http.Client{Transport: &routeTransport{hosts: hosts, inner: newTransport()}}, rotate)
 }
 
 // newHedgedHTTPTarget is hedgedhttp's client: up to max_attempts (2)
 // attempts, the next one delay after the last, the first response (headers)
 // wins and the others are cancelled.
-func newHedgedHTTPTarget(hosts []string, delay time.Duration) (*routedTarget, error) {
+func newHedgedHTTPTarget(hosts []string, rotate bool, delay time.Duration) (*routedTarget, error) {
 	rt := &routeTransport{hosts: hosts, inner: newTransport(), statusIsError: true}
 	hc, err := hedgedhttp.New(hedgedhttp.Config{Transport: rt, Upto: maxAttempts, Delay: delay})
 	if err != nil {
 		return nil, fmt.Errorf("hedgedhttp: %w", err)
 	}
-	return newRoutedTarget(&http.Client{Transport: hc}), nil
+	return newRoutedTarget(&http.Client{Transport: hc}, rotate), nil
 }
 
 // newFailsafeTarget is failsafe-go's hedge policy on its HTTP round
 // tripper: max_attempts − 1 hedges at a fixed delay; only a 200 answer
 // cancels the outstanding attempts.
-func newFailsafeTarget(hosts []string, delay time.Duration) *routedTarget {
+func newFailsafeTarget(hosts []string, rotate bool, delay time.Duration) *routedTarget {
 	rt := &routeTransport{hosts: hosts, inner: newTransport(), statusIsError: true}
 	policy := hedgepolicy.NewBuilderWithDelay[*http.Response](delay).
 		WithMaxHedges(maxAttempts - 1).
 		CancelIf(func(r *http.Response, err error) bool { return err == nil && r != nil && r.StatusCode == http.StatusOK }).
 		Build()
-	return newRoutedTarget(&http.Client{Transport: failsafehttp.NewRoundTripper(rt, policy)})
+	return newRoutedTarget(&http.Client{Transport: failsafehttp.NewRoundTripper(rt, policy)}, rotate)
 }
 
 // maxAttempts is hedgerow's default max_attempts (dispatcher/hedge

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,9 +36,12 @@ var (
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
 	flagSeeds      = flag.String("peers.seeds", "", "comma-separated seeds to run one after the other and pool (overrides -peers.seed)")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
-	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, or both")
+	flagConditions = flag.String("peers.conditions", "both", "first-token (headers at the first token), open-early, both (those two), "+
+		"uneven (one degraded route, first and then last in the peers' order; also uneven-first, uneven-last), or all (both, then uneven)")
 )
 
+// conditionsOf reads -peers.conditions: both keeps its meaning (the two
+// equal-route conditions); all runs every condition.
 func conditionsOf(name string) ([]condition, error) {
 	switch name {
 	case "both":
@@ -46,8 +50,16 @@ func conditionsOf(name string) ([]condition, error) {
 		return []condition{conditionHeadersAtFirstToken}, nil
 	case "open-early":
 		return []condition{conditionOpenEarly}, nil
+	case "uneven":
+		return []condition{conditionUnevenFirst, conditionUnevenLast}, nil
+	case "uneven-first":
+		return []condition{conditionUnevenFirst}, nil
+	case "uneven-last":
+		return []condition{conditionUnevenLast}, nil
+	case "all":
+		return []condition{conditionHeadersAtFirstToken, conditionOpenEarly, conditionUnevenFirst, conditionUnevenLast}, nil
 	}
-	return nil, fmt.Errorf("unknown conditions %q: want first-token, open-early or both", name)
+	return nil, fmt.Errorf("-peers.conditions: unknown conditions %q: want first-token, open-early, both, uneven, uneven-first, uneven-last or all", name)
 }
 
 // BenchmarkComparePeers is the full comparison: every contender on the same
@@ -90,6 +102,7 @@ func BenchmarkComparePeers(b *testing.B) {
 		if len(seeds) > 1 {
 			writePooled(os.Stdout, o, pools)
 		}
+		writeSummary(os.Stdout, o, pools)
 		r := ratiosOf(&conditionReport{Contenders: pools[0].Contenders}, row(pools[0].Contenders, contenderHedgerow))
 		b.ReportMetric(r.TTFTP99, "ttft-p99/best-peer")
 		b.ReportMetric(r.TTFTP999, "ttft-p99.9/best-peer")
@@ -115,11 +128,14 @@ func seedsOf(list string, single uint64) ([]uint64, error) {
 }
 
 // A small interleaved run of every contender, headers at the first token
-// (the other condition only changes the fakes' OpenEarly flag): the
-// harness works — every contender answers, the duplicates counted by
-// request at the fakes add up to the fakes' own totals, nobody sends more
-// than max_attempts to the providers, and none never sends a duplicate.
-// Timing figures are the benchmark's, not this test's.
+// (open early only changes the fakes' OpenEarly flag), on equal routes and
+// on uneven ones with the degraded route first: the harness works — every
+// contender answers, the duplicates counted by request at the fakes add up
+// to the fakes' own totals and to the counts by route, nobody sends more
+// than max_attempts to the providers, none never sends a duplicate, and on
+// uneven routes the direct contenders send every primary to the first
+// route of their order. Timing figures are the benchmark's, not this
+// test's.
 func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the live system")
@@ -129,16 +145,16 @@ func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
 		// the race detector's slowdown on a busy machine does not turn the
 		// run into timeouts.
 		PerContender: 25, Warmup: 30, Rate: 40, TimeScale: 0.2, Seed: 7, Workload: workload.GPT4o,
-		Conditions: []condition{conditionHeadersAtFirstToken},
+		Conditions: []condition{conditionHeadersAtFirstToken, conditionUnevenFirst},
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	reps, err := compare(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reps) != 1 {
-		t.Fatalf("%d condition reports, want 1", len(reps))
+	if len(reps) != len(o.Conditions) {
+		t.Fatalf("%d condition reports, want %d", len(reps), len(o.Conditions))
 	}
 	for _, rep := range reps {
 		if rep.Delay <= 0 || rep.Delay > o.deadline() {
@@ -163,6 +179,19 @@ func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
 			if c.Upstream != c.Requests+c.Extra {
 				t.Errorf("%s: %s: %d upstream requests for %d requests and %d extra", rep.Condition.Name, c.Name, c.Upstream, c.Requests, c.Extra)
 			}
+			primaries, extras := 0, 0
+			for r := range routes {
+				primaries += c.Primaries[r]
+				extras += c.Extras[r]
+			}
+			if primaries != c.Requests-c.Unreached || primaries+extras != c.Upstream {
+				t.Errorf("%s: %s: %v primaries and %v duplicates by route for %d requests reaching a fake, %d upstream",
+					rep.Condition.Name, c.Name, c.Primaries, c.Extras, c.Requests-c.Unreached, c.Upstream)
+			}
+			if first := rep.Condition.order()[0]; rep.Condition.Uneven && c.Name != contenderHedgerow && c.Primaries[first] != primaries {
+				t.Errorf("%s: %s sent primaries %v by route, want all on route %d, the first of its order",
+					rep.Condition.Name, c.Name, c.Primaries, first)
+			}
 		}
 		if int64(upstream) != rep.UpstreamRequests {
 			t.Errorf("%s: %d upstream requests counted by request, the fakes' totals say %d",
@@ -174,10 +203,37 @@ func TestSmokeRunEveryContenderAnswersAndUpstreamCountsAddUp(t *testing.T) {
 	}
 	var b strings.Builder
 	writeTable(&b, o, reps)
+	writeSummary(&b, o, pool([]uint64{o.Seed}, [][]*conditionReport{reps}))
 	for _, name := range contenderNames {
 		if !strings.Contains(b.String(), name) {
 			t.Errorf("table has no row for %s:\n%s", name, b.String())
 		}
 	}
 	t.Log("\n" + b.String())
+}
+
+func TestPeersConditionsKeepBothAndAddTheUnevenOrders(t *testing.T) {
+	tests := []struct {
+		name string
+		want []condition
+	}{
+		{"both", []condition{conditionHeadersAtFirstToken, conditionOpenEarly}},
+		{"uneven", []condition{conditionUnevenFirst, conditionUnevenLast}},
+		{"uneven-last", []condition{conditionUnevenLast}},
+		{"all", []condition{conditionHeadersAtFirstToken, conditionOpenEarly, conditionUnevenFirst, conditionUnevenLast}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := conditionsOf(tt.name)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("conditionsOf(%q) = %v, %v; want %v", tt.name, got, err, tt.want)
+			}
+		})
+	}
+	if _, err := conditionsOf("lopsided"); err == nil || !strings.Contains(err.Error(), "-peers.conditions") {
+		t.Errorf("an unknown condition gave %v, want an error naming -peers.conditions", err)
+	}
+	if first, last := conditionUnevenFirst.order(), conditionUnevenLast.order(); first[0] != degradedRoute || last[routes-1] != degradedRoute {
+		t.Errorf("route orders %v and %v: want the degraded route %d first and then last", first, last, degradedRoute)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -47,6 +48,10 @@ func joinContender(a, b contenderReport) contenderReport {
 	a.Extra += b.Extra
 	a.MaxPerRequest = max(a.MaxPerRequest, b.MaxPerRequest)
 	a.Unreached += b.Unreached
+	for r := range routes {
+		a.Primaries[r] += b.Primaries[r]
+		a.Extras[r] += b.Extras[r]
+	}
 	for k, n := range b.ErrorKinds {
 		if a.ErrorKinds == nil {
 			a.ErrorKinds = map[string]int{}
@@ -95,6 +100,7 @@ func writePooled(w io.Writer, o options, ps []pooled) {
 		fmt.Fprintf(w, "\n== %s — pooled over seeds %s (%d requests per contender); times are real ms, failures count at the deadline\n",
 			p.Condition.Name, strings.Join(seeds, ", "), p.Contenders[0].Requests)
 		writeContenders(w, p.Contenders, p.HedgedArm)
+		writeRoutes(w, p.Condition, p.Contenders)
 		rep := &conditionReport{Contenders: p.Contenders}
 		a, b := row(p.Contenders, contenderHedgedHTTP), row(p.Contenders, contenderFailsafe)
 		interval := func(h, x, y []time.Duration, q float64) string {
@@ -113,10 +119,60 @@ func writePooled(w io.Writer, o options, ps []pooled) {
 				arm.name, r.TTFTP99, interval(arm.h.ttfts, a.ttfts, b.ttfts, 0.99), r.TTFTP999, interval(arm.h.ttfts, a.ttfts, b.ttfts, 0.999),
 				r.EndP99, interval(arm.h.ends, a.ends, b.ends, 0.99), r.EndP999, interval(arm.h.ends, a.ends, b.ends, 0.999), r.DupPoints)
 			if arm.name == "hedgerow" {
-				fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
-					verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
+				writeVerdict(w, p.Condition, r)
 			}
 		}
 		fmt.Fprintf(w, "(95%% seeded bootstrap intervals, %d resamples of each contender's pooled requests)\n", bootstrapResamples)
 	}
+}
+
+// writeSummary prints one line per condition: hedgerow's TTFT ratios over
+// the best peer with their bootstrap intervals, against the condition's
+// target, and every contender's duplicate rate — the figures the uneven
+// routes are judged by, pooled over the seeds run (one seed: its own).
+func writeSummary(w io.Writer, o options, ps []pooled) {
+	fmt.Fprintf(w, "\n== summary over seeds %s: hedgerow's TTFT over the best peer (95%% bootstrap intervals) against the target; duplicate rates counted at the fakes\n",
+		strings.Join(seedNames(ps), ", "))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "condition\tP99\tP99.9\ttarget\t")
+	for _, name := range contenderNames {
+		fmt.Fprintf(tw, "%s dup\t", name)
+	}
+	fmt.Fprintln(tw, "hedgerow primaries on degraded")
+	for _, p := range ps {
+		h, a, b := row(p.Contenders, contenderHedgerow), row(p.Contenders, contenderHedgedHTTP), row(p.Contenders, contenderFailsafe)
+		r := ratiosOf(&conditionReport{Contenders: p.Contenders}, h)
+		lo99, hi99 := ratioInterval(h.ttfts, a.ttfts, b.ttfts, 0.99, o.Seed)
+		lo999, hi999 := ratioInterval(h.ttfts, a.ttfts, b.ttfts, 0.999, o.Seed)
+		fmt.Fprintf(tw, "%s\t%.2f× [%.2f, %.2f]\t%.2f× [%.2f, %.2f]\t≤ %.2f×, ≤ %.2f×: %s\t",
+			p.Condition.Name, r.TTFTP99, lo99, hi99, r.TTFTP999, lo999, hi999,
+			p.Condition.TargetP99, p.Condition.TargetP999, verdictAt(p.Condition, r.TTFTP99, r.TTFTP999, r.DupPoints))
+		for _, c := range p.Contenders {
+			fmt.Fprintf(tw, "%.2f%%\t", 100*c.DuplicateRate())
+		}
+		if p.Condition.Uneven {
+			fmt.Fprintf(tw, "%.1f%%\n", 100*share(h.Primaries[degradedRoute], h.Requests))
+		} else {
+			fmt.Fprintln(tw, "-")
+		}
+	}
+	_ = tw.Flush()
+}
+
+func seedNames(ps []pooled) []string {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]string, len(ps[0].Seeds))
+	for i, s := range ps[0].Seeds {
+		out[i] = fmt.Sprint(s)
+	}
+	return out
+}
+
+func share(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
 }

@@ -23,6 +23,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 			"the model's own %s ms), max %d attempts each; run took %v\n",
 			rep.Condition.Name, ms(rep.Delay), rep.DelaySource, ms(rep.RunDelay), ms(rep.ModelDelay), maxAttempts, rep.Elapsed.Round(time.Second))
 		upstream := writeContenders(w, rep.Contenders, rep.HedgedArm)
+		writeRoutes(w, rep.Condition, rep.Contenders)
 		h := rep.Hedgerow
 		reasons := slices.Sorted(maps.Keys(h.Suppressed))
 		parts := make([]string, len(reasons))
@@ -54,8 +55,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 		}
 		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",
 			r.NoneTTFTP99, r.NoneTTFTP999, r.NoneEndP99, r.NoneEndP999)
-		fmt.Fprintf(w, "target (P99 and P99.9 ≤ the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
-			verdict(r.TTFTP99, r.TTFTP999, r.DupPoints), verdict(r.EndP99, r.EndP999, r.DupPoints))
+		writeVerdict(w, rep.Condition, r)
 		if rep.Tails != nil {
 			writeTails(w, rep.Tails, o.PerContender)
 		}
@@ -136,14 +136,37 @@ func ratiosOf(rep *conditionReport, h contenderReport) ratioSet {
 	}
 }
 
-// verdict says whether hedgerow met the comparison target on one latency,
-// and which part it missed.
-func verdict(p99, p999, dupPoints float64) string {
+// writeVerdict prints whether hedgerow met c's target, on the time to
+// first token and on the end of the stream.
+func writeVerdict(w io.Writer, c condition, r ratioSet) {
+	fmt.Fprintf(w, "target (P99 ≤ %.2f× and P99.9 ≤ %.2f× the best peer's, duplicate rate ≤ the lower peer's + 1 point): time to first token %s; end of stream %s\n",
+		c.TargetP99, c.TargetP999, verdictAt(c, r.TTFTP99, r.TTFTP999, r.DupPoints), verdictAt(c, r.EndP99, r.EndP999, r.DupPoints))
+}
+
+// writeRoutes prints where each contender sent its primaries and its
+// duplicates, by fake route, naming the degraded one.
+func writeRoutes(w io.Writer, c condition, contenders []contenderReport) {
+	label := "by route fake-0/fake-1/fake-2"
+	if c.Uneven {
+		label += fmt.Sprintf(" (fake-%d degraded; the peers' order %v)", degradedRoute, c.order())
+	}
+	parts := make([]string, len(contenders))
+	for i, cr := range contenders {
+		parts[i] = fmt.Sprintf("%s %d/%d/%d + %d/%d/%d", cr.Name, cr.Primaries[0], cr.Primaries[1], cr.Primaries[2],
+			cr.Extras[0], cr.Extras[1], cr.Extras[2])
+	}
+	fmt.Fprintf(w, "primaries + duplicates %s: %s\n", label, strings.Join(parts, "; "))
+}
+
+// verdictAt says whether hedgerow met c's target on one latency — P99 and
+// P99.9 at most the target times the best peer's, the duplicate rate at
+// most a point over the lower peer's — and which part it missed.
+func verdictAt(c condition, p99, p999, dupPoints float64) string {
 	var missed []string
-	if p99 > 1 {
+	if p99 > c.TargetP99 {
 		missed = append(missed, "P99")
 	}
-	if p999 > 1 {
+	if p999 > c.TargetP999 {
 		missed = append(missed, "P99.9")
 	}
 	if dupPoints > 1 {

@@ -34,6 +34,10 @@ func NewGenerator(m *Model, seed uint64) (*Generator, error) {
 		g.model.Degradation = &d
 		g.schedule = newSchedule(&d, seed)
 	}
+	if m.Shift != nil {
+		sh := *m.Shift
+		g.model.Shift = &sh
+	}
 	return g, nil
 }
 
@@ -43,6 +47,10 @@ func (g *Generator) Model() Model {
 	if m.Degradation != nil {
 		d := *m.Degradation
 		m.Degradation = &d
+	}
+	if m.Shift != nil {
+		sh := *m.Shift
+		m.Shift = &sh
 	}
 	return m
 }

@@ -20,13 +20,19 @@ const (
 	// Degraded is gpt4o on three routes that each fall into correlated
 	// degraded episodes (TTFT ×5, 10% errors).
 	Degraded = "degraded"
+	// Uneven is gpt4o whose route 0 stalls twice as often as its siblings
+	// and decodes at half their speed, for the whole run.
+	Uneven = "uneven"
+	// Degrading is gpt4o whose route 0 turns into Uneven's degraded route
+	// half-way through the run (ForRun; DegradingAt until told the run).
+	Degrading = "degrading"
 )
 
 // ErrUnknownModel is returned by ByName for a name that is not a built-in model.
 var ErrUnknownModel = errors.New("unknown workload model")
 
 // Names returns the names ByName accepts.
-func Names() []string { return []string{GPT4o, Sonnet, Mixed, Degraded} }
+func Names() []string { return []string{GPT4o, Sonnet, Mixed, Degraded, Uneven, Degrading} }
 
 // LogNormal is the distribution of X where ln X ~ Normal(Mu, Sigma). Mu is
 // in ln units of the quantity (seconds for latencies, tokens for counts), so
@@ -163,6 +169,8 @@ type Model struct {
 	CancelLag time.Duration
 	// Degradation, when set, gives the routes correlated degraded episodes.
 	Degradation *Degradation
+	// Shift, when set, makes one route worse than its siblings (shift.go).
+	Shift *RouteShift
 	// Empirical, when set, replaces the TTFT mixture, the decode speed, the
 	// token counts and the error fraction with distributions measured from
 	// recorded traffic (see EmpiricalModel).
@@ -252,6 +260,11 @@ func ByName(name string) (*Model, error) {
 			ErrorFraction:     0.10,
 			WarmUp:            30 * time.Minute,
 		}
+	case Uneven:
+		m.Shift = UnevenShift()
+	case Degrading:
+		m.Shift = UnevenShift()
+		m.Shift.From, m.Shift.AtFraction = DegradingAt, 0.5
 	default:
 		return nil, fmt.Errorf("%w %q: valid names are %s", ErrUnknownModel, name, strings.Join(Names(), ", "))
 	}
@@ -307,6 +320,11 @@ func (m *Model) validate() error {
 	}
 	if m.Empirical != nil {
 		if err := m.Empirical.validate(); err != nil {
+			return err
+		}
+	}
+	if m.Shift != nil {
+		if err := m.Shift.validate(m); err != nil {
 			return err
 		}
 	}

@@ -111,17 +111,21 @@ func (p *Provider) Attempt(req Request, number int, start time.Duration) (Attemp
 		a.End = m.ErrorAfterMin + time.Duration(uErrAfter*float64(m.ErrorAfterMax-m.ErrorAfterMin))
 		return a, nil
 	}
+	stallFraction, tokensPerSecond := m.TTFT.StallFraction, m.TokensPerSecond
+	if m.Shift.shifted(p.route, start) {
+		stallFraction, tokensPerSecond = stallFraction*m.Shift.StallFactor, tokensPerSecond*m.Shift.SpeedFactor
+	}
 	mode := m.TTFT.Main
 	switch {
 	case uMix < m.TTFT.HangFraction:
 		a.Outcome, a.FirstByte, a.End = OutcomeHang, Never, Never
 		return a, nil
-	case uMix < m.TTFT.HangFraction+m.TTFT.StallFraction:
+	case uMix < m.TTFT.HangFraction+stallFraction:
 		a.Stalled, mode = true, m.TTFT.Stall
 	}
 	a.Outcome = OutcomeOK
 	a.FirstByte = durationOf(mode.at(zTTFT) * ttftFactor)
-	a.ITL = durationOf(math.Exp(m.ITLSigma*zITL) / m.TokensPerSecond)
+	a.ITL = durationOf(math.Exp(m.ITLSigma*zITL) / tokensPerSecond)
 	a.End = addSaturating(a.FirstByte, durationMul(a.ITL, req.OutputTokens))
 	return a, nil
 }
