@@ -65,12 +65,12 @@ cluster-if-down: build nats-server redis prometheus
 	@if ! $(BIN) cluster status --dir $(CLUSTER_DIR) >/dev/null 2>&1; then $(MAKE) --no-print-directory cluster; fi
 
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
-# The what-if frontier test replays 480,000 simulated groups: too slow under the race detector, so
-# it skips there and runs here without it (about 35 s).
+# The what-if frontier test replays 480,000 simulated groups and the uneven-routes test simulates
+# 300,000: too slow under the race detector, so they skip there and run here without it.
 test: redis prometheus
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m ./...
-	$(GO) test -count=1 -timeout 10m -run '^TestReplayingAWorkloadsRecordsRecoversItsFrontier$$' ./simulator/
+	$(GO) test -count=1 -timeout 10m -run '^(TestReplayingAWorkloadsRecordsRecoversItsFrontier|TestUnevenRoutesHaveTeethAndHedgerowHoldsItsCeilings)$$' ./simulator/
 
 # gofmt, go vet and the import rules below; CI (.ci/run) runs it before make test.
 lint:

@@ -17,6 +17,10 @@ import (
 // of the peers on these routes is measured live (`make compare-peers
 // PEERS_CONDITIONS=uneven`), not asserted here.
 func TestUnevenRoutesHaveTeethAndHedgerowHoldsItsCeilings(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulates 300,000 groups, minutes under -race on 2 cores: make test runs it without -race " +
+			"(go test -run 'TestReplayingAWorkloadsRecordsRecoversItsFrontier|TestUnevenRoutesHaveTeethAndHedgerowHoldsItsCeilings' ./simulator/)")
+	}
 	const requests, seed = 60_000, 3
 	equal := byName(t, run(t, Options{Workload: workload.GPT4o, Requests: requests, Seed: seed, Stream: true,
 		Strategies: []string{StrategyNone}}), StrategyNone)
