@@ -37,6 +37,7 @@ type attemptRun struct {
 	workerID     string
 	outcome      hedge.Outcome    // how it ended, once it did
 	ended        *AttemptTimeline // once it did, for the group's trace
+	stallJudged  bool             // a primary's stall verdict was fed to the picker (judgeStall)
 }
 
 // group drives one hedge group: the engine, fed by real events.

@@ -135,6 +135,13 @@ type routeState struct {
 	// succeeded and that failed transiently, as of outcomeSeen.
 	okWeight, failWeight float64
 	outcomeSeen          time.Time
+
+	// The stall share is time-decayed the same way: stallWeight and
+	// primaryWeight are the decayed counts of the route's primaries that
+	// stalled and of all its primaries judged (ObserveStall), as of
+	// stallSeen.
+	stallWeight, primaryWeight float64
+	stallSeen                  time.Time
 }
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
@@ -274,6 +281,117 @@ func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
 	return nil
 }
 
+// ObserveStall feeds whether one primary on a route stalled into its stall
+// share: stalled when its first byte came after its group's hedge delay, or
+// had not come when a hedge was launched or when it ended past the delay
+// (PrimaryState.Stalled says which, for both drivers). Primaries that ended
+// before the delay without a first byte are not fed: they failed, which
+// ObserveOutcome counts, or their caller left. The share multiplies the
+// score, so a route whose primaries stall more often than its siblings'
+// draws fewer primaries, and wins them back as the old stalls decay.
+func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+	rs.stallWeight *= d
+	rs.primaryWeight *= d
+	rs.primaryWeight++
+	if stalled {
+		rs.stallWeight++
+	}
+	if now.After(rs.stallSeen) {
+		rs.stallSeen = now
+	}
+	return nil
+}
+
+// The stall share's prior and floor (docs/architecture.md §5, "Route
+// choice"). A route without stall data reads stallPrior, the share a hedge
+// delay at the default P95 implies for a route like its pool's others; the
+// prior weighs stallPriorWeight primaries, so one stall of a fresh or quiet
+// route moves its share a little, not to 1. Below stallFloor — the P99's
+// own share — a route's stalls cannot reach the pool's P99 on their own, so
+// shares under it all count alike.
+const (
+	stallPrior       = 0.05
+	stallPriorWeight = 20
+	stallFloor       = 0.01
+)
+
+// stallShare is the route's decayed share of stalled primaries, with the
+// prior: (stalled + stallPrior × stallPriorWeight) / (primaries +
+// stallPriorWeight).
+func (p *Picker) stallShare(rs *routeState, now time.Time) float64 {
+	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+	return (rs.stallWeight*d + stallPrior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
+}
+
+// stallFactor is the score's stall term: the route's stall share relative to
+// the prior's, at least stallFloor's. A route stalling at the prior's share
+// counts 1, twice as often 2.
+func (p *Picker) stallFactor(rs *routeState, now time.Time) float64 {
+	return max(p.stallShare(rs, now), stallFloor) / stallPrior
+}
+
+// PrimaryState is what a driver knows of a group's primary at one moment,
+// for the stall rule both drivers apply (PrimaryState.Stalled).
+type PrimaryState struct {
+	// Delay is the group's hedge delay (the cohort's, whether or not the
+	// group may hedge); zero or less: the group has none, nothing is judged.
+	Delay time.Duration
+	// Elapsed is the time since the primary's launch.
+	Elapsed time.Duration
+	// FirstByte is the primary's time from launch to its first byte; zero:
+	// none yet.
+	FirstByte time.Duration
+	// Hedged is set once a hedge of the group was launched.
+	Hedged bool
+}
+
+// Stalled judges a primary for its route's stall share: stalled when its
+// first byte came after the delay, or when it has none and a hedge was
+// launched or the delay has passed; not stalled when its first byte came
+// within the delay. known is false while undecided — no first byte yet,
+// no hedge, the delay not passed — so a driver asks again at the
+// primary's first byte, at a hedge's launch and at the primary's end, and
+// feeds the first known verdict, once.
+func (s PrimaryState) Stalled() (stalled, known bool) {
+	switch {
+	case s.Delay <= 0:
+		return false, false
+	case s.FirstByte > 0:
+		return s.FirstByte > s.Delay, true
+	case s.Hedged || s.Elapsed >= s.Delay:
+		return true, true
+	}
+	return false, false
+}
+
+// Verdict says what an ended attempt tells of its route's health, the rule
+// both drivers feed ObserveOutcome and the outlier detection by: failed for
+// a transient failure (an error, a reset, a malformed or invalid answer, a
+// lost worker), ok for a valid answer; not counted for what says nothing of
+// the route — an attempt the group cancelled, a Busy refusal, a pushback or
+// quarantine (they have flags of their own), a request the group itself got
+// wrong.
+func Verdict(status schemas.StatusClass, scope schemas.ErrorScope, contractValid, cancelled bool) (failed, counted bool) {
+	switch {
+	case status == schemas.StatusOK && contractValid:
+		return false, true
+	case cancelled:
+		return false, false
+	case status == schemas.StatusBusy || status == schemas.StatusCanceled:
+		return false, false
+	case scope == schemas.ScopeTransient:
+		return true, true
+	}
+	return false, false
+}
+
 // minSuccessRatio bounds the success ratio's divisor: a route that only
 // fails scores 20 times its load-weighted latency, still finite so that a
 // pool whose every route fails keeps choosing among them.
@@ -357,6 +475,9 @@ type Stats struct {
 	// SuccessRatio is the decayed share of successful attempts, with a
 	// prior of one success (ObserveOutcome); 1 for a route without outcomes.
 	SuccessRatio float64
+	// StallShare is the decayed share of the route's primaries that
+	// stalled, with its prior (ObserveStall); 0.05 for a route without data.
+	StallShare float64
 	// State is the state in force at the time asked: an expired pushback or
 	// quarantine reads Healthy.
 	State State
@@ -371,7 +492,7 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now)}
+	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now), StallShare: p.stallShare(rs, now)}
 	if rs.sharedFresh(now) {
 		st.SharedInFlight = rs.sharedInFlight
 	}
@@ -408,14 +529,15 @@ func (rs *routeState) served(now time.Time) bool { return !now.Before(rs.unserve
 // PickPrimary picks the primary's route from a pool: among healthy routes
 // (not quarantined, in pushback or ejected at now) it draws two at random
 // and takes the one with the lower score, (in-flight + 1) × recent latency
-// ÷ success ratio, where in-flight is the larger of the local count and the
-// fresh shared one (SetSharedInFlight). When no route of the pool is
-// healthy but some are only ejected, it picks among those (panic mode, as
-// Envoy's: ejection must never leave a pool without a route). A route
-// without fresh latency data is scored at the median latency of the pool's
-// routes that have it, so it is neither starved nor flooded; when none has
-// data every route shares one neutral latency and in-flight alone decides.
-// ok is false when no route of the pool is healthy.
+// ÷ success ratio × stall factor, where in-flight is the larger of the
+// local count and the fresh shared one (SetSharedInFlight) and the stall
+// factor is the route's stall share over the prior's (ObserveStall). When
+// no route of the pool is healthy but some are only ejected, it picks among
+// those (panic mode, as Envoy's: ejection must never leave a pool without a
+// route). A route without fresh latency data is scored at the median
+// latency of the pool's routes that have it, so it is neither starved nor
+// flooded; when none has data every route shares one neutral latency and
+// the other terms decide. ok is false when no route of the pool is healthy.
 func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -504,13 +626,18 @@ func (p *Picker) MayEject(pool []string, name string, maxPercent int, now time.T
 	return healthy > 0 && ejected <= max(1, n*maxPercent/100)
 }
 
-// PickHedge picks a hedge's route from a pool: a healthy route not in
-// exclude (the routes this group already used), preferring, in order, one
-// whose provider label differs from every excluded route's, then one whose
-// region label differs from every excluded route's, then any other. Only if
-// no such route exists and sameRouteAllowed is set may an excluded healthy
-// route be reused. Within the preferred set the choice is power-of-two-
-// choices as for the primary. ok is false when nothing is eligible.
+// PickHedge picks a hedge's or a replacement's route from a pool: a
+// healthy route not in exclude (the routes this group already used),
+// preferring, in order, one whose provider label differs from every
+// excluded route's, then one whose region label differs from every
+// excluded route's, then any other. Only if no such route exists and
+// sameRouteAllowed is set may an excluded healthy route be reused. Within
+// the preferred set it takes the best-scored route — the one least likely
+// to stall or fail now, for its load — not a random pair's better: a
+// duplicate is sent because something already went wrong, and it must not
+// meet a route known to be worse. Ties go to a uniform draw among them, or
+// to the first in pool order without a random source. ok is false when
+// nothing is eligible.
 func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand, sameRouteAllowed bool) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -525,7 +652,7 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 				used = append(used, rs)
 			}
 		}
-		return p.twoChoices(used, pool, now, rng)
+		return p.best(used, pool, now, rng)
 	}
 	excluded := make([]*routeState, 0, len(exclude))
 	for _, name := range exclude {
@@ -541,10 +668,34 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 			}
 		}
 		if len(diverse) > 0 {
-			return p.twoChoices(diverse, pool, now, rng)
+			return p.best(diverse, pool, now, rng)
 		}
 	}
-	return p.twoChoices(cands, pool, now, rng)
+	return p.best(cands, pool, now, rng)
+}
+
+// best returns the lowest-scored candidate; ties go to a uniform draw among
+// the tied, or to the first in pool order when rng is nil. p.mu must be
+// held.
+func (p *Picker) best(cands []*routeState, pool []string, now time.Time, rng *rand.Rand) (string, bool) {
+	if len(cands) == 0 {
+		return "", false
+	}
+	prior := p.poolMedian(pool, now)
+	var tied []*routeState
+	low := math.Inf(1)
+	for _, rs := range cands {
+		switch sc := p.score(rs, prior, now); {
+		case sc < low:
+			low, tied = sc, append(tied[:0], rs)
+		case sc == low:
+			tied = append(tied, rs)
+		}
+	}
+	if rng == nil || len(tied) == 1 {
+		return tied[0].route.Name, true
+	}
+	return tied[rng.IntN(len(tied))].route.Name, true
 }
 
 // differsFromAll reports whether rs carries label key with a value that no
@@ -636,17 +787,24 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	return a.route.Name, true
 }
 
-// score is (in-flight + 1) × recent latency ÷ success ratio: the expected
-// wait behind the route's current load, in-flight being the cluster's count
-// while fresh, stretched by the attempts that would have to be made again.
-// Without the ratio a route that fails at once would score best: it holds
-// nothing in flight and, reporting no first byte, has no latency of its own.
+// score is (in-flight + 1) × recent latency ÷ success ratio × stall
+// factor: the expected wait behind the route's current load, in-flight
+// being the cluster's count while fresh, stretched by the attempts that
+// would have to be made again, and by the odds that the primary lands in
+// the pool's tail. Without the ratio a route that fails at once would score
+// best: it holds nothing in flight and, reporting no first byte, has no
+// latency of its own. Without the stall factor a route whose primaries
+// often stall past the hedge delay would draw as many primaries as its
+// siblings while its mean latency still looked fine: a stalled primary is
+// hedged, and its group's answer waits at least the delay, so the pool's
+// P99 is made of those groups and each route's primaries add to it in
+// proportion to its stall share (docs/architecture.md §5, "Route choice").
 func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
 		l = prior
 	}
-	return float64(rs.load(now)+1) * l / p.successRatio(rs, now)
+	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, now)
 }
 
 // poolMedian is the median fresh latency over the pool's routes, whatever
