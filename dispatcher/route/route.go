@@ -310,31 +310,72 @@ func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
 }
 
 // The stall share's prior and floor (docs/architecture.md §5, "Route
-// choice"). A route without stall data reads stallPrior, the share a hedge
-// delay at the default P95 implies for a route like its pool's others; the
-// prior weighs stallPriorWeight primaries, so one stall of a fresh or quiet
-// route moves its share a little, not to 1. Below stallFloor — the P99's
-// own share — a route's stalls cannot reach the pool's P99 on their own, so
-// shares under it all count alike.
+// choice"). A route's share is drawn towards its pool's: the median share of
+// the pool's routes with stall data, or stallPrior — what a hedge delay at
+// the default P95 implies — when none has. The prior weighs
+// stallPriorWeight primaries, so one stall of a fresh or quiet route moves
+// its share a little, not to 1, and a route without data (new, quiet, or
+// failing before any delay) is scored like its siblings, neither starved nor
+// flooded. Below stallFloor — the P99's own share — a route's stalls cannot
+// reach the pool's P99 on their own, so shares under it all count alike.
 const (
 	stallPrior       = 0.05
 	stallPriorWeight = 20
 	stallFloor       = 0.01
 )
 
-// stallShare is the route's decayed share of stalled primaries, with the
-// prior: (stalled + stallPrior × stallPriorWeight) / (primaries +
+// stallShare is the route's decayed share of stalled primaries, drawn
+// towards prior: (stalled + prior × stallPriorWeight) / (primaries +
 // stallPriorWeight).
-func (p *Picker) stallShare(rs *routeState, now time.Time) float64 {
+func (p *Picker) stallShare(rs *routeState, prior float64, now time.Time) float64 {
 	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
-	return (rs.stallWeight*d + stallPrior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
+	return (rs.stallWeight*d + prior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
 }
 
 // stallFactor is the score's stall term: the route's stall share relative to
-// the prior's, at least stallFloor's. A route stalling at the prior's share
+// stallPrior, at least stallFloor's. A route stalling at stallPrior's share
 // counts 1, twice as often 2.
-func (p *Picker) stallFactor(rs *routeState, now time.Time) float64 {
-	return max(p.stallShare(rs, now), stallFloor) / stallPrior
+func (p *Picker) stallFactor(rs *routeState, prior float64, now time.Time) float64 {
+	return max(p.stallShare(rs, prior, now), stallFloor) / stallPrior
+}
+
+// priors are what a route without data of its own is scored at: its pool's
+// median latency (seconds) and median stall share.
+type priors struct{ latency, stall float64 }
+
+// poolPriors computes the priors of pool at now. p.mu must be held.
+func (p *Picker) poolPriors(pool []string, now time.Time) priors {
+	return priors{latency: p.poolMedian(pool, now), stall: p.poolStall(pool, now)}
+}
+
+// poolStall is the median raw stall share over the pool's routes holding at
+// least one (decayed) judged primary, whatever their health, or stallPrior
+// when none does. p.mu must be held.
+func (p *Picker) poolStall(pool []string, now time.Time) float64 {
+	ss := make([]float64, 0, len(pool))
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || slices.Contains(pool[:i], name) {
+			continue
+		}
+		if w := rs.primaryWeight * p.decayFrom(rs.stallSeen, rs.primaryWeight, now); w >= 1 {
+			ss = append(ss, rs.stallWeight/rs.primaryWeight)
+		}
+	}
+	return median(ss, stallPrior)
+}
+
+// median returns the median of xs (sorting it), or none when xs is empty.
+func median(xs []float64, none float64) float64 {
+	if len(xs) == 0 {
+		return none
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // PrimaryState is what a driver knows of a group's primary at one moment,
@@ -476,7 +517,8 @@ type Stats struct {
 	// prior of one success (ObserveOutcome); 1 for a route without outcomes.
 	SuccessRatio float64
 	// StallShare is the decayed share of the route's primaries that
-	// stalled, with its prior (ObserveStall); 0.05 for a route without data.
+	// stalled, drawn towards 0.05 (ObserveStall; a pick draws it towards
+	// its pool's share instead); 0.05 for a route without data.
 	StallShare float64
 	// State is the state in force at the time asked: an expired pushback or
 	// quarantine reads Healthy.
@@ -492,7 +534,7 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now), StallShare: p.stallShare(rs, now)}
+	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now), StallShare: p.stallShare(rs, stallPrior, now)}
 	if rs.sharedFresh(now) {
 		st.SharedInFlight = rs.sharedInFlight
 	}
@@ -632,12 +674,13 @@ func (p *Picker) MayEject(pool []string, name string, maxPercent int, now time.T
 // excluded route's, then one whose region label differs from every
 // excluded route's, then any other. Only if no such route exists and
 // sameRouteAllowed is set may an excluded healthy route be reused. Within
-// the preferred set it takes the best-scored route — the one least likely
-// to stall or fail now, for its load — not a random pair's better: a
-// duplicate is sent because something already went wrong, and it must not
-// meet a route known to be worse. Ties go to a uniform draw among them, or
-// to the first in pool order without a random source. ok is false when
-// nothing is eligible.
+// the preferred set it takes the route least likely to fail or stall now
+// (risk: 1 − success ratio × (1 − stall share)), and among the routes
+// about as safe the best-scored — not a random pair's better: a duplicate
+// is sent because something already went wrong, usually into the group's
+// last slot, and it must not meet a route known to be worse, even an idle
+// one. Ties go to a uniform draw among them, or to the first in pool order
+// without a random source. ok is false when nothing is eligible.
 func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand, sameRouteAllowed bool) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -674,21 +717,45 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 	return p.best(cands, pool, now, rng)
 }
 
-// best returns the lowest-scored candidate; ties go to a uniform draw among
-// the tied, or to the first in pool order when rng is nil. p.mu must be
-// held.
+// Risk margins of PickHedge: a candidate is as safe as the safest when its
+// risk is within riskRatio times the lowest plus riskSlack, so the noise of
+// equal routes' shares does not send every duplicate to one of them.
+const (
+	riskRatio = 1.5
+	riskSlack = 0.01
+)
+
+// risk is the odds that an attempt on the route does not answer in time:
+// 1 − success ratio × (1 − stall share). A fresh route reads 0.05, one
+// failure of a fresh route 0.53.
+func (p *Picker) risk(rs *routeState, pr priors, now time.Time) float64 {
+	return 1 - p.successRatio(rs, now)*(1-p.stallShare(rs, pr.stall, now))
+}
+
+// best returns, among the candidates whose risk is within the margins of the
+// lowest, the lowest-scored; ties go to a uniform draw among the tied, or
+// to the first in pool order when rng is nil. A duplicate usually holds the
+// group's last slot, so the odds that it fails or stalls weigh before the
+// load it would wait behind. p.mu must be held.
 func (p *Picker) best(cands []*routeState, pool []string, now time.Time, rng *rand.Rand) (string, bool) {
 	if len(cands) == 0 {
 		return "", false
 	}
-	prior := p.poolMedian(pool, now)
-	var tied []*routeState
+	pr := p.poolPriors(pool, now)
 	low := math.Inf(1)
 	for _, rs := range cands {
-		switch sc := p.score(rs, prior, now); {
-		case sc < low:
-			low, tied = sc, append(tied[:0], rs)
-		case sc == low:
+		low = min(low, p.risk(rs, pr, now))
+	}
+	var tied []*routeState
+	lowScore := math.Inf(1)
+	for _, rs := range cands {
+		if p.risk(rs, pr, now) > low*riskRatio+riskSlack {
+			continue
+		}
+		switch sc := p.score(rs, pr, now); {
+		case sc < lowScore:
+			lowScore, tied = sc, append(tied[:0], rs)
+		case sc == lowScore:
 			tied = append(tied, rs)
 		}
 	}
@@ -765,7 +832,7 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	case 1:
 		return cands[0].route.Name, true
 	}
-	prior := p.poolMedian(pool, now)
+	prior := p.poolPriors(pool, now)
 	if rng == nil {
 		best := cands[0]
 		for _, rs := range cands[1:] {
@@ -799,12 +866,12 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 // hedged, and its group's answer waits at least the delay, so the pool's
 // P99 is made of those groups and each route's primaries add to it in
 // proportion to its stall share (docs/architecture.md §5, "Route choice").
-func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
+func (p *Picker) score(rs *routeState, pr priors, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
-		l = prior
+		l = pr.latency
 	}
-	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, now)
+	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, pr.stall, now)
 }
 
 // poolMedian is the median fresh latency over the pool's routes, whatever
@@ -821,13 +888,5 @@ func (p *Picker) poolMedian(pool []string, now time.Time) float64 {
 			ls = append(ls, l)
 		}
 	}
-	if len(ls) == 0 {
-		return 1
-	}
-	slices.Sort(ls)
-	n := len(ls)
-	if n%2 == 1 {
-		return ls[n/2]
-	}
-	return (ls[n/2-1] + ls[n/2]) / 2
+	return median(ls, 1)
 }

@@ -758,3 +758,32 @@ func TestPickHedgeTakesTheRouteLeastLikelyToStallOrFailNow(t *testing.T) {
 		})
 	}
 }
+
+func TestPickHedgeSendsTheReplacementToTheSaferRouteEvenWhenItIsBusier(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	// A cold gateway: b failed once, c holds two attempts in flight.
+	mustDo(t, p.ObserveOutcome("b", false, t0))
+	mustDo(t, p.Acquire("c"))
+	mustDo(t, p.Acquire("c"))
+	got := shares(t, 200, func(rng *rand.Rand) (string, bool) {
+		return p.PickHedge([]string{"a", "b", "c"}, []string{"a"}, t0, rng, false)
+	})
+	if got["c"] != 200 {
+		t.Fatalf("replacement picks %v, want c, the route that has not failed, every time", got)
+	}
+}
+
+func TestARouteWithoutStallDataIsScoredAtItsPoolsShare(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	// b and c answered 100 primaries each within the delay; a, new or
+	// quiet, has none judged.
+	for range 100 {
+		mustDo(t, p.ObserveStall("b", false, t0))
+		mustDo(t, p.ObserveStall("c", false, t0))
+	}
+	got := shares(t, 900, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+	if share := float64(got["a"]) / 900; share < 0.3 {
+		t.Fatalf("route without stall data drew %.3f of the primaries (%v), want about 1/3", share, got)
+	}
+}
