@@ -24,6 +24,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -387,6 +388,11 @@ type GroupError struct {
 	Scope schemas.ErrorScope
 	// Holder is the gate value of the committed winner (already_committed).
 	Holder string
+	// Refused is why nothing was left to try when the group failed after
+	// an attempt's failure (hedge.Fail.Refused): RefusedMaxAttempts,
+	// RefusedNoRoute, RefusedNoTime or another suppression reason of its
+	// last refused replacement; "" when no replacement was refused.
+	Refused string
 	// Streamed is set when the failure came after bytes reached the caller.
 	Streamed bool
 	// RetryAfter, when positive, is how long the caller should wait before
@@ -395,6 +401,16 @@ type GroupError struct {
 	// wait (overloaded).
 	RetryAfter time.Duration
 }
+
+// Why a failed group had nothing left to try (GroupError.Refused).
+const (
+	// RefusedMaxAttempts: the group's max_attempts were spent.
+	RefusedMaxAttempts = hedge.ReasonNoSlot
+	// RefusedNoRoute: every route of the pool was tried or is unhealthy.
+	RefusedNoRoute = reasonNoRoute
+	// RefusedNoTime: too little time was left before the deadline.
+	RefusedNoTime = hedge.ReasonNoTime
+)
 
 func (e *GroupError) Error() string {
 	if e.Holder != "" {

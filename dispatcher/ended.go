@@ -14,6 +14,9 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	a := g.attempt(e.Attempt)
 	_ = d.picker.Release(a.route)
 	d.observeRoute(g.sub.Pool, e)
+	if e.Attempt == 1 {
+		g.judgeStall(false, true)
+	}
 	if e.Outcome == hedge.OutcomeWinner && g.sub.Request.Stream {
 		// The committed stream ended: success, or a failure after its commit
 		// point, which ends the caller's stream with an error, never with

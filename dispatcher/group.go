@@ -37,6 +37,7 @@ type attemptRun struct {
 	workerID     string
 	outcome      hedge.Outcome    // how it ended, once it did
 	ended        *AttemptTimeline // once it did, for the group's trace
+	stallJudged  bool             // a primary's stall verdict was fed to the picker (judgeStall)
 }
 
 // group drives one hedge group: the engine, fed by real events.
@@ -415,7 +416,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.commit(a)
 	case hedge.Fail:
 		d.metrics.groups.WithLabelValues(string(a.Error)).Inc()
-		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Streamed: g.streamed,
+		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Refused: a.Refused, Streamed: g.streamed,
 			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
 		end := budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage, Lost: a.Lost}

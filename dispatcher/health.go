@@ -34,24 +34,13 @@ func newHealth(pools map[string]Pool) (map[string]*route.Health, error) {
 	return out, nil
 }
 
-// routeVerdict says what an ended attempt tells of its route's health:
-// failed for a transient failure of the route (an error, a reset, a
-// malformed or invalid answer, a lost worker), ok for an answer; neither
-// (counted false) for what says nothing of the route — cancelled losers,
-// a Busy refusal, a pushback or quarantine (they have flags of their own),
-// a request the group itself got wrong.
+// routeVerdict says what an ended attempt tells of its route's health, by
+// the rule both drivers share (route.Verdict): failed for a transient
+// failure of the route, ok for an answer; neither (counted false) for what
+// says nothing of the route.
 func routeVerdict(e hedge.AttemptEnded) (failed, counted bool) {
-	switch {
-	case e.Status == schemas.StatusOK && e.ContractValid:
-		return false, true
-	case e.Outcome == hedge.OutcomeLoserCanceled || e.Outcome == hedge.OutcomeCanceled:
-		return false, false
-	case e.Status == schemas.StatusBusy || e.Status == schemas.StatusCanceled:
-		return false, false
-	case e.Scope == schemas.ScopeTransient:
-		return true, true
-	}
-	return false, false
+	cancelled := e.Outcome == hedge.OutcomeLoserCanceled || e.Outcome == hedge.OutcomeCanceled
+	return route.Verdict(e.Status, e.Scope, e.ContractValid, cancelled)
 }
 
 // observeRoute feeds an ended attempt into its route's success ratio and its
@@ -90,6 +79,25 @@ func (d *Dispatcher) observeRoute(pool string, e hedge.AttemptEnded) {
 	d.metrics.ejections.WithLabelValues(e.Route, reason).Inc()
 	d.log.Warn("route ejected", "route", e.Route, "pool", pool, "reason", reason, "for", ttl)
 	d.markRoute(e.Route, budgets.RouteEjected, ttl)
+}
+
+// judgeStall feeds the primary's stall verdict into its route's stall share
+// the first time it is known (route.PrimaryState.Stalled, docs/architecture.md
+// §5 "Route choice"): at its first byte, at a hedge's launch (hedged) and at
+// its end, after which it is never judged again — a primary that ended
+// before the delay without a first byte is a failure, not a stall. The
+// simulator judges at the same three moments.
+func (g *group) judgeStall(hedged, ended bool) {
+	p := g.attempt(1)
+	if p == nil || p.role != schemas.RolePrimary || p.stallJudged {
+		return
+	}
+	now := g.d.now()
+	stalled, known := route.PrimaryState{Delay: g.delay, Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte, Hedged: hedged}.Stalled()
+	if known {
+		_ = g.d.picker.ObserveStall(p.route, stalled, now)
+	}
+	p.stallJudged = known || ended
 }
 
 // mayEject reports whether every pool holding the route can spare it: none

@@ -27,6 +27,7 @@ func (g *group) launch(l hedge.Launch) {
 	d.metrics.attempts.WithLabelValues(string(l.Role)).Inc()
 	if l.Role == schemas.RoleHedge {
 		d.metrics.hedges.Inc()
+		g.judgeStall(true, false)
 	}
 	g.publishAttempt(a, l.Deadline, l.Remaining)
 }
@@ -125,6 +126,9 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		_ = g.d.picker.Observe(a.route, a.firstByte, now)
 		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
 		g.class.ObserveFirstByte(g.cohort, a.route, now, a.role, a.firstByte)
+		if a.n == 1 {
+			g.judgeStall(false, false)
+		}
 		return hedge.FirstByte{Attempt: a.n}
 	case *schemas.Chunk:
 		if m.Seq != a.lastSeq+1 {

@@ -328,6 +328,25 @@ func badRequestMessage(err error) string {
 	return "The request is invalid: " + detail + "."
 }
 
+// allRoutesFailedMessage says why a request failed all_routes_failed or
+// no_route: every route of the model was tried or is unhealthy, or the
+// request's attempts were spent (docs/architecture.md §4 rule 4).
+func allRoutesFailedMessage(ge *dispatcher.GroupError) string {
+	switch {
+	case ge.Code == schemas.ErrNoRoute:
+		return "No route of the model is healthy now (every one is ejected, quarantined, in pushback or without a worker)."
+	case ge.Refused == dispatcher.RefusedMaxAttempts:
+		return "Every attempt this request may make (max_attempts) failed before a valid answer; other routes of the model were not tried."
+	case ge.Refused == dispatcher.RefusedNoRoute:
+		return "Every route of the model was tried or is unhealthy, and none produced a valid answer."
+	case ge.Refused == dispatcher.RefusedNoTime:
+		return "The routes tried failed too close to the deadline for another attempt."
+	case ge.Refused != "":
+		return "The routes tried failed, and no further attempt was allowed (" + ge.Refused + ")."
+	}
+	return "No route of the model could produce a valid answer."
+}
+
 func groupFailure(ge *dispatcher.GroupError) *Failure {
 	f := &Failure{Code: string(ge.Code), Group: ge.Group}
 	switch ge.Code {
@@ -367,7 +386,7 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		// Retryable: routes recover (ejections and pushback lapse), and a
 		// client told when backs off instead of retrying at once.
 		f.RetryAfter = max(ge.RetryAfter, time.Second)
-		f.Message = "No route of the model could produce a valid answer."
+		f.Message = allRoutesFailedMessage(ge)
 	case schemas.ErrStreamInterrupted:
 		f.Message = "The answer's stream broke after it began, so none of it counts as delivered; retry with the same Idempotency-Key."
 	case schemas.ErrInvalidRequest:

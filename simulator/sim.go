@@ -74,6 +74,10 @@ type simAttempt struct {
 	stopped  bool          // cancelled, or its report was delivered
 	stopAt   time.Duration // model time the provider saw the disconnect
 	finished bool          // ran to its End
+	// firstByte is the time from launch to its first byte (0: none yet);
+	// stallJudged: a primary's stall verdict was fed to the picker.
+	firstByte   time.Duration
+	stallJudged bool
 }
 
 // simGroup is one request's hedge group.
@@ -97,6 +101,9 @@ type simGroup struct {
 	// its hedge delay is that route's, as the dispatcher does; "" when no
 	// route could be picked.
 	primary string
+	// delay is the cohort's hedge delay at the start, whether or not the
+	// group may hedge: what its primary's stall is judged by.
+	delay time.Duration
 }
 
 // runner simulates one strategy over the whole workload on virtual time.
@@ -296,6 +303,7 @@ func (r *runner) start(g *simGroup) hedge.Start {
 	case delayEstimated:
 		start.HedgeDelay = r.class.HedgeDelay(g.cohort, g.primary, r.at(), r.cond.Deadline).Value
 	}
+	g.delay = start.HedgeDelay
 	el := r.eligibility(g)
 	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
 	g.guard = el.Guardrail
@@ -450,6 +458,20 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 			sa.stopAt = r.now - sa.start
 		}
 		if r.picker != nil {
+			// What the live driver feeds at the same moment (dispatcher
+			// observeRoute, judgeStall): the attempt's verdict, before any
+			// replacement's route is picked, and the primary's stall.
+			cancelled := a.Outcome == hedge.OutcomeLoserCanceled || a.Outcome == hedge.OutcomeCanceled
+			if failed, counted := route.Verdict(a.Status, a.Scope, a.ContractValid, cancelled); counted {
+				if err := r.picker.ObserveOutcome(r.routes[sa.route], !failed, r.at()); err != nil {
+					return err
+				}
+			}
+			if a.Attempt == 1 {
+				if err := r.judgeStall(g, false, true); err != nil {
+					return err
+				}
+			}
 			return r.picker.Release(r.routes[sa.route])
 		}
 	case hedge.GroupEnded:
@@ -546,6 +568,9 @@ func (r *runner) launch(g *simGroup, l hedge.Launch) {
 	g.attempts = append(g.attempts, sa)
 	if r.picker != nil {
 		_ = r.picker.Acquire(l.Route)
+		if l.Role == schemas.RoleHedge {
+			_ = r.judgeStall(g, true, false)
+		}
 	}
 	n := l.Attempt
 	r.schedule(start+workerLatency, g, n, hedge.Accepted{Attempt: n})
@@ -580,9 +605,15 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 	switch e := ev.(type) {
 	case hedge.FirstByte:
 		ttft := r.now - (sa.start - workerLatency)
+		sa.firstByte = ttft
 		if r.picker != nil {
 			if err := r.picker.Observe(r.routes[sa.route], ttft, r.at()); err != nil {
 				return err
+			}
+			if sa == g.attempts[0] {
+				if err := r.judgeStall(g, false, false); err != nil {
+					return err
+				}
 			}
 		}
 		if r.learnsDelay() {
@@ -597,6 +628,26 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 		sa.stopAt = workload.Never
 	}
 	return nil
+}
+
+// judgeStall feeds the primary's stall verdict into its route's stall share
+// the first time it is known, at the moments the live driver judges it: the
+// primary's first byte, a hedge's launch (hedged) and the primary's end
+// (ended), after which it is never judged again.
+func (r *runner) judgeStall(g *simGroup, hedged, ended bool) error {
+	if len(g.attempts) == 0 {
+		return nil
+	}
+	p := g.attempts[0]
+	if p.role != schemas.RolePrimary || p.stallJudged {
+		return nil
+	}
+	stalled, known := route.PrimaryState{Delay: g.delay, Elapsed: r.now - (p.start - workerLatency), FirstByte: p.firstByte, Hedged: hedged}.Stalled()
+	p.stallJudged = known || ended
+	if !known {
+		return nil
+	}
+	return r.picker.ObserveStall(r.routes[p.route], stalled, r.at())
 }
 
 // observeCommit feeds the estimator what a commit reveals: a naive quantile

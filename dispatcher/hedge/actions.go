@@ -91,6 +91,14 @@ type Fail struct {
 	Scope schemas.ErrorScope
 	// Holder names the group that committed the user action (already_committed).
 	Holder string
+	// Refused is why nothing was left to try when the group failed after an
+	// attempt's failure: the suppression reason of its last refused
+	// replacement — ReasonNoSlot (max_attempts spent), the driver's
+	// no_route (every route of the pool was tried or is unhealthy),
+	// ReasonNoTime, a budget's refusal — or "" when none was refused.
+	// all_routes_failed tells its caller which (docs/architecture.md §4
+	// rule 4).
+	Refused string
 }
 
 // Release returns an unused reservation whole.

@@ -100,6 +100,10 @@ type Group struct {
 	// report it before the group's own timer fires, and a group whose last
 	// attempt ran out of time failed for the deadline, not the routes.
 	lastFailTimedOut bool
+	// replacementRefused is the suppression reason of the group's last
+	// refused replacement; failRefused is what the group's Fail says of it
+	// (Fail.Refused), set only when nothing was left to try.
+	replacementRefused, failRefused string
 
 	committed  bool
 	winner     int
@@ -537,6 +541,9 @@ func (g *Group) suppress(role schemas.Role, reason string) {
 	if g.suppressed == "" {
 		g.suppressed = reason
 	}
+	if role == schemas.RoleReplacement {
+		g.replacementRefused = reason
+	}
 	g.emit(HedgeSuppressed{Role: role, Reason: reason})
 }
 
@@ -799,6 +806,7 @@ func (g *Group) failIfNothingLeft() {
 		// nothing is left (rule 4, busy is backpressure).
 		code, scope = schemas.ErrOverloaded, schemas.ScopePushback
 	}
+	g.failRefused = g.replacementRefused // the Fail says why nothing was left
 	g.fail(code, scope, "", CancelGroupError)
 }
 
@@ -914,7 +922,7 @@ func (g *Group) decide(committed bool, code schemas.ErrorCode, scope schemas.Err
 	g.failErr = code
 	g.failScope = scope
 	g.decidedAt = g.now
-	g.emit(Fail{Error: code, Scope: scope, Holder: holder})
+	g.emit(Fail{Error: code, Scope: scope, Holder: holder, Refused: g.failRefused})
 }
 
 // stop cancels a running attempt, or ends a finished one that will not win.

@@ -1116,3 +1116,39 @@ func TestSuppressionsAtTheStartAreEmittedWithTheirReason(t *testing.T) {
 		}
 	})
 }
+
+func TestRule4AllRoutesFailedSaysWhyNothingWasLeftToTry(t *testing.T) {
+	const fiveHundred = schemas.StatusServerError
+	tests := []struct {
+		name        string
+		maxAttempts int
+		refusal     string // the driver's answer to the replacement's budget question; "" grants it on "b"
+		want        string
+	}{
+		{"max_attempts spent", 2, "", ReasonNoSlot},
+		{"every route tried or unhealthy", 3, "no_route", "no_route"},
+		{"a budget refused the replacement", 3, "attempts", "attempts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultOptions()
+			p.MaxAttempts = tt.maxAttempts
+			h := newHarness(t, p)
+			h.launched(streamingStart)
+			acts := h.at(10, Result{Attempt: 1, Status: fiveHundred, Scope: schemas.ScopeTransient})
+			if _, ok := find[AskHedgeBudget](acts); !ok {
+				t.Fatalf("no replacement asked after a transient failure: %v", acts)
+			}
+			if tt.refusal != "" {
+				acts = h.at(11, HedgeBudgetDecided{Allowed: false, Reason: tt.refusal})
+			} else {
+				h.at(11, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})
+				acts = h.at(20, Result{Attempt: 2, Status: fiveHundred, Scope: schemas.ScopeTransient})
+			}
+			f, ok := find[Fail](acts)
+			if !ok || f.Error != schemas.ErrAllRoutesFailed || f.Refused != tt.want {
+				t.Fatalf("Fail = %+v (%v), want all_routes_failed refused %q", f, ok, tt.want)
+			}
+		})
+	}
+}

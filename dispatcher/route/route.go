@@ -135,6 +135,13 @@ type routeState struct {
 	// succeeded and that failed transiently, as of outcomeSeen.
 	okWeight, failWeight float64
 	outcomeSeen          time.Time
+
+	// The stall share is time-decayed the same way: stallWeight and
+	// primaryWeight are the decayed counts of the route's primaries that
+	// stalled and of all its primaries judged (ObserveStall), as of
+	// stallSeen.
+	stallWeight, primaryWeight float64
+	stallSeen                  time.Time
 }
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
@@ -264,6 +271,158 @@ func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
 	})
 }
 
+// ObserveStall feeds whether one primary on a route stalled into its stall
+// share: stalled when its first byte came after its group's hedge delay, or
+// had not come when a hedge was launched or when it ended past the delay
+// (PrimaryState.Stalled says which, for both drivers). Primaries that ended
+// before the delay without a first byte are not fed: they failed, which
+// ObserveOutcome counts, or their caller left. The share multiplies the
+// score, so a route whose primaries stall more often than its siblings'
+// draws fewer primaries, and wins them back as the old stalls decay.
+func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs, err := p.lookup(name)
+	if err != nil {
+		return err
+	}
+	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+	rs.stallWeight *= d
+	rs.primaryWeight *= d
+	rs.primaryWeight++
+	if stalled {
+		rs.stallWeight++
+	}
+	if now.After(rs.stallSeen) {
+		rs.stallSeen = now
+	}
+	return nil
+}
+
+// The stall share's prior and floor (docs/architecture.md §5, "Route
+// choice"). A route's share is drawn towards its pool's: the median share of
+// the pool's routes with stall data, or stallPrior — what a hedge delay at
+// the default P95 implies — when none has. The prior weighs
+// stallPriorWeight primaries, so one stall of a fresh or quiet route moves
+// its share a little, not to 1, and a route without data (new, quiet, or
+// failing before any delay) is scored like its siblings, neither starved nor
+// flooded. Below stallFloor — the P99's own share — a route's stalls cannot
+// reach the pool's P99 on their own, so shares under it all count alike.
+const (
+	stallPrior       = 0.05
+	stallPriorWeight = 20
+	stallFloor       = 0.01
+)
+
+// stallShare is the route's decayed share of stalled primaries, drawn
+// towards prior: (stalled + prior × stallPriorWeight) / (primaries +
+// stallPriorWeight).
+func (p *Picker) stallShare(rs *routeState, prior float64, now time.Time) float64 {
+	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+	return (rs.stallWeight*d + prior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
+}
+
+// stallFactor is the score's stall term: the route's stall share relative to
+// stallPrior, at least stallFloor's. A route stalling at stallPrior's share
+// counts 1, twice as often 2.
+func (p *Picker) stallFactor(rs *routeState, prior float64, now time.Time) float64 {
+	return max(p.stallShare(rs, prior, now), stallFloor) / stallPrior
+}
+
+// priors are what a route without data of its own is scored at: its pool's
+// median latency (seconds) and median stall share.
+type priors struct{ latency, stall float64 }
+
+// poolPriors computes the priors of pool at now. p.mu must be held.
+func (p *Picker) poolPriors(pool []string, now time.Time) priors {
+	return priors{latency: p.poolMedian(pool, now), stall: p.poolStall(pool, now)}
+}
+
+// poolStall is the median raw stall share over the pool's routes holding at
+// least one (decayed) judged primary, whatever their health, or stallPrior
+// when none does. p.mu must be held.
+func (p *Picker) poolStall(pool []string, now time.Time) float64 {
+	ss := make([]float64, 0, len(pool))
+	for i, name := range pool {
+		rs, ok := p.routes[name]
+		if !ok || slices.Contains(pool[:i], name) {
+			continue
+		}
+		if w := rs.primaryWeight * p.decayFrom(rs.stallSeen, rs.primaryWeight, now); w >= 1 {
+			ss = append(ss, rs.stallWeight/rs.primaryWeight)
+		}
+	}
+	return median(ss, stallPrior)
+}
+
+// median returns the median of xs (sorting it), or none when xs is empty.
+func median(xs []float64, none float64) float64 {
+	if len(xs) == 0 {
+		return none
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// PrimaryState is what a driver knows of a group's primary at one moment,
+// for the stall rule both drivers apply (PrimaryState.Stalled).
+type PrimaryState struct {
+	// Delay is the group's hedge delay (the cohort's, whether or not the
+	// group may hedge); zero or less: the group has none, nothing is judged.
+	Delay time.Duration
+	// Elapsed is the time since the primary's launch.
+	Elapsed time.Duration
+	// FirstByte is the primary's time from launch to its first byte; zero:
+	// none yet.
+	FirstByte time.Duration
+	// Hedged is set once a hedge of the group was launched.
+	Hedged bool
+}
+
+// Stalled judges a primary for its route's stall share: stalled when its
+// first byte came after the delay, or when it has none and a hedge was
+// launched or the delay has passed; not stalled when its first byte came
+// within the delay. known is false while undecided — no first byte yet,
+// no hedge, the delay not passed — so a driver asks again at the
+// primary's first byte, at a hedge's launch and at the primary's end, and
+// feeds the first known verdict, once.
+func (s PrimaryState) Stalled() (stalled, known bool) {
+	switch {
+	case s.Delay <= 0:
+		return false, false
+	case s.FirstByte > 0:
+		return s.FirstByte > s.Delay, true
+	case s.Hedged || s.Elapsed >= s.Delay:
+		return true, true
+	}
+	return false, false
+}
+
+// Verdict says what an ended attempt tells of its route's health, the rule
+// both drivers feed ObserveOutcome and the outlier detection by: failed for
+// a transient failure (an error, a reset, a malformed or invalid answer, a
+// lost worker), ok for a valid answer; not counted for what says nothing of
+// the route — an attempt the group cancelled, a Busy refusal, a pushback or
+// quarantine (they have flags of their own), a request the group itself got
+// wrong.
+func Verdict(status schemas.StatusClass, scope schemas.ErrorScope, contractValid, cancelled bool) (failed, counted bool) {
+	switch {
+	case status == schemas.StatusOK && contractValid:
+		return false, true
+	case cancelled:
+		return false, false
+	case status == schemas.StatusBusy || status == schemas.StatusCanceled:
+		return false, false
+	case scope == schemas.ScopeTransient:
+		return true, true
+	}
+	return false, false
+}
+
 // minSuccessRatio bounds the success ratio's divisor: a route that only
 // fails scores 20 times its load-weighted latency, still finite so that a
 // pool whose every route fails keeps choosing among them.
@@ -340,6 +499,10 @@ type Stats struct {
 	// SuccessRatio is the decayed share of successful attempts, with a
 	// prior of one success (ObserveOutcome); 1 for a route without outcomes.
 	SuccessRatio float64
+	// StallShare is the decayed share of the route's primaries that
+	// stalled, drawn towards 0.05 (ObserveStall; a pick draws it towards
+	// its pool's share instead); 0.05 for a route without data.
+	StallShare float64
 	// State is the state in force at the time asked: an expired pushback or
 	// quarantine reads Healthy.
 	State State
@@ -354,7 +517,7 @@ func (p *Picker) Stats(name string, now time.Time) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now)}
+	st := Stats{InFlight: rs.inFlight, SuccessRatio: p.successRatio(rs, now), StallShare: p.stallShare(rs, stallPrior, now)}
 	if rs.sharedFresh(now) {
 		st.SharedInFlight = rs.sharedInFlight
 	}
@@ -391,14 +554,15 @@ func (rs *routeState) served(now time.Time) bool { return !now.Before(rs.unserve
 // PickPrimary picks the primary's route from a pool: among healthy routes
 // (not quarantined, in pushback or ejected at now) it draws two at random
 // and takes the one with the lower score, (in-flight + 1) × recent latency
-// ÷ success ratio, where in-flight is the larger of the local count and the
-// fresh shared one (SetSharedInFlight). When no route of the pool is
-// healthy but some are only ejected, it picks among those (panic mode, as
-// Envoy's: ejection must never leave a pool without a route). A route
-// without fresh latency data is scored at the median latency of the pool's
-// routes that have it, so it is neither starved nor flooded; when none has
-// data every route shares one neutral latency and in-flight alone decides.
-// ok is false when no route of the pool is healthy.
+// ÷ success ratio × stall factor, where in-flight is the larger of the
+// local count and the fresh shared one (SetSharedInFlight) and the stall
+// factor is the route's stall share over the prior's (ObserveStall). When
+// no route of the pool is healthy but some are only ejected, it picks among
+// those (panic mode, as Envoy's: ejection must never leave a pool without a
+// route). A route without fresh latency data is scored at the median
+// latency of the pool's routes that have it, so it is neither starved nor
+// flooded; when none has data every route shares one neutral latency and
+// the other terms decide. ok is false when no route of the pool is healthy.
 func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -487,13 +651,19 @@ func (p *Picker) MayEject(pool []string, name string, maxPercent int, now time.T
 	return healthy > 0 && ejected <= max(1, n*maxPercent/100)
 }
 
-// PickHedge picks a hedge's route from a pool: a healthy route not in
-// exclude (the routes this group already used), preferring, in order, one
-// whose provider label differs from every excluded route's, then one whose
-// region label differs from every excluded route's, then any other. Only if
-// no such route exists and sameRouteAllowed is set may an excluded healthy
-// route be reused. Within the preferred set the choice is power-of-two-
-// choices as for the primary. ok is false when nothing is eligible.
+// PickHedge picks a hedge's or a replacement's route from a pool: a
+// healthy route not in exclude (the routes this group already used),
+// preferring, in order, one whose provider label differs from every
+// excluded route's, then one whose region label differs from every
+// excluded route's, then any other. Only if no such route exists and
+// sameRouteAllowed is set may an excluded healthy route be reused. Within
+// the preferred set it takes the route least likely to fail or stall now
+// (risk: 1 − success ratio × (1 − stall share)), and among the routes
+// about as safe the best-scored — not a random pair's better: a duplicate
+// is sent because something already went wrong, usually into the group's
+// last slot, and it must not meet a route known to be worse, even an idle
+// one. Ties go to a uniform draw among them, or to the first in pool order
+// without a random source. ok is false when nothing is eligible.
 func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand, sameRouteAllowed bool) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -508,7 +678,7 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 				used = append(used, rs)
 			}
 		}
-		return p.twoChoices(used, pool, now, rng)
+		return p.best(used, pool, now, rng)
 	}
 	excluded := make([]*routeState, 0, len(exclude))
 	for _, name := range exclude {
@@ -524,10 +694,58 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 			}
 		}
 		if len(diverse) > 0 {
-			return p.twoChoices(diverse, pool, now, rng)
+			return p.best(diverse, pool, now, rng)
 		}
 	}
-	return p.twoChoices(cands, pool, now, rng)
+	return p.best(cands, pool, now, rng)
+}
+
+// Risk margins of PickHedge: a candidate is as safe as the safest when its
+// risk is within riskRatio times the lowest plus riskSlack, so the noise of
+// equal routes' shares does not send every duplicate to one of them.
+const (
+	riskRatio = 1.5
+	riskSlack = 0.01
+)
+
+// risk is the odds that an attempt on the route does not answer in time:
+// 1 − success ratio × (1 − stall share). A fresh route reads 0.05, one
+// failure of a fresh route 0.53.
+func (p *Picker) risk(rs *routeState, pr priors, now time.Time) float64 {
+	return 1 - p.successRatio(rs, now)*(1-p.stallShare(rs, pr.stall, now))
+}
+
+// best returns, among the candidates whose risk is within the margins of the
+// lowest, the lowest-scored; ties go to a uniform draw among the tied, or
+// to the first in pool order when rng is nil. A duplicate usually holds the
+// group's last slot, so the odds that it fails or stalls weigh before the
+// load it would wait behind. p.mu must be held.
+func (p *Picker) best(cands []*routeState, pool []string, now time.Time, rng *rand.Rand) (string, bool) {
+	if len(cands) == 0 {
+		return "", false
+	}
+	pr := p.poolPriors(pool, now)
+	low := math.Inf(1)
+	for _, rs := range cands {
+		low = min(low, p.risk(rs, pr, now))
+	}
+	var tied []*routeState
+	lowScore := math.Inf(1)
+	for _, rs := range cands {
+		if p.risk(rs, pr, now) > low*riskRatio+riskSlack {
+			continue
+		}
+		switch sc := p.score(rs, pr, now); {
+		case sc < lowScore:
+			lowScore, tied = sc, append(tied[:0], rs)
+		case sc == lowScore:
+			tied = append(tied, rs)
+		}
+	}
+	if rng == nil || len(tied) == 1 {
+		return tied[0].route.Name, true
+	}
+	return tied[rng.IntN(len(tied))].route.Name, true
 }
 
 // differsFromAll reports whether rs carries label key with a value that no
@@ -597,7 +815,7 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	case 1:
 		return cands[0].route.Name, true
 	}
-	prior := p.poolMedian(pool, now)
+	prior := p.poolPriors(pool, now)
 	if rng == nil {
 		best := cands[0]
 		for _, rs := range cands[1:] {
@@ -619,17 +837,24 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	return a.route.Name, true
 }
 
-// score is (in-flight + 1) × recent latency ÷ success ratio: the expected
-// wait behind the route's current load, in-flight being the cluster's count
-// while fresh, stretched by the attempts that would have to be made again.
-// Without the ratio a route that fails at once would score best: it holds
-// nothing in flight and, reporting no first byte, has no latency of its own.
-func (p *Picker) score(rs *routeState, prior float64, now time.Time) float64 {
+// score is (in-flight + 1) × recent latency ÷ success ratio × stall
+// factor: the expected wait behind the route's current load, in-flight
+// being the cluster's count while fresh, stretched by the attempts that
+// would have to be made again, and by the odds that the primary lands in
+// the pool's tail. Without the ratio a route that fails at once would score
+// best: it holds nothing in flight and, reporting no first byte, has no
+// latency of its own. Without the stall factor a route whose primaries
+// often stall past the hedge delay would draw as many primaries as its
+// siblings while its mean latency still looked fine: a stalled primary is
+// hedged, and its group's answer waits at least the delay, so the pool's
+// P99 is made of those groups and each route's primaries add to it in
+// proportion to its stall share (docs/architecture.md §5, "Route choice").
+func (p *Picker) score(rs *routeState, pr priors, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
-		l = prior
+		l = pr.latency
 	}
-	return float64(rs.load(now)+1) * l / p.successRatio(rs, now)
+	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, pr.stall, now)
 }
 
 // poolMedian is the median fresh latency over the pool's routes, whatever
@@ -646,13 +871,5 @@ func (p *Picker) poolMedian(pool []string, now time.Time) float64 {
 			ls = append(ls, l)
 		}
 	}
-	if len(ls) == 0 {
-		return 1
-	}
-	slices.Sort(ls)
-	n := len(ls)
-	if n%2 == 1 {
-		return ls[n/2]
-	}
-	return (ls[n/2-1] + ls[n/2]) / 2
+	return median(ls, 1)
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -586,5 +588,202 @@ func TestARouteMarkedWithoutAWorkerIsPassedOverUntilServedOrExpired(t *testing.T
 	})
 	if err := newTestPicker(t, plain(pool...)...).MarkUnserved("x", t0); !errors.Is(err, ErrUnknownRoute) {
 		t.Errorf("MarkUnserved(unknown) = %v, want ErrUnknownRoute", err)
+	}
+}
+
+func TestPrimaryStalledWhenItsFirstByteMissesTheDelay(t *testing.T) {
+	const d = time.Second
+	tests := []struct {
+		name           string
+		s              PrimaryState
+		stalled, known bool
+	}{
+		{"first byte within the delay", PrimaryState{Delay: d, Elapsed: 2 * d, FirstByte: d / 2}, false, true},
+		{"first byte exactly at the delay", PrimaryState{Delay: d, Elapsed: d, FirstByte: d}, false, true},
+		{"first byte after the delay", PrimaryState{Delay: d, Elapsed: 2 * d, FirstByte: d + 1}, true, true},
+		{"first byte after the delay, hedged meanwhile", PrimaryState{Delay: d, Elapsed: 2 * d, FirstByte: 2 * d, Hedged: true}, true, true},
+		{"no first byte when the hedge launched", PrimaryState{Delay: d, Elapsed: d - time.Millisecond, Hedged: true}, true, true},
+		{"no first byte once the delay passed", PrimaryState{Delay: d, Elapsed: d}, true, true},
+		{"no first byte yet, within the delay", PrimaryState{Delay: d, Elapsed: d / 2}, false, false},
+		{"a group without a delay judges nothing", PrimaryState{Elapsed: time.Minute}, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stalled, known := tt.s.Stalled()
+			if stalled != tt.stalled || known != tt.known {
+				t.Fatalf("Stalled() = %v, %v; want %v, %v", stalled, known, tt.stalled, tt.known)
+			}
+		})
+	}
+}
+
+func TestVerdictCountsAnswersAndTransientFailuresOnly(t *testing.T) {
+	tests := []struct {
+		name            string
+		status          schemas.StatusClass
+		scope           schemas.ErrorScope
+		valid, canceled bool
+		failed, counted bool
+	}{
+		{"a valid answer", schemas.StatusOK, schemas.ScopeNone, true, false, false, true},
+		{"a valid answer of a cancelled loser that finished", schemas.StatusOK, schemas.ScopeNone, true, true, false, true},
+		{"an invalid answer", schemas.StatusContractInvalid, schemas.ScopeTransient, false, false, true, true},
+		{"a 5xx", schemas.StatusServerError, schemas.ScopeTransient, false, false, true, true},
+		{"a cancelled loser", schemas.StatusCanceled, schemas.ScopeNone, false, true, false, false},
+		{"a cancelled attempt that reports a timeout", schemas.StatusTimeout, schemas.ScopeTransient, false, true, false, false},
+		{"a busy refusal", schemas.StatusBusy, schemas.ScopeNone, false, false, false, false},
+		{"a pushback", schemas.StatusRateLimited, schemas.ScopePushback, false, false, false, false},
+		{"a quarantine", schemas.StatusAuth, schemas.ScopeRoute, false, false, false, false},
+		{"the group's own error", schemas.StatusInvalidRequest, schemas.ScopeGroup, false, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			failed, counted := Verdict(tt.status, tt.scope, tt.valid, tt.canceled)
+			if failed != tt.failed || counted != tt.counted {
+				t.Fatalf("Verdict = %v, %v; want %v, %v", failed, counted, tt.failed, tt.counted)
+			}
+		})
+	}
+}
+
+// stallRun drives a closed loop of primaries through p: each pick holds its
+// route for hold picks (so about hold attempts are in flight), every route
+// answers in the same time, and a primary on route r stalls every every[r]-th
+// time (0: never). It returns how many of picks primaries each route drew
+// and the clock after them.
+func stallRun(t *testing.T, p *Picker, pool []string, every map[string]int, picks, hold int, now time.Time, rng *rand.Rand) (map[string]int, time.Time) {
+	t.Helper()
+	got := make(map[string]int)
+	seen := make(map[string]int)
+	var inFlight []string
+	for range picks {
+		now = now.Add(20 * time.Millisecond)
+		if len(inFlight) == hold {
+			mustDo(t, p.Release(inFlight[0]))
+			inFlight = inFlight[1:]
+		}
+		name, ok := p.PickPrimary(pool, now, rng)
+		if !ok {
+			t.Fatal("PickPrimary found no route")
+		}
+		got[name]++
+		seen[name]++
+		mustDo(t, p.Acquire(name))
+		inFlight = append(inFlight, name)
+		mustDo(t, p.Observe(name, 500*time.Millisecond, now))
+		n := every[name]
+		mustDo(t, p.ObserveStall(name, n > 0 && seen[name]%n == 0, now))
+	}
+	for _, name := range inFlight {
+		mustDo(t, p.Release(name))
+	}
+	return got, now
+}
+
+func TestARouteWhoseStallShareRisesLosesPrimariesGraduallyAndWinsThemBack(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	rng := seeded(5)
+	const picks, hold = 3000, 12 // 60 s at 50 primaries a second, 12 in flight
+	// Route a stalls twice as often as b and c.
+	uneven := map[string]int{"a": 10, "b": 20, "c": 20}
+	_, now := stallRun(t, p, pool, uneven, picks, hold, t0, rng) // learn
+	got, now := stallRun(t, p, pool, uneven, picks, hold, now, rng)
+	share := float64(got["a"]) / picks
+	if share > 0.25 || share < 0.05 {
+		t.Fatalf("route with twice the stall share drew %.3f of the primaries (%v), want well below 1/3 but not none", share, got)
+	}
+	st, _ := p.Stats("a", now)
+	t.Logf("degraded: a drew %.3f of the primaries, stall share a %.3f", share, st.StallShare)
+	// Route a recovers: its old stalls decay and it wins its share back.
+	even := map[string]int{"a": 20, "b": 20, "c": 20}
+	_, now = stallRun(t, p, pool, even, picks, hold, now, rng)
+	got, _ = stallRun(t, p, pool, even, picks, hold, now, rng)
+	if share := float64(got["a"]) / picks; share < 0.28 {
+		t.Fatalf("recovered route drew %.3f of the primaries (%v), want about 1/3", share, got)
+	}
+	t.Logf("recovered: a drew %.3f of the primaries", float64(got["a"])/picks)
+}
+
+func TestEqualStallSharesLeaveThePrimariesEven(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	rng := seeded(6)
+	even := map[string]int{"a": 20, "b": 20, "c": 20}
+	_, now := stallRun(t, p, pool, even, 3000, 12, t0, rng)
+	got, _ := stallRun(t, p, pool, even, 3000, 12, now, rng)
+	for _, name := range pool {
+		if share := float64(got[name]) / 3000; share < 0.3 || share > 0.37 {
+			t.Fatalf("route %s drew %.3f of the primaries (%v), want about 1/3", name, share, got)
+		}
+	}
+}
+
+func TestPickHedgeTakesTheRouteLeastLikelyToStallOrFailNow(t *testing.T) {
+	pool := []string{"a", "b", "c"}
+	tests := []struct {
+		name string
+		feed func(p *Picker)
+		want string
+	}{
+		{"a cold route's first failure steers the replacement away", func(p *Picker) {
+			mustDo(t, p.ObserveOutcome("b", false, t0))
+		}, "c"},
+		{"a route whose primaries stall loses the hedge", func(p *Picker) {
+			for i := range 20 {
+				mustDo(t, p.ObserveStall("c", i%4 == 0, t0))
+				mustDo(t, p.ObserveStall("b", false, t0))
+			}
+		}, "b"},
+		{"stalls and failures weigh against load", func(p *Picker) {
+			mustDo(t, p.Acquire("c"))
+			for range 3 {
+				mustDo(t, p.ObserveOutcome("b", false, t0))
+			}
+		}, "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain("a", "b", "c")...)
+			tt.feed(p)
+			got := shares(t, 200, func(rng *rand.Rand) (string, bool) {
+				return p.PickHedge(pool, []string{"a"}, t0, rng, false)
+			})
+			if got[tt.want] != 200 {
+				t.Fatalf("hedge picks %v, want %s every time", got, tt.want)
+			}
+			if name, _ := p.PickHedge(pool, []string{"a"}, t0, nil, false); name != tt.want {
+				t.Fatalf("PickHedge without rng = %s, want %s", name, tt.want)
+			}
+		})
+	}
+}
+
+func TestPickHedgeSendsTheReplacementToTheSaferRouteEvenWhenItIsBusier(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	// A cold gateway: b failed once, c holds two attempts in flight.
+	mustDo(t, p.ObserveOutcome("b", false, t0))
+	mustDo(t, p.Acquire("c"))
+	mustDo(t, p.Acquire("c"))
+	got := shares(t, 200, func(rng *rand.Rand) (string, bool) {
+		return p.PickHedge([]string{"a", "b", "c"}, []string{"a"}, t0, rng, false)
+	})
+	if got["c"] != 200 {
+		t.Fatalf("replacement picks %v, want c, the route that has not failed, every time", got)
+	}
+}
+
+func TestARouteWithoutStallDataIsScoredAtItsPoolsShare(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	// b and c answered 100 primaries each within the delay; a, new or
+	// quiet, has none judged.
+	for range 100 {
+		mustDo(t, p.ObserveStall("b", false, t0))
+		mustDo(t, p.ObserveStall("c", false, t0))
+	}
+	got := shares(t, 900, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+	if share := float64(got["a"]) / 900; share < 0.3 {
+		t.Fatalf("route without stall data drew %.3f of the primaries (%v), want about 1/3", share, got)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/simulator/fakellm"
+	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
 // faultRequests is how many requests each fault of
@@ -25,6 +27,35 @@ import (
 // streaming, four at a time); -faults.requests=20 is the full run whose
 // figures docs/architecture.md §12 gives.
 var faultRequests = flag.Int("faults.requests", 8, "requests per fault in the faulty-route run")
+
+// healthyErrors is the share of the healthy routes' attempts that fail with
+// a 5xx in the faulty-route run: none by default, so that the run is a test
+// (with max_attempts 2, a request whose primary met the faulty route and
+// whose replacement meets a healthy route's error fails, whatever the
+// rules); -faults.healthy-errors=0.005 is gpt4o's own share, for figures.
+var healthyErrors = flag.Float64("faults.healthy-errors", 0, "share of the healthy routes' attempts that fail in the faulty-route run")
+
+// realisticRoute serves simulator route n of the gpt4o workload behind
+// httptest at a tenth of its time (first bytes ~60 ms, stalls ~350 ms,
+// answers 50–500 ms), its 5xx share set to errors.
+func realisticRoute(t *testing.T, n int, errors float64) string {
+	t.Helper()
+	m, err := workload.ByName(workload.GPT4o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ErrorFraction = errors
+	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 7, TimeScale: 0.1, Route: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(func() {
+		fake.Close()
+		srv.Close()
+	})
+	return srv.URL + "/v1"
+}
 
 // providerFault is how the faulty route of the fault run misbehaves.
 type providerFault string
@@ -148,7 +179,7 @@ func TestAFaultyRouteOfThreeNeverCostsACallerItsAnswer(t *testing.T) {
 	t.Logf("faulty route of three, %d requests per fault:\n%s", *faultRequests, table.String())
 }
 
-// runFault starts serve over two calm routes and one with fault and sends n
+// runFault starts serve over two realistic routes and one with fault and sends n
 // requests, four at a time, every other one streaming.
 func runFault(t *testing.T, fault providerFault, n int) faultRun {
 	t.Helper()
@@ -162,7 +193,7 @@ pools:
   gpt: {routes: [faulty, healthy-b, healthy-c]}
 policies:
   default: {control_fraction: 0, deadline: 30s}
-`, faultyProvider(t, fault), fakeRoute(t, 1), fakeRoute(t, 2))
+`, faultyProvider(t, fault), realisticRoute(t, 1, *healthyErrors), realisticRoute(t, 2, *healthyErrors))
 	cfg, err := config.Parse("faults.yaml", []byte(y), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, y)
@@ -203,7 +234,10 @@ policies:
 
 // askOnce sends request i and says how it was not answered validly, or "".
 func askOnce(client *http.Client, url string, i int, stream bool) string {
-	body := fmt.Sprintf(`{"model":"gpt","max_tokens":16,"stream":%t,"messages":[{"role":"user","content":"question"}]}`, stream)
+	// Each request its own question: the fake draws a request's latency
+	// and errors from its messages, so equal requests would meet equal
+	// draws on every route.
+	body := fmt.Sprintf(`{"model":"gpt","max_tokens":16,"stream":%t,"messages":[{"role":"user","content":"question %d"}]}`, stream, i)
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return err.Error()
