@@ -801,9 +801,11 @@ func (g *Group) failIfNothingLeft() {
 		// "every route failed", whoever noticed first.
 		code = schemas.ErrDeadlineExceeded
 	}
-	if g.overloaded {
-		// The pool stayed saturated: that, not the last failure, is why
-		// nothing is left (rule 4, busy is backpressure).
+	if g.overloaded || g.replacementRefused == ReasonOverloaded {
+		// The pool stayed saturated, or had no room for the replacement a
+		// failure asked for: capacity, not the last failure, is why nothing
+		// is left, and the caller is told to come back (rule 4, busy is
+		// backpressure) — never all_routes_failed while routes are only full.
 		code, scope = schemas.ErrOverloaded, schemas.ScopePushback
 	}
 	g.failRefused = g.replacementRefused // the Fail says why nothing was left

@@ -855,6 +855,30 @@ func TestRule4SaturationSuppressesReplacementsAndHedges(t *testing.T) {
 	}
 }
 
+// A failure whose replacement the saturated pool has no room for fails the
+// group overloaded, as a Busy past the queue wait does: the routes are full,
+// not failed (issue 27's saturation run saw all_routes_failed here).
+func TestRule4AReplacementRefusedForSaturationFailsOverloadedNotAllRoutesFailed(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	h.launched(streamingStart)
+	acts := h.at(100, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+	if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleReplacement {
+		t.Fatalf("no replacement asked: %v", acts)
+	}
+	acts = h.at(101, HedgeBudgetDecided{Allowed: false, Reason: ReasonOverloaded})
+	f, ok := find[Fail](acts)
+	if !ok || f.Error != schemas.ErrOverloaded || f.Scope != schemas.ScopePushback || f.Refused != ReasonOverloaded {
+		t.Fatalf("fail = %+v %v, want overloaded, pushback scope, refused overloaded", f, ok)
+	}
+	// Any other refusal still fails as the last failure says.
+	h = newHarness(t, DefaultOptions())
+	h.launched(streamingStart)
+	h.at(100, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+	if f, ok := find[Fail](h.at(101, HedgeBudgetDecided{Allowed: false, Reason: ReasonBudget})); !ok || f.Error != schemas.ErrAllRoutesFailed {
+		t.Fatalf("fail = %+v %v, want all_routes_failed", f, ok)
+	}
+}
+
 // A replacement granted after the pool saturated is released unlaunched.
 func TestRule4ReplacementGrantedIntoSaturationIsReleased(t *testing.T) {
 	p := DefaultOptions()
