@@ -38,14 +38,7 @@ func TestSharedEligibilityRules(t *testing.T) {
 		g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
 		if f.PushedBack {
 			// As the simulator's MarkRoute does, on its route-aware picker.
-			defs := make([]route.Route, len(r.routes))
-			for i, name := range r.routes {
-				defs[i] = route.Route{Name: name}
-			}
-			var err error
-			if r.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			r.picker = picker(t, r.routes)
 			if err := r.do(g, hedge.MarkRoute{Route: r.routes[0], Mark: hedge.MarkPushback, TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
@@ -91,14 +84,7 @@ func TestSharedRouteDelayRules(t *testing.T) {
 		r.strat.policy, r.acc = hedge.DefaultOptions(), &accumulator{}
 		r.cond.Deadline = 30 * time.Second
 		r.rng = rand.New(rand.NewPCG(1, 2))
-		defs := make([]route.Route, len(r.routes))
-		for i, name := range r.routes {
-			defs[i] = route.Route{Name: name}
-		}
-		var err error
-		if r.picker, err = route.NewPicker(defs, route.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		r.picker = picker(t, r.routes)
 		g := &simGroup{id: "g1", arrival: r.now, cohort: delay.NewCohort("chat", "gpt4o", false, 0)}
 		for _, s := range f.Samples {
 			// A primary on the sample's route reports its first byte; the
@@ -121,4 +107,19 @@ func TestSharedRouteDelayRules(t *testing.T) {
 		}
 		return start.HedgeDelay
 	})
+}
+
+// picker is a fresh route-aware picker over routes, as the simulator's
+// hedgerow strategy builds one.
+func picker(t *testing.T, routes []string) *route.Picker {
+	t.Helper()
+	defs := make([]route.Route, len(routes))
+	for i, name := range routes {
+		defs[i] = route.Route{Name: name}
+	}
+	p, err := route.NewPicker(defs, route.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

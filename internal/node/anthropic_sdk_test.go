@@ -29,11 +29,11 @@ import (
 // claudeKey is the API key of tenant "acme" in startClaudeServe's config.
 const claudeKey = "sk-ant-hedgerow-test-acme"
 
-// claudeRoute serves simulator route n playing m behind httptest, with the
+// fakeServer serves simulator route n playing m behind httptest, with the
 // rest of its settings from cfg (a model second is a real millisecond unless
 // cfg says otherwise), and returns its root URL, as Anthropic's SDKs take a
 // base URL.
-func claudeRoute(t *testing.T, n int, m *workload.Model, cfg fakellm.Options) string {
+func fakeServer(t *testing.T, n int, m *workload.Model, cfg fakellm.Options) string {
 	t.Helper()
 	cfg.Model, cfg.Seed, cfg.Route = m, 7, n
 	if cfg.TimeScale == 0 {
@@ -58,7 +58,7 @@ func claudeRoute(t *testing.T, n int, m *workload.Model, cfg fakellm.Options) st
 func exhaustedRoute(t *testing.T, n int) string {
 	t.Helper()
 	frozen := time.Unix(1_700_000_000, 0)
-	url := claudeRoute(t, n, calmModel(t), fakellm.Options{
+	url := fakeServer(t, n, calmModel(t), fakellm.Options{
 		TimeScale: 0.1, RateLimit: workload.RateLimit{RPM: 1}, Now: func() time.Time { return frozen },
 	})
 	req, err := http.NewRequest(http.MethodPost, url+"/v1/messages",
@@ -87,15 +87,15 @@ func startClaudeServe(t *testing.T) string {
 	stuck.TTFT = workload.TTFT{HangFraction: 1}
 	type route struct{ provider, url string }
 	routes := map[string]route{
-		"claude-a": {"anthropic", claudeRoute(t, 0, calm, fakellm.Options{})},
-		"claude-b": {"anthropic", claudeRoute(t, 1, calm, fakellm.Options{})},
-		"mixed-a":  {"openai", claudeRoute(t, 0, calm, fakellm.Options{}) + "/v1"},
-		"mixed-b":  {"anthropic", claudeRoute(t, 1, calm, fakellm.Options{})},
-		"broken-a": {"anthropic", claudeRoute(t, 0, broken, fakellm.Options{})},
-		"broken-b": {"anthropic", claudeRoute(t, 1, broken, fakellm.Options{})},
+		"claude-a": {"anthropic", fakeServer(t, 0, calm, fakellm.Options{})},
+		"claude-b": {"anthropic", fakeServer(t, 1, calm, fakellm.Options{})},
+		"mixed-a":  {"openai", fakeServer(t, 0, calm, fakellm.Options{}) + "/v1"},
+		"mixed-b":  {"anthropic", fakeServer(t, 1, calm, fakellm.Options{})},
+		"broken-a": {"anthropic", fakeServer(t, 0, broken, fakellm.Options{})},
+		"broken-b": {"anthropic", fakeServer(t, 1, broken, fakellm.Options{})},
 		// Ten model hours of hang cap: far beyond any test's deadline.
-		"stuck-a":   {"anthropic", claudeRoute(t, 0, stuck, fakellm.Options{HangCap: 10 * time.Hour})},
-		"stuck-b":   {"anthropic", claudeRoute(t, 1, stuck, fakellm.Options{HangCap: 10 * time.Hour})},
+		"stuck-a":   {"anthropic", fakeServer(t, 0, stuck, fakellm.Options{HangCap: 10 * time.Hour})},
+		"stuck-b":   {"anthropic", fakeServer(t, 1, stuck, fakellm.Options{HangCap: 10 * time.Hour})},
 		"limited-a": {"anthropic", exhaustedRoute(t, 0)},
 		"limited-b": {"anthropic", exhaustedRoute(t, 1)},
 	}

@@ -45,16 +45,7 @@ func realisticRoute(t *testing.T, n int, errors float64) string {
 		t.Fatal(err)
 	}
 	m.ErrorFraction = errors
-	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 7, TimeScale: 0.1, Route: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(func() {
-		fake.Close()
-		srv.Close()
-	})
-	return srv.URL + "/v1"
+	return fakeServer(t, n, m, fakellm.Options{TimeScale: 0.1}) + "/v1"
 }
 
 // providerFault is how the faulty route of the fault run misbehaves.

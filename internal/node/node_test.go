@@ -52,16 +52,7 @@ func calmModel(t *testing.T) *workload.Model {
 // a real millisecond, and returns its base URL.
 func fakeRoute(t *testing.T, n int) string {
 	t.Helper()
-	fake, err := fakellm.New(fakellm.Options{Model: calmModel(t), Seed: 7, TimeScale: 0.001, Route: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(func() {
-		fake.Close()
-		srv.Close()
-	})
-	return srv.URL + "/v1"
+	return fakeServer(t, n, calmModel(t), fakellm.Options{}) + "/v1"
 }
 
 // parse loads extra YAML after two routes to the given base URLs, a pool

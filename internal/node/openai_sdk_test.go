@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -35,16 +34,7 @@ const sdkBodyLimit = 64 << 10
 // second lasting a real millisecond, and returns its base URL.
 func simulatedRoute(t *testing.T, n int, m *workload.Model, hangCap time.Duration) string {
 	t.Helper()
-	fake, err := fakellm.New(fakellm.Options{Model: m, Seed: 7, TimeScale: 0.001, Route: n, HangCap: hangCap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(func() {
-		fake.Close()
-		srv.Close()
-	})
-	return srv.URL + "/v1"
+	return fakeServer(t, n, m, fakellm.Options{HangCap: hangCap}) + "/v1"
 }
 
 // startSDKServe runs serve over three pools of two simulated routes each:
