@@ -23,7 +23,7 @@ const ServiceVersion = "1.0.0"
 // Errors of the package, which callers may branch on with errors.Is.
 var (
 	// ErrInvalidOptions is matched by every error New returns for a bad Options.
-	ErrInvalidOptions = errors.New("worker: invalid config")
+	ErrInvalidOptions = errors.New("worker: invalid options")
 
 	// Errors of the Worker's lifecycle.
 	ErrStarted    = errors.New("worker: already started")

@@ -12,8 +12,8 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch"
 )
 
-// ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("delay: invalid config")
+// ErrInvalidOptions is wrapped by every configuration error of this package.
+var ErrInvalidOptions = errors.New("delay: invalid options")
 
 // ErrNegativeLatency is returned for an observation with a negative duration,
 // which can only come from a clock error in the caller.
@@ -97,7 +97,7 @@ func (c Options) withDefaults() Options {
 func (c Options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...))
 	}
 	if !(c.Quantile > 0 && c.Quantile < 1) {
 		bad("quantile %v not in (0, 1)", c.Quantile)
@@ -130,15 +130,15 @@ func (c Options) validate() error {
 func validateWindow(window time.Duration, slots int, accuracy float64, maxBins int) []error {
 	var errs []error
 	if slots < 1 {
-		errs = append(errs, fmt.Errorf("%w: slots %d, need at least 1", ErrInvalidConfig, slots))
+		errs = append(errs, fmt.Errorf("%w: slots %d, need at least 1", ErrInvalidOptions, slots))
 	} else if window < time.Millisecond*time.Duration(slots) {
-		errs = append(errs, fmt.Errorf("%w: window %v too short for %d slots of at least 1ms", ErrInvalidConfig, window, slots))
+		errs = append(errs, fmt.Errorf("%w: window %v too short for %d slots of at least 1ms", ErrInvalidOptions, window, slots))
 	}
 	if !(accuracy > 0 && accuracy < 1) {
-		errs = append(errs, fmt.Errorf("%w: relative accuracy %v not in (0, 1)", ErrInvalidConfig, accuracy))
+		errs = append(errs, fmt.Errorf("%w: relative accuracy %v not in (0, 1)", ErrInvalidOptions, accuracy))
 	}
 	if maxBins < 16 {
-		errs = append(errs, fmt.Errorf("%w: max bins %d, need at least 16", ErrInvalidConfig, maxBins))
+		errs = append(errs, fmt.Errorf("%w: max bins %d, need at least 16", ErrInvalidOptions, maxBins))
 	}
 	return errs
 }
@@ -220,7 +220,7 @@ func NewEstimator(cfg Options) (*Estimator, error) {
 	}
 	spec, err := newSketchSpec(cfg.RelativeAccuracy, cfg.MaxBins)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return &Estimator{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*cohortWindow),
 		families: make(map[Cohort][]Cohort), scratch: spec.newSketch(), union: spec.newSketch()}, nil

@@ -24,8 +24,8 @@ func TestNewEstimatorRejectsInvalidConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := NewEstimator(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("NewEstimator(%+v) error = %v, want ErrInvalidConfig", tt.cfg, err)
+			if _, err := NewEstimator(tt.cfg); !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("NewEstimator(%+v) error = %v, want ErrInvalidOptions", tt.cfg, err)
 			}
 		})
 	}

@@ -154,7 +154,7 @@ func (c GuardrailOptions) withDefaults() GuardrailOptions {
 func (c GuardrailOptions) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: guardrail "+format, append([]any{ErrInvalidConfig}, args...)...))
+		errs = append(errs, fmt.Errorf("%w: guardrail "+format, append([]any{ErrInvalidOptions}, args...)...))
 	}
 	if !(c.Quantile > 0 && c.Quantile < 1) {
 		bad("quantile %v not in (0, 1)", c.Quantile)
@@ -259,7 +259,7 @@ func NewGuardrail(cfg GuardrailOptions) (*Guardrail, error) {
 	}
 	spec, err := newSketchSpec(cfg.RelativeAccuracy, cfg.MaxBins)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return &Guardrail{cfg: cfg, spec: spec, cohorts: make(map[Cohort]*guardCohort)}, nil
 }

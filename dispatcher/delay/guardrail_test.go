@@ -367,8 +367,8 @@ func TestGuardrailRejectsBadInput(t *testing.T) {
 	}
 	for _, tt := range configs {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := NewGuardrail(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("NewGuardrail(%+v) error = %v, want ErrInvalidConfig", tt.cfg, err)
+			if _, err := NewGuardrail(tt.cfg); !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("NewGuardrail(%+v) error = %v, want ErrInvalidOptions", tt.cfg, err)
 			}
 		})
 	}

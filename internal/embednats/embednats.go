@@ -30,8 +30,8 @@ const DefaultServerName = "hedgerow-embedded"
 // listener that cannot bind (address in use) is reported after it.
 const readyTimeout = 5 * time.Second
 
-// ErrInvalidConfig is matched by every error Start returns for bad Options.
-var ErrInvalidConfig = errors.New("invalid embedded NATS config")
+// ErrInvalidOptions is matched by every error Start returns for bad Options.
+var ErrInvalidOptions = errors.New("embednats: invalid options")
 
 // Options configures the embedded server.
 type Options struct {
@@ -86,7 +86,7 @@ type Server struct {
 // Start starts a server for cfg and returns once it accepts connections.
 func Start(cfg Options) (*Server, error) {
 	if cfg.MaxPayload <= 0 || cfg.MaxPayload > maxPayloadCeiling {
-		return nil, fmt.Errorf("%w: max payload %d is outside (0, %d]", ErrInvalidConfig, cfg.MaxPayload, maxPayloadCeiling)
+		return nil, fmt.Errorf("%w: max payload %d is outside (0, %d]", ErrInvalidOptions, cfg.MaxPayload, maxPayloadCeiling)
 	}
 	name := cfg.ServerName
 	if name == "" {
@@ -96,7 +96,7 @@ func Start(cfg Options) (*Server, error) {
 	if cfg.ConfigFile != "" {
 		var err error
 		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
 		}
 	}
 	opts.ServerName = name
@@ -112,10 +112,10 @@ func Start(cfg Options) (*Server, error) {
 	if cfg.Listen != "" {
 		host, port, err := splitHostPort(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("%w: listen %q: %v", ErrInvalidConfig, cfg.Listen, err)
+			return nil, fmt.Errorf("%w: listen %q: %v", ErrInvalidOptions, cfg.Listen, err)
 		}
 		if !hasUsers(opts) {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, ErrOpenListener)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, ErrOpenListener)
 		}
 		opts.Host, opts.Port = host, port
 	}

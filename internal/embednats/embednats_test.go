@@ -131,8 +131,8 @@ func TestStartRefusesBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Start(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("Start: %v, want ErrInvalidConfig", err)
+			if _, err := Start(tt.cfg); !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("Start: %v, want ErrInvalidOptions", err)
 			}
 		})
 	}

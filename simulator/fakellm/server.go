@@ -26,7 +26,7 @@ const (
 )
 
 // ErrInvalidOptions is returned by New for its Options it cannot run.
-var ErrInvalidOptions = errors.New("invalid fake LLM config")
+var ErrInvalidOptions = errors.New("fakellm: invalid options")
 
 // Options describes the route a Server plays.
 type Options struct {

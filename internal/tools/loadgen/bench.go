@@ -151,11 +151,11 @@ type BenchReport struct {
 // Bench runs the warm-up, then the measured run, and reports.
 func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if (o.URL == "") == (o.NATS == nil) {
-		return nil, fmt.Errorf("%w: bench needs exactly one of a gateway URL and a NATS client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: bench needs exactly one of a gateway URL and a NATS client", ErrInvalidOptions)
 	}
 	if !(o.Rate > 0) || math.IsInf(o.Rate, 0) || o.Duration <= 0 || o.Warmup < 0 || o.MaxTokens < 0 || o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: rate %v and duration %v must be positive; warm-up %v, max tokens %d and timeout %v not negative",
-			ErrInvalidConfig, o.Rate, o.Duration, o.Warmup, o.MaxTokens, o.Timeout)
+			ErrInvalidOptions, o.Rate, o.Duration, o.Warmup, o.MaxTokens, o.Timeout)
 	}
 	o.Model = cmp.Or(o.Model, DefaultBenchModel)
 	o.DirectModel = cmp.Or(o.DirectModel, o.Model)

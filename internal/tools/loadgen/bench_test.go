@@ -226,8 +226,8 @@ func TestBenchRejectsOptionsItCannotRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
 			tc.mutate(&o)
-			if _, err := Bench(context.Background(), o); !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("Bench = %v, want ErrInvalidConfig", err)
+			if _, err := Bench(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("Bench = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}

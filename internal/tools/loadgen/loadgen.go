@@ -33,8 +33,8 @@ const (
 	DefaultMaxInFlight = 1024
 )
 
-// ErrInvalidConfig is wrapped by every error about the Options themselves.
-var ErrInvalidConfig = errors.New("invalid load generator config")
+// ErrInvalidOptions is wrapped by every error about the Options themselves.
+var ErrInvalidOptions = errors.New("loadgen: invalid options")
 
 // Request is one request of a run: a JSON body and the headers that go with
 // it (e.g. X-Hedgerow-Operation, Idempotency-Key). Target indexes
@@ -143,10 +143,10 @@ type Summary struct {
 // function of the seed, so two runs with one seed send at the same offsets.
 func PoissonGaps(n int, rate float64, seed uint64) ([]time.Duration, error) {
 	if !(rate > 0) || math.IsInf(rate, 0) {
-		return nil, fmt.Errorf("%w: rate %v per second must be finite and > 0", ErrInvalidConfig, rate)
+		return nil, fmt.Errorf("%w: rate %v per second must be finite and > 0", ErrInvalidOptions, rate)
 	}
 	if n < 0 {
-		return nil, fmt.Errorf("%w: %d gaps", ErrInvalidConfig, n)
+		return nil, fmt.Errorf("%w: %d gaps", ErrInvalidOptions, n)
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	gaps := make([]time.Duration, n)
@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg Options) (*Summary, error) {
 	}
 	for i, rq := range cfg.Requests {
 		if rq.Target < 0 || rq.Target >= len(g.targets) {
-			return nil, fmt.Errorf("%w: request %d names target %d of %d", ErrInvalidConfig, i, rq.Target, len(g.targets))
+			return nil, fmt.Errorf("%w: request %d names target %d of %d", ErrInvalidOptions, i, rq.Target, len(g.targets))
 		}
 	}
 	return g.run(ctx, gaps)
@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Options) (*Summary, error) {
 
 func (c Options) validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
 	}
 	if c.Timeout <= 0 {
 		return bad("timeout %v: every request needs a client deadline", c.Timeout)
@@ -234,7 +234,7 @@ type httpTarget struct {
 func NewHTTPTarget(baseURL, path, apiKey string, client *http.Client) (Target, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: base URL %q: want an absolute http:// or https:// URL", ErrInvalidConfig, baseURL)
+		return nil, fmt.Errorf("%w: base URL %q: want an absolute http:// or https:// URL", ErrInvalidOptions, baseURL)
 	}
 	if path == "" {
 		path = DefaultPath

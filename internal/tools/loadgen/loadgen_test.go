@@ -57,8 +57,8 @@ func TestPoissonGapsHaveTheMeanAndSpreadOfTheRate(t *testing.T) {
 
 func TestPoissonGapsRejectsRatesThatAreNotPositiveAndFinite(t *testing.T) {
 	for _, rate := range []float64{0, -1, math.Inf(1), math.NaN()} {
-		if _, err := PoissonGaps(3, rate, 1); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("rate %v: err %v, want ErrInvalidConfig", rate, err)
+		if _, err := PoissonGaps(3, rate, 1); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("rate %v: err %v, want ErrInvalidOptions", rate, err)
 		}
 	}
 }
@@ -380,8 +380,8 @@ func TestRunRejectsAnInvalidConfig(t *testing.T) {
 			c := ok
 			tt.mutate(&c)
 			_, err := Run(context.Background(), c)
-			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err %v, want ErrInvalidConfig naming %q", err, tt.want)
+			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err %v, want ErrInvalidOptions naming %q", err, tt.want)
 			}
 		})
 	}
