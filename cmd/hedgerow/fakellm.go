@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,6 +18,7 @@ func newFakeLLMCmd() *cobra.Command {
 		listen  string
 		cfg     fakellm.Options
 		instant int
+		limits  realTimeLimits
 	)
 	cmd := &cobra.Command{
 		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early]",
@@ -26,6 +29,8 @@ Every route of one run must share --workload and --seed and play a different --r
 hedged duplicate draws the same answer with its own latency. --time-scale is real seconds per
 model second (0.1 runs the model ten times faster than real time). --open-early opens every
 stream at once, as real providers do, and sends its first token at the drawn first byte.
+--requests-per-minute and --tokens-per-minute enforce a provider key's limits in real time:
+past them the route answers 429 with Retry-After, as a provider does.
 
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
@@ -39,6 +44,9 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 					return err
 				}
 				cfg.Workload = fakellm.InstantName
+			}
+			if cfg.RateLimit, err = limits.inModelTime(cfg.TimeScale); err != nil {
+				return err
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
@@ -61,5 +69,34 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.StringVar(&cfg.ModelID, "model", "", "model id /v1/models lists (default: the workload's name)")
 	f.BoolVar(&cfg.OpenEarly, "open-early", false, "open streams at once (headers, the empty role chunk or message_start and ping) and send the first token at the drawn first byte")
 	f.IntVar(&instant, "instant", 0, "instead of --workload, answer every request at once, never failing, with exactly N tokens (for hedgerow bench --compare-direct)")
+	f.IntVar(&limits.requests, "requests-per-minute", 0, "requests a real minute the route admits before it answers 429 (0: no limit)")
+	f.IntVar(&limits.tokens, "tokens-per-minute", 0, "input and output tokens a real minute the route admits before it answers 429 (0: no limit)")
 	return cmd
+}
+
+// realTimeLimits are a provider key's limits per real minute, as
+// --requests-per-minute and --tokens-per-minute give them.
+type realTimeLimits struct{ requests, tokens int }
+
+// inModelTime converts the limits to the fake's model time: a model minute
+// lasts timeScale real minutes, so it admits timeScale times the real
+// minute's limit, which must come out whole. The bucket holds a model
+// minute's worth: at --time-scale 1 a provider's burst, at 0.1 a tenth of it.
+func (l realTimeLimits) inModelTime(timeScale float64) (workload.RateLimit, error) {
+	convert := func(flag string, perRealMinute int) (int, error) {
+		if perRealMinute < 0 {
+			return 0, fmt.Errorf("--%s %d: must be ≥ 0", flag, perRealMinute)
+		}
+		perModelMinute := float64(perRealMinute) * timeScale
+		if perRealMinute > 0 && (perModelMinute < 1 || perModelMinute != math.Trunc(perModelMinute)) {
+			return 0, fmt.Errorf("--%s %d at --time-scale %v is %v a model minute: pick a limit the time scale turns into a whole number", flag, perRealMinute, timeScale, perModelMinute)
+		}
+		return int(perModelMinute), nil
+	}
+	rpm, err := convert("requests-per-minute", l.requests)
+	if err != nil {
+		return workload.RateLimit{}, err
+	}
+	tpm, err := convert("tokens-per-minute", l.tokens)
+	return workload.RateLimit{RPM: rpm, TPM: tpm}, err
 }
