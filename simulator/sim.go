@@ -610,7 +610,7 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 			if err := r.picker.Observe(r.routes[sa.route], ttft, r.at()); err != nil {
 				return err
 			}
-			if sa == g.attempts[0] {
+			if sa.role == schemas.RolePrimary {
 				if err := r.judgeStall(g, false, false); err != nil {
 					return err
 				}
