@@ -280,23 +280,18 @@ func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
 // score, so a route whose primaries stall more often than its siblings'
 // draws fewer primaries, and wins them back as the old stalls decay.
 func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rs, err := p.lookup(name)
-	if err != nil {
-		return err
-	}
-	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
-	rs.stallWeight *= d
-	rs.primaryWeight *= d
-	rs.primaryWeight++
-	if stalled {
-		rs.stallWeight++
-	}
-	if now.After(rs.stallSeen) {
-		rs.stallSeen = now
-	}
-	return nil
+	return p.update(name, func(rs *routeState) {
+		d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+		rs.stallWeight *= d
+		rs.primaryWeight *= d
+		rs.primaryWeight++
+		if stalled {
+			rs.stallWeight++
+		}
+		if now.After(rs.stallSeen) {
+			rs.stallSeen = now
+		}
+	})
 }
 
 // The stall share's prior and floor (docs/architecture.md §5, "Route
