@@ -39,7 +39,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	}
 	p := g.class.Policy
 	adm, err := d.store.Admit(ctx, budgets.AdmitRequest{
-		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Window: policy.DuplicateWindow(g.cohort),
+		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Window: g.window,
 		// A takeover forgives the ledger slots its dead predecessor holds
 		// (docs/architecture.md §2, §7).
 		Group: g.id, Forgive: g.sub.Supersedes,
@@ -110,7 +110,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	}
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
-		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Window: policy.DuplicateWindow(g.cohort),
+		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Window: g.window,
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),

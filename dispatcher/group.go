@@ -48,6 +48,7 @@ type group struct {
 	routes     []string
 	contract   *arbiter.Contract
 	cohort     delay.Cohort
+	window     string // the duplicate-rate window the group counts in (policy.DuplicateWindow)
 	arm        delay.Arm
 	guard      schemas.GuardrailDecision
 	eng        *hedge.Group
@@ -198,6 +199,7 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 		d: d, sub: sub, class: cl, routes: pool.Routes,
 		contract: contract,
 		cohort:   cohort,
+		window:   policy.DuplicateWindow(cohort),
 		id:       id,
 		events:   eventQueue{ready: make(chan struct{}, 1)},
 		out:      make(chan delivery, 64),

@@ -151,7 +151,7 @@ func (w *rateWindow) read(cur int64) duplicateWindowRead {
 
 // countPrimary counts an admitted primary in its cohort's window.
 func (g *group) countPrimary() {
-	g.d.dupRates.count(policy.DuplicateWindow(g.cohort), g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
+	g.d.dupRates.count(g.window, g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
 }
 
 // countExtra counts a granted hedge or replacement in its cohort's window
@@ -159,7 +159,7 @@ func (g *group) countPrimary() {
 // which switches hedging off at once.
 func (g *group) countExtra(role schemas.Role) {
 	c, now := g.class.Policy.DuplicateCeiling(), g.d.now()
-	if w := g.d.dupRates.count(policy.DuplicateWindow(g.cohort), c, now, role); w.breaches(c) {
+	if w := g.d.dupRates.count(g.window, c, now, role); w.breaches(c) {
 		g.reportBreach(now, delay.ReasonDuplicateCeiling)
 	}
 }
@@ -188,7 +188,7 @@ func (g *group) reportBreach(now time.Time, reason delay.GuardrailReason) {
 // duplicateRateWindow is the cohort's rate in this replica's window, for
 // the records' duplicate_rate_window.
 func (g *group) duplicateRateWindow() float64 {
-	return g.d.dupRates.read(policy.DuplicateWindow(g.cohort), g.class.Policy.DuplicateCeiling(), g.d.now()).rate()
+	return g.d.dupRates.read(g.window, g.class.Policy.DuplicateCeiling(), g.d.now()).rate()
 }
 
 // cohortMetric is a cohort the dispatcher exports metrics for, and the

@@ -59,14 +59,21 @@ type sweepCheck struct {
 	what     string
 	got      func(FrontierPoint) float64
 	rel, abs float64
+	// hedged99 is rel at quantile 0.99 from hedged records, where set.
+	// Since primaries choose their route by its stall share (issue 27), a
+	// replay of hedged records reads that point high: over record seeds
+	// 3–6 the delay +8–13 %, the P99 +9–17 % (without the stall term +8 %
+	// at seed 4). The records do not say why a primary went where it did;
+	// until the replay models that, those two figures are held to 20 %.
+	hedged99 float64
 }
 
 var frontierFigures = []sweepCheck{
-	{"delay ms", func(p FrontierPoint) float64 { return p.DelayMs }, 0.10, 20},
-	{"P99 ms", func(p FrontierPoint) float64 { return p.P99 }, 0.10, 0},
-	{"P99.9 ms", func(p FrontierPoint) float64 { return p.P999 }, 0.20, 0},
-	{"duplicate rate", func(p FrontierPoint) float64 { return p.DuplicateRate }, 0.10, 0.003},
-	{"extra cost ratio", func(p FrontierPoint) float64 { return p.ExtraCostRatio }, 0.15, 0.003},
+	{"delay ms", func(p FrontierPoint) float64 { return p.DelayMs }, 0.10, 20, 0.20},
+	{"P99 ms", func(p FrontierPoint) float64 { return p.P99 }, 0.10, 0, 0.20},
+	{"P99.9 ms", func(p FrontierPoint) float64 { return p.P999 }, 0.20, 0, 0},
+	{"duplicate rate", func(p FrontierPoint) float64 { return p.DuplicateRate }, 0.10, 0.003, 0},
+	{"extra cost ratio", func(p FrontierPoint) float64 { return p.ExtraCostRatio }, 0.15, 0.003, 0},
 }
 
 // The what-if test of the issue: the records of a known workload, replayed
@@ -141,16 +148,8 @@ func TestReplayingAWorkloadsRecordsRecoversItsFrontier(t *testing.T) {
 						continue
 					}
 					rel := c.rel
-					if strat == StrategyHedgerow && got.Quantile >= 0.99 && (c.what == "delay ms" || c.what == "P99 ms") {
-						// Since primaries choose their route by its stall
-						// share (issue 27), a replay of hedged records reads
-						// the q 0.99 point high: over record seeds 3–6 the
-						// delay +8–13 %, the P99 +9–17 % (without the stall
-						// term +8 % at seed 4). The records do not say why
-						// a primary went where it did; until the replay
-						// models that, this row is held to 20 %, on the
-						// cautious side of the truth.
-						rel = 0.20
+					if strat == StrategyHedgerow && got.Quantile >= 0.99 && c.hedged99 > 0 {
+						rel = c.hedged99
 					}
 					if !within(c.got(got), c.got(want), rel, c.abs) {
 						t.Errorf("quantile %g: replayed %s %.4f, the workload's %.4f (tolerance %.0f%% or %g)",
