@@ -1,0 +1,129 @@
+package slice
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Memory is the Granter of one process: the ceilings hold across the
+// Slices that share it. Its size is bounded by the ceilings asked for and
+// their holders.
+type Memory struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	holds   map[string]map[string]hold // ceiling key → holder → its hold
+	alive   map[string]time.Time       // holder → expiry
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+type hold struct {
+	slots   int
+	expires time.Time
+}
+
+var _ Granter = (*Memory)(nil)
+
+// NewMemory returns an empty Memory on the clock now (nil: time.Now).
+func NewMemory(now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{now: now, buckets: map[string]*bucket{}, holds: map[string]map[string]hold{}, alive: map[string]time.Time{}}
+}
+
+// Take takes up to want tokens of r's bucket after putting giveBack back.
+func (m *Memory) Take(_ context.Context, r Rate, want, giveBack float64) (float64, time.Duration, error) {
+	if err := r.Validate(); err != nil {
+		return 0, 0, err
+	}
+	if err := checkUnits(want, giveBack); err != nil {
+		return 0, 0, err
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[r.Key]
+	if b == nil {
+		b = &bucket{tokens: r.Burst, at: now}
+		m.buckets[r.Key] = b
+	}
+	if now.After(b.at) {
+		b.tokens += now.Sub(b.at).Seconds() * r.PerSecond
+		b.at = now
+	}
+	b.tokens = math.Min(r.Burst, b.tokens+giveBack)
+	took := math.Min(math.Floor(want), math.Floor(b.tokens))
+	b.tokens -= took
+	if took < want {
+		return took, UntilToken(b.tokens, r.PerSecond), nil
+	}
+	return took, 0, nil
+}
+
+// Hold sets holder's slots of c.
+func (m *Memory) Hold(_ context.Context, c Concurrency, holder string, want int, ttl time.Duration) (int, error) {
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	if holder == "" || want < 0 || ttl <= 0 {
+		return 0, fmt.Errorf("%w: a hold needs a holder, a want ≥ 0 and a positive TTL", ErrInvalidRequest)
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	holds := m.holds[c.Key]
+	if holds == nil {
+		holds = map[string]hold{}
+		m.holds[c.Key] = holds
+	}
+	others := 0
+	for h, hd := range holds {
+		switch {
+		case !hd.expires.After(now):
+			delete(holds, h)
+		case h != holder:
+			others += hd.slots
+		}
+	}
+	held := max(0, min(want, c.Max-others))
+	if held == 0 {
+		delete(holds, holder)
+		return 0, nil
+	}
+	holds[holder] = hold{slots: held, expires: now.Add(ttl)}
+	return held, nil
+}
+
+// Alive records holder as live and counts the live holders.
+func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int, error) {
+	if holder == "" || ttl <= 0 {
+		return 0, fmt.Errorf("%w: a live holder needs a name and a positive TTL", ErrInvalidRequest)
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.alive[holder] = now.Add(ttl)
+	for h, exp := range m.alive {
+		if !exp.After(now) {
+			delete(m.alive, h)
+		}
+	}
+	return len(m.alive), nil
+}
+
+// checkUnits refuses token counts no bucket could mean.
+func checkUnits(want, giveBack float64) error {
+	if !(want >= 0) || !(giveBack >= 0) || math.IsInf(want, 0) || math.IsInf(giveBack, 0) {
+		return fmt.Errorf("%w: want and give back must be finite and ≥ 0 (got %v, %v)", ErrInvalidRequest, want, giveBack)
+	}
+	return nil
+}
