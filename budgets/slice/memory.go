@@ -23,6 +23,12 @@ type Memory struct {
 type bucket struct {
 	tokens float64
 	at     time.Time
+	wants  map[string]want // holder → its last want, for sharing a contended bucket
+}
+
+type want struct {
+	tokens float64
+	at     time.Time
 }
 
 type hold struct {
@@ -40,12 +46,13 @@ func NewMemory(now func() time.Time) *Memory {
 	return &Memory{now: now, buckets: map[string]*bucket{}, holds: map[string]map[string]hold{}, alive: map[string]time.Time{}}
 }
 
-// Take takes up to want tokens of r's bucket after putting giveBack back.
-func (m *Memory) Take(_ context.Context, r Rate, want, giveBack float64) (float64, time.Duration, error) {
+// Take grants holder its share of up to want tokens of r's bucket after
+// putting giveBack back.
+func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, giveBack float64) (float64, time.Duration, error) {
 	if err := r.Validate(); err != nil {
 		return 0, 0, err
 	}
-	if err := checkUnits(want, giveBack); err != nil {
+	if err := checkUnits(holder, wanted, giveBack); err != nil {
 		return 0, 0, err
 	}
 	now := m.now()
@@ -53,7 +60,7 @@ func (m *Memory) Take(_ context.Context, r Rate, want, giveBack float64) (float6
 	defer m.mu.Unlock()
 	b := m.buckets[r.Key]
 	if b == nil {
-		b = &bucket{tokens: r.Burst, at: now}
+		b = &bucket{tokens: r.Burst, at: now, wants: map[string]want{}}
 		m.buckets[r.Key] = b
 	}
 	if now.After(b.at) {
@@ -61,9 +68,21 @@ func (m *Memory) Take(_ context.Context, r Rate, want, giveBack float64) (float6
 		b.at = now
 	}
 	b.tokens = math.Min(r.Burst, b.tokens+giveBack)
-	took := math.Min(math.Floor(want), math.Floor(b.tokens))
+	if wanted == 0 {
+		return 0, 0, nil
+	}
+	b.wants[holder] = want{tokens: wanted, at: now}
+	live := make(map[string]float64, len(b.wants))
+	for h, w := range b.wants {
+		if now.Sub(w.at) >= DemandWindow {
+			delete(b.wants, h)
+			continue
+		}
+		live[h] = w.tokens
+	}
+	took := Share(b.tokens, wanted, live)
 	b.tokens -= took
-	if took < want {
+	if took < wanted {
 		return took, UntilToken(b.tokens, r.PerSecond), nil
 	}
 	return took, 0, nil
@@ -121,7 +140,10 @@ func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int
 }
 
 // checkUnits refuses token counts no bucket could mean.
-func checkUnits(want, giveBack float64) error {
+func checkUnits(holder string, want, giveBack float64) error {
+	if holder == "" {
+		return fmt.Errorf("%w: a take needs a holder", ErrInvalidRequest)
+	}
 	if !(want >= 0) || !(giveBack >= 0) || math.IsInf(want, 0) || math.IsInf(giveBack, 0) {
 		return fmt.Errorf("%w: want and give back must be finite and ≥ 0 (got %v, %v)", ErrInvalidRequest, want, giveBack)
 	}

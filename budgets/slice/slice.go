@@ -78,10 +78,13 @@ func (c Concurrency) Validate() error {
 // every caller sharing them, and pass the conformance suite in slicetest.
 type Granter interface {
 	// Take puts giveBack unspent tokens back into r's bucket (never past
-	// its burst), then takes up to want tokens from it: took is what it
-	// took (whole tokens, possibly 0), and when took < want, wait is how
-	// long until the bucket holds one more.
-	Take(ctx context.Context, r Rate, want, giveBack float64) (took float64, wait time.Duration, err error)
+	// its burst), then grants holder up to want tokens from it. When the
+	// bucket cannot give every live asker what it wants, it gives each its
+	// part of what is there in proportion to what it wants (its last want,
+	// live for DemandWindow), so no gateway starves another by asking
+	// first. took may be a fraction of a token; when took < want, wait is
+	// how long until the bucket holds one more.
+	Take(ctx context.Context, r Rate, holder string, want, giveBack float64) (took float64, wait time.Duration, err error)
 	// Hold sets holder's slots of c to want until ttl from now, or to as
 	// many as the other live holders leave free when that is fewer, and
 	// answers what holder now holds. A hold that expires is free for
@@ -91,6 +94,26 @@ type Granter interface {
 	// now and counts the live ones, itself included: the divisor of every
 	// safe share.
 	Alive(ctx context.Context, holder string, ttl time.Duration) (int, error)
+}
+
+// DemandWindow is how long a holder's last want counts in the sharing of
+// a contended bucket: a few of its background rounds, so a gateway that
+// stopped asking stops taking part soon.
+const DemandWindow = 2 * time.Second
+
+// Share is holder's part of tokens when the live wants (each holder's
+// last, its own current one included) are wants: all it wants when the
+// tokens cover every want, else tokens in proportion to its want. Every
+// granter shares by it.
+func Share(tokens, want float64, wants map[string]float64) float64 {
+	total := 0.0
+	for _, w := range wants {
+		total += w
+	}
+	if total <= tokens || total == 0 {
+		return math.Min(want, tokens)
+	}
+	return math.Min(want, tokens*want/total)
 }
 
 // UntilToken is how long a bucket holding tokens (< 1) takes to hold one

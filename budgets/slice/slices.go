@@ -71,6 +71,7 @@ type Slices struct {
 	refusals  *prometheus.CounterVec // kind
 	stop      chan struct{}
 	done      chan struct{}
+	looping   bool
 	closeOnce sync.Once
 }
 
@@ -102,6 +103,19 @@ type concSlice struct {
 
 // New returns Slices over g and starts its background loop; Close stops it.
 func New(g Granter, opts Options) (*Slices, error) {
+	s, err := newSlices(g, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.looping = true
+	go s.loop()
+	return s, nil
+}
+
+// newSlices is New without the background loop, whose work a caller (a
+// test on a settable clock) does by calling renew and countAlive; its
+// Close only gives back.
+func newSlices(g Granter, opts Options) (*Slices, error) {
 	if g == nil {
 		return nil, errors.New("slice: a granter is required")
 	}
@@ -141,7 +155,6 @@ func New(g Granter, opts Options) (*Slices, error) {
 			}
 		}
 	}
-	go s.loop()
 	return s, nil
 }
 
@@ -153,7 +166,9 @@ func (s *Slices) Holder() string { return s.opts.Holder }
 func (s *Slices) Close() {
 	s.closeOnce.Do(func() {
 		close(s.stop)
-		<-s.done
+		if s.looping {
+			<-s.done
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 		defer cancel()
 		s.mu.Lock()
@@ -172,7 +187,7 @@ func (s *Slices) Close() {
 			r.tokens -= back
 			s.mu.Unlock()
 			if back > 0 {
-				_, _, _ = s.granter.Take(ctx, r.ceiling, 0, back)
+				_, _, _ = s.granter.Take(ctx, r.ceiling, s.opts.Holder, 0, back)
 			}
 		}
 		for _, c := range concs {
@@ -261,7 +276,7 @@ func (s *Slices) counted(kind string, ok bool, wait time.Duration) (bool, time.D
 // back, and adds what it grants to the slice. The caller holds sl.call.
 func (s *Slices) take(ctx context.Context, sl *rateSlice, want, giveBack float64) (time.Duration, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	took, wait, err := s.granter.Take(cctx, sl.ceiling, want, giveBack)
+	took, wait, err := s.granter.Take(cctx, sl.ceiling, s.opts.Holder, want, giveBack)
 	cancel()
 	now := s.now()
 	s.mu.Lock()
@@ -273,11 +288,13 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, giveBack float64
 	s.failed = false
 	sl.safe = nil
 	sl.tokens += took
-	switch {
-	case took > 0:
+	if took > 0 {
 		sl.expires = now.Add(s.opts.TTL)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "granted").Inc()
-	case want > 0:
+	}
+	if want > 0 && took < want && sl.tokens < 1 {
+		// The bucket is contended: ask again when it holds a token, not
+		// on every request until then.
 		sl.dryUntil = now.Add(wait)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "empty").Inc()
 	}
