@@ -12,7 +12,8 @@ import (
 // Slices that share it. Its size is bounded by the ceilings asked for and
 // their holders.
 type Memory struct {
-	now func() time.Time
+	now   func() time.Time
+	epoch string
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -43,16 +44,16 @@ func NewMemory(now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{now: now, buckets: map[string]*bucket{}, holds: map[string]map[string]hold{}, alive: map[string]time.Time{}}
+	return &Memory{now: now, epoch: NewEpoch(), buckets: map[string]*bucket{}, holds: map[string]map[string]hold{}, alive: map[string]time.Time{}}
 }
 
 // Take grants holder its share of up to want tokens of r's bucket after
-// putting giveBack back.
-func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, giveBack float64) (float64, time.Duration, error) {
+// adjusting it.
+func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust float64) (float64, time.Duration, error) {
 	if err := r.Validate(); err != nil {
 		return 0, 0, err
 	}
-	if err := checkUnits(holder, wanted, giveBack); err != nil {
+	if err := checkUnits(holder, wanted, adjust); err != nil {
 		return 0, 0, err
 	}
 	now := m.now()
@@ -67,7 +68,11 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, giveBack
 		b.tokens += now.Sub(b.at).Seconds() * r.PerSecond
 		b.at = now
 	}
-	b.tokens = math.Min(r.Burst, b.tokens+giveBack)
+	if adjust > 0 {
+		b.tokens = math.Min(r.Burst, b.tokens+adjust)
+	} else {
+		b.tokens = math.Min(r.Burst, b.tokens) + adjust
+	}
 	if wanted == 0 {
 		return 0, 0, nil
 	}
@@ -80,7 +85,7 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, giveBack
 		}
 		live[h] = w.tokens
 	}
-	took := Share(b.tokens, wanted, live)
+	took := Share(math.Max(0, b.tokens), wanted, live)
 	b.tokens -= took
 	if took < wanted {
 		return took, UntilToken(b.tokens, r.PerSecond), nil
@@ -122,10 +127,11 @@ func (m *Memory) Hold(_ context.Context, c Concurrency, holder string, want int,
 	return held, nil
 }
 
-// Alive records holder as live and counts the live holders.
-func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int, error) {
+// Alive records holder as live and counts the live holders. A Memory's
+// epoch is its own: its state is lost only with it.
+func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int, string, error) {
 	if holder == "" || ttl <= 0 {
-		return 0, fmt.Errorf("%w: a live holder needs a name and a positive TTL", ErrInvalidRequest)
+		return 0, "", fmt.Errorf("%w: a live holder needs a name and a positive TTL", ErrInvalidRequest)
 	}
 	now := m.now()
 	m.mu.Lock()
@@ -136,16 +142,16 @@ func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int
 			delete(m.alive, h)
 		}
 	}
-	return len(m.alive), nil
+	return len(m.alive), m.epoch, nil
 }
 
 // checkUnits refuses token counts no bucket could mean.
-func checkUnits(holder string, want, giveBack float64) error {
+func checkUnits(holder string, want, adjust float64) error {
 	if holder == "" {
 		return fmt.Errorf("%w: a take needs a holder", ErrInvalidRequest)
 	}
-	if !(want >= 0) || !(giveBack >= 0) || math.IsInf(want, 0) || math.IsInf(giveBack, 0) {
-		return fmt.Errorf("%w: want and give back must be finite and ≥ 0 (got %v, %v)", ErrInvalidRequest, want, giveBack)
+	if !(want >= 0) || math.IsNaN(adjust) || math.IsInf(want, 0) || math.IsInf(adjust, 0) {
+		return fmt.Errorf("%w: want must be finite and ≥ 0, adjust finite (got %v, %v)", ErrInvalidRequest, want, adjust)
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ package slice
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -32,7 +34,9 @@ import (
 var ErrInvalidRequest = errors.New("slice: invalid ceiling")
 
 // Rate is a ceiling on how fast units are spent: a token bucket refilled at
-// PerSecond up to Burst, shared by every gateway of the region.
+// PerSecond up to Burst, shared by every gateway of the region. A bucket
+// with PerSecond 0 never refills: keyed by a fixed window (as a tenant's
+// spend window is), it is the window's budget.
 type Rate struct {
 	// Key names the ceiling across the region, e.g. "tenant:acme:rate".
 	Key string
@@ -56,8 +60,8 @@ func (r Rate) Validate() error {
 	if r.Key == "" || r.Kind == "" {
 		return fmt.Errorf("%w: a rate ceiling needs a key and a kind", ErrInvalidRequest)
 	}
-	if !(r.PerSecond > 0) || !(r.Burst >= 1) || math.IsInf(r.PerSecond, 0) || math.IsInf(r.Burst, 0) {
-		return fmt.Errorf("%w: rate %q: per second must be positive and burst at least 1 (got %v, %v)", ErrInvalidRequest, r.Key, r.PerSecond, r.Burst)
+	if !(r.PerSecond >= 0) || !(r.Burst >= 1) || math.IsInf(r.PerSecond, 0) || math.IsInf(r.Burst, 0) {
+		return fmt.Errorf("%w: rate %q: per second must be ≥ 0 and burst at least 1 (got %v, %v)", ErrInvalidRequest, r.Key, r.PerSecond, r.Burst)
 	}
 	return nil
 }
@@ -77,14 +81,17 @@ func (c Concurrency) Validate() error {
 // Implementations are safe for concurrent use, atomic per ceiling across
 // every caller sharing them, and pass the conformance suite in slicetest.
 type Granter interface {
-	// Take puts giveBack unspent tokens back into r's bucket (never past
-	// its burst), then grants holder up to want tokens from it. When the
-	// bucket cannot give every live asker what it wants, it gives each its
-	// part of what is there in proportion to what it wants (its last want,
-	// live for DemandWindow), so no gateway starves another by asking
-	// first. took may be a fraction of a token; when took < want, wait is
-	// how long until the bucket holds one more.
-	Take(ctx context.Context, r Rate, holder string, want, giveBack float64) (took float64, wait time.Duration, err error)
+	// Take first adjusts r's bucket by adjust tokens — a positive adjust
+	// puts unspent tokens back (never past the burst), a negative one
+	// charges what a gateway spent without asking (over-use, or its safe
+	// share while the granter was away), which may leave the bucket in
+	// debt — and then grants holder up to want tokens. When the bucket
+	// cannot give every live asker what it wants, it gives each its part of
+	// what is there in proportion to what it wants (its last want, live for
+	// DemandWindow), so no gateway starves another by asking first. took
+	// may be a fraction of a token; when took < want, wait is how long
+	// until the bucket holds one more (0 for a bucket that never refills).
+	Take(ctx context.Context, r Rate, holder string, want, adjust float64) (took float64, wait time.Duration, err error)
 	// Hold sets holder's slots of c to want until ttl from now, or to as
 	// many as the other live holders leave free when that is fewer, and
 	// answers what holder now holds. A hold that expires is free for
@@ -92,8 +99,10 @@ type Granter interface {
 	Hold(ctx context.Context, c Concurrency, holder string, want int, ttl time.Duration) (held int, err error)
 	// Alive records holder as a live gateway of the region until ttl from
 	// now and counts the live ones, itself included: the divisor of every
-	// safe share.
-	Alive(ctx context.Context, holder string, ttl time.Duration) (int, error)
+	// safe share. epoch names the granter's state: it changes when that
+	// state was lost (a Redis restarted empty), and the gateways then
+	// charge again what they spent of the budgets that do not refill.
+	Alive(ctx context.Context, holder string, ttl time.Duration) (alive int, epoch string, err error)
 }
 
 // DemandWindow is how long a holder's last want counts in the sharing of
@@ -118,8 +127,19 @@ func Share(tokens, want float64, wants map[string]float64) float64 {
 
 // UntilToken is how long a bucket holding tokens (< 1) takes to hold one
 // at perSecond, rounded up to the millisecond, at least one: every
-// granter answers the same wait.
+// granter answers the same wait. A bucket that never refills answers 0.
 func UntilToken(tokens, perSecond float64) time.Duration {
+	if perSecond <= 0 {
+		return 0
+	}
 	ms := math.Ceil((1 - tokens) * 1000 / perSecond)
 	return time.Duration(max(ms, 1)) * time.Millisecond
+}
+
+// NewEpoch names a granter's fresh state: random, so two states never
+// share a name.
+func NewEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }

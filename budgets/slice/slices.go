@@ -64,7 +64,8 @@ type Slices struct {
 	mu     sync.Mutex
 	rates  map[string]*rateSlice
 	concs  map[string]*concSlice
-	alive  int // gateways last counted alive, at least 1
+	alive  int    // gateways last counted alive, at least 1
+	epoch  string // the granter's state last seen
 	failed bool
 
 	refills   *prometheus.CounterVec // kind, result
@@ -82,8 +83,16 @@ type rateSlice struct {
 	expires  time.Time  // when unspent tokens lapse
 	use      float64    // decayed takes per second
 	usedAt   time.Time  // when use was last decayed
+	takenAt  time.Time  // the last take
 	dryUntil time.Time  // the granter said its bucket is empty until then
 	call     sync.Mutex // held across a call to the granter for this slice
+	// owed is what the gateway spent without the granter (its safe
+	// share), charged with its next call that reaches it.
+	owed float64
+	// consumed is what a budget that never refills has cost the gateway
+	// (granted less given back, owed charges included): charged again if
+	// the granter's state is lost, so a window is not forgotten.
+	consumed float64
 	// safe is the safe share's own bucket, spent once the slice is empty
 	// or lapsed while the granter fails; nil while it answers.
 	safe *bucket
@@ -186,8 +195,8 @@ func (s *Slices) Close() {
 			back := math.Floor(r.tokens)
 			r.tokens -= back
 			s.mu.Unlock()
-			if back > 0 {
-				_, _, _ = s.granter.Take(ctx, r.ceiling, s.opts.Holder, 0, back)
+			if back > 0 || r.owed > 0 {
+				_, _, _ = s.granter.Take(ctx, r.ceiling, s.opts.Holder, 0, back-r.owed)
 			}
 		}
 		for _, c := range concs {
@@ -218,6 +227,7 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 	n = math.Min(math.Max(n, 1), r.Burst)
 	sl.decay(now)
 	sl.use += n * math.Ln2 / useHalfLife.Seconds()
+	sl.takenAt = now
 	ok, wait, decided := s.takeLocally(sl, now, n)
 	s.mu.Unlock()
 	if decided {
@@ -272,11 +282,15 @@ func (s *Slices) counted(kind string, ok bool, wait time.Duration) (bool, time.D
 	return true, 0
 }
 
-// take asks the granter for want tokens of sl's ceiling, giving giveBack
-// back, and adds what it grants to the slice. The caller holds sl.call.
-func (s *Slices) take(ctx context.Context, sl *rateSlice, want, giveBack float64) (time.Duration, error) {
+// take asks the granter for want tokens of sl's ceiling, adjusting its
+// bucket by adjust and charging what the slice owes, and adds what it
+// grants to the slice. The caller holds sl.call.
+func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) (time.Duration, error) {
+	s.mu.Lock()
+	owed := sl.owed
+	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	took, wait, err := s.granter.Take(cctx, sl.ceiling, s.opts.Holder, want, giveBack)
+	took, wait, err := s.granter.Take(cctx, sl.ceiling, s.opts.Holder, want, adjust-owed)
 	cancel()
 	now := s.now()
 	s.mu.Lock()
@@ -287,18 +301,44 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, giveBack float64
 	}
 	s.failed = false
 	sl.safe = nil
+	sl.owed -= owed
 	sl.tokens += took
+	if sl.ceiling.PerSecond == 0 {
+		sl.consumed += took - adjust + owed
+	}
 	if took > 0 {
 		sl.expires = now.Add(s.opts.TTL)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "granted").Inc()
 	}
-	if want > 0 && took < want && sl.tokens < 1 {
+	if want > 0 && took < want && sl.tokens < 1 && wait > 0 {
 		// The bucket is contended: ask again when it holds a token, not
 		// on every request until then.
 		sl.dryUntil = now.Add(wait)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "empty").Inc()
 	}
 	return wait, nil
+}
+
+// Adjust corrects what the gateway spent of r once the true cost is known:
+// units > 0 gives back to its slice what a take over-estimated; units < 0
+// charges what it under-estimated, which may leave the slice in debt for
+// the next grant to pay.
+func (s *Slices) Adjust(r Rate, units float64) {
+	if units == 0 || math.IsNaN(units) || math.IsInf(units, 0) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.rates[r.Key]
+	if sl == nil {
+		sl = &rateSlice{ceiling: r, usedAt: s.now()}
+		s.rates[r.Key] = sl
+	}
+	if units < 0 && sl.safe != nil {
+		sl.owed -= units // spent on the safe share: charged once the granter answers
+		return
+	}
+	sl.tokens += units
 }
 
 // spendSafe spends n tokens of the safe share of sl's ceiling: a bucket of
@@ -317,6 +357,7 @@ func (s *Slices) spendSafe(sl *rateSlice, now time.Time, n float64) (bool, time.
 	}
 	if sl.safe.tokens >= n {
 		sl.safe.tokens -= n
+		sl.owed += n
 		return true, 0
 	}
 	return false, UntilToken(sl.safe.tokens-n+1, perSecond)
@@ -481,17 +522,31 @@ func (s *Slices) loop() {
 	}
 }
 
-// countAlive marks the gateway alive and learns how many are.
+// countAlive marks the gateway alive and learns how many are. When the
+// granter's epoch changed, its state was lost: the budgets that never
+// refill are charged again with what the gateway consumed of them, and
+// every hold is renewed at once.
 func (s *Slices) countAlive(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	n, err := s.granter.Alive(cctx, s.opts.Holder, s.opts.TTL)
+	n, epoch, err := s.granter.Alive(cctx, s.opts.Holder, s.opts.TTL)
 	cancel()
 	if err != nil {
 		return // the last count stands: it is the safe share's divisor
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.alive = max(1, n)
-	s.mu.Unlock()
+	if s.epoch != "" && epoch != s.epoch {
+		s.log.Warn("slice granter lost its state: charging again what this gateway consumed")
+		for _, sl := range s.rates {
+			sl.owed += sl.consumed
+			sl.consumed = 0
+		}
+		for _, sl := range s.concs {
+			sl.renewed = time.Time{}
+		}
+	}
+	s.epoch = epoch
 }
 
 // renew does one round of the background work: a rate slice running low
@@ -505,8 +560,8 @@ func (s *Slices) renew(ctx context.Context) {
 	rates := make([]*rateSlice, 0, len(s.rates))
 	for key, sl := range s.rates {
 		sl.decay(now)
-		if sl.idle(s.opts.Lead) && sl.tokens < 1 && sl.safe == nil {
-			delete(s.rates, key) // nothing held, nothing used: forget it
+		if sl.idle(now, s.opts.Lead) && sl.tokens >= 0 && sl.tokens < 1 && sl.owed == 0 && sl.safe == nil {
+			delete(s.rates, key) // nothing held, owed or used: forget it
 			continue
 		}
 		rates = append(rates, sl)
@@ -523,17 +578,24 @@ func (s *Slices) renew(ctx context.Context) {
 	for _, sl := range rates {
 		sl.call.Lock()
 		s.mu.Lock()
-		var want, back float64
+		var want, adjust float64
 		switch {
-		case sl.idle(s.opts.Lead):
-			back = math.Floor(sl.tokens)
-			sl.tokens -= back
+		case sl.idle(now, s.opts.Lead) && sl.tokens >= 1:
+			adjust = math.Floor(sl.tokens) // give back what an idle slice holds
+		case sl.idle(now, s.opts.Lead) && sl.tokens < 0:
+			adjust = sl.tokens // charge its debt
 		case sl.tokens < sl.use*s.opts.Lead.Seconds() && !now.Before(sl.dryUntil):
 			want = sl.target(s.opts.Lead, 1)
 		}
+		sl.tokens -= adjust
+		due := want > 0 || adjust != 0 || sl.owed > 0
 		s.mu.Unlock()
-		if want > 0 || back > 0 {
-			_, _ = s.take(ctx, sl, want, back)
+		if due {
+			if _, err := s.take(ctx, sl, want, adjust); err != nil {
+				s.mu.Lock()
+				sl.tokens += adjust // not given back, nor charged: still the slice's
+				s.mu.Unlock()
+			}
 		}
 		sl.call.Unlock()
 	}
@@ -553,9 +615,11 @@ func (s *Slices) renew(ctx context.Context) {
 	}
 }
 
-// idle reports whether the slice has seen no use worth a token within a
-// lead.
-func (sl *rateSlice) idle(lead time.Duration) bool { return sl.use*lead.Seconds() < 0.01 }
+// idle reports whether the slice has not been taken from for two leads:
+// what it holds goes back to the region's other gateways.
+func (sl *rateSlice) idle(now time.Time, lead time.Duration) bool {
+	return now.Sub(sl.takenAt) >= 2*lead
+}
 
 // gauges is the Slices' collector of what they hold now.
 type gauges Slices

@@ -42,12 +42,12 @@ type countingGranter struct {
 
 var errDown = errors.New("granter unreachable")
 
-func (g *countingGranter) Take(ctx context.Context, r Rate, holder string, want, giveBack float64) (float64, time.Duration, error) {
+func (g *countingGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
 	g.calls.Add(1)
 	if g.down.Load() {
 		return 0, 0, errDown
 	}
-	return g.Granter.Take(ctx, r, holder, want, giveBack)
+	return g.Granter.Take(ctx, r, holder, want, adjust)
 }
 
 func (g *countingGranter) Hold(ctx context.Context, c Concurrency, holder string, want int, ttl time.Duration) (int, error) {
@@ -58,9 +58,9 @@ func (g *countingGranter) Hold(ctx context.Context, c Concurrency, holder string
 	return g.Granter.Hold(ctx, c, holder, want, ttl)
 }
 
-func (g *countingGranter) Alive(ctx context.Context, holder string, ttl time.Duration) (int, error) {
+func (g *countingGranter) Alive(ctx context.Context, holder string, ttl time.Duration) (int, string, error) {
 	if g.down.Load() {
-		return 0, errDown
+		return 0, "", errDown
 	}
 	return g.Granter.Alive(ctx, holder, ttl)
 }
@@ -287,4 +287,107 @@ func metricValue(m prometheus.Metric) float64 {
 		return -1
 	}
 	return out.GetGauge().GetValue()
+}
+
+// switchableGranter is a granter whose state can be lost, as a Redis
+// restarted empty loses it: Lose swaps in a fresh Memory.
+type switchableGranter struct {
+	mu    sync.Mutex
+	clock *testClock
+	g     *Memory
+}
+
+func (s *switchableGranter) current() *Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.g
+}
+
+func (s *switchableGranter) Lose() {
+	s.mu.Lock()
+	s.g = NewMemory(s.clock.Now)
+	s.mu.Unlock()
+}
+
+func (s *switchableGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+	return s.current().Take(ctx, r, holder, want, adjust)
+}
+
+func (s *switchableGranter) Hold(ctx context.Context, c Concurrency, holder string, want int, ttl time.Duration) (int, error) {
+	return s.current().Hold(ctx, c, holder, want, ttl)
+}
+
+func (s *switchableGranter) Alive(ctx context.Context, holder string, ttl time.Duration) (int, string, error) {
+	return s.current().Alive(ctx, holder, ttl)
+}
+
+// spendWindow is a window's budget: it never refills; the next window is
+// another key.
+var spendWindow = Rate{Key: "tenant:acme:spend:3600000:0", Kind: "tenant_spend", Burst: 1000}
+
+// spendAll takes units in steps of step until refused and says how many
+// it got.
+func spendAll(ctx context.Context, s *Slices, r Rate, step float64) float64 {
+	got := 0.0
+	for range 1000 {
+		if ok, _ := s.TakeN(ctx, r, step); !ok {
+			return got
+		}
+		got += step
+	}
+	return got
+}
+
+func TestAWindowsBudgetIsNotForgottenWhenTheGranterLosesItsState(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	g := &switchableGranter{clock: clock, g: NewMemory(clock.Now)}
+	a := gateway(t, g, clock, "gw-a")
+	a.countAlive(ctx)
+	spentA := 0.0
+	for range 6 {
+		if ok, _ := a.TakeN(ctx, spendWindow, 100); !ok {
+			t.Fatal("a's take within the window's budget refused")
+		}
+		spentA += 100
+	}
+	g.Lose() // Redis restarted empty
+	a.countAlive(ctx)
+	a.renew(ctx) // charges the new state with what a consumed
+	b := gateway(t, g, clock, "gw-b")
+	spentB := spendAll(ctx, b, spendWindow, 50)
+	spentA += spendAll(ctx, a, spendWindow, 50)
+	if spentA+spentB > spendWindow.Burst {
+		t.Fatalf("a spent %v and b %v after the granter lost its state: %v past the window's %v", spentA, spentB, spentA+spentB, spendWindow.Burst)
+	}
+	if spentA+spentB < spendWindow.Burst-100 {
+		t.Fatalf("a spent %v and b %v of a window of %v: the charge-back lost more than a grant", spentA, spentB, spendWindow.Burst)
+	}
+}
+
+func TestWhatASafeShareSpentIsChargedWhenTheGranterReturns(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	g := &countingGranter{Granter: NewMemory(clock.Now)}
+	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
+	a.countAlive(ctx)
+	b.countAlive(ctx)
+	a.countAlive(ctx)
+	spentA := 0.0
+	if ok, _ := a.TakeN(ctx, spendWindow, 100); !ok {
+		t.Fatal("a's first take refused")
+	}
+	spentA += 100
+	g.down.Store(true)
+	spentA += spendAll(ctx, a, spendWindow, 100) // its slice, then half the window
+	if spentA > spendWindow.Burst/2+2*100 {
+		t.Fatalf("a spent %v without the granter: past its safe share %v and a grant", spentA, spendWindow.Burst/2)
+	}
+	g.down.Store(false)
+	a.renew(ctx) // charges what a spent on its safe share
+	spentB := spendAll(ctx, b, spendWindow, 100)
+	if spentA+spentB > spendWindow.Burst+100 {
+		t.Fatalf("a spent %v and b %v: the window's %v passed by more than a grant", spentA, spentB, spendWindow.Burst)
+	}
+	t.Logf("a spent %v (partly on its safe share), then b %v, of %v", spentA, spentB, spendWindow.Burst)
 }
