@@ -2,10 +2,12 @@ package budgets_test
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/budgets/slice"
 	"github.com/hedgerow/hedgerow/budgets/storetest"
 )
 
@@ -16,5 +18,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestMemoryConformsToStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) budgets.Store {
 		return budgets.NewMemory(clock.Now)
+	})
+}
+
+// TestSlicedConformsToStore runs the conformance suite on a gateway's
+// Sliced store (over a region kept in Memory, tenant spend on slices of a
+// slice.Memory), all on the suite's clock: one gateway's slices must
+// decide as the region's store would. Its slices' background round is
+// left to the requests (a lead of an hour), so the run is deterministic.
+func TestSlicedConformsToStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) budgets.Store {
+		slices, err := slice.New(slice.NewMemory(clock.Now), slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(slices.Close)
+		return budgets.NewSliced(budgets.NewMemory(clock.Now), slices, clock.Now)
 	})
 }

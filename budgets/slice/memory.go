@@ -23,6 +23,7 @@ type Memory struct {
 
 type bucket struct {
 	tokens float64
+	burst  float64 // the burst the bucket was last asked with
 	at     time.Time
 	wants  map[string]want // holder → its last want, for sharing a contended bucket
 }
@@ -61,13 +62,15 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 	defer m.mu.Unlock()
 	b := m.buckets[r.Key]
 	if b == nil {
-		b = &bucket{tokens: r.Burst, at: now, wants: map[string]want{}}
+		b = &bucket{tokens: r.Burst, burst: r.Burst, at: now, wants: map[string]want{}}
 		m.buckets[r.Key] = b
 	}
 	if now.After(b.at) {
 		b.tokens += now.Sub(b.at).Seconds() * r.PerSecond
 		b.at = now
 	}
+	b.tokens += Rebudget(r, b.burst)
+	b.burst = r.Burst
 	if adjust > 0 {
 		b.tokens = math.Min(r.Burst, b.tokens+adjust)
 	} else {

@@ -105,6 +105,17 @@ type Granter interface {
 	Alive(ctx context.Context, holder string, ttl time.Duration) (alive int, epoch string, err error)
 }
 
+// Rebudget is what a bucket last asked for with burst gains when r asks
+// with another: a budget that never refills gains (or loses) the change
+// of its ceiling, as a spend window whose limit a reload raised; a bucket
+// that refills gains nothing, and is only capped at its new burst.
+func Rebudget(r Rate, burst float64) float64 {
+	if r.PerSecond > 0 || burst == 0 {
+		return 0
+	}
+	return r.Burst - burst
+}
+
 // DemandWindow is how long a holder's last want counts in the sharing of
 // a contended bucket: a few of its background rounds, so a gateway that
 // stopped asking stops taking part soon.
