@@ -14,7 +14,6 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
-	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/tenantlimittest"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 )
 
@@ -45,11 +44,11 @@ func (d limitedDialect) code(c string) string {
 }
 
 // limitedOptions is a door with tenants acme (limited by limit) and other,
-// on a memory store on clock.
-func limitedOptions(t *testing.T, limit tenantlimit.Limit, clock *tenantlimittest.Clock) (Options, *tenantlimit.Memory) {
+// on one gateway's slices on clock.
+func limitedOptions(t *testing.T, limit tenantlimit.Limit, clock *frontdoortest.SettableClock) (Options, *tenantlimit.Limiter) {
 	t.Helper()
-	keys, l, store := frontdoortest.TenantLimits(t, limit, clock)
-	return Options{Keyring: keys, Limiter: l}, store
+	keys, l := frontdoortest.TenantLimits(t, limit, clock)
+	return Options{Keyring: keys, Limiter: l}, l
 }
 
 func withKey(key string) map[string]string {
@@ -81,7 +80,7 @@ func wantRefused(t *testing.T, resp *http.Response, body []byte, code, typ, retr
 func TestHTTPBothDialectsRateLimitATenantThenAdmitItAfterTheRefill(t *testing.T) {
 	for _, dl := range limitedDialects {
 		t.Run(dl.name, func(t *testing.T) {
-			clock := tenantlimittest.NewClock()
+			clock := frontdoortest.NewSettableClock()
 			opts, _ := limitedOptions(t, tenantlimit.Limit{RequestsPerSecond: 0.25, Burst: 2}, clock)
 			srv, sub := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 			for i := range 2 {
@@ -105,22 +104,15 @@ func TestHTTPBothDialectsRateLimitATenantThenAdmitItAfterTheRefill(t *testing.T)
 	}
 }
 
-// slotFree reports whether acme has one of max slots free, without
-// keeping it.
-func slotFree(store *tenantlimit.Memory, max int) func() bool {
-	return func() bool {
-		ok, err := store.Acquire(context.Background(), "acme", "probe", max, time.Minute)
-		if ok && err == nil {
-			_ = store.Release(context.Background(), "acme", "probe")
-		}
-		return ok && err == nil
-	}
+// slotFree reports whether acme has a slot free, without keeping it.
+func slotFree(l *tenantlimit.Limiter) func() bool {
+	return func() bool { return frontdoortest.SlotsFree(l, 1) }
 }
 
 func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *testing.T) {
 	for _, dl := range limitedDialects {
 		t.Run(dl.name, func(t *testing.T) {
-			opts, store := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 2}, tenantlimittest.NewClock())
+			opts, limiter := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 2}, frontdoortest.NewSettableClock())
 			arrived, gone, release := make(chan struct{}, 4), make(chan struct{}, 4), make(chan struct{})
 			srv, _ := scripted(t, func(ctx context.Context, sub dispatcher.Submission, sink dispatcher.Sink) (*dispatcher.Response, error) {
 				arrived <- struct{}{}
@@ -175,7 +167,7 @@ func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *
 			case <-time.After(limitWait):
 				t.Fatal("the submission of the caller that left never ended")
 			}
-			eventually.True(t, limitWait, "a slot freed after its caller left", slotFree(store, 2))
+			eventually.True(t, limitWait, "a slot freed after its caller left", slotFree(limiter))
 
 			close(release) // the other is answered: its slot is freed too
 			select {
@@ -187,11 +179,7 @@ func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *
 				t.Fatal("the held request was never answered")
 			}
 			eventually.True(t, limitWait, "both slots freed", func() bool {
-				ok1, _ := store.Acquire(context.Background(), "acme", "p1", 2, time.Minute)
-				ok2, _ := store.Acquire(context.Background(), "acme", "p2", 2, time.Minute)
-				_ = store.Release(context.Background(), "acme", "p1")
-				_ = store.Release(context.Background(), "acme", "p2")
-				return ok1 && ok2
+				return frontdoortest.SlotsFree(limiter, 2)
 			})
 		})
 	}
@@ -199,7 +187,7 @@ func TestHTTPBothDialectsRefuseATenantsRequestOverItsConcurrencyUntilOneEnds(t *
 
 // A request whose serving panics (http.Server recovers it) frees its slot.
 func TestHTTPARequestThatPanicsFreesItsTenantSlot(t *testing.T) {
-	opts, store := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	opts, limiter := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, frontdoortest.NewSettableClock())
 	opts.Pools = map[string][]string{"general": {"a"}}
 	h, err := New(frontdoortest.New(func(context.Context, dispatcher.Submission, dispatcher.Sink) (*dispatcher.Response, error) {
 		panic("the runtime broke")
@@ -220,7 +208,7 @@ func TestHTTPARequestThatPanicsFreesItsTenantSlot(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("a panicking request answered %d", resp.StatusCode)
 	}
-	eventually.True(t, limitWait, "the panicking request's slot freed", slotFree(store, 1))
+	eventually.True(t, limitWait, "the panicking request's slot freed", slotFree(limiter))
 }
 
 // A caller at its tenant's concurrency limit that sends each request once it
@@ -228,7 +216,7 @@ func TestHTTPARequestThatPanicsFreesItsTenantSlot(t *testing.T) {
 // dialects, streaming or not: the slot is freed before the handler returns,
 // so before the answer's last bytes leave.
 func TestHTTPAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
-	opts, _ := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	opts, _ := limitedOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, frontdoortest.NewSettableClock())
 	srv, _ := scripted(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok", FinishReason: "stop"}, true, dispatcher.Delta{Content: "ok"}), opts)
 	for _, tc := range []struct{ path, body string }{
 		{"/v1/chat/completions", chatBody(false, "")}, {"/v1/chat/completions", chatBody(true, "")},

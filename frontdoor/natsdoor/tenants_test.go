@@ -12,17 +12,16 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
-	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/tenantlimittest"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // tenantOptions is a door with tenants acme (limited by limit) and other
-// (unlimited), on a memory store on clock.
-func tenantOptions(t *testing.T, limit tenantlimit.Limit, clock *tenantlimittest.Clock) (Options, *tenantlimit.Memory) {
+// (unlimited), on one gateway's slices on clock.
+func tenantOptions(t *testing.T, limit tenantlimit.Limit, clock *frontdoortest.SettableClock) (Options, *tenantlimit.Limiter) {
 	t.Helper()
-	keys, l, store := frontdoortest.TenantLimits(t, limit, clock)
-	return Options{Keyring: keys, Limiter: l}, store
+	keys, l := frontdoortest.TenantLimits(t, limit, clock)
+	return Options{Keyring: keys, Limiter: l}, l
 }
 
 func bearer(key string) nats.Header {
@@ -36,20 +35,13 @@ func answered(t *testing.T, m *nats.Msg) {
 	}
 }
 
-// slotFree reports whether acme has a concurrency slot free, without
-// keeping it.
-func slotFree(store *tenantlimit.Memory, max int) func() bool {
-	return func() bool {
-		ok, err := store.Acquire(context.Background(), "acme", "probe", max, time.Minute)
-		if ok && err == nil {
-			_ = store.Release(context.Background(), "acme", "probe")
-		}
-		return ok && err == nil
-	}
+// slotFree reports whether acme has a slot free, without keeping it.
+func slotFree(l *tenantlimit.Limiter) func() bool {
+	return func() bool { return frontdoortest.SlotsFree(l, 1) }
 }
 
 func TestNATSDoorRefusesARequestWithoutItsTenantsKeyBeforeAnythingRuns(t *testing.T) {
-	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
+	opts, _ := tenantOptions(t, tenantlimit.Limit{}, frontdoortest.NewSettableClock())
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	tests := []struct {
 		name   string
@@ -83,7 +75,7 @@ func TestNATSDoorRefusesARequestWithoutItsTenantsKeyBeforeAnythingRuns(t *testin
 }
 
 func TestNATSDoorCountsAKeyedRequestAgainstItsTenant(t *testing.T) {
-	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
+	opts, _ := tenantOptions(t, tenantlimit.Limit{}, frontdoortest.NewSettableClock())
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	for _, tc := range []struct{ key, tenant string }{{frontdoortest.AcmeKey, "acme"}, {frontdoortest.OtherKey, "other"}} {
 		answered(t, request(t, d.nc, submitBody(t, false), bearer(tc.key)))
@@ -104,7 +96,7 @@ func TestNATSDoorWithoutTenantsAsksForNoKey(t *testing.T) {
 }
 
 func TestNATSDoorRateLimitsATenantThenAdmitsItAfterTheRefill(t *testing.T) {
-	clock := tenantlimittest.NewClock()
+	clock := frontdoortest.NewSettableClock()
 	opts, _ := tenantOptions(t, tenantlimit.Limit{RequestsPerSecond: 0.5, Burst: 2}, clock)
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	for range 2 {
@@ -165,7 +157,7 @@ func hold(t *testing.T, d *door, arrived <-chan struct{}, id string) *nats.Subsc
 }
 
 func TestNATSDoorRefusesATenantsRequestOverItsConcurrencyUntilOneEnds(t *testing.T) {
-	opts, store := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	opts, limiter := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, frontdoortest.NewSettableClock())
 	d, arrived, _, release := heldDoor(t, opts)
 	first := hold(t, d, arrived, "first")
 	m := request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey))
@@ -179,15 +171,15 @@ func TestNATSDoorRefusesATenantsRequestOverItsConcurrencyUntilOneEnds(t *testing
 		t.Fatal(err)
 	}
 	answered(t, ans)
-	eventually.True(t, natsWait, "acme's slot freed after its answer", slotFree(store, 1))
+	eventually.True(t, natsWait, "acme's slot freed after its answer", slotFree(limiter))
 	answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))
 }
 
 func TestNATSDoorFreesTheSlotOfARequestItsCallerCancelled(t *testing.T) {
-	opts, store := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	opts, limiter := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, frontdoortest.NewSettableClock())
 	d, arrived, gone, _ := heldDoor(t, opts)
 	hold(t, d, arrived, "cancelled")
-	if slotFree(store, 1)() {
+	if slotFree(limiter)() {
 		t.Fatal("acme's slot is free while its request runs")
 	}
 	if err := d.nc.PublishMsg(&nats.Msg{Subject: schemas.SubmitCancelSubject("cancelled"), Header: bearer(frontdoortest.AcmeKey)}); err != nil {
@@ -198,14 +190,14 @@ func TestNATSDoorFreesTheSlotOfARequestItsCallerCancelled(t *testing.T) {
 	case <-time.After(natsWait):
 		t.Fatal("the cancelled request's submission never ended")
 	}
-	eventually.True(t, natsWait, "acme's slot freed after its caller cancelled", slotFree(store, 1))
+	eventually.True(t, natsWait, "acme's slot freed after its caller cancelled", slotFree(limiter))
 }
 
 // An Idempotency-Key names a user action of the caller's tenant only: the
 // same key from another tenant is another action (neither replayed nor
 // refused as reused), and the same tenant's retry is replayed.
 func TestNATSDoorKeepsEachTenantsIdempotencyKeysApart(t *testing.T) {
-	opts, _ := tenantOptions(t, tenantlimit.Limit{}, tenantlimittest.NewClock())
+	opts, _ := tenantOptions(t, tenantlimit.Limit{}, frontdoortest.NewSettableClock())
 	opts.Replays = replayOptions(t).Replays
 	d := startDoor(t, frontdoortest.Answer(committed, false), opts)
 	answered(t, request(t, d.nc, keyed(t, "k-1", false, 0), bearer(frontdoortest.AcmeKey)))
@@ -231,7 +223,7 @@ func TestNATSDoorKeepsEachTenantsIdempotencyKeysApart(t *testing.T) {
 // slot is freed before the final message goes out (run), so the next request
 // cannot overtake the release.
 func TestNATSDoorAdmitsSequentialRequestsAtTheConcurrencyLimit(t *testing.T) {
-	opts, _ := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, tenantlimittest.NewClock())
+	opts, _ := tenantOptions(t, tenantlimit.Limit{MaxConcurrent: 1}, frontdoortest.NewSettableClock())
 	d := startDoor(t, frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false), opts)
 	for range 20 {
 		answered(t, request(t, d.nc, submitBody(t, false), bearer(frontdoortest.AcmeKey)))

@@ -3,11 +3,19 @@ package tenantlimit
 import (
 	"context"
 	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/hedgerow/hedgerow/budgets/slice"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // counter reads one counter series the registry holds: name, then label
 // pairs.
@@ -40,18 +48,44 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...stri
 }
 
 // fakeClock is a clock the tests advance.
-type fakeClock struct{ now time.Time }
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
 
-func (c *fakeClock) Now() time.Time          { return c.now }
-func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
+func newClock() *fakeClock { return &fakeClock{now: time.Unix(1e9, 0)} }
 
-func newLimiter(t *testing.T, store Store, limits map[string]Limit, reg prometheus.Registerer) *Limiter {
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// gatewaySlices is one gateway's slices over granter, on clock. Their
+// background round is left to the requests (a lead of an hour), so the
+// tests decide every refill.
+func gatewaySlices(t testing.TB, granter slice.Granter, clock *fakeClock) *slice.Slices {
 	t.Helper()
-	l, err := New(store, Options{Limits: limits, Registerer: reg})
+	s, err := slice.New(granter, slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newLimiter(t *testing.T, clock *fakeClock, limits map[string]Limit, reg prometheus.Registerer) *Limiter {
+	t.Helper()
+	l, err := New(gatewaySlices(t, slice.NewMemory(clock.Now), clock), Options{Limits: limits, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return l
 }
 
@@ -65,7 +99,7 @@ func refusal(t *testing.T, err error) *Refusal {
 }
 
 func TestATenantWithoutLimitsIsAlwaysAdmitted(t *testing.T) {
-	l := newLimiter(t, NewMemory(nil), map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1}, "free": {}}, nil)
+	l := newLimiter(t, newClock(), map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1}, "free": {}}, nil)
 	for _, tenant := range []string{"", "free", "unknown"} {
 		for range 5 {
 			release, err := l.Admit(context.Background(), tenant)
@@ -78,9 +112,9 @@ func TestATenantWithoutLimitsIsAlwaysAdmitted(t *testing.T) {
 }
 
 func TestRateLimitAdmitsTheBurstThenRefusesUntilATokenRefills(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	clock := newClock()
 	reg := prometheus.NewRegistry()
-	l := newLimiter(t, NewMemory(clock.Now), map[string]Limit{"acme": {RequestsPerSecond: 0.5, Burst: 3}}, reg)
+	l := newLimiter(t, clock, map[string]Limit{"acme": {RequestsPerSecond: 0.5, Burst: 3}}, reg)
 	ctx := context.Background()
 	for i := range 3 {
 		if _, err := l.Admit(ctx, "acme"); err != nil {
@@ -101,7 +135,7 @@ func TestRateLimitAdmitsTheBurstThenRefusesUntilATokenRefills(t *testing.T) {
 }
 
 func TestBurstDefaultsToTheRateRoundedUp(t *testing.T) {
-	l := newLimiter(t, NewMemory(func() time.Time { return time.Unix(1e9, 0) }), map[string]Limit{"acme": {RequestsPerSecond: 2.5}}, nil)
+	l := newLimiter(t, newClock(), map[string]Limit{"acme": {RequestsPerSecond: 2.5}}, nil)
 	admitted := 0
 	for range 10 {
 		if _, err := l.Admit(context.Background(), "acme"); err == nil {
@@ -114,7 +148,7 @@ func TestBurstDefaultsToTheRateRoundedUp(t *testing.T) {
 }
 
 func TestConcurrencyLimitRefusesTheNextUntilOneIsReleased(t *testing.T) {
-	l := newLimiter(t, NewMemory(nil), map[string]Limit{"acme": {MaxConcurrent: 2}}, nil)
+	l := newLimiter(t, newClock(), map[string]Limit{"acme": {MaxConcurrent: 2}}, nil)
 	ctx := context.Background()
 	first, err := l.Admit(ctx, "acme")
 	if err != nil {
@@ -143,8 +177,8 @@ func TestConcurrencyLimitRefusesTheNextUntilOneIsReleased(t *testing.T) {
 
 // A request the rate refuses holds no concurrency slot afterwards.
 func TestARateRefusalFreesTheSlotItTook(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
-	l := newLimiter(t, NewMemory(clock.Now), map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1, MaxConcurrent: 1}}, nil)
+	clock := newClock()
+	l := newLimiter(t, clock, map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1, MaxConcurrent: 1}}, nil)
 	ctx := context.Background()
 	release, err := l.Admit(ctx, "acme")
 	if err != nil {
@@ -160,95 +194,90 @@ func TestARateRefusalFreesTheSlotItTook(t *testing.T) {
 	}
 }
 
-// The Limiter refreshes a running request's lease, so it outlives its TTL;
-// a lease whose holder stopped refreshing it expires.
-func TestLiveLeasesAreRefreshedAndDeadOnesExpire(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1e9, 0)}
-	store := NewMemory(clock.Now)
-	l := newLimiter(t, store, map[string]Limit{"acme": {MaxConcurrent: 1}}, nil)
+// downGranter is a granter that stops answering when down is set, as a
+// Redis that went away.
+type downGranter struct {
+	slice.Granter
+	down atomic.Bool
+}
+
+var errDown = errors.New("down")
+
+func (g *downGranter) Take(ctx context.Context, r slice.Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+	if g.down.Load() {
+		return 0, 0, errDown
+	}
+	return g.Granter.Take(ctx, r, holder, want, adjust)
+}
+
+func (g *downGranter) Hold(ctx context.Context, c slice.Concurrency, holder string, want int, ttl time.Duration) (int, error) {
+	if g.down.Load() {
+		return 0, errDown
+	}
+	return g.Granter.Hold(ctx, c, holder, want, ttl)
+}
+
+// Without its granter, a gateway still limits its tenants — at its safe
+// share (here the whole ceiling: it saw no other gateway alive) — where
+// the limits once failed open.
+func TestAGatewayWithoutItsGranterStillLimitsItsTenants(t *testing.T) {
+	clock := newClock()
+	granter := &downGranter{Granter: slice.NewMemory(clock.Now)}
+	reg := prometheus.NewRegistry()
+	l, err := New(gatewaySlices(t, granter, clock), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 2, MaxConcurrent: 1}}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	release, err := l.Admit(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 4 {
-		clock.Advance(DefaultLeaseTTL / 2)
-		l.refresh(ctx)
-	}
-	if _, err := l.Admit(ctx, "acme"); err == nil {
-		t.Fatal("a refreshed lease lost its slot after twice its TTL")
+	granter.down.Store(true)
+	if _, err := l.Admit(ctx, "acme"); refusal(t, err).Reason != ReasonConcurrency {
+		t.Fatalf("a second request in flight without the granter: %v; want a concurrency refusal", err)
 	}
 	release()
-	// A gateway that died holding a slot: another limiter on the same
-	// store (another replica) gets it once the lease's TTL passes.
-	dead := newLimiter(t, store, map[string]Limit{"acme": {MaxConcurrent: 1}}, nil)
-	if _, err := dead.Admit(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
-	dead.Close() // no more refreshes
-	clock.Advance(DefaultLeaseTTL)
-	if _, err := l.Admit(ctx, "acme"); err != nil {
-		t.Fatalf("the slot of a dead holder was not freed after its TTL: %v", err)
-	}
-}
-
-// failingStore fails every call.
-type failingStore struct{}
-
-var errDown = errors.New("down")
-
-func (failingStore) Take(context.Context, string, float64, int) (bool, time.Duration, error) {
-	return false, 0, errDown
-}
-func (failingStore) Acquire(context.Context, string, string, int, time.Duration) (bool, error) {
-	return false, errDown
-}
-func (failingStore) Refresh(context.Context, string, string, time.Duration) (bool, error) {
-	return false, errDown
-}
-func (failingStore) Release(context.Context, string, string) error { return errDown }
-
-func TestAFailingStoreAdmitsAndIsCounted(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	l := newLimiter(t, failingStore{}, map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1, MaxConcurrent: 1}}, reg)
-	for range 3 {
-		release, err := l.Admit(context.Background(), "acme")
-		if err != nil {
-			t.Fatalf("refused on a failing store: %v", err)
+	admitted := 0
+	for range 10 {
+		if release, err := l.Admit(ctx, "acme"); err == nil {
+			admitted++
+			release()
 		}
-		release()
 	}
-	if got := counter(t, reg, "hedgerow_tenant_limit_store_errors_total"); got != 6 {
-		t.Fatalf("store errors counted %v; want 6 (an acquire and a take per request)", got)
+	// The slice's second token, then the safe share's burst of 2.
+	if admitted > 3 {
+		t.Fatalf("%d of 10 requests admitted at once without the granter; the slice and the safe share allow 3", admitted)
+	}
+	if got := counter(t, reg, "hedgerow_tenant_limit_refusals_total", "reason", "rate"); got == 0 {
+		t.Fatal("no rate refusal counted without the granter")
 	}
 }
 
 func TestNewRefusesWhatItCannotApply(t *testing.T) {
+	slices := gatewaySlices(t, slice.NewMemory(nil), newClock())
 	for name, opts := range map[string]Options{
-		"a negative limit":         {Limits: map[string]Limit{"a": {MaxConcurrent: -1}}},
-		"a negative rate":          {Limits: map[string]Limit{"a": {RequestsPerSecond: -1}}},
-		"a negative lease TTL":     {LeaseTTL: -time.Second},
-		"a lease TTL too short":    {LeaseTTL: time.Millisecond},
-		"a negative store timeout": {StoreTimeout: -time.Second},
+		"a negative limit":    {Limits: map[string]Limit{"a": {MaxConcurrent: -1}}},
+		"a negative rate":     {Limits: map[string]Limit{"a": {RequestsPerSecond: -1}}},
+		"a rate not a number": {Limits: map[string]Limit{"a": {RequestsPerSecond: math.NaN()}}},
+		"a negative burst":    {Limits: map[string]Limit{"a": {RequestsPerSecond: 1, Burst: -1}}},
 	} {
-		if l, err := New(NewMemory(nil), opts); err == nil {
-			l.Close()
+		if _, err := New(slices, opts); err == nil {
 			t.Errorf("%s was accepted", name)
 		}
 	}
 	if _, err := New(nil, Options{}); err == nil {
-		t.Error("a nil store was accepted")
+		t.Error("nil slices were accepted")
 	}
 }
 
 // BenchmarkAdmitAndRelease is the cost a limited request pays in one
-// gateway: a slot, a token and the release, on the memory store.
+// gateway: a slot, a token and the release, from its slices in memory.
 func BenchmarkAdmitAndRelease(b *testing.B) {
-	l, err := New(NewMemory(nil), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
+	l, err := New(gatewaySlices(b, slice.NewMemory(nil), newClock()), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

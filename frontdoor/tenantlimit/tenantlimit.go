@@ -5,21 +5,20 @@
 //   - request rate: a token bucket per tenant, refilled at
 //     RequestsPerSecond up to Burst; an empty bucket refuses with the time
 //     until its next token;
-//   - concurrency: at most MaxConcurrent requests in flight per tenant,
-//     each holding a lease with a TTL that the Limiter refreshes while the
-//     request runs, so a slot whose holder died frees itself.
+//   - concurrency: at most MaxConcurrent requests in flight per tenant.
 //
-// A Store keeps the buckets and leases: Memory for one replica, and
-// redistenantlimit's on Redis, where the limits hold across every replica
-// sharing it. tenantlimittest is the conformance suite both pass. The
-// Limiter over a Store is what the doors call.
+// Both are ceilings of the region, spent from the gateway's slices of them
+// (budgets/slice, docs/architecture.md §7 "Slices"): a request takes its
+// token and its slot in memory, with no round trip in the common case,
+// and while the region's granter (Redis) cannot be reached each gateway
+// keeps within its safe share. The Limiter is what the doors call.
 package tenantlimit
 
 import (
-	"context"
-	"errors"
 	"math"
 	"time"
+
+	"github.com/hedgerow/hedgerow/budgets/slice"
 )
 
 // Limit is one tenant's limits. A zero field is no limit of that kind.
@@ -45,24 +44,14 @@ func (l Limit) burst() int {
 // IsZero reports whether the limit limits nothing.
 func (l Limit) IsZero() bool { return l.RequestsPerSecond <= 0 && l.MaxConcurrent <= 0 }
 
-// Store keeps the tenants' token buckets and concurrency leases. Keys are
-// tenant names; every method is atomic for its key, across every caller
-// of the same store (on Redis, across replicas). Times are the store's
-// own clock (its Now), so a test clock drives them.
-type Store interface {
-	// Take takes one token from the bucket under key, which holds at most
-	// burst tokens (full at first) and refills at rate per second. With no
-	// token left it takes nothing and says how long until one is there.
-	Take(ctx context.Context, key string, rate float64, burst int) (ok bool, wait time.Duration, err error)
-	// Acquire gives holder one of the max slots under key until ttl
-	// passes, after dropping the leases already expired; false when all
-	// max are held.
-	Acquire(ctx context.Context, key, holder string, max int, ttl time.Duration) (bool, error)
-	// Refresh extends holder's lease to ttl from now; false when the lease
-	// is gone (expired, or never held).
-	Refresh(ctx context.Context, key, holder string, ttl time.Duration) (bool, error)
-	// Release frees holder's slot; releasing a slot not held is no error.
-	Release(ctx context.Context, key, holder string) error
+// The ceilings of a tenant's limits, keyed by its name. Their kinds label
+// the slices' metrics; the tenant's name never does.
+func rateCeiling(tenant string, l Limit) slice.Rate {
+	return slice.Rate{Key: "tenant:" + tenant + ":rate", Kind: "tenant_rate", PerSecond: l.RequestsPerSecond, Burst: float64(l.burst())}
+}
+
+func concurrencyCeiling(tenant string, l Limit) slice.Concurrency {
+	return slice.Concurrency{Key: "tenant:" + tenant + ":concurrency", Kind: "tenant_concurrency", Max: l.MaxConcurrent}
 }
 
 // Reason says which limit refused a request; it is the metrics label.
@@ -95,6 +84,3 @@ func (r *Refusal) Error() string {
 	}
 	return "tenantlimit: the tenant's request rate is over its limit"
 }
-
-// errStore marks a store failure in what the Limiter logs.
-var errStore = errors.New("tenantlimit: store unavailable")

@@ -22,7 +22,6 @@ import (
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
-	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit/redistenantlimit"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/adapters/tracing"
 	"github.com/hedgerow/hedgerow/internal/config"
@@ -102,7 +101,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if g.ownsShared {
-		if sh, err = openShared(cfg, nc, log.With("component", "redis")); err != nil {
+		if sh, err = openShared(cfg, nc, reg, log.With("component", "redis")); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.shared = sh
@@ -225,10 +224,10 @@ func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
 }
 
 // tenantLimiter is the doors' limiter of the tenants' request rates and
-// requests in flight (docs/architecture.md §2): on the shared Redis when
-// the replicas have one, so the limits hold across the cluster; else in
-// this gateway's memory, per replica. Nil when no tenant has a limit.
-func tenantLimiter(cfg *config.Config, sh *shared, reg prometheus.Registerer, log *slog.Logger) (*tenantlimit.Limiter, error) {
+// requests in flight (docs/architecture.md §2), spent from the gateway's
+// slices: of the region's ceilings on the shared Redis when the replicas
+// have one, else of this gateway's own. Nil when no tenant has a limit.
+func tenantLimiter(cfg *config.Config, sh *shared, reg prometheus.Registerer) (*tenantlimit.Limiter, error) {
 	limits := map[string]tenantlimit.Limit{}
 	for name, t := range cfg.Tenants {
 		if t == nil {
@@ -241,19 +240,7 @@ func tenantLimiter(cfg *config.Config, sh *shared, reg prometheus.Registerer, lo
 	if len(limits) == 0 {
 		return nil, nil
 	}
-	var store tenantlimit.Store = tenantlimit.NewMemory(nil)
-	if sh.client != nil {
-		rs, err := redistenantlimit.New(sh.client, redistenantlimit.Options{Prefix: cfg.Redis.KeyPrefix})
-		if err != nil {
-			return nil, err
-		}
-		store = rs
-	}
-	opts := tenantlimit.Options{Limits: limits, Registerer: reg, Logger: log}
-	if sh.client != nil && cfg.Redis.Timeout > 0 {
-		opts.StoreTimeout = cfg.Redis.Timeout
-	}
-	return tenantlimit.New(store, opts)
+	return tenantlimit.New(sh.slices, tenantlimit.Options{Limits: limits, Registerer: reg})
 }
 
 // poolRoutes lists each configured pool's routes, the shape

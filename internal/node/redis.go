@@ -16,12 +16,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/budgets/slice"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/dispatcher/guardshare"
 	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
@@ -30,12 +32,14 @@ import (
 	"github.com/hedgerow/hedgerow/worker"
 )
 
-// shared is what replicas of one deployment share: the budget store and the
-// winner gate, in memory for a single replica or on Redis for many, and the
-// loop that shares latency sketches through Redis.
+// shared is what replicas of one deployment share: the budget store, the
+// winner gate and the gateway's slices of the region's ceilings, in memory
+// for a single replica or on Redis for many, and the loop that shares
+// latency sketches through Redis.
 type shared struct {
 	store  budgets.Store
 	gate   arbiter.Gate
+	slices *slice.Slices
 	client redis.UniversalClient // nil in memory
 	stop   func()                // stops background work; nil when there is none
 }
@@ -46,14 +50,18 @@ type shared struct {
 // it answers — but it is logged, so a wrong address shows at start. In
 // fallback mode the gate's ledger is opened on nc's JetStream, which must
 // answer: without it the guarantee the mode promises does not hold.
-func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, error) {
+func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log *slog.Logger) (*shared, error) {
 	gateTTL := gateTTL(cfg)
 	if cfg.Redis.URL == "" {
 		gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{TTL: gateTTL})
 		if err != nil {
 			return nil, fmt.Errorf("winner gate: %w", err)
 		}
-		return &shared{store: budgets.NewMemory(nil), gate: gate}, nil
+		slices, err := gatewaySlices(slice.NewMemory(nil), cfg.Redis, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		return &shared{store: budgets.NewMemory(nil), gate: gate, slices: slices}, nil
 	}
 	client, store, err := openRedisStore(cfg.Redis, log)
 	if err != nil {
@@ -74,7 +82,23 @@ func openShared(cfg *config.Config, nc *nats.Conn, log *slog.Logger) (*shared, e
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
 	}
-	return &shared{store: store, gate: gate, client: client}, nil
+	slices, err := gatewaySlices(slice.NewMemory(nil), cfg.Redis, reg, log)
+	if err != nil {
+		return nil, errors.Join(err, client.Close())
+	}
+	return &shared{store: budgets.NewSliced(store, slices, nil), gate: gate, slices: slices, client: client}, nil
+}
+
+// gatewaySlices are the gateway's slices of the region's ceilings over
+// granter (docs/architecture.md §7, "Slices"): its tenants' request rates,
+// requests in flight and spend windows. Their granter calls are bounded
+// as every Redis call is.
+func gatewaySlices(granter slice.Granter, cfg config.Redis, reg prometheus.Registerer, log *slog.Logger) (*slice.Slices, error) {
+	slices, err := slice.New(granter, slice.Options{Timeout: cfg.Timeout, Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("slices: %w", err)
+	}
+	return slices, nil
 }
 
 // jetStreamTry bounds one try at creating a stream or bucket at start.
@@ -171,9 +195,11 @@ func (s *shared) stopSharing() {
 	}
 }
 
-// close stops the background work and closes the Redis client.
+// close stops the background work, gives back what the slices hold and
+// closes the Redis client.
 func (s *shared) close() error {
 	s.stopSharing()
+	s.slices.Close()
 	if s.client == nil {
 		return nil
 	}

@@ -65,7 +65,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 		return nil, err
 	}
 	gen.d = d
-	if gen.limiter, err = tenantLimiter(cfg, g.shared, gen.reg, g.log.With("component", "tenantlimit")); err != nil {
+	if gen.limiter, err = tenantLimiter(cfg, g.shared, gen.reg); err != nil {
 		return nil, errors.Join(err, gen.closeDispatcher(context.Background()))
 	}
 	hopts := httpdoor.Options{
@@ -149,12 +149,9 @@ func (gen *generation) retire(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeDispatcher stops the limiter's leases and the dispatcher, which
-// waits for its groups (late losers included).
+// closeDispatcher stops the dispatcher, which waits for its groups (late
+// losers included).
 func (gen *generation) closeDispatcher(ctx context.Context) error {
-	if gen.limiter != nil {
-		gen.limiter.Close() // the doors are stopped: no lease needs refreshing
-	}
 	return gen.d.Close(ctx)
 }
 

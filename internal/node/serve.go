@@ -94,7 +94,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	if err := registerNATS(reg, map[string]*nats.Conn{"gateway": gatewayConn, "workers": workerConn}); err != nil {
 		return fail(err)
 	}
-	if s.shared, err = openShared(cfg, gatewayConn, log.With("component", "redis")); err != nil {
+	if s.shared, err = openShared(cfg, gatewayConn, reg, log.With("component", "redis")); err != nil {
 		return fail(err)
 	}
 	m := worker.NewMetrics()
