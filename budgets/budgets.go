@@ -411,7 +411,12 @@ type AdmitRequest struct {
 	// the slots it still holds are given back before the decision, within
 	// the forgiveness bound, and it holds none after, so each dead group is
 	// forgiven once. Kept even when the admission is then denied.
-	Forgive    string
+	Forgive string
+	// Local says no other gateway can know the user action — the caller
+	// sent no Idempotency-Key, so it is this group alone —: a gateway's
+	// store among several (Sliced) decides it in the gateway's memory and
+	// slices, with no round trip to the region's store.
+	Local      bool
 	Attempts   AttemptPolicy
 	Spend      SpendPolicy
 	Duplicates DuplicateCeiling
@@ -453,9 +458,11 @@ type ExtraRequest struct {
 	Group  string
 	Tenant string
 	// Route is the route the attempt would be sent to.
-	Route    string
-	Pool     string
-	Window   string
+	Route  string
+	Pool   string
+	Window string
+	// Local is AdmitRequest.Local.
+	Local    bool
 	Attempts AttemptPolicy
 	Spend    SpendPolicy
 	// Duplicates is the cohort's ceiling a hedge must fit under; Floor pays

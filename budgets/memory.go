@@ -277,6 +277,13 @@ func (m *Memory) Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 
 // ReserveExtra implements Store.
 func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error) {
+	return m.reserveExtra(ctx, req, false)
+}
+
+// reserveExtra is ReserveExtra; with prepaid, a hedge its cohort refuses
+// is paid by a reserve the caller already took (a gateway's slice of the
+// pool's reserve, Sliced) instead of the Memory's own.
+func (m *Memory) reserveExtra(ctx context.Context, req ExtraRequest, prepaid bool) (Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return Grant{}, fmt.Errorf("budgets: reserve extra: %w", err)
 	}
@@ -301,7 +308,7 @@ func (m *Memory) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 	if reason := m.takeSlot(c, req.UserAction, "", req.Attempts, now); reason != ReasonNone {
 		return Grant{Reason: reason}, nil
 	}
-	token, ok := m.countExtra(c, req, now)
+	token, ok := m.countExtra(c, req, now, prepaid)
 	if !ok {
 		c.compensate()
 		return Grant{Reason: ReasonDuplicateRate}, nil
@@ -349,7 +356,7 @@ func (m *Memory) takeSlot(c *claim, id, forgive string, p AttemptPolicy, now tim
 // replacement always, a hedge when it fits under the window's ceiling or,
 // failing that, when the pool's reserve pays a token. ok is false when a
 // hedge fits under neither.
-func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token TokenSource, ok bool) {
+func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time, prepaid bool) (token TokenSource, ok bool) {
 	w, cur := m.duplicateWindow(req.Pool, req.Window, req.Duplicates, now)
 	primaries, extras := w.sums(math.MinInt64)
 	burstPrimaries, burstExtras := w.sums(cur - int64(req.Duplicates.BurstSlots) + 1)
@@ -358,6 +365,8 @@ func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time) (token To
 		token = TokenNone
 	case req.Duplicates.AllowsHedge(primaries, extras) && req.Duplicates.AllowsBurst(burstPrimaries, burstExtras):
 		token = TokenCohort
+	case prepaid:
+		token = TokenReserve
 	case req.Reserve.Capacity == 0:
 		return TokenNone, false
 	default:

@@ -13,14 +13,17 @@ import (
 )
 
 // Sliced is the Store of one gateway among a region's several
-// (docs/architecture.md §7, "Slices"). The region's store (Redis) keeps
-// the attempt ledgers, the duplicate windows, route flags and leases; each
-// tenant's spend window is spent from this gateway's slice of it, so it
-// costs no round trip of its own and still holds, at the gateway's safe
-// share, while the region's store is away. An admission the region's
-// store cannot answer is decided by a Memory of this gateway, so a
-// primary is never admitted without a ledger or a spend ceiling: per
-// gateway until the store answers again.
+// (docs/architecture.md §7, "Slices"). A user action only this gateway can
+// know (AdmitRequest.Local: no Idempotency-Key) is decided in the
+// gateway's own Memory — its ledger, spend and duplicate window — with
+// the pool's reserve spent from the gateway's slice of it: no round trip.
+// One other gateways may share is decided by the region's store (Redis),
+// which keeps its ledger, and, when that store cannot answer, by the
+// gateway's Memory, so a primary is never admitted without a ledger or a
+// spend ceiling. Either way each tenant's spend window is spent from the
+// gateway's slice of it, so it costs no round trip of its own and holds,
+// at the gateway's safe share, while the region's store is away. Route
+// flags and leases are the region's store's.
 type Sliced struct {
 	Store  // the region's
 	slices *slice.Slices
@@ -28,14 +31,16 @@ type Sliced struct {
 	now    func() time.Time
 
 	mu      sync.Mutex
-	charges map[ReservationID]charge // live reservations' tenant spend
+	charges map[ReservationID]charge // what live reservations took from slices
 	soonest time.Time                // the soonest expiry among charges
 }
 
-// charge is what a reservation took from its tenant's window slice.
+// charge is what a reservation took from the gateway's slices: units of
+// its tenant's spend window, a token of its pool's reserve, or both.
 type charge struct {
-	window  slice.Rate
+	window  *slice.Rate
 	units   int64
+	reserve *slice.Rate
 	expires time.Time
 }
 
@@ -45,8 +50,8 @@ const localPrefix = "local/"
 var _ Store = (*Sliced)(nil)
 
 // NewSliced returns the Store of a gateway whose region keeps region and
-// whose tenant spend is spent from slices; now is the clock of the local
-// Memory and of tenant windows (nil: time.Now).
+// whose slices are slices; now is the clock of the local Memory and of
+// tenant windows (nil: time.Now).
 func NewSliced(region Store, slices *slice.Slices, now func() time.Time) *Sliced {
 	if now == nil {
 		now = time.Now
@@ -65,82 +70,139 @@ func tenantWindow(tenant string, p SpendPolicy, now time.Time) slice.Rate {
 	}
 }
 
-// withoutTenant is p with no tenant ceiling: the region's store is not
-// asked for it.
+// poolReserve is the slice ceiling of a pool's reserve.
+func poolReserve(pool string, b ReserveBucket) slice.Rate {
+	return slice.Rate{Key: "pool:" + pool + ":reserve", Kind: "pool_reserve", PerSecond: b.RefillPerSecond, Burst: b.Capacity}
+}
+
+// withoutTenant is p with no tenant ceiling: the tenant's spend is the
+// slices', not the store's.
 func withoutTenant(p SpendPolicy) SpendPolicy {
 	p.TenantCeiling, p.TenantWindow = 0, 0
 	return p
 }
 
-// Admit asks the region's store (or, when it cannot answer, the gateway's
-// Memory) for the ledger slot, the user action's spend and the window's
-// count, then the tenant's spend from the slice. The reasons keep the
-// order of every Store: attempts, spend_user_action, spend_tenant.
+// Admit decides the primary in the gateway's Memory (a local user action,
+// or the region's store unreachable) or the region's store — the ledger
+// slot, the user action's spend and the window's count —, then takes the
+// tenant's spend from the slice. The reasons keep the order of every
+// Store: attempts, spend_user_action, spend_tenant.
 func (s *Sliced) Admit(ctx context.Context, req AdmitRequest) (Admission, error) {
 	if err := req.Validate(); err != nil {
 		return Admission{}, err
 	}
-	region := req
-	region.Spend = withoutTenant(req.Spend)
-	adm, err := s.Store.Admit(ctx, region)
-	if err != nil && !errors.Is(err, ErrInvalidRequest) && ctx.Err() == nil {
-		adm, err = s.local.Admit(ctx, region)
-		adm.Reservation = localPrefix + adm.Reservation
+	inner := req
+	inner.Spend = withoutTenant(req.Spend)
+	var adm Admission
+	var err error
+	if !req.Local {
+		adm, err = s.Store.Admit(ctx, inner)
+	}
+	if req.Local || err != nil && !errors.Is(err, ErrInvalidRequest) && ctx.Err() == nil {
+		adm, err = s.local.Admit(ctx, inner)
+		if adm.Allowed {
+			adm.Reservation = localPrefix + adm.Reservation
+		}
 	}
 	if err != nil || !adm.Allowed {
 		return adm, err
 	}
-	if !s.takeTenant(ctx, adm.Reservation, req.Tenant, req.Spend) {
+	if !s.takeTenant(ctx, adm.Reservation, req.Tenant, req.Spend, charge{}) {
 		s.releaseQuietly(ctx, adm.Reservation)
 		return Admission{Reason: ReasonSpendTenant}, nil
 	}
 	return adm, nil
 }
 
-// ReserveExtra asks the region's store for the extra attempt, then the
-// tenant's spend from the slice. While the region's store is away, extras
-// are refused as by any Store that cannot answer.
+// ReserveExtra decides the extra attempt in the gateway's Memory (a local
+// user action; its pool's reserve from the slice) or the region's store,
+// then takes the tenant's spend from the slice. While the region's store
+// is away, extras of shared user actions are refused as by any Store that
+// cannot answer.
 func (s *Sliced) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error) {
 	if err := req.Validate(); err != nil {
 		return Grant{}, err
 	}
-	region := req
-	region.Spend = withoutTenant(req.Spend)
-	grant, err := s.Store.ReserveExtra(ctx, region)
+	inner := req
+	inner.Spend = withoutTenant(req.Spend)
+	var grant Grant
+	var paid charge
+	var err error
+	if req.Local {
+		grant, paid, err = s.localExtra(ctx, inner)
+	} else {
+		grant, err = s.Store.ReserveExtra(ctx, inner)
+	}
 	if err != nil || !grant.Allowed {
 		return grant, err
 	}
-	if !s.takeTenant(ctx, grant.Reservation, req.Tenant, req.Spend) {
+	if !s.takeTenant(ctx, grant.Reservation, req.Tenant, req.Spend, paid) {
 		s.releaseQuietly(ctx, grant.Reservation)
 		return Grant{Reason: ReasonSpendTenant}, nil
 	}
 	return grant, nil
 }
 
+// localExtra decides an extra attempt of a local user action in the
+// gateway's Memory. A hedge its cohort's window refuses is paid, if the
+// pool has a reserve, by a token of the gateway's slice of it — taken
+// outside the Memory's lock, since a cold slice asks the region — and then
+// counted as reserve-paid; the token goes back if the Memory then refuses.
+func (s *Sliced) localExtra(ctx context.Context, req ExtraRequest) (Grant, charge, error) {
+	reserve := req.Reserve
+	req.Reserve = ReserveBucket{}
+	grant, err := s.local.ReserveExtra(ctx, req)
+	if err == nil && !grant.Allowed && grant.Reason == ReasonDuplicateRate && reserve.Capacity >= 1 {
+		r := poolReserve(req.Pool, reserve)
+		if ok, _ := s.slices.Take(ctx, r); ok {
+			if grant, err = s.local.reserveExtra(ctx, req, true); err != nil || !grant.Allowed {
+				s.slices.Adjust(r, 1)
+			} else {
+				grant.Reservation = localPrefix + grant.Reservation
+				return grant, charge{reserve: &r}, nil
+			}
+		}
+	}
+	if grant.Allowed {
+		grant.Reservation = localPrefix + grant.Reservation
+	}
+	return grant, charge{}, err
+}
+
 // takeTenant spends the reservation's units from its tenant's window
-// slice, if it has a tenant ceiling, and records the charge for the end.
-func (s *Sliced) takeTenant(ctx context.Context, id ReservationID, tenant string, p SpendPolicy) bool {
-	units := p.Units()
-	if p.TenantCeiling == 0 || units == 0 {
-		return true
-	}
-	if units > p.TenantCeiling {
-		return false // no window could hold it
-	}
+// slice, if it has a tenant ceiling, and records what the reservation took
+// from slices (paid, and the units) for its end.
+func (s *Sliced) takeTenant(ctx context.Context, id ReservationID, tenant string, p SpendPolicy, paid charge) bool {
 	now := s.now()
 	s.expire(now)
-	w := tenantWindow(tenant, p, now)
-	if ok, _ := s.slices.TakeN(ctx, w, float64(units)); !ok {
-		return false
+	if units := p.Units(); p.TenantCeiling > 0 && units > 0 {
+		if units > p.TenantCeiling {
+			s.remember(id, paid, now.Add(p.ReservationTTL))
+			return false // no window could hold it
+		}
+		w := tenantWindow(tenant, p, now)
+		if ok, _ := s.slices.TakeN(ctx, w, float64(units)); !ok {
+			s.remember(id, paid, now.Add(p.ReservationTTL))
+			return false
+		}
+		paid.window, paid.units = &w, units
 	}
-	expires := now.Add(p.ReservationTTL)
+	s.remember(id, paid, now.Add(p.ReservationTTL))
+	return true
+}
+
+// remember records what a reservation took from slices, if anything.
+func (s *Sliced) remember(id ReservationID, c charge, expires time.Time) {
+	if c.window == nil && c.reserve == nil {
+		return
+	}
+	c.expires = expires
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.charges[id] = charge{window: w, units: units, expires: expires}
+	s.charges[id] = c
 	if s.soonest.IsZero() || expires.Before(s.soonest) {
 		s.soonest = expires
 	}
-	return true
 }
 
 // expire gives back the units of reservations never ended by their TTL,
@@ -165,13 +227,17 @@ func (s *Sliced) expire(now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, c := range expired {
-		s.slices.Adjust(c.window, float64(c.units))
+		if c.window != nil {
+			s.slices.Adjust(*c.window, float64(c.units))
+		}
 	}
 }
 
-// endTenant corrects the tenant's slice once a reservation ends: what it
-// did not use goes back (all of it for a release), over-use is charged.
-func (s *Sliced) endTenant(id ReservationID, used int64, release bool) {
+// endCharges corrects the slices once a reservation ends: the tenant's
+// window gets back what the reservation did not use (all of it for a
+// release) or is charged its over-use; a released reserve-paid hedge gives
+// its reserve token back, as a Store's Release does.
+func (s *Sliced) endCharges(id ReservationID, used int64, release bool) {
 	s.mu.Lock()
 	c, ok := s.charges[id]
 	delete(s.charges, id)
@@ -181,8 +247,13 @@ func (s *Sliced) endTenant(id ReservationID, used int64, release bool) {
 	}
 	if release {
 		used = 0
+		if c.reserve != nil {
+			s.slices.Adjust(*c.reserve, 1)
+		}
 	}
-	s.slices.Adjust(c.window, float64(c.units-used))
+	if c.window != nil {
+		s.slices.Adjust(*c.window, float64(c.units-used))
+	}
 }
 
 // releaseQuietly gives back a grant the tenant's spend then refused; a
@@ -207,7 +278,7 @@ func (s *Sliced) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 	}
 	store, storeID := s.storeOf(id)
 	err := store.Settle(ctx, storeID, usage)
-	s.endTenant(id, usage.InputUnits+usage.OutputUnits, false)
+	s.endCharges(id, usage.InputUnits+usage.OutputUnits, false)
 	return err
 }
 
@@ -216,7 +287,7 @@ func (s *Sliced) Settle(ctx context.Context, id ReservationID, usage schemas.Usa
 func (s *Sliced) Release(ctx context.Context, id ReservationID) error {
 	store, storeID := s.storeOf(id)
 	err := store.Release(ctx, storeID)
-	s.endTenant(id, 0, true)
+	s.endCharges(id, 0, true)
 	return err
 }
 
@@ -255,7 +326,7 @@ func (s *Sliced) EndAll(ctx context.Context, ends []Ending) []error {
 	}
 	for i, e := range ends {
 		if errs[i] == nil || errors.Is(errs[i], ErrUnknownReservation) {
-			s.endTenant(e.Reservation, e.Usage.InputUnits+e.Usage.OutputUnits, e.Release)
+			s.endCharges(e.Reservation, e.Usage.InputUnits+e.Usage.OutputUnits, e.Release)
 		}
 	}
 	return errs
