@@ -94,9 +94,16 @@ type Granter interface {
 }
 
 // UntilToken is how long a bucket holding tokens (< 1) takes to hold one
-// at perSecond, rounded up to the millisecond, at least one: every
-// granter answers the same wait.
+// at perSecond, rounded up to the millisecond, at least one, and at most
+// the longest time.Duration (a very slow bucket's wait would overflow it):
+// every granter answers the same wait.
 func UntilToken(tokens, perSecond float64) time.Duration {
 	ms := math.Ceil((1 - tokens) * 1000 / perSecond)
+	if !(ms < maxWaitMs) {
+		return time.Duration(math.MaxInt64)
+	}
 	return time.Duration(max(ms, 1)) * time.Millisecond
 }
+
+// maxWaitMs is the first whole millisecond past the longest time.Duration.
+const maxWaitMs = float64(math.MaxInt64/int64(time.Millisecond)) + 1
