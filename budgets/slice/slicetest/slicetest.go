@@ -78,7 +78,7 @@ func Run(t *testing.T, newGranter Factory) {
 		{"LoweredMaxCapsTheNextHold", testLoweredMaxCapsTheNextHold},
 		{"HeldSlotsOfLiveHoldersNeverExceedMaxOverASeededSequence", testHeldNeverExceedsMax},
 		{"AliveCountsLiveHoldersAndForgetsExpiredOnes", testAliveCountsLiveHolders},
-		{"CeilingsAreSeparateByKeyAndKind", testCeilingsAreSeparate},
+		{"RateAndConcurrencyCeilingsOfEveryKeyAreSeparate", testCeilingsAreSeparate},
 		{"InvalidCeilingOrCallIsAnErrorAndChangesNothing", testInvalidIsAnError},
 		{"ConcurrentTakesNeverGrantMoreThanTheBucketHolds", testConcurrentTakes},
 		{"ConcurrentHoldsNeverHoldMoreThanMax", testConcurrentHolds},
