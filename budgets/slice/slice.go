@@ -137,15 +137,23 @@ func Share(tokens, want float64, wants map[string]float64) float64 {
 }
 
 // UntilToken is how long a bucket holding tokens (< 1) takes to hold one
-// at perSecond, rounded up to the millisecond, at least one: every
-// granter answers the same wait. A bucket that never refills answers 0.
+// at perSecond, rounded up to the millisecond, at least one, and at most
+// the longest time.Duration (a very slow bucket's wait would overflow it):
+// every granter answers the same wait. A bucket that never refills
+// answers 0.
 func UntilToken(tokens, perSecond float64) time.Duration {
 	if perSecond <= 0 {
 		return 0
 	}
 	ms := math.Ceil((1 - tokens) * 1000 / perSecond)
+	if !(ms < maxWaitMs) {
+		return time.Duration(math.MaxInt64)
+	}
 	return time.Duration(max(ms, 1)) * time.Millisecond
 }
+
+// maxWaitMs is the first whole millisecond past the longest time.Duration.
+const maxWaitMs = float64(math.MaxInt64/int64(time.Millisecond)) + 1
 
 // NewEpoch names a granter's fresh state: random, so two states never
 // share a name.

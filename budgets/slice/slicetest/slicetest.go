@@ -1,0 +1,161 @@
+// Package slicetest is the conformance suite of slice.Granter
+// implementations: slice.Memory in its own tests, redisslice against a real
+// redis-server (standalone and cluster). Each subtest is named after the
+// rule of the Granter's contract (budgets/slice, docs/architecture.md §7
+// "Slices") it checks.
+//
+// Contract for a factory:
+//   - it returns a granter with no state of its own: no buckets, holds or
+//     live holders (a Redis factory uses a fresh key prefix per call), and
+//     releases what it opened with t.Cleanup;
+//   - the granter's clock is the Clock it is given, read on every call; the
+//     suite only advances it, never sleeps, and always by whole
+//     milliseconds, the resolution of a store that hands its clock to Redis
+//     in Unix milliseconds; so every answer is exact, waits included;
+//   - the granter must be safe for concurrent use: two subtests drive it
+//     from many goroutines and must be run under -race.
+package slicetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgerow/hedgerow/budgets/slice"
+)
+
+// Epoch is where every suite clock starts, on a whole millisecond.
+var Epoch = time.Date(2025, 1, 1, 0, 10, 0, 0, time.UTC)
+
+// Clock is the time a granter under test reads. The suite moves it only by
+// calling Advance.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock standing at Epoch.
+func NewClock() *Clock { return &Clock{now: Epoch} }
+
+// Now returns the clock's current time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Factory returns an empty granter whose time is clock.
+type Factory func(t *testing.T, clock *Clock) slice.Granter
+
+// Run runs the whole conformance suite against the granters newGranter
+// returns, one fresh granter (and clock) per subtest.
+func Run(t *testing.T, newGranter Factory) {
+	tests := []struct {
+		name string
+		run  func(*fixture)
+	}{
+		{"FreshBucketGrantsItsBurstThenRefusesWithTheWaitToTheNextToken", testFreshBucketGrantsItsBurst},
+		{"BucketRefillsAtItsRateNeverPastItsBurst", testBucketRefillsAtItsRate},
+		{"WaitIsTheTimeToTheNextWholeTokenRoundedUpToTheMillisecond", testWaitIsRoundedUp},
+		{"GiveBackReturnsTokensNeverPastTheBurst", testGiveBackNeverPastTheBurst},
+		{"WantPastWhatIsThereGrantsTheWholeTokensThereAndTheWait", testWantPastWhatIsThere},
+		{"LoweredBurstCapsTheTokensAlreadyThere", testLoweredBurstCapsTheTokens},
+		{"VerySlowBucketsWaitIsLongNeverNegative", testVerySlowBucketsWait},
+		{"TokensGrantedOverAnyIntervalStayWithinBurstPlusRefill", testTokensOverAnyInterval},
+		{"HoldGrantsUpToMaxAcrossHolders", testHoldGrantsUpToMax},
+		{"ReHoldingSetsTheHoldersSlotsNotAdds", testReHoldingSets},
+		{"ShrinkingAHoldFreesSlotsForOthers", testShrinkingFreesSlots},
+		{"WantZeroGivesEverySlotBack", testWantZeroGivesBack},
+		{"ExpiredHoldFreesItsSlotsAndARenewedOneOutlivesItsFirstTTL", testExpiredHoldFreesItsSlots},
+		{"LoweredMaxCapsTheNextHold", testLoweredMaxCapsTheNextHold},
+		{"HeldSlotsOfLiveHoldersNeverExceedMaxOverASeededSequence", testHeldNeverExceedsMax},
+		{"AliveCountsLiveHoldersAndForgetsExpiredOnes", testAliveCountsLiveHolders},
+		{"RateAndConcurrencyCeilingsOfEveryKeyAreSeparate", testCeilingsAreSeparate},
+		{"InvalidCeilingOrCallIsAnErrorAndChangesNothing", testInvalidIsAnError},
+		{"ConcurrentTakesNeverGrantMoreThanTheBucketHolds", testConcurrentTakes},
+		{"ConcurrentHoldsNeverHoldMoreThanMax", testConcurrentHolds},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := NewClock()
+			g := newGranter(t, clock)
+			tt.run(&fixture{t: t, ctx: t.Context(), clock: clock, g: g})
+		})
+	}
+}
+
+// fixture is one subtest's granter, clock and helpers.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *Clock
+	g     slice.Granter
+}
+
+// rate is a rate ceiling of the suite.
+func rate(key string, perSecond, burst float64) slice.Rate {
+	return slice.Rate{Key: key, Kind: "test_rate", PerSecond: perSecond, Burst: burst}
+}
+
+// conc is a concurrency ceiling of the suite.
+func conc(key string, max int) slice.Concurrency {
+	return slice.Concurrency{Key: key, Kind: "test_concurrency", Max: max}
+}
+
+// take calls Take and fails the test on an error.
+func (f *fixture) take(r slice.Rate, want, giveBack float64) (float64, time.Duration) {
+	f.t.Helper()
+	took, wait, err := f.g.Take(f.ctx, r, want, giveBack)
+	if err != nil {
+		f.t.Fatalf("Take(%s, want %v, give back %v): %v", r.Key, want, giveBack, err)
+	}
+	return took, wait
+}
+
+// wantTake calls Take and checks what it took and the wait it answered.
+func (f *fixture) wantTake(r slice.Rate, want, giveBack, wantTook float64, wantWait time.Duration) {
+	f.t.Helper()
+	took, wait := f.take(r, want, giveBack)
+	if took != wantTook || wait != wantWait {
+		f.t.Fatalf("Take(%s, want %v, give back %v) = took %v, wait %v; want took %v, wait %v",
+			r.Key, want, giveBack, took, wait, wantTook, wantWait)
+	}
+}
+
+// hold calls Hold and fails the test on an error.
+func (f *fixture) hold(c slice.Concurrency, holder string, want int, ttl time.Duration) int {
+	f.t.Helper()
+	held, err := f.g.Hold(f.ctx, c, holder, want, ttl)
+	if err != nil {
+		f.t.Fatalf("Hold(%s, %s, want %d): %v", c.Key, holder, want, err)
+	}
+	return held
+}
+
+// wantHold calls Hold and checks what holder now holds.
+func (f *fixture) wantHold(c slice.Concurrency, holder string, want int, ttl time.Duration, wantHeld int) {
+	f.t.Helper()
+	if held := f.hold(c, holder, want, ttl); held != wantHeld {
+		f.t.Fatalf("Hold(%s, %s, want %d) = %d; want %d", c.Key, holder, want, held, wantHeld)
+	}
+}
+
+// wantAlive calls Alive and checks the count of live holders.
+func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) {
+	f.t.Helper()
+	n, err := f.g.Alive(f.ctx, holder, ttl)
+	if err != nil {
+		f.t.Fatalf("Alive(%s): %v", holder, err)
+	}
+	if n != want {
+		f.t.Fatalf("Alive(%s) = %d; want %d", holder, n, want)
+	}
+}
