@@ -25,7 +25,6 @@ func testInvalidIsAnError(f *fixture) {
 	}{
 		{"empty key", withRate(func(r *slice.Rate) { r.Key = "" }), 1, 0},
 		{"empty kind", withRate(func(r *slice.Rate) { r.Kind = "" }), 1, 0},
-		{"per second 0", withRate(func(r *slice.Rate) { r.PerSecond = 0 }), 1, 0},
 		{"per second negative", withRate(func(r *slice.Rate) { r.PerSecond = -1 }), 1, 0},
 		{"per second NaN", withRate(func(r *slice.Rate) { r.PerSecond = nan }), 1, 0},
 		{"per second Inf", withRate(func(r *slice.Rate) { r.PerSecond = inf }), 1, 0},
@@ -37,12 +36,11 @@ func testInvalidIsAnError(f *fixture) {
 		{"want negative", valid, -1, 0},
 		{"want NaN", valid, nan, 0},
 		{"want Inf", valid, inf, 0},
-		{"give back negative", valid, 1, -1},
 		{"give back NaN", valid, 1, nan},
 		{"give back Inf", valid, 1, inf},
 	}
 	for _, c := range takes {
-		took, wait, err := f.g.Take(f.ctx, c.r, c.want, c.giveBack)
+		took, wait, err := f.g.Take(f.ctx, c.r, "h", c.want, c.giveBack)
 		if !errors.Is(err, slice.ErrInvalidRequest) || took != 0 || wait != 0 {
 			f.t.Errorf("Take with %s = took %v, wait %v, %v; want 0, 0 and an error wrapping ErrInvalidRequest", c.name, took, wait, err)
 		}
@@ -85,7 +83,7 @@ func testInvalidIsAnError(f *fixture) {
 		{"TTL negative", "h", -time.Second},
 	}
 	for _, c := range alive {
-		n, err := f.g.Alive(f.ctx, c.holder, c.ttl)
+		n, _, err := f.g.Alive(f.ctx, c.holder, c.ttl)
 		if !errors.Is(err, slice.ErrInvalidRequest) || n != 0 {
 			f.t.Errorf("Alive with %s = %d, %v; want 0 and an error wrapping ErrInvalidRequest", c.name, n, err)
 		}
@@ -111,7 +109,7 @@ func testConcurrentTakes(f *fixture) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 0x511ce))
 			for range calls {
-				took, _, err := f.g.Take(f.ctx, r, float64(1+rng.IntN(3)), 0)
+				took, _, err := f.g.Take(f.ctx, r, "h", float64(1+rng.IntN(3)), 0)
 				if err != nil {
 					f.t.Error(err)
 					return

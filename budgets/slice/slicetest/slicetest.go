@@ -113,7 +113,7 @@ func conc(key string, max int) slice.Concurrency {
 // take calls Take and fails the test on an error.
 func (f *fixture) take(r slice.Rate, want, giveBack float64) (float64, time.Duration) {
 	f.t.Helper()
-	took, wait, err := f.g.Take(f.ctx, r, want, giveBack)
+	took, wait, err := f.g.Take(f.ctx, r, "h", want, giveBack)
 	if err != nil {
 		f.t.Fatalf("Take(%s, want %v, give back %v): %v", r.Key, want, giveBack, err)
 	}
@@ -151,7 +151,7 @@ func (f *fixture) wantHold(c slice.Concurrency, holder string, want int, ttl tim
 // wantAlive calls Alive and checks the count of live holders.
 func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) {
 	f.t.Helper()
-	n, err := f.g.Alive(f.ctx, holder, ttl)
+	n, _, err := f.g.Alive(f.ctx, holder, ttl)
 	if err != nil {
 		f.t.Fatalf("Alive(%s): %v", holder, err)
 	}
