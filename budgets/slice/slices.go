@@ -80,7 +80,7 @@ type Slices struct {
 type rateSlice struct {
 	ceiling  Rate
 	tokens   float64    // granted and not spent
-	expires  time.Time  // when unspent tokens lapse
+	expires  time.Time  // when unspent tokens lapse if the granter stays away
 	use      float64    // decayed takes per second
 	usedAt   time.Time  // when use was last decayed
 	takenAt  time.Time  // the last take
@@ -94,8 +94,10 @@ type rateSlice struct {
 	// the granter's state is lost, so a window is not forgotten.
 	consumed float64
 	// safe is the safe share's own bucket, spent once the slice is empty
-	// or lapsed while the granter fails; nil while it answers.
-	safe *bucket
+	// or lapsed while the granter fails (onSafe). It outlives a flap of
+	// the granter, so each flap does not bring a fresh burst.
+	safe   *bucket
+	onSafe bool
 }
 
 // concSlice is a gateway's slots of one concurrency ceiling.
@@ -116,6 +118,9 @@ func New(g Granter, opts Options) (*Slices, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The safe share's divisor from the start: a gateway whose granter is
+	// away from its first request does not spend the whole ceiling.
+	s.countAlive(context.Background())
 	s.looping = true
 	go s.loop()
 	return s, nil
@@ -178,29 +183,35 @@ func (s *Slices) Close() {
 		if s.looping {
 			<-s.done
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-		defer cancel()
 		s.mu.Lock()
-		rates := make([]*rateSlice, 0, len(s.rates))
+		type giveBack struct {
+			r      Rate
+			adjust float64
+		}
+		rates := make([]giveBack, 0, len(s.rates))
 		for _, r := range s.rates {
-			rates = append(rates, r)
+			back := math.Floor(r.tokens)
+			r.tokens -= back
+			if back > 0 || r.owed > 0 {
+				rates = append(rates, giveBack{r.ceiling, back - r.owed})
+			}
 		}
 		concs := make([]Concurrency, 0, len(s.concs))
 		for _, c := range s.concs {
 			concs = append(concs, c.ceiling)
 		}
 		s.mu.Unlock()
-		for _, r := range rates {
-			s.mu.Lock()
-			back := math.Floor(r.tokens)
-			r.tokens -= back
-			s.mu.Unlock()
-			if back > 0 || r.owed > 0 {
-				_, _, _ = s.granter.Take(ctx, r.ceiling, s.opts.Holder, 0, back-r.owed)
-			}
+		// Each give-back has a call's time of its own: a slow first one
+		// does not starve the rest.
+		for _, g := range rates {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+			_, _, _ = s.granter.Take(ctx, g.r, s.opts.Holder, 0, g.adjust)
+			cancel()
 		}
 		for _, c := range concs {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 			_, _ = s.granter.Hold(ctx, c, s.opts.Holder, 0, s.opts.TTL)
+			cancel()
 		}
 	})
 }
@@ -252,7 +263,7 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 	case err != nil:
 		ok, wait = s.spendSafe(sl, s.now(), n)
 	default:
-		ok = sl.spend(s.now(), n)
+		ok = sl.spend(s.now(), n, s.failed)
 	}
 	return s.counted(r.Kind, ok, wait)
 }
@@ -262,7 +273,7 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 // from the safe share while the granter fails. Called with s.mu held.
 func (s *Slices) takeLocally(sl *rateSlice, now time.Time, n float64) (ok bool, wait time.Duration, decided bool) {
 	switch {
-	case sl.spend(now, n):
+	case sl.spend(now, n, s.failed):
 		return true, 0, true
 	case now.Before(sl.dryUntil):
 		return false, sl.dryUntil.Sub(now), true
@@ -300,14 +311,14 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) 
 		return 0, err
 	}
 	s.failed = false
-	sl.safe = nil
+	sl.onSafe = false
 	sl.owed -= owed
 	sl.tokens += took
+	sl.expires = now.Add(s.opts.TTL) // the granter answered: what the slice holds lives on
 	if sl.ceiling.PerSecond == 0 {
 		sl.consumed += took - adjust + owed
 	}
 	if took > 0 {
-		sl.expires = now.Add(s.opts.TTL)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "granted").Inc()
 	}
 	if want > 0 && took < want && sl.tokens < 1 && wait > 0 {
@@ -334,7 +345,7 @@ func (s *Slices) Adjust(r Rate, units float64) {
 		sl = &rateSlice{ceiling: r, usedAt: s.now()}
 		s.rates[r.Key] = sl
 	}
-	if units < 0 && sl.safe != nil {
+	if units < 0 && sl.onSafe {
 		sl.owed -= units // spent on the safe share: charged once the granter answers
 		return
 	}
@@ -347,10 +358,11 @@ func (s *Slices) Adjust(r Rate, units float64) {
 func (s *Slices) spendSafe(sl *rateSlice, now time.Time, n float64) (bool, time.Duration) {
 	share := float64(s.replicas())
 	perSecond := sl.ceiling.PerSecond / share
-	burst := math.Max(n, sl.ceiling.Burst/share)
+	burst := math.Max(1, sl.ceiling.Burst/share)
 	if sl.safe == nil {
 		sl.safe = &bucket{tokens: burst, at: now}
 	}
+	sl.onSafe = true
 	if now.After(sl.safe.at) {
 		sl.safe.tokens = math.Min(burst, sl.safe.tokens+now.Sub(sl.safe.at).Seconds()*perSecond)
 		sl.safe.at = now
@@ -379,10 +391,11 @@ func (sl *rateSlice) decay(now time.Time) {
 	}
 }
 
-// spend takes n tokens from the slice if it holds them and they have not
-// lapsed.
-func (sl *rateSlice) spend(now time.Time, n float64) bool {
-	if sl.tokens >= n && now.Before(sl.expires) {
+// spend takes n tokens from the slice if it holds them. They lapse only
+// while the granter fails (failed), a TTL after it last answered: while
+// it answers, an idle slice gives its tokens back instead.
+func (sl *rateSlice) spend(now time.Time, n float64, failed bool) bool {
+	if sl.tokens >= n && (!failed || now.Before(sl.expires)) {
 		sl.tokens -= n
 		return true
 	}
@@ -408,6 +421,9 @@ func (s *Slices) Acquire(ctx context.Context, c Concurrency) bool {
 		s.concs[c.Key] = sl
 	}
 	sl.ceiling = c
+	// Keeps the background round from forgetting the slice while this
+	// acquire may still ask the granter for it.
+	sl.lingerUntil = later(sl.lingerUntil, s.now().Add(s.opts.Linger))
 	ok, decided := s.acquireLocally(sl)
 	s.mu.Unlock()
 	if !decided {
@@ -560,7 +576,7 @@ func (s *Slices) renew(ctx context.Context) {
 	rates := make([]*rateSlice, 0, len(s.rates))
 	for key, sl := range s.rates {
 		sl.decay(now)
-		if sl.idle(now, s.opts.Lead) && sl.tokens >= 0 && sl.tokens < 1 && sl.owed == 0 && sl.safe == nil {
+		if sl.idle(now, s.opts.Lead) && sl.tokens >= 0 && sl.tokens < 1 && sl.owed == 0 && !sl.onSafe {
 			delete(s.rates, key) // nothing held, owed or used: forget it
 			continue
 		}
@@ -655,7 +671,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	for _, sl := range s.rates {
 		units[sl.ceiling.Kind] += sl.tokens
 		soonest(sl.ceiling.Kind, sl.expires)
-		if sl.safe != nil {
+		if sl.onSafe {
 			safe = 1
 		}
 	}
@@ -672,4 +688,12 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, expiry[kind], kind)
 	}
 	ch <- prometheus.MustNewConstMetric(safeShareDesc, prometheus.GaugeValue, safe)
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -391,3 +391,27 @@ func TestWhatASafeShareSpentIsChargedWhenTheGranterReturns(t *testing.T) {
 	}
 	t.Logf("a spent %v (partly on its safe share), then b %v, of %v", spentA, spentB, spendWindow.Burst)
 }
+
+// A slice left holding tokens after a burst keeps serving a slow trickle
+// past its TTL: its tokens lapse only while the granter is away.
+func TestASliceLeftFullAfterABurstServesASlowTrickle(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	g := &countingGranter{Granter: NewMemory(clock.Now)}
+	s := gateway(t, g, clock, "gw-a")
+	busy := Rate{Key: "tenant:busy:rate", Kind: "tenant_rate", PerSecond: 100, Burst: 100}
+	drive(ctx, clock, busy, 50, 3*time.Second, s)
+	refused := 0
+	for range 30 {
+		for range 6 { // the background round every 250 ms
+			clock.Advance(250 * time.Millisecond)
+			s.renew(ctx)
+		}
+		if ok, _ := s.Take(ctx, busy); !ok {
+			refused++
+		}
+	}
+	if refused > 0 {
+		t.Fatalf("%d of 30 requests, one every 1.5 s under a ceiling of 100/s, refused", refused)
+	}
+}
