@@ -42,7 +42,7 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 		UserAction: g.ua, Tenant: g.sub.Tenant, Pool: g.sub.Pool, Window: g.window,
 		// A takeover forgives the ledger slots its dead predecessor holds
 		// (docs/architecture.md §2, §7).
-		Group: g.id, Forgive: g.sub.Supersedes,
+		Group: g.id, Forgive: g.sub.Supersedes, Local: g.localUserAction(),
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),
@@ -65,6 +65,14 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	}
 	g.countPrimary()
 	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
+}
+
+// localUserAction reports whether no other gateway can know the group's
+// user action: the caller sent no Idempotency-Key, so the action is this
+// group alone, and a gateway's store may decide it without the region's
+// (budgets.AdmitRequest.Local, docs/architecture.md §7 "Slices").
+func (g *group) localUserAction() bool {
+	return g.sub.IdempotencyKey == "" && g.sub.Supersedes == ""
 }
 
 func (g *group) spend() budgets.SpendPolicy {
@@ -111,6 +119,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	p := g.class.Policy
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Window: g.window,
+		Local:      g.localUserAction(),
 		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),

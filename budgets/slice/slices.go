@@ -647,12 +647,15 @@ var (
 		"Seconds until the soonest of a gateway's slices of a ceiling kind lapses unless renewed.", []string{"kind"}, nil)
 	safeShareDesc = prometheus.NewDesc("hedgerow_slice_safe_share",
 		"1 while a gateway spends a safe share of some ceiling because the region's granter cannot be reached, else 0.", nil, nil)
+	aliveDesc = prometheus.NewDesc("hedgerow_slice_gateways_alive",
+		"The region's gateways this gateway last saw alive: the divisor of its safe shares.", nil, nil)
 )
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- unitsDesc
 	ch <- expiryDesc
 	ch <- safeShareDesc
+	ch <- aliveDesc
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
@@ -668,6 +671,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	safe := 0.0
 	s.mu.Lock()
+	alive := float64(s.replicas())
 	for _, sl := range s.rates {
 		units[sl.ceiling.Kind] += sl.tokens
 		soonest(sl.ceiling.Kind, sl.expires)
@@ -688,6 +692,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, expiry[kind], kind)
 	}
 	ch <- prometheus.MustNewConstMetric(safeShareDesc, prometheus.GaugeValue, safe)
+	ch <- prometheus.MustNewConstMetric(aliveDesc, prometheus.GaugeValue, alive)
 }
 
 // later is the later of two times.
