@@ -24,6 +24,7 @@ import (
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/redisslice"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/dispatcher/guardshare"
 	"github.com/hedgerow/hedgerow/dispatcher/sketchshare"
@@ -82,7 +83,11 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
 	}
-	slices, err := gatewaySlices(slice.NewMemory(nil), cfg.Redis, reg, log)
+	granter, err := redisslice.New(client, redisslice.Options{Prefix: cfg.Redis.KeyPrefix})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("redis slices: %w", err), client.Close())
+	}
+	slices, err := gatewaySlices(granter, cfg.Redis, reg, log)
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
