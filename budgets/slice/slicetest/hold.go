@@ -144,6 +144,27 @@ func testAliveCountsLiveHolders(f *fixture) {
 	f.wantAlive("c", ttl, 1)
 }
 
+// Alive names the granter's epoch: not empty, and the same on every call
+// while the granter keeps its state, whatever was taken or held meanwhile
+// and after every live holder lapsed. (A granter whose state is lost, a
+// Redis restarted empty, answers another: redisslice's own tests.)
+func testEpochStays(f *fixture) {
+	epoch := f.wantAlive("a", ttl, 1)
+	if epoch == "" {
+		f.t.Fatal("Alive answered no epoch")
+	}
+	f.wantTake(rate("acme", 1, 2), 1, 0, 1, 0)
+	f.wantTake(rate("window", 0, 2), 3, -1, 1, 0)
+	f.wantHold(conc("acme", 2), "a", 1, ttl, 1)
+	if again := f.wantAlive("b", ttl, 2); again != epoch {
+		f.t.Fatalf("Alive's epoch went from %q to %q while the granter kept its state", epoch, again)
+	}
+	f.clock.Advance(10 * ttl)
+	if again := f.wantAlive("c", ttl, 1); again != epoch {
+		f.t.Fatalf("Alive's epoch went from %q to %q once the live holders lapsed; want it to name the state, not the living", epoch, again)
+	}
+}
+
 // Each ceiling is its own: another key's bucket or slots are untouched,
 // and a rate and a concurrency ceiling of one key share nothing.
 func testCeilingsAreSeparate(f *fixture) {

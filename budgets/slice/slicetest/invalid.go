@@ -19,32 +19,38 @@ func testInvalidIsAnError(f *fixture) {
 	valid := rate("acme", 1, 2)
 	withRate := func(mod func(*slice.Rate)) slice.Rate { r := valid; mod(&r); return r }
 	takes := []struct {
-		name           string
-		r              slice.Rate
-		want, giveBack float64
+		name         string
+		r            slice.Rate
+		holder       string
+		want, adjust float64
 	}{
-		{"empty key", withRate(func(r *slice.Rate) { r.Key = "" }), 1, 0},
-		{"empty kind", withRate(func(r *slice.Rate) { r.Kind = "" }), 1, 0},
-		{"per second negative", withRate(func(r *slice.Rate) { r.PerSecond = -1 }), 1, 0},
-		{"per second NaN", withRate(func(r *slice.Rate) { r.PerSecond = nan }), 1, 0},
-		{"per second Inf", withRate(func(r *slice.Rate) { r.PerSecond = inf }), 1, 0},
-		{"burst below 1", withRate(func(r *slice.Rate) { r.Burst = 0.5 }), 1, 0},
-		{"burst 0", withRate(func(r *slice.Rate) { r.Burst = 0 }), 1, 0},
-		{"burst negative", withRate(func(r *slice.Rate) { r.Burst = -1 }), 1, 0},
-		{"burst NaN", withRate(func(r *slice.Rate) { r.Burst = nan }), 1, 0},
-		{"burst Inf", withRate(func(r *slice.Rate) { r.Burst = inf }), 1, 0},
-		{"want negative", valid, -1, 0},
-		{"want NaN", valid, nan, 0},
-		{"want Inf", valid, inf, 0},
-		{"give back NaN", valid, 1, nan},
-		{"give back Inf", valid, 1, inf},
+		{"empty key", withRate(func(r *slice.Rate) { r.Key = "" }), "x", 1, 0},
+		{"empty kind", withRate(func(r *slice.Rate) { r.Kind = "" }), "x", 1, 0},
+		{"per second negative", withRate(func(r *slice.Rate) { r.PerSecond = -1 }), "x", 1, 0},
+		{"per second NaN", withRate(func(r *slice.Rate) { r.PerSecond = nan }), "x", 1, 0},
+		{"per second Inf", withRate(func(r *slice.Rate) { r.PerSecond = inf }), "x", 1, 0},
+		{"burst below 1", withRate(func(r *slice.Rate) { r.Burst = 0.5 }), "x", 1, 0},
+		{"burst 0", withRate(func(r *slice.Rate) { r.Burst = 0 }), "x", 1, 0},
+		{"burst negative", withRate(func(r *slice.Rate) { r.Burst = -1 }), "x", 1, 0},
+		{"burst NaN", withRate(func(r *slice.Rate) { r.Burst = nan }), "x", 1, 0},
+		{"burst Inf", withRate(func(r *slice.Rate) { r.Burst = inf }), "x", 1, 0},
+		{"empty holder", valid, "", 1, 0},
+		{"empty holder adjusting only", valid, "", 0, -1},
+		{"want negative", valid, "x", -1, 0},
+		{"want NaN", valid, "x", nan, 0},
+		{"want Inf", valid, "x", inf, 0},
+		{"adjust NaN", valid, "x", 1, nan},
+		{"adjust Inf", valid, "x", 1, inf},
+		{"adjust −Inf", valid, "x", 1, -inf},
+		{"adjust NaN adjusting only", valid, "x", 0, nan},
 	}
 	for _, c := range takes {
-		took, wait, err := f.g.Take(f.ctx, c.r, "h", c.want, c.giveBack)
+		took, wait, err := f.g.Take(f.ctx, c.r, c.holder, c.want, c.adjust)
 		if !errors.Is(err, slice.ErrInvalidRequest) || took != 0 || wait != 0 {
 			f.t.Errorf("Take with %s = took %v, wait %v, %v; want 0, 0 and an error wrapping ErrInvalidRequest", c.name, took, wait, err)
 		}
 	}
+	// The bucket is still full, and x recorded no want (one would share it).
 	f.wantTake(valid, 5, 0, 2, time.Second) // the bucket is still full
 
 	validConc := conc("acme", 2)
@@ -83,47 +89,58 @@ func testInvalidIsAnError(f *fixture) {
 		{"TTL negative", "h", -time.Second},
 	}
 	for _, c := range alive {
-		n, _, err := f.g.Alive(f.ctx, c.holder, c.ttl)
-		if !errors.Is(err, slice.ErrInvalidRequest) || n != 0 {
-			f.t.Errorf("Alive with %s = %d, %v; want 0 and an error wrapping ErrInvalidRequest", c.name, n, err)
+		n, epoch, err := f.g.Alive(f.ctx, c.holder, c.ttl)
+		if !errors.Is(err, slice.ErrInvalidRequest) || n != 0 || epoch != "" {
+			f.t.Errorf("Alive with %s = %d, %q, %v; want 0, no epoch and an error wrapping ErrInvalidRequest", c.name, n, epoch, err)
 		}
 	}
 	f.wantAlive("other", ttl, 1) // no holder was recorded
 }
 
 // Many goroutines taking from one bucket at one instant are granted
-// exactly what it holds between them, never more.
+// exactly what it holds between them, never more: as one holder, or as
+// holders of their own, each granted its share.
 func testConcurrentTakes(f *fixture) {
 	const (
 		callers = 16
 		calls   = 5
 		burst   = 20
 	)
-	r := rate("acme", 1, burst)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total float64
-	)
-	for i := range callers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 0x511ce))
-			for range calls {
-				took, _, err := f.g.Take(f.ctx, r, "h", float64(1+rng.IntN(3)), 0)
-				if err != nil {
-					f.t.Error(err)
-					return
-				}
-				mu.Lock()
-				total += took
-				mu.Unlock()
+	for _, shared := range []bool{true, false} {
+		r := rate(fmt.Sprint("shared-holder-", shared), 1, burst)
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			total float64
+		)
+		for i := range callers {
+			holder := "h"
+			if !shared {
+				holder = fmt.Sprint("h", i)
 			}
-		})
-	}
-	wg.Wait()
-	if total != burst {
-		f.t.Fatalf("%d goroutines took %v tokens from a bucket of %d with at least twice that wanted; want exactly %d",
-			callers, total, burst, burst)
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), 0x511ce))
+				for range calls {
+					took, _, err := f.g.Take(f.ctx, r, holder, float64(1+rng.IntN(3)), 0)
+					if err != nil {
+						f.t.Error(err)
+						return
+					}
+					mu.Lock()
+					total += took
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		switch {
+		case shared && total != burst:
+			f.t.Fatalf("%d goroutines of one holder took %v tokens from a bucket of %d with at least twice that wanted; want exactly %d",
+				callers, total, burst, burst)
+		case !shared && (total > burst+1e-9 || total <= 0):
+			f.t.Fatalf("%d holders took %v tokens from a bucket of %d at once; want some, at most %d",
+				callers, total, burst, burst)
+		}
 	}
 }
 

@@ -11,7 +11,9 @@
 //   - the granter's clock is the Clock it is given, read on every call; the
 //     suite only advances it, never sleeps, and always by whole
 //     milliseconds, the resolution of a store that hands its clock to Redis
-//     in Unix milliseconds; so every answer is exact, waits included;
+//     in Unix milliseconds; so every answer is exact, waits and parts of a
+//     token included (the fixed cases use rates, times and wants whose
+//     doubles are exact);
 //   - the granter must be safe for concurrent use: two subtests drive it
 //     from many goroutines and must be run under -race.
 package slicetest
@@ -65,9 +67,15 @@ func Run(t *testing.T, newGranter Factory) {
 		{"FreshBucketGrantsItsBurstThenRefusesWithTheWaitToTheNextToken", testFreshBucketGrantsItsBurst},
 		{"BucketRefillsAtItsRateNeverPastItsBurst", testBucketRefillsAtItsRate},
 		{"WaitIsTheTimeToTheNextWholeTokenRoundedUpToTheMillisecond", testWaitIsRoundedUp},
-		{"GiveBackReturnsTokensNeverPastTheBurst", testGiveBackNeverPastTheBurst},
-		{"WantPastWhatIsThereGrantsTheWholeTokensThereAndTheWait", testWantPastWhatIsThere},
-		{"LoweredBurstCapsTheTokensAlreadyThere", testLoweredBurstCapsTheTokens},
+		{"WantPastWhatIsThereGrantsAllThereIsPartsOfATokenIncluded", testWantPastWhatIsThere},
+		{"PositiveAdjustPutsTokensBackNeverPastTheBurst", testPositiveAdjustNeverPastTheBurst},
+		{"NegativeAdjustChargesIntoDebtThatTheRefillPaysBeforeAGrant", testNegativeAdjustLeavesDebt},
+		{"ContendedBucketIsSharedInProportionToTheLiveWants", testContendedBucketIsShared},
+		{"WantOlderThanTheDemandWindowTakesNoPart", testStaleWantTakesNoPart},
+		{"AdjustOnlyCallRecordsNoWant", testAdjustOnlyCallRecordsNoWant},
+		{"LoweredBurstCapsARefillingBucketAndARaisedOneAddsNoToken", testLoweredBurstCapsTheTokens},
+		{"BudgetThatNeverRefillsGrantsItsBurstOnceAndAnswersNoWait", testBudgetNeverRefills},
+		{"RaisedOrLoweredBurstOfABudgetThatNeverRefillsAddsOrRemovesTheDifference", testRebudget},
 		{"VerySlowBucketsWaitIsLongNeverNegative", testVerySlowBucketsWait},
 		{"TokensGrantedOverAnyIntervalStayWithinBurstPlusRefill", testTokensOverAnyInterval},
 		{"HoldGrantsUpToMaxAcrossHolders", testHoldGrantsUpToMax},
@@ -78,6 +86,7 @@ func Run(t *testing.T, newGranter Factory) {
 		{"LoweredMaxCapsTheNextHold", testLoweredMaxCapsTheNextHold},
 		{"HeldSlotsOfLiveHoldersNeverExceedMaxOverASeededSequence", testHeldNeverExceedsMax},
 		{"AliveCountsLiveHoldersAndForgetsExpiredOnes", testAliveCountsLiveHolders},
+		{"EpochNamesTheGrantersStateAndStaysWhileItLives", testEpochStays},
 		{"RateAndConcurrencyCeilingsOfEveryKeyAreSeparate", testCeilingsAreSeparate},
 		{"InvalidCeilingOrCallIsAnErrorAndChangesNothing", testInvalidIsAnError},
 		{"ConcurrentTakesNeverGrantMoreThanTheBucketHolds", testConcurrentTakes},
@@ -110,23 +119,37 @@ func conc(key string, max int) slice.Concurrency {
 	return slice.Concurrency{Key: key, Kind: "test_concurrency", Max: max}
 }
 
-// take calls Take and fails the test on an error.
-func (f *fixture) take(r slice.Rate, want, giveBack float64) (float64, time.Duration) {
+// take calls Take as holder "h" and fails the test on an error.
+func (f *fixture) take(r slice.Rate, want, adjust float64) (float64, time.Duration) {
 	f.t.Helper()
-	took, wait, err := f.g.Take(f.ctx, r, "h", want, giveBack)
+	return f.takeAs(r, "h", want, adjust)
+}
+
+// takeAs calls Take as holder and fails the test on an error.
+func (f *fixture) takeAs(r slice.Rate, holder string, want, adjust float64) (float64, time.Duration) {
+	f.t.Helper()
+	took, wait, err := f.g.Take(f.ctx, r, holder, want, adjust)
 	if err != nil {
-		f.t.Fatalf("Take(%s, want %v, give back %v): %v", r.Key, want, giveBack, err)
+		f.t.Fatalf("Take(%s, %s, want %v, adjust %v): %v", r.Key, holder, want, adjust, err)
 	}
 	return took, wait
 }
 
-// wantTake calls Take and checks what it took and the wait it answered.
-func (f *fixture) wantTake(r slice.Rate, want, giveBack, wantTook float64, wantWait time.Duration) {
+// wantTake calls Take as holder "h" and checks what it took and the wait
+// it answered.
+func (f *fixture) wantTake(r slice.Rate, want, adjust, wantTook float64, wantWait time.Duration) {
 	f.t.Helper()
-	took, wait := f.take(r, want, giveBack)
+	f.wantTakeAs(r, "h", want, adjust, wantTook, wantWait)
+}
+
+// wantTakeAs calls Take as holder and checks what it took, exactly, and
+// the wait it answered.
+func (f *fixture) wantTakeAs(r slice.Rate, holder string, want, adjust, wantTook float64, wantWait time.Duration) {
+	f.t.Helper()
+	took, wait := f.takeAs(r, holder, want, adjust)
 	if took != wantTook || wait != wantWait {
-		f.t.Fatalf("Take(%s, want %v, give back %v) = took %v, wait %v; want took %v, wait %v",
-			r.Key, want, giveBack, took, wait, wantTook, wantWait)
+		f.t.Fatalf("Take(%s, %s, want %v, adjust %v) = took %v, wait %v; want took %v, wait %v",
+			r.Key, holder, want, adjust, took, wait, wantTook, wantWait)
 	}
 }
 
@@ -148,14 +171,16 @@ func (f *fixture) wantHold(c slice.Concurrency, holder string, want int, ttl tim
 	}
 }
 
-// wantAlive calls Alive and checks the count of live holders.
-func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) {
+// wantAlive calls Alive and checks the count of live holders; it
+// returns the epoch answered.
+func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) string {
 	f.t.Helper()
-	n, _, err := f.g.Alive(f.ctx, holder, ttl)
+	n, epoch, err := f.g.Alive(f.ctx, holder, ttl)
 	if err != nil {
 		f.t.Fatalf("Alive(%s): %v", holder, err)
 	}
 	if n != want {
 		f.t.Fatalf("Alive(%s) = %d; want %d", holder, n, want)
 	}
+	return epoch
 }
