@@ -9,23 +9,27 @@ import (
 )
 
 // Memory is the Granter of one process: the ceilings hold across the
-// Slices that share it. Its size is bounded by the ceilings asked for and
-// their holders.
+// Slices that share it. Its size is bounded by the ceilings in use: a
+// bucket that is full again and a window's budget untouched for
+// KeepBudgets are forgotten (a forgotten bucket comes back full, as it
+// would be), and so are holds once none lives.
 type Memory struct {
 	now   func() time.Time
 	epoch string
 
 	mu      sync.Mutex
+	calls   int // since the last prune
 	buckets map[string]*bucket
 	holds   map[string]map[string]hold // ceiling key → holder → its hold
 	alive   map[string]time.Time       // holder → expiry
 }
 
 type bucket struct {
-	tokens float64
-	burst  float64 // the burst the bucket was last asked with
-	at     time.Time
-	wants  map[string]want // holder → its last want, for sharing a contended bucket
+	tokens    float64
+	burst     float64 // the burst the bucket was last asked with
+	perSecond float64
+	at        time.Time
+	wants     map[string]want // holder → its last want, for sharing a contended bucket
 }
 
 type want struct {
@@ -62,7 +66,7 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 	defer m.mu.Unlock()
 	b := m.buckets[r.Key]
 	if b == nil {
-		b = &bucket{tokens: r.Burst, burst: r.Burst, at: now, wants: map[string]want{}}
+		b = &bucket{tokens: r.Burst, burst: r.Burst, perSecond: r.PerSecond, at: now, wants: map[string]want{}}
 		m.buckets[r.Key] = b
 	}
 	if now.After(b.at) {
@@ -70,7 +74,11 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 		b.at = now
 	}
 	b.tokens += Rebudget(r, b.burst)
-	b.burst = r.Burst
+	b.burst, b.perSecond = r.Burst, r.PerSecond
+	if m.calls++; m.calls >= pruneEvery {
+		m.calls = 0
+		m.prune(now)
+	}
 	if adjust > 0 {
 		b.tokens = math.Min(r.Burst, b.tokens+adjust)
 	} else {
@@ -146,6 +154,47 @@ func (m *Memory) Alive(_ context.Context, holder string, ttl time.Duration) (int
 		}
 	}
 	return len(m.alive), m.epoch, nil
+}
+
+// pruneEvery is how many takes pass between prunes of a Memory.
+const pruneEvery = 1024
+
+// KeepBudgets is how long a Memory keeps a budget that never refills past
+// its last call, as redisslice's DefaultKeepBudgets: longer than any spend
+// window a tenant is likely to have.
+const KeepBudgets = 8 * 24 * time.Hour
+
+// prune forgets what a missing entry means anyway: a refilling bucket
+// full again with no live want, a window's budget untouched for
+// KeepBudgets, a ceiling's holds once none lives. Called with m.mu held.
+func (m *Memory) prune(now time.Time) {
+	for key, b := range m.buckets {
+		full := b.perSecond > 0 && b.tokens+now.Sub(b.at).Seconds()*b.perSecond >= b.burst
+		stale := b.perSecond == 0 && now.Sub(b.at) >= KeepBudgets
+		if (full || stale) && !liveWant(b, now) {
+			delete(m.buckets, key)
+		}
+	}
+	for key, holds := range m.holds {
+		for h, hd := range holds {
+			if !hd.expires.After(now) {
+				delete(holds, h)
+			}
+		}
+		if len(holds) == 0 {
+			delete(m.holds, key)
+		}
+	}
+}
+
+// liveWant reports whether some holder's want of b still counts.
+func liveWant(b *bucket, now time.Time) bool {
+	for _, w := range b.wants {
+		if now.Sub(w.at) < DemandWindow {
+			return true
+		}
+	}
+	return false
 }
 
 // checkUnits refuses token counts no bucket could mean.

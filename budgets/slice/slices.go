@@ -321,9 +321,13 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) 
 	if took > 0 {
 		s.refills.WithLabelValues(sl.ceiling.Kind, "granted").Inc()
 	}
-	if want > 0 && took < want && sl.tokens < 1 && wait > 0 {
-		// The bucket is contended: ask again when it holds a token, not
-		// on every request until then.
+	if want > 0 && took < want && sl.tokens < 1 {
+		// The bucket is contended: ask again when it holds a token — a
+		// window's budget, which never refills, after a lead —, not on
+		// every request until then.
+		if sl.ceiling.PerSecond == 0 {
+			wait = s.opts.Lead
+		}
 		sl.dryUntil = now.Add(wait)
 		s.refills.WithLabelValues(sl.ceiling.Kind, "empty").Inc()
 	}
@@ -694,6 +698,22 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(safeShareDesc, prometheus.GaugeValue, safe)
 	ch <- prometheus.MustNewConstMetric(aliveDesc, prometheus.GaugeValue, alive)
 }
+
+// TakeRate is Take of the rate ceiling {key, kind, perSecond, burst}, in
+// plain types for a consumer that takes none of this package's (the
+// doors' tenant limits, docs/architecture.md §3).
+func (s *Slices) TakeRate(ctx context.Context, key, kind string, perSecond, burst float64) (bool, time.Duration) {
+	return s.Take(ctx, Rate{Key: key, Kind: kind, PerSecond: perSecond, Burst: burst})
+}
+
+// AcquireSlot is Acquire of the concurrency ceiling {key, kind, max}, in
+// plain types.
+func (s *Slices) AcquireSlot(ctx context.Context, key, kind string, max int) bool {
+	return s.Acquire(ctx, Concurrency{Key: key, Kind: kind, Max: max})
+}
+
+// ReleaseSlot is Release of a slot AcquireSlot took under key.
+func (s *Slices) ReleaseSlot(key string) { s.Release(Concurrency{Key: key}) }
 
 // later is the later of two times.
 func later(a, b time.Time) time.Time {

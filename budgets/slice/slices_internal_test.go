@@ -415,3 +415,30 @@ func TestASliceLeftFullAfterABurstServesASlowTrickle(t *testing.T) {
 		t.Fatalf("%d of 30 requests, one every 1.5 s under a ceiling of 100/s, refused", refused)
 	}
 }
+
+// A Memory forgets the buckets a missing one stands for: windows' budgets
+// untouched for KeepBudgets, refilling buckets full again.
+func TestAMemoryForgetsBucketsThatCameBackFullOrWentStale(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	m := NewMemory(clock.Now)
+	for i := range pruneEvery {
+		w := Rate{Key: "tenant:t:spend:" + string(rune('a'+i%26)) + time.Duration(i).String(), Kind: "tenant_spend", Burst: 10}
+		if _, _, err := m.Take(ctx, w, "gw", 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := m.Take(ctx, tenantRate, "gw", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(KeepBudgets)
+	for range pruneEvery {
+		if _, _, err := m.Take(ctx, tenantRate, "gw", 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the rate in use is left: the windows' budgets went stale.
+	if _, ok := m.buckets[tenantRate.Key]; len(m.buckets) != 1 || !ok {
+		t.Fatalf("%d buckets kept past KeepBudgets; want only the rate in use", len(m.buckets))
+	}
+}

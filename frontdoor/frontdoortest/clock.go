@@ -8,7 +8,7 @@ import (
 // SettableClock is a clock for tests of stores and limiters that read the
 // time through a Now function: a test advances it instead of sleeping.
 // The conformance suite of the replay stores (replaytest) hands one to
-// the stores it tests, and TenantLimits to its slices. Safe for concurrent
+// the stores it tests, and the doors' tests to their tenants' slices. Safe for concurrent
 // use.
 type SettableClock struct {
 	mu  sync.Mutex

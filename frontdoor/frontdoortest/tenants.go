@@ -3,9 +3,7 @@ package frontdoortest
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/hedgerow/hedgerow/budgets/slice"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
@@ -17,25 +15,13 @@ const (
 	OtherKey = "other-secret-key"
 )
 
-// Clock is the time TenantLimits' slices read; a test's SettableClock
-// satisfies it.
-type Clock interface {
-	Now() time.Time
-}
-
 // TenantLimits returns the keyring and limiter a door's tests share: tenant
 // acme (key AcmeKey) held to limit and tenant other (key OtherKey)
-// unlimited, on one gateway's slices of an in-process granter that read
-// clock. Their background round is left to the requests (a lead of an
-// hour), so the test decides every refill.
-func TenantLimits(t *testing.T, limit tenantlimit.Limit, clock Clock) (*frontdoor.Keyring, *tenantlimit.Limiter) {
+// unlimited, spending from ceilings (a test's slices of an in-process
+// granter).
+func TenantLimits(t *testing.T, limit tenantlimit.Limit, ceilings tenantlimit.Ceilings) (*frontdoor.Keyring, *tenantlimit.Limiter) {
 	t.Helper()
-	slices, err := slice.New(slice.NewMemory(clock.Now), slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slices.Close)
-	l, err := tenantlimit.New(slices, tenantlimit.Options{Limits: map[string]tenantlimit.Limit{"acme": limit}})
+	l, err := tenantlimit.New(ceilings, tenantlimit.Options{Limits: map[string]tenantlimit.Limit{"acme": limit}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/hedgerow/hedgerow/budgets/slice"
 )
 
 // Options configure a Limiter.
@@ -22,20 +20,20 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// Limiter applies the tenants' limits on a gateway's slices: both front
+// Limiter applies the tenants' limits on a gateway's ceilings: both front
 // doors call Admit before a request's group runs and the release it
 // returns when the request ends, on every path. It is safe for concurrent
 // use.
 type Limiter struct {
-	slices   *slice.Slices
+	ceilings Ceilings
 	limits   map[string]Limit
 	refusals *prometheus.CounterVec
 }
 
-// New returns a Limiter applying opts.Limits on slices.
-func New(slices *slice.Slices, opts Options) (*Limiter, error) {
-	if slices == nil {
-		return nil, errors.New("tenantlimit: the gateway's slices are required")
+// New returns a Limiter applying opts.Limits on ceilings.
+func New(ceilings Ceilings, opts Options) (*Limiter, error) {
+	if ceilings == nil {
+		return nil, errors.New("tenantlimit: the gateway's ceilings are required")
 	}
 	for tenant, l := range opts.Limits {
 		if l.RequestsPerSecond < 0 || l.Burst < 0 || l.MaxConcurrent < 0 ||
@@ -43,7 +41,7 @@ func New(slices *slice.Slices, opts Options) (*Limiter, error) {
 			return nil, fmt.Errorf("tenantlimit: tenant %q: limits must be finite and not negative", tenant)
 		}
 	}
-	l := &Limiter{slices: slices, limits: maps.Clone(opts.Limits)}
+	l := &Limiter{ceilings: ceilings, limits: maps.Clone(opts.Limits)}
 	l.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_tenant_limit_refusals_total",
 		Help: "Requests a front door refused because their tenant was over its request rate or its requests in flight, by limit."},
 		[]string{"reason"})
@@ -68,16 +66,16 @@ func (l *Limiter) Admit(ctx context.Context, tenant string) (release func(), err
 	}
 	free := func() {}
 	if lim.MaxConcurrent > 0 {
-		c := concurrencyCeiling(tenant, lim)
-		if !l.slices.Acquire(ctx, c) {
+		key := concurrencyKey(tenant)
+		if !l.ceilings.AcquireSlot(ctx, key, concurrencyKind, lim.MaxConcurrent) {
 			l.refusals.WithLabelValues(string(ReasonConcurrency)).Inc()
 			return nil, &Refusal{Reason: ReasonConcurrency, RetryAfter: ConcurrencyRetryAfter, Limit: float64(lim.MaxConcurrent)}
 		}
 		var once sync.Once
-		free = func() { once.Do(func() { l.slices.Release(c) }) }
+		free = func() { once.Do(func() { l.ceilings.ReleaseSlot(key) }) }
 	}
 	if lim.RequestsPerSecond > 0 {
-		if ok, wait := l.slices.Take(ctx, rateCeiling(tenant, lim)); !ok {
+		if ok, wait := l.ceilings.TakeRate(ctx, rateKey(tenant), rateKind, lim.RequestsPerSecond, float64(lim.burst())); !ok {
 			free()
 			l.refusals.WithLabelValues(string(ReasonRate)).Inc()
 			return nil, &Refusal{Reason: ReasonRate, RetryAfter: wait, Limit: lim.RequestsPerSecond}

@@ -8,18 +8,32 @@
 //   - concurrency: at most MaxConcurrent requests in flight per tenant.
 //
 // Both are ceilings of the region, spent from the gateway's slices of them
-// (budgets/slice, docs/architecture.md §7 "Slices"): a request takes its
-// token and its slot in memory, with no round trip in the common case,
-// and while the region's granter (Redis) cannot be reached each gateway
-// keeps within its safe share. The Limiter is what the doors call.
+// (docs/architecture.md §7 "Slices"): a request takes its token and its
+// slot in memory, with no round trip in the common case, and while the
+// region's granter (Redis) cannot be reached each gateway keeps within its
+// safe share. The Limiter is what the doors call; Ceilings is what it
+// spends from, in plain types (budgets/slice's Slices has them, and
+// internal/node hands them over).
 package tenantlimit
 
 import (
+	"context"
 	"math"
 	"time"
-
-	"github.com/hedgerow/hedgerow/budgets/slice"
 )
+
+// Ceilings are the region's ceilings as a gateway spends them:
+// *slice.Slices of package budgets/slice.
+type Ceilings interface {
+	// TakeRate spends one token of the bucket key (refilled at perSecond
+	// up to burst), or says how long until one is likely there; kind
+	// labels its metrics.
+	TakeRate(ctx context.Context, key, kind string, perSecond, burst float64) (bool, time.Duration)
+	// AcquireSlot takes one of max slots under key; ReleaseSlot gives one
+	// back.
+	AcquireSlot(ctx context.Context, key, kind string, max int) bool
+	ReleaseSlot(key string)
+}
 
 // Limit is one tenant's limits. A zero field is no limit of that kind.
 type Limit struct {
@@ -44,15 +58,15 @@ func (l Limit) burst() int {
 // IsZero reports whether the limit limits nothing.
 func (l Limit) IsZero() bool { return l.RequestsPerSecond <= 0 && l.MaxConcurrent <= 0 }
 
-// The ceilings of a tenant's limits, keyed by its name. Their kinds label
-// the slices' metrics; the tenant's name never does.
-func rateCeiling(tenant string, l Limit) slice.Rate {
-	return slice.Rate{Key: "tenant:" + tenant + ":rate", Kind: "tenant_rate", PerSecond: l.RequestsPerSecond, Burst: float64(l.burst())}
-}
+// The keys and kinds of a tenant's ceilings. The kinds label the slices'
+// metrics; the tenant's name never does.
+const (
+	rateKind        = "tenant_rate"
+	concurrencyKind = "tenant_concurrency"
+)
 
-func concurrencyCeiling(tenant string, l Limit) slice.Concurrency {
-	return slice.Concurrency{Key: "tenant:" + tenant + ":concurrency", Kind: "tenant_concurrency", Max: l.MaxConcurrent}
-}
+func rateKey(tenant string) string        { return "tenant:" + tenant + ":rate" }
+func concurrencyKey(tenant string) string { return "tenant:" + tenant + ":concurrency" }
 
 // Reason says which limit refused a request; it is the metrics label.
 type Reason string

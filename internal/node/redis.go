@@ -83,7 +83,7 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis winner gate: %w", err), client.Close())
 	}
-	granter, err := redisslice.New(client, redisslice.Options{Prefix: cfg.Redis.KeyPrefix})
+	granter, err := redisslice.New(client, redisslice.Options{Prefix: cfg.Redis.KeyPrefix, KeepBudgets: keepBudgets(cfg)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis slices: %w", err), client.Close())
 	}
@@ -92,6 +92,25 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 		return nil, errors.Join(err, client.Close())
 	}
 	return &shared{store: budgets.NewSliced(store, slices, nil), gate: gate, slices: slices, client: client}, nil
+}
+
+// keepBudgets is how long Redis keeps a spend window's budget past its
+// last use: past the longest spend window configured, so a window in use
+// is never dropped (a dropped budget would come back full), and at least
+// redisslice's default.
+func keepBudgets(cfg *config.Config) time.Duration {
+	keep := redisslice.DefaultKeepBudgets
+	for _, p := range cfg.Policies {
+		if p != nil {
+			keep = max(keep, 2*p.Spend.Window)
+		}
+	}
+	for _, t := range cfg.Tenants {
+		if t != nil {
+			keep = max(keep, 2*t.SpendWindow)
+		}
+	}
+	return keep
 }
 
 // gatewaySlices are the gateway's slices of the region's ceilings over

@@ -62,7 +62,7 @@ import (
 // spent from is kept past its last call when Options.KeepBudgets is 0:
 // longer than a daily or weekly spend window, so one idle for all of its
 // window is not forgotten.
-const DefaultKeepBudgets = 8 * 24 * time.Hour
+const DefaultKeepBudgets = slice.KeepBudgets
 
 // Options configure a Granter.
 type Options struct {
