@@ -18,6 +18,8 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
+	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/redisslice"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -67,18 +69,29 @@ func (s requestPathStore) ReserveExtra(ctx context.Context, r budgets.ExtraReque
 	return s.requestPath.ReserveExtra(ctx, r)
 }
 
+// The round trips to Redis a group waits for, at the steady state, with
+// the gateway's store as internal/node assembles it (budgets.Sliced over
+// the Redis store, the slices granted by redisslice): a user action with
+// no Idempotency-Key is the gateway's alone and makes no budget round
+// trip; one with a key asks Redis for its ledger (docs/architecture.md §7
+// "Round trips on the request path").
 func TestRequestPathRoundTripsToRedis(t *testing.T) {
 	rs := redistest.Start(t)
-	tests := []struct {
-		name   string
-		script *script
-		hedged bool
-		max    int64
-	}{
-		{"an unhedged group: admission and election", newScript(behaviour{words: 2}), false, 2},
+	stall := func() *script {
 		// Its primaries (the warm-up's and the measured one) stall.
-		{"a hedged group: admission, hedge budget and election",
-			newScript(behaviour{words: 2}, behaviour{hang: true}, behaviour{words: 2}, behaviour{hang: true}), true, 4},
+		return newScript(behaviour{words: 2}, behaviour{hang: true}, behaviour{words: 2}, behaviour{hang: true})
+	}
+	tests := []struct {
+		name           string
+		script         *script
+		idempotencyKey bool
+		hedged         bool
+		min, max       int64
+	}{
+		{"an unhedged group without a key: election only", newScript(behaviour{words: 2}), false, false, 1, 1},
+		{"an unhedged group with a key: admission and election", newScript(behaviour{words: 2}), true, false, 2, 2},
+		{"a hedged group without a key: election only", stall(), false, true, 1, 1},
+		{"a hedged group with a key: admission, hedge budget and election", stall(), true, true, 3, 4},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,17 +102,37 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 			prefix := fmt.Sprintf("roundtrips%d", i)
 			bookkeeping, _ := redisShared(t, redisClient(t, rs), prefix)
 			requestPath, gate := redisShared(t, requestClient, prefix)
-			d := c.addDispatcher(Options{Store: requestPathStore{Store: bookkeeping, requestPath: requestPath}, Gate: gate})
+			granter, err := redisslice.New(requestClient, redisslice.Options{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A lead of an hour: no background round during the test, so
+			// every granter call counted is one a request waited for.
+			slices, err := slice.New(granter, slice.Options{Lead: time.Hour, TTL: 2 * time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(slices.Close)
+			store := budgets.NewSliced(requestPathStore{Store: bookkeeping, requestPath: requestPath}, slices, nil)
+			d := c.addDispatcher(Options{Store: store, Gate: gate})
+			submission := func(n int) Submission {
+				sub := Submission{Pool: "general", Request: chat(false)}
+				if tt.idempotencyKey {
+					sub.IdempotencyKey = fmt.Sprintf("roundtrips-%d-%d", i, n)
+				}
+				return sub
+			}
 			// Warm up: the first use of each script loads it (EVALSHA, then
-			// EVAL) and the first calls dial; the target is the steady state.
-			warm, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
+			// EVAL), the first calls dial and the first hedge fills the
+			// pool's reserve slice; the target is the steady state.
+			warm, err := d.Submit(context.Background(), submission(0), nil)
 			if err != nil {
 				t.Fatalf("warm-up Submit: %v", err)
 			}
 			c.groupRecord(warm.GroupID)
 			base := counted.Total()
 
-			resp, err := d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
+			resp, err := d.Submit(context.Background(), submission(1), nil)
 			if err != nil {
 				t.Fatalf("Submit: %v", err)
 			}
@@ -107,8 +140,8 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 				t.Fatalf("hedged = %v, want %v", resp.Hedged, tt.hedged)
 			}
 			c.groupRecord(resp.GroupID) // the group has ended: nothing more on its path
-			if n := counted.Total() - base; n > tt.max || n < 2 {
-				t.Fatalf("%d round trips to Redis on the request path, want 2..%d", n, tt.max)
+			if n := counted.Total() - base; n > tt.max || n < tt.min {
+				t.Fatalf("%d round trips to Redis on the request path, want %d..%d", n, tt.min, tt.max)
 			}
 			t.Logf("%d round trips", counted.Total()-base)
 		})

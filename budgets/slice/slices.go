@@ -604,7 +604,7 @@ func (s *Slices) renew(ctx context.Context) {
 			adjust = math.Floor(sl.tokens) // give back what an idle slice holds
 		case sl.idle(now, s.opts.Lead) && sl.tokens < 0:
 			adjust = sl.tokens // charge its debt
-		case sl.tokens < sl.use*s.opts.Lead.Seconds() && !now.Before(sl.dryUntil):
+		case sl.prefetch(s.opts.Lead) && !now.Before(sl.dryUntil):
 			want = sl.target(s.opts.Lead, 1)
 		}
 		sl.tokens -= adjust
@@ -633,6 +633,17 @@ func (s *Slices) renew(ctx context.Context) {
 		}
 		sl.call.Unlock()
 	}
+}
+
+// prefetch reports whether the slice should be refilled ahead: it holds
+// less than a lead of its use, and that use is at least a token a lead.
+// A slice used more rarely asks on the request's path instead: a token
+// taken ahead would sit in this gateway's slice while another gateway's
+// request is refused for it (a tenant of 2 requests a burst, one through
+// each gateway).
+func (sl *rateSlice) prefetch(lead time.Duration) bool {
+	ahead := sl.use * lead.Seconds()
+	return ahead >= 1 && sl.tokens < ahead
 }
 
 // idle reports whether the slice has not been taken from for two leads:

@@ -108,10 +108,11 @@ func TestASteadyRequestSpendsFromItsSliceWithoutARoundTrip(t *testing.T) {
 	clock := newTestClock()
 	g := &countingGranter{Granter: NewMemory(clock.Now)}
 	s := gateway(t, g, clock, "gw-a")
-	// 2 requests a second against a ceiling of 5: the slice is refilled a
-	// lead ahead in the background, so after the first (cold) take no
-	// request waits for the granter.
-	onPath := 0
+	// 2 requests a second against a ceiling of 5: once its use is a token
+	// a lead, the slice is refilled a lead ahead in the background, so no
+	// request waits for the granter. Before that (the first few takes of
+	// a cold slice) each asks on its path.
+	onPath, warm := 0, 0
 	for i := range 120 {
 		before := g.calls.Load()
 		if ok, _ := s.Take(ctx, tenantRate); !ok {
@@ -119,14 +120,15 @@ func TestASteadyRequestSpendsFromItsSliceWithoutARoundTrip(t *testing.T) {
 		}
 		if g.calls.Load() != before {
 			onPath++
+			warm = i
 		}
 		clock.Advance(250 * time.Millisecond)
 		s.renew(ctx)
 		clock.Advance(250 * time.Millisecond)
 		s.renew(ctx)
 	}
-	if onPath != 1 {
-		t.Fatalf("%d of 120 takes called the granter on their path; want only the cold first", onPath)
+	if warm >= 5 {
+		t.Fatalf("take %d of 120 (%d in all) called the granter on its path; want only the first few, while the slice was cold", warm, onPath)
 	}
 }
 

@@ -269,8 +269,10 @@ func TestGatewayStartsAgainstALargeEnoughNATSServer(t *testing.T) {
 }
 
 // TestServeWithRedisKeepsItsBudgetsAndWinnersThere: with redis.url set the
-// attempt ledger and the winner gate of a request live in Redis, where
-// another replica would find them.
+// winner gate of every request lives in Redis, and so does the attempt
+// ledger of a request with an Idempotency-Key, where another replica would
+// find them; a request without one is this gateway's alone, and its ledger
+// stays in the gateway's memory (docs/architecture.md §7 "Slices").
 func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 	rs := redistest.Start(t)
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
@@ -281,29 +283,38 @@ func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 		t.Fatalf("StartServe: %v", err)
 	}
 	defer stop(t, s)
-	req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
-		strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if status, body := do(t, req); status != http.StatusOK {
-		t.Fatalf("chat completion: %d %s", status, body)
+	for _, idempotencyKey := range []string{"node-test-action", ""} {
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if idempotencyKey != "" {
+			req.Header.Set("Idempotency-Key", idempotencyKey)
+		}
+		if status, body := do(t, req); status != http.StatusOK {
+			t.Fatalf("chat completion (Idempotency-Key %q): %d %s", idempotencyKey, status, body)
+		}
 	}
 	keys, err := rs.Client().Keys(t.Context(), "nodetest:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ledger, winner bool
+	var ledgers, winners int
 	for _, k := range keys {
 		gateKey := strings.HasSuffix(k, ":win") || strings.HasSuffix(k, ":epoch")
-		ledger = ledger || strings.Contains(k, "{ua:") && !gateKey
-		winner = winner || strings.HasSuffix(k, ":win")
+		if strings.Contains(k, "{ua:") && !gateKey {
+			ledgers++
+		}
+		if strings.HasSuffix(k, ":win") {
+			winners++
+		}
 	}
-	if !ledger || !winner {
-		t.Fatalf("redis keys %q: want the user action's ledger and its winner", keys)
+	if ledgers != 1 || winners != 2 {
+		t.Fatalf("redis keys %q: want one ledger (the keyed request's) and both winners", keys)
 	}
-	// The gate's ledger, on serve's own JetStream, holds the winner too.
+	// The gate's ledger, on serve's own JetStream, holds the winners too.
 	nc, err := s.nats.Connect("ledger-reader")
 	if err != nil {
 		t.Fatal(err)
@@ -318,8 +329,8 @@ func TestServeWithRedisKeepsItsBudgetsAndWinnersThere(t *testing.T) {
 		t.Fatalf("the gate's ledger bucket: %v", err)
 	}
 	keys, err = kv.Keys(t.Context())
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("ledger keys %q, %v; want the one user action's", keys, err)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("ledger keys %q, %v; want the two user actions' winners", keys, err)
 	}
 	// The latency sketch of the request's cohort is shared too, at the
 	// sketch syncer's next tick (one a second).
