@@ -87,8 +87,7 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 	if wanted == 0 {
 		return 0, 0, nil
 	}
-	b.wants[holder] = want{tokens: wanted, at: now}
-	live := make(map[string]float64, len(b.wants))
+	live := make(map[string]float64, len(b.wants)+1)
 	for h, w := range b.wants {
 		if now.Sub(w.at) >= DemandWindow {
 			delete(b.wants, h)
@@ -96,8 +95,14 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 		}
 		live[h] = w.tokens
 	}
+	live[holder] = wanted
 	took := Share(math.Max(0, b.tokens), wanted, live)
 	b.tokens -= took
+	if took < wanted {
+		b.wants[holder] = want{tokens: wanted - took, at: now}
+	} else {
+		delete(b.wants, holder)
+	}
 	if took < wanted {
 		return took, UntilToken(b.tokens, r.PerSecond), nil
 	}

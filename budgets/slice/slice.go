@@ -26,7 +26,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -87,8 +89,10 @@ type Granter interface {
 	// share while the granter was away), which may leave the bucket in
 	// debt — and then grants holder up to want tokens. When the bucket
 	// cannot give every live asker what it wants, it gives each its part of
-	// what is there in proportion to what it wants (its last want, live for
-	// DemandWindow), so no gateway starves another by asking first. took
+	// what is there in proportion to what it wants (for another holder,
+	// what it asked for within DemandWindow and did not get), so no gateway
+	// starves another by asking first, and one that got what it asked for
+	// takes no part from the next asker. took
 	// may be a fraction of a token; when took < want, wait is how long
 	// until the bucket holds one more (0 for a bucket that never refills).
 	Take(ctx context.Context, r Rate, holder string, want, adjust float64) (took float64, wait time.Duration, err error)
@@ -116,7 +120,8 @@ func Rebudget(r Rate, burst float64) float64 {
 	return r.Burst - burst
 }
 
-// DemandWindow is how long a holder's last want counts in the sharing of
+// DemandWindow is how long what a holder asked for and did not get counts
+// in the sharing of
 // a contended bucket: a few of its background rounds, so a gateway that
 // stopped asking stops taking part soon.
 const DemandWindow = 2 * time.Second
@@ -126,9 +131,11 @@ const DemandWindow = 2 * time.Second
 // tokens cover every want, else tokens in proportion to its want. Every
 // granter shares by it.
 func Share(tokens, want float64, wants map[string]float64) float64 {
+	// Summed in the holders' order, so every granter adds the same doubles
+	// in the same order and answers the same share to the bit.
 	total := 0.0
-	for _, w := range wants {
-		total += w
+	for _, holder := range slices.Sorted(maps.Keys(wants)) {
+		total += wants[holder]
 	}
 	if total <= tokens || total == 0 {
 		return math.Min(want, tokens)

@@ -234,7 +234,11 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 		sl = &rateSlice{ceiling: r, usedAt: now}
 		s.rates[r.Key] = sl
 	}
-	sl.ceiling = r // a reload may change the ceiling; its key stays
+	if sl.ceiling != r {
+		// A reload changed the ceiling (its key stays): what the granter
+		// said of the old one no longer holds.
+		sl.ceiling, sl.dryUntil = r, time.Time{}
+	}
 	n = math.Min(math.Max(n, 1), r.Burst)
 	sl.decay(now)
 	sl.use += n * math.Ln2 / useHalfLife.Seconds()
@@ -298,10 +302,10 @@ func (s *Slices) counted(kind string, ok bool, wait time.Duration) (bool, time.D
 // grants to the slice. The caller holds sl.call.
 func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) (time.Duration, error) {
 	s.mu.Lock()
-	owed := sl.owed
+	owed, ceiling := sl.owed, sl.ceiling
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	took, wait, err := s.granter.Take(cctx, sl.ceiling, s.opts.Holder, want, adjust-owed)
+	took, wait, err := s.granter.Take(cctx, ceiling, s.opts.Holder, want, adjust-owed)
 	cancel()
 	now := s.now()
 	s.mu.Lock()
@@ -489,9 +493,10 @@ func (s *Slices) Release(c Concurrency) {
 func (s *Slices) hold(ctx context.Context, sl *concSlice, want int) error {
 	s.mu.Lock()
 	sl.held = min(sl.held, want)
+	ceiling := sl.ceiling
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	held, err := s.granter.Hold(cctx, sl.ceiling, s.opts.Holder, want, s.opts.TTL)
+	held, err := s.granter.Hold(cctx, ceiling, s.opts.Holder, want, s.opts.TTL)
 	cancel()
 	now := s.now()
 	s.mu.Lock()

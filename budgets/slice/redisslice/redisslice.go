@@ -11,7 +11,8 @@
 //
 //	<prefix>:{sl:<key>}:rate   a rate ceiling's bucket (HASH tokens; at: Unix ms of the last refill;
 //	                           burst: the burst it was last asked with; w:<holder> → "<want>:<Unix ms>",
-//	                           each holder's last want, dropped once older than slice.DemandWindow)
+//	                           what each holder asked for and did not get, dropped once older than
+//	                           slice.DemandWindow)
 //	<prefix>:{sl:<key>}:hold   a concurrency ceiling's holds (HASH holder → "<slots>:<expiry, Unix ms>")
 //	<prefix>:{sl}:alive        the region's live holders (ZSET holder → expiry, Unix ms)
 //	<prefix>:{sl}:epoch        the name of the granter's state (STRING, slice.NewEpoch; no TTL)
@@ -138,9 +139,10 @@ const collectAfter = 60_000 // ms
 //     to the capped tokens, possibly into debt;
 //   - every want older than the demand window is deleted (so the hash
 //     holds only the holders that asked within it); a want of 0 stops
-//     there, recording nothing; else the holder's want is recorded and
-//     slice.Share of the tokens there (none in debt) among the live wants
-//     is taken.
+//     there, recording nothing; else slice.Share of the tokens there (none
+//     in debt) among the live wants, the holder's own in place of its
+//     last, is taken, and what it did not get is recorded as its want
+//     (none when it got all).
 var takeScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -189,11 +191,15 @@ else
 end
 local took = 0
 if want > 0 then
-  redis.call('HSET', KEYS[1], holder, ARGV[5] .. ':' .. ARGV[1])
   wants[holder] = want
+  local holders = {}
+  for h in pairs(wants) do
+    holders[#holders + 1] = h
+  end
+  table.sort(holders)
   local total = 0
-  for _, w in pairs(wants) do
-    total = total + w
+  for _, h in ipairs(holders) do
+    total = total + wants[h]
   end
   local there = math.max(0, tokens)
   if total <= there or total == 0 then
@@ -202,6 +208,11 @@ if want > 0 then
     took = math.min(want, there * want / total)
   end
   tokens = tokens - took
+  if took < want then
+    redis.call('HSET', KEYS[1], holder, string.format('%.17g', want - took) .. ':' .. ARGV[1])
+  else
+    redis.call('HDEL', KEYS[1], holder)
+  end
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%.0f', at),
   'burst', string.format('%.17g', burst))

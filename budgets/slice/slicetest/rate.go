@@ -100,39 +100,43 @@ func testNegativeAdjustLeavesDebt(f *fixture) {
 
 // When the live wants of the holders of a bucket exceed what it holds,
 // each asker is granted its part of what is there in proportion to its
-// want: the holder asking first does not take it all. A holder granted
-// less than it wanted while tokens are left waits the least (1 ms).
+// want — another holder's want being what it asked for and did not get —:
+// the holder asking first does not take it all, and one that got all it
+// asked for takes no part from the next asker. A holder granted less than
+// it wanted while tokens are left waits the least (1 ms).
 func testContendedBucketIsShared(f *fixture) {
 	r := rate("acme", 8, 8)
-	f.wantTakeAs(r, "a", 8, 0, 8, 0) // alone: all it wants
-	f.wantTakeAs(r, "b", 8, 0, 0, 125*time.Millisecond)
-	f.clock.Advance(500 * time.Millisecond)         // 4 there; a and b want 8 each
-	f.wantTakeAs(r, "a", 8, 0, 2, time.Millisecond) // 4 × 8/16
-	f.wantTakeAs(r, "b", 8, 0, 1, time.Millisecond) // 2 × 8/16
-	f.clock.Advance(500 * time.Millisecond)         // 1 + 4 = 5
-	f.wantTakeAs(r, "a", 2, 0, 1, time.Millisecond) // 5 × 2/10
-	f.wantTakeAs(r, "b", 6, 0, 3, time.Millisecond) // 4 × 6/8
-	f.wantTakeAs(r, "a", 2, 0, 0.25, 32*time.Millisecond)
-	// 1 × 2/8, leaving 0.75: a token in 31.25 ms
+	f.wantTakeAs(r, "a", 8, 0, 8, 0)                    // alone: all it wants, nothing left wanting
+	f.wantTakeAs(r, "b", 8, 0, 0, 125*time.Millisecond) // b goes without: it still wants 8
+	f.clock.Advance(time.Second)                        // 8 there
+	f.wantTakeAs(r, "a", 8, 0, 4, time.Millisecond)     // 8 × 8/16; a still wants 4
+	f.wantTakeAs(r, "b", 4, 0, 2, time.Millisecond)     // 4 × 4/8; b still wants 2
+	f.wantTakeAs(r, "a", 2, 0, 1, time.Millisecond)     // 2 × 2/4
+	f.wantTakeAs(r, "b", 1, 0, 0.5, 63*time.Millisecond)
+	// 1 × 1/2, leaving 0.5: a token in 62.5 ms
+	f.clock.Advance(500 * time.Millisecond)               // 4.5 there; a wants 1, b 0.5
+	f.wantTakeAs(r, "a", 1, 0, 1, 0)                      // the wants fit: all a wants
+	f.wantTakeAs(r, "b", 4, 0, 3.5, 125*time.Millisecond) // a got all it asked for: b gets all there
 }
 
-// A holder's want counts in the sharing for slice.DemandWindow after it
-// was made, to the millisecond, and no longer; once no other live want
-// contends, an asker is granted all it wants. (A bucket that never refills
-// keeps the tokens exact; a positive adjust puts some back.)
+// What a holder asked for and did not get counts in the sharing for
+// slice.DemandWindow after it asked, to the millisecond, and no longer;
+// once no other live want contends, an asker is granted all it wants. (A
+// bucket that never refills keeps the tokens exact; a positive adjust puts
+// some back.)
 func testStaleWantTakesNoPart(f *fixture) {
 	r := rate("acme", 0, 8)
-	f.wantTakeAs(r, "b", 8, 0, 8, 0)
+	f.wantTakeAs(r, "b", 12, 0, 8, 0) // all there; b still wants 4
 	f.clock.Advance(slice.DemandWindow - time.Millisecond)
-	f.wantTakeAs(r, "a", 8, 4, 2, 0) // b's want still counts: 4 × 8/16
+	f.wantTakeAs(r, "a", 4, 4, 2, 0) // b's want still counts: 4 × 4/8; a still wants 2
 	f.clock.Advance(time.Millisecond)
-	f.wantTakeAs(r, "c", 8, 0, 1, 0) // b's no longer: 2 × 8/(8 + 8), not 2 × 8/24
+	f.wantTakeAs(r, "c", 2, 0, 1, 0) // b's no longer: 2 × 2/(2 + 2), not 2 × 2/8
 	f.clock.Advance(slice.DemandWindow)
 	f.wantTakeAs(r, "d", 1, 0, 1, 0) // nobody else's: all it wants
 }
 
-// A call that wants nothing only adjusts: it records no want, so its
-// holder's last want counts as it was.
+// A call that wants nothing only adjusts: it records no want, so what its
+// holder still wants counts as it was.
 func testAdjustOnlyCallRecordsNoWant(f *fixture) {
 	r := rate("acme", 0, 8)
 	f.wantTakeAs(r, "a", 8, 0, 8, 0)
