@@ -1084,8 +1084,10 @@ func (g *Group) baselineRecord() Baseline {
 		return Baseline{Observed: true, Latency: g.decidedAt.Sub(g.startedAt)}
 	case g.baseState == baseReached:
 		return Baseline{Observed: true, Attempt: g.baseline, Committed: true, Latency: g.baseAt.Sub(g.startedAt)}
+	case g.baseState == baseFailed:
+		return Baseline{Observed: true, Latency: g.baseAt.Sub(g.startedAt)}
 	}
-	return Baseline{Observed: true, Latency: g.baseAt.Sub(g.startedAt)}
+	return Baseline{} // never known: no sample rather than a made-up one
 }
 
 // fail decides the group's failure and stops every attempt.
