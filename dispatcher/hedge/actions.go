@@ -204,8 +204,9 @@ type Baseline struct {
 	// primary-only group would then have asked for a replacement, which
 	// nobody ran.
 	Observed bool
-	// Attempt is the baseline attempt (0: none, e.g. a group that failed
-	// before anything launched).
+	// Attempt is the attempt whose commit point Latency reaches: the
+	// baseline, or the winner of a control group that never hedged (0
+	// when not Committed).
 	Attempt int
 	// Committed: the baseline reached its commit point valid before the
 	// deadline, so a primary-only group would have committed it. Otherwise
