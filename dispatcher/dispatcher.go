@@ -327,7 +327,11 @@ type Submission struct {
 	// group ended, so Response.TotalUsage carries the losers' usage too
 	// (the NATS door's total_usage). It costs the caller the losers' cancel
 	// round trip, bounded by the policy's cancel grace; the HTTP doors,
-	// whose answers have no such field, leave it off.
+	// whose answers have no such field, leave it off. A control group's
+	// baseline, kept running past the commit to measure it
+	// (docs/architecture.md §5), is not waited for: it counts at what it
+	// had used by the time the other attempts ended, estimated as a
+	// cancelled loser's (hedge.Answered).
 	AwaitTotalUsage bool
 	// TraceParent is the caller's W3C trace context (the traceparent
 	// header), so the group's trace continues the caller's; empty or

@@ -63,24 +63,36 @@ func (g *group) observeSuperseded(now time.Time, e hedge.GroupEnded) bool {
 		policy.Decision{Winner: e.Winner, Error: e.Error})
 }
 
+// observeGuardrail adds the ended group's sample to its guardrail arm, by
+// the class's rule (policy.Class.ObserveGroup: a control group's is its
+// baseline's), and reports whether it did.
+func (g *group) observeGuardrail(now time.Time, e hedge.GroupEnded) bool {
+	return g.class.ObserveGroup(g.cohort, now, g.arm, e, g.deadline, func(n int) time.Duration {
+		if a := g.attempt(n); a != nil && a.firstByte > 0 {
+			return a.launchedAt.Sub(g.start) + a.firstByte
+		}
+		return 0
+	})
+}
+
+// releaseHeld hands over the answer held for the attempts' total usage
+// (Submission.AwaitTotalUsage), with usage as that total.
+func (g *group) releaseHeld(usage schemas.Usage) {
+	if g.held == nil {
+		return
+	}
+	g.held.TotalUsage = usage
+	g.send(delivery{resp: g.held})
+	g.held = nil
+}
+
 func (g *group) groupEnded(e hedge.GroupEnded) {
 	d := g.d
 	now := d.now()
 	g.observeSuperseded(now, e)
-	latency := g.deadline
-	if e.Committed {
-		latency = e.Latency
-		if w := g.attempt(e.Winner); w != nil && g.class.Policy.Trigger == policy.TriggerFirstByte && w.firstByte > 0 {
-			latency = w.launchedAt.Sub(g.start) + w.firstByte
-		}
-	}
-	_ = g.class.Guardrail.ObserveGroup(g.cohort, now, g.arm, latency, !e.Committed)
+	g.observeGuardrail(now, e)
 	g.checkSpendBreach(e)
-	if g.held != nil {
-		g.held.TotalUsage = e.Usage
-		g.send(delivery{resp: g.held})
-		g.held = nil
-	}
+	g.releaseHeld(e.Usage)
 	if g.armed {
 		d.metrics.hedgeDelay.Observe(g.delay.Seconds())
 	}

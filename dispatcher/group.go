@@ -287,6 +287,9 @@ func (g *group) startEvent() hedge.Start {
 	g.delay = d.Value
 	el := g.eligibility(now)
 	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
+	// A control group hedges as any group does; its baseline is measured
+	// on the side (docs/architecture.md §5).
+	s.Control = el.Arm == delay.ArmControl
 	return s
 }
 
@@ -448,6 +451,10 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		}
 	case hedge.AttemptEnded:
 		g.attemptEnded(a)
+	case hedge.Answered:
+		// Only a control group's kept baseline still runs: the caller
+		// does not wait for it (docs/architecture.md §5).
+		g.releaseHeld(a.Usage)
 	case hedge.GroupEnded:
 		g.groupEnded(a)
 	}

@@ -21,7 +21,7 @@ import (
 // eligibility rule's, the budget store's denials and the dispatcher's.
 func suppressionReasons() []string {
 	r := hedge.SuppressionReasons()
-	r = append(r, policy.ReasonPolicy, policy.ReasonSingleRoute, policy.ReasonControl, policy.ReasonRollout,
+	r = append(r, policy.ReasonPolicy, policy.ReasonSingleRoute, reasonControl, policy.ReasonRollout,
 		policy.ReasonGuardrail, policy.ReasonPushback)
 	for _, b := range []budgets.Reason{budgets.ReasonAttempts, budgets.ReasonSpendUserAction, budgets.ReasonSpendTenant,
 		budgets.ReasonDuplicateRate, budgets.ReasonRoutePushback, budgets.ReasonRouteQuarantined, budgets.ReasonRouteEjected} {
@@ -31,6 +31,12 @@ func suppressionReasons() []string {
 	slices.Sort(r)
 	return slices.Compact(r)
 }
+
+// reasonControl was the suppression reason of every control group while
+// control groups ran primary-only. They hedge now (docs/architecture.md
+// §5), so nothing counts it; its series stays, at 0, for the dashboards
+// and alerts that read it.
+const reasonControl = "control"
 
 // Reasons the dispatcher gives when it refuses a hedge's budget itself.
 const (

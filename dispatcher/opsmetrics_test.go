@@ -127,7 +127,6 @@ policies:
 	}{
 		{"a class that does not hedge", []string{"a", "b"}, "    hedge: false\n", "policy"},
 		{"a pool of one route", []string{"a"}, "", "single_route"},
-		{"control groups", []string{"a", "b"}, "    control_fraction: 1\n", "control"},
 		{"groups outside the rollout", []string{"a", "b"}, "    control_fraction: 0\n    rollout_fraction: 0\n", "rollout"},
 		{"a delay past the deadline", []string{"a", "b"}, "    control_fraction: 0\n    min_useful_time: 16s\n", "delay_past_deadline"},
 	}

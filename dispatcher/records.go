@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -92,7 +93,27 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 		r.Outcome, r.ErrorCode = schemas.GroupFailed, e.Error
 		r.StatusClass = statusOfError(e.Error)
 	}
+	if g.arm == delay.ArmControl {
+		r.ControlBaselineMs = g.controlBaselineMs(e)
+	}
 	return r
+}
+
+// controlBaselineMs is a control group's control_baseline_ms: the latency
+// its record would show had it run primary-only (e.Baseline), or nil when
+// that is unknown.
+func (g *group) controlBaselineMs(e hedge.GroupEnded) *int64 {
+	b := e.Baseline
+	switch {
+	case !b.Observed:
+		return nil
+	case !b.Committed:
+		return schemas.Millis(g.deadline)
+	}
+	if a := g.attempt(b.Attempt); a != nil && g.sub.Request.Stream && a.firstByte > 0 {
+		return schemas.Millis(a.launchedAt.Sub(g.start) + a.firstByte)
+	}
+	return schemas.Millis(b.Latency)
 }
 
 func statusOfError(code schemas.ErrorCode) schemas.StatusClass {

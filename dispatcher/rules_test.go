@@ -78,6 +78,29 @@ func TestSharedCensoringRules(t *testing.T) {
 	})
 }
 
+// The dispatcher adds a decided group's sample to its guardrail arm as the
+// simulator does (see the simulator's TestSharedGuardrailSampleRules): a
+// control group's is its kept baseline's.
+func TestSharedGuardrailSampleRules(t *testing.T) {
+	policytest.TestGuardrailSamples(t, func(t *testing.T, p *policy.Policy, c policytest.GuardrailSample) (*policy.Class, delay.Cohort, time.Time) {
+		g := rulesGroup(t, p, 2)
+		start := time.Now()
+		g.start, g.deadline, g.arm = start, policytest.GuardrailDeadline, c.Arm
+		for n := 1; n <= c.Attempts; n++ {
+			// Attempt n, launched at its offset, reported its first
+			// byte over the wire when the case says.
+			a := &attemptRun{n: n, launchedAt: start.Add(policytest.Launched(n))}
+			if fb, ok := c.FirstBytes[n]; ok {
+				a.firstByte = fb - policytest.Launched(n)
+			}
+			g.attempts = append(g.attempts, a)
+		}
+		now := start.Add(time.Minute)
+		g.observeGuardrail(now, c.Ended)
+		return g.class, g.cohort, now
+	})
+}
+
 // The dispatcher arms the hedge delay of the primary's route, from first
 // bytes reported on each route, as the simulator does (see the simulator's
 // TestSharedRouteDelayRules).

@@ -138,11 +138,14 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		a.tokens = int(m.CumulativeTokens)
 		a.firstToken = a.firstToken || m.First
 		a.content.WriteString(m.Delta)
-		if g.winner == a.n {
+		switch g.winner {
+		case a.n:
 			g.deliverChunk(*m)
-		} else {
-			a.chunks = append(a.chunks, *m)
+		case 0:
+			a.chunks = append(a.chunks, *m) // until the commit decides
 		}
+		// After another attempt's commit (a loser, or a control group's
+		// kept baseline) none of its bytes reaches the caller.
 		v := arbiter.Validate(g.contract, g.eng.CommitPoint(), arbiter.Observation{WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken})
 		return hedge.Progress{Attempt: a.n, Tokens: a.tokens, FirstToken: a.firstToken, Valid: v.Valid || !v.Ready}
 	case *schemas.AttemptResult:

@@ -68,8 +68,8 @@ type Section struct {
 	// Cohort is operation class / model class / stream or complete, as
 	// records name a cohort (they carry no max_tokens bucket).
 	Cohort string `json:"cohort,omitempty"`
-	// Groups counts group records; ControlGroups those the guardrail put
-	// in the primary-only control fraction; FailedGroups those that ended
+	// Groups counts group records; ControlGroups those the control draw
+	// put in the guardrail's control arm; FailedGroups those that ended
 	// without an answer.
 	Groups        int `json:"groups"`
 	ControlGroups int `json:"control_groups"`
@@ -83,7 +83,11 @@ type Section struct {
 	CommittedGroups  int `json:"committed_groups"`
 	SupersededGroups int `json:"superseded_groups"`
 	// Hedged is every group outside the control fraction, as the
-	// guardrail's arms are (docs/architecture.md §5); Control the rest.
+	// guardrail's arms are (docs/architecture.md §5); Control the rest, at
+	// the latency each would have had primary-only (its
+	// control_baseline_ms): a control group hedges, and runs its baseline
+	// on past another attempt's commit to measure it. A control group
+	// whose baseline is unknown has no sample.
 	Hedged  Arm `json:"hedged"`
 	Control Arm `json:"control"`
 	// Gain is control P99 ÷ hedged P99 with its bootstrap interval; nil,
@@ -166,6 +170,22 @@ func CohortOf(g *schemas.GroupRecord) string {
 }
 
 // latencyMs is the latency a group counts with in the arms.
+// controlLatencyMs is a control group's latency had it run primary-only,
+// the control arm's sample (docs/architecture.md §5): its
+// control_baseline_ms; a group without one that never hedged ran
+// primary-only (every control group did before control groups hedged), so
+// its own latency; one that hedged without it has no sample (its
+// baseline failed on its own after the hedge launched).
+func controlLatencyMs(g *schemas.GroupRecord) (float64, bool) {
+	switch {
+	case g.ControlBaselineMs != nil:
+		return float64(*g.ControlBaselineMs), true
+	case !g.HedgeLaunched:
+		return latencyMs(g), true
+	}
+	return 0, false
+}
+
 func latencyMs(g *schemas.GroupRecord) float64 {
 	switch {
 	case g.Outcome != schemas.GroupCommitted:
@@ -284,12 +304,13 @@ func (a *acc) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord, superse
 	default:
 		s.CommittedGroups++
 	}
-	lat := latencyMs(g)
 	if g.GuardrailDecision == schemas.GuardrailControl {
 		s.ControlGroups++
-		s.controlMs = append(s.controlMs, lat)
+		if lat, ok := controlLatencyMs(g); ok {
+			s.controlMs = append(s.controlMs, lat)
+		}
 	} else {
-		s.hedgedMs = append(s.hedgedMs, lat)
+		s.hedgedMs = append(s.hedgedMs, latencyMs(g))
 	}
 	if g.HedgeSuppressedReason != "" {
 		s.Suppressed[g.HedgeSuppressedReason]++

@@ -380,3 +380,43 @@ func TestSupersededRecordsAreExportedUnchangedAndKeptSinceWithTheirGroup(t *test
 		})
 	}
 }
+
+// A control group hedges; its control sample is what it would have
+// measured primary-only (control_baseline_ms), not what its caller saw.
+func TestAControlGroupCountsAtItsPrimaryOnlyBaselineNotItsCallersLatency(t *testing.T) {
+	ms := func(v int64) *int64 { return &v }
+	tests := []struct {
+		name    string
+		g       schemas.GroupRecord
+		sampled bool
+		want    float64
+	}{
+		{"a control group whose hedge won counts at its kept baseline",
+			schemas.GroupRecord{Stream: true, Outcome: schemas.GroupCommitted, ElapsedMs: 1401, FirstByteMs: ms(1400), HedgeLaunched: true, ControlBaselineMs: ms(3000)},
+			true, 3000},
+		{"a control group whose baseline ran to the deadline counts there",
+			schemas.GroupRecord{Stream: true, Outcome: schemas.GroupCommitted, OverallDeadlineMs: 30000, ElapsedMs: 1401, FirstByteMs: ms(1400), HedgeLaunched: true, ControlBaselineMs: ms(30000)},
+			true, 30000},
+		{"a control group whose baseline failed on its own after the hedge has no sample",
+			schemas.GroupRecord{Stream: true, Outcome: schemas.GroupCommitted, ElapsedMs: 1401, FirstByteMs: ms(1400), HedgeLaunched: true},
+			false, 0},
+		{"a control group recorded before control groups hedged counts at its own latency",
+			schemas.GroupRecord{Stream: true, Outcome: schemas.GroupCommitted, ElapsedMs: 3001, FirstByteMs: ms(3000)},
+			true, 3000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.g.GuardrailDecision = schemas.GuardrailControl
+			a := newAcc("")
+			a.add(&tt.g, nil, false)
+			s := a.section(Options{}.withDefaults())
+			if s.ControlGroups != 1 || s.Hedged.Samples != 0 {
+				t.Fatalf("control groups %d, hedged samples %d: want the one control group", s.ControlGroups, s.Hedged.Samples)
+			}
+			got := s.ControlLatencies()
+			if (len(got) == 1) != tt.sampled || tt.sampled && got[0] != tt.want {
+				t.Fatalf("control arm %v, want sampled %v at %v", got, tt.sampled, tt.want)
+			}
+		})
+	}
+}

@@ -273,6 +273,18 @@ type GroupRecord struct {
 	DuplicateRateWindow float64           `json:"duplicate_rate_window"`
 	PromptFingerprint   string            `json:"prompt_fingerprint"`
 	GuardrailDecision   GuardrailDecision `json:"guardrail_decision"`
+	// ControlBaselineMs is, for a control group (guardrail_decision
+	// control), the latency this record would show had the group run
+	// primary-only, read as ElapsedMs and FirstByteMs are: to its
+	// baseline's first byte for a stream that had one, else to the
+	// baseline's commit point, the deadline when it would have failed
+	// (docs/architecture.md §5). A control group hedges; its baseline —
+	// the primary, or the replacement that took its place before the
+	// hedge — runs on past another attempt's commit, unseen by the
+	// caller. Absent for other groups, and when the baseline failed on
+	// its own after the hedge launched (what the primary-only group would
+	// have done then is unknown).
+	ControlBaselineMs *int64 `json:"control_baseline_ms,omitempty"`
 }
 
 // Kind names the record's schema.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -92,7 +93,27 @@ func (r *runner) recordGroup(g *simGroup, e hedge.GroupEnded) error {
 			rec.StatusClass = schemas.StatusTimeout
 		}
 	}
+	if g.arm == delay.ArmControl {
+		rec.ControlBaselineMs = r.controlBaselineMs(g, e)
+	}
 	return r.records.GroupRecord(rec)
+}
+
+// controlBaselineMs is a control group's control_baseline_ms, as the
+// dispatcher's: the latency its record would show had it run
+// primary-only (e.Baseline), or nil when that is unknown.
+func (r *runner) controlBaselineMs(g *simGroup, e hedge.GroupEnded) *int64 {
+	b := e.Baseline
+	switch {
+	case !b.Observed:
+		return nil
+	case !b.Committed:
+		return schemas.Millis(r.cond.Deadline)
+	}
+	if w := g.attempts[b.Attempt-1]; r.stream && w.draw.FirstByte != 0 && w.draw.FirstByte < w.draw.End {
+		return schemas.Millis(w.start + w.draw.FirstByte + workerLatency - g.arrival)
+	}
+	return schemas.Millis(b.Latency)
 }
 
 // JSONLines is a RecordSink that writes each record as one JSON object per

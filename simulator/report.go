@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hedgerow/hedgerow/dispatcher/delay"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -57,6 +58,16 @@ type StrategyResult struct {
 	// MedianHedgeDelay is the median delay, in ms, of the hedge timers of
 	// groups that could hedge (0 when none could).
 	MedianHedgeDelay float64 `json:"-"`
+
+	// ControlGroups is how many groups the control draw put in the
+	// guardrail's control arm; ControlSamples how many samples that arm
+	// took (a control group whose baseline failed on its own after its
+	// hedge launched gives none); KeptBaselines how many control groups'
+	// commits kept their baseline running past another attempt's win
+	// (docs/architecture.md §5).
+	ControlGroups  int `json:"control_groups"`
+	ControlSamples int `json:"control_samples"`
+	KeptBaselines  int `json:"kept_baselines"`
 }
 
 // accumulator gathers one strategy's per-group figures.
@@ -70,6 +81,9 @@ type accumulator struct {
 	windowHedges               map[int64]int
 	lastArrival                time.Duration
 	hedgeDelays                []float64 // ms, the delay of every group that may hedge
+	// The guardrail's control arm: its groups, its samples, the baselines
+	// kept past another attempt's commit.
+	controlGroups, controlSamples, keptBaselines int
 }
 
 func newAccumulator(requests int) *accumulator {
@@ -114,8 +128,8 @@ func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
 			acc.extraCost += cost
 		}
 	}
-	if r.class.Policy.Guardrail.Enabled {
-		_ = r.class.Guardrail.ObserveGroup(g.cohort, r.at(), g.arm, r.triggerLatency(g, rec), !rec.Committed)
+	if r.class.Policy.Guardrail.Enabled && r.observeGuardrail(g, rec) && g.arm == delay.ArmControl {
+		acc.controlSamples++
 	}
 	if r.learnsDelay() && !rec.Committed {
 		r.observeSuperseded(g, policy.Decision{Error: rec.Error})
@@ -124,7 +138,8 @@ func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
 
 func (acc *accumulator) result(name string, cond workload.Conditions) StrategyResult {
 	slices.Sort(acc.latencies)
-	res := StrategyResult{Name: name, Groups: acc.groups, Latencies: acc.latencies}
+	res := StrategyResult{Name: name, Groups: acc.groups, Latencies: acc.latencies,
+		ControlGroups: acc.controlGroups, ControlSamples: acc.controlSamples, KeptBaselines: acc.keptBaselines}
 	n := float64(acc.groups)
 	if acc.groups == 0 {
 		return res
@@ -200,18 +215,20 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// triggerLatency is the group's latency as the hedge trigger measures it:
-// time to the winner's first byte for the first_byte trigger, the group
-// latency for total. The guardrail judges hedging on what hedging targets; a
-// cohort whose tail is long answers would otherwise read "flat" and lose the
-// hedges that rescue its stalls.
-func (r *runner) triggerLatency(g *simGroup, rec hedge.GroupEnded) time.Duration {
-	if !rec.Committed {
-		return r.cond.Deadline
-	}
-	if r.strat.policy.Trigger == hedge.TriggerFirstByte {
-		w := g.attempts[rec.Winner-1]
-		return w.start + w.draw.FirstByte + workerLatency - g.arrival
-	}
-	return g.commitAt - g.arrival
+// observeGuardrail adds the ended group's sample to its guardrail arm, by
+// the class's rule (policy.Class.ObserveGroup, as the dispatcher does: a
+// control group's is its kept baseline's), and reports whether it did. The
+// first byte of an attempt is when its worker's report reached the
+// dispatcher.
+func (r *runner) observeGuardrail(g *simGroup, rec hedge.GroupEnded) bool {
+	return r.class.ObserveGroup(g.cohort, r.at(), g.arm, rec, r.cond.Deadline, func(n int) time.Duration {
+		if n < 1 || n > len(g.attempts) {
+			return 0
+		}
+		a := g.attempts[n-1]
+		if a.draw.FirstByte <= 0 || a.draw.FirstByte == workload.Never {
+			return 0
+		}
+		return a.start + a.draw.FirstByte + workerLatency - g.arrival
+	})
 }

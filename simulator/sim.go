@@ -104,6 +104,11 @@ type simGroup struct {
 	// delay is the cohort's hedge delay at the start, whether or not the
 	// group may hedge: what its primary's stall is judged by.
 	delay time.Duration
+	// winner is the committed attempt (0: none yet); keptPrimary says a
+	// control group's commit kept its primary running as the baseline
+	// (hedge.Commit.Kept), so its censoring waits for its end.
+	winner      int
+	keptPrimary bool
 }
 
 // runner simulates one strategy over the whole workload on virtual time.
@@ -306,6 +311,12 @@ func (r *runner) start(g *simGroup) hedge.Start {
 	g.delay = start.HedgeDelay
 	el := r.eligibility(g)
 	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
+	// A control group hedges as any group does; its baseline is measured
+	// on the side (docs/architecture.md §5).
+	start.Control = g.arm == delay.ArmControl
+	if start.Control {
+		r.acc.controlGroups++
+	}
 	g.guard = el.Guardrail
 	if el.Eligible && r.strat.policy.MaxAttempts > 1 {
 		g.hedgeDelay = start.HedgeDelay
@@ -422,7 +433,11 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 	case hedge.ClearGate:
 		return r.gate.Clear(ctx, arbiter.Claim{UserAction: g.id, Group: g.id, Attempt: a.Attempt, Won: true, Value: a.Gate})
 	case hedge.Commit:
-		g.commitAt = r.now
+		g.commitAt, g.winner = r.now, a.Attempt
+		g.keptPrimary = a.Kept == 1
+		if a.Kept != 0 {
+			r.acc.keptBaselines++
+		}
 		r.observeCommit(g, a.Attempt)
 	case hedge.Fail:
 		g.failed, g.errCode = true, a.Error
@@ -456,6 +471,12 @@ func (r *runner) do(g *simGroup, act hedge.Action) error {
 		if !sa.stopped {
 			sa.stopped = true
 			sa.stopAt = r.now - sa.start
+		}
+		if a.Attempt == 1 && g.keptPrimary && r.learnsDelay() {
+			// A kept primary is superseded at its own end, as a
+			// primary-only group's would be: at its first byte (in
+			// already), its failure or the deadline.
+			r.observeSuperseded(g, policy.Decision{Winner: g.winner})
 		}
 		if r.picker != nil {
 			// What the live driver feeds at the same moment (dispatcher
@@ -657,7 +678,7 @@ func (r *runner) observeCommit(g *simGroup, winner int) {
 	switch {
 	case r.strat.delay == delayEstimated && r.strat.observeGroup:
 		_ = r.class.Estimator.ObservePrimary(g.cohort, r.at(), r.now-g.arrival)
-	case r.learnsDelay():
+	case r.learnsDelay() && !g.keptPrimary:
 		r.observeSuperseded(g, policy.Decision{Winner: winner})
 	}
 }

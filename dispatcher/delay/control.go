@@ -5,18 +5,21 @@ import (
 	"math"
 )
 
-// DefaultControlFraction is the share of groups run primary-only as the live
-// baseline when a policy sets none. It is 1%, not the 2% first planned: control
-// groups are never hedged, so their stalls land in the tail, and on the
-// gpt4o workload 2% of them lifted hedgerow's P99.9 from 2.67–2.89 s to
-// 2.93–3.07 s (hedgerow simulate, 200,000 requests, seeds 1–3). 1% still
-// gathers the guardrail's 1000 control groups in its 30-minute window at
-// 56 requests/s per cohort.
+// DefaultControlFraction is the share of groups whose primary-only run is
+// the guardrail's live baseline when a policy sets none. It is 1%, not the
+// 2% first planned: control groups were then never hedged, so their stalls
+// landed in the tail, and on the gpt4o workload 2% of them lifted
+// hedgerow's P99.9 from 2.67–2.89 s to 2.93–3.07 s (hedgerow simulate,
+// 200,000 requests, seeds 1–3). Control groups hedge now and measure their
+// baseline on a primary kept running past the hedge's win
+// (docs/architecture.md §5), so their callers no longer pay for it; 1%
+// still gathers the guardrail's 1000 control groups in its 30-minute
+// window at 56 requests/s per cohort.
 const DefaultControlFraction = 0.01
 
 // IsControl reports whether a group whose uniform draw is u (in [0, 1)) is a
-// control group — run primary-only, never hedged — given the control
-// fraction. The draw comes from the caller (a seeded rng in the simulator,
+// control group — its primary-only run measured as the guardrail's baseline
+// — given the control fraction. The draw comes from the caller (a seeded rng in the simulator,
 // UniformFromID in the live runtime) so that the choice is reproducible. A
 // fraction outside [0, 1] is clamped; a NaN draw is never control.
 func IsControl(u, fraction float64) bool {

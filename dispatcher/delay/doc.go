@@ -40,10 +40,15 @@
 //
 // # Control groups
 //
-// IsControl marks a share (DefaultControlFraction, 1%) of groups primary-only
-// from a uniform draw the caller supplies: a seeded rng in the simulator,
-// UniformFromID of the group id live, so every replica agrees. Control groups
-// are the live baseline against which hedging is judged.
+// IsControl marks a share (DefaultControlFraction, 1%) of groups as control
+// groups from a uniform draw the caller supplies: a seeded rng in the
+// simulator, UniformFromID of the group id live, so every replica agrees.
+// Control groups are the live baseline against which hedging is judged:
+// their arm of the guardrail holds what each would have measured had it
+// run primary-only. They hedge as any group does — the hedge engine keeps
+// a control group's primary running, unseen by the caller, past another
+// attempt's win to the primary's own commit point, failure or deadline, and
+// that run is the group's sample (docs/architecture.md §5).
 //
 // # Guardrail statistics
 //

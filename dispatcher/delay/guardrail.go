@@ -53,7 +53,9 @@ const (
 type Arm string
 
 const (
-	// ArmControl: a control group, run primary-only (IsControl was true).
+	// ArmControl: a control group (IsControl was true), observed as it
+	// would have run primary-only: it hedges as any group does, and its
+	// primary, kept running past another attempt's win, is measured.
 	ArmControl Arm = "control"
 	// ArmHedged: a group that was allowed to hedge, whether or not a hedge
 	// actually launched. Counting only groups that hedged would compare the

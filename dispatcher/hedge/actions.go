@@ -83,6 +83,13 @@ const (
 type Commit struct {
 	Attempt int
 	Gate    string
+	// Kept is a control group's baseline attempt that this commit does not
+	// stop (0: none; Start.Control). It runs on, unseen by the caller, to
+	// its own commit point, where it is cancelled as the race's loser, to
+	// its own failure, or to the deadline; it is never elected. A driver
+	// passes none of its bytes to the caller, and counts its usage as a
+	// loser's when it ends.
+	Kept int
 }
 
 // Fail ends the group with one stable error.
@@ -175,6 +182,42 @@ const (
 	OutcomeCanceled      Outcome = "canceled"       // cancelled by deadline, caller or group error
 )
 
+// Answered says that the caller's part of a committed group is over while
+// a kept baseline (Commit.Kept) still runs: every other attempt ended. A
+// driver that holds its answer for the attempts' total usage hands it over
+// now rather than at GroupEnded, so the caller never waits for the
+// baseline. Usage is the ended attempts' usage plus what the baseline had
+// used by now, estimated as a cancelled loser's (docs/architecture.md §5).
+// Emitted at most once, and only while a baseline is kept.
+type Answered struct {
+	Usage schemas.Usage
+}
+
+// Baseline is what a control group (Start.Control) would have measured had
+// it run primary-only (docs/architecture.md §5): the run of its baseline
+// attempt — the primary, or the replacement that took its place before the
+// hedge launched — which a commit of another attempt does not stop.
+type Baseline struct {
+	// Observed: the group's run tells what a primary-only group would have
+	// measured. False for a group that is not a control group, and for
+	// one whose baseline failed on its own after the hedge launched: a
+	// primary-only group would then have asked for a replacement, which
+	// nobody ran.
+	Observed bool
+	// Attempt is the attempt whose commit point Latency reaches: the
+	// baseline, or the winner of a control group that never hedged (0
+	// when not Committed).
+	Attempt int
+	// Committed: the baseline reached its commit point valid before the
+	// deadline, so a primary-only group would have committed it. Otherwise
+	// the primary-only group would have failed, as this one did or at the
+	// deadline.
+	Committed bool
+	// Latency is from Start to the baseline's commit point (its commit,
+	// when it won), or to the primary-only group's failure.
+	Latency time.Duration
+}
+
 // GroupEnded is the group's summary record, emitted once, last.
 type GroupEnded struct {
 	Committed         bool
@@ -188,6 +231,9 @@ type GroupEnded struct {
 	Usage             schemas.Usage
 	// Latency is from Start to Commit or Fail.
 	Latency time.Duration
+	// Baseline is a control group's primary-only measurement; zero for
+	// other groups.
+	Baseline Baseline
 }
 
 func (Admit) isAction()           {}
@@ -205,4 +251,5 @@ func (ClearGate) isAction()       {}
 func (MarkRoute) isAction()       {}
 func (HedgeSuppressed) isAction() {}
 func (AttemptEnded) isAction()    {}
+func (Answered) isAction()        {}
 func (GroupEnded) isAction()      {}

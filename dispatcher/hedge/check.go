@@ -15,7 +15,11 @@ import (
 // after Fail (nor Fail after Commit); Commit only of an attempt that was valid
 // at the commit point and won the gate; at most MaxAttempts launches; no Launch
 // after the outcome or past the deadline; no attempt ends twice; no reservation
-// is settled or released twice, nor one that was never granted; a refused
+// is settled or released twice, nor one that was never granted; no Elect
+// after the outcome; an attempt kept past the commit (Commit.Kept) only in
+// a control group, never the winner, running when kept, and stopped or
+// ended by the step that reaches the deadline; Answered only while a kept
+// baseline runs, once; a refused
 // attempt re-offered only while it runs, before the outcome and the deadline
 // (a re-offer is never a launch, so Busy spends no slot); nothing after the
 // group record; a heartbeat timer that fires once a running attempt has been
@@ -28,6 +32,7 @@ import (
 type Checker struct {
 	policy      Options
 	started     bool
+	control     bool
 	streaming   bool
 	needsWhole  bool
 	deadline    time.Time
@@ -45,6 +50,8 @@ type Checker struct {
 	groupEnded  bool
 	heard       map[int]time.Time // an attempt's last reply, or its launch
 	stopped     map[int]bool      // result reported, cancel sent or ended
+	kept        int               // the baseline a commit kept running (Commit.Kept)
+	answered    bool
 }
 
 // NewChecker returns a checker for a group run with policy.
@@ -86,6 +93,9 @@ func (c *Checker) step(now time.Time, ev Event, actions []Action) error {
 		if err := c.observeAction(now, act); err != nil {
 			return fmt.Errorf("after %T: %w", ev, err)
 		}
+	}
+	if c.kept != 0 && !now.Before(c.deadline) && !c.stopped[c.kept] && c.ended[c.kept] == 0 {
+		return fmt.Errorf("after %T: kept baseline %d runs on past the deadline", ev, c.kept)
 	}
 	return c.checkHeartbeat(now, ev, silent, actions)
 }
@@ -146,6 +156,7 @@ func (c *Checker) observeEvent(now time.Time, ev Event) error {
 	case Start:
 		if !c.started {
 			c.started = true
+			c.control = e.Control
 			c.streaming = e.Streaming
 			c.needsWhole = e.NeedsCompleteAnswer
 			c.deadline = now.Add(c.policy.Deadline)
@@ -221,6 +232,9 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 			return fmt.Errorf("Reoffer of attempt %d, not a running launched attempt", a.Attempt)
 		}
 	case Elect:
+		if c.commits > 0 || c.fails > 0 {
+			return fmt.Errorf("Elect of attempt %d after the outcome", a.Attempt)
+		}
 		if !c.valid[a.Attempt] {
 			return fmt.Errorf("Elect of attempt %d, which was never valid at the commit point", a.Attempt)
 		}
@@ -259,6 +273,27 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 			return fmt.Errorf("Commit of attempt %d without its won gate claim", a.Attempt)
 		}
 		c.gateEnded[a.Attempt]++
+		if a.Kept != 0 {
+			switch {
+			case !c.control:
+				return fmt.Errorf("Commit keeps attempt %d running in a group that is not a control group", a.Kept)
+			case a.Kept == a.Attempt:
+				return fmt.Errorf("Commit keeps its own winner %d as the baseline", a.Kept)
+			case a.Kept < 1 || a.Kept > c.launched || c.ended[a.Kept] > 0 || c.stopped[a.Kept]:
+				return fmt.Errorf("Commit keeps attempt %d, not a running launched attempt", a.Kept)
+			}
+			c.kept = a.Kept
+		}
+	case Answered:
+		switch {
+		case c.kept == 0:
+			return fmt.Errorf("Answered without a kept baseline")
+		case c.answered:
+			return fmt.Errorf("second Answered")
+		case c.ended[c.kept] > 0 || c.stopped[c.kept]:
+			return fmt.Errorf("Answered after the kept baseline %d stopped", c.kept)
+		}
+		c.answered = true
 	case Fail:
 		c.fails++
 		if c.fails > 1 || c.commits > 0 {

@@ -24,12 +24,19 @@ type Start struct {
 	// commit point moves to complete.
 	NeedsCompleteAnswer bool
 	// HedgeEligible says whether this group may hedge at all: idempotent
-	// operation class, inside the rollout fraction, not a control group, at least
-	// two eligible routes (or same-route hedging), guardrail not disabling it.
+	// operation class, inside the rollout fraction, at least two eligible
+	// routes (or same-route hedging), guardrail not disabling it.
 	HedgeEligible bool
 	// NotEligibleReason is recorded as the hedge's suppression reason when
-	// HedgeEligible is false (e.g. "control", "rollout", "guardrail").
+	// HedgeEligible is false (e.g. "rollout", "guardrail").
 	NotEligibleReason string
+	// Control marks a control group (docs/architecture.md §5): it hedges as
+	// any group does, but its baseline — the attempt a primary-only group
+	// would still be running when the hedge launched — is not stopped when
+	// another attempt wins. It runs on, unseen by the caller, to its own
+	// commit point, its own failure or the deadline, and GroupEnded.Baseline
+	// says what the group would have measured had it run primary-only.
+	Control bool
 	// HedgeDelay is the cohort's current delay, already clamped by the estimator.
 	HedgeDelay time.Duration
 	// InputUnits is the estimated input size, billed for every attempt that

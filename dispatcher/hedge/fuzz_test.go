@@ -34,7 +34,7 @@ func FuzzEngine(f *testing.F) {
 		}
 		chk := NewChecker(p)
 		now := time.Unix(1_900_000_000, 0)
-		start := Start{Streaming: data[1]&0x4 != 0, HedgeEligible: data[1]&0x8 != 0, HedgeDelay: time.Duration(data[1]) * 20 * time.Millisecond, InputUnits: 10, DecodeTokensPerSecond: 50}
+		start := Start{Streaming: data[1]&0x4 != 0, HedgeEligible: data[1]&0x8 != 0, Control: data[1]&0x2 != 0, HedgeDelay: time.Duration(data[1]) * 20 * time.Millisecond, InputUnits: 10, DecodeTokensPerSecond: 50}
 		if err := chk.Step(now, start, g.Step(now, start)); err != nil {
 			t.Fatal(err)
 		}

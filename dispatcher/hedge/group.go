@@ -51,7 +51,8 @@ type attempt struct {
 	heartbeatSet  bool      // a heartbeat timer is armed for this attempt
 	firstByteAt   time.Time // zero until the first byte
 	tokens        int
-	candidate     bool // valid at the commit point, waiting to be elected
+	candidate     bool      // valid at the commit point, waiting to be elected
+	readyAt       time.Time // when it first was valid at the commit point (zero: never)
 	contractValid bool
 	cancelSent    bool
 	cancelReason  CancelReason
@@ -105,6 +106,18 @@ type Group struct {
 	// (Fail.Refused), set only when nothing was left to try.
 	replacementRefused, failRefused string
 
+	// A control group's baseline (Start.Control, docs/architecture.md §5):
+	// the attempt a primary-only group would have been running when the
+	// hedge launched, fixed then (0 before); how its run ended, as the
+	// primary-only group would have seen it, and when (baseAt); kept is
+	// the baseline while it runs on past another attempt's commit (0:
+	// none), answered is set once Answered went out for it.
+	baseline  int
+	baseState baselineState
+	baseAt    time.Time
+	kept      int
+	answered  bool
+
 	committed  bool
 	winner     int
 	stopReason CancelReason // why attempts were stopped when the group failed
@@ -119,6 +132,17 @@ type Group struct {
 	groupEnded  bool
 	pendingActs []Action
 }
+
+// baselineState is how a control group's baseline ended, as the
+// primary-only group would have seen it.
+type baselineState int
+
+const (
+	baseOpen    baselineState = iota // still running, or not known yet
+	baseReached                      // it reached its commit point valid: the primary-only group commits it
+	baseFailed                       // the primary-only group fails too: the deadline, a group-scope error
+	baseLost                         // it failed on its own after the hedge launched: the primary-only group would have asked for a replacement nobody ran
+)
 
 // New returns a group that waits for Start. It fails only on an invalid policy.
 func New(policy Options) (*Group, error) {
@@ -160,6 +184,8 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 	if (g.phase == phaseRunning || g.phase == phaseAdmitting) && !now.Before(g.deadline) {
 		g.fail(schemas.ErrDeadlineExceeded, schemas.ScopeNone, "", CancelDeadline)
 	}
+	// A kept baseline runs to the deadline at the latest, whatever the event.
+	g.stopKeptAtDeadline()
 
 	switch e := ev.(type) {
 	case Admitted:
@@ -230,12 +256,19 @@ func (g *Group) emit(a ...Action) { g.pendingActs = append(g.pendingActs, a...) 
 // the group became done.
 func (g *Group) flush() []Action {
 	if !g.groupEnded && g.phase == phaseDecided && !g.admitPending && !g.askPending && g.electing == 0 {
-		all := true
+		all, allButKept := true, true
 		for _, a := range g.attempts {
 			if a.state != attemptEnded {
 				all = false
-				break
+				if a.n != g.kept || a.state != attemptRunning {
+					allButKept = false
+				}
 			}
+		}
+		if !all && allButKept && !g.answered {
+			// Only the kept baseline runs: the caller's part is over.
+			g.answered = true
+			g.emit(Answered{Usage: g.totalUsage.Add(g.estimateCancelled(g.attempt(g.kept), schemas.Usage{}))})
 		}
 		if all {
 			g.groupEnded = true
@@ -250,6 +283,7 @@ func (g *Group) flush() []Action {
 				LoserFinishedLate: g.loserLate,
 				Usage:             g.totalUsage,
 				Latency:           g.decidedAt.Sub(g.startedAt),
+				Baseline:          g.baselineRecord(),
 			})
 		}
 	}
@@ -339,6 +373,16 @@ func (g *Group) onAdmitted(e Admitted) {
 }
 
 func (g *Group) launch(role schemas.Role, route string, res ReservationID) {
+	if role == schemas.RoleHedge && g.start.Control && g.baseline == 0 {
+		// The group diverges from its primary-only run here: the attempt
+		// running now is the one that run would still be waiting on.
+		for _, b := range g.attempts {
+			if b.state == attemptRunning {
+				g.baseline = b.n
+				break
+			}
+		}
+	}
 	a := &attempt{
 		n:             len(g.attempts) + 1,
 		route:         route,
@@ -372,6 +416,7 @@ func (g *Group) onTimer(e TimerFired) {
 				g.cancel(w, CancelDeadline)
 			}
 		}
+		g.stopKeptAtDeadline()
 	case TimerAccept:
 		// A refused attempt offered again has an accept timer of its own:
 		// the one armed for an earlier offer is stale.
@@ -400,6 +445,7 @@ func (g *Group) onTimer(e TimerFired) {
 		g.lostHeartbeats(a)
 	case TimerAttempt:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && a.n == g.winner) {
+			g.baselineEnds(a, baseLost)
 			g.cancel(a, CancelTimeout)
 			g.lastFailScope = schemas.ScopeTransient
 			g.lastFailTimedOut = false
@@ -441,6 +487,7 @@ func (g *Group) onBusy(a *attempt) {
 	}
 	if !g.now.Add(backoff).Before(end) {
 		// The bound passed: this attempt gives up; nothing replaces it.
+		g.baselineEnds(a, baseLost)
 		g.endAttempt(a, OutcomeFailed, schemas.StatusBusy, schemas.ScopePushback, schemas.Usage{}, false)
 		g.lastFailScope = schemas.ScopePushback
 		g.lastFailTimedOut = false
@@ -635,29 +682,47 @@ func (g *Group) onProgress(a *attempt, e Progress) {
 		a.tokens = e.Tokens
 	}
 	a.accepted = true
+	if a.n == g.kept && a.state == attemptRunning {
+		g.onKeptProgress(a, e)
+		return
+	}
 	if a.state != attemptRunning || g.phase != phaseRunning || a.candidate {
 		return
 	}
 	if !e.Valid {
 		// A malformed or contract-breaking stream never wins; the others go on.
+		g.baselineEnds(a, baseLost)
 		g.cancel(a, CancelInvalid)
 		g.lastFailScope = schemas.ScopeTransient
 		g.lastFailTimedOut = false
 		g.afterFailure(schemas.ScopeTransient)
 		return
 	}
-	var ready bool
-	switch g.commitPoint.Kind {
-	case schemas.CommitFirstToken:
-		ready = e.FirstToken
-	case schemas.CommitTokens:
-		ready = e.Tokens >= g.commitPoint.Tokens
-	}
-	if ready {
+	if g.progressReady(e) {
 		a.candidate = true
-		a.contractValid = true
+		g.reached(a)
 		g.tryElect()
 	}
+}
+
+// progressReady reports whether streamed output reaches the commit point.
+func (g *Group) progressReady(e Progress) bool {
+	switch g.commitPoint.Kind {
+	case schemas.CommitFirstToken:
+		return e.FirstToken
+	case schemas.CommitTokens:
+		return e.Tokens >= g.commitPoint.Tokens
+	}
+	return false
+}
+
+// reached notes that an attempt is valid at the commit point.
+func (g *Group) reached(a *attempt) {
+	a.contractValid = true
+	if a.readyAt.IsZero() {
+		a.readyAt = g.now
+	}
+	g.baselineEnds(a, baseReached)
 }
 
 func (g *Group) onResult(a *attempt, e Result) {
@@ -685,6 +750,10 @@ func (g *Group) onResult(a *attempt, e Result) {
 		g.endAttempt(a, OutcomeWinner, status, scope, e.Usage, false)
 		return
 	}
+	if a.n == g.kept {
+		g.onKeptResult(a, e, scope)
+		return
+	}
 	if g.phase != phaseRunning {
 		// Only the winner runs after a decision; anything else is a late record.
 		g.endAttempt(a, OutcomeLoserLate, e.Status, scope, e.Usage, false)
@@ -693,6 +762,7 @@ func (g *Group) onResult(a *attempt, e Result) {
 	if scope == schemas.ScopeNone && e.Status == schemas.StatusOK {
 		if !e.Valid {
 			// Rule 3: a truncated, malformed or schema-failing answer never wins.
+			g.baselineEnds(a, baseLost)
 			g.lastFailScope = schemas.ScopeTransient
 			g.lastFailTimedOut = false
 			g.endAttempt(a, OutcomeFailed, schemas.StatusContractInvalid, schemas.ScopeTransient, e.Usage, false)
@@ -701,7 +771,7 @@ func (g *Group) onResult(a *attempt, e Result) {
 		}
 		a.state = attemptFinished
 		a.candidate = true
-		a.contractValid = true
+		g.reached(a)
 		a.finishedStatus = e.Status
 		a.finishedUsage = e.Usage
 		g.tryElect()
@@ -715,7 +785,18 @@ func (g *Group) onResult(a *attempt, e Result) {
 
 // Rule 4: the error's scope decides, never the arrival order.
 func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope schemas.ErrorScope, code schemas.ErrorCode, retryAfter time.Duration, usage schemas.Usage) {
+	if scope == schemas.ScopeGroup {
+		g.baselineEnds(a, baseFailed) // the primary-only group fails with it
+	} else {
+		g.baselineEnds(a, baseLost)
+	}
 	g.endAttempt(a, OutcomeFailed, status, scope, usage, false)
+	if a.n == g.kept {
+		// What the kept baseline's failure says of its route holds as any
+		// attempt's does; the group is decided, so nothing else follows.
+		g.markRoute(a, scope, retryAfter)
+		return
+	}
 	if g.phase != phaseRunning {
 		return
 	}
@@ -731,13 +812,21 @@ func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope sche
 		g.fail(code, scope, "", CancelGroupError)
 		return
 	}
-	switch scope {
-	case schemas.ScopeGroup:
+	if scope == schemas.ScopeGroup {
 		if code == "" {
 			code = schemas.ErrInvalidRequest
 		}
 		g.fail(code, scope, "", CancelGroupError)
 		return
+	}
+	g.markRoute(a, scope, retryAfter)
+	g.afterFailure(scope)
+}
+
+// markRoute marks the route of an attempt that failed with scope route
+// (quarantine) or pushback (for retryAfter, else the policy's TTL).
+func (g *Group) markRoute(a *attempt, scope schemas.ErrorScope, retryAfter time.Duration) {
+	switch scope {
 	case schemas.ScopeRoute:
 		g.emit(MarkRoute{Route: a.route, Mark: MarkQuarantine, TTL: g.policy.QuarantineTTL})
 	case schemas.ScopePushback:
@@ -748,7 +837,6 @@ func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope sche
 		g.emit(MarkRoute{Route: a.route, Mark: MarkPushback, TTL: ttl})
 		g.pushbackSeen = true
 	}
-	g.afterFailure(scope)
 }
 
 // afterFailure launches a replacement at once when slot, time and budget allow
@@ -881,15 +969,125 @@ func (g *Group) commit(w *attempt, gate string) {
 	g.winner = w.n
 	g.decidedAt = g.now
 	g.phase = phaseDecided
-	g.emit(Commit{Attempt: w.n, Gate: gate})
+	g.keepBaseline(w)
+	g.emit(Commit{Attempt: w.n, Gate: gate, Kept: g.kept})
 	for _, a := range g.attempts {
-		if a != w {
+		if a != w && a.n != g.kept {
 			g.stop(a, CancelLostRace)
 		}
 	}
 	if w.state == attemptFinished {
 		g.endAttempt(w, OutcomeWinner, w.finishedStatus, schemas.ScopeNone, w.finishedUsage, false)
 	}
+}
+
+// keepBaseline decides, as w commits, what becomes of a control group's
+// baseline (docs/architecture.md §5). The winner's commit is its own. One
+// that reached its commit point already (waiting for its election, or a
+// complete answer in) has its measurement and stops as any loser. One
+// still running at a provider is kept: it runs on, unseen by the caller.
+// One a worker never took (refused, being offered again) cannot be run on
+// without re-offers after the outcome: it stops, and the group has no
+// baseline.
+func (g *Group) keepBaseline(w *attempt) {
+	if g.baseline == 0 {
+		return
+	}
+	if w.n == g.baseline {
+		g.baseState, g.baseAt = baseReached, g.now
+		return
+	}
+	b := g.attempt(g.baseline)
+	switch {
+	case g.baseState != baseOpen:
+	case b.state == attemptRunning && b.accepted && !b.waiting && !b.reoffering:
+		g.kept = b.n
+	default:
+		g.baseState, g.baseAt = baseLost, g.now
+	}
+}
+
+// baselineEnds records how a's run ends for the baseline, when a is a
+// control group's baseline whose end is not known yet.
+func (g *Group) baselineEnds(a *attempt, st baselineState) {
+	if g.baseline == 0 || a.n != g.baseline || g.baseState != baseOpen {
+		return
+	}
+	g.baseState, g.baseAt = st, g.now
+	if st == baseReached {
+		g.baseAt = a.readyAt
+	}
+}
+
+// onKeptProgress judges the kept baseline's stream at the commit point as
+// any attempt's is judged; reaching it ends the measurement, and the
+// baseline is cancelled as the race's loser, never elected.
+func (g *Group) onKeptProgress(a *attempt, e Progress) {
+	switch {
+	case !e.Valid:
+		g.baselineEnds(a, baseLost)
+		g.cancel(a, CancelInvalid)
+	case g.progressReady(e):
+		g.reached(a)
+		g.cancel(a, CancelLostRace)
+	}
+}
+
+// onKeptResult ends the kept baseline with its result: a valid answer is
+// its commit point (complete), and it ends as a late loser; anything else
+// is its own failure.
+func (g *Group) onKeptResult(a *attempt, e Result, scope schemas.ErrorScope) {
+	switch {
+	case scope == schemas.ScopeNone && e.Status == schemas.StatusOK && e.Valid:
+		g.reached(a)
+		g.endAttempt(a, OutcomeLoserLate, e.Status, schemas.ScopeNone, e.Usage, false)
+	case scope == schemas.ScopeNone && e.Status == schemas.StatusOK:
+		g.baselineEnds(a, baseLost)
+		g.endAttempt(a, OutcomeFailed, schemas.StatusContractInvalid, schemas.ScopeTransient, e.Usage, false)
+	default:
+		if scope == schemas.ScopeNone {
+			scope = schemas.ScopeTransient
+		}
+		g.attemptFailed(a, e.Status, scope, e.Error, e.RetryAfter, e.Usage)
+	}
+}
+
+// stopKeptAtDeadline cancels a kept baseline still running at or past the
+// deadline: the primary-only group would have failed there.
+func (g *Group) stopKeptAtDeadline() {
+	if g.kept == 0 || g.now.Before(g.deadline) {
+		return
+	}
+	if k := g.attempt(g.kept); k.state == attemptRunning {
+		if g.baseState == baseOpen {
+			g.baseState, g.baseAt = baseFailed, g.deadline
+		}
+		g.cancel(k, CancelDeadline)
+	}
+}
+
+// baselineRecord is the group record's Baseline.
+func (g *Group) baselineRecord() Baseline {
+	switch {
+	case !g.start.Control:
+		return Baseline{}
+	case g.baseline == 0:
+		// It never hedged: it ran primary-only.
+		b := Baseline{Observed: true, Committed: g.committed, Latency: g.decidedAt.Sub(g.startedAt)}
+		if g.committed {
+			b.Attempt = g.winner
+		}
+		return b
+	case g.baseState == baseLost:
+		return Baseline{}
+	case !g.committed:
+		return Baseline{Observed: true, Latency: g.decidedAt.Sub(g.startedAt)}
+	case g.baseState == baseReached:
+		return Baseline{Observed: true, Attempt: g.baseline, Committed: true, Latency: g.baseAt.Sub(g.startedAt)}
+	case g.baseState == baseFailed:
+		return Baseline{Observed: true, Latency: g.baseAt.Sub(g.startedAt)}
+	}
+	return Baseline{} // never known: no sample rather than a made-up one
 }
 
 // fail decides the group's failure and stops every attempt.

@@ -25,6 +25,11 @@ type coverage struct {
 	reoffers, overloadedFails, overloadedSuppressions int
 	// unserved: offers that found no worker on their route, re-offered.
 	unserved int
+	// A control group's baseline kept running past another attempt's
+	// commit (§5): kept, how many; reached its commit point, failed with
+	// the group (the deadline), lost to its own failure; answered, the
+	// caller's part over while it ran.
+	kept, keptReached, keptFailed, keptLost, answered int
 }
 
 // simWorker is the random world's view of one launched attempt.
@@ -66,6 +71,9 @@ type randomWorld struct {
 	// overloaded is set while the group's last offer came back Busy: no
 	// hedge or replacement may launch then (§4 rule 4).
 	overloaded bool
+	start      Start
+	kept       int
+	deadline   time.Time
 }
 
 func randomPolicy(rng *rand.Rand) Options {
@@ -159,6 +167,16 @@ func (w *randomWorld) step(ev Event) error {
 			w.workers[a.Attempt-1].cancelled = true
 		case Commit:
 			w.cov.commits++
+			if a.Kept != 0 {
+				w.cov.kept++
+				w.kept = a.Kept
+			}
+		case Answered:
+			w.cov.answered++
+		case GroupEnded:
+			if err := w.checkBaseline(a); err != nil {
+				return err
+			}
 		case Fail:
 			w.cov.fails++
 			w.lastFail = a.Error
@@ -323,6 +341,38 @@ func (w *randomWorld) workerEvent(sw *simWorker) func() Event {
 	}
 }
 
+// checkBaseline holds a group record's Baseline to what the schedule did:
+// none outside control groups; a control group that never hedged measured
+// its own run; a kept baseline committed after the winner, never past the
+// deadline.
+func (w *randomWorld) checkBaseline(e GroupEnded) error {
+	b := e.Baseline
+	switch {
+	case !w.start.Control:
+		if b != (Baseline{}) {
+			return fmt.Errorf("a group that is not a control group has a baseline %+v", b)
+		}
+	case !e.HedgeLaunched:
+		if !b.Observed || b.Committed != e.Committed || b.Latency != e.Latency || (e.Committed && b.Attempt != e.Winner) {
+			return fmt.Errorf("a control group that never hedged has baseline %+v, not its own run %+v", b, e)
+		}
+	case w.kept != 0:
+		switch {
+		case b.Committed && (b.Attempt != w.kept || b.Latency < e.Latency || w.start0().Add(b.Latency).After(w.deadline)):
+			return fmt.Errorf("kept baseline %d measured %+v: want it, after the commit at %v, before the deadline", w.kept, b, e.Latency)
+		case b.Committed:
+			w.cov.keptReached++
+		case b.Observed:
+			w.cov.keptFailed++
+		default:
+			w.cov.keptLost++
+		}
+	}
+	return nil
+}
+
+func (w *randomWorld) start0() time.Time { return time.Unix(1_700_000_000, 0) }
+
 // run drives the group to Done, checking invariants at every step.
 func (w *randomWorld) run() error {
 	streaming := w.rng.IntN(4) != 0
@@ -330,11 +380,13 @@ func (w *randomWorld) run() error {
 		Streaming:             streaming,
 		NeedsCompleteAnswer:   w.rng.IntN(8) == 0,
 		HedgeEligible:         w.rng.IntN(8) != 0,
-		NotEligibleReason:     "control",
+		NotEligibleReason:     "rollout",
+		Control:               w.rng.IntN(3) == 0,
 		HedgeDelay:            time.Duration(w.rng.IntN(3000)) * time.Millisecond,
 		InputUnits:            100,
 		DecodeTokensPerSecond: 100,
 	}
+	w.start, w.deadline = start, w.now.Add(w.policy.Deadline)
 	if err := w.step(start); err != nil {
 		return err
 	}
@@ -388,6 +440,11 @@ func TestPropertyInvariantsHoldOverRandomSchedules(t *testing.T) {
 		"unserved re-offered":         cov.unserved,
 		"overloaded failure":          cov.overloadedFails,
 		"overloaded suppressed":       cov.overloadedSuppressions,
+		"baseline kept":               cov.kept,
+		"kept baseline reached":       cov.keptReached,
+		"kept baseline to deadline":   cov.keptFailed,
+		"kept baseline lost":          cov.keptLost,
+		"answered before the end":     cov.answered,
 	} {
 		if n == 0 {
 			t.Errorf("no schedule exercised: %s", name)

@@ -184,7 +184,7 @@ func TestRule1HedgeTimerIsArmedOnlyForEligibleCohorts(t *testing.T) {
 		suppressed string
 	}{
 		{"eligible cohort arms the timer at start plus delay", streamingStart, true, ""},
-		{"control group runs primary-only", Start{Streaming: true, HedgeEligible: false, NotEligibleReason: "control", HedgeDelay: time.Second}, false, "control"},
+		{"a group outside the rollout runs primary-only", Start{Streaming: true, HedgeEligible: false, NotEligibleReason: "rollout", HedgeDelay: time.Second}, false, "rollout"},
 		{"delay past the deadline arms nothing", Start{Streaming: true, HedgeEligible: true, HedgeDelay: time.Minute}, false, "delay_past_deadline"},
 	}
 	for _, tc := range tests {
@@ -1174,5 +1174,300 @@ func TestRule4AllRoutesFailedSaysWhyNothingWasLeftToTry(t *testing.T) {
 				t.Fatalf("Fail = %+v (%v), want all_routes_failed refused %q", f, ok, tt.want)
 			}
 		})
+	}
+}
+
+// controlStart is a control group's Start (docs/architecture.md §5): as
+// streamingStart, and its baseline is measured.
+var controlStart = Start{Streaming: true, HedgeEligible: true, Control: true, HedgeDelay: time.Second, InputUnits: 100, DecodeTokensPerSecond: 100}
+
+// hedgeCommits has the hedge of a group started by hedged win: its first
+// token at 1400ms (or, committing at the complete answer, its result),
+// elected and committed at 1401ms. It returns the commit's actions.
+func (h *harness) hedgeCommits() []Action {
+	h.t.Helper()
+	if h.g.CommitPoint().Kind == schemas.CommitComplete {
+		h.at(1300, FirstByte{Attempt: 2})
+		h.at(1400, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 40}})
+	} else {
+		h.at(1300, FirstByte{Attempt: 2})
+		h.at(1400, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})
+	}
+	acts := h.at(1401, GateDecided{Attempt: 2, Won: true, Gate: "g/2/1"})
+	if c, ok := find[Commit](acts); !ok || c.Attempt != 2 {
+		h.t.Fatalf("the hedge was not committed: %v", acts)
+	}
+	return acts
+}
+
+func cancelsOf(acts []Action, n int) []CancelReason {
+	var out []CancelReason
+	for _, c := range all[Cancel](acts) {
+		if c.Attempt == n {
+			out = append(out, c.Reason)
+		}
+	}
+	return out
+}
+
+func endOf(acts []Action, n int) (AttemptEnded, bool) {
+	for _, e := range all[AttemptEnded](acts) {
+		if e.Attempt == n {
+			return e, true
+		}
+	}
+	return AttemptEnded{}, false
+}
+
+// A control group hedges as any group does: the control draw is no
+// reason to leave a stalled primary alone.
+func TestAControlGroupHedgesAsAnyGroupDoes(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	acts := h.launched(controlStart)
+	if at, ok := timerAt(acts, TimerHedge); !ok || !at.Equal(h.t0.Add(time.Second)) {
+		t.Fatalf("hedge timer = %v (%v), want Start + delay", at, ok)
+	}
+	h.at(2, Accepted{Attempt: 1})
+	if _, ok := find[AskHedgeBudget](h.at(1000, TimerFired{Kind: TimerHedge})); !ok {
+		t.Fatal("a control group's stalled primary was not hedged")
+	}
+	if l, ok := find[Launch](h.at(1001, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})); !ok || l.Role != schemas.RoleHedge {
+		t.Fatalf("hedge launch = %+v (%v)", l, ok)
+	}
+}
+
+// When another attempt of a control group wins, its baseline is not
+// stopped: it runs on, unseen by the caller, to its own end, and that end
+// is the group's baseline — what the group would have measured had it run
+// primary-only — while the caller has its winner as usual.
+func TestAControlGroupsBaselineRunsOnPastTheWinnersCommitToItsOwnEnd(t *testing.T) {
+	type step struct {
+		ms int
+		ev Event
+	}
+	tests := []struct {
+		name  string
+		start Start
+		// ends is what the kept primary (attempt 1) does after the hedge's
+		// commit; the last step ends the group.
+		ends []step
+		// cancel is the reason the primary is cancelled for ("": never).
+		cancel  CancelReason
+		mark    bool // its failure marks its route
+		outcome Outcome
+		status  schemas.StatusClass
+		want    Baseline
+	}{
+		{name: "reaching its first token it is the baseline, cancelled as the race's loser", start: controlStart,
+			ends:   []step{{3000, FirstByte{Attempt: 1}}, {3001, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true}}, {3003, CancelObserved{Attempt: 1}}},
+			cancel: CancelLostRace, outcome: OutcomeLoserCanceled, status: schemas.StatusCanceled,
+			want: Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 3001 * time.Millisecond}},
+		{name: "committing at the complete answer it answers whole and ends a late loser",
+			start:   Start{HedgeEligible: true, Control: true, HedgeDelay: time.Second, InputUnits: 100, DecodeTokensPerSecond: 100},
+			ends:    []step{{3000, FirstByte{Attempt: 1}}, {4000, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 90}}}},
+			outcome: OutcomeLoserLate, status: schemas.StatusOK,
+			want: Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 4 * time.Second}},
+		{name: "still waiting at the deadline it is cancelled there and the baseline fails at the deadline", start: controlStart,
+			ends:   []step{{2500, Heartbeat{Attempt: 1}}, {30_000, TimerFired{Kind: TimerDeadline}}, {30_002, CancelObserved{Attempt: 1}}},
+			cancel: CancelDeadline, outcome: OutcomeLoserCanceled, status: schemas.StatusCanceled,
+			want: Baseline{Observed: true, Latency: 30 * time.Second}},
+		{name: "a report past the deadline stops it as the deadline timer does", start: controlStart,
+			ends:   []step{{2500, Heartbeat{Attempt: 1}}, {30_500, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true}}, {30_502, CancelObserved{Attempt: 1}}},
+			cancel: CancelDeadline, outcome: OutcomeLoserCanceled, status: schemas.StatusCanceled,
+			want: Baseline{Observed: true, Latency: 30 * time.Second}},
+		{name: "failing on its own it leaves no baseline: a primary-only group would have replaced it", start: controlStart,
+			ends:    []step{{5000, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient}}},
+			outcome: OutcomeFailed, status: schemas.StatusServerError},
+		{name: "breaking the contract it leaves no baseline", start: controlStart,
+			ends:   []step{{3001, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: false}}, {3003, CancelObserved{Attempt: 1}}},
+			cancel: CancelInvalid, outcome: OutcomeLoserCanceled, status: schemas.StatusContractInvalid},
+		{name: "going silent it is lost and leaves no baseline", start: controlStart,
+			ends:   []step{{3002, TimerFired{Kind: TimerHeartbeat, Attempt: 1}}},
+			cancel: CancelTimeout, outcome: OutcomeFailed, status: schemas.StatusLost},
+		{name: "a group-scope error is the primary-only group's failure", start: controlStart,
+			ends:    []step{{2500, Result{Attempt: 1, Status: schemas.StatusInvalidRequest, Scope: schemas.ScopeGroup, Error: schemas.ErrInvalidRequest}}},
+			outcome: OutcomeFailed, status: schemas.StatusInvalidRequest,
+			want: Baseline{Observed: true, Latency: 2500 * time.Millisecond}},
+		{name: "a pushback still marks its route", start: controlStart,
+			ends: []step{{2500, Result{Attempt: 1, Status: schemas.StatusRateLimited, Scope: schemas.ScopePushback, RetryAfter: time.Second}}},
+			mark: true, outcome: OutcomeFailed, status: schemas.StatusRateLimited},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, DefaultOptions())
+			h.hedged(tc.start)
+			acts := h.hedgeCommits()
+			if c, _ := find[Commit](acts); c.Kept != 1 {
+				t.Fatalf("Commit = %+v, want the primary kept", c)
+			}
+			if cs := cancelsOf(acts, 1); len(cs) != 0 {
+				t.Fatalf("the kept primary was cancelled at the commit: %v", cs)
+			}
+			if h.g.CommitPoint().Kind != schemas.CommitComplete {
+				acts = h.at(1800, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 40}})
+			}
+			// The caller's part is over with the winner's end: the primary
+			// counts at what a loser cancelled now would be billed.
+			if a, ok := find[Answered](acts); !ok || a.Usage.InputUnits != 200 || a.Usage.OutputUnits != 40 || has[GroupEnded](acts) {
+				t.Fatalf("winner's end = %v, want Answered with the winner's usage and the primary's input, the group going on", acts)
+			}
+			var seen []Action
+			for _, s := range tc.ends {
+				seen = append(seen, h.at(s.ms, s.ev)...)
+			}
+			if has[Elect](seen) || has[Commit](seen) {
+				t.Fatalf("the kept primary was elected or committed: %v", seen)
+			}
+			if cs := cancelsOf(seen, 1); (tc.cancel == "") != (len(cs) == 0) || len(cs) > 0 && cs[0] != tc.cancel {
+				t.Fatalf("cancels of the primary = %v, want %q", cs, tc.cancel)
+			}
+			if got := has[MarkRoute](seen); got != tc.mark {
+				t.Fatalf("route marked = %v, want %v", got, tc.mark)
+			}
+			rec, ok := endOf(seen, 1)
+			if !ok || rec.Outcome != tc.outcome || rec.Status != tc.status || rec.Role != schemas.RolePrimary {
+				t.Fatalf("the primary's record = %+v (%v), want %s %s", rec, ok, tc.outcome, tc.status)
+			}
+			if !has[Settle](seen) {
+				t.Fatalf("the primary's usage was not settled: %v", seen)
+			}
+			ge, ok := find[GroupEnded](seen)
+			if !ok || !h.g.Done() {
+				t.Fatalf("the group did not end with the primary: %v", seen)
+			}
+			if !ge.Committed || ge.Winner != 2 || ge.Latency != 1401*time.Millisecond {
+				t.Fatalf("group record %+v: the caller's outcome changed", ge)
+			}
+			if ge.Baseline != tc.want {
+				t.Fatalf("baseline = %+v, want %+v", ge.Baseline, tc.want)
+			}
+			if err := h.chk.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The baseline is the run a primary-only group would have had: when the
+// hedge launched, that group was waiting on the attempt running then.
+func TestAControlGroupsBaselineIsTheAttemptItsPrimaryOnlyRunWouldBeWaitingOn(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(h *harness) []Action // to the group's end
+		kept int
+		want Baseline
+	}{
+		{name: "a control group that never hedged is its own baseline", run: func(h *harness) []Action {
+			h.launched(controlStart)
+			h.at(2, Accepted{Attempt: 1})
+			h.at(600, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+			h.at(601, GateDecided{Attempt: 1, Won: true, Gate: "g/1/1"})
+			return h.at(900, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
+		}, want: Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 601 * time.Millisecond}},
+		{name: "a control group the deadline failed before any hedge fails its baseline too", run: func(h *harness) []Action {
+			h.launched(Start{Streaming: true, HedgeEligible: false, NotEligibleReason: "rollout", Control: true, HedgeDelay: time.Second})
+			h.at(2, Accepted{Attempt: 1})
+			h.at(30_000, TimerFired{Kind: TimerDeadline})
+			return h.at(30_002, CancelObserved{Attempt: 1})
+		}, want: Baseline{Observed: true, Latency: 30 * time.Second}},
+		{name: "a primary that beats its hedge is its own baseline", run: func(h *harness) []Action {
+			h.hedged(controlStart)
+			h.at(1200, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+			acts := h.at(1201, GateDecided{Attempt: 1, Won: true, Gate: "g/1/1"})
+			if cs := cancelsOf(acts, 2); len(cs) != 1 || cs[0] != CancelLostRace {
+				t.Fatalf("the hedge was not cancelled as the loser: %v", acts)
+			}
+			h.at(1203, CancelObserved{Attempt: 2})
+			return h.at(1500, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
+		}, want: Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 1201 * time.Millisecond}},
+		{name: "a primary already valid when the hedge commits is measured there and stopped", run: func(h *harness) []Action {
+			h.hedged(Start{HedgeEligible: true, Control: true, HedgeDelay: time.Second, InputUnits: 100})
+			h.at(1300, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true})
+			// The primary's answer arrives while the hedge's election is pending.
+			h.at(1350, Result{Attempt: 1, Status: schemas.StatusOK, Valid: true})
+			acts := h.at(1401, GateDecided{Attempt: 2, Won: true, Gate: "g/2/1"})
+			if rec, ok := endOf(acts, 1); !ok || rec.Outcome != OutcomeLoserLate {
+				t.Fatalf("the primary = %+v (%v), want it ended a late loser at the commit", rec, ok)
+			}
+			return acts
+		}, want: Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 1350 * time.Millisecond}},
+		{name: "a replacement that took the primary's place before the hedge is the baseline", run: func(h *harness) []Action {
+			h.launched(controlStart)
+			h.at(200, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+			h.at(201, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})
+			h.at(203, Accepted{Attempt: 2})
+			h.at(1000, TimerFired{Kind: TimerHedge})
+			h.at(1001, HedgeBudgetDecided{Allowed: true, Route: "c", Reservation: "r3"})
+			h.at(1002, Accepted{Attempt: 3})
+			h.at(1400, Progress{Attempt: 3, Tokens: 1, FirstToken: true, Valid: true})
+			acts := h.at(1401, GateDecided{Attempt: 3, Won: true, Gate: "g/3/1"})
+			if c, _ := find[Commit](acts); c.Kept != 2 {
+				t.Fatalf("Commit = %+v, want the replacement kept", c)
+			}
+			h.at(1800, Result{Attempt: 3, Status: schemas.StatusOK, Valid: true})
+			h.at(2200, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})
+			return h.at(2202, CancelObserved{Attempt: 2})
+		}, kept: 2, want: Baseline{Observed: true, Attempt: 2, Committed: true, Latency: 2200 * time.Millisecond}},
+		{name: "a baseline no worker took yet is not kept, and the group has no baseline", run: func(h *harness) []Action {
+			h.launched(controlStart)
+			h.at(1000, TimerFired{Kind: TimerHedge})
+			h.at(1001, HedgeBudgetDecided{Allowed: true, Route: "b", Reservation: "r2"})
+			h.at(1002, Accepted{Attempt: 2})
+			h.at(1400, Progress{Attempt: 2, Tokens: 1, FirstToken: true, Valid: true})
+			acts := h.at(1401, GateDecided{Attempt: 2, Won: true, Gate: "g/2/1"})
+			if c, _ := find[Commit](acts); c.Kept != 0 || len(cancelsOf(acts, 1)) != 1 {
+				t.Fatalf("commit = %v, want the unaccepted primary cancelled, none kept", acts)
+			}
+			h.at(1403, CancelObserved{Attempt: 1})
+			return h.at(1800, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true})
+		}},
+		{name: "a group that is not a control group stops every loser at the commit and has no baseline", run: func(h *harness) []Action {
+			h.hedged(streamingStart)
+			acts := h.hedgeCommits()
+			if c, _ := find[Commit](acts); c.Kept != 0 || len(cancelsOf(acts, 1)) != 1 {
+				t.Fatalf("commit = %v, want the primary cancelled as the loser", acts)
+			}
+			h.at(1403, CancelObserved{Attempt: 1})
+			return h.at(1800, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true})
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultOptions()
+			p.MaxAttempts = 3
+			h := newHarness(t, p)
+			ge, ok := find[GroupEnded](tc.run(h))
+			if !ok || !h.g.Done() {
+				t.Fatal("the group did not end")
+			}
+			if ge.Baseline != tc.want {
+				t.Fatalf("baseline = %+v, want %+v", ge.Baseline, tc.want)
+			}
+			if err := h.chk.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The kept baseline is no part of the caller's answer: a caller leaving
+// after the commit stops the winner only, and the baseline's measurement
+// goes on to its end.
+func TestACallerLeavingAfterTheCommitLeavesTheBaselineRunning(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	h.hedged(controlStart)
+	h.hedgeCommits()
+	acts := h.at(1500, CallerGone{})
+	if cs := cancelsOf(acts, 2); len(cs) != 1 || cs[0] != CancelCallerGone {
+		t.Fatalf("caller gone = %v, want the winner stopped", acts)
+	}
+	if cs := cancelsOf(acts, 1); len(cs) != 0 {
+		t.Fatalf("the kept baseline was stopped by the caller leaving: %v", acts)
+	}
+	h.at(1502, CancelObserved{Attempt: 2})
+	h.at(2600, Progress{Attempt: 1, Tokens: 1, FirstToken: true, Valid: true})
+	ge, ok := find[GroupEnded](h.at(2602, CancelObserved{Attempt: 1}))
+	if !ok || ge.Baseline != (Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 2600 * time.Millisecond}) {
+		t.Fatalf("group record %+v (%v), want the baseline measured at 2.6 s", ge, ok)
 	}
 }

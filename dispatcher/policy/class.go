@@ -9,6 +9,7 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -53,11 +54,12 @@ func NewClass(name string, p *Policy) (*Class, error) {
 }
 
 // Reasons a group is not eligible to hedge, in the order the rules apply;
-// the engine reports them as the group's suppression reason.
+// the engine reports them as the group's suppression reason. The control
+// draw is none: a control group hedges as any group does, and its
+// baseline is measured on the side (Eligibility, hedge.Start.Control).
 const (
 	ReasonPolicy      = "policy"       // the class does not hedge, or is not idempotent
 	ReasonSingleRoute = "single_route" // one route, and hedging on the same one is off
-	ReasonControl     = "control"      // the group is in the primary-only control fraction
 	ReasonRollout     = "rollout"      // the group is outside the rollout fraction
 	ReasonGuardrail   = "guardrail"    // the guardrail switched hedging off for the cohort
 	ReasonPushback    = "pushback"     // a route of the pool is in pushback (scope cohort)
@@ -83,7 +85,11 @@ type Eligibility struct {
 	Eligible bool
 	// Reason is the rule that made the group ineligible; empty when eligible.
 	Reason string
-	// Arm is the guardrail arm the group's latency counts in.
+	// Arm is the guardrail arm the group counts in. A control group
+	// (ArmControl) hedges by the same rules as any group; the engine keeps
+	// its baseline running past another attempt's commit, and the arm
+	// takes what the group would have measured primary-only
+	// (hedge.Start.Control, GuardrailSample).
 	Arm delay.Arm
 	// Guardrail is the decision the group record carries.
 	Guardrail schemas.GuardrailDecision
@@ -95,20 +101,26 @@ type Eligibility struct {
 
 // Eligibility decides whether a group of the class may hedge. The rules
 // apply in order and the first that holds decides: the policy (hedge and
-// idempotent), a single route, the control fraction, the rollout fraction,
-// a route of the pool in pushback (with PushbackScope cohort: the cohort is
-// primary-only until the Retry-After passes, never answering the
-// provider's overload with more load), then the guardrail when enabled.
+// idempotent), a single route, the rollout fraction, a route of the pool
+// in pushback (with PushbackScope cohort: the cohort is primary-only until
+// the Retry-After passes, never answering the provider's overload with
+// more load), then the guardrail when enabled. Past the first two, the
+// control draw puts the group in the control arm, whose record says
+// control whatever the later rules decide; it decides nothing of the
+// hedge.
 func (c *Class) Eligibility(g Group) Eligibility {
 	p := c.Policy
 	e := Eligibility{Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible}
 	switch {
 	case !p.Hedge || !p.Idempotent:
 		e.Reason = ReasonPolicy
+		return e
 	case g.Routes < 2 && !p.SameRouteHedging:
 		e.Reason = ReasonSingleRoute
-	case delay.IsControl(delay.UniformFromID(g.ID), p.ControlFraction):
-		e.Reason, e.Guardrail, e.Arm = ReasonControl, schemas.GuardrailControl, delay.ArmControl
+		return e
+	}
+	control := delay.IsControl(delay.UniformFromID(g.ID), p.ControlFraction)
+	switch {
 	case delay.UniformFromID(g.ID+"/rollout") >= p.RolloutFraction:
 		e.Reason = ReasonRollout
 	case g.PushedBack && p.PushbackScope != PushbackRoute:
@@ -127,7 +139,51 @@ func (c *Class) Eligibility(g Group) Eligibility {
 			e.Guardrail = schemas.GuardrailProbe
 		}
 	}
+	if control {
+		e.Arm, e.Guardrail = delay.ArmControl, schemas.GuardrailControl
+	}
 	return e
+}
+
+// GuardrailSample is what a decided group adds to its arm of the
+// guardrail, and false when it adds nothing (docs/architecture.md §5). A
+// group of the hedged arm counts as its caller saw it. A control group
+// counts as it would have run primary-only: its Baseline, which the engine
+// measured on the baseline attempt it kept running past another attempt's
+// commit, and nothing when that is unknown (the baseline failed on its own
+// after the hedge launched, where a primary-only group would have asked
+// for a replacement nobody ran). A committed run counts at its attempt's
+// first byte under the first_byte trigger, else at its commit point; a
+// failed one counts failed at deadline. firstByte gives the time from the
+// group's start to attempt n's first byte (0: none came), as the driver
+// saw it.
+func (c *Class) GuardrailSample(arm delay.Arm, e hedge.GroupEnded, deadline time.Duration, firstByte func(attempt int) time.Duration) (latency time.Duration, failed, ok bool) {
+	attempt, committed, latency := e.Winner, e.Committed, e.Latency
+	if arm == delay.ArmControl {
+		if !e.Baseline.Observed {
+			return 0, false, false
+		}
+		attempt, committed, latency = e.Baseline.Attempt, e.Baseline.Committed, e.Baseline.Latency
+	}
+	if !committed {
+		return deadline, true, true
+	}
+	if c.Policy.Trigger == TriggerFirstByte {
+		if fb := firstByte(attempt); fb > 0 {
+			latency = fb
+		}
+	}
+	return latency, false, true
+}
+
+// ObserveGroup adds a decided group's GuardrailSample to its arm of the
+// cohort's guardrail, and reports whether it did.
+func (c *Class) ObserveGroup(cohort delay.Cohort, now time.Time, arm delay.Arm, e hedge.GroupEnded, deadline time.Duration, firstByte func(attempt int) time.Duration) bool {
+	latency, failed, ok := c.GuardrailSample(arm, e, deadline, firstByte)
+	if !ok {
+		return false
+	}
+	return c.Guardrail.ObserveGroup(cohort, now, arm, latency, failed) == nil
 }
 
 // HedgeDelay is the hedge delay of a group of cohort whose primary runs on

@@ -36,8 +36,11 @@ type Policy struct {
 	Idempotent bool `yaml:"idempotent"`
 	// RolloutFraction is the share of groups allowed to hedge, in [0,1].
 	RolloutFraction float64 `yaml:"rollout_fraction"`
-	// ControlFraction is the share of groups run primary-only as the live
-	// baseline for the guardrail, in [0,1].
+	// ControlFraction is the share of groups whose primary-only run is the
+	// guardrail's live baseline, in [0,1]. A control group hedges as any
+	// group does; its primary runs on, unseen by its caller, past another
+	// attempt's win to its own commit point, failure or the deadline, and
+	// that run is its sample (docs/architecture.md §5).
 	ControlFraction float64 `yaml:"control_fraction"`
 	Trigger         Trigger `yaml:"trigger"`
 	// MaxAttempts counts primary, hedges and replacements, 1..MaxAttemptsCap.

@@ -50,7 +50,7 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 			r.TTFTP99, r.TTFTP999, r.EndP99, r.EndP999, r.DupPoints)
 		if rep.HedgedArm.Requests > 0 {
 			ra := ratiosOf(rep, rep.HedgedArm)
-			fmt.Fprintf(w, "hedged arm / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points (the %d control groups are never hedged, by design)\n",
+			fmt.Fprintf(w, "hedged arm / best peer: TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×; duplicate rate %+.2f points (without the %d control groups: they hedge too, their primary-only baseline measured on the side)\n",
 				ra.TTFTP99, ra.TTFTP999, ra.EndP99, ra.EndP999, ra.DupPoints, row(rep.Contenders, contenderHedgerow).Requests-rep.HedgedArm.Requests)
 		}
 		fmt.Fprintf(w, "hedgerow / none:      TTFT P99 %.2f×, P99.9 %.2f×; end P99 %.2f×, P99.9 %.2f×\n",

@@ -6,10 +6,12 @@
 package policytest
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/hedgerow/hedgerow/dispatcher/delay"
+	"github.com/hedgerow/hedgerow/dispatcher/hedge"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -57,32 +59,32 @@ func EligibilityCases() []Eligibility {
 		{Name: "a pool of one route hedges on it when same-route hedging is on",
 			Policy: func(p *policy.Policy) { p.SameRouteHedging = true }, Routes: 1,
 			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
-		{Name: "a control group runs primary-only and counts in the control arm",
+		{Name: "a control group hedges as any group does and counts in the control arm",
 			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3,
-			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+			Eligible: true, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
 		{Name: "the single-route rule goes before the control draw",
 			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 1,
 			Reason: policy.ReasonSingleRoute, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
 		{Name: "a group outside the rollout does not hedge", Policy: func(p *policy.Policy) { p.RolloutFraction = 0 }, Routes: 3,
 			Reason: policy.ReasonRollout, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailIneligible},
-		{Name: "the control draw goes before the rollout",
+		{Name: "a control group outside the rollout does not hedge and still counts in the control arm",
 			Policy: func(p *policy.Policy) { p.ControlFraction, p.RolloutFraction = 1, 0 }, Routes: 3,
-			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+			Reason: policy.ReasonRollout, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
 		{Name: "a cohort whose guardrail switched hedging off does not hedge", Routes: 3, Breached: true,
 			Reason: policy.ReasonGuardrail, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailDisable},
 		{Name: "a disabled guardrail is not asked", Policy: func(p *policy.Policy) { p.Guardrail.Enabled = false }, Routes: 3, Breached: true,
 			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
-		{Name: "a control group is run primary-only even when the guardrail switched hedging off",
+		{Name: "a control group of a cohort whose guardrail switched hedging off does not hedge and counts in the control arm",
 			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3, Breached: true,
-			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+			Reason: policy.ReasonGuardrail, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
 		{Name: "a cohort whose pool has a route in pushback runs primary-only", Routes: 3, PushedBack: true,
 			Reason: policy.ReasonPushback, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailPushback},
 		{Name: "with pushback scope route a route in pushback leaves the cohort hedging",
 			Policy: func(p *policy.Policy) { p.PushbackScope = policy.PushbackRoute }, Routes: 3, PushedBack: true,
 			Eligible: true, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailAllow},
-		{Name: "a control group stays a control group during a pushback",
+		{Name: "a control group runs primary-only during a pushback as any group does and stays in the control arm",
 			Policy: func(p *policy.Policy) { p.ControlFraction = 1 }, Routes: 3, PushedBack: true,
-			Reason: policy.ReasonControl, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
+			Reason: policy.ReasonPushback, Arm: delay.ArmControl, Guardrail: schemas.GuardrailControl},
 		{Name: "the pushback rule goes before the guardrail", Routes: 3, PushedBack: true, Breached: true,
 			Reason: policy.ReasonPushback, Arm: delay.ArmHedged, Guardrail: schemas.GuardrailPushback},
 	}
@@ -191,6 +193,106 @@ func TestCensoring(t *testing.T, record func(t *testing.T, p *policy.Policy, c C
 			p.Trigger = tc.Trigger
 			if got := record(t, p, tc); got != tc.Recorded {
 				t.Fatalf("recorded %v, want %v", got, tc.Recorded)
+			}
+		})
+	}
+}
+
+// GuardrailDeadline is the deadline of a guardrail sample case's group.
+const GuardrailDeadline = 30 * time.Second
+
+// Launched is when attempt n of a guardrail sample case's group was
+// launched, after the group's start: the primary at once, then one a
+// second.
+func Launched(n int) time.Duration { return time.Duration(n-1) * time.Second }
+
+// GuardrailSample is a case of the guardrail's sample rule (policy.GuardrailSample):
+// a decided group, when its attempts' first bytes came, and what its arm
+// of the guardrail gets.
+type GuardrailSample struct {
+	Name    string
+	Trigger policy.Trigger
+	Arm     delay.Arm
+	// Ended is the engine's group record.
+	Ended hedge.GroupEnded
+	// Attempts is how many attempts the group launched (at Launched(n));
+	// FirstBytes[n] is when attempt n's first byte came, after the
+	// group's start (absent: none came).
+	Attempts   int
+	FirstBytes map[int]time.Duration
+
+	// Sampled: the arm takes a sample, of Latency, failed or not.
+	Sampled bool
+	Latency time.Duration
+	Failed  bool
+}
+
+// GuardrailSampleCases are the sample rule's cases.
+func GuardrailSampleCases() []GuardrailSample {
+	const ms = time.Millisecond
+	kept := hedge.GroupEnded{Committed: true, Winner: 2, Attempts: 2, HedgeLaunched: true, Latency: 1401 * ms,
+		Baseline: hedge.Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 3001 * ms}}
+	hedged := kept
+	hedged.Baseline = hedge.Baseline{}
+	toDeadline := kept
+	toDeadline.Baseline = hedge.Baseline{Observed: true, Latency: GuardrailDeadline}
+	lost := kept
+	lost.Baseline = hedge.Baseline{}
+	bothBytes := map[int]time.Duration{1: 3000 * ms, 2: 1300 * ms}
+	return []GuardrailSample{
+		{Name: "a hedged group counts at its winner's first byte", Trigger: policy.TriggerFirstByte, Arm: delay.ArmHedged,
+			Ended: hedged, Attempts: 2, FirstBytes: map[int]time.Duration{2: 1300 * ms}, Sampled: true, Latency: 1300 * ms},
+		{Name: "a hedged group counts at its commit under the total trigger", Trigger: policy.TriggerTotal, Arm: delay.ArmHedged,
+			Ended: hedged, Attempts: 2, FirstBytes: map[int]time.Duration{2: 1300 * ms}, Sampled: true, Latency: 1401 * ms},
+		{Name: "a failed group counts failed at the deadline", Trigger: policy.TriggerFirstByte, Arm: delay.ArmHedged,
+			Ended: hedge.GroupEnded{Error: schemas.ErrAllRoutesFailed, Attempts: 2, Latency: 1200 * ms}, Attempts: 2,
+			Sampled: true, Latency: GuardrailDeadline, Failed: true},
+		{Name: "a control group counts at its kept baseline's first byte, not its winner's", Trigger: policy.TriggerFirstByte, Arm: delay.ArmControl,
+			Ended: kept, Attempts: 2, FirstBytes: bothBytes, Sampled: true, Latency: 3000 * ms},
+		{Name: "a control group counts at its baseline's commit point under the total trigger", Trigger: policy.TriggerTotal, Arm: delay.ArmControl,
+			Ended: kept, Attempts: 2, FirstBytes: bothBytes, Sampled: true, Latency: 3001 * ms},
+		{Name: "a control group whose baseline ran to the deadline counts failed there, though its caller had an answer", Trigger: policy.TriggerFirstByte, Arm: delay.ArmControl,
+			Ended: toDeadline, Attempts: 2, FirstBytes: map[int]time.Duration{2: 1300 * ms}, Sampled: true, Latency: GuardrailDeadline, Failed: true},
+		{Name: "a control group whose baseline failed on its own after the hedge launched adds nothing", Trigger: policy.TriggerFirstByte, Arm: delay.ArmControl,
+			Ended: lost, Attempts: 2, FirstBytes: map[int]time.Duration{2: 1300 * ms}},
+		{Name: "a control group that never hedged counts as its caller saw it", Trigger: policy.TriggerFirstByte, Arm: delay.ArmControl,
+			Ended: hedge.GroupEnded{Committed: true, Winner: 1, Attempts: 1, Latency: 601 * ms,
+				Baseline: hedge.Baseline{Observed: true, Attempt: 1, Committed: true, Latency: 601 * ms}},
+			Attempts: 1, FirstBytes: map[int]time.Duration{1: 600 * ms}, Sampled: true, Latency: 600 * ms},
+	}
+}
+
+// TestGuardrailSamples runs every sample case through observe: the driver's path
+// from a decided group of a class running p, its attempts set up the
+// driver's way, to its guardrail, which observe returns with the group's
+// cohort. The case's sample is then read back from the guardrail's
+// statistics (a sketch of relative accuracy 1 %).
+func TestGuardrailSamples(t *testing.T, observe func(t *testing.T, p *policy.Policy, c GuardrailSample) (*policy.Class, delay.Cohort, time.Time)) {
+	for _, tc := range GuardrailSampleCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			p := policy.Default()
+			p.Trigger = tc.Trigger
+			cl, cohort, now := observe(t, p, tc)
+			st := cl.Guardrail.Stats(cohort, now)
+			n, q, failRate := st.HedgedSamples, st.HedgedQuantile, st.HedgedErrorRate
+			other := st.ControlSamples
+			if tc.Arm == delay.ArmControl {
+				n, q, failRate, other = st.ControlSamples, st.ControlQuantile, st.ControlErrorRate, st.HedgedSamples
+			}
+			if other != 0 {
+				t.Fatalf("the other arm took %d samples", other)
+			}
+			if got := n == 1; got != tc.Sampled {
+				t.Fatalf("%s arm holds %d samples, want sampled %v", tc.Arm, n, tc.Sampled)
+			}
+			if !tc.Sampled {
+				return
+			}
+			if math.Abs(q.Seconds()-tc.Latency.Seconds()) > 0.011*tc.Latency.Seconds() {
+				t.Fatalf("sample %v, want %v", q, tc.Latency)
+			}
+			if got := failRate == 1; got != tc.Failed {
+				t.Fatalf("sample failed %v, want %v", got, tc.Failed)
 			}
 		})
 	}
