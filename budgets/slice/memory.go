@@ -54,12 +54,12 @@ func NewMemory(now func() time.Time) *Memory {
 
 // Take grants holder its share of up to want tokens of r's bucket after
 // adjusting it.
-func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust float64) (float64, time.Duration, error) {
+func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust float64) (float64, float64, time.Duration, error) {
 	if err := r.Validate(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if err := checkUnits(holder, wanted, adjust); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	now := m.now()
 	m.mu.Lock()
@@ -85,7 +85,7 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 		b.tokens = math.Min(r.Burst, b.tokens) + adjust
 	}
 	if wanted == 0 {
-		return 0, 0, nil
+		return 0, b.tokens, 0, nil
 	}
 	live := make(map[string]float64, len(b.wants)+1)
 	for h, w := range b.wants {
@@ -104,9 +104,9 @@ func (m *Memory) Take(_ context.Context, r Rate, holder string, wanted, adjust f
 		delete(b.wants, holder)
 	}
 	if took < wanted {
-		return took, UntilToken(b.tokens, r.PerSecond), nil
+		return took, b.tokens, UntilToken(b.tokens, r.PerSecond), nil
 	}
-	return took, 0, nil
+	return took, b.tokens, 0, nil
 }
 
 // Hold sets holder's slots of c.

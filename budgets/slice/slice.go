@@ -93,9 +93,12 @@ type Granter interface {
 	// what it asked for within DemandWindow and did not get), so no gateway
 	// starves another by asking first, and one that got what it asked for
 	// takes no part from the next asker. took
-	// may be a fraction of a token; when took < want, wait is how long
-	// until the bucket holds one more (0 for a bucket that never refills).
-	Take(ctx context.Context, r Rate, holder string, want, adjust float64) (took float64, wait time.Duration, err error)
+	// may be a fraction of a token; left is what the bucket holds after
+	// (below zero in debt): what a gateway cut off from the granter
+	// divides into its safe share of a budget that never refills. When
+	// took < want, wait is how long until the bucket holds one more (0 for
+	// a bucket that never refills).
+	Take(ctx context.Context, r Rate, holder string, want, adjust float64) (took, left float64, wait time.Duration, err error)
 	// Hold sets holder's slots of c to want until ttl from now, or to as
 	// many as the other live holders leave free when that is fewer, and
 	// answers what holder now holds. A hold that expires is free for

@@ -85,6 +85,8 @@ type rateSlice struct {
 	usedAt   time.Time  // when use was last decayed
 	takenAt  time.Time  // the last take
 	dryUntil time.Time  // the granter said its bucket is empty until then
+	left     float64    // what the granter's bucket held at its last answer
+	answered bool       // the granter has answered for this slice
 	call     sync.Mutex // held across a call to the granter for this slice
 	// owed is what the gateway spent without the granter (its safe
 	// share), charged with its next call that reaches it.
@@ -205,7 +207,7 @@ func (s *Slices) Close() {
 		// does not starve the rest.
 		for _, g := range rates {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-			_, _, _ = s.granter.Take(ctx, g.r, s.opts.Holder, 0, g.adjust)
+			_, _, _, _ = s.granter.Take(ctx, g.r, s.opts.Holder, 0, g.adjust)
 			cancel()
 		}
 		for _, c := range concs {
@@ -305,7 +307,7 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) 
 	owed, ceiling := sl.owed, sl.ceiling
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	took, wait, err := s.granter.Take(cctx, ceiling, s.opts.Holder, want, adjust-owed)
+	took, left, wait, err := s.granter.Take(cctx, ceiling, s.opts.Holder, want, adjust-owed)
 	cancel()
 	now := s.now()
 	s.mu.Lock()
@@ -318,6 +320,7 @@ func (s *Slices) take(ctx context.Context, sl *rateSlice, want, adjust float64) 
 	sl.onSafe = false
 	sl.owed -= owed
 	sl.tokens += took
+	sl.left, sl.answered = left, true
 	sl.expires = now.Add(s.opts.TTL) // the granter answered: what the slice holds lives on
 	if sl.ceiling.PerSecond == 0 {
 		sl.consumed += took - adjust + owed
@@ -368,7 +371,19 @@ func (s *Slices) spendSafe(sl *rateSlice, now time.Time, n float64) (bool, time.
 	perSecond := sl.ceiling.PerSecond / share
 	burst := math.Max(1, sl.ceiling.Burst/share)
 	if sl.safe == nil {
-		sl.safe = &bucket{tokens: burst, at: now}
+		start := burst
+		if perSecond == 0 {
+			// A budget that never refills: a share of what the granter
+			// had left at its last answer, not of the whole window, so
+			// the gateways together spend about what was left (all of
+			// it, for a slice the granter never answered).
+			left := sl.ceiling.Burst
+			if sl.answered {
+				left = math.Max(0, sl.left)
+			}
+			start = left / share
+		}
+		sl.safe = &bucket{tokens: start, at: now}
 	}
 	sl.onSafe = true
 	if now.After(sl.safe.at) {

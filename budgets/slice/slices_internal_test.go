@@ -42,10 +42,10 @@ type countingGranter struct {
 
 var errDown = errors.New("granter unreachable")
 
-func (g *countingGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+func (g *countingGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, float64, time.Duration, error) {
 	g.calls.Add(1)
 	if g.down.Load() {
-		return 0, 0, errDown
+		return 0, 0, 0, errDown
 	}
 	return g.Granter.Take(ctx, r, holder, want, adjust)
 }
@@ -311,7 +311,7 @@ func (s *switchableGranter) Lose() {
 	s.mu.Unlock()
 }
 
-func (s *switchableGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+func (s *switchableGranter) Take(ctx context.Context, r Rate, holder string, want, adjust float64) (float64, float64, time.Duration, error) {
 	return s.current().Take(ctx, r, holder, want, adjust)
 }
 
@@ -426,16 +426,16 @@ func TestAMemoryForgetsBucketsThatCameBackFullOrWentStale(t *testing.T) {
 	m := NewMemory(clock.Now)
 	for i := range pruneEvery {
 		w := Rate{Key: "tenant:t:spend:" + string(rune('a'+i%26)) + time.Duration(i).String(), Kind: "tenant_spend", Burst: 10}
-		if _, _, err := m.Take(ctx, w, "gw", 1, 0); err != nil {
+		if _, _, _, err := m.Take(ctx, w, "gw", 1, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := m.Take(ctx, tenantRate, "gw", 1, 0); err != nil {
+	if _, _, _, err := m.Take(ctx, tenantRate, "gw", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(KeepBudgets)
 	for range pruneEvery {
-		if _, _, err := m.Take(ctx, tenantRate, "gw", 0, 0); err != nil {
+		if _, _, _, err := m.Take(ctx, tenantRate, "gw", 0, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -443,4 +443,34 @@ func TestAMemoryForgetsBucketsThatCameBackFullOrWentStale(t *testing.T) {
 	if _, ok := m.buckets[tenantRate.Key]; len(m.buckets) != 1 || !ok {
 		t.Fatalf("%d buckets kept past KeepBudgets; want only the rate in use", len(m.buckets))
 	}
+}
+
+// Cut off from the granter, two gateways share out what was left of a
+// window's budget at the granter's last answer to each, not the whole
+// window again: together they spend at most the window and what the
+// other's grants took after each one's last answer (at most a grant each
+// here; a share of the whole window would have let them spend 1,800).
+func TestGatewaysCutOffShareWhatWasLeftOfAWindowNotTheWholeWindow(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	g := &countingGranter{Granter: NewMemory(clock.Now)}
+	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
+	for _, s := range []*Slices{a, b, a} {
+		s.countAlive(ctx)
+	}
+	spent := 0.0
+	for range 4 { // 800 of the window's 1000, half through each
+		for _, s := range []*Slices{a, b} {
+			if ok, _ := s.TakeN(ctx, spendWindow, 100); !ok {
+				t.Fatal("a take within the window's budget refused")
+			}
+			spent += 100
+		}
+	}
+	g.down.Store(true)
+	spent += spendAll(ctx, a, spendWindow, 10) + spendAll(ctx, b, spendWindow, 10)
+	if spent > spendWindow.Burst+2*100 {
+		t.Fatalf("the gateways spent %v of a window of %v, %v of it after the granter went away", spent, spendWindow.Burst, spent-800)
+	}
+	t.Logf("spent %v of %v, %v after the granter went away", spent, spendWindow.Burst, spent-800)
 }

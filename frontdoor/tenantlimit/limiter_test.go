@@ -203,9 +203,9 @@ type downGranter struct {
 
 var errDown = errors.New("down")
 
-func (g *downGranter) Take(ctx context.Context, r slice.Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+func (g *downGranter) Take(ctx context.Context, r slice.Rate, holder string, want, adjust float64) (float64, float64, time.Duration, error) {
 	if g.down.Load() {
-		return 0, 0, errDown
+		return 0, 0, 0, errDown
 	}
 	return g.Granter.Take(ctx, r, holder, want, adjust)
 }

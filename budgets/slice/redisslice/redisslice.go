@@ -282,35 +282,35 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('GET', KEYS[2])}
 
 // Take adjusts r's bucket by adjust and grants holder its share of up to
 // want tokens.
-func (g *Granter) Take(ctx context.Context, r slice.Rate, holder string, want, adjust float64) (float64, time.Duration, error) {
+func (g *Granter) Take(ctx context.Context, r slice.Rate, holder string, want, adjust float64) (float64, float64, time.Duration, error) {
 	if err := r.Validate(); err != nil {
-		return 0, 0, fmt.Errorf("redisslice: take: %w", err)
+		return 0, 0, 0, fmt.Errorf("redisslice: take: %w", err)
 	}
 	if holder == "" {
-		return 0, 0, fmt.Errorf("redisslice: take: %w: a take needs a holder", slice.ErrInvalidRequest)
+		return 0, 0, 0, fmt.Errorf("redisslice: take: %w: a take needs a holder", slice.ErrInvalidRequest)
 	}
 	if !(want >= 0) || math.IsInf(want, 0) || math.IsNaN(adjust) || math.IsInf(adjust, 0) {
-		return 0, 0, fmt.Errorf("redisslice: take: %w: want must be finite and ≥ 0, adjust finite (got %v, %v)",
+		return 0, 0, 0, fmt.Errorf("redisslice: take: %w: want must be finite and ≥ 0, adjust finite (got %v, %v)",
 			slice.ErrInvalidRequest, want, adjust)
 	}
 	res, err := takeScript.Run(ctx, g.client, []string{g.rateKey(r)},
 		g.now().UnixMilli(), float(r.PerSecond), float(r.Burst), holder, float(want), float(adjust),
 		slice.DemandWindow.Milliseconds(), g.keepMs).StringSlice()
 	if err != nil {
-		return 0, 0, fmt.Errorf("redisslice: take: rate %q: %w", r.Key, err)
+		return 0, 0, 0, fmt.Errorf("redisslice: take: rate %q: %w", r.Key, err)
 	}
 	if len(res) != 2 {
-		return 0, 0, fmt.Errorf("redisslice: take: rate %q: unexpected reply %q", r.Key, res)
+		return 0, 0, 0, fmt.Errorf("redisslice: take: rate %q: unexpected reply %q", r.Key, res)
 	}
 	took, err1 := strconv.ParseFloat(res[0], 64)
 	tokens, err2 := strconv.ParseFloat(res[1], 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, fmt.Errorf("redisslice: take: rate %q: unexpected reply %q: %w", r.Key, res, err)
+		return 0, 0, 0, fmt.Errorf("redisslice: take: rate %q: unexpected reply %q: %w", r.Key, res, err)
 	}
 	if took < want {
-		return took, slice.UntilToken(tokens, r.PerSecond), nil
+		return took, tokens, slice.UntilToken(tokens, r.PerSecond), nil
 	}
-	return took, 0, nil
+	return took, tokens, 0, nil
 }
 
 // Hold sets holder's slots of c to want, or to what the other live holders

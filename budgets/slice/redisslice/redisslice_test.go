@@ -79,19 +79,19 @@ func TestTwoGatewaysShareOneBucketAndOneSetOfSlots(t *testing.T) {
 	r := slice.Rate{Key: "tenant:acme:rate", Kind: "tenant_rate", PerSecond: 2, Burst: 4}
 	c := slice.Concurrency{Key: "tenant:acme:concurrency", Kind: "tenant_concurrency", Max: 3}
 
-	if took, wait, err := a.Take(ctx, r, "gateway-a", 3, 0); err != nil || took != 3 || wait != 0 {
+	if took, _, wait, err := a.Take(ctx, r, "gateway-a", 3, 0); err != nil || took != 3 || wait != 0 {
 		t.Fatalf("gateway a's take = %v, %v, %v; want 3 of the burst of 4", took, wait, err)
 	}
-	if took, wait, err := b.Take(ctx, r, "gateway-b", 3, 0); err != nil || took != 1 || wait != 500*time.Millisecond {
+	if took, _, wait, err := b.Take(ctx, r, "gateway-b", 3, 0); err != nil || took != 1 || wait != 500*time.Millisecond {
 		t.Fatalf("gateway b's take = %v, wait %v, %v; want the 1 token a left (a got all it asked for), wait 500ms", took, wait, err)
 	}
-	if _, _, err := a.Take(ctx, r, "gateway-a", 0, 2); err != nil { // a puts back 2 it did not spend
+	if _, _, _, err := a.Take(ctx, r, "gateway-a", 0, 2); err != nil { // a puts back 2 it did not spend
 		t.Fatal(err)
 	}
-	if took, _, err := a.Take(ctx, r, "gateway-a", 2, 0); err != nil || took != 1 {
+	if took, _, _, err := a.Take(ctx, r, "gateway-a", 2, 0); err != nil || took != 1 {
 		t.Fatalf("gateway a's take after it put back 2 = %v, %v; want half of the 2 there (b still wants 2)", took, err)
 	}
-	if took, _, err := b.Take(ctx, r, "gateway-b", 1, 0); err != nil || took != 0.5 {
+	if took, _, _, err := b.Take(ctx, r, "gateway-b", 1, 0); err != nil || took != 0.5 {
 		t.Fatalf("gateway b's take = %v, %v; want half of the 1 left (a still wants 1)", took, err)
 	}
 
@@ -162,8 +162,8 @@ func TestRedisAnswersAsMemoryDoes(t *testing.T) {
 				adjust = -float64(1+rng.IntN(12)) / 4
 				charges++
 			}
-			mt, mw, merr := mem.Take(ctx, r, holder, want, adjust)
-			rt, rw, rerr := red.Take(ctx, r, holder, want, adjust)
+			mt, _, mw, merr := mem.Take(ctx, r, holder, want, adjust)
+			rt, _, rw, rerr := red.Take(ctx, r, holder, want, adjust)
 			if merr != nil || rerr != nil || math.Float64bits(mt) != math.Float64bits(rt) || mw != rw {
 				t.Fatalf("step %d: Take(%s per second %v burst %v, %s, want %v, adjust %v): memory took %v, wait %v, %v; redis took %v, wait %v, %v",
 					i, r.Key, r.PerSecond, r.Burst, holder, want, adjust, mt, mw, merr, rt, rw, rerr)
@@ -242,7 +242,7 @@ func TestKeysCarryATTL(t *testing.T) {
 		{long, slice.Rate{Key: "spent", Kind: "k", PerSecond: 0, Burst: 10}, 1, 0},  // kept as its granter says
 	}
 	for _, tk := range takes {
-		if _, _, err := tk.g.Take(ctx, tk.r, "gw", tk.want, tk.adjust); err != nil {
+		if _, _, _, err := tk.g.Take(ctx, tk.r, "gw", tk.want, tk.adjust); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,7 +290,7 @@ func TestWantsOlderThanTheDemandWindowAreDeleted(t *testing.T) {
 	r := slice.Rate{Key: "acme", Kind: "k", PerSecond: 1, Burst: 1}
 	const key = "hr:{sl:acme}:rate"
 	for i := range 50 { // the first gets the one token there, none what it asked for
-		if _, _, err := g.Take(ctx, r, fmt.Sprint("gw-", i), 2, 0); err != nil {
+		if _, _, _, err := g.Take(ctx, r, fmt.Sprint("gw-", i), 2, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,20 +298,20 @@ func TestWantsOlderThanTheDemandWindowAreDeleted(t *testing.T) {
 		t.Fatalf("HLEN after 50 holders asked = %d, %v; want tokens, at, burst and 50 wants", n, err)
 	}
 	clock.Advance(slice.DemandWindow - time.Millisecond)
-	if _, _, err := g.Take(ctx, r, "late", 0, 1); err != nil {
+	if _, _, _, err := g.Take(ctx, r, "late", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := client.HLen(ctx, key).Result(); err != nil || n != 3+50 {
 		t.Fatalf("HLEN a millisecond before the wants are stale = %d, %v; want them all still", n, err)
 	}
 	clock.Advance(time.Millisecond)
-	if _, _, err := g.Take(ctx, r, "late", 0, 1); err != nil {
+	if _, _, _, err := g.Take(ctx, r, "late", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := client.HLen(ctx, key).Result(); err != nil || n != 3 {
 		t.Fatalf("HLEN once the wants are stale = %d, %v; want tokens, at and burst only", n, err)
 	}
-	if _, _, err := g.Take(ctx, r, "late", 2.5, 0); err != nil {
+	if _, _, _, err := g.Take(ctx, r, "late", 2.5, 0); err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("1.5:%d", clock.Now().UnixMilli())
@@ -333,7 +333,7 @@ func TestEpochChangesWhenRedisRestartsEmpty(t *testing.T) {
 	if err != nil || before == "" {
 		t.Fatalf("Alive = %q, %v; want an epoch", before, err)
 	}
-	if took, _, err := g.Take(ctx, window, "gw", 60, 0); err != nil || took != 60 {
+	if took, _, _, err := g.Take(ctx, window, "gw", 60, 0); err != nil || took != 60 {
 		t.Fatalf("Take = %v, %v; want 60", took, err)
 	}
 	if _, again, err := g.Alive(ctx, "gw", time.Minute); err != nil || again != before {
@@ -353,7 +353,7 @@ func TestEpochChangesWhenRedisRestartsEmpty(t *testing.T) {
 	if err != nil || after == "" || after == before {
 		t.Fatalf("Alive after an empty restart = %q, %v; want a new epoch, not %q", after, err, before)
 	}
-	if took, _, err := g.Take(ctx, window, "gw", 100, 0); err != nil || took != 100 {
+	if took, _, _, err := g.Take(ctx, window, "gw", 100, 0); err != nil || took != 100 {
 		t.Fatalf("Take after the restart = %v, %v; want the whole 100: the state the new epoch names is empty", took, err)
 	}
 	if _, again, err := g.Alive(ctx, "gw", time.Minute); err != nil || again != after {
@@ -382,13 +382,13 @@ func TestStoppedRedisIsAnErrorPromptly(t *testing.T) {
 	g := newGranter(t, srv.Client(), "", nil)
 	r := slice.Rate{Key: "acme", Kind: "k", PerSecond: 1, Burst: 1}
 	c := slice.Concurrency{Key: "acme", Kind: "k", Max: 1}
-	if _, _, err := g.Take(t.Context(), r, "gw", 0, 0); err != nil { // a pooled connection the kill breaks
+	if _, _, _, err := g.Take(t.Context(), r, "gw", 0, 0); err != nil { // a pooled connection the kill breaks
 		t.Fatal(err)
 	}
 	srv.Kill()
 	const deadline = slice.DefaultTimeout
 	calls := map[string]func(context.Context) error{
-		"Take": func(ctx context.Context) error { _, _, err := g.Take(ctx, r, "gw", 1, 0); return err },
+		"Take": func(ctx context.Context) error { _, _, _, err := g.Take(ctx, r, "gw", 1, 0); return err },
 		"Hold": func(ctx context.Context) error { _, err := g.Hold(ctx, c, "gw", 1, time.Minute); return err },
 		"Alive": func(ctx context.Context) error {
 			_, _, err := g.Alive(ctx, "gw", time.Minute)

@@ -45,7 +45,7 @@ func testInvalidIsAnError(f *fixture) {
 		{"adjust NaN adjusting only", valid, "x", 0, nan},
 	}
 	for _, c := range takes {
-		took, wait, err := f.g.Take(f.ctx, c.r, c.holder, c.want, c.adjust)
+		took, _, wait, err := f.g.Take(f.ctx, c.r, c.holder, c.want, c.adjust)
 		if !errors.Is(err, slice.ErrInvalidRequest) || took != 0 || wait != 0 {
 			f.t.Errorf("Take with %s = took %v, wait %v, %v; want 0, 0 and an error wrapping ErrInvalidRequest", c.name, took, wait, err)
 		}
@@ -121,7 +121,7 @@ func testConcurrentTakes(f *fixture) {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(i), 0x511ce))
 				for range calls {
-					took, _, err := f.g.Take(f.ctx, r, holder, float64(1+rng.IntN(3)), 0)
+					took, _, _, err := f.g.Take(f.ctx, r, holder, float64(1+rng.IntN(3)), 0)
 					if err != nil {
 						f.t.Error(err)
 						return

@@ -128,7 +128,7 @@ func (f *fixture) take(r slice.Rate, want, adjust float64) (float64, time.Durati
 // takeAs calls Take as holder and fails the test on an error.
 func (f *fixture) takeAs(r slice.Rate, holder string, want, adjust float64) (float64, time.Duration) {
 	f.t.Helper()
-	took, wait, err := f.g.Take(f.ctx, r, holder, want, adjust)
+	took, _, wait, err := f.g.Take(f.ctx, r, holder, want, adjust)
 	if err != nil {
 		f.t.Fatalf("Take(%s, %s, want %v, adjust %v): %v", r.Key, holder, want, adjust, err)
 	}
