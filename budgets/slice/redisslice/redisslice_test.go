@@ -162,11 +162,11 @@ func TestRedisAnswersAsMemoryDoes(t *testing.T) {
 				adjust = -float64(1+rng.IntN(12)) / 4
 				charges++
 			}
-			mt, _, mw, merr := mem.Take(ctx, r, holder, want, adjust)
-			rt, _, rw, rerr := red.Take(ctx, r, holder, want, adjust)
-			if merr != nil || rerr != nil || math.Float64bits(mt) != math.Float64bits(rt) || mw != rw {
-				t.Fatalf("step %d: Take(%s per second %v burst %v, %s, want %v, adjust %v): memory took %v, wait %v, %v; redis took %v, wait %v, %v",
-					i, r.Key, r.PerSecond, r.Burst, holder, want, adjust, mt, mw, merr, rt, rw, rerr)
+			mt, ml, mw, merr := mem.Take(ctx, r, holder, want, adjust)
+			rt, rl, rw, rerr := red.Take(ctx, r, holder, want, adjust)
+			if merr != nil || rerr != nil || math.Float64bits(mt) != math.Float64bits(rt) || math.Float64bits(ml) != math.Float64bits(rl) || mw != rw {
+				t.Fatalf("step %d: Take(%s per second %v burst %v, %s, want %v, adjust %v): memory took %v, left %v, wait %v, %v; redis took %v, left %v, wait %v, %v",
+					i, r.Key, r.PerSecond, r.Burst, holder, want, adjust, mt, ml, mw, merr, rt, rl, rw, rerr)
 			}
 			if mw > 0 {
 				waits++
