@@ -315,7 +315,22 @@ type Route struct {
 	// MaxInflight is the number of attempts one worker runs on this route at
 	// once before answering Busy.
 	MaxInflight int `yaml:"max_inflight"`
+	// Limits are the provider key's published limits on this route, which
+	// the gateways keep to between them so the provider never answers 429
+	// for hedgerow's own excess (docs/architecture.md §7, "Route
+	// capacity"). Zero, or absent, is no limit.
+	Limits RouteLimits `yaml:"limits"`
 }
+
+// RouteLimits are a provider key's published limits: requests, and input
+// plus output tokens, per minute. Zero in a field is no limit there.
+type RouteLimits struct {
+	RequestsPerMinute int64 `yaml:"requests_per_minute"`
+	TokensPerMinute   int64 `yaml:"tokens_per_minute"`
+}
+
+// IsZero reports whether the route has no limit at all.
+func (l RouteLimits) IsZero() bool { return l == RouteLimits{} }
 
 // Pool is a model class: a set of routes whose answers are interchangeable
 // under one contract. Requests name the pool, or one of its Models, as their

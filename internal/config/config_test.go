@@ -565,6 +565,49 @@ func TestTenantRequestLimitsMustBeNonNegativeAndABurstNeedsARate(t *testing.T) {
 	}
 }
 
+// routes[].limits are a provider key's published limits: whole numbers
+// of requests and tokens a minute, zero or absent for none.
+func TestRouteLimitsAreWholeNonNegativeNumbersAndZeroIsNone(t *testing.T) {
+	withLimits := func(limits string) string {
+		return strings.Replace(minimal, "    model: m\n", "    model: m\n    limits: "+limits+"\n", 1)
+	}
+	tests := []struct{ name, limits, path, msg string }{
+		{"negative requests", "{requests_per_minute: -1}", "routes[0].limits.requests_per_minute", "negative"},
+		{"negative tokens", "{tokens_per_minute: -5}", "routes[0].limits.tokens_per_minute", "negative"},
+		{"fractional requests", "{requests_per_minute: 1.5}", "routes[0].limits.requests_per_minute", "want an integer"},
+		{"fractional tokens", "{tokens_per_minute: 2.5e3}", "routes[0].limits.tokens_per_minute", "want an integer"},
+		{"a string", "{requests_per_minute: lots}", "routes[0].limits.requests_per_minute", "want an integer"},
+		{"a duration", "{requests_per_minute: 1m}", "routes[0].limits.requests_per_minute", "want an integer"},
+		{"over the bound", "{tokens_per_minute: 1125899906842625}", "routes[0].limits.tokens_per_minute", "over 1125899906842624"},
+		{"an unknown key", "{requests_per_second: 5}", "routes[0].limits.requests_per_second", ""},
+		{"not a mapping", "600", "routes[0].limits", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, withLimits(tc.limits), RoleServe, noEnv)
+			wantProblem(t, ps, tc.path, tc.msg)
+		})
+	}
+	for _, tc := range []struct {
+		limits string
+		want   RouteLimits
+	}{
+		{"{requests_per_minute: 600, tokens_per_minute: 150000}", RouteLimits{RequestsPerMinute: 600, TokensPerMinute: 150000}},
+		{"{requests_per_minute: 600}", RouteLimits{RequestsPerMinute: 600}},
+		{"{requests_per_minute: 0, tokens_per_minute: 0}", RouteLimits{}},
+		{"{}", RouteLimits{}},
+	} {
+		c, ps := parse(t, withLimits(tc.limits), RoleServe, noEnv)
+		wantNoProblems(t, ps)
+		if got := c.Routes[0].Limits; got != tc.want || got.IsZero() != (tc.want == RouteLimits{}) {
+			t.Errorf("limits %s: got %+v, want %+v", tc.limits, got, tc.want)
+		}
+		if got := c.Routes[1].Limits; !got.IsZero() {
+			t.Errorf("route b, which sets no limits, has %+v", got)
+		}
+	}
+}
+
 func TestEveryProblemIsReportedInOnePassSortedByLine(t *testing.T) {
 	src := `nats:
   max_payload: 1MiB

@@ -363,6 +363,8 @@ func (v *validator) routes() {
 		if r.MaxInflight < 1 {
 			v.addf(p+".max_inflight", "%d is less than 1", r.MaxInflight)
 		}
+		v.routeLimit(p+".limits.requests_per_minute", r.Limits.RequestsPerMinute)
+		v.routeLimit(p+".limits.tokens_per_minute", r.Limits.TokensPerMinute)
 		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
 			if k == "" || r.Labels[k] == "" {
 				v.addf(p+".labels", "label %q: keys and values must not be empty", k)
@@ -370,6 +372,22 @@ func (v *validator) routes() {
 		}
 		v.secret(p+".api_key_env", r.APIKeyEnv, v.role.CallsProviders(),
 			"role %s calls route %q with it", v.role, r.Name)
+	}
+}
+
+// MaxRouteLimit bounds routes.*.limits: far above any provider's published
+// limit, and within what the slices' arithmetic keeps exact
+// (budgets.MaxUnits, 2^50).
+const MaxRouteLimit = budgets.MaxUnits
+
+// routeLimit checks one of a route's published limits: a whole number
+// (the decoder refuses a fraction), 0 for none.
+func (v *validator) routeLimit(path string, n int64) {
+	switch {
+	case n < 0:
+		v.addf(path, "%d is negative; 0 (or leaving it out) means no limit", n)
+	case n > MaxRouteLimit:
+		v.addf(path, "%d is over %d", n, int64(MaxRouteLimit))
 	}
 }
 
