@@ -889,9 +889,10 @@ func (g *Group) failIfNothingLeft() {
 		// "every route failed", whoever noticed first.
 		code = schemas.ErrDeadlineExceeded
 	}
-	if g.overloaded || g.replacementRefused == ReasonOverloaded {
+	if g.overloaded || g.replacementRefused == ReasonOverloaded || g.replacementRefused == ReasonRouteCapacity {
 		// The pool stayed saturated, or had no room for the replacement a
-		// failure asked for: capacity, not the last failure, is why nothing
+		// failure asked for (its workers were full, or its routes' provider
+		// limits spent): capacity, not the last failure, is why nothing
 		// is left, and the caller is told to come back (rule 4, busy is
 		// backpressure) — never all_routes_failed while routes are only full.
 		code, scope = schemas.ErrOverloaded, schemas.ScopePushback

@@ -870,6 +870,15 @@ func TestRule4AReplacementRefusedForSaturationFailsOverloadedNotAllRoutesFailed(
 	if !ok || f.Error != schemas.ErrOverloaded || f.Scope != schemas.ScopePushback || f.Refused != ReasonOverloaded {
 		t.Fatalf("fail = %+v %v, want overloaded, pushback scope, refused overloaded", f, ok)
 	}
+	// A replacement no route had capacity for (a provider key's limits,
+	// the driver's route_capacity) fails the group overloaded alike.
+	h = newHarness(t, DefaultOptions())
+	h.launched(streamingStart)
+	h.at(100, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+	f, ok = find[Fail](h.at(101, HedgeBudgetDecided{Allowed: false, Reason: ReasonRouteCapacity}))
+	if !ok || f.Error != schemas.ErrOverloaded || f.Refused != ReasonRouteCapacity {
+		t.Fatalf("fail = %+v %v, want overloaded, refused route_capacity", f, ok)
+	}
 	// Any other refusal still fails as the last failure says.
 	h = newHarness(t, DefaultOptions())
 	h.launched(streamingStart)

@@ -24,6 +24,12 @@ const (
 	ReasonReplacementPending = "replacement_pending"
 	// ReasonOverloaded: the pool is saturated (a worker answered Busy).
 	ReasonOverloaded = "overloaded"
+	// ReasonRouteCapacity: the driver found no route of the pool with
+	// capacity left for the attempt (a provider key's published limits,
+	// docs/architecture.md §7 "Route capacity"). Like ReasonOverloaded, a
+	// group left with nothing because its replacement was refused for it
+	// fails overloaded: its routes are full, not failed.
+	ReasonRouteCapacity = "route_capacity"
 	// ReasonPushback: an attempt of the group met a provider's pushback.
 	ReasonPushback = "pushback"
 	// ReasonNoTime: less than the minimum useful time is left before the deadline.
@@ -38,6 +44,6 @@ const (
 // can create a metric's label set for each before the first is counted.
 func SuppressionReasons() []string {
 	return []string{ReasonNotAdmitted, ReasonNotEligible, ReasonDelayPastDeadline, ReasonValidResult,
-		ReasonNotStalled, ReasonDecided, ReasonNothingToHedge, ReasonReplacementPending, ReasonOverloaded, ReasonPushback, ReasonNoTime,
+		ReasonNotStalled, ReasonDecided, ReasonNothingToHedge, ReasonReplacementPending, ReasonOverloaded, ReasonRouteCapacity, ReasonPushback, ReasonNoTime,
 		ReasonNoSlot, ReasonBudget}
 }

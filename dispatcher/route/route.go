@@ -559,27 +559,36 @@ func (rs *routeState) served(now time.Time) bool { return !now.Before(rs.unserve
 // flooded; when none has data every route shares one neutral latency and
 // the other terms decide. ok is false when no route of the pool is healthy.
 func (p *Picker) PickPrimary(pool []string, now time.Time, rng *rand.Rand) (string, bool) {
+	return p.PickPrimaryExcept(pool, nil, now, rng)
+}
+
+// PickPrimaryExcept is PickPrimary among the pool's routes not in exclude:
+// where a primary goes when the routes in exclude cannot take it now (a
+// provider key's limits spent, docs/architecture.md §7 "Route capacity").
+// The pool's priors are still the whole pool's. ok is false when no other
+// route may be picked.
+func (p *Picker) PickPrimaryExcept(pool, exclude []string, now time.Time, rng *rand.Rand) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cands := p.eligible(pool, nil, now)
+	cands := p.eligible(pool, exclude, now)
 	if len(cands) == 0 {
-		cands = p.ejectedOnly(pool, now)
+		cands = p.ejectedOnly(pool, exclude, now)
 	}
 	if len(cands) == 0 {
 		// Every route the flags allow is marked as having no worker: one
 		// may have come back since, and asking costs one no-responders.
-		cands = p.unservedOnly(pool, now)
+		cands = p.unservedOnly(pool, exclude, now)
 	}
 	return p.twoChoices(cands, pool, now, rng)
 }
 
-// unservedOnly returns the pool's healthy routes that are marked as having
-// no worker, in pool order. p.mu must be held.
-func (p *Picker) unservedOnly(pool []string, now time.Time) []*routeState {
+// unservedOnly returns the pool's healthy routes not in exclude that are
+// marked as having no worker, in pool order. p.mu must be held.
+func (p *Picker) unservedOnly(pool, exclude []string, now time.Time) []*routeState {
 	var out []*routeState
 	for i, name := range pool {
 		rs, ok := p.routes[name]
-		if !ok || !rs.healthy(now) || rs.served(now) || slices.Contains(pool[:i], name) {
+		if !ok || !rs.healthy(now) || rs.served(now) || slices.Contains(exclude, name) || slices.Contains(pool[:i], name) {
 			continue
 		}
 		out = append(out, rs)
@@ -587,13 +596,13 @@ func (p *Picker) unservedOnly(pool []string, now time.Time) []*routeState {
 	return out
 }
 
-// ejectedOnly returns the pool's routes whose only flag in force is an
-// ejection, in pool order. p.mu must be held.
-func (p *Picker) ejectedOnly(pool []string, now time.Time) []*routeState {
+// ejectedOnly returns the pool's routes not in exclude whose only flag in
+// force is an ejection, in pool order. p.mu must be held.
+func (p *Picker) ejectedOnly(pool, exclude []string, now time.Time) []*routeState {
 	var out []*routeState
 	for i, name := range pool {
 		rs, ok := p.routes[name]
-		if !ok || rs.healthy(now) || rs.state != Ejected || slices.Contains(pool[:i], name) {
+		if !ok || rs.healthy(now) || rs.state != Ejected || slices.Contains(exclude, name) || slices.Contains(pool[:i], name) {
 			continue
 		}
 		out = append(out, rs)

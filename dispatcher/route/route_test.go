@@ -123,6 +123,37 @@ func TestPickPrimaryPrefersTheLessLoadedOfTwoWithoutExcludingOthers(t *testing.T
 	}
 }
 
+// A primary whose first route has no capacity left goes to another
+// route of the pool: PickPrimaryExcept never picks an excluded route, the
+// ejected-only and no-worker fallbacks included, and says so when the
+// exclusion leaves nothing.
+func TestPickPrimaryExceptNeverPicksAnExcludedRoute(t *testing.T) {
+	p := newTestPicker(t, plain("a", "b", "c")...)
+	pool := []string{"a", "b", "c"}
+	mustDo(t, p.Observe("a", 10*time.Millisecond, t0)) // a would win every draw it is in
+	got := shares(t, 2000, func(rng *rand.Rand) (string, bool) { return p.PickPrimaryExcept(pool, []string{"a"}, t0, rng) })
+	if got["a"] != 0 || got["b"] == 0 || got["c"] == 0 {
+		t.Fatalf("picks %v: want b and c, never the excluded a", got)
+	}
+	if name, ok := p.PickPrimaryExcept(pool, pool, t0, seeded(1)); ok {
+		t.Fatalf("every route excluded, yet %q was picked", name)
+	}
+	// Only ejected routes left (panic mode): still not an excluded one.
+	mustDo(t, p.SetState("a", Ejected, t0.Add(time.Minute)))
+	mustDo(t, p.SetState("b", Ejected, t0.Add(time.Minute)))
+	mustDo(t, p.SetState("c", Quarantined, t0.Add(time.Minute)))
+	if name, ok := p.PickPrimaryExcept(pool, []string{"a"}, t0, seeded(1)); !ok || name != "b" {
+		t.Fatalf("ejected-only pick with a excluded: %q %v, want b", name, ok)
+	}
+	// Only routes marked as having no worker left: the same.
+	q := newTestPicker(t, plain("a", "b")...)
+	mustDo(t, q.MarkUnserved("a", t0.Add(time.Minute)))
+	mustDo(t, q.MarkUnserved("b", t0.Add(time.Minute)))
+	if name, ok := q.PickPrimaryExcept([]string{"a", "b"}, []string{"b"}, t0, seeded(1)); !ok || name != "a" {
+		t.Fatalf("unserved-only pick with b excluded: %q %v, want a", name, ok)
+	}
+}
+
 func TestPickPrimaryPrefersTheFasterRoute(t *testing.T) {
 	p := newTestPicker(t, plain("fast", "mid", "slow")...)
 	pool := []string{"fast", "mid", "slow"}
