@@ -33,8 +33,7 @@ const reasonBudgetInvalid = "budget_invalid"
 
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
-	primary := g.primary // picked as the group started (startEvent)
-	if primary == "" {
+	if g.primary == "" { // picked as the group started (startEvent)
 		return hedge.Admitted{Allowed: false, Reason: reasonNoRoute, Error: schemas.ErrNoRoute}
 	}
 	p := g.class.Policy
@@ -57,14 +56,15 @@ func (g *group) admit(ctx context.Context) hedge.Event {
 	case err != nil:
 		// The primary goes on without the store; hedges will be refused.
 		d.log.Warn("budget store unavailable at admission", "err", err)
-		g.countPrimary()
-		return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(localReservation + g.id)}
+		return g.placePrimary(hedge.ReservationID(localReservation + g.id))
 	case !adm.Allowed:
 		g.denied, g.ledgerAfter = adm.Reason, adm.RetryAfter
 		return hedge.Admitted{Allowed: false, Reason: string(adm.Reason), Error: schemas.ErrBudgetExhausted}
 	}
-	g.countPrimary()
-	return hedge.Admitted{Allowed: true, Route: primary, Reservation: hedge.ReservationID(adm.Reservation)}
+	// The route's capacity is spent after the store admitted the primary,
+	// so a request the budgets refuse never spends a provider key's limit
+	// (docs/architecture.md §7, "Route capacity").
+	return g.placePrimary(hedge.ReservationID(adm.Reservation))
 }
 
 // localUserAction reports whether no other gateway can know the group's
@@ -133,6 +133,7 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	case !grant.Allowed:
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: string(grant.Reason)}
 	}
-	g.countExtra(a.Role)
-	return hedge.HedgeBudgetDecided{Allowed: true, Route: target, Reservation: hedge.ReservationID(grant.Reservation)}
+	// Granted: the target's capacity next (capacity.go), so a refused
+	// budget never spends a provider key's limit.
+	return g.placeExtra(a, target, hedge.ReservationID(grant.Reservation))
 }

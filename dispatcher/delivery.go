@@ -142,6 +142,10 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 	switch {
 	case code == schemas.ErrRateLimited:
 		return max(g.retryAfter, time.Second)
+	case code == schemas.ErrOverloaded && g.capacityAfter > 0:
+		// No route had capacity (a provider key's limits): when the
+		// slices expect some (docs/architecture.md §7, "Route capacity").
+		return max(g.capacityAfter, time.Second)
 	case code == schemas.ErrOverloaded:
 		return g.overloadedRetryAfter()
 	case code == schemas.ErrGateUnavailable:

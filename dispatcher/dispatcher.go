@@ -57,6 +57,14 @@ type Options struct {
 	Policies map[string]*policy.Policy
 	// Tenants are the callers with a spend limit of their own, by name.
 	Tenants map[string]*policy.Tenant
+	// RouteLimits are the provider keys' published limits on the routes,
+	// by route name (config's routes[].limits); a route not named has
+	// none. Capacity spends them: without it they are not checked.
+	RouteLimits map[string]RouteLimits
+	// Capacity is the gateway's slices of the routes' limits, which every
+	// gateway of the region splits between them (docs/architecture.md §7,
+	// "Route capacity"); nil checks no route's capacity.
+	Capacity RouteCapacity
 	// SchemaCache bounds the work and memory of callers' response_format
 	// schemas (docs/architecture.md §6); zero fields take the arbiter's
 	// defaults.
@@ -190,6 +198,10 @@ type Dispatcher struct {
 	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
 	unservedFor time.Duration  // how long a route without a worker is passed over (overload.go)
 	dupRates    duplicateRates // each class and pool's duplicate window as this replica counts it (opsmetrics.go)
+	// capacity spends the limited routes' capRates (capacity.go); nil
+	// when no route has limits or no Capacity was given.
+	capacity RouteCapacity
+	capRates map[string]routeRates
 
 	// embeddingClasses run the embeddings requests of each class (trigger
 	// total, cohorts of their own; embeddings.go).
@@ -245,6 +257,12 @@ func New(c Options) (*Dispatcher, error) {
 	}
 	d.dialects = poolDialects(c.Routes, c.Pools)
 	var err error
+	if d.capRates, err = newRouteRates(c.RouteLimits, d.routes); err != nil {
+		return nil, err
+	}
+	if c.Capacity != nil && len(d.capRates) > 0 {
+		d.capacity = c.Capacity
+	}
 	if d.picker, err = route.NewPicker(c.Routes, route.Options{}); err != nil {
 		return nil, fmt.Errorf("dispatcher: routes: %w", err)
 	}
@@ -270,6 +288,16 @@ func New(c Options) (*Dispatcher, error) {
 		return nil, err
 	}
 	d.metrics.createLabelSets(slices.Sorted(maps.Keys(c.Pools)), d.routes)
+	if d.capacity != nil {
+		for _, name := range slices.Sorted(maps.Keys(d.capRates)) {
+			if d.capRates[name].requests.Key != "" {
+				d.metrics.capacityRefused.WithLabelValues(name, "requests")
+			}
+			if d.capRates[name].tokens.Key != "" {
+				d.metrics.capacityRefused.WithLabelValues(name, "tokens")
+			}
+		}
+	}
 	// Every route's state exists from the start, before the first refresh
 	// of the shared flags (a round trip to Redis) sets it.
 	for _, name := range d.routes {

@@ -9,11 +9,12 @@ import (
 )
 
 // groupInput is what reaches a group's loop: an engine event the driver
-// posts (engineEvent) or a wire message of one of its attempts
-// (inboundEvent). They arrive three ways — the start, which the caller's
-// goroutine hands to handle directly; post, from the caller's goroutine,
-// the timers and a failed publication; postMsg, from the reply router —
-// and nothing else implements it.
+// posts (engineEvent), a wire message of one of its attempts
+// (inboundEvent), or the driver's own retry of an attempt waiting for a
+// route's capacity (capacityRetry, capacity.go). They arrive three ways —
+// the start, which the caller's goroutine hands to handle directly; post,
+// from the caller's goroutine, the timers and a failed publication;
+// postMsg, from the reply router — and nothing else implements it.
 type groupInput interface{ isGroupInput() }
 
 // engineEvent is an engine event posted to the group's loop.

@@ -104,6 +104,14 @@ type group struct {
 	// ledgerAfter is when a full attempt ledger that refused the primary
 	// lapses, when a death may be why it is full (budgets.Admission).
 	ledgerAfter time.Duration
+	// waiting is the attempt waiting for a route's capacity, if one is
+	// (capacity.go); capacityAfter is the slices' wait when one gave up,
+	// the Retry-After of the overloaded failure that may follow.
+	waiting       *capacityWait
+	capacitySeq   int // the last capacityWait's seq
+	capacityAfter time.Duration
+	// decided is set once the engine committed or failed the group.
+	decided bool
 }
 
 // contractFor is the contract of the pool a model name names (its own name
@@ -343,6 +351,8 @@ func (g *group) handle(input groupInput) {
 		first = g.translate(in)
 	case engineEvent:
 		first = in.ev
+	case capacityRetry:
+		first = g.retryCapacity(in)
 	}
 	if first == nil {
 		return
@@ -418,8 +428,10 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			g.failCommitted(code, "")
 		}
 	case hedge.Commit:
+		g.decide()
 		g.commit(a)
 	case hedge.Fail:
+		g.decide()
 		d.metrics.groups.WithLabelValues(string(a.Error)).Inc()
 		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Refused: a.Refused, Streamed: g.streamed,
 			RetryAfter: g.retryAfterFor(a.Error)}})
@@ -459,4 +471,14 @@ func (g *group) do(act hedge.Action) hedge.Event {
 		g.groupEnded(a)
 	}
 	return nil
+}
+
+// decide notes that the engine committed or failed the group: an attempt
+// waiting for a route's capacity gives up at once rather than at its
+// timer, so its reservation is released and the group may end.
+func (g *group) decide() {
+	g.decided = true
+	if g.waiting != nil {
+		g.events.post(capacityRetry{seq: g.waiting.seq})
+	}
 }

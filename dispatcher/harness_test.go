@@ -313,6 +313,12 @@ func withConfig(base Options, cfg *config.Config) Options {
 			dl = schemas.DialectAnthropic
 		}
 		base.Routes = append(base.Routes, route.Route{Name: r.Name, Labels: r.Labels, Dialect: dl})
+		if !r.Limits.IsZero() {
+			if base.RouteLimits == nil {
+				base.RouteLimits = map[string]RouteLimits{}
+			}
+			base.RouteLimits[r.Name] = RouteLimits{RequestsPerMinute: r.Limits.RequestsPerMinute, TokensPerMinute: r.Limits.TokensPerMinute}
+		}
 	}
 	base.Pools = make(map[string]Pool, len(cfg.Pools))
 	for name, p := range cfg.Pools {
@@ -386,6 +392,9 @@ type clusterOptions struct {
 	providers           map[string]*provider
 	poolYAML, extraYAML string
 	maxInflight         int
+	// limits are routes' limits as YAML flow mappings, by route
+	// (e.g. "{requests_per_minute: 60}").
+	limits map[string]string
 }
 
 func newClusterWith(t *testing.T, o clusterOptions) *cluster {
@@ -408,6 +417,9 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		limit := ""
 		if o.maxInflight > 0 {
 			limit = fmt.Sprintf(", max_inflight: %d", o.maxInflight)
+		}
+		if l := o.limits[r]; l != "" {
+			limit += ", limits: " + l
 		}
 		fmt.Fprintf(&y, "  - {name: %s, provider: %s, base_url: %q, model: m, labels: {provider: %s}%s}\n", r, kind, url, r, limit)
 	}

@@ -41,6 +41,8 @@ type metrics struct {
 	unserved *prometheus.CounterVec
 	// Replies not taken for an attempt (docs/architecture.md §8).
 	repliesDropped *prometheus.CounterVec
+	// Takes of a route's capacity refused (docs/architecture.md §7, "Route capacity").
+	capacityRefused *prometheus.CounterVec
 }
 
 // schemaCacheStats is what the metrics read of the dispatcher's
@@ -101,6 +103,8 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 			Help: "1 while the pool's last offer came back Busy: no hedge or replacement goes to it."}, []string{"pool"}),
 		repliesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_replies_dropped_total",
 			Help: "Messages on reply inboxes not taken for an attempt, by reason: unknown_inbox (a late reply of an ended group, or a guess), malformed, attempt, group, secret, worker (not what the attempt's worker would send: forged or misrouted), status (a no-responders status after an accept), overflow (the group's queue was full)."}, []string{"reason"}),
+		capacityRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_capacity_refusals_total",
+			Help: "Attempts a route's published limit could not take now (its slice of requests_per_minute or tokens_per_minute spent), by route and limit (requests, tokens): each goes to another route, waits, or is refused."}, []string{"route", "limit"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -116,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
-		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped} {
+		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped, m.capacityRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 		}

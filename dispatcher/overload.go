@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -120,7 +121,20 @@ func (g *group) reoffer(r hedge.Reoffer) hedge.Event {
 		d.metrics.unserved.WithLabelValues(r.Busy).Inc()
 		_ = d.picker.MarkUnserved(r.Busy, d.now().Add(d.unservedFor))
 	}
-	target, ok := d.picker.PickLeastLoaded(g.routes, r.Busy, d.now())
+	pick := func(refused []string) (string, bool) {
+		pool := g.routes
+		if len(refused) > 0 {
+			pool = slices.DeleteFunc(slices.Clone(pool), func(name string) bool { return slices.Contains(refused, name) })
+		}
+		return d.picker.PickLeastLoaded(pool, r.Busy, d.now())
+	}
+	target, ok := pick(nil)
+	if ok {
+		// Another route takes the offer only with capacity to spare (a
+		// provider key's limits, capacity.go); the refusing route's was
+		// spent as the attempt went to it, and no provider was called.
+		target, ok, _ = g.place(target, pick)
+	}
 	switch {
 	case !ok && r.Unserved:
 		return hedge.Result{Attempt: a.n, Status: schemas.StatusNoResponders, Scope: schemas.ScopeTransient}

@@ -12,22 +12,28 @@ import (
 // the runtime's timer heap and must not keep a finished group in memory.
 type armedTimer struct {
 	group atomic.Pointer[group]
-	ev    hedge.TimerFired
+	in    groupInput
 	timer *time.Timer
 }
 
 // armTimer arms the timer the engine asked for; it posts its event to the
 // group when it fires.
 func (g *group) armTimer(a hedge.ArmTimer) {
-	t := &armedTimer{ev: hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}}
+	g.armInput(a.At, engineEvent{hedge.TimerFired{Kind: a.Kind, Attempt: a.Attempt}})
+}
+
+// armInput arms a timer that posts in to the group at at: an engine
+// timer's event, or the driver's own (capacityRetry).
+func (g *group) armInput(at time.Time, in groupInput) {
+	t := &armedTimer{in: in}
 	t.group.Store(g)
-	t.timer = time.AfterFunc(max(a.At.Sub(g.d.now()), 0), t.fire)
+	t.timer = time.AfterFunc(max(at.Sub(g.d.now()), 0), t.fire)
 	g.timers = append(g.timers, t)
 }
 
 func (t *armedTimer) fire() {
 	if g := t.group.Load(); g != nil {
-		g.post(t.ev)
+		g.events.post(t.in)
 	}
 }
 
