@@ -299,10 +299,11 @@ func reportTenants(tenants map[string]*config.Tenant) map[string]bool {
 // connection, the store and the gate.
 func DispatcherOptions(cfg *config.Config) dispatcher.Options {
 	c := dispatcher.Options{
-		Routes:   make([]route.Route, 0, len(cfg.Routes)),
-		Pools:    make(map[string]dispatcher.Pool, len(cfg.Pools)),
-		Policies: cfg.Policies,
-		Tenants:  cfg.Tenants,
+		Routes:      make([]route.Route, 0, len(cfg.Routes)),
+		Pools:       make(map[string]dispatcher.Pool, len(cfg.Pools)),
+		Policies:    cfg.Policies,
+		Tenants:     cfg.Tenants,
+		RouteLimits: routeLimits(cfg),
 		SchemaCache: arbiter.SchemaCacheLimits{
 			MaxBytes:       int64(cfg.SchemaCache.MaxBytes),
 			MaxEntries:     cfg.SchemaCache.MaxEntries,
@@ -324,6 +325,22 @@ func DispatcherOptions(cfg *config.Config) dispatcher.Options {
 		}}
 	}
 	return c
+}
+
+// routeLimits are the routes' published limits (routes[].limits) the
+// dispatcher keeps to, by route; nil when no route has one.
+func routeLimits(cfg *config.Config) map[string]dispatcher.RouteLimits {
+	var out map[string]dispatcher.RouteLimits
+	for _, r := range cfg.Routes {
+		if r.Limits.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]dispatcher.RouteLimits{}
+		}
+		out[r.Name] = dispatcher.RouteLimits{RequestsPerMinute: r.Limits.RequestsPerMinute, TokensPerMinute: r.Limits.TokensPerMinute}
+	}
+	return out
 }
 
 // dialectOf is the API a route's provider speaks.

@@ -115,8 +115,9 @@ func keepBudgets(cfg *config.Config) time.Duration {
 
 // gatewaySlices are the gateway's slices of the region's ceilings over
 // granter (docs/architecture.md §7, "Slices"): its tenants' request rates,
-// requests in flight and spend windows. Their granter calls are bounded
-// as every Redis call is.
+// requests in flight and spend windows, and its routes' published limits
+// (the dispatcher's RouteCapacity, §7 "Route capacity"). Their granter
+// calls are bounded as every Redis call is.
 func gatewaySlices(granter slice.Granter, cfg config.Redis, reg prometheus.Registerer, log *slog.Logger) (*slice.Slices, error) {
 	slices, err := slice.New(granter, slice.Options{Timeout: cfg.Timeout, Registerer: reg, Logger: log})
 	if err != nil {

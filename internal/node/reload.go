@@ -60,6 +60,12 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 		dcfg.Tracer = g.tracer.WithRoutes(traceRoutes(cfg))
 	}
 	dcfg.Secret, dcfg.Registerer, dcfg.Logger = g.secret, gen.reg, g.log.With("component", "dispatcher")
+	if dcfg.RouteLimits != nil {
+		// The routes' limits are spent from the gateway's slices of the
+		// region's ceilings (gatewaySlices, redis.go), which outlive the
+		// generation: the region's gateways split each route's limit.
+		dcfg.Capacity = g.shared.slices
+	}
 	d, err := dispatcher.New(dcfg)
 	if err != nil {
 		return nil, err
@@ -300,10 +306,25 @@ func restartOnly(running, next *config.Config, withWorkers bool) []string {
 			changed = append(changed, s.name)
 		}
 	}
-	if withWorkers && !reflect.DeepEqual(running.Routes, next.Routes) {
+	if withWorkers && !reflect.DeepEqual(workerRoutes(running.Routes), workerRoutes(next.Routes)) {
 		changed = append(changed, "routes (serve's workers call them)")
 	}
 	return slices.Clip(changed)
+}
+
+// workerRoutes are routes as workers read them: without their limits,
+// which only the gateway keeps to (§7, "Route capacity"), so a reload may
+// change those in serve too.
+func workerRoutes(routes []*config.Route) []config.Route {
+	out := make([]config.Route, 0, len(routes))
+	for _, r := range routes {
+		if r != nil {
+			c := *r
+			c.Limits = config.RouteLimits{}
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // waitGroup waits for wg, bounded by ctx.
