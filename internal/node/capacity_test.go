@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -211,4 +212,49 @@ func metricValue(t *testing.T, metrics, sample string) float64 {
 	}
 	t.Fatalf("/metrics has no %s", sample)
 	return 0
+}
+
+// A route's limits are the gateway's alone: serve takes them on reload
+// (its workers never read them), and the next requests keep to them,
+// while any other change of its routes still takes a restart.
+func TestServeReloadsARoutesLimitsAndKeepsToThem(t *testing.T) {
+	a := startLimitedFake(t, 0, 0) // counts what it answers; no limit of its own
+	urlB := fakeRoute(t, 1)
+	cfg := parse(t, a.url, urlB, "")
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	base := "http://" + s.HTTPAddr().String()
+	reload := func(edit func(string) string) error {
+		y := edit(configText(a.url, urlB, ""))
+		return s.Reload(func() (*config.Config, error) {
+			return config.Parse("node.yaml", []byte(y), config.RoleServe, os.LookupEnv)
+		})
+	}
+	// One request a minute on fake-a, a burst of one.
+	limitA := func(y string) string {
+		return strings.Replace(y, "labels: {region: a}}", "labels: {region: a}, limits: {requests_per_minute: 1}}", 1)
+	}
+	if err := reload(limitA); err != nil {
+		t.Fatalf("reloading fake-a's limits: %v", err)
+	}
+	moveB := func(y string) string { return strings.Replace(limitA(y), urlB, urlB+"/", 1) }
+	if err := reload(moveB); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "routes") {
+		t.Fatalf("reloading a new base_url in serve: %v, want ErrRestartRequired naming routes", err)
+	}
+	for i := range 10 {
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status, body := do(t, req); status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, status, body)
+		}
+	}
+	if n := a.answered.Load(); n > 1 {
+		t.Fatalf("fake-a answered %d requests after its limit of one a minute was reloaded", n)
+	}
 }
