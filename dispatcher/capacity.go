@@ -17,12 +17,15 @@ import (
 
 // RouteCapacity is what the dispatcher asks of the gateway's slices of
 // its routes' published limits (docs/architecture.md §7, "Route
-// capacity"): to spend units of a ceiling, in memory most of the time.
+// capacity"): to spend units of a ceiling, in memory most of the time,
+// and to give back what an attempt spent without reaching its provider.
 // *slice.Slices is one.
 type RouteCapacity interface {
 	// TakeN spends n units of r at once (n at most its burst). Refused,
 	// wait is how long until some are likely there.
 	TakeN(ctx context.Context, r slice.Rate, n float64) (ok bool, wait time.Duration)
+	// Adjust gives units (> 0) of r back to the gateway's slice.
+	Adjust(r slice.Rate, units float64)
 }
 
 // RouteLimits are a provider key's published limits on a route (config's
@@ -93,25 +96,33 @@ func newRouteRates(limits map[string]RouteLimits, routes []string) (map[string]r
 // (until one more token, when a large request needs many).
 const capacityRetryFloor = 10 * time.Millisecond
 
+// capacityCharge is what an attempt spent of a limited route's capacity:
+// one request when the route has requests_per_minute, and tokens of its
+// tokens_per_minute. The zero charge is none (a route without limits).
+type capacityCharge struct {
+	route  string
+	tokens float64
+}
+
 // takeCapacity spends one request and the attempt's estimated tokens of
 // route's limits, when it has limits: whether the route may take the
-// attempt now and, when not, how long until it likely may. The request
-// token is spent first; a refusal of the tokens then does not give it
-// back (slice.Slices has no give-back), a request's worth of the limit
-// unused.
-func (g *group) takeCapacity(route string) (bool, time.Duration) {
+// attempt now and what it spent, or, when not, how long until it likely
+// may. The request token is spent first, and given back when the tokens
+// are refused.
+func (g *group) takeCapacity(route string) (capacityCharge, bool, time.Duration) {
 	d := g.d
 	rates, limited := d.capRates[route]
 	if d.capacity == nil || !limited {
-		return true, 0
+		return capacityCharge{}, true, 0
 	}
 	ctx := context.Background() // the slices bound their granter calls
 	if rates.requests.Key != "" {
 		if ok, wait := d.capacity.TakeN(ctx, rates.requests, 1); !ok {
 			d.metrics.capacityRefused.WithLabelValues(route, "requests").Inc()
-			return false, wait
+			return capacityCharge{}, false, wait
 		}
 	}
+	charge := capacityCharge{route: route}
 	if rates.tokens.Key != "" {
 		// A request estimated above the whole bucket is charged the whole
 		// bucket, as a provider's own does: it waits for a full minute's
@@ -119,10 +130,70 @@ func (g *group) takeCapacity(route string) (bool, time.Duration) {
 		n := min(float64(max(g.estimatedTokens(), 1)), rates.tokens.Burst)
 		if ok, wait := d.capacity.TakeN(ctx, rates.tokens, n); !ok {
 			d.metrics.capacityRefused.WithLabelValues(route, "tokens").Inc()
-			return false, wait
+			d.giveBack(capacityCharge{route: route})
+			return capacityCharge{}, false, wait
 		}
+		charge.tokens = n
 	}
-	return true, 0
+	return charge, true, 0
+}
+
+// giveBack returns a charge to the gateway's slices: spent on an attempt
+// that never reached its provider (a worker refused it Busy, or none was
+// there), or on a request whose tokens were refused.
+func (d *Dispatcher) giveBack(c capacityCharge) {
+	rates, limited := d.capRates[c.route]
+	if d.capacity == nil || !limited {
+		return
+	}
+	if rates.requests.Key != "" {
+		d.capacity.Adjust(rates.requests, 1)
+	}
+	if rates.tokens.Key != "" && c.tokens > 0 {
+		d.capacity.Adjust(rates.tokens, c.tokens)
+	}
+}
+
+// charged keeps what the attempt the engine launches on reservation res
+// spent, until its Launch (or the Release of a grant it did not launch).
+func (g *group) charged(res hedge.ReservationID, c capacityCharge) {
+	if c.route == "" {
+		return
+	}
+	if g.charges == nil {
+		g.charges = map[hedge.ReservationID]capacityCharge{}
+	}
+	g.charges[res] = c
+}
+
+// launchCharge hands the charge of a launched attempt's reservation to
+// the attempt.
+func (g *group) launchCharge(a *attemptRun, res hedge.ReservationID) {
+	if c, ok := g.charges[res]; ok {
+		delete(g.charges, res)
+		a.charge = c
+	}
+}
+
+// releaseCharge gives back the charge of a grant the engine released
+// without launching it (granted after the group was decided, or after
+// its reason went away).
+func (g *group) releaseCharge(res hedge.ReservationID) {
+	if c, ok := g.charges[res]; ok {
+		delete(g.charges, res)
+		g.d.giveBack(c)
+	}
+}
+
+// endCharge settles the charge of an attempt that ended: given back when
+// its provider was never called (it ended Busy past the queue wait, or
+// found no worker); otherwise it stands, at the estimate, as a provider's
+// limiter counts a request (OpenAI's: input and max_tokens, at its start).
+func (g *group) endCharge(a *attemptRun, status schemas.StatusClass) {
+	if status == schemas.StatusBusy || status == schemas.StatusNoResponders {
+		g.d.giveBack(a.charge)
+	}
+	a.charge = capacityCharge{}
 }
 
 // estimatedTokens is what an attempt of the group may cost the provider's
@@ -138,20 +209,20 @@ func (g *group) estimatedTokens() int64 {
 // offers without the routes refused so far, each tried once. It answers
 // the route that took the attempt, or, when none could, the shortest wait
 // a refusal named.
-func (g *group) place(first string, pick func(refused []string) (string, bool)) (string, bool, time.Duration) {
+func (g *group) place(first string, pick func(refused []string) (string, bool)) (string, capacityCharge, bool, time.Duration) {
 	var refused []string
 	var wait time.Duration
 	route := first
 	if route == "" {
 		var ok bool
 		if route, ok = pick(nil); !ok {
-			return "", false, 0
+			return "", capacityCharge{}, false, 0
 		}
 	}
 	for !slices.Contains(refused, route) {
-		ok, w := g.takeCapacity(route)
+		charge, ok, w := g.takeCapacity(route)
 		if ok {
-			return route, true, 0
+			return route, charge, true, 0
 		}
 		refused = append(refused, route)
 		if wait == 0 || w < wait {
@@ -163,7 +234,7 @@ func (g *group) place(first string, pick func(refused []string) (string, bool)) 
 		}
 		route = next
 	}
-	return "", false, wait
+	return "", capacityCharge{}, false, wait
 }
 
 // capacityWait is an attempt waiting for a route's capacity within its
@@ -196,7 +267,7 @@ func (g *group) placePrimary(res hedge.ReservationID) hedge.Event {
 	if g.waiting != nil {
 		first = "" // a retry: the pick decides again
 	}
-	route, ok, wait := g.place(first, func(refused []string) (string, bool) {
+	route, charge, ok, wait := g.place(first, func(refused []string) (string, bool) {
 		d.rngMu.Lock()
 		defer d.rngMu.Unlock()
 		return d.picker.PickPrimaryExcept(g.routes, refused, d.now(), d.rng)
@@ -204,6 +275,7 @@ func (g *group) placePrimary(res hedge.ReservationID) hedge.Event {
 	if ok {
 		g.waiting = nil
 		g.primary = route
+		g.charged(res, charge)
 		g.countPrimary()
 		return hedge.Admitted{Allowed: true, Route: route, Reservation: res}
 	}
@@ -222,13 +294,14 @@ func (g *group) placePrimary(res hedge.ReservationID) hedge.Event {
 // overloaded). It answers the AskHedgeBudget, or nil while it waits.
 func (g *group) placeExtra(a hedge.AskHedgeBudget, target string, res hedge.ReservationID) hedge.Event {
 	d := g.d
-	route, ok, wait := g.place(target, func(refused []string) (string, bool) {
+	route, charge, ok, wait := g.place(target, func(refused []string) (string, bool) {
 		d.rngMu.Lock()
 		defer d.rngMu.Unlock()
 		return d.picker.PickHedge(g.routes, append(slices.Clone(a.Exclude), refused...), d.now(), d.rng, a.SameRoute)
 	})
 	if ok {
 		g.waiting = nil
+		g.charged(res, charge)
 		g.countExtra(a.Role)
 		return hedge.HedgeBudgetDecided{Allowed: true, Route: route, Reservation: res}
 	}

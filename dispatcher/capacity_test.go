@@ -333,3 +333,64 @@ func TestRouteCapacityACallerGoneWhileItsPrimaryWaitsEndsTheGroupWithNoAttempt(t
 		t.Fatalf("a called %d times for a caller that left", n)
 	}
 }
+
+// What an attempt spent of a route's limits without reaching its provider
+// goes back to the gateway's slices: a worker's Busy moves the offer to a
+// route with capacity and gives the first route's back, so the next
+// request finds it; and a request whose tokens a route cannot cover gives
+// back the request it took of that route.
+func TestRouteCapacitySpentWithoutReachingAProviderIsGivenBack(t *testing.T) {
+	t.Run("busy", func(t *testing.T) {
+		r := newCapacityRig(t, clusterOptions{routes: []string{"a", "b"},
+			limits: map[string]string{"a": "{requests_per_minute: 1}", "b": "{requests_per_minute: 1}"}})
+		var mu sync.Mutex
+		var offers []string
+		startFakeWorker(t, r.cluster, []string{"a", "b"}, func(fw *fakeWorker, a schemas.Attempt) {
+			mu.Lock()
+			offers = append(offers, a.Route)
+			first := len(offers) == 1
+			mu.Unlock()
+			if first {
+				fw.send(a, schemas.Busy{GroupID: a.GroupID, Attempt: a.Attempt, WorkerID: fakeWorkerID})
+				return
+			}
+			fw.answer(a, "answered")
+		})
+		// One request a minute on each route, two routes: the Busy moved
+		// the first request to the other route and gave its first back.
+		for i := range 2 {
+			if _, err := r.submit(t); err != nil {
+				t.Fatalf("request %d: %v (offers %v)", i, err, offers)
+			}
+		}
+		_, err := r.submit(t)
+		var ge *GroupError
+		if !errors.As(err, &ge) || ge.Code != schemas.ErrOverloaded {
+			t.Fatalf("a third request with both routes' one request spent: %v, want overloaded", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(offers) != 3 || offers[0] == offers[1] || offers[2] != offers[0] {
+			t.Fatalf("offers %v: want the first moved off its Busy route, and the second request on that route", offers)
+		}
+	})
+	t.Run("tokens refused", func(t *testing.T) {
+		sc := newScript(behaviour{words: 2})
+		ps := map[string]*provider{"a": newProvider(t, "a", sc)}
+		r := newCapacityRig(t, clusterOptions{routes: []string{"a"}, providers: ps, poolYAML: "    queue_wait: 200ms\n",
+			limits: map[string]string{"a": "{requests_per_minute: 1, tokens_per_minute: 100}"}})
+		r.spend(t, "a", true, 60) // 40 tokens left: under a request's 52
+		if _, err := r.submit(t); err == nil {
+			t.Fatal("a request over the tokens left was answered")
+		}
+		_, tok := RouteRates("a", RouteLimits{RequestsPerMinute: 1, TokensPerMinute: 100})
+		r.slices.Adjust(tok, 60) // the tokens back, as if a minute had passed
+		// The refused request gave back the one request a minute it took.
+		if _, err := r.submit(t); err != nil {
+			t.Fatalf("the request the refused one gave back was not there: %v", err)
+		}
+		if n := arrivedAt(ps["a"]); n != 1 {
+			t.Fatalf("a called %d times, want once", n)
+		}
+	})
+}

@@ -13,6 +13,7 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	d := g.d
 	a := g.attempt(e.Attempt)
 	_ = d.picker.Release(a.route)
+	g.endCharge(a, e.Status)
 	d.observeRoute(g.sub.Pool, e)
 	if e.Attempt == 1 {
 		g.judgeStall(false, true)

@@ -38,6 +38,7 @@ type attemptRun struct {
 	outcome      hedge.Outcome    // how it ended, once it did
 	ended        *AttemptTimeline // once it did, for the group's trace
 	stallJudged  bool             // a primary's stall verdict was fed to the picker (judgeStall)
+	charge       capacityCharge   // what it spent of its route's limits (capacity.go)
 }
 
 // group drives one hedge group: the engine, fed by real events.
@@ -107,8 +108,11 @@ type group struct {
 	// waiting is the attempt waiting for a route's capacity, if one is
 	// (capacity.go); capacityAfter is the slices' wait when one gave up,
 	// the Retry-After of the overloaded failure that may follow.
-	waiting       *capacityWait
-	capacitySeq   int // the last capacityWait's seq
+	waiting     *capacityWait
+	capacitySeq int // the last capacityWait's seq
+	// charges are what attempts about to launch spent of their routes'
+	// limits, by reservation, until their Launch or Release.
+	charges       map[hedge.ReservationID]capacityCharge
 	capacityAfter time.Duration
 	// decided is set once the engine committed or failed the group.
 	decided bool
@@ -447,6 +451,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 			d.books.end(g.id, end)
 		}
 	case hedge.Release:
+		g.releaseCharge(a.Reservation)
 		if !strings.HasPrefix(string(a.Reservation), localReservation) {
 			d.books.end(g.id, budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Release: true})
 		}

@@ -131,9 +131,14 @@ func (g *group) reoffer(r hedge.Reoffer) hedge.Event {
 	target, ok := pick(nil)
 	if ok {
 		// Another route takes the offer only with capacity to spare (a
-		// provider key's limits, capacity.go); the refusing route's was
-		// spent as the attempt went to it, and no provider was called.
-		target, ok, _ = g.place(target, pick)
+		// provider key's limits, capacity.go). The refusing route's was
+		// spent as the attempt went to it, and its provider was not
+		// called: it is given back when the offer moves.
+		var charge capacityCharge
+		if target, charge, ok, _ = g.place(target, pick); ok {
+			d.giveBack(a.charge)
+			a.charge = charge
+		}
 	}
 	switch {
 	case !ok && r.Unserved:

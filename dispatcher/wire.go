@@ -16,6 +16,7 @@ func (g *group) launch(l hedge.Launch) {
 	d := g.d
 	a := &attemptRun{n: l.Attempt, route: l.Route, role: l.Role, launchedAt: d.now()}
 	g.attempts = append(g.attempts, a)
+	g.launchCharge(a, l.Reservation)
 	secret, err := schemas.NewAttemptSecret()
 	if err != nil { // crypto/rand does not fail on the platforms Go supports
 		d.log.Warn("attempt not published", "group", g.id, "route", a.route, "err", err)
