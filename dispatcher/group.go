@@ -108,12 +108,12 @@ type group struct {
 	// waiting is the attempt waiting for a route's capacity, if one is
 	// (capacity.go); capacityAfter is the slices' wait when one gave up,
 	// the Retry-After of the overloaded failure that may follow.
-	waiting     *capacityWait
-	capacitySeq int // the last capacityWait's seq
+	waiting       *capacityWait
+	capacitySeq   int // the last capacityWait's seq
+	capacityAfter time.Duration
 	// charges are what attempts about to launch spent of their routes'
 	// limits, by reservation, until their Launch or Release.
-	charges       map[hedge.ReservationID]capacityCharge
-	capacityAfter time.Duration
+	charges map[hedge.ReservationID]capacityCharge
 	// decided is set once the engine committed or failed the group.
 	decided bool
 }
