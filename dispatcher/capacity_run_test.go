@@ -12,21 +12,44 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/redisslice"
+	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // capacityMinute runs TestTwoGatewaysKeepToARoutesRequestsPerMinuteTogether
-// for 70 s and holds every minute of it to the ceiling + 2 %, the figure
-// docs/architecture.md §7 ("Route capacity") gives; without it the run
-// lasts 2 s and is held to what a slice may spend in that time.
+// for 70 s on each granter and holds every minute of it to the ceiling +
+// 2 %, the figures docs/architecture.md §7 ("Route capacity") gives;
+// without it each run lasts 2 s and is held to what the slices may spend
+// in that time.
 var capacityMinute = flag.Bool("capacity.minute", false, "run the two-gateway route capacity test for 70 s and check every minute against requests_per_minute + 2 %")
 
 // Two gateways (two dispatchers, each with slices of its own over one
-// granter, as two replicas share Redis) send 1,000 requests a minute
-// between them to a pool whose one route publishes 600 a minute: the
-// route receives at most 600 + 2 % in any minute; the rest wait within
-// the queue wait or are refused 429 overloaded.
+// region's granter: one slice.Memory, or Redis through a client each, as
+// two replicas share it) send 1,000 requests a minute between them to a
+// pool whose one route publishes 600 a minute: the route receives at most
+// 600 + 2 % in any minute; the rest wait within the queue wait or are
+// refused 429 overloaded.
 func TestTwoGatewaysKeepToARoutesRequestsPerMinuteTogether(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		granter := slice.NewMemory(nil)
+		twoGatewaysAgainstARouteLimit(t, func() slice.Granter { return granter })
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t)
+		twoGatewaysAgainstARouteLimit(t, func() slice.Granter {
+			g, err := redisslice.New(rs.Client(), redisslice.Options{Prefix: "captest"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		})
+	})
+}
+
+// twoGatewaysAgainstARouteLimit is the two-gateway run, each gateway's
+// slices over the granter granter gives it.
+func twoGatewaysAgainstARouteLimit(t *testing.T, granter func() slice.Granter) {
 	const rpm = 600
 	// Requests a minute, both gateways together: in the 2-s run three
 	// times the 1,000 of the minute's, so the limit binds within it.
@@ -63,10 +86,9 @@ func TestTwoGatewaysKeepToARoutesRequestsPerMinuteTogether(t *testing.T) {
 			}
 		}
 	}()
-	granter := slice.NewMemory(nil)
 	var ds []*Dispatcher
 	for range 2 {
-		sl, err := slice.New(granter, slice.Options{})
+		sl, err := slice.New(granter(), slice.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
