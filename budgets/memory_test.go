@@ -2,12 +2,12 @@ package budgets_test
 
 import (
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 	"github.com/hedgerow/hedgerow/budgets/storetest"
 )
 
@@ -28,11 +28,7 @@ func TestMemoryConformsToStore(t *testing.T) {
 // left to the requests (a lead of an hour), so the run is deterministic.
 func TestSlicedConformsToStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) budgets.Store {
-		slices, err := slice.New(slice.NewMemory(clock.Now), slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(slices.Close)
+		slices := slicetest.Slices(t, slice.NewMemory(clock.Now), clock.Now)
 		return budgets.NewSliced(budgets.NewMemory(clock.Now), slices, clock.Now)
 	})
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
-	"github.com/hedgerow/hedgerow/budgets/slice"
 	"github.com/hedgerow/hedgerow/budgets/slice/redisslice"
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -106,13 +106,9 @@ func TestRequestPathRoundTripsToRedis(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A lead of an hour: no background round during the test, so
-			// every granter call counted is one a request waited for.
-			slices, err := slice.New(granter, slice.Options{Lead: time.Hour, TTL: 2 * time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(slices.Close)
+			// No background round during the test, so every granter call
+			// counted is one a request waited for.
+			slices := slicetest.Slices(t, granter, time.Now)
 			store := budgets.NewSliced(requestPathStore{Store: bookkeeping, requestPath: requestPath}, slices, nil)
 			d := c.addDispatcher(Options{Store: store, Gate: gate})
 			submission := func(n int) Submission {

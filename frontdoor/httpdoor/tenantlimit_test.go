@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
@@ -48,14 +49,7 @@ func (d limitedDialect) code(c string) string {
 // on one gateway's slices on clock.
 func limitedOptions(t *testing.T, limit tenantlimit.Limit, clock *frontdoortest.SettableClock) (Options, *tenantlimit.Limiter) {
 	t.Helper()
-	slices, err := slice.New(slice.NewMemory(clock.Now), slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slices.Close)
-	// The slices' background round is left to the requests (a lead of an
-	// hour): the test decides every refill on its clock.
-	keys, l := frontdoortest.TenantLimits(t, limit, slices)
+	keys, l := frontdoortest.TenantLimits(t, limit, slicetest.Slices(t, slice.NewMemory(clock.Now), clock.Now))
 	return Options{Keyring: keys, Limiter: l}, l
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 	"github.com/hedgerow/hedgerow/dispatcher"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
@@ -21,14 +22,7 @@ import (
 // (unlimited), on one gateway's slices on clock.
 func tenantOptions(t *testing.T, limit tenantlimit.Limit, clock *frontdoortest.SettableClock) (Options, *tenantlimit.Limiter) {
 	t.Helper()
-	slices, err := slice.New(slice.NewMemory(clock.Now), slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slices.Close)
-	// The slices' background round is left to the requests (a lead of an
-	// hour): the test decides every refill on its clock.
-	keys, l := frontdoortest.TenantLimits(t, limit, slices)
+	keys, l := frontdoortest.TenantLimits(t, limit, slicetest.Slices(t, slice.NewMemory(clock.Now), clock.Now))
 	return Options{Keyring: keys, Limiter: l}, l
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/budgets/slice"
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,42 +47,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...stri
 	return 0
 }
 
-// fakeClock is a clock the tests advance.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: time.Unix(1e9, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// gatewaySlices is one gateway's slices over granter, on clock. Their
-// background round is left to the requests (a lead of an hour), so the
-// tests decide every refill.
-func gatewaySlices(t testing.TB, granter slice.Granter, clock *fakeClock) *slice.Slices {
+func newLimiter(t *testing.T, clock *slicetest.Clock, limits map[string]Limit, reg prometheus.Registerer) *Limiter {
 	t.Helper()
-	s, err := slice.New(granter, slice.Options{Now: clock.Now, Lead: time.Hour, TTL: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-func newLimiter(t *testing.T, clock *fakeClock, limits map[string]Limit, reg prometheus.Registerer) *Limiter {
-	t.Helper()
-	l, err := New(gatewaySlices(t, slice.NewMemory(clock.Now), clock), Options{Limits: limits, Registerer: reg})
+	l, err := New(slicetest.Slices(t, slice.NewMemory(clock.Now), clock.Now), Options{Limits: limits, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +66,7 @@ func refusal(t *testing.T, err error) *Refusal {
 }
 
 func TestATenantWithoutLimitsIsAlwaysAdmitted(t *testing.T) {
-	l := newLimiter(t, newClock(), map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1}, "free": {}}, nil)
+	l := newLimiter(t, slicetest.NewClock(), map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1}, "free": {}}, nil)
 	for _, tenant := range []string{"", "free", "unknown"} {
 		for range 5 {
 			release, err := l.Admit(context.Background(), tenant)
@@ -112,7 +79,7 @@ func TestATenantWithoutLimitsIsAlwaysAdmitted(t *testing.T) {
 }
 
 func TestRateLimitAdmitsTheBurstThenRefusesUntilATokenRefills(t *testing.T) {
-	clock := newClock()
+	clock := slicetest.NewClock()
 	reg := prometheus.NewRegistry()
 	l := newLimiter(t, clock, map[string]Limit{"acme": {RequestsPerSecond: 0.5, Burst: 3}}, reg)
 	ctx := context.Background()
@@ -135,7 +102,7 @@ func TestRateLimitAdmitsTheBurstThenRefusesUntilATokenRefills(t *testing.T) {
 }
 
 func TestBurstDefaultsToTheRateRoundedUp(t *testing.T) {
-	l := newLimiter(t, newClock(), map[string]Limit{"acme": {RequestsPerSecond: 2.5}}, nil)
+	l := newLimiter(t, slicetest.NewClock(), map[string]Limit{"acme": {RequestsPerSecond: 2.5}}, nil)
 	admitted := 0
 	for range 10 {
 		if _, err := l.Admit(context.Background(), "acme"); err == nil {
@@ -148,7 +115,7 @@ func TestBurstDefaultsToTheRateRoundedUp(t *testing.T) {
 }
 
 func TestConcurrencyLimitRefusesTheNextUntilOneIsReleased(t *testing.T) {
-	l := newLimiter(t, newClock(), map[string]Limit{"acme": {MaxConcurrent: 2}}, nil)
+	l := newLimiter(t, slicetest.NewClock(), map[string]Limit{"acme": {MaxConcurrent: 2}}, nil)
 	ctx := context.Background()
 	first, err := l.Admit(ctx, "acme")
 	if err != nil {
@@ -177,7 +144,7 @@ func TestConcurrencyLimitRefusesTheNextUntilOneIsReleased(t *testing.T) {
 
 // A request the rate refuses holds no concurrency slot afterwards.
 func TestARateRefusalFreesTheSlotItTook(t *testing.T) {
-	clock := newClock()
+	clock := slicetest.NewClock()
 	l := newLimiter(t, clock, map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 1, MaxConcurrent: 1}}, nil)
 	ctx := context.Background()
 	release, err := l.Admit(ctx, "acme")
@@ -221,10 +188,10 @@ func (g *downGranter) Hold(ctx context.Context, c slice.Concurrency, holder stri
 // share (here the whole ceiling: it saw no other gateway alive) — where
 // the limits once failed open.
 func TestAGatewayWithoutItsGranterStillLimitsItsTenants(t *testing.T) {
-	clock := newClock()
+	clock := slicetest.NewClock()
 	granter := &downGranter{Granter: slice.NewMemory(clock.Now)}
 	reg := prometheus.NewRegistry()
-	l, err := New(gatewaySlices(t, granter, clock), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 2, MaxConcurrent: 1}}, Registerer: reg})
+	l, err := New(slicetest.Slices(t, granter, clock.Now), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1, Burst: 2, MaxConcurrent: 1}}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +222,7 @@ func TestAGatewayWithoutItsGranterStillLimitsItsTenants(t *testing.T) {
 }
 
 func TestNewRefusesWhatItCannotApply(t *testing.T) {
-	slices := gatewaySlices(t, slice.NewMemory(nil), newClock())
+	slices := slicetest.Slices(t, slice.NewMemory(nil), time.Now)
 	for name, opts := range map[string]Options{
 		"a negative limit":    {Limits: map[string]Limit{"a": {MaxConcurrent: -1}}},
 		"a negative rate":     {Limits: map[string]Limit{"a": {RequestsPerSecond: -1}}},
@@ -274,7 +241,7 @@ func TestNewRefusesWhatItCannotApply(t *testing.T) {
 // BenchmarkAdmitAndRelease is the cost a limited request pays in one
 // gateway: a slot, a token and the release, from its slices in memory.
 func BenchmarkAdmitAndRelease(b *testing.B) {
-	l, err := New(gatewaySlices(b, slice.NewMemory(nil), newClock()), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
+	l, err := New(slicetest.Slices(b, slice.NewMemory(nil), time.Now), Options{Limits: map[string]Limit{"acme": {RequestsPerSecond: 1e12, Burst: 1 << 30, MaxConcurrent: 1 << 20}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -184,3 +184,17 @@ func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) string {
 	}
 	return epoch
 }
+
+// Slices is one gateway's slices over granter on now, for the tests of
+// what spends from them (tenant limits, budgets.Sliced, the doors): their
+// background round is left to the requests (a lead of an hour), so the
+// test decides every refill on its clock. They close with the test.
+func Slices(t testing.TB, granter slice.Granter, now func() time.Time) *slice.Slices {
+	t.Helper()
+	s, err := slice.New(granter, slice.Options{Now: now, Lead: time.Hour, TTL: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
