@@ -77,6 +77,17 @@ func gateway(t *testing.T, g Granter, clock *testClock, holder string) *Slices {
 	return s
 }
 
+// twoGatewaysAlive is two gateways on g that have each seen both alive:
+// the divisor of their safe shares is 2.
+func twoGatewaysAlive(t *testing.T, g Granter, clock *testClock) (*Slices, *Slices) {
+	t.Helper()
+	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
+	for _, s := range []*Slices{a, b, a} {
+		s.countAlive(context.Background())
+	}
+	return a, b
+}
+
 var tenantRate = Rate{Key: "tenant:acme:rate", Kind: "tenant_rate", PerSecond: 5, Burst: 5}
 
 // drive offers perSecond takes a second to each gateway for d, running
@@ -158,10 +169,7 @@ func TestAGatewayCutOffFromItsGranterSpendsItsSliceThenItsSafeShare(t *testing.T
 	ctx := context.Background()
 	clock := newTestClock()
 	g := &countingGranter{Granter: NewMemory(clock.Now)}
-	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
-	a.countAlive(ctx)
-	b.countAlive(ctx)
-	a.countAlive(ctx) // a has now seen both gateways alive
+	a, _ := twoGatewaysAlive(t, g, clock)
 	drive(ctx, clock, tenantRate, 20, 5*time.Second, a)
 	g.down.Store(true)
 	// 30 s without the granter at 20/s: a spends what its slice holds,
@@ -237,11 +245,7 @@ func TestAGatewayCutOffFromItsGranterKeepsItsSlotsThenItsSafeShare(t *testing.T)
 	ctx := context.Background()
 	clock := newTestClock()
 	g := &countingGranter{Granter: NewMemory(clock.Now)}
-	a := gateway(t, g, clock, "gw-a")
-	b := gateway(t, g, clock, "gw-b")
-	a.countAlive(ctx)
-	b.countAlive(ctx)
-	a.countAlive(ctx)
+	a, b := twoGatewaysAlive(t, g, clock)
 	if !a.Acquire(ctx, tenantConcurrency) {
 		t.Fatal("a's acquire refused")
 	}
@@ -371,10 +375,7 @@ func TestWhatASafeShareSpentIsChargedWhenTheGranterReturns(t *testing.T) {
 	ctx := context.Background()
 	clock := newTestClock()
 	g := &countingGranter{Granter: NewMemory(clock.Now)}
-	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
-	a.countAlive(ctx)
-	b.countAlive(ctx)
-	a.countAlive(ctx)
+	a, b := twoGatewaysAlive(t, g, clock)
 	spentA := 0.0
 	if ok, _ := a.TakeN(ctx, spendWindow, 100); !ok {
 		t.Fatal("a's first take refused")
@@ -454,10 +455,7 @@ func TestGatewaysCutOffShareWhatWasLeftOfAWindowNotTheWholeWindow(t *testing.T) 
 	ctx := context.Background()
 	clock := newTestClock()
 	g := &countingGranter{Granter: NewMemory(clock.Now)}
-	a, b := gateway(t, g, clock, "gw-a"), gateway(t, g, clock, "gw-b")
-	for _, s := range []*Slices{a, b, a} {
-		s.countAlive(ctx)
-	}
+	a, b := twoGatewaysAlive(t, g, clock)
 	spent := 0.0
 	for range 4 { // 800 of the window's 1000, half through each
 		for _, s := range []*Slices{a, b} {
