@@ -82,14 +82,23 @@ func withoutTenant(p SpendPolicy) SpendPolicy {
 	return p
 }
 
-// Admit decides the primary in the gateway's Memory (a local user action,
-// or the region's store unreachable) or the region's store — the ledger
-// slot, the user action's spend and the window's count —, then takes the
-// tenant's spend from the slice. The reasons keep the order of every
-// Store: attempts, spend_user_action, spend_tenant.
+// Admit takes the tenant's spend from the slice, then decides the primary
+// in the gateway's Memory (a local user action, or the region's store
+// unreachable) or the region's store — the ledger slot, the user action's
+// spend and the window's count —, giving the tenant's units back if that
+// refuses. The tenant's units go first so that a refusal for them counts
+// nothing anywhere (a primary counted and then refused would leave its
+// window room for a hedge it never earned); the reasons keep the order of
+// every Store, attempts and spend_user_action before spend_tenant, except
+// that a request its tenant's window refuses is told spend_tenant even if
+// its ledger is full too.
 func (s *Sliced) Admit(ctx context.Context, req AdmitRequest) (Admission, error) {
 	if err := req.Validate(); err != nil {
 		return Admission{}, err
+	}
+	tenant, ok := s.takeTenant(ctx, req.Tenant, req.Spend)
+	if !ok {
+		return Admission{Reason: ReasonSpendTenant}, nil
 	}
 	inner := req
 	inner.Spend = withoutTenant(req.Spend)
@@ -105,41 +114,40 @@ func (s *Sliced) Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 		}
 	}
 	if err != nil || !adm.Allowed {
+		s.giveBack(tenant)
 		return adm, err
 	}
-	if !s.takeTenant(ctx, adm.Reservation, req.Tenant, req.Spend, charge{}) {
-		s.releaseQuietly(ctx, adm.Reservation)
-		return Admission{Reason: ReasonSpendTenant}, nil
-	}
+	s.remember(adm.Reservation, tenant, s.now().Add(req.Spend.ReservationTTL))
 	return adm, nil
 }
 
-// ReserveExtra decides the extra attempt in the gateway's Memory (a local
-// user action; its pool's reserve from the slice) or the region's store,
-// then takes the tenant's spend from the slice. While the region's store
-// is away, extras of shared user actions are refused as by any Store that
-// cannot answer.
+// ReserveExtra takes the tenant's spend from the slice, then decides the
+// extra attempt in the gateway's Memory (a local user action; its pool's
+// reserve from the slice) or the region's store, giving the tenant's units
+// back if that refuses. While the region's store is away, extras of
+// shared user actions are refused as by any Store that cannot answer.
 func (s *Sliced) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, error) {
 	if err := req.Validate(); err != nil {
 		return Grant{}, err
 	}
+	paid, ok := s.takeTenant(ctx, req.Tenant, req.Spend)
+	if !ok {
+		return Grant{Reason: ReasonSpendTenant}, nil
+	}
 	inner := req
 	inner.Spend = withoutTenant(req.Spend)
 	var grant Grant
-	var paid charge
 	var err error
 	if req.Local {
-		grant, paid, err = s.localExtra(ctx, inner)
+		grant, paid.reserve, err = s.localExtra(ctx, inner)
 	} else {
 		grant, err = s.Store.ReserveExtra(ctx, inner)
 	}
 	if err != nil || !grant.Allowed {
+		s.giveBack(paid)
 		return grant, err
 	}
-	if !s.takeTenant(ctx, grant.Reservation, req.Tenant, req.Spend, paid) {
-		s.releaseQuietly(ctx, grant.Reservation)
-		return Grant{Reason: ReasonSpendTenant}, nil
-	}
+	s.remember(grant.Reservation, paid, s.now().Add(req.Spend.ReservationTTL))
 	return grant, nil
 }
 
@@ -148,47 +156,56 @@ func (s *Sliced) ReserveExtra(ctx context.Context, req ExtraRequest) (Grant, err
 // pool has a reserve, by a token of the gateway's slice of it — taken
 // outside the Memory's lock, since a cold slice asks the region — and then
 // counted as reserve-paid; the token goes back if the Memory then refuses.
-func (s *Sliced) localExtra(ctx context.Context, req ExtraRequest) (Grant, charge, error) {
+func (s *Sliced) localExtra(ctx context.Context, req ExtraRequest) (Grant, *slice.Rate, error) {
 	reserve := req.Reserve
 	req.Reserve = ReserveBucket{}
 	grant, err := s.local.ReserveExtra(ctx, req)
+	var paid *slice.Rate
 	if err == nil && !grant.Allowed && grant.Reason == ReasonDuplicateRate && reserve.Capacity >= 1 {
 		r := poolReserve(req.Pool, reserve)
 		if ok, _ := s.slices.Take(ctx, r); ok {
 			if grant, err = s.local.reserveExtra(ctx, req, true); err != nil || !grant.Allowed {
 				s.slices.Adjust(r, 1)
 			} else {
-				grant.Reservation = localPrefix + grant.Reservation
-				return grant, charge{reserve: &r}, nil
+				paid = &r
 			}
 		}
 	}
 	if grant.Allowed {
 		grant.Reservation = localPrefix + grant.Reservation
 	}
-	return grant, charge{}, err
+	return grant, paid, err
 }
 
-// takeTenant spends the reservation's units from its tenant's window
-// slice, if it has a tenant ceiling, and records what the reservation took
-// from slices (paid, and the units) for its end.
-func (s *Sliced) takeTenant(ctx context.Context, id ReservationID, tenant string, p SpendPolicy, paid charge) bool {
+// takeTenant spends a reservation's units from its tenant's window slice,
+// if it has a tenant ceiling, and says what it took; false when the window
+// refuses them.
+func (s *Sliced) takeTenant(ctx context.Context, tenant string, p SpendPolicy) (charge, bool) {
 	now := s.now()
 	s.expire(now)
-	if units := p.Units(); p.TenantCeiling > 0 && units > 0 {
-		if units > p.TenantCeiling {
-			s.remember(id, paid, now.Add(p.ReservationTTL))
-			return false // no window could hold it
-		}
-		w := tenantWindow(tenant, p, now)
-		if ok, _ := s.slices.TakeN(ctx, w, float64(units)); !ok {
-			s.remember(id, paid, now.Add(p.ReservationTTL))
-			return false
-		}
-		paid.window, paid.units = &w, units
+	units := p.Units()
+	if p.TenantCeiling == 0 || units == 0 {
+		return charge{}, true
 	}
-	s.remember(id, paid, now.Add(p.ReservationTTL))
-	return true
+	if units > p.TenantCeiling {
+		return charge{}, false // no window could hold it
+	}
+	w := tenantWindow(tenant, p, now)
+	if ok, _ := s.slices.TakeN(ctx, w, float64(units)); !ok {
+		return charge{}, false
+	}
+	return charge{window: &w, units: units}, true
+}
+
+// giveBack returns what a decision took from slices when the store then
+// refused it.
+func (s *Sliced) giveBack(c charge) {
+	if c.window != nil {
+		s.slices.Adjust(*c.window, float64(c.units))
+	}
+	if c.reserve != nil {
+		s.slices.Adjust(*c.reserve, 1)
+	}
 }
 
 // remember records what a reservation took from slices, if anything.
@@ -254,12 +271,6 @@ func (s *Sliced) endCharges(id ReservationID, used int64, release bool) {
 	if c.window != nil {
 		s.slices.Adjust(*c.window, float64(c.units-used))
 	}
-}
-
-// releaseQuietly gives back a grant the tenant's spend then refused; a
-// failure leaves it to its expiry, as a Store's own compensation does.
-func (s *Sliced) releaseQuietly(ctx context.Context, id ReservationID) {
-	_ = s.Release(ctx, id)
 }
 
 // storeOf is the store that granted id and the id it knows.
