@@ -23,7 +23,7 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 		check func(f *fixture, k key)
 	}{
 		{
-			name: "tenant refuses a primary: slot and user-action spend return",
+			name: "tenant refuses a primary: slot and user-action spend return and the primary is not counted",
 			deny: func(f *fixture, k key) budgets.Reason {
 				req := k.primary(100)
 				req.Spend.UserActionCeiling, req.Spend.TenantCeiling = 100, 50
@@ -31,6 +31,9 @@ func testDenialCompensatesEarlierReservations(f *fixture) {
 			},
 			want: budgets.ReasonSpendTenant,
 			check: func(f *fixture, k key) {
+				if n := f.hedgesIn(k, 3); n != 1 {
+					f.t.Errorf("%s: %d hedges granted, want the 1 of the window's one counted primary", k.name, n)
+				}
 				req := k.primary(100)
 				req.Spend.UserActionCeiling = 100
 				a := f.admit(req)
