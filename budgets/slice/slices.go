@@ -174,9 +174,6 @@ func newSlices(g Granter, opts Options) (*Slices, error) {
 	return s, nil
 }
 
-// Holder is the name this gateway holds its slices under.
-func (s *Slices) Holder() string { return s.opts.Holder }
-
 // Close stops the background loop and gives back what the slices hold, so
 // other gateways need not wait for the holds to lapse.
 func (s *Slices) Close() {
