@@ -79,6 +79,10 @@ type group struct {
 	deadline  time.Duration
 	queueWait time.Duration // the pool's bound on re-offers after a Busy (§4 rule 4)
 	delay     time.Duration
+	// stallDelay is the cohort's delay over its pool at the start, delay
+	// unless the primary's route has its own: what the primary's stall is
+	// judged by (judgeStall, docs/architecture.md §5 "Route choice").
+	stallDelay time.Duration
 	// primary is the route the primary goes to, picked as the group starts
 	// so that its hedge delay is that route's (docs/architecture.md §5);
 	// empty when no route of the pool could be picked.
@@ -296,7 +300,7 @@ func (g *group) startEvent() hedge.Start {
 	g.d.rngMu.Unlock()
 	d := g.class.HedgeDelay(g.cohort, g.primary, now, g.deadline)
 	s.HedgeDelay = d.Value
-	g.delay = d.Value
+	g.delay, g.stallDelay = d.Value, d.Cohort
 	el := g.eligibility(now)
 	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
 	// A control group hedges as any group does; its baseline is measured

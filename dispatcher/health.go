@@ -93,7 +93,7 @@ func (g *group) judgeStall(hedged, ended bool) {
 		return
 	}
 	now := g.d.now()
-	stalled, known := route.PrimaryState{Delay: g.delay, Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte, Hedged: hedged}.Stalled()
+	stalled, known := route.PrimaryState{Delay: g.stallDelay, Elapsed: now.Sub(p.launchedAt), FirstByte: p.firstByte, Hedged: hedged}.Stalled()
 	if known {
 		_ = g.d.picker.ObserveStall(p.route, stalled, now)
 	}

@@ -105,7 +105,7 @@ func TestSharedGuardrailSampleRules(t *testing.T) {
 // bytes reported on each route, as the simulator does (see the simulator's
 // TestSharedRouteDelayRules).
 func TestSharedRouteDelayRules(t *testing.T) {
-	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) time.Duration {
+	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) policytest.Armed {
 		g := rulesGroup(t, p, policytest.RouteDelayRoutes)
 		now := time.Now()
 		g.d.now = func() time.Time { return now }
@@ -140,6 +140,6 @@ func TestSharedRouteDelayRules(t *testing.T) {
 		if g.primary != g.routes[f.Primary] {
 			t.Fatalf("primary picked on %q, want %q", g.primary, g.routes[f.Primary])
 		}
-		return s.HedgeDelay
+		return policytest.Armed{Hedge: s.HedgeDelay, StallJudgedBy: g.stallDelay}
 	})
 }

@@ -68,6 +68,11 @@ type StrategyResult struct {
 	ControlGroups  int `json:"control_groups"`
 	ControlSamples int `json:"control_samples"`
 	KeptBaselines  int `json:"kept_baselines"`
+
+	// PrimaryShares is the share of groups whose primary went to each
+	// route: where route choice sent the first attempts (on uneven routes,
+	// how few the degraded route drew).
+	PrimaryShares map[string]float64 `json:"primary_shares"`
 }
 
 // accumulator gathers one strategy's per-group figures.
@@ -84,6 +89,7 @@ type accumulator struct {
 	// The guardrail's control arm: its groups, its samples, the baselines
 	// kept past another attempt's commit.
 	controlGroups, controlSamples, keptBaselines int
+	primaries                                    map[string]int // groups by their primary's route
 }
 
 func newAccumulator(requests int) *accumulator {
@@ -92,6 +98,7 @@ func newAccumulator(requests int) *accumulator {
 		windowGroups: map[int64]int{},
 		windowExtras: map[int64]int{},
 		windowHedges: map[int64]int{},
+		primaries:    map[string]int{},
 	}
 }
 
@@ -108,6 +115,7 @@ func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
 	extras := max(len(g.attempts)-1, 0)
 	acc.extras += extras
 	acc.windowGroups[int64(g.arrival/durationWindow)]++
+	acc.primaries[g.primary]++
 	acc.lastArrival = max(acc.lastArrival, g.arrival)
 	switch {
 	case rec.Committed:
@@ -155,6 +163,10 @@ func (acc *accumulator) result(name string, cond workload.Conditions) StrategyRe
 	res.P999 = quantile(acc.latencies, 0.999)
 	slices.Sort(acc.hedgeDelays)
 	res.MedianHedgeDelay = quantile(acc.hedgeDelays, 0.5)
+	res.PrimaryShares = make(map[string]float64, len(acc.primaries))
+	for route, groups := range acc.primaries {
+		res.PrimaryShares[route] = float64(groups) / n
+	}
 	res.DuplicateRate = float64(acc.extras) / n
 	res.DeadlineMissRate = float64(acc.deadlineMisses) / n
 	res.ErrorRate = float64(acc.errors) / n

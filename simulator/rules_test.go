@@ -79,7 +79,7 @@ func TestSharedCensoringRules(t *testing.T) {
 // bytes reported on each route, as the dispatcher does (see the
 // dispatcher's TestSharedRouteDelayRules).
 func TestSharedRouteDelayRules(t *testing.T) {
-	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) time.Duration {
+	policytest.TestRouteDelay(t, func(t *testing.T, p *policy.Policy, f policytest.RouteFacts) policytest.Armed {
 		r := rulesRunner(t, p, policytest.RouteDelayRoutes)
 		r.strat.policy, r.acc = hedge.DefaultOptions(), &accumulator{}
 		r.cond.Deadline = 30 * time.Second
@@ -105,7 +105,7 @@ func TestSharedRouteDelayRules(t *testing.T) {
 		if g.primary != r.routes[f.Primary] {
 			t.Fatalf("primary picked on %q, want %q", g.primary, r.routes[f.Primary])
 		}
-		return start.HedgeDelay
+		return policytest.Armed{Hedge: start.HedgeDelay, StallJudgedBy: g.delay}
 	})
 }
 

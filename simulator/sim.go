@@ -101,8 +101,9 @@ type simGroup struct {
 	// its hedge delay is that route's, as the dispatcher does; "" when no
 	// route could be picked.
 	primary string
-	// delay is the cohort's hedge delay at the start, whether or not the
-	// group may hedge: what its primary's stall is judged by.
+	// delay is the cohort's hedge delay over its pool at the start (not its
+	// primary's route's own), whether or not the group may hedge: what its
+	// primary's stall is judged by, as the dispatcher's stallDelay.
 	delay time.Duration
 	// winner is the committed attempt (0: none yet); keptPrimary says a
 	// control group's commit kept its primary running as the baseline
@@ -304,11 +305,11 @@ func (r *runner) start(g *simGroup) hedge.Start {
 	}
 	switch r.strat.delay {
 	case delayFixed:
-		start.HedgeDelay = r.strat.fixed
+		start.HedgeDelay, g.delay = r.strat.fixed, r.strat.fixed
 	case delayEstimated:
-		start.HedgeDelay = r.class.HedgeDelay(g.cohort, g.primary, r.at(), r.cond.Deadline).Value
+		d := r.class.HedgeDelay(g.cohort, g.primary, r.at(), r.cond.Deadline)
+		start.HedgeDelay, g.delay = d.Value, d.Cohort
 	}
-	g.delay = start.HedgeDelay
 	el := r.eligibility(g)
 	start.HedgeEligible, start.NotEligibleReason = el.Eligible, el.Reason
 	// A control group hedges as any group does; its baseline is measured

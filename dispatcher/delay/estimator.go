@@ -174,6 +174,11 @@ type Delay struct {
 	// Route: Value is the primary's route's own quantile, whose
 	// distribution differs from its cohort's (Estimator.RouteDelay).
 	Route bool
+	// Cohort is the cohort's delay over its whole pool, Value unless Route:
+	// what a primary's stall is judged by (route.PrimaryState), so that a
+	// route given its own, longer delay still counts the stalls its
+	// siblings would not have had (docs/architecture.md §5, "Route choice").
+	Cohort time.Duration
 	// Samples is the number of samples in the cohort's window.
 	Samples int
 	// Estimate is the quantile before clamping (0 while cold).
@@ -312,9 +317,13 @@ func clampRemaining(d Delay, remaining time.Duration) Delay {
 	if remaining < 0 {
 		remaining = 0
 	}
+	if !d.Route {
+		d.Cohort = d.Value
+	}
 	if d.Value > remaining {
 		d.Value, d.Clamp = remaining, ClampDeadline
 	}
+	d.Cohort = min(d.Cohort, remaining)
 	return d
 }
 
@@ -456,7 +465,7 @@ func (e *Estimator) routeDelayLocked(c Cohort, route string, now time.Time) Dela
 		return d
 	}
 	rd := e.fromQuantile(Delay{Samples: d.Samples}, rq.Seconds())
-	rd.Route = true
+	rd.Route, rd.Cohort = true, d.Value
 	return rd
 }
 

@@ -823,7 +823,7 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 	if rng == nil {
 		best := cands[0]
 		for _, rs := range cands[1:] {
-			if p.score(rs, prior, now) < p.score(best, prior, now) {
+			if p.better(rs, best, prior, now) {
 				best = rs
 			}
 		}
@@ -835,10 +835,24 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 		j++
 	}
 	a, b := cands[i], cands[j]
-	if p.score(b, prior, now) < p.score(a, prior, now) {
+	if p.better(b, a, prior, now) {
 		return b.route.Name, true
 	}
 	return a.route.Name, true
+}
+
+// better reports whether a primary should go to a rather than b: to the
+// safer when one's risk is beyond the other's margins (riskRatio,
+// riskSlack), else to the lower score. p.mu must be held.
+func (p *Picker) better(a, b *routeState, pr priors, now time.Time) bool {
+	ra, rb := p.risk(a, pr, now), p.risk(b, pr, now)
+	switch {
+	case rb > ra*riskRatio+riskSlack:
+		return true
+	case ra > rb*riskRatio+riskSlack:
+		return false
+	}
+	return p.score(a, pr, now) < p.score(b, pr, now)
 }
 
 // score is (in-flight + 1) × recent latency ÷ success ratio × stall

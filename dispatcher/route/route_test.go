@@ -736,6 +736,45 @@ func TestARouteWhoseStallShareRisesLosesPrimariesGraduallyAndWinsThemBack(t *tes
 	t.Logf("recovered: a drew %.3f of the primaries", float64(got["a"])/picks)
 }
 
+// A primary's pairing goes to the safer route when the two risks lie
+// beyond the margins PickHedge uses, however idle the riskier one is, and
+// to the lower score (load first) when they lie within them.
+func TestPickPrimaryGivesThePairingToTheSaferRouteBeforeTheIdlerOne(t *testing.T) {
+	tests := []struct {
+		name string
+		// stalled is how many of each route's 40 judged primaries stalled.
+		stalled   map[string]int
+		wantShare float64 // of the idle route a
+	}{
+		{"a route stalling far more than its siblings loses every pairing, however idle",
+			map[string]int{"a": 12, "b": 1, "c": 1}, 0},
+		{"a route stalling a little more, within the margins, wins its pairings on load",
+			map[string]int{"a": 3, "b": 2, "c": 2}, 2.0 / 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain("a", "b", "c")...)
+			pool := []string{"a", "b", "c"}
+			for _, name := range pool {
+				mustDo(t, p.Observe(name, 500*time.Millisecond, t0))
+				for i := range 40 {
+					mustDo(t, p.ObserveStall(name, i < tt.stalled[name], t0))
+				}
+			}
+			for _, name := range []string{"b", "c"} {
+				for range 12 {
+					mustDo(t, p.Acquire(name))
+				}
+			}
+			const n = 3000
+			got := shares(t, n, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+			if share := float64(got["a"]) / n; math.Abs(share-tt.wantShare) > 0.03 {
+				t.Fatalf("the idle route a drew %.3f of the primaries (%v), want %.3f", share, got, tt.wantShare)
+			}
+		})
+	}
+}
+
 func TestEqualStallSharesLeaveThePrimariesEven(t *testing.T) {
 	p := newTestPicker(t, plain("a", "b", "c")...)
 	pool := []string{"a", "b", "c"}

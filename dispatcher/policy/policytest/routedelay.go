@@ -89,30 +89,50 @@ type RouteFacts struct {
 	Primary int
 }
 
+// Armed is what a group's start set from its delays: the hedge delay its
+// timer was armed with, and the delay its primary's stall is judged by
+// (route.PrimaryState.Delay).
+type Armed struct {
+	Hedge, StallJudgedBy time.Duration
+}
+
 // TestRouteDelay runs every route-delay case through arm: the driver's path
 // from a group of a class running p, on a pool of RouteDelayRoutes routes,
-// after the case's first bytes, to the hedge delay its start armed.
-func TestRouteDelay(t *testing.T, arm func(t *testing.T, p *policy.Policy, f RouteFacts) time.Duration) {
+// after the case's first bytes, to the delays its start armed. Whatever
+// its hedge delay, a primary's stall is judged by its cohort's delay, so
+// that a route given its own, longer delay still counts the stalls its
+// siblings would not have had (docs/architecture.md §5, "Route choice").
+func TestRouteDelay(t *testing.T, arm func(t *testing.T, p *policy.Policy, f RouteFacts) Armed) {
 	for _, tc := range RouteDelayCases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			p := policy.Default()
 			samples := tc.samples()
 			got := arm(t, p, RouteFacts{Samples: samples, Primary: tc.Primary})
-			var want time.Duration
+			var want, cohort time.Duration
 			switch tc.From {
 			case FromInitial:
-				want = p.Delay.Initial
+				want, cohort = p.Delay.Initial, p.Delay.Initial
 			case FromCohort:
 				want = quantile(samples, -1, p.Delay.Quantile)
+				cohort = want
 			case FromRoute:
 				want = quantile(samples, tc.Primary, p.Delay.Quantile)
+				cohort = quantile(samples, -1, p.Delay.Quantile)
 			}
 			// Within the sketches' 1% relative accuracy, with room.
-			if rel := math.Abs(float64(got-want)) / float64(want); rel > 0.025 {
-				t.Fatalf("armed a hedge delay of %v, want the %s's %v", got, tc.From, want)
+			if !near(got.Hedge, want) {
+				t.Fatalf("armed a hedge delay of %v, want the %s's %v", got.Hedge, tc.From, want)
+			}
+			if !near(got.StallJudgedBy, cohort) {
+				t.Fatalf("judges the primary's stall by %v, want the cohort's delay %v", got.StallJudgedBy, cohort)
 			}
 		})
 	}
+}
+
+// near reports whether got is within 2.5 % of want.
+func near(got, want time.Duration) bool {
+	return math.Abs(float64(got-want))/float64(want) <= 0.025
 }
 
 // quantile is the q-quantile of the samples on route (-1: all), at rank
