@@ -1,0 +1,252 @@
+// Package lease splits a global ceiling into regional leases
+// (docs/architecture.md §14, "Leases"): each region holds a share of the
+// ceiling, valid until an expiry, sized by its recent demand, and spends it
+// through its own granter (budgets/slice), so nothing on a request's path
+// crosses regions.
+//
+// A Table is the authority's state of one ceiling — what every region reads
+// and writes back with compare-and-set — and Renew is the only way it
+// changes: pure, driven by the renewing region's clock, so that the live
+// authority and the simulator run the same code.
+//
+// The guarantee: at every instant the shares the regions may be spending
+// sum to at most the whole ceiling, whichever regions are cut off, whatever
+// replies are lost, with clocks apart by at most Options.Skew. A region
+// spends its share until its expiry (Spending); after it, or with no lease,
+// its safe share — the smaller of its last share and Options.Fallback. The
+// table reserves for each region the most it may be spending (Reserved),
+// and a renewal grants only what the others' reservations leave, so a lost
+// region's share is granted to no one before its lease has expired, and a
+// region cut off for good, or dead, keeps its safe share reserved until it
+// returns or is taken out of Options.Regions.
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// ErrInvalid wraps every refusal of malformed options or a malformed ask.
+var ErrInvalid = errors.New("lease: invalid")
+
+// Defaults of Options (docs/architecture.md §14).
+const (
+	DefaultValidity = 10 * time.Second
+	DefaultSkew     = time.Second
+	// DefaultFloorOfFallback is the floor's default as a part of the safe
+	// share: every live region is sized to at least a tenth of it.
+	DefaultFloorOfFallback = 0.1
+)
+
+// Options are the rules every region's renewals follow; every region must
+// use the same.
+type Options struct {
+	// Regions names every region that may hold a lease. A region not
+	// in the table yet is reserved its safe share: it may be spending it.
+	Regions []string
+	// Validity is how long a grant lasts from its renewal (default 10 s).
+	Validity time.Duration
+	// Skew bounds how far apart any two regions' clocks may be (default
+	// 1 s): a region stops spending a share Skew before its expiry by its
+	// own clock, and the authority counts it Skew past it.
+	Skew time.Duration
+	// Fallback is the safe share as a fraction of the ceiling (default 1 ÷
+	// the regions): the most a region without a live lease spends.
+	Fallback float64
+	// Floor is the share every live region is sized to at least, as a
+	// fraction of the ceiling (default a tenth of Fallback), so that a quiet
+	// region's first requests find room.
+	Floor float64
+}
+
+// withDefaults fills zero fields and refuses options that cannot hold.
+func (o Options) withDefaults() (Options, error) {
+	if len(o.Regions) == 0 {
+		return o, fmt.Errorf("%w: options: no regions", ErrInvalid)
+	}
+	for i, r := range o.Regions {
+		if r == "" || slices.Contains(o.Regions[:i], r) {
+			return o, fmt.Errorf("%w: options: region %q is empty or named twice", ErrInvalid, r)
+		}
+	}
+	if o.Validity == 0 {
+		o.Validity = DefaultValidity
+	}
+	if o.Skew == 0 {
+		o.Skew = DefaultSkew
+	}
+	if o.Fallback == 0 {
+		o.Fallback = 1 / float64(len(o.Regions))
+	}
+	if o.Floor == 0 {
+		o.Floor = o.Fallback * DefaultFloorOfFallback
+	}
+	switch n := float64(len(o.Regions)); {
+	case o.Validity <= 2*o.Skew || o.Skew < 0:
+		return o, fmt.Errorf("%w: options: validity %v must exceed twice the skew %v", ErrInvalid, o.Validity, o.Skew)
+	case !(o.Fallback > 0) || o.Fallback*n > 1+1e-9:
+		return o, fmt.Errorf("%w: options: fallback share %v must be > 0 and at most 1 ÷ %v regions", ErrInvalid, o.Fallback, n)
+	case !(o.Floor > 0) || o.Floor > o.Fallback:
+		return o, fmt.Errorf("%w: options: floor %v must be > 0 and at most the fallback share %v", ErrInvalid, o.Floor, o.Fallback)
+	}
+	return o, nil
+}
+
+// Grant is one region's lease in a table.
+type Grant struct {
+	// Share is the fraction of the ceiling granted, until Expires by the
+	// renewing region's clock.
+	Share   float64   `json:"share"`
+	Expires time.Time `json:"expires"`
+	// Demand is what the region wanted at its renewal, in units per second
+	// (or units held, for a concurrency ceiling): what shares are sized by.
+	Demand float64 `json:"demand"`
+	// Held is the lease the region spent when it asked: it goes on
+	// spending it until the reply reaches it, and past that if the reply is
+	// lost, so the table reserves it until the region's next renewal says
+	// what it holds then.
+	Held Held `json:"held"`
+}
+
+// Held is a lease as its region knows it: the last grant that reached it,
+// or none (zero) for a region that never had one.
+type Held struct {
+	Share   float64   `json:"share"`
+	Expires time.Time `json:"expires"`
+}
+
+// Table is the authority's state of one global ceiling.
+type Table struct {
+	// Since is when the table was created. For a lease's validity and the
+	// skew after it, regions may still hold leases of a table that was
+	// lost, which it knows nothing of: until then no region is granted more
+	// than it held (learning, as Doorman's server after a master change).
+	Since  time.Time        `json:"since"`
+	Grants map[string]Grant `json:"grants,omitempty"`
+}
+
+// NewTable is a table created at now, with no grants: it learns first.
+func NewTable(now time.Time) Table { return Table{Since: now} }
+
+// Ask is a region's renewal.
+type Ask struct {
+	Region string
+	// Demand is what the region wants, in units per second (units held for
+	// a concurrency ceiling); ≥ 0.
+	Demand float64
+	// Held is the lease the region spends now: its last grant that reached
+	// it, or none (zero).
+	Held Held
+}
+
+// Spending is the share a region spends at now by its own clock, holding
+// h: h's share until Skew before its expiry, then its safe share; with no
+// lease, the fallback.
+func Spending(h Held, now time.Time, o Options) (float64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return spends(h, now, -o.Skew, o), nil
+}
+
+// spends is what a region holding h spends at now, its expiry moved by
+// margin: −Skew as the region counts (it stops early), +Skew as the
+// authority counts (it may be spending a little longer). The safe share is
+// the smaller of the last share and the fallback; a region that never had
+// a lease spends the fallback.
+func spends(h Held, now time.Time, margin time.Duration, o Options) float64 {
+	switch {
+	case h == Held{}:
+		return o.Fallback
+	case now.Before(h.Expires.Add(margin)):
+		return h.Share
+	}
+	return min(h.Share, o.Fallback)
+}
+
+// Reserved is the most region may be spending at now: the larger of its
+// grant and what it held when it asked, each counted to Skew past its
+// expiry; a region not in the table is reserved the fallback.
+func (t Table) Reserved(region string, now time.Time, o Options) (float64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return t.reserved(region, now, o), nil
+}
+
+func (t Table) reserved(region string, now time.Time, o Options) float64 {
+	g, ok := t.Grants[region]
+	if !ok {
+		return o.Fallback
+	}
+	return max(spends(Held{Share: g.Share, Expires: g.Expires}, now, o.Skew, o), spends(g.Held, now, o.Skew, o))
+}
+
+// live reports whether region holds a grant not yet past its expiry and the
+// skew at now.
+func (t Table) live(region string, now time.Time, o Options) bool {
+	g, ok := t.Grants[region]
+	return ok && now.Before(g.Expires.Add(o.Skew))
+}
+
+// Renew is a's renewal at now by its region's clock: the table to write
+// back (with compare-and-set: a conflict means another region renewed
+// first; read again and renew again) and a's new grant.
+//
+// The grant is sized by demand: the live regions (a included) share what
+// the others' reservations leave, each a Floor plus its demand's part of
+// the rest; and it never exceeds what every other region's reservation
+// leaves, so the table's reservations never sum past the ceiling. While
+// the table learns (Table.Since), a is granted no more than it spends.
+func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return t, Grant{}, err
+	}
+	if !slices.Contains(o.Regions, a.Region) {
+		return t, Grant{}, fmt.Errorf("%w: ask: region %q is not one of %v", ErrInvalid, a.Region, o.Regions)
+	}
+	if !(a.Demand >= 0) || math.IsInf(a.Demand, 0) || !(a.Held.Share >= 0) || a.Held.Share > 1 {
+		return t, Grant{}, fmt.Errorf("%w: ask of %q: demand %v must be finite and ≥ 0, held share %v in [0, 1]",
+			ErrInvalid, a.Region, a.Demand, a.Held.Share)
+	}
+	others, idle := 0.0, 0.0 // reservations of every other region; of those not live
+	var live []string
+	demand := a.Demand
+	for _, r := range o.Regions {
+		if r == a.Region {
+			continue
+		}
+		res := t.reserved(r, now, o)
+		others += res
+		if t.live(r, now, o) {
+			live = append(live, r)
+			demand += t.Grants[r].Demand
+		} else {
+			idle += res
+		}
+	}
+	free := max(0, 1-idle)
+	share := free / float64(len(live)+1)
+	if demand > 0 {
+		share = o.Floor + max(0, free-float64(len(live)+1)*o.Floor)*a.Demand/demand
+	}
+	share = max(0, min(share, 1-others))
+	if now.Before(t.Since.Add(o.Validity + o.Skew)) {
+		share = min(share, spends(a.Held, now, -o.Skew, o))
+	}
+	g := Grant{Share: share, Expires: now.Add(o.Validity), Demand: a.Demand, Held: a.Held}
+	next := Table{Since: t.Since, Grants: make(map[string]Grant, len(t.Grants)+1)}
+	for r, old := range t.Grants {
+		if slices.Contains(o.Regions, r) {
+			next.Grants[r] = old
+		}
+	}
+	next.Grants[a.Region] = g
+	return next, g, nil
+}
