@@ -192,6 +192,15 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	if g := tb.Grants["west"]; g.Share != west.held.Share || !g.Expires.Equal(west.held.Expires) {
 		t.Fatalf("east reads west's grant as %+v, want what west was granted, %+v", g, west.held)
 	}
+	stream, err := jetstream.New(natstest.Connect(t, sc.west))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := stream.Stream(ctxOf(t, renewTimeout), "KV_"+DefaultBucket); err != nil {
+		t.Fatal(err)
+	} else if c := info.CachedInfo().Cluster; c == nil || c.Name != "east" {
+		t.Fatalf("the bucket's stream is in cluster %+v, want east", c)
+	}
 	if west.held.Share <= fallback {
 		t.Fatalf("west, asking for 90%% of the demand, holds %.3f, not more than the safe share: the fall below would not show", west.held.Share)
 	}
