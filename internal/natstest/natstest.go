@@ -57,6 +57,22 @@ func Cluster(name string, routes ...*url.URL) Option {
 	}
 }
 
+// Gateway makes the server its cluster's gateway in a supercluster of
+// clusters (nats-server's `gateway` block; each NATS cluster is one region):
+// cluster names the server's cluster, which must match any Cluster option's,
+// the server listens for gateway connections on a free loopback port (see
+// GatewayURL) and connects to each of remotes, the other clusters by name
+// and gateway URL. Servers of other clusters that connect to it are
+// answered too, so one side of a pair may leave remotes empty.
+func Gateway(cluster string, remotes ...*server.RemoteGatewayOpts) Option {
+	return func(o *server.Options) {
+		o.Gateway = server.GatewayOpts{Name: cluster, Host: "127.0.0.1", Port: server.RANDOM_PORT, Gateways: remotes}
+		if o.Cluster.Name == "" {
+			o.Cluster.Name = cluster
+		}
+	}
+}
+
 // Start runs a NATS server configured by opts and returns once it accepts
 // connections on its ClientURL. The test's cleanup shuts it down and waits
 // until it has stopped; shutting it down earlier is fine.
@@ -85,6 +101,12 @@ func Start(t testing.TB, opts ...Option) *server.Server {
 // started with Cluster.
 func RouteURL(s *server.Server) *url.URL {
 	return &url.URL{Scheme: "nats", Host: s.ClusterAddr().String()}
+}
+
+// GatewayURL is the URL other clusters' gateways connect to; s must have
+// been started with Gateway.
+func GatewayURL(s *server.Server) *url.URL {
+	return &url.URL{Scheme: "nats", Host: s.GatewayAddr().String()}
 }
 
 // Connect opens a connection to s over TCP with opts, closed by the test's

@@ -1,10 +1,12 @@
 package natstest
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
@@ -48,4 +50,30 @@ func TestClusterNodesRouteToEachOther(t *testing.T) {
 	if b.Name() != "b" {
 		t.Errorf("server name %q, want b", b.Name())
 	}
+}
+
+func TestGatewaysJoinClustersAndCarryMessagesBetweenThem(t *testing.T) {
+	east := Start(t, Name("east-1"), Gateway("east"))
+	west := Start(t, Name("west-1"), Gateway("west", &server.RemoteGatewayOpts{Name: "east", URLs: []*url.URL{GatewayURL(east)}}))
+	// Each side's outbound connection is the other's inbound one.
+	eventually.True(t, 10*time.Second, "east and west connected both ways", func() bool {
+		return east.NumOutboundGateways() == 1 && west.NumOutboundGateways() == 1
+	})
+	if west.ClusterName() != "west" {
+		t.Errorf("cluster name %q, want the gateway's, west", west.ClusterName())
+	}
+	sub, err := Connect(t, east).SubscribeSync("across")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := Connect(t, west)
+	// Interest crosses the link shortly after the subscription: publish
+	// until one arrives.
+	eventually.True(t, 10*time.Second, "a message from west received in east", func() bool {
+		if err := nc.Publish("across", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sub.NextMsg(20 * time.Millisecond)
+		return err == nil
+	})
 }
