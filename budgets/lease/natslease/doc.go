@@ -53,7 +53,5 @@
 // the majority side. If the bucket's own cluster loses its quorum (a
 // replicated bucket with most of its servers down), no region renews, and
 // every region falls to its safe share at its lease's expiry.
-//
-// (docs/architecture.md has no §14 yet; this doc holds the explanation
-// until it does.)
+// (docs/architecture.md §14, "The authority".)
 package natslease
