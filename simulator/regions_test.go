@@ -28,20 +28,23 @@ var (
 )
 
 // regionsReports runs the grid once for every rule: 2, 3 and 4 regions,
-// seeds 1 to 4.
+// seeds 1 to 4, two at a time.
 func regionsReports(t *testing.T) []regionsCase {
 	t.Helper()
 	regionsGridOnce.Do(func() {
 		for n := 2; n <= 4; n++ {
 			for seed := uint64(1); seed <= 4; seed++ {
-				rep, err := SimulateRegions(RegionsOptions{Regions: n, Requests: regionsRequests, Seed: seed})
-				if err != nil {
-					regionsGridErr = fmt.Errorf("%d regions, seed %d: %w", n, seed, err)
-					return
-				}
-				regionsGrid = append(regionsGrid, regionsCase{regions: n, seed: seed, rep: rep})
+				regionsGrid = append(regionsGrid, regionsCase{regions: n, seed: seed})
 			}
 		}
+		regionsGridErr = inParallel(len(regionsGrid), 2, func(i int) error {
+			c := &regionsGrid[i]
+			var err error
+			if c.rep, err = SimulateRegions(RegionsOptions{Regions: c.regions, Requests: regionsRequests, Seed: c.seed}); err != nil {
+				return fmt.Errorf("%s: %w", c.name(), err)
+			}
+			return nil
+		})
 	})
 	if regionsGridErr != nil {
 		t.Fatal(regionsGridErr)
