@@ -282,7 +282,11 @@ type regionLease struct {
 	// demand-fair share (after the shift, after the heal); −1: never.
 	reached time.Duration
 	rate    rateEstimate
-	res     RegionResult
+	// asking is set while a renewal is in flight: a region asks once at a
+	// time, for the table records one lease held per region, and a second
+	// ask would replace the record of the grant the first brings back.
+	asking bool
+	res    RegionResult
 	// The cut-off region's spending after its lease ran out.
 	afterEnd bool
 	leaseEnd time.Duration
@@ -496,6 +500,7 @@ func (r *regionsRun) handle(ev regionsEvent) error {
 		}
 	case evReply:
 		l := r.leases[ev.ceiling][ev.region]
+		l.asking = false
 		shrunk := ev.grant.Share < l.held.Share
 		l.held = lease.Held{Share: ev.grant.Share, Expires: ev.grant.Expires}
 		if shrunk && !r.o.LateRelease && !(r.cutOff && ev.region == r.cut) {
@@ -568,11 +573,16 @@ func (r *regionsRun) arrive(c int) {
 	}
 }
 
-// renew is region i's renewal of ceiling c: its demand (an EWMA of its
-// arrivals, time constant one rebalance interval) and the lease it spends,
-// through lease.RenewAt; the reply reaches it after a round trip.
+// renew is region i's renewal of ceiling c, unless one is in flight: its
+// demand (an exponentially weighted rate of its arrivals, time constant
+// demandTimeConstant) and the lease it spends, through lease.RenewAt; the
+// reply reaches it after a round trip.
 func (r *regionsRun) renew(c, i int) error {
 	l := r.leases[c][i]
+	if l.asking {
+		return nil // its last renewal is still in flight
+	}
+	l.asking = true
 	l.demand = l.rate.at(r.now)
 	g, err := lease.RenewAt(context.Background(), r.auth, regionsCeilings[c].name,
 		lease.Ask{Region: r.lo.Regions[i], Demand: l.demand, Held: l.held}, r.local(i), r.lo)

@@ -28,12 +28,16 @@ var (
 )
 
 // regionsReports runs the grid once for every rule: 2, 3 and 4 regions,
-// seeds 1 to 4, two at a time.
+// seeds 1 to 4 (1 and 2 under -race), two at a time.
 func regionsReports(t *testing.T) []regionsCase {
 	t.Helper()
 	regionsGridOnce.Do(func() {
+		seeds := uint64(4)
+		if raceEnabled {
+			seeds = 2 // a run takes ten times as long
+		}
 		for n := 2; n <= 4; n++ {
-			for seed := uint64(1); seed <= 4; seed++ {
+			for seed := uint64(1); seed <= seeds; seed++ {
 				regionsGrid = append(regionsGrid, regionsCase{regions: n, seed: seed})
 			}
 		}
@@ -64,7 +68,7 @@ func TestRegionsTheGlobalCeilingHoldsInEveryWindow(t *testing.T) {
 		t.Run(c.name(), func(t *testing.T) {
 			for _, ceil := range c.rep.Ceilings {
 				if ceil.MaxSpentShare > 1+1e-9 {
-					t.Errorf("%s: the shares spent summed to %.4f of the ceiling", ceil.Name, ceil.MaxSpentShare)
+					t.Errorf("%s: the shares spent summed to %.9f of the ceiling", ceil.Name, ceil.MaxSpentShare)
 				}
 				if ceil.MaxWindowUse > 1.02 {
 					t.Errorf("%s: the worst 10 s window admitted %.4f of the limit, past the limit + 2 %%", ceil.Name, ceil.MaxWindowUse)
@@ -78,11 +82,11 @@ func TestRegionsTheGlobalCeilingHoldsInEveryWindow(t *testing.T) {
 }
 
 // After the shift every region reaches 90 % of its demand-fair share
-// within 5 rebalance intervals. Issue 29 asks for 3; the lease protocol
-// reaches them in 4–5 typically, but a growing region is capped by what
-// the shrinking ones still reserve, and each region's share is sized by
-// the others' demands as they last reported them, so the tail over seeds
-// 1–30 is 7.0 s (2 regions), 7.7 s (3) and 8.4 s (4).
+// within 5 rebalance intervals. Issue 29 asks for 3: the median is 4.5 s
+// (2.3 intervals) for 2, 3 and 4 regions, but a growing region is capped
+// by what the shrinking ones still reserve, and each share is sized by the
+// others' demands as they last reported them, so over seeds 1–30 the tail
+// is 6.3 s (2 regions), 7.8 s (3) and 10.3 s (4).
 func TestRegionsEveryRegionReachesItsFairShareAfterTheShift(t *testing.T) {
 	for _, c := range regionsReports(t) {
 		t.Run(c.name(), func(t *testing.T) {
