@@ -20,7 +20,7 @@ import (
 // Defaults of RegionsOptions (issue 29).
 const (
 	// DefaultRebalanceInterval is how often a region renews its leases:
-	// the rebalance_interval of the configuration.
+	// issue 29's default rebalance_interval.
 	DefaultRebalanceInterval = 2 * time.Second
 	// DefaultRegionsOverload is the total arrival rate as a multiple of
 	// each ceiling, so that every ceiling binds.
@@ -185,10 +185,10 @@ type CeilingResult struct {
 	// MaxSpentShare is the largest sum, at any instant, of the shares the
 	// regions spent by their own clocks: what the leases bound by 1.
 	MaxSpentShare float64 `json:"max_spent_share"`
-	// RebalanceS is the time from the shift until every region first held
-	// at least 90 % of its demand-fair share (absent: not before the
-	// partition); ConvergeS the same from the partition's heal (absent:
-	// not before the authority's loss or the end).
+	// RebalanceS is the time from the shift until every region has held
+	// at least 90 % of its demand-fair share, each at its first such
+	// instant (null: not before the partition); ConvergeS the same from
+	// the partition's heal (null: not before the authority's loss).
 	RebalanceS *float64 `json:"rebalance_s"`
 	ConvergeS  *float64 `json:"converge_s"`
 	// Regions are the regions' admissions, in the order of Regions.
@@ -257,8 +257,8 @@ func (q *regionsQueue) Pop() any {
 }
 
 // bucket is one region's local admission of one ceiling: a token bucket
-// refilled at the share it spends × the limit, holding at most one second
-// of that rate.
+// refilled at the share it spends × the limit, holding at most burst
+// seconds of that rate (fewer tokens at once when the share shrinks).
 type bucket struct {
 	share, tokens float64
 	burst         float64 // seconds of the rate it holds at most
