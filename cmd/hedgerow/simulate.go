@@ -50,8 +50,8 @@ Regions: --regions N (N ≥ 2) splits two global ceilings (a tenant's 200 reques
 route's 6,000 requests/min) into regional leases with the production lease code
 (budgets/lease) over an in-memory authority, on virtual time: arrivals at 1.5× each
 ceiling, demand skewed (80/20 for two regions) and reversed at a quarter of the run,
-the busiest region cut off from the authority for 60 s, the authority's tables lost
-at 80 %. It prints per ceiling the worst 10 s window of global use against the
+the busiest region then cut off from the authority for 60 s, the authority's tables
+lost at 80 %. It prints per ceiling the worst 10 s window of global use against the
 ceiling, the time every region takes to reach 90 % of its demand-fair share after the
 shift and after the heal, what the cut-off region spent once its lease ran out, each
 region's refusals and a timeline. --requests (in all, at least 108,000) and --seed
