@@ -22,6 +22,7 @@ func newSimulateCmd() *cobra.Command {
 		plotPath   string
 		quiet      bool
 		w          whatIf
+		regions    int
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -43,9 +44,23 @@ arrival rate through the hedgerow rules of --config (defaults without it). --swe
 the delay quantile (--quantiles) and optionally the duplicate ceiling (--ceilings) and
 prints the frontier — P99, P99.9, duplicate rate and extra cost per setting — and the
 setting with the best P99.9 inside the configured ceilings. --sweep without --records
-sweeps the built-in --workload. --export-records writes a run's records in that format.`,
+sweeps the built-in --workload. --export-records writes a run's records in that format.
+
+Regions: --regions N (N ≥ 2) splits two global ceilings (a tenant's 200 requests/s, a
+route's 6,000 requests/min) into regional leases with the production lease code
+(budgets/lease) over an in-memory authority, on virtual time: arrivals at 1.5× each
+ceiling, demand skewed (80/20 for two regions) and reversed at a quarter of the run,
+the busiest region then cut off from the authority for 60 s, the authority's tables
+lost at 80 %. It prints per ceiling the worst 10 s window of global use against the
+ceiling, the time every region takes to reach 90 % of its demand-fair share after the
+shift and after the heal, what the cut-off region spent once its lease ran out, each
+region's refusals and a timeline. --requests (in all, at least 108,000) and --seed
+apply; --json prints one object.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("regions") {
+				return runRegions(cmd, regions, opts, asJSON)
+			}
 			if w.records != "" || w.sweep {
 				return w.run(cmd, opts, cmd.Flags().Changed("requests"), asJSON, plotPath, quiet)
 			}
@@ -102,7 +117,49 @@ sweeps the built-in --workload. --export-records writes a run's records in that 
 	f.StringVar(&w.config, "config", "", "take the classes' policies and ceilings from this configuration file (default: the defaults)")
 	f.Float64Var(&w.maxExtraCost, "max-extra-cost", 0, "extra cost ratio the recommendation must stay within (default: the duplicate ceiling)")
 	f.StringVar(&w.export, "export-records", "", "write the run's attempt and group records to this JSONL file (one strategy)")
+	f.IntVar(&regions, "regions", 0, "simulate global ceilings split into leases among this many regions (at least 2)")
 	return cmd
+}
+
+// regionsFlags are the simulate flags that apply with --regions;
+// notWithRegions the others, which are refused with it.
+var (
+	regionsFlags   = []string{"regions", "requests", "seed", "json", "quiet"}
+	notWithRegions = []string{"workload", "stream", "strategy", "plot", "records", "sweep", "quantiles",
+		"ceilings", "config", "max-extra-cost", "export-records"}
+)
+
+// runRegions runs the regions simulation (issue 29) for --regions.
+func runRegions(cmd *cobra.Command, regions int, opts simulator.Options, asJSON bool) error {
+	if regions < 2 {
+		return fmt.Errorf("--regions %d: a ceiling split among regions needs at least 2", regions)
+	}
+	flags := cmd.Flags()
+	var stray []string
+	for _, name := range notWithRegions {
+		if flags.Changed(name) {
+			stray = append(stray, "--"+name)
+		}
+	}
+	applies := 0
+	for _, name := range regionsFlags {
+		if flags.Changed(name) {
+			applies++
+		}
+	}
+	if len(stray) > 0 || flags.NFlag() > applies {
+		if len(stray) == 0 {
+			stray = []string{"a flag"}
+		}
+		return fmt.Errorf("%s: not used with --regions, which takes only --requests, --seed, --json and --quiet",
+			strings.Join(stray, ", "))
+	}
+	o := simulator.RegionsOptions{Regions: regions, Seed: opts.Seed, Requests: opts.Requests}
+	rep, err := simulator.SimulateRegions(o)
+	if err != nil {
+		return fmt.Errorf("simulate --regions: %w", err)
+	}
+	return printReport(cmd.OutOrStdout(), rep, asJSON)
 }
 
 // whatIf holds the flags of a replay or sweep.

@@ -198,3 +198,61 @@ func TestSimulateRecordsRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// simulate --regions --json prints one object with the figures issue 29
+// asks for, per ceiling.
+func TestSimulateRegionsJSONHasTheDocumentedShape(t *testing.T) {
+	out, err := runRoot(t, "simulate", "--regions", "2", "--requests", "110000", "--seed", "1", "--json", "--quiet")
+	if err != nil {
+		t.Fatalf("simulate --regions: %v\n%s", err, out)
+	}
+	var rep struct {
+		Regions  []string                     `json:"regions"`
+		Seed     uint64                       `json:"seed"`
+		Scenario map[string]json.RawMessage   `json:"scenario"`
+		Ceilings []map[string]json.RawMessage `json:"ceilings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+	}
+	if len(rep.Regions) != 2 || rep.Seed != 1 || len(rep.Ceilings) < 2 {
+		t.Fatalf("regions %v, seed %d, %d ceilings: want 2 regions, seed 1, at least 2 ceilings", rep.Regions, rep.Seed, len(rep.Ceilings))
+	}
+	for _, key := range []string{"demand_before", "demand_after", "shift_s", "cut_off", "partition_s", "heal_s", "forget_s"} {
+		if _, ok := rep.Scenario[key]; !ok {
+			t.Errorf("scenario misses %q", key)
+		}
+	}
+	for _, key := range []string{"name", "limit_per_s", "max_window_use", "max_spent_share", "rebalance_s", "converge_s",
+		"regions", "cut_off", "windows", "shares"} {
+		if _, ok := rep.Ceilings[0][key]; !ok {
+			t.Errorf("a ceiling misses %q", key)
+		}
+	}
+}
+
+func TestSimulateRegionsRefusesOneRegionAndFlagsThatDoNotApply(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // in the error
+	}{
+		{[]string{"--regions", "1"}, []string{"--regions 1", "at least 2"}},
+		{[]string{"--regions", "-2"}, []string{"--regions -2", "at least 2"}},
+		{[]string{"--regions", "0"}, []string{"at least 2"}},
+		{[]string{"--regions", "2", "--workload", "sonnet"}, []string{"--workload", "not used with --regions"}},
+		{[]string{"--regions", "3", "--sweep", "--plot", "out.png"}, []string{"--plot", "--sweep"}},
+		{[]string{"--regions", "2", "--requests", "1000"}, []string{"at least 108000 requests"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := runRoot(t, append([]string{"simulate", "--quiet"}, tc.args...)...)
+			if err == nil {
+				t.Fatalf("simulate %v ran:\n%s", tc.args, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
