@@ -109,6 +109,13 @@ type Grant struct {
 	// lost, so the table reserves it until the region's next renewal says
 	// what it holds then.
 	Held Held `json:"held"`
+	// Prior is the grant this one replaced, when the region did not report
+	// holding it: its reply may still be on its way (a renewer paused
+	// past its lock's hold, whose late write another renewal of the region
+	// followed), so it stays reserved too, until the region's next renewal.
+	// A region takes a grant only if it expires later than the one it
+	// holds, and has at most two renewals of a ceiling in flight at once.
+	Prior Held `json:"prior,omitzero"`
 }
 
 // Held is a lease as its region knows it: the last grant that reached it,
@@ -117,6 +124,9 @@ type Held struct {
 	Share   float64   `json:"share"`
 	Expires time.Time `json:"expires"`
 }
+
+// lease is the grant as its region holds it.
+func (g Grant) lease() Held { return Held{Share: g.Share, Expires: g.Expires} }
 
 // Table is the authority's state of one global ceiling.
 type Table struct {
@@ -184,7 +194,11 @@ func (t Table) reserved(region string, now time.Time, o Options) float64 {
 	if !ok {
 		return o.Fallback
 	}
-	return max(spends(Held{Share: g.Share, Expires: g.Expires}, now, o.Skew, o), spends(g.Held, now, o.Skew, o))
+	res := max(spends(g.lease(), now, o.Skew, o), spends(g.Held, now, o.Skew, o))
+	if g.Prior != (Held{}) {
+		res = max(res, spends(g.Prior, now, o.Skew, o))
+	}
+	return res
 }
 
 // live reports whether region holds a grant not yet past its expiry and the
@@ -241,6 +255,9 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 		share = min(share, spends(a.Held, now, -o.Skew, o))
 	}
 	g := Grant{Share: share, Expires: now.Add(o.Validity), Demand: a.Demand, Held: a.Held}
+	if old, ok := t.Grants[a.Region]; ok && old.lease() != a.Held {
+		g.Prior = old.lease()
+	}
 	next := Table{Since: t.Since, Grants: make(map[string]Grant, len(t.Grants)+1)}
 	for r, old := range t.Grants {
 		if slices.Contains(o.Regions, r) {
