@@ -1,7 +1,10 @@
-// Package leasetest is the conformance suite of lease.Authority: the rules
-// every authority of the leases' tables keeps, whatever holds them (Memory
-// in one process, natslease's key-value bucket across regions). An
-// implementation's tests run it with a constructor of fresh authorities.
+// Package leasetest holds the conformance suites of budgets/lease: the
+// rules every lease.Authority keeps, whatever holds the leases' tables
+// (Memory in one process, natslease's key-value bucket across regions),
+// and those every lease.RegionStore keeps (MemoryRegion in one process,
+// redislease in a region's Redis, standalone or cluster), on a settable
+// Clock. An implementation's tests run a suite with a constructor of
+// fresh ones.
 package leasetest
 
 import (
