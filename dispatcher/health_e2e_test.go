@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +25,19 @@ const (
 	faultRequests    = 20
 	maxFaultRequests = 200
 	faultClients     = 4
+	ejectAfter       = 1 // consecutive failures
 )
 
 // One route of three failing in a way a real upstream does — a 503 without
 // Retry-After, a connection reset, an HTML page where an event stream should
 // be — costs no request on a cold gateway: each primary it draws is
 // replaced on a healthy route, it stops drawing primaries after its first
-// failures (its success ratio, docs/architecture.md §5), and it is ejected
-// after a few failures (route health, outlier ejection).
+// failure (its success ratio makes it the riskier of every pairing,
+// docs/architecture.md §5), and it is ejected (route health, outlier
+// ejection). Since it draws no primary after its first failure, it would
+// take the default three failures in a row only as its risk decays, a
+// cycle of some 20 s each: the pool ejects here at the first, so that the
+// run sees the ejection's whole path (counter, shared flag, gauge).
 func TestAFailingRouteIsEjectedWithinAFewFailuresAndNoRequestFails(t *testing.T) {
 	faults := []struct {
 		name  string
@@ -50,7 +56,8 @@ func TestAFailingRouteIsEjectedWithinAFewFailuresAndNoRequestFails(t *testing.T)
 				"bad": newProvider(t, "bad", newScript(f.fault)),
 			}
 			// Every key the policy leaves out takes its default.
-			c := newCluster(t, []string{"a", "b", "bad"}, ps, "policies:\n  default: {}\n")
+			c := newClusterWithPool(t, []string{"a", "b", "bad"}, ps,
+				fmt.Sprintf("    outlier_detection: {consecutive_failures: %d}\n", ejectAfter), "policies:\n  default: {}\n")
 			reg := prometheus.NewRegistry()
 			gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
 			if err != nil {
@@ -103,7 +110,7 @@ func TestAFailingRouteIsEjectedWithinAFewFailuresAndNoRequestFails(t *testing.T)
 			// Three failures in a row eject it; the callers' requests
 			// already on their way to it when it went out may fail too, and
 			// each later ejection (a failed probe) costs one more.
-			limit := route.DefaultConsecutiveFailures + faultClients - 1 + int(ejections) - 1
+			limit := ejectAfter + faultClients - 1 + int(ejections) - 1
 			if reached > limit {
 				t.Errorf("the failing route was reached %d times, more than the %d a prompt ejection allows", reached, limit)
 			}
