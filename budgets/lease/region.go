@@ -237,9 +237,9 @@ func (r *Region) loop() {
 
 // Round is one step of the region's side, done every quarter Interval:
 // read the region's leases from its store, hand on this gateway's demand,
-// and, on the renewer, take the region's demand; every Interval, claim or
-// extend the renewal lock and, holding it, renew every lease wanted within
-// a validity. Nothing that fails here is fatal: a lease not renewed is
+// try for the renewal lock unless it holds it, and, on the renewer, take
+// the region's demand; every Interval the renewer extends its hold of the
+// lock and renews every lease wanted within a validity. Nothing that fails here is fatal: a lease not renewed is
 // spent until its expiry, then its safe share (Spending).
 func (r *Region) Round(ctx context.Context) {
 	r.round.Lock()
@@ -247,19 +247,21 @@ func (r *Region) Round(ctx context.Context) {
 	now := r.now()
 	r.refresh(ctx, now)
 	r.flush(ctx)
-	if !r.stepped.IsZero() && now.Sub(r.stepped) < r.opts.Interval {
-		if r.renewer && now.Before(r.lockUntil) {
+	if r.renewer && !r.stepped.IsZero() && now.Sub(r.stepped) < r.opts.Interval {
+		if now.Before(r.lockUntil) {
 			r.takeDemand(ctx, now)
 		}
 		return
 	}
+	// Every Interval the renewer extends its hold; every round the others
+	// try for the lock, so one takes over at its next round when the
+	// renewer gives it back (or within the hold when it dies).
 	ok, err := r.store.Lock(ctx, r.opts.Holder, lockTTL*r.opts.Interval)
 	if err != nil {
 		r.log.Warn("lease: claim the renewal lock", "err", err)
 	}
 	switch {
 	case !ok:
-		r.stepped = now
 		if r.renewer {
 			r.log.Info("lease: another gateway renews the region's leases")
 		}
