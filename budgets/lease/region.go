@@ -53,9 +53,11 @@ type RegionOptions struct {
 //
 // Demand: every round the renewer takes the region's demand from the store
 // and folds it into a rate per key, an exponentially weighted moving
-// average of units per second with time constant demandTau × Interval:
+// average of units per second with time constant τ = demandTau × Interval:
 // rate += (units/dt − rate) × (1 − e^(−dt/τ)), dt the time since its last
-// take. A key is renewed while it had demand within a lease's validity.
+// take (a key's first take is its rate). A key is renewed while it had
+// demand within a lease's validity: every Interval, sooner when its demand
+// moved (renewDue).
 type Region struct {
 	store RegionStore
 	auth  Authority
@@ -74,10 +76,11 @@ type Region struct {
 	round     sync.Mutex
 	renewer   bool
 	lockUntil time.Time // when this gateway's hold of the lock lapses, by its clock
-	stepped   time.Time // the last renewal step
+	stepped   time.Time // when it last claimed or extended the lock
 	takenAt   time.Time // the last TakeDemand
 	rate      map[string]float64
 	wantedAt  map[string]time.Time // the last take in which key had demand
+	asked     map[string]asked     // key's last renewal
 
 	renewals  *prometheus.CounterVec // region, result
 	stop      chan struct{}
@@ -87,18 +90,33 @@ type Region struct {
 	closeOnce sync.Once
 }
 
+// asked is a key's last renewal: the demand it asked with, and when.
+type asked struct {
+	demand float64
+	at     time.Time
+}
+
 // kindSeen is a key's ceiling kind and when this gateway last wanted it.
 type kindSeen struct {
 	kind string
 	at   time.Time
 }
 
-// demandTau is the demand average's time constant, in intervals. Half an
-// interval: a shift of demand shows in the next renewal, and shares follow
-// it within three intervals (the lease core adds an interval of its own: a
-// shrinking region's last lease stays reserved until its next renewal).
-// Longer smooths more and rebalances later; see TestSharesFollowAShiftOfDemandAndTheCeilingHoldsAcrossRegions.
-const demandTau = 0.5
+// demandTau is the demand average's time constant, in intervals: a
+// quarter, one round, so a shift of demand shows within a round or two.
+// Shares follow it two renewals later (a shrinking region's last lease
+// stays reserved until its next renewal; then the growing region renews):
+// with the early renewals of renewDue, within three intervals. A longer
+// average smooths more and rebalances later: at two rebalance intervals
+// about six, at one about four, at half of one about three and a half,
+// in TestSharesFollowAShiftOfDemandAndTheCeilingHoldsAcrossRegions. The
+// price of a short one is a noisier demand for a sparse key, renewed
+// early (once a second) more often.
+const demandTau = 0.25
+
+// demandShift is how far a key's demand moves, as a part of the larger of
+// its last ask's and its rate now, before it is renewed early.
+const demandShift = 0.25
 
 // lockTTL is the renewal lock's hold, in intervals: a renewer that dies is
 // replaced within it.
@@ -133,7 +151,7 @@ func NewRegion(store RegionStore, auth Authority, opts RegionOptions) (*Region, 
 	}
 	r := &Region{store: store, auth: auth, opts: opts, lease: lease, now: opts.Now, log: opts.Logger,
 		held: map[string]Held{}, local: map[string]float64{}, kinds: map[string]kindSeen{},
-		rate: map[string]float64{}, wantedAt: map[string]time.Time{},
+		rate: map[string]float64{}, wantedAt: map[string]time.Time{}, asked: map[string]asked{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if r.now == nil {
 		r.now = time.Now
@@ -236,59 +254,65 @@ func (r *Region) loop() {
 }
 
 // Round is one step of the region's side, done every quarter Interval:
-// read the region's leases from its store, hand on this gateway's demand,
-// try for the renewal lock unless it holds it, and, on the renewer, take
-// the region's demand; every Interval the renewer extends its hold of the
-// lock and renews every lease wanted within a validity. Nothing that fails here is fatal: a lease not renewed is
-// spent until its expiry, then its safe share (Spending).
+// read the region's leases from its store, hand on this gateway's demand
+// and try for the renewal lock unless it holds it (the renewer extends
+// its hold every Interval); the renewer then takes the region's demand and
+// renews each lease due (renewDue). Nothing that fails here is fatal: a
+// lease not renewed is spent until its expiry, then its safe share
+// (Spending).
 func (r *Region) Round(ctx context.Context) {
 	r.round.Lock()
 	defer r.round.Unlock()
 	now := r.now()
 	r.refresh(ctx, now)
 	r.flush(ctx)
-	if r.renewer && !r.stepped.IsZero() && now.Sub(r.stepped) < r.opts.Interval {
-		if now.Before(r.lockUntil) {
-			r.takeDemand(ctx, now)
+	if !r.renewer || now.Sub(r.stepped) >= r.opts.Interval {
+		// The others try every round, so one takes over at its next round
+		// when the renewer gives the lock back (within the hold when it
+		// dies).
+		ok, err := r.store.Lock(ctx, r.opts.Holder, lockTTL*r.opts.Interval)
+		if err != nil {
+			r.log.Warn("lease: claim the renewal lock", "err", err)
 		}
-		return
-	}
-	// Every Interval the renewer extends its hold; every round the others
-	// try for the lock, so one takes over at its next round when the
-	// renewer gives it back (or within the hold when it dies).
-	ok, err := r.store.Lock(ctx, r.opts.Holder, lockTTL*r.opts.Interval)
-	if err != nil {
-		r.log.Warn("lease: claim the renewal lock", "err", err)
-	}
-	switch {
-	case !ok:
-		if r.renewer {
-			r.log.Info("lease: another gateway renews the region's leases")
+		if !ok {
+			if r.renewer {
+				r.log.Info("lease: another gateway renews the region's leases")
+			}
+			r.renewer = false
+			clear(r.rate)
+			clear(r.wantedAt)
+			clear(r.asked)
+			return
 		}
-		r.renewer = false
-		clear(r.rate)
-		clear(r.wantedAt)
-	case !r.renewer:
-		// Taking over: the demand in the store piled up since the last
-		// renewer's last take, an unknown time ago, so it is no rate. It
-		// starts this renewer's clock, and the first renewal waits for a
-		// round of demand measured here (the next round, well within
-		// every lease's validity).
-		r.renewer, r.lockUntil = true, now.Add(lockTTL*r.opts.Interval)
-		r.log.Info("lease: this gateway renews the region's leases", "holder", r.opts.Holder)
-		if _, err := r.store.TakeDemand(ctx); err != nil {
-			r.log.Warn("lease: take the region's demand", "err", err)
-		}
-		r.takenAt = now
-		r.mu.RLock()
-		for key := range r.held {
-			r.wantedAt[key] = now // renewed for a validity, unless wanted again
-		}
-		r.mu.RUnlock()
-	default:
 		r.stepped, r.lockUntil = now, now.Add(lockTTL*r.opts.Interval)
+		if !r.renewer {
+			r.takeOver(ctx, now)
+			return
+		}
+	}
+	if now.Before(r.lockUntil) {
 		r.takeDemand(ctx, now)
-		r.renewAll(ctx, now)
+		r.renewDue(ctx, now)
+	}
+}
+
+// takeOver starts this gateway's renewals. The demand in the store piled
+// up since the last renewer's last take, an unknown time ago, so it is no
+// rate: taking it starts this renewer's clock, and the first renewals wait
+// for a round of demand measured here (the next round, well within every
+// lease's validity). Every lease held is renewed for a validity, unless
+// wanted again.
+func (r *Region) takeOver(ctx context.Context, now time.Time) {
+	r.renewer = true
+	r.log.Info("lease: this gateway renews the region's leases", "holder", r.opts.Holder)
+	if _, err := r.store.TakeDemand(ctx); err != nil {
+		r.log.Warn("lease: take the region's demand", "err", err)
+	}
+	r.takenAt = now
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for key := range r.held {
+		r.wantedAt[key] = now
 	}
 }
 
@@ -363,22 +387,35 @@ func (r *Region) takeDemand(ctx context.Context, now time.Time) {
 	}
 }
 
-// renewAll renews every lease the region wanted within a validity, at the
-// authority, and records each grant in the region's store. Called under
-// round.
-func (r *Region) renewAll(ctx context.Context, now time.Time) {
+// renewDue renews, at the authority, each lease the region wanted within
+// a validity that is due, and records each grant in the region's store. A
+// lease is due an Interval after its last ask (to the round: at least
+// seven eighths of one), or half an Interval after it when its demand has
+// moved by more than demandShift since: a shift of demand is answered
+// within about a round of being measured instead of up to an interval
+// later. Never sooner: an ask says the region holds the lease last
+// recorded, and every gateway of the region reads the leases each round,
+// so two asks of a key are at least two rounds apart. Called under round.
+func (r *Region) renewDue(ctx context.Context, now time.Time) {
 	for key, at := range r.wantedAt {
 		if now.Sub(at) >= r.lease.Validity {
 			delete(r.wantedAt, key) // wanted by no one for a validity: let it lapse
 			delete(r.rate, key)
+			delete(r.asked, key)
 		}
 	}
 	r.mu.RLock()
 	held := maps.Clone(r.held)
 	r.mu.RUnlock()
 	for _, key := range slices.Sorted(maps.Keys(r.wantedAt)) {
-		ask := Ask{Region: r.opts.Region, Demand: r.rate[key], Held: held[key]}
-		g, err := RenewAt(ctx, r.auth, key, ask, now, r.lease)
+		last, ok := r.asked[key]
+		since, demand := now.Sub(last.at), r.rate[key]
+		moved := math.Abs(demand-last.demand) > demandShift*max(demand, last.demand)
+		if ok && since < r.opts.Interval-r.opts.Interval/8 && (!moved || since < r.opts.Interval/2) {
+			continue
+		}
+		r.asked[key] = asked{demand: demand, at: now}
+		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key]}, now, r.lease)
 		if err == nil {
 			h := Held{Share: g.Share, Expires: g.Expires}
 			if err = r.store.SetHeld(ctx, key, h); err == nil {
