@@ -373,3 +373,58 @@ func TestStartRunsTheLoopAndCloseStopsItAndGivesTheLockBack(t *testing.T) {
 		t.Fatalf("another gateway's Lock after Close = %v, %v; want the lock given back", ok, err)
 	}
 }
+
+// recordingAuthority records when each table was written.
+type recordingAuthority struct {
+	Authority
+	now    func() time.Time
+	writes []time.Time
+}
+
+func (a *recordingAuthority) Put(ctx context.Context, key string, t Table, rev uint64) (uint64, error) {
+	a.writes = append(a.writes, a.now())
+	return a.Authority.Put(ctx, key, t, rev)
+}
+
+// An ask says the region holds the lease last recorded, which every
+// gateway reads each round: so however fast demand moves, two renewals of
+// a key are at least half an interval (two rounds) apart; a shift of
+// demand is renewed early, a steady demand every interval.
+func TestRenewalsOfAKeyAreHalfAnIntervalApartAtLeastAndAnIntervalWhenDemandIsSteady(t *testing.T) {
+	tests := []struct {
+		name     string
+		demand   func(round int) float64
+		min, max time.Duration // spacing of renewals
+		early    bool          // some renewal comes before an interval
+	}{
+		{"steady demand: every interval", func(int) float64 { return 10 }, DefaultInterval, DefaultInterval, false},
+		{"demand swinging each round: early, never within half an interval", func(i int) float64 { return float64(1 + 99*(i%2)) },
+			DefaultInterval / 2, DefaultInterval, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClock()
+			auth := &recordingAuthority{Authority: NewMemory(), now: c.Now}
+			r := gateway(t, c, NewMemoryRegion(c.Now), auth, "east", "gw", nil)
+			for i := range 80 {
+				c.Advance(DefaultInterval / 4)
+				r.Want(rateKey, rateKind, tt.demand(i))
+				r.Round(context.Background())
+			}
+			if len(auth.writes) < 10 {
+				t.Fatalf("%d renewals in 20 s", len(auth.writes))
+			}
+			early := false
+			for i := 2; i < len(auth.writes); i++ { // past the first, taken on a round of demand
+				d := auth.writes[i].Sub(auth.writes[i-1])
+				if d < tt.min || d > tt.max {
+					t.Fatalf("renewals %v apart; want between %v and %v", d, tt.min, tt.max)
+				}
+				early = early || d < DefaultInterval
+			}
+			if early != tt.early {
+				t.Fatalf("a renewal came early: %v; want %v", early, tt.early)
+			}
+		})
+	}
+}
