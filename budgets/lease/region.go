@@ -108,7 +108,7 @@ type kindSeen struct {
 // stays reserved until its next renewal; then the growing region renews):
 // with the early renewals of renewDue, within three intervals. A longer
 // average smooths more and rebalances later: at two rebalance intervals
-// about six, at one about four, at half of one about three and a half,
+// about six, at one about four, at half of one up to four,
 // in TestSharesFollowAShiftOfDemandAndTheCeilingHoldsAcrossRegions. The
 // price of a short one is a noisier demand for a sparse key, renewed
 // early (once a second) more often.
@@ -130,7 +130,7 @@ func NewRegion(store RegionStore, auth Authority, opts RegionOptions) (*Region, 
 	}
 	lease, err := opts.Lease.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("region %q: %w", opts.Region, err)
+		return nil, fmt.Errorf("lease: region %q: %w", opts.Region, err)
 	}
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
