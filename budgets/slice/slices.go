@@ -47,9 +47,24 @@ type Options struct {
 	// alive (at least 1).
 	SafeShareReplicas int
 	// Now is the clock of expiries and use; nil means time.Now.
-	Now        func() time.Time
+	Now func() time.Time
+	// Leases is the region's part of the global ceilings (lease.Region,
+	// docs/architecture.md §14); nil, a gateway of the only region, spends
+	// every ceiling whole.
+	Leases     Leases
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+}
+
+// Leases is what the slices need of the region's leases of the global
+// ceilings, those that hold across regions (lease.Region implements it).
+type Leases interface {
+	// Share is the part of ceiling key, of kind, the region may spend at
+	// now: 1 for a ceiling that is only the region's.
+	Share(key, kind string, now time.Time) float64
+	// Want records units of ceiling key asked for in the region, the
+	// demand its share is sized by; it must not block.
+	Want(key, kind string, units float64)
 }
 
 // Slices is one gateway's slices of the region's ceilings. Requests spend
@@ -227,6 +242,7 @@ func (s *Slices) Take(ctx context.Context, r Rate) (bool, time.Duration) {
 // Take does one.
 func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Duration) {
 	now := s.now()
+	r = s.regionalRate(r, now, n)
 	s.mu.Lock()
 	sl := s.rates[r.Key]
 	if sl == nil {
@@ -269,6 +285,43 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 		ok = sl.spend(s.now(), n, s.failed)
 	}
 	return s.counted(r.Kind, ok, wait)
+}
+
+// regionalRate is r as the region may spend it, the one place a rate
+// ceiling's numbers are read: PerSecond and Burst times the region's share
+// (Options.Leases), the n units wanted reported as its demand. Burst stays
+// at least 1 (a rate's least, so a token can be granted at all): with k
+// regions, their bursts may sum past the ceiling's by up to k−1 tokens.
+// A budget that never refills (PerSecond 0) is left whole: a share of it
+// bounds nothing once shares shift (§14, a lease of what is left is not
+// built).
+func (s *Slices) regionalRate(r Rate, now time.Time, n float64) Rate {
+	if s.opts.Leases == nil || r.PerSecond == 0 {
+		return r
+	}
+	s.opts.Leases.Want(r.Key, r.Kind, math.Max(n, 1))
+	if share := s.opts.Leases.Share(r.Key, r.Kind, now); share < 1 {
+		r.PerSecond *= share
+		r.Burst = math.Max(math.Min(1, r.Burst), r.Burst*share)
+	}
+	return r
+}
+
+// regionalConcurrency is c as the region may hold it: Max times the
+// region's share, rounded down (so the regions' slots never sum past Max;
+// a region whose share is under one slot holds none), one slot reported
+// as its demand. some is false when the share holds no slot: the acquire
+// is refused without asking the granter, which takes a Max under 1 for a
+// malformed ceiling.
+func (s *Slices) regionalConcurrency(c Concurrency, now time.Time) (_ Concurrency, some bool) {
+	if s.opts.Leases == nil || c.Max < 1 {
+		return c, true
+	}
+	s.opts.Leases.Want(c.Key, c.Kind, 1)
+	if share := s.opts.Leases.Share(c.Key, c.Kind, now); share < 1 {
+		c.Max = int(math.Floor(float64(c.Max)*share + 1e-9)) // 1e-9: a share of exactly k slots is not k−1
+	}
+	return c, c.Max >= 1
 }
 
 // takeLocally decides a take without the granter when it can: spent from
@@ -434,6 +487,11 @@ func (sl *rateSlice) target(lead time.Duration, need float64) float64 {
 // granter fails and the hold has lapsed, within the safe share. An
 // acquired slot is given back with Release.
 func (s *Slices) Acquire(ctx context.Context, c Concurrency) bool {
+	c, some := s.regionalConcurrency(c, s.now())
+	if !some {
+		s.refusals.WithLabelValues(c.Kind).Inc()
+		return false
+	}
 	s.mu.Lock()
 	sl := s.concs[c.Key]
 	if sl == nil {

@@ -191,7 +191,14 @@ func (f *fixture) wantAlive(holder string, ttl time.Duration, want int) string {
 // test decides every refill on its clock. They close with the test.
 func Slices(t testing.TB, granter slice.Granter, now func() time.Time) *slice.Slices {
 	t.Helper()
-	s, err := slice.New(granter, slice.Options{Now: now, Lead: time.Hour, TTL: 2 * time.Hour})
+	return RegionSlices(t, granter, now, nil)
+}
+
+// RegionSlices is Slices of a gateway whose global ceilings are scaled by
+// its region's leases (a lease.Region; nil: the only region).
+func RegionSlices(t testing.TB, granter slice.Granter, now func() time.Time, leases slice.Leases) *slice.Slices {
+	t.Helper()
+	s, err := slice.New(granter, slice.Options{Now: now, Lead: time.Hour, TTL: 2 * time.Hour, Leases: leases})
 	if err != nil {
 		t.Fatal(err)
 	}
