@@ -317,8 +317,12 @@ func (r *Region) takeOver(ctx context.Context, now time.Time) {
 }
 
 // refresh reads the region's leases from its store; when it cannot, the
-// last read stands (each lease lapses by its expiry). It also forgets the
-// kinds of keys neither wanted nor held any more.
+// last read stands (each lease lapses by its expiry). Of a key's lease in
+// the store and the one this gateway last knew, the later-expiring stands,
+// as a region takes grants: a store that lost its data (a Redis restarted
+// empty) must not make the region spend the fallback, which may be more
+// than the table reserves for it. It also forgets the kinds of keys
+// neither wanted nor held any more.
 func (r *Region) refresh(ctx context.Context, now time.Time) {
 	held, err := r.store.Held(ctx)
 	r.mu.Lock()
@@ -326,6 +330,11 @@ func (r *Region) refresh(ctx context.Context, now time.Time) {
 	if err != nil {
 		r.log.Warn("lease: read the region's leases", "err", err)
 	} else {
+		for key, known := range r.held {
+			if stored, ok := held[key]; !ok || known.Expires.After(stored.Expires) {
+				held[key] = known
+			}
+		}
 		r.held = held
 	}
 	for key, k := range r.kinds {

@@ -242,6 +242,37 @@ func TestARenewalFailureLeavesTheLeaseInForceUntilItsExpiryThenTheSafeShare(t *t
 	}
 }
 
+// A region whose store lost its leases (a Redis restarted empty) goes on
+// spending the lease its gateways last knew, not the fallback: a region
+// with a small share that spent the fallback would pass what the table
+// reserves for it.
+func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
+	c := newClock()
+	mem := NewMemory()
+	east := gateway(t, c, NewMemoryRegion(c.Now), mem, "east", "gw-east", nil)
+	westStore := NewMemoryRegion(c.Now)
+	west := gateway(t, c, westStore, mem, "west", "gw-west", nil)
+	follower := gateway(t, c, westStore, mem, "west", "gw-west-2", nil) // not the renewer
+	for range 160 { // 80 s: past the table's learning, shares sized 9:1
+		c.Advance(DefaultInterval / 4)
+		east.Want(rateKey, rateKind, 45)
+		west.Want(rateKey, rateKind, 5)
+		for _, g := range []*Region{east, west, follower} {
+			g.Round(context.Background())
+		}
+	}
+	known := follower.held[rateKey]
+	if known.Share >= 0.5 {
+		t.Fatalf("west's share after 80 s of 1 in 10 of the demand = %v; want below the fallback 0.5", known.Share)
+	}
+	follower.store = NewMemoryRegion(c.Now) // the region's Redis restarted empty
+	c.Advance(DefaultInterval / 4)
+	follower.Round(context.Background())
+	if got := follower.Share(rateKey, rateKind, c.Now()); got > known.Share {
+		t.Fatalf("after its store lost the leases a gateway of west spends %v; want at most the %v it last knew", got, known.Share)
+	}
+}
+
 func TestDemandFlowsFromWantThroughTheStoreIntoTheAsk(t *testing.T) {
 	c := newClock()
 	store, auth := NewMemoryRegion(c.Now), NewMemory()
