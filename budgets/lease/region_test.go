@@ -253,7 +253,8 @@ func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
 	westStore := NewMemoryRegion(c.Now)
 	west := gateway(t, c, westStore, mem, "west", "gw-west", nil)
 	follower := gateway(t, c, westStore, mem, "west", "gw-west-2", nil) // not the renewer
-	for range 160 {                                                     // 80 s: past the table's learning, shares sized 9:1
+	// 80 s: past the table's learning, shares sized 9:1.
+	for range 160 {
 		c.Advance(DefaultInterval / 4)
 		east.Want(rateKey, rateKind, 45)
 		west.Want(rateKey, rateKind, 5)
