@@ -62,6 +62,13 @@ type Options struct {
 	Floor float64
 }
 
+// Validate refuses options that cannot hold, zero fields taking their
+// defaults.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 // withDefaults fills zero fields and refuses options that cannot hold.
 func (o Options) withDefaults() (Options, error) {
 	if len(o.Regions) == 0 {

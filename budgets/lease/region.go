@@ -216,8 +216,12 @@ func (r *Region) Start() {
 
 // Close stops the background loop, hands on the demand not yet flushed and
 // gives the renewal lock back, so another gateway of the region renews at
-// its next round instead of after the lock's hold.
+// its next round instead of after the lock's hold. A nil Region (no global
+// ceilings) closes as a no-op.
 func (r *Region) Close() {
+	if r == nil {
+		return
+	}
 	r.closeOnce.Do(func() {
 		close(r.stop)
 		r.mu.RLock()
@@ -300,13 +304,20 @@ func (r *Region) Round(ctx context.Context) {
 // up since the last renewer's last take, an unknown time ago, so it is no
 // rate: taking it starts this renewer's clock, and the first renewals wait
 // for a round of demand measured here (the next round, well within every
-// lease's validity). Every lease held is renewed for a validity, unless
-// wanted again.
+// lease's validity). Every lease held, and every key the taken demand
+// names (a region's first requests come before its first renewer), is
+// renewed for a validity, unless wanted again.
 func (r *Region) takeOver(ctx context.Context, now time.Time) {
 	r.renewer = true
 	r.log.Info("lease: this gateway renews the region's leases", "holder", r.opts.Holder)
-	if _, err := r.store.TakeDemand(ctx); err != nil {
+	units, err := r.store.TakeDemand(ctx)
+	if err != nil {
 		r.log.Warn("lease: take the region's demand", "err", err)
+	}
+	for key, u := range units {
+		if u > 0 {
+			r.wantedAt[key] = now
+		}
 	}
 	r.takenAt = now
 	r.mu.RLock()

@@ -274,6 +274,25 @@ func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
 	}
 }
 
+// A region's first requests come before its first renewer: the keys they
+// wanted are renewed when a gateway takes the lock, not forgotten with the
+// demand whose span is unknown.
+func TestAKeyWantedBeforeTheFirstRenewerTookOverIsRenewed(t *testing.T) {
+	c := newClock()
+	auth := NewMemory()
+	store := NewMemoryRegion(c.Now)
+	east := gateway(t, c, store, auth, "east", "gw-east", nil)
+	east.Want(rateKey, rateKind, 10)
+	east.flush(context.Background()) // the demand reaches the store before any lock
+	for range 3 {
+		c.Advance(DefaultInterval / 4)
+		east.Round(context.Background())
+	}
+	if g := grant(t, auth, "east"); g.Expires.IsZero() {
+		t.Fatal("the key wanted before the renewer took over was never renewed")
+	}
+}
+
 func TestDemandFlowsFromWantThroughTheStoreIntoTheAsk(t *testing.T) {
 	c := newClock()
 	store, auth := NewMemoryRegion(c.Now), NewMemory()

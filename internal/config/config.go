@@ -2,8 +2,10 @@ package config
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
+	"github.com/hedgerow/hedgerow/budgets/lease"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 )
@@ -26,6 +28,11 @@ type Config struct {
 	// File is the path the configuration was loaded from, as given to Load.
 	File string `yaml:"-"`
 
+	// Deployment says where this process runs; Global which ceilings hold
+	// across regions (docs/architecture.md §14).
+	Deployment Deployment `yaml:"deployment"`
+	Global     Global     `yaml:"global"`
+
 	NATS    NATS    `yaml:"nats"`
 	Redis   Redis   `yaml:"redis"`
 	Gate    Gate    `yaml:"gate"`
@@ -40,6 +47,74 @@ type Config struct {
 	Policies    map[string]*Policy `yaml:"policies"`
 	Tenants     map[string]*Tenant `yaml:"tenants"`
 }
+
+// Deployment says where this process runs (docs/architecture.md §14).
+type Deployment struct {
+	// Region names this process's region: one NATS cluster with its own
+	// JetStream, Redis, gateways and workers. Not a route's labels.region,
+	// which names the provider's region. Empty: a deployment of one region.
+	Region string `yaml:"region"`
+}
+
+// Global names the ceilings that hold across regions and how their
+// regional leases are kept (docs/architecture.md §14). Without Regions
+// every ceiling is the region's own and nothing here applies.
+type Global struct {
+	// Regions names every region that may hold a lease, deployment.region
+	// among them.
+	Regions []string `yaml:"regions"`
+	// Ceilings are the kinds of ceiling that hold across regions (empty:
+	// every kind a lease can split, LeasableCeilings).
+	Ceilings []string `yaml:"ceilings"`
+	// RebalanceInterval is how often a region renews its leases.
+	RebalanceInterval time.Duration `yaml:"rebalance_interval"`
+	// LeaseValidity is how long a grant lasts; MaxClockSkew bounds how far
+	// apart any two regions' clocks may be.
+	LeaseValidity time.Duration `yaml:"lease_validity"`
+	MaxClockSkew  time.Duration `yaml:"max_clock_skew"`
+	// FallbackShare is a region's safe share of each global ceiling when
+	// it cannot reach the authority (default 1 ÷ regions); FloorShare the
+	// least a live region's share is sized to (default a tenth of it).
+	FallbackShare float64 `yaml:"fallback_share"`
+	FloorShare    float64 `yaml:"floor_share"`
+	// Authority is the JetStream key-value bucket the leases' tables live
+	// in, across the regions' supercluster.
+	Authority GlobalAuthority `yaml:"authority"`
+}
+
+// LeaseOptions are the leases' rules from the global section, for every
+// region alike (docs/architecture.md §14).
+func (c *Config) LeaseOptions() lease.Options {
+	g := c.Global
+	return lease.Options{Regions: g.Regions, Validity: g.LeaseValidity, Skew: g.MaxClockSkew,
+		Fallback: g.FallbackShare, Floor: g.FloorShare}
+}
+
+// GlobalCeiling reports whether ceilings of kind hold across regions.
+func (c *Config) GlobalCeiling(kind string) bool {
+	if len(c.Global.Regions) == 0 {
+		return false
+	}
+	if len(c.Global.Ceilings) == 0 {
+		return slices.Contains(LeasableCeilings, kind)
+	}
+	return slices.Contains(c.Global.Ceilings, kind)
+}
+
+// GlobalAuthority places the leases' bucket (budgets/lease/natslease).
+type GlobalAuthority struct {
+	Bucket string `yaml:"bucket"`
+	// Placement is the region whose cluster holds the bucket: the one that
+	// keeps renewing when the regions are cut apart. Empty: the cluster of
+	// the gateway that creates it.
+	Placement string `yaml:"placement"`
+	Replicas  int    `yaml:"replicas"`
+}
+
+// LeasableCeilings are the kinds of ceiling a regional lease can split:
+// rates and concurrency. A tenant's spend window is consumed, not
+// refilled, and is not among them (docs/architecture.md §14).
+var LeasableCeilings = []string{"tenant_rate", "tenant_concurrency", "route_requests", "route_tokens", "pool_reserve"}
 
 // NATS configures the message bus between dispatchers and workers.
 type NATS struct {

@@ -929,6 +929,49 @@ func TestTracingSettingsAreCheckedAndExportNothingByDefault(t *testing.T) {
 	}
 }
 
+func TestGlobalCeilingsNeedRegionsThatHoldAndAreOffByDefault(t *testing.T) {
+	tests := []struct {
+		name, yaml, field, mentions string
+	}{
+		{"regions without this process's region", "global: {regions: [east, west]}\n", "deployment.region", "name this process's region"},
+		{"a region not among the regions", "deployment: {region: north}\nglobal: {regions: [east, west]}\n", "deployment.region", "not one of global.regions"},
+		{"a region named twice", "deployment: {region: east}\nglobal: {regions: [east, east]}\n", "global.regions[1]", "named twice"},
+		{"a region that is no token", "deployment: {region: East}\n", "deployment.region", "not a token"},
+		{"settings without regions", "global: {fallback_share: 0.2}\n", "global.regions", "name every region"},
+		{"a spend window as a global ceiling", "deployment: {region: east}\nglobal: {regions: [east, west], ceilings: [tenant_spend]}\n",
+			"global.ceilings[0]", "consumed, not refilled"},
+		{"an unknown ceiling", "deployment: {region: east}\nglobal: {regions: [east, west], ceilings: [tenant_mood]}\n",
+			"global.ceilings[0]", "not one of"},
+		{"a fallback share past an even split", "deployment: {region: east}\nglobal: {regions: [east, west], fallback_share: 0.6}\n",
+			"global", "fallback share"},
+		{"a validity within twice the skew", "deployment: {region: east}\nglobal: {regions: [east, west], lease_validity: 2s, max_clock_skew: 1s}\n",
+			"global", "twice the skew"},
+		{"an interval two of which do not fit in a validity", "deployment: {region: east}\nglobal: {regions: [east, west], rebalance_interval: 5s}\n",
+			"global.rebalance_interval", "two intervals must fit"},
+		{"the bucket placed in no region", "deployment: {region: east}\nglobal: {regions: [east, west], authority: {placement: north}}\n",
+			"global.authority.placement", "not one of global.regions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := parse(t, minimal+tt.yaml, RoleServe, noEnv)
+			wantProblem(t, ps, tt.field, tt.mentions)
+		})
+	}
+	cfg, ps := parse(t, minimal, RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if cfg.GlobalCeiling("tenant_rate") {
+		t.Error("a file without global.regions holds a ceiling across regions")
+	}
+	cfg, ps = parse(t, minimal+"deployment: {region: east}\nglobal: {regions: [east, west], ceilings: [route_requests]}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if !cfg.GlobalCeiling("route_requests") || cfg.GlobalCeiling("tenant_rate") {
+		t.Error("global.ceilings [route_requests]: want that kind global and no other")
+	}
+	if o := cfg.LeaseOptions(); o.Validity != 10*time.Second || o.Skew != time.Second || cfg.Global.RebalanceInterval != 2*time.Second {
+		t.Errorf("lease defaults = %+v, interval %v; want a 10s validity, 1s skew, 2s interval", o, cfg.Global.RebalanceInterval)
+	}
+}
+
 func TestSchemaCacheSettingsAreCheckedAndDefaultToTheArbitersBounds(t *testing.T) {
 	tests := []struct {
 		name, section, field, mentions string

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/budgets/lease"
+	"github.com/hedgerow/hedgerow/budgets/lease/natslease"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
@@ -50,6 +52,12 @@ var defaults = []defaultSetting{
 	{"records.max_pending", 4096},
 	{"records.commit_timeout", time.Second},
 	{"tracing.sample_ratio", 1.0},
+
+	{"global.rebalance_interval", 2 * time.Second},
+	{"global.lease_validity", lease.DefaultValidity},
+	{"global.max_clock_skew", lease.DefaultSkew},
+	{"global.authority.bucket", natslease.DefaultBucket},
+	{"global.authority.replicas", 1},
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},

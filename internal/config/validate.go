@@ -50,6 +50,7 @@ func (v *validator) validate() {
 	v.gate()
 	v.records()
 	v.tracing()
+	v.global()
 	v.http()
 	v.schemaCache()
 	v.routes()
@@ -239,6 +240,56 @@ func (v *validator) records() {
 	}
 	if r.CommitTimeout <= 0 || r.CommitTimeout > 10*time.Second {
 		v.addf("records.commit_timeout", "%v is outside (0, 10s]", r.CommitTimeout)
+	}
+}
+
+// global checks the regions and the leases of the ceilings that hold across
+// them (docs/architecture.md §14).
+func (v *validator) global() {
+	d, g := v.cfg.Deployment, v.cfg.Global
+	if d.Region != "" && !subjectToken.MatchString(d.Region) {
+		v.addf("deployment.region", "%q is not a token of [a-z0-9_-]", d.Region)
+	}
+	if len(g.Regions) == 0 {
+		if g.Authority.Placement != "" || len(g.Ceilings) > 0 || g.FallbackShare != 0 || g.FloorShare != 0 {
+			v.addf("global.regions", "empty while other global settings are set: name every region that shares the global ceilings")
+		}
+		return
+	}
+	for i, r := range g.Regions {
+		if !subjectToken.MatchString(r) || slices.Contains(g.Regions[:i], r) {
+			v.addf(fmt.Sprintf("global.regions[%d]", i), "%q is not a token of [a-z0-9_-] or is named twice", r)
+		}
+	}
+	switch {
+	case d.Region == "":
+		v.addf("deployment.region", "empty while global.regions is set: name this process's region")
+	case !slices.Contains(g.Regions, d.Region):
+		v.addf("deployment.region", "%q is not one of global.regions %v", d.Region, g.Regions)
+	}
+	if p := g.Authority.Placement; p != "" && !slices.Contains(g.Regions, p) {
+		v.addf("global.authority.placement", "%q is not one of global.regions %v", p, g.Regions)
+	}
+	if !bucketName.MatchString(g.Authority.Bucket) {
+		v.addf("global.authority.bucket", "%q is not a bucket name of [A-Za-z0-9_-]", g.Authority.Bucket)
+	}
+	if r := g.Authority.Replicas; r < 1 || r > 5 {
+		v.addf("global.authority.replicas", "%d is outside [1, 5]", r)
+	}
+	for i, c := range g.Ceilings {
+		switch {
+		case c == "tenant_spend":
+			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "a spend window is consumed, not refilled: a share of it bounds nothing once shares shift, and its lease is not built (docs/architecture.md §14)")
+		case !slices.Contains(LeasableCeilings, c):
+			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "%q is not one of %v", c, LeasableCeilings)
+		}
+	}
+	if err := v.cfg.LeaseOptions().Validate(); err != nil {
+		v.addf("global", "%v", err)
+	}
+	if r := g.RebalanceInterval; r <= 0 || 2*r > g.LeaseValidity-g.MaxClockSkew {
+		v.addf("global.rebalance_interval", "%v: two intervals must fit in lease_validity %v less max_clock_skew %v, so that one lost renewal does not drop a region to its safe share",
+			r, g.LeaseValidity, g.MaxClockSkew)
 	}
 }
 

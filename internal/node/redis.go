@@ -22,6 +22,7 @@ import (
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
 	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/budgets/lease"
 	"github.com/hedgerow/hedgerow/budgets/redisstore"
 	"github.com/hedgerow/hedgerow/budgets/slice"
 	"github.com/hedgerow/hedgerow/budgets/slice/redisslice"
@@ -41,6 +42,7 @@ type shared struct {
 	store  budgets.Store
 	gate   arbiter.Gate
 	slices *slice.Slices
+	region *lease.Region         // the region's leases of the global ceilings; nil with none
 	client redis.UniversalClient // nil in memory
 	stop   func()                // stops background work; nil when there is none
 }
@@ -58,11 +60,16 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 		if err != nil {
 			return nil, fmt.Errorf("winner gate: %w", err)
 		}
-		slices, err := gatewaySlices(slice.NewMemory(nil), cfg.Redis, reg, log)
+		region, err := openRegion(cfg, nc, nil, reg, log)
 		if err != nil {
 			return nil, err
 		}
-		return &shared{store: budgets.NewMemory(nil), gate: gate, slices: slices}, nil
+		slices, err := gatewaySlices(slice.NewMemory(nil), region, cfg.Redis, reg, log)
+		if err != nil {
+			region.Close()
+			return nil, err
+		}
+		return &shared{store: budgets.NewMemory(nil), gate: gate, slices: slices, region: region}, nil
 	}
 	client, store, err := openRedisStore(cfg.Redis, log)
 	if err != nil {
@@ -87,11 +94,16 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("redis slices: %w", err), client.Close())
 	}
-	slices, err := gatewaySlices(granter, cfg.Redis, reg, log)
+	region, err := openRegion(cfg, nc, client, reg, log)
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
-	return &shared{store: budgets.NewSliced(store, slices, nil), gate: gate, slices: slices, client: client}, nil
+	slices, err := gatewaySlices(granter, region, cfg.Redis, reg, log)
+	if err != nil {
+		region.Close()
+		return nil, errors.Join(err, client.Close())
+	}
+	return &shared{store: budgets.NewSliced(store, slices, nil), gate: gate, slices: slices, region: region, client: client}, nil
 }
 
 // keepBudgets is how long Redis keeps a spend window's budget past its
@@ -118,8 +130,12 @@ func keepBudgets(cfg *config.Config) time.Duration {
 // requests in flight and spend windows, and its routes' published limits
 // (the dispatcher's RouteCapacity, §7 "Route capacity"). Their granter
 // calls are bounded as every Redis call is.
-func gatewaySlices(granter slice.Granter, cfg config.Redis, reg prometheus.Registerer, log *slog.Logger) (*slice.Slices, error) {
-	slices, err := slice.New(granter, slice.Options{Timeout: cfg.Timeout, Registerer: reg, Logger: log})
+func gatewaySlices(granter slice.Granter, region *lease.Region, cfg config.Redis, reg prometheus.Registerer, log *slog.Logger) (*slice.Slices, error) {
+	opts := slice.Options{Timeout: cfg.Timeout, Registerer: reg, Logger: log}
+	if region != nil {
+		opts.Leases = region // the global ceilings scaled by the region's leases (§14)
+	}
+	slices, err := slice.New(granter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slices: %w", err)
 	}
@@ -225,6 +241,7 @@ func (s *shared) stopSharing() {
 func (s *shared) close() error {
 	s.stopSharing()
 	s.slices.Close()
+	s.region.Close()
 	if s.client == nil {
 		return nil
 	}
