@@ -185,9 +185,10 @@ func spends(h Held, now time.Time, margin time.Duration, o Options) float64 {
 	return min(h.Share, o.Fallback)
 }
 
-// Reserved is the most region may be spending at now: the larger of its
-// grant and what it held when it asked, each counted to Skew past its
-// expiry; a region not in the table is reserved the fallback.
+// Reserved is the most region may be spending at now: the largest of its
+// grant, what it held when it asked and the grant this one replaced
+// (Prior), each counted to Skew past its expiry and as its safe share
+// after; a region not in the table is reserved the fallback.
 func (t Table) Reserved(region string, now time.Time, o Options) (float64, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -237,7 +238,7 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 			ErrInvalid, a.Region, a.Demand, a.Held.Share)
 	}
 	others, idle := 0.0, 0.0 // reservations of every other region; of those not live
-	var live []string
+	live := 1                 // live regions, a included
 	demand := a.Demand
 	for _, r := range o.Regions {
 		if r == a.Region {
@@ -246,16 +247,16 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 		res := t.reserved(r, now, o)
 		others += res
 		if t.live(r, now, o) {
-			live = append(live, r)
+			live++
 			demand += t.Grants[r].Demand
 		} else {
 			idle += res
 		}
 	}
 	free := max(0, 1-idle)
-	share := free / float64(len(live)+1)
+	share := free / float64(live)
 	if demand > 0 {
-		share = o.Floor + max(0, free-float64(len(live)+1)*o.Floor)*a.Demand/demand
+		share = o.Floor + max(0, free-float64(live)*o.Floor)*a.Demand/demand
 	}
 	share = max(0, min(share, 1-others))
 	if now.Before(t.Since.Add(o.Validity + o.Skew)) {
