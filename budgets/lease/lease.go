@@ -238,7 +238,7 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 			ErrInvalid, a.Region, a.Demand, a.Held.Share)
 	}
 	others, idle := 0.0, 0.0 // reservations of every other region; of those not live
-	live := 1                 // live regions, a included
+	live := 1                // live regions, a included
 	demand := a.Demand
 	for _, r := range o.Regions {
 		if r == a.Region {
