@@ -66,7 +66,8 @@ const requestsPerServe = 120
 
 // TestDashboardAndAlertsReadWhatServeExports: every metric the dashboard
 // and the alert rules name is exported by serve from its start, with and
-// without Redis; the rules pass promtool's check and unit tests; a real
+// without Redis (the regions' lease series by the serve of a region, on
+// Redis, and by no serve of a deployment of one region); the rules pass promtool's check and unit tests; a real
 // Prometheus scraping both serves under load loads and evaluates the rules,
 // returns series for every query of every dashboard panel (Grafana's
 // variables replaced by concrete values) and evaluates every alert
@@ -89,14 +90,23 @@ func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 
 	routes := []string{fakeRoute(t, 0), fakeRoute(t, 1)}
 	serves := map[string]string{ // name → /metrics address
-		"memory": startServe(t, routes, ""),
-		"redis":  startServe(t, routes, redistest.Start(t).URL()),
+		"memory": startServe(t, routes, "", ""),
+		"redis":  startServe(t, routes, redistest.Start(t).URL(), regionYAML),
 	}
 	for name, addr := range serves {
-		// From the start: before any request and before any scrape.
-		missing := missingMetrics(t, addr, names)
-		if len(missing) > 0 {
+		// From the start: before any request and before any scrape. A
+		// serve of a deployment of one region has no leases, so no lease
+		// series; the serve of a region has them all.
+		want, none := names, []string(nil)
+		if name == "memory" {
+			want = slices.DeleteFunc(slices.Clone(names), isLeaseMetric)
+			none = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !isLeaseMetric(n) })
+		}
+		if missing := missingMetrics(t, addr, want); len(missing) > 0 {
 			t.Errorf("serve on %s exports none of %v at start", name, missing)
+		}
+		if missing := missingMetrics(t, addr, none); len(missing) != len(none) {
+			t.Errorf("serve on %s, of no region, exports lease series: of %v it lacks only %v", name, none, missing)
 		}
 	}
 	if t.Failed() {
@@ -429,11 +439,23 @@ policies:
     duplicate_rate: {ceiling: 0.5}
 `
 
+// regionYAML makes a serve the gateway of region east of two (west never
+// seen): its leases' gauges exist from its start for the one global kind,
+// tenants' rates, which no tenant here has, so the load is as without it.
+const regionYAML = `deployment: {region: east}
+global: {regions: [east, west], ceilings: [tenant_rate]}
+`
+
+// isLeaseMetric reports whether name is one of a region's lease series,
+// which only a deployment of regions exports (docs/architecture.md §14).
+func isLeaseMetric(name string) bool { return strings.HasPrefix(name, "hedgerow_lease_") }
+
 // startServe starts serve in this process on a free port, on Redis when
-// redisURL is set, and returns its HTTP address.
-func startServe(t *testing.T, routes []string, redisURL string) string {
+// redisURL is set, with extraYAML added to its configuration, and returns
+// its HTTP address.
+func startServe(t *testing.T, routes []string, redisURL, extraYAML string) string {
 	t.Helper()
-	y := fmt.Sprintf(serveYAML, routes[0], routes[1])
+	y := fmt.Sprintf(serveYAML, routes[0], routes[1]) + extraYAML
 	if redisURL != "" {
 		t.Setenv("DEPLOY_TEST_HASH_KEY", "deploy-test-hash-key")
 		y += fmt.Sprintf("redis: {url: %q, key_prefix: deploytest, hash_key_env: DEPLOY_TEST_HASH_KEY, timeout: 1s}\n", redisURL)

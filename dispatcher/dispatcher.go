@@ -72,6 +72,11 @@ type Options struct {
 	// Secret keys the user action ids and prompt fingerprints derived from
 	// callers' data, so records never carry the data itself.
 	Secret []byte
+	// Region is the deployment's region (deployment.region,
+	// docs/architecture.md §14), stamped on every attempt and group record
+	// so a report reads per region; empty in a deployment of one region,
+	// whose records then carry no region field.
+	Region string
 	// Records keeps the attempt and group records beyond their live
 	// publication on core NATS (docs/architecture.md §9); nil keeps none.
 	Records Recorder
@@ -178,6 +183,7 @@ type Dispatcher struct {
 	listing   []Model           // the same, in Models' order
 	tenants   map[string]*policy.Tenant
 	secret    []byte
+	region    string // stamped on records (Options.Region)
 	log       *slog.Logger
 	now       func() time.Time
 	id        string
@@ -229,7 +235,7 @@ func New(c Options) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		nc: c.Conn, records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
-		log: c.Logger, now: c.Now, unservedFor: unservedFor,
+		region: c.Region, log: c.Logger, now: c.Now, unservedFor: unservedFor,
 		contracts:   map[string]*arbiter.Contract{},
 		schemaCache: arbiter.NewSchemaCache(c.SchemaCache),
 		specs:       map[string]arbiter.ContractSpec{},

@@ -32,7 +32,7 @@ func (g *group) attemptRecord(a *attemptRun, e hedge.AttemptEnded) schemas.Attem
 		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
 		UserActionID: g.ua, HedgeGroupID: g.id, Attempt: e.Attempt, Role: e.Role, Route: e.Route,
 		RouteClass: g.sub.Pool, OperationClass: g.class.Name, ModelClass: g.sub.Pool,
-		CommitPoint: g.eng.CommitPoint(), WorkerID: a.workerID,
+		CommitPoint: g.eng.CommitPoint(), WorkerID: a.workerID, Region: g.d.region,
 		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(),
 		ElapsedMs: e.Elapsed.Milliseconds(),
 		Outcome:   schemas.Outcome(e.Outcome), StatusClass: e.Status, ErrorScope: e.Scope,
@@ -58,7 +58,7 @@ func (g *group) groupRecord(e hedge.GroupEnded) schemas.GroupRecord {
 	r := schemas.GroupRecord{
 		EventTime: g.d.now(), Reporter: schemas.ReporterDispatcher,
 		UserActionID: g.ua, HedgeGroupID: g.id, RouteClass: g.sub.Pool, OperationClass: g.class.Name, ModelClass: g.sub.Pool,
-		CommitPoint: g.eng.CommitPoint(), Stream: g.sub.Request.Stream,
+		CommitPoint: g.eng.CommitPoint(), Stream: g.sub.Request.Stream, Region: g.d.region,
 		HedgeDelayMs: g.hedgeDelayMs(), OverallDeadlineMs: g.deadline.Milliseconds(), ElapsedMs: e.Latency.Milliseconds(),
 		Attempts: e.Attempts, HedgeLaunched: e.HedgeLaunched, HedgeSuppressedReason: e.HedgeSuppressed,
 		LoserFinishedLate: e.LoserFinishedLate, Supersedes: g.supersedes,

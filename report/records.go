@@ -3,7 +3,8 @@
 // groups, hedged against control latency quantiles with a bootstrap
 // interval of the tail gain, duplicate rate, usage of winners and losers,
 // extra cost, late completions, observed cancellations, suppressions and
-// guardrail decisions. The CLI and the gateway's report endpoint both call
+// guardrail decisions; per region too when the records hold more than one.
+// The CLI and the gateway's report endpoint both call
 // Compute, so a figure is computed in one place only.
 package report
 

@@ -61,6 +61,25 @@ type Report struct {
 	CommittedTwice int       `json:"user_actions_committed_twice"`
 	Total          Section   `json:"total"`
 	Cohorts        []Section `json:"cohorts"`
+	// Regions breaks the figures down by the region whose gateway ran each
+	// group (its record's region, docs/architecture.md §14), keyed by
+	// region; groups recorded without one are under NoRegion. Present only
+	// when the records hold more than one region: the report of a
+	// deployment of one region is as it was before regions. Total and
+	// Cohorts are over every region.
+	Regions map[string]RegionReport `json:"regions,omitempty"`
+}
+
+// NoRegion keys, in Report.Regions, the groups whose record names no
+// region (kept before the deployment named its regions). A region's name
+// is a token of [a-z0-9_-], so it never reads as this.
+const NoRegion = "(none)"
+
+// RegionReport is the figures of one region's groups: over all of them,
+// and per cohort.
+type RegionReport struct {
+	Total   Section   `json:"total"`
+	Cohorts []Section `json:"cohorts"`
 }
 
 // Section is the figures of one cohort, or of all groups (Cohort empty).
@@ -201,7 +220,10 @@ func latencyMs(g *schemas.GroupRecord) float64 {
 // record; an attempt kept twice counts once, by its last record. A
 // committed group that a superseded record or a takeover's group record
 // names is counted superseded, not committed, so a user action whose
-// gateway died with its commit counts the takeover's commit only.
+// gateway died with its commit counts the takeover's commit only. When the
+// groups' records name more than one region, each region's figures are
+// computed as well (Report.Regions), at the cost of a bootstrap per
+// region's section besides the totals'.
 func Compute(recs *Records, o Options) *Report {
 	o = o.withDefaults()
 	groups := map[string]*schemas.GroupRecord{}
@@ -240,20 +262,20 @@ func Compute(recs *Records, o Options) *Report {
 		byGroup[k.group] = append(byGroup[k.group], a)
 	}
 
-	total := newAcc("")
-	cohorts := map[string]*acc{}
+	all := newSections()
+	regions := map[string]*sections{}
 	commits := map[string]int{} // user action → committed groups, superseded ones apart
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[id]
-		name := CohortOf(g)
-		c := cohorts[name]
-		if c == nil {
-			c = newAcc(name)
-			cohorts[name] = c
+		region := cmp.Or(g.Region, NoRegion)
+		r := regions[region]
+		if r == nil {
+			r = newSections()
+			regions[region] = r
 		}
 		sup := g.Outcome == schemas.GroupCommitted && superseded[id]
-		total.add(g, byGroup[id], sup)
-		c.add(g, byGroup[id], sup)
+		all.add(g, byGroup[id], sup)
+		r.add(g, byGroup[id], sup)
 		if g.UserActionID == "" {
 			continue
 		}
@@ -270,12 +292,46 @@ func Compute(recs *Records, o Options) *Report {
 			rep.CommittedTwice++
 		}
 	}
-	rep.Total = total.section(o)
-	rep.Cohorts = make([]Section, 0, len(cohorts))
-	for _, name := range slices.Sorted(maps.Keys(cohorts)) {
-		rep.Cohorts = append(rep.Cohorts, cohorts[name].section(o))
+	rep.Total, rep.Cohorts = all.sections(o)
+	if len(regions) > 1 {
+		rep.Regions = make(map[string]RegionReport, len(regions))
+		for name, r := range regions {
+			var rr RegionReport
+			rr.Total, rr.Cohorts = r.sections(o)
+			rep.Regions[name] = rr
+		}
 	}
 	return rep
+}
+
+// sections accumulates the figures of a set of groups: over all of them
+// and per cohort.
+type sections struct {
+	total   *acc
+	cohorts map[string]*acc
+}
+
+func newSections() *sections { return &sections{total: newAcc(""), cohorts: map[string]*acc{}} }
+
+// add counts group g, with its attempts, in the total and its cohort.
+func (ss *sections) add(g *schemas.GroupRecord, atts []*schemas.AttemptRecord, superseded bool) {
+	name := CohortOf(g)
+	c := ss.cohorts[name]
+	if c == nil {
+		c = newAcc(name)
+		ss.cohorts[name] = c
+	}
+	ss.total.add(g, atts, superseded)
+	c.add(g, atts, superseded)
+}
+
+// sections computes the total's section and each cohort's, by name.
+func (ss *sections) sections(o Options) (Section, []Section) {
+	cohorts := make([]Section, 0, len(ss.cohorts))
+	for _, name := range slices.Sorted(maps.Keys(ss.cohorts)) {
+		cohorts = append(cohorts, ss.cohorts[name].section(o))
+	}
+	return ss.total.section(o), cohorts
 }
 
 // acc accumulates one section.

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -12,18 +13,42 @@ import (
 // WriteTable prints the report as a table: one row per cohort and one for
 // all groups, then the user actions committed twice, and each section's
 // gain (or why it is withheld), superseded commits, suppressions and
-// guardrail decisions.
+// guardrail decisions. When the report breaks down by region, a region
+// column leads and each region's cohorts and total come first, then every
+// region's ("all"); a section's name in the notes below the table is then
+// prefixed by its region, the all-regions ones unprefixed.
 func (r *Report) WriteTable(w io.Writer) error {
+	type row struct {
+		region string // "" without a breakdown by region
+		s      Section
+	}
+	var rows []row
+	for _, name := range slices.Sorted(maps.Keys(r.Regions)) {
+		rr := r.Regions[name]
+		for _, s := range append(slices.Clone(rr.Cohorts), rr.Total) {
+			rows = append(rows, row{name, s})
+		}
+	}
+	all := ""
+	if len(r.Regions) > 0 {
+		all = "all"
+	}
+	for _, s := range append(slices.Clone(r.Cohorts), r.Total) {
+		rows = append(rows, row{all, s})
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cohort\tgroups\tcommitted\tsuperseded\tcontrol\thedged p50\tp99\tp99.9\tcontrol p50\tp99\tp99.9\tdup rate\tusage win\tusage lose\textra cost\tlate\tcancel obs\t")
-	rows := append(slices.Clone(r.Cohorts), r.Total)
-	for _, s := range rows {
-		name := s.Cohort
-		if name == "" {
-			name = "total"
+	head := "cohort\tgroups\tcommitted\tsuperseded\tcontrol\thedged p50\tp99\tp99.9\tcontrol p50\tp99\tp99.9\tdup rate\tusage win\tusage lose\textra cost\tlate\tcancel obs\t"
+	if all != "" {
+		head = "region\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	for _, rw := range rows {
+		s := rw.s
+		if all != "" {
+			fmt.Fprintf(tw, "%s\t", rw.region)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%d\t%d\t%.4f\t%d\t%s\t\n",
-			name, s.Groups, s.CommittedGroups, s.SupersededGroups, s.ControlGroups, s.Hedged.P50, s.Hedged.P99, s.Hedged.P999,
+			cmp.Or(s.Cohort, "total"), s.Groups, s.CommittedGroups, s.SupersededGroups, s.ControlGroups, s.Hedged.P50, s.Hedged.P99, s.Hedged.P999,
 			s.Control.P50, s.Control.P99, s.Control.P999, s.DuplicateRate, s.Usage.Winners, s.Usage.Losers,
 			s.ExtraCostRatio, s.LateCompletions, observedCell(s))
 	}
@@ -35,11 +60,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.OrphanAttempts > 0 {
 		fmt.Fprintf(&b, ", %d attempt records without their group's record (not counted)", r.OrphanAttempts)
 	}
+	if len(r.Regions) > 0 {
+		fmt.Fprintf(&b, "; %d regions", len(r.Regions))
+	}
 	fmt.Fprintf(&b, "\n%d user actions, %d committed more than once (superseded commits apart)\n", r.UserActions, r.CommittedTwice)
-	for _, s := range rows {
-		name := s.Cohort
-		if name == "" {
-			name = "total"
+	for _, rw := range rows {
+		s := rw.s
+		name := cmp.Or(s.Cohort, "total")
+		if rw.region != all {
+			name = rw.region + " " + name
 		}
 		fmt.Fprintf(&b, "%s:\n", name)
 		if g := s.Gain; g != nil {

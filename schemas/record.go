@@ -184,6 +184,12 @@ type AttemptRecord struct {
 	ModelClass     string      `json:"model_class"`
 	CommitPoint    CommitPoint `json:"commit_point"`
 	WorkerID       string      `json:"worker_id,omitempty"`
+	// Region is the deployment region of the gateway whose dispatcher
+	// kept the record (deployment.region, docs/architecture.md §14): an
+	// operator's label, so a report can be read per region. Absent in a
+	// deployment of one region, whose records are as they were before
+	// regions (additive in v1). A worker's own record carries none.
+	Region string `json:"region,omitempty"`
 
 	HedgeDelayMs      *int64 `json:"hedge_delay_ms,omitempty"` // absent: no hedge timer armed
 	OverallDeadlineMs int64  `json:"overall_deadline_ms"`
@@ -237,6 +243,11 @@ type GroupRecord struct {
 	ModelClass     string      `json:"model_class"`
 	CommitPoint    CommitPoint `json:"commit_point"`
 	Stream         bool        `json:"stream"`
+	// Region is the deployment region of the gateway that ran the group
+	// (deployment.region, docs/architecture.md §14), by which `hedgerow
+	// report` breaks its figures down; absent in a deployment of one
+	// region (additive in v1).
+	Region string `json:"region,omitempty"`
 
 	HedgeDelayMs      *int64 `json:"hedge_delay_ms,omitempty"`
 	OverallDeadlineMs int64  `json:"overall_deadline_ms"`

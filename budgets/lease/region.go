@@ -15,6 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// CeilingKinds are the kinds of ceiling a regional lease can split: rates
+// and concurrency (a tenant's spend window is consumed, not refilled, and
+// is not among them, docs/architecture.md §14). internal/config's
+// LeasableCeilings are these.
+var CeilingKinds = []string{"tenant_rate", "tenant_concurrency", "route_requests", "route_tokens", "pool_reserve"}
+
 // DefaultInterval is a region's rebalance interval: how often its renewer
 // renews every lease it holds (docs/architecture.md §14).
 const DefaultInterval = 2 * time.Second
@@ -39,6 +45,12 @@ type RegionOptions struct {
 	// tenant's rate: yes; a region's own Redis' limits: no). Required. A
 	// kind's answer must not change while the Region lives.
 	Global func(kind string) bool
+	// Kinds are the ceiling kinds whose lease gauges exist from the start,
+	// before any ceiling of them is wanted, so a dashboard and alerts read
+	// them at once (docs/architecture.md §9); those of them Global says
+	// hold across regions are exported. Nil means CeilingKinds. A kind
+	// not among them is exported from its first ceiling wanted.
+	Kinds []string
 	// Now is the clock of the leases' expiries; nil means time.Now.
 	Now        func() time.Time
 	Registerer prometheus.Registerer
@@ -144,6 +156,10 @@ func NewRegion(store RegionStore, auth Authority, opts RegionOptions) (*Region, 
 	case opts.Global == nil:
 		return nil, fmt.Errorf("%w: region: Global must say which ceiling kinds hold across regions", ErrInvalid)
 	}
+	if opts.Kinds == nil {
+		opts.Kinds = CeilingKinds
+	}
+	opts.Kinds = slices.DeleteFunc(slices.Clone(opts.Kinds), func(kind string) bool { return !opts.Global(kind) })
 	if opts.Holder == "" {
 		var b [12]byte
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
@@ -471,7 +487,10 @@ func (r *Region) renewed(err error) {
 
 // regionGauges is the Region's collector of its leases now, by ceiling
 // kind, over the keys this gateway wanted within a validity or whose
-// lease has not expired.
+// lease has not expired. A kind of RegionOptions.Kinds with no such key
+// reads as idle: the share a first key of it would spend (the fallback,
+// before its first lease), no expiry, and 0 on the safe share — nothing
+// is spent on it, so nothing pages.
 type regionGauges Region
 
 var (
@@ -514,6 +533,11 @@ func (g *regionGauges) Collect(ch chan<- prometheus.Metric) {
 		a.share, a.expiry, a.fallback = min(a.share, share), min(a.expiry, expiry), max(a.fallback, onSafe)
 	}
 	r.mu.RUnlock()
+	for _, kind := range r.opts.Kinds {
+		if kinds[kind] == nil {
+			kinds[kind] = &agg{share: r.lease.Fallback}
+		}
+	}
 	for kind, a := range kinds {
 		ch <- prometheus.MustNewConstMetric(shareDesc, prometheus.GaugeValue, a.share, kind, r.opts.Region)
 		ch <- prometheus.MustNewConstMetric(leaseExpiryDesc, prometheus.GaugeValue, a.expiry, kind, r.opts.Region)

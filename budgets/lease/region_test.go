@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -374,8 +375,23 @@ func TestMetricsAreByKindAndRegionNeverByKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mfs) != 1 || mfs[0].GetName() != "hedgerow_lease_renewals_total" || len(mfs[0].GetMetric()) != 2 {
-		t.Fatalf("from the start: %v; want the renewals counter, ok and error", mfs)
+	names := map[string]int{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = len(mf.GetMetric())
+	}
+	if len(mfs) != 4 || names["hedgerow_lease_renewals_total"] != 2 {
+		t.Fatalf("from the start: %v; want the renewals counter, ok and error, and the global kind's gauges", names)
+	}
+	// From the start, before any key is wanted, the global kind reads as
+	// idle: the share a first key would spend, no lease, not on the safe
+	// share (nothing is spent on it).
+	for _, tt := range []struct {
+		name string
+		want float64
+	}{{"hedgerow_lease_share", 0.5}, {"hedgerow_lease_expiry_seconds", 0}, {"hedgerow_lease_fallback", 0}} {
+		if v, l := gauge(tt.name); v != tt.want || l["kind"] != rateKind || l["region"] != "east" {
+			t.Errorf("%s from the start = %v %v; want %v of kind %s, region east", tt.name, v, l, tt.want, rateKind)
+		}
 	}
 	r.Want(rateKey, rateKind, 1)
 	r.Want("route:r1", "route_local", 1) // not global: not a lease
@@ -475,6 +491,59 @@ func TestRenewalsOfAKeyAreHalfAnIntervalApartAtLeastAndAnIntervalWhenDemandIsSte
 			}
 			if early != tt.early {
 				t.Fatalf("a renewal came early: %v; want %v", early, tt.early)
+			}
+		})
+	}
+}
+
+// The lease gauges exist from the start for the kinds of RegionOptions.Kinds
+// that hold across regions, CeilingKinds by default; a kind that is the
+// region's own never has them.
+func TestLeaseGaugesExistFromTheStartForEveryGlobalKind(t *testing.T) {
+	tests := []struct {
+		name   string
+		kinds  []string
+		global func(string) bool
+		want   []string
+	}{
+		{"by default every ceiling kind a lease splits, of those that hold across regions", nil, globalRates, []string{rateKind}},
+		{"every leasable kind when all hold across regions", nil, func(string) bool { return true }, CeilingKinds},
+		{"the kinds named, of those that hold across regions", []string{rateKind, "route_requests"},
+			func(k string) bool { return k == "route_requests" }, []string{"route_requests"}},
+		{"none when no kind holds across regions", nil, func(string) bool { return false }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, reg := newClock(), prometheus.NewRegistry()
+			r, err := NewRegion(NewMemoryRegion(c.Now), NewMemory(), RegionOptions{Region: "east", Lease: twoRegions(),
+				Global: tt.global, Kinds: tt.kinds, Now: c.Now, Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == "hedgerow_lease_renewals_total" {
+					continue
+				}
+				var got []string
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "kind" {
+							got = append(got, l.GetValue())
+						}
+					}
+				}
+				slices.Sort(got)
+				if want := slices.Sorted(slices.Values(tt.want)); !slices.Equal(got, want) {
+					t.Errorf("%s: kinds %v, want %v", mf.GetName(), got, want)
+				}
+			}
+			if want := 1 + 3*min(1, len(tt.want)); len(mfs) != want {
+				t.Errorf("%d metric families from the start, want %d", len(mfs), want)
 			}
 		})
 	}

@@ -45,7 +45,9 @@ func newReportCmd() *cobra.Command {
 groups and control groups, hedged and control P50/P99/P99.9 with the tail gain (control P99 ÷
 hedged P99) and its seeded bootstrap interval (withheld below a sample floor per arm), the
 duplicate rate, usage of winners and losers, the extra cost ratio, late completions, the share of
-cancellations observed, suppressions by reason and guardrail decisions.
+cancellations observed, suppressions by reason and guardrail decisions. When the records hold
+more than one region (a record's region is its gateway's deployment.region), each region's
+figures come first, then those over all regions.
 
 It reads the records stream directly (--nats, with the observer role's nkey seed and inbox prefix
 when NATS has authentication), or asks a gateway (--url; the tenant of the API key must have
@@ -76,7 +78,7 @@ the groups of the last ten minutes; --export FILE.jsonl writes the records read,
 	f.StringVar(&fl.natsInbox, "nats-inbox-prefix", "", "inbox prefix of that user, e.g. _INBOX.ob (with --nats)")
 	f.StringVar(&fl.stream, "stream", records.DefaultStream, "the records stream (records.stream of the configuration; with --nats)")
 	f.DurationVar(&fl.since, "since", 0, "report the groups of this last span only, e.g. 10m (default: every kept record)")
-	f.BoolVar(&fl.asJSON, "json", false, `print one JSON object {"total": {...}, "cohorts": [...]}`)
+	f.BoolVar(&fl.asJSON, "json", false, `print one JSON object {"total": {...}, "cohorts": [...]}, with "regions": {"REGION": {"total", "cohorts"}} when the records hold more than one region`)
 	f.StringVar(&fl.plotPath, "plot", "", "also draw the hedged and control latency tails (log scales) to this file (.png, .svg or .pdf)")
 	f.StringVar(&fl.exportPath, "export", "", "also write the records read to this file, one JSON record per line")
 	f.Uint64Var(&fl.opts.Seed, "seed", hreport.DefaultSeed, "seed of the bootstrap (with --nats; a gateway uses the default)")

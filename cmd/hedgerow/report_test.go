@@ -81,3 +81,55 @@ func TestReportNeedsExactlyOneSource(t *testing.T) {
 		}
 	}
 }
+
+// Records of two regions kept in a real JetStream stream: `report --nats
+// --json` gives each region's figures beside the totals over both, and
+// the table leads with the region; a report read back from its JSON (what
+// --url gets from a gateway) prints the same table.
+func TestReportOfTwoRegionsReadsEachRegionAndTheTotalsFromTheStream(t *testing.T) {
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	nc := natstest.Connect(t, srv)
+	p, err := records.Open(context.Background(), nc, records.Options{Stream: records.DefaultStream, MaxAge: time.Hour,
+		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
+		prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := reporttest.RegionRecords(32, 800, time.Now().Add(-2*time.Hour), "east", "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordstest.Keep(t, p, lines)
+
+	out, err := runRoot(t, "report", "--nats", srv.ClientURL(), "--json")
+	if err != nil {
+		t.Fatalf("report --json: %v\n%s", err, out)
+	}
+	var rep hreport.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("report --json: %v\n%s", err, out)
+	}
+	east, west := rep.Regions["east"].Total, rep.Regions["west"].Total
+	if len(rep.Regions) != 2 || east.Groups != 400 || west.Groups != 400 || rep.Total.Groups != 800 {
+		t.Errorf("regions %d: east %d groups, west %d, total %d; want 2: 400, 400, 800",
+			len(rep.Regions), east.Groups, west.Groups, rep.Total.Groups)
+	}
+
+	table, err := runRoot(t, "report", "--nats", srv.ClientURL())
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, table)
+	}
+	words := strings.Join(strings.Fields(table), " ") // the table's cells, one space apart
+	for _, want := range []string{"region cohort groups", "east total 400", "west total 400", "all total 800", "east total: tail gain"} {
+		if !strings.Contains(words, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	var again bytes.Buffer
+	if err := rep.WriteTable(&again); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(again.String()) != strings.TrimSpace(table) {
+		t.Errorf("the table of the report read back from its JSON:\n%s\nwant the command's:\n%s", again.String(), table)
+	}
+}

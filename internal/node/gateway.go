@@ -304,6 +304,7 @@ func DispatcherOptions(cfg *config.Config) dispatcher.Options {
 		Policies:    cfg.Policies,
 		Tenants:     cfg.Tenants,
 		RouteLimits: routeLimits(cfg),
+		Region:      cfg.Deployment.Region,
 		SchemaCache: arbiter.SchemaCacheLimits{
 			MaxBytes:       int64(cfg.SchemaCache.MaxBytes),
 			MaxEntries:     cfg.SchemaCache.MaxEntries,

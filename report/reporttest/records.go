@@ -16,8 +16,18 @@ import (
 // two cohorts (chat/gpt4o streaming and not), one group a second from
 // start: winners and every kind of loser, late completions, cancellations
 // observed or not, failed groups, suppression reasons, every guardrail
-// decision, and workers' own records (which a report ignores).
+// decision, and workers' own records (which a report ignores). The
+// records name no region, as a deployment of one region keeps them.
 func Records(seed uint64, groups int, start time.Time) ([][]byte, error) {
+	return RegionRecords(seed, groups, start)
+}
+
+// RegionRecords is Records kept by the gateways of regions: group i and
+// its attempts carry regions[i mod len(regions)] (no region with none),
+// and each region after the first adds 100 ms per place in regions to
+// its groups' latencies, so the regions' figures differ. A worker's own
+// record carries none, as a worker writes it.
+func RegionRecords(seed uint64, groups int, start time.Time, regions ...string) ([][]byte, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	reasons := []string{"", "", "duplicate_ceiling", "spend_ceiling", "no_second_route"}
 	decisions := []schemas.GuardrailDecision{schemas.GuardrailAllow, schemas.GuardrailAllow, schemas.GuardrailAllow,
@@ -36,14 +46,18 @@ func Records(seed uint64, groups int, start time.Time) ([][]byte, error) {
 		id := fmt.Sprintf("hg_%05d", i)
 		stream := i%3 == 0
 		at := start.Add(time.Duration(i) * time.Second)
+		region, slower := "", int64(0)
+		if len(regions) > 0 {
+			region, slower = regions[i%len(regions)], int64(i%len(regions))*100
+		}
 		g := schemas.GroupRecord{EventTime: at, Reporter: schemas.ReporterDispatcher, UserActionID: "ua_" + id,
 			HedgeGroupID: id, RouteClass: "chat_equivalent", OperationClass: "chat", ModelClass: "gpt4o",
-			CommitPoint: schemas.FirstToken, Stream: stream, OverallDeadlineMs: 30_000,
-			ElapsedMs: 200 + rng.Int64N(3000), Outcome: schemas.GroupCommitted, StatusClass: schemas.StatusOK,
+			CommitPoint: schemas.FirstToken, Stream: stream, Region: region, OverallDeadlineMs: 30_000,
+			ElapsedMs: slower + 200 + rng.Int64N(3000), Outcome: schemas.GroupCommitted, StatusClass: schemas.StatusOK,
 			ErrorScope: schemas.ScopeNone, GuardrailDecision: decisions[rng.IntN(len(decisions))],
 			HedgeSuppressedReason: reasons[rng.IntN(len(reasons))]}
 		if stream {
-			g.FirstByteMs = schemas.Millis(time.Duration(50+rng.Int64N(900)) * time.Millisecond)
+			g.FirstByteMs = schemas.Millis(time.Duration(slower+50+rng.Int64N(900)) * time.Millisecond)
 		}
 		if rng.IntN(20) == 0 {
 			g.Outcome, g.StatusClass = schemas.GroupFailed, schemas.StatusServerError
@@ -56,7 +70,7 @@ func Records(seed uint64, groups int, start time.Time) ([][]byte, error) {
 		for k := 1; k <= n; k++ {
 			a := schemas.AttemptRecord{EventTime: at, Reporter: schemas.ReporterDispatcher, UserActionID: "ua_" + id,
 				HedgeGroupID: id, Attempt: k, Role: schemas.RolePrimary, Route: "r1", RouteClass: "chat_equivalent",
-				OperationClass: "chat", ModelClass: "gpt4o", CommitPoint: schemas.FirstToken,
+				OperationClass: "chat", ModelClass: "gpt4o", CommitPoint: schemas.FirstToken, Region: region,
 				OverallDeadlineMs: 30_000, ElapsedMs: g.ElapsedMs, StatusClass: schemas.StatusOK, ErrorScope: schemas.ScopeNone,
 				UsageInputUnits: rng.Int64N(2000), UsageOutputUnits: rng.Int64N(500), Outcome: schemas.OutcomeWinner}
 			if k > 1 {
