@@ -17,8 +17,8 @@ import (
 
 // CeilingKinds are the kinds of ceiling a regional lease can split: rates
 // and concurrency (a tenant's spend window is consumed, not refilled, and
-// is not among them, docs/architecture.md §14). internal/config's
-// LeasableCeilings are these.
+// is not among them, docs/architecture.md §14): the kinds a configuration's
+// global.ceilings may name.
 var CeilingKinds = []string{"tenant_rate", "tenant_concurrency", "route_requests", "route_tokens", "pool_reserve"}
 
 // DefaultInterval is a region's rebalance interval: how often its renewer

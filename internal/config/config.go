@@ -64,7 +64,7 @@ type Global struct {
 	// among them.
 	Regions []string `yaml:"regions"`
 	// Ceilings are the kinds of ceiling that hold across regions (empty:
-	// every kind a lease can split, LeasableCeilings).
+	// every kind a lease can split, lease.CeilingKinds).
 	Ceilings []string `yaml:"ceilings"`
 	// RebalanceInterval is how often a region renews its leases.
 	RebalanceInterval time.Duration `yaml:"rebalance_interval"`
@@ -96,7 +96,7 @@ func (c *Config) GlobalCeiling(kind string) bool {
 		return false
 	}
 	if len(c.Global.Ceilings) == 0 {
-		return slices.Contains(LeasableCeilings, kind)
+		return slices.Contains(lease.CeilingKinds, kind)
 	}
 	return slices.Contains(c.Global.Ceilings, kind)
 }
@@ -110,11 +110,6 @@ type GlobalAuthority struct {
 	Placement string `yaml:"placement"`
 	Replicas  int    `yaml:"replicas"`
 }
-
-// LeasableCeilings are the kinds of ceiling a regional lease can split:
-// rates and concurrency. A tenant's spend window is consumed, not
-// refilled, and is not among them (docs/architecture.md §14).
-var LeasableCeilings = []string{"tenant_rate", "tenant_concurrency", "route_requests", "route_tokens", "pool_reserve"}
 
 // NATS configures the message bus between dispatchers and workers.
 type NATS struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/budgets"
+	"github.com/hedgerow/hedgerow/budgets/lease"
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/internal/redact"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -280,8 +281,8 @@ func (v *validator) global() {
 		switch {
 		case c == "tenant_spend":
 			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "a spend window is consumed, not refilled: a share of it bounds nothing once shares shift, and its lease is not built (docs/architecture.md §14)")
-		case !slices.Contains(LeasableCeilings, c):
-			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "%q is not one of %v", c, LeasableCeilings)
+		case !slices.Contains(lease.CeilingKinds, c):
+			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "%q is not one of %v", c, lease.CeilingKinds)
 		}
 	}
 	if err := v.cfg.LeaseOptions().Validate(); err != nil {
