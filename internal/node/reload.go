@@ -76,6 +76,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	}
 	hopts := httpdoor.Options{
 		Conn:           g.nc,
+		Region:         cfg.Deployment.Region,
 		Pools:          poolRoutes(cfg),
 		Gatherer:       prometheus.Gatherers{g.reg, gen.reg},
 		BodyLimit:      int64(cfg.HTTP.BodyLimit),
@@ -109,7 +110,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, errors.Join(err, gen.closeDispatcher(context.Background()))
 	}
-	gen.nopts = natsdoor.Options{DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
+	gen.nopts = natsdoor.Options{Region: cfg.Deployment.Region, DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
 		Replays: g.replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
 		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter, Registerer: gen.reg}
 	if err := g.shared.shareSketches(d, cfg, g.log.With("component", "sketchshare")); err != nil {
