@@ -104,7 +104,11 @@ func (r *regionUnderTest) post(t *testing.T, g *Gateway) int {
 // east's workers only; with east's workers stopped, east's requests fail —
 // NATS, which would otherwise hand them to west's members of the same
 // queue group, never takes them to west; and each region's records stream
-// and gate bucket are its own, holding its own records.
+// and gate bucket are its own, holding its own records. Without
+// deployment.region the same test fails at (b): east's request is
+// answered by west's worker. With it, east's attempts find no responder
+// (the server knows no subscriber of east's subjects anywhere) and fail
+// over to east's other route, then fail, as in a region of its own.
 func TestARegionsRequestsStayInTheRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
 	westNS := natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
