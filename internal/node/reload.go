@@ -288,8 +288,8 @@ func retireTimeout(cfg *config.Config) time.Duration {
 }
 
 // restartOnly names the sections of next that differ from running and that
-// a running gateway cannot take over: its connections and listeners (nats,
-// redis, http), the winner gate and the records stream; with workers in
+// a running gateway cannot take over: its region, its connections and
+// listeners (nats, redis, http), the winner gate and the records stream; with workers in
 // the process (serve), the routes too, which they call.
 func restartOnly(running, next *config.Config, withWorkers bool) []string {
 	var changed []string
@@ -298,6 +298,9 @@ func restartOnly(running, next *config.Config, withWorkers bool) []string {
 		a, b any
 	}{
 		{"nats", running.NATS, next.NATS},
+		// The region names the wire the doors, the dispatcher and the
+		// records stream use (docs/architecture.md §8, "Regions").
+		{"deployment", running.Deployment, next.Deployment},
 		{"redis", running.Redis, next.Redis},
 		{"gate", running.Gate, next.Gate},
 		{"records", running.Records, next.Records},
