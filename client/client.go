@@ -128,6 +128,7 @@ type Client struct {
 	nc      *nats.Conn
 	timeout time.Duration
 	apiKey  string
+	wire    schemas.Wire // the region whose gateways it submits to
 	// inbox is an inbox of nc: its requests' reply subjects share its
 	// prefix, which names the client user cancels are sent as.
 	inbox string
@@ -146,6 +147,14 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // request against the key's tenant (spend ceilings, request limits,
 // idempotency keys). The client never logs it.
 func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// WithRegion submits to the gateways of one region of a supercluster
+// (their deployment.region): on the region's subject, with the region's
+// cancels (schemas.RegionWire). Without it the client speaks the wire of a
+// deployment of one region.
+func WithRegion(region string) Option {
+	return func(c *Client) { c.wire = schemas.RegionWire(region) }
+}
 
 // New returns a client on nc, which the caller keeps owning and closing.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
@@ -177,7 +186,7 @@ func (c *Client) Submit(ctx context.Context, req Request) (*Response, error) {
 	m, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, noGateway(err)
+			return nil, noGateway(c.wire, err)
 		}
 		if ctx.Err() != nil {
 			c.cancel(id)
@@ -257,23 +266,23 @@ func (c *Client) message(ctx context.Context, req Request, reply string) (*nats.
 	if c.apiKey != "" {
 		h.Set(schemas.HeaderAuthorization, "Bearer "+c.apiKey)
 	}
-	return &nats.Msg{Subject: schemas.SubmitSubject, Reply: reply, Header: h, Data: data}, id, nil
+	return &nats.Msg{Subject: c.wire.SubmitSubject(), Reply: reply, Header: h, Data: data}, id, nil
 }
 
 // cancel tells every gateway replica that the request is abandoned; the one
 // running it cancels its group. It proves the request's owner as the
 // request did: the same user's subject, the same key.
 func (c *Client) cancel(id string) {
-	msg := &nats.Msg{Subject: schemas.SubmitCancelSubjectFor(c.inbox, id)}
+	msg := &nats.Msg{Subject: c.wire.SubmitCancelSubjectFor(c.inbox, id)}
 	if c.apiKey != "" {
 		msg.Header = nats.Header{schemas.HeaderAuthorization: {"Bearer " + c.apiKey}}
 	}
 	_ = c.nc.PublishMsg(msg)
 }
 
-func noGateway(err error) *Error {
+func noGateway(wire schemas.Wire, err error) *Error {
 	return &Error{Code: schemas.ErrUnavailable, Status: 503, err: err,
-		Message: "no hedgerow gateway serves " + schemas.SubmitSubject}
+		Message: "no hedgerow gateway serves " + wire.SubmitSubject()}
 }
 
 // errorFrom reads an error answer: the micro error headers, the stable code

@@ -58,7 +58,7 @@ func (s *Stream) Next() bool {
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			s.end(nil, noGateway(err), false)
+			s.end(nil, noGateway(s.c.wire, err), false)
 		case s.ctx.Err() != nil:
 			s.end(nil, fmt.Errorf("hedgerow stream: %w", s.ctx.Err()), true)
 		default:

@@ -44,6 +44,15 @@ type Budgets interface {
 type Options struct {
 	// Conn is the NATS connection attempts are published on.
 	Conn *nats.Conn
+	// Region is the supercluster region the dispatcher serves in (config's
+	// deployment.region, docs/architecture.md §14): its attempts and live
+	// records go on the region's subjects (schemas.RegionWire), so only the
+	// region's workers take them — a route with no worker in the region is
+	// not served by another's: its attempt finds no responder and fails
+	// over as it does today —, and every attempt and group record carries
+	// it, so a report reads per region. Empty: a deployment of one region,
+	// today's wire, records without a region field.
+	Region string
 	// Store holds the shared budgets; Gate elects winners.
 	Store Budgets
 	Gate  arbiter.Gate
@@ -72,11 +81,6 @@ type Options struct {
 	// Secret keys the user action ids and prompt fingerprints derived from
 	// callers' data, so records never carry the data itself.
 	Secret []byte
-	// Region is the deployment's region (deployment.region,
-	// docs/architecture.md §14), stamped on every attempt and group record
-	// so a report reads per region; empty in a deployment of one region,
-	// whose records then carry no region field.
-	Region string
 	// Records keeps the attempt and group records beyond their live
 	// publication on core NATS (docs/architecture.md §9); nil keeps none.
 	Records Recorder
@@ -92,7 +96,8 @@ type Options struct {
 
 // Recorder keeps records, each under its own subject
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject) and message id.
-// internal/adapters/records.Publisher is one.
+// internal/adapters/records.Publisher is one; it keeps them under its
+// region's prefix (schemas.Wire.StoredSubject).
 type Recorder interface {
 	// Publish queues a record without waiting for it to be kept.
 	Publish(subject, id string, data []byte)
@@ -173,8 +178,9 @@ type Model struct {
 // Dispatcher runs hedge groups. It is safe for concurrent use.
 type Dispatcher struct {
 	nc        *nats.Conn
-	records   Recorder // nil: records are published live only
-	tracer    Tracer   // nil: no traces
+	wire      schemas.Wire // the region's subjects
+	records   Recorder     // nil: records are published live only
+	tracer    Tracer       // nil: no traces
 	store     Budgets
 	gate      arbiter.Gate
 	routes    []string // every route's name
@@ -234,7 +240,7 @@ func New(c Options) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: no policy named %q", policy.DefaultName)
 	}
 	d := &Dispatcher{
-		nc: c.Conn, records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
+		nc: c.Conn, wire: schemas.RegionWire(c.Region), records: c.Records, tracer: c.Tracer, store: c.Store, gate: c.Gate, pools: c.Pools, tenants: c.Tenants, secret: c.Secret,
 		region: c.Region, log: c.Logger, now: c.Now, unservedFor: unservedFor,
 		contracts:   map[string]*arbiter.Contract{},
 		schemaCache: arbiter.NewSchemaCache(c.SchemaCache),

@@ -48,7 +48,7 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	if d.tracer != nil {
 		a.ended = &AttemptTimeline{Launched: a.launchedAt, Ended: d.now(), Record: rec}
 	}
-	g.publish(pendingRecord{subject: schemas.AttemptRecordSubject, rec: rec,
+	g.publish(pendingRecord{subject: d.wire.AttemptRecordSubject(), rec: rec,
 		stored: schemas.StoredAttemptSubject(g.id, a.n), id: schemas.StoredAttemptID(g.id, a.n)})
 }
 
@@ -105,10 +105,10 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 		rec.Event = schemas.EventGroupComplete
 		g.committed = &rec
 		g.keepCommit()
-		g.publish(pendingRecord{subject: schemas.GroupRecordSubject, rec: rec})
+		g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec})
 		return
 	}
-	g.publish(pendingRecord{subject: schemas.GroupRecordSubject, rec: rec,
+	g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec,
 		stored: schemas.StoredGroupSubject(g.id), id: schemas.StoredGroupID(g.id, schemas.EventGroupComplete)})
 }
 

@@ -51,7 +51,7 @@ func (g *group) publishAttempt(a *attemptRun, deadline time.Time, remaining time
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()
 	if err == nil {
-		err = d.nc.PublishMsg(&nats.Msg{Subject: schemas.AttemptSubject(a.route), Reply: msg.ReplyInbox, Data: data})
+		err = d.nc.PublishMsg(&nats.Msg{Subject: d.wire.AttemptSubject(a.route), Reply: msg.ReplyInbox, Data: data})
 	}
 	if err != nil {
 		d.log.Warn("attempt not published", "group", g.id, "route", a.route, "err", err)

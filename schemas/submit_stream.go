@@ -146,7 +146,13 @@ var ErrMalformedCancel = errors.New("schemas: not a cancel subject: want " + Sub
 // (empty for SubmitCancelSubject's form) and the request id. A subject of
 // another form is ErrMalformedCancel.
 func ParseSubmitCancelSubject(subject string) (user, id string, err error) {
-	rest, ok := strings.CutPrefix(subject, SubmitCancelPrefix)
+	return parseSubmitCancel(SubmitCancelPrefix, subject)
+}
+
+// parseSubmitCancel reads a cancel subject under prefix (a Wire's
+// SubmitCancelPrefix).
+func parseSubmitCancel(prefix, subject string) (user, id string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefix)
 	if !ok {
 		return "", "", ErrMalformedCancel
 	}

@@ -44,6 +44,12 @@ type Options struct {
 	// Route is the route this worker serves; it names the attempt subject
 	// and queue group. Required.
 	Route string
+	// Region is the region of the supercluster the worker serves in
+	// (config's deployment.region): its attempt subject, queue group,
+	// service name and record subject are the region's (schemas.Wire), so
+	// it takes no other region's attempts. Empty: a deployment of one
+	// region, today's wire. It must be a token of [a-z0-9_-].
+	Region string
 	// Upstream runs attempts against the route's provider. Required. If it
 	// also has a CloseIdleConnections method, Stop calls it.
 	Upstream upstream.Upstream
@@ -100,6 +106,8 @@ func (c Options) withDefaults() (Options, error) {
 	switch {
 	case !routePattern.MatchString(c.Route):
 		return c, fmt.Errorf("%w: route %q must match %s", ErrInvalidOptions, c.Route, routePattern)
+	case c.Region != "" && !routePattern.MatchString(c.Region):
+		return c, fmt.Errorf("%w: region %q must match %s", ErrInvalidOptions, c.Region, routePattern)
 	case c.Upstream == nil:
 		return c, fmt.Errorf("%w: route %q has no upstream", ErrInvalidOptions, c.Route)
 	case c.Conn == nil:

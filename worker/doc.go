@@ -12,7 +12,10 @@
 // which the dispatcher sends Cancels. It registers the NATS micro service
 // schemas.WorkerServiceName with the route in its metadata, so readiness
 // checks can ping $SRV.PING.hedgerow-worker, and publishes each attempt's
-// sanitized schemas.AttemptRecord on schemas.AttemptRecordSubject.
+// sanitized schemas.AttemptRecord on schemas.AttemptRecordSubject. A worker
+// of a region (Options.Region) uses the region's names instead
+// (schemas.RegionWire(region): hedgerow.<region>.attempt.<route>, …), so on
+// a supercluster it takes only its own region's attempts.
 //
 // # One attempt on the reply inbox
 //

@@ -47,6 +47,9 @@ type WorkersOptions struct {
 	// Routes limits the pool to the routes of these names; empty runs every
 	// route given.
 	Routes []string
+	// Region is the supercluster region the workers serve in (see
+	// Options.Region); empty for a deployment of one region.
+	Region string
 	// LookupEnv reads the provider keys' environment variables; nil means
 	// os.LookupEnv.
 	LookupEnv func(name string) (string, bool)
@@ -100,6 +103,7 @@ func StartWorkers(routes []Route, nc *nats.Conn, opts WorkersOptions) (*Workers,
 		}
 		w, err := New(Options{
 			Route:             r.Name,
+			Region:            opts.Region,
 			Upstream:          up,
 			Conn:              nc,
 			MaxInflight:       r.MaxInflight,

@@ -53,7 +53,7 @@ func (r *attemptRun) publishRecord(res schemas.AttemptResult, usage schemas.Usag
 	}
 	data, err := rec.MarshalJSON()
 	if err == nil {
-		err = cfg.Conn.Publish(schemas.AttemptRecordSubject, data)
+		err = cfg.Conn.Publish(schemas.RegionWire(cfg.Region).AttemptRecordSubject(), data)
 	}
 	if err != nil {
 		r.w.log.Warn("attempt record not published", "group_id", r.att.GroupID, "attempt", r.att.Attempt, "error", err)

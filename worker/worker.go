@@ -129,20 +129,22 @@ func (w *Worker) Start() error {
 	if err != nil {
 		return fmt.Errorf("worker: %s: subscribe control inbox: %w", w.cfg.WorkerID, err)
 	}
-	asub, err := nc.QueueSubscribe(schemas.AttemptSubject(w.cfg.Route), schemas.WorkerQueueGroup(w.cfg.Route), w.handleAttempt)
+	wire := schemas.RegionWire(w.cfg.Region)
+	asub, err := nc.QueueSubscribe(wire.AttemptSubject(w.cfg.Route), wire.WorkerQueueGroup(w.cfg.Route), w.handleAttempt)
 	if err != nil {
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker: %s: subscribe %s: %w", w.cfg.WorkerID, schemas.AttemptSubject(w.cfg.Route), err)
+		return fmt.Errorf("worker: %s: subscribe %s: %w", w.cfg.WorkerID, wire.AttemptSubject(w.cfg.Route), err)
 	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        schemas.WorkerServiceName,
+		Name:        wire.WorkerServiceName(),
 		Version:     ServiceVersion,
 		Description: "hedgerow attempt worker",
 		Metadata: map[string]string{
 			"route":        w.cfg.Route,
 			"worker_id":    w.cfg.WorkerID,
-			"subject":      schemas.AttemptSubject(w.cfg.Route),
-			"queue_group":  schemas.WorkerQueueGroup(w.cfg.Route),
+			"region":       w.cfg.Region,
+			"subject":      wire.AttemptSubject(w.cfg.Route),
+			"queue_group":  wire.WorkerQueueGroup(w.cfg.Route),
 			"max_inflight": strconv.Itoa(w.cfg.MaxInflight),
 			"wire_version": strconv.Itoa(schemas.Version),
 		},
@@ -150,7 +152,7 @@ func (w *Worker) Start() error {
 	if err != nil {
 		_ = asub.Unsubscribe()
 		_ = csub.Unsubscribe()
-		return fmt.Errorf("worker: %s: register micro service %s: %w", w.cfg.WorkerID, schemas.WorkerServiceName, err)
+		return fmt.Errorf("worker: %s: register micro service %s: %w", w.cfg.WorkerID, wire.WorkerServiceName(), err)
 	}
 	// Return only once the server has the subscriptions: an attempt sent
 	// after Start reaches this worker, and a readiness ping is answered.
@@ -167,7 +169,7 @@ func (w *Worker) Start() error {
 	w.state = started
 	w.leases.start()
 	w.metrics.setInflight(w.cfg.Route, 0)
-	w.log.Info("worker started", "subject", schemas.AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
+	w.log.Info("worker started", "subject", wire.AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
 	return nil
 }
 

@@ -61,7 +61,12 @@ are never overwritten.`,
 				return err
 			}
 			spec := natsauth.Spec{Method: natsauth.Method(method), Serve: serve, Clients: clients, Workers: map[string][]string{},
-				GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream}
+				GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream, Region: cfg.Deployment.Region}
+			if len(cfg.Global.Regions) > 0 {
+				// Only the gateways renew the region's leases
+				// (docs/architecture.md §13, §14).
+				spec.LeasesBucket = cfg.Global.Authority.Bucket
+			}
 			for _, r := range cfg.Routes {
 				spec.Routes = append(spec.Routes, r.Name)
 			}

@@ -26,14 +26,14 @@ import (
 
 // reportFlags are `hedgerow report`'s flags.
 type reportFlags struct {
-	url, apiKey, keyEnv         string
-	natsURLs                    []string
-	natsSeed, natsInbox, stream string
-	since                       time.Duration
-	asJSON                      bool
-	plotPath, exportPath        string
-	opts                        hreport.Options
-	timeout                     time.Duration
+	url, apiKey, keyEnv                 string
+	natsURLs                            []string
+	natsSeed, natsInbox, stream, region string
+	since                               time.Duration
+	asJSON                              bool
+	plotPath, exportPath                string
+	opts                                hreport.Options
+	timeout                             time.Duration
 }
 
 func newReportCmd() *cobra.Command {
@@ -77,6 +77,7 @@ the groups of the last ten minutes; --export FILE.jsonl writes the records read,
 	f.StringVar(&fl.natsSeed, "nats-nkey-seed", "", "nkey seed file of the observer user `hedgerow nats-auth` wrote (with --nats)")
 	f.StringVar(&fl.natsInbox, "nats-inbox-prefix", "", "inbox prefix of that user, e.g. _INBOX.ob (with --nats)")
 	f.StringVar(&fl.stream, "stream", records.DefaultStream, "the records stream (records.stream of the configuration; with --nats)")
+	f.StringVar(&fl.region, "region", "", "the region whose records the stream keeps (deployment.region of the configuration; with --nats and --stream)")
 	f.DurationVar(&fl.since, "since", 0, "report the groups of this last span only, e.g. 10m (default: every kept record)")
 	f.BoolVar(&fl.asJSON, "json", false, `print one JSON object {"total": {...}, "cohorts": [...]}, with "regions": {"REGION": {"total", "cohorts"}} when the records hold more than one region`)
 	f.StringVar(&fl.plotPath, "plot", "", "also draw the hedged and control latency tails (log scales) to this file (.png, .svg or .pdf)")
@@ -156,7 +157,7 @@ func (fl reportFlags) readNATS(ctx context.Context, since time.Time) (*hreport.R
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return records.Reader{JS: js, Stream: fl.stream}.Records(ctx, since)
+	return records.Reader{JS: js, Stream: fl.stream, Region: fl.region}.Records(ctx, since)
 }
 
 // gatewayReports asks a gateway's report endpoints.

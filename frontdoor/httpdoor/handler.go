@@ -50,6 +50,9 @@ type Options struct {
 	// Conn is the NATS connection readiness checks and pings workers on;
 	// nil makes /readyz always fail.
 	Conn *nats.Conn
+	// Region is the supercluster region whose workers /readyz pings
+	// (schemas.Wire.WorkerServiceName); empty: a deployment of one region.
+	Region string
 	// Pools maps each pool to its routes: /readyz needs a live worker for at
 	// least one route of every pool. Required.
 	Pools map[string][]string
@@ -221,7 +224,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.ready = newReadiness(opts.Conn, opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
+	h.ready = newReadiness(opts.Conn, schemas.RegionWire(opts.Region), opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
 	h.embeddingModel = embeddingModels(d.Models(), opts.EmbeddingPools) // embeddings.go
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.

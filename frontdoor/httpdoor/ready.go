@@ -30,6 +30,7 @@ type readyReport struct {
 // while and concurrent probes share one check, so probes cannot flood NATS.
 type readiness struct {
 	nc     *nats.Conn
+	wire   schemas.Wire // the region's workers are pinged, no other's
 	pools  map[string][]string
 	window time.Duration
 	ttl    time.Duration
@@ -40,8 +41,8 @@ type readiness struct {
 	last *readyReport
 }
 
-func newReadiness(nc *nats.Conn, pools map[string][]string, window, ttl time.Duration, now func() time.Time) *readiness {
-	return &readiness{nc: nc, pools: pools, window: window, ttl: ttl, now: now}
+func newReadiness(nc *nats.Conn, wire schemas.Wire, pools map[string][]string, window, ttl time.Duration, now func() time.Time) *readiness {
+	return &readiness{nc: nc, wire: wire, pools: pools, window: window, ttl: ttl, now: now}
 }
 
 // check returns the cached report while it is fresh, else checks anew.
@@ -84,7 +85,7 @@ func (r *readiness) probe() readyReport {
 // liveRoutes pings every worker and collects the routes of those that answer
 // within the window; it stops early once every pool has one.
 func (r *readiness) liveRoutes() (map[string]bool, error) {
-	subject, err := micro.ControlSubject(micro.PingVerb, schemas.WorkerServiceName, "")
+	subject, err := micro.ControlSubject(micro.PingVerb, r.wire.WorkerServiceName(), "")
 	if err != nil {
 		return nil, fmt.Errorf("ping subject: %w", err)
 	}
@@ -114,7 +115,7 @@ func (r *readiness) liveRoutes() (map[string]bool, error) {
 			return nil, fmt.Errorf("ping replies: %w", err)
 		}
 		var ping micro.Ping
-		if json.Unmarshal(msg.Data, &ping) != nil || ping.Name != schemas.WorkerServiceName {
+		if json.Unmarshal(msg.Data, &ping) != nil || ping.Name != r.wire.WorkerServiceName() {
 			continue
 		}
 		if rt := ping.Metadata["route"]; rt != "" {

@@ -46,6 +46,12 @@ const (
 
 // Options configure the NATS front door.
 type Options struct {
+	// Region is the supercluster region the door serves (config's
+	// deployment.region): it registers the region's service, subject,
+	// queue group and cancel subjects (schemas.RegionWire), so a region's
+	// callers reach only its gateways, and a queue group with no member
+	// at home never spills to another region's. Empty: today's names.
+	Region string
 	// DispatcherID names the runtime behind the door in the service's
 	// metadata, so an operator can tell replicas apart.
 	DispatcherID string
@@ -176,8 +182,9 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		_ = s.probe.Unsubscribe()
 		return nil, fmt.Errorf("natsdoor: %w", err)
 	}
+	wire := schemas.RegionWire(opts.Region)
 	s.svc, err = micro.AddService(nc, micro.Config{
-		Name:        schemas.SubmitServiceName,
+		Name:        wire.SubmitServiceName(),
 		Version:     ServiceVersion,
 		Description: "hedgerow front door: one user action per request, hedged across equivalent routes",
 		Metadata: map[string]string{
@@ -186,26 +193,26 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		},
 	})
 	if err != nil {
-		return fail(fmt.Errorf("register micro service %s: %w", schemas.SubmitServiceName, err))
+		return fail(fmt.Errorf("register micro service %s: %w", wire.SubmitServiceName(), err))
 	}
 	if err := s.svc.AddEndpoint("submit", micro.HandlerFunc(s.handleSubmit),
-		micro.WithEndpointSubject(schemas.SubmitSubject),
-		micro.WithEndpointQueueGroup(schemas.SubmitQueueGroup),
+		micro.WithEndpointSubject(wire.SubmitSubject()),
+		micro.WithEndpointQueueGroup(wire.SubmitQueueGroup()),
 		micro.WithEndpointMetadata(map[string]string{
 			"request":  schemas.KindSubmitRequest,
 			"response": schemas.KindSubmitResponse,
 			"chunk":    schemas.KindSubmitChunk,
 			"framing":  "header " + schemas.HeaderStatus + ": chunk, done or error",
 		})); err != nil {
-		return fail(fmt.Errorf("add endpoint %s: %w", schemas.SubmitSubject, err))
+		return fail(fmt.Errorf("add endpoint %s: %w", wire.SubmitSubject(), err))
 	}
 	// Every replica hears every cancel: only the caller's own replica runs
 	// the request, and the caller cannot know which one that is. Both
 	// forms, <id> and <user>.<id>, arrive here.
 	if err := s.svc.AddEndpoint("cancel", micro.HandlerFunc(s.handleCancel),
-		micro.WithEndpointSubject(schemas.SubmitCancelPrefix+">"),
+		micro.WithEndpointSubject(wire.SubmitCancelPrefix()+">"),
 		micro.WithEndpointQueueGroupDisabled()); err != nil {
-		return fail(fmt.Errorf("add endpoint %s>: %w", schemas.SubmitCancelPrefix, err))
+		return fail(fmt.Errorf("add endpoint %s>: %w", wire.SubmitCancelPrefix(), err))
 	}
 	if err := nc.Flush(); err != nil {
 		return fail(fmt.Errorf("flush subscriptions: %w", err))
@@ -345,7 +352,7 @@ func (s *Service) release(c *natsCall) {
 // overtook its request. A cancel gets no answer: nothing tells a sender
 // whether another owner's id is in flight.
 func (s *Service) handleCancel(req micro.Request) {
-	user, id, err := schemas.ParseSubmitCancelSubject(req.Subject())
+	user, id, err := schemas.RegionWire(s.opts.Region).ParseSubmitCancelSubject(req.Subject())
 	if err != nil {
 		s.metrics.reject(RejectMalformed)
 		return

@@ -1249,3 +1249,28 @@ func TestProblemsNeverPrintACredential(t *testing.T) {
 		})
 	}
 }
+
+// A region's records stream and gate bucket default to names of its own,
+// so the regions of a supercluster, sharing one JetStream, keep apart; a
+// name the file gives is kept, and without a region the names are today's
+// (docs/architecture.md §14). The leases' bucket is every region's.
+func TestARegionsStreamAndGateBucketCarryTheRegionUnlessNamed(t *testing.T) {
+	tests := []struct {
+		name, extra          string
+		stream, gate, leases string
+	}{
+		{"no region", "", "hedgerow_records", "hedgerow_gate", "hedgerow_leases"},
+		{"region east", "deployment:\n  region: east\n", "hedgerow_records_east", "hedgerow_gate_east", "hedgerow_leases"},
+		{"region east, names given", "deployment:\n  region: east\nrecords:\n  stream: recs\ngate:\n  bucket: led\n",
+			"recs", "led", "hedgerow_leases"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, ps := parse(t, minimal+tt.extra, RoleServe, noEnv)
+			wantNoProblems(t, ps)
+			if got := [3]string{cfg.Records.Stream, cfg.Gate.Bucket, cfg.Global.Authority.Bucket}; got != [3]string{tt.stream, tt.gate, tt.leases} {
+				t.Errorf("stream, gate bucket, leases' bucket = %v; want %s, %s, %s", got, tt.stream, tt.gate, tt.leases)
+			}
+		})
+	}
+}

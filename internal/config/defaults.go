@@ -12,6 +12,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/policy"
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // defaultSetting is the value a key takes when the file leaves it out. In
@@ -142,6 +143,20 @@ func applyDefaults(c *Config, has func(path string) bool) error {
 		err := setDefault(root, "", strings.Split(d.Path, "."), reflect.ValueOf(d.Value), has)
 		if err != nil {
 			return fmt.Errorf("default %s: %w", d.Path, err)
+		}
+	}
+	// A region's own JetStream names carry the region (hedgerow_records_east,
+	// hedgerow_gate_east): the regions of a supercluster share one
+	// JetStream, so two regions' defaults would otherwise be one stream
+	// and one bucket (docs/architecture.md §14). A name the file gives is
+	// kept as given; the leases' bucket is every region's, one name.
+	if r := c.Deployment.Region; r != "" {
+		w := schemas.RegionWire(r)
+		if !has("records.stream") {
+			c.Records.Stream = w.JetStreamName(c.Records.Stream)
+		}
+		if !has("gate.bucket") {
+			c.Gate.Bucket = w.JetStreamName(c.Gate.Bucket)
 		}
 	}
 	// A stall_floor left to its default follows a smaller

@@ -128,6 +128,18 @@ type Spec struct {
 	// RecordsStream is the records stream (records.stream) gateways keep
 	// and observers read; empty means records.DefaultStream.
 	RecordsStream string
+	// Region is the supercluster region whose servers take this
+	// authorization (deployment.region): every subject, queue group and
+	// service name in it is the region's (schemas.RegionWire), so the
+	// region's users may touch no other region's wire. Empty: a
+	// deployment of one region.
+	Region string
+	// LeasesBucket is the leases' bucket (global.authority.bucket) the
+	// gateways renew the region's leases in (docs/architecture.md §14):
+	// only the gateway (and serve) user may read or write it — a client
+	// or worker that could would grant its region the whole of a global
+	// ceiling. Empty: no user may (a deployment without global.regions).
+	LeasesBucket string
 	// TLS, when set, also generates a CA, the servers' certificate and a
 	// client certificate per user (tls.go), and the server configuration
 	// then requires TLS with a client certificate.
@@ -220,14 +232,19 @@ func Generate(spec Spec) (*Bundle, error) {
 	if stream == "" {
 		stream = records.DefaultStream
 	}
+	if spec.Region != "" && !userName.MatchString(spec.Region) {
+		return nil, fmt.Errorf("natsauth: region %q is not a token of [a-z0-9_-]", spec.Region)
+	}
+	wire := schemas.RegionWire(spec.Region)
+	gateway := gatewayPermissions(wire, bucket, stream, spec.LeasesBucket)
 	var users []User
 	if spec.Serve {
 		users = append(users, User{Name: UserServe, Role: UserServe, Routes: spec.Routes, InboxPrefix: schemas.GatewayInboxPrefix,
-			Permissions: union(gatewayPermissions(bucket, stream), workerPermissions(spec.Routes, resp))})
+			Permissions: union(gateway, workerPermissions(wire, spec.Routes, resp))})
 	}
 	users = append(users,
-		User{Name: UserGateway, Role: UserGateway, InboxPrefix: schemas.GatewayInboxPrefix, Permissions: gatewayPermissions(bucket, stream)},
-		User{Name: UserObserver, Role: UserObserver, InboxPrefix: schemas.ObserverInboxPrefix, Permissions: observerPermissions(stream)},
+		User{Name: UserGateway, Role: UserGateway, InboxPrefix: schemas.GatewayInboxPrefix, Permissions: gateway},
+		User{Name: UserObserver, Role: UserObserver, InboxPrefix: schemas.ObserverInboxPrefix, Permissions: observerPermissions(wire, stream)},
 	)
 	for _, name := range slices.Sorted(maps.Keys(workers)) {
 		routes := workers[name]
@@ -240,11 +257,11 @@ func Generate(spec Spec) (*Bundle, error) {
 			return nil, fmt.Errorf("natsauth: worker user %q has no routes", name)
 		}
 		users = append(users, User{Name: name, Role: UserWorker, Routes: slices.Clone(routes),
-			InboxPrefix: schemas.WorkerInboxPrefix, Permissions: workerPermissions(routes, resp)})
+			InboxPrefix: schemas.WorkerInboxPrefix, Permissions: workerPermissions(wire, routes, resp)})
 	}
 	for _, name := range clients {
 		users = append(users, User{Name: name, Role: UserClient, InboxPrefix: schemas.ClientInbox(name),
-			Permissions: clientPermissions(name)})
+			Permissions: clientPermissions(wire, name)})
 	}
 	seen := map[string]bool{}
 	for i := range users {
@@ -336,46 +353,57 @@ func srvSubjects(name string) []string {
 // subscription to subject, or one in another group, is refused.
 func queueSubscription(subject, queue string) string { return subject + " " + queue }
 
-// gatewayPermissions: publish attempts (to every route), cancels (to the
-// workers' control inboxes), records, answers to clients and readiness
-// pings of the workers; use the winner gate's ledger bucket (create it,
-// read and write its keys) and the records stream (create or update it,
-// publish to it, read it back with ordered consumers for the report
-// endpoints) and nothing else of JetStream; subscribe to its own
-// inboxes and to the submit service.
-func gatewayPermissions(gateBucket, recordsStream string) Permissions {
-	stream := "KV_" + gateBucket
+// bucketPermissions are what a user of a key-value bucket publishes:
+// create or update it, read and write its keys.
+func bucketPermissions(bucket string) []string {
+	stream := "KV_" + bucket
+	return []string{
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.STREAM.CREATE." + stream,
+		"$JS.API.STREAM.UPDATE." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$KV." + bucket + ".>",
+	}
+}
+
+// gatewayPermissions: publish the region's attempts (to every route),
+// cancels (to the workers' control inboxes), records, answers to clients
+// and readiness pings of the region's workers; use the winner gate's
+// ledger bucket and, with regions, the leases' bucket (create it, read and
+// write its keys) and the records stream (create or update it, publish to
+// it, read it back with ordered consumers for the report endpoints) and
+// nothing else of JetStream; subscribe to its own inboxes and to the
+// region's submit service.
+func gatewayPermissions(wire schemas.Wire, gateBucket, recordsStream, leasesBucket string) Permissions {
+	publish := append([]string{"$JS.API.INFO"}, bucketPermissions(gateBucket)...)
+	if leasesBucket != "" {
+		publish = append(publish, bucketPermissions(leasesBucket)...)
+	}
 	return Permissions{
-		Publish: []string{
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			"$JS.API.STREAM.CREATE." + stream,
-			"$JS.API.STREAM.UPDATE." + stream,
-			"$JS.API.STREAM.MSG.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-			"$KV." + gateBucket + ".>",
-			"$JS.API.STREAM.INFO." + recordsStream,
-			"$JS.API.STREAM.CREATE." + recordsStream,
-			"$JS.API.STREAM.UPDATE." + recordsStream,
+		Publish: append(publish,
+			"$JS.API.STREAM.INFO."+recordsStream,
+			"$JS.API.STREAM.CREATE."+recordsStream,
+			"$JS.API.STREAM.UPDATE."+recordsStream,
 			// Its report endpoints read the records back (observer's read API).
-			"$JS.API.CONSUMER.CREATE." + recordsStream,
-			"$JS.API.CONSUMER.CREATE." + recordsStream + ".>",
-			"$JS.API.CONSUMER.INFO." + recordsStream + ".>",
-			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
-			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
-			schemas.StoredRecordPrefix + ">",
-			schemas.AttemptSubjectPrefix + "*",
-			schemas.WorkerInboxPrefix + ".>",
-			schemas.AttemptRecordSubject,
-			schemas.GroupRecordSubject,
-			schemas.ClientInboxPrefix + ".>",
-			micro.APIPrefix + ".PING." + schemas.WorkerServiceName,
-		},
+			"$JS.API.CONSUMER.CREATE."+recordsStream,
+			"$JS.API.CONSUMER.CREATE."+recordsStream+".>",
+			"$JS.API.CONSUMER.INFO."+recordsStream+".>",
+			"$JS.API.CONSUMER.DELETE."+recordsStream+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+recordsStream+".>",
+			wire.StoredRecordPrefix()+">",
+			wire.AttemptSubjectPrefix()+"*",
+			schemas.WorkerInboxPrefix+".>",
+			wire.AttemptRecordSubject(),
+			wire.GroupRecordSubject(),
+			schemas.ClientInboxPrefix+".>",
+			micro.APIPrefix+".PING."+wire.WorkerServiceName(),
+		),
 		Subscribe: append([]string{
 			schemas.GatewayInboxPrefix + ".>",
-			schemas.SubmitSubject,
-			schemas.SubmitCancelPrefix + ">",
-		}, srvSubjects(schemas.SubmitServiceName)...),
+			wire.SubmitSubject(),
+			wire.SubmitCancelPrefix() + ">",
+		}, srvSubjects(wire.SubmitServiceName())...),
 	}
 }
 
@@ -384,23 +412,23 @@ func gatewayPermissions(gateBucket, recordsStream string) Permissions {
 // and take its share, never receive every attempt of a route), its control
 // inbox and its own micro service; publish its attempt records and, within
 // resp, the replies to the attempts (and pings) it received — nothing else.
-func workerPermissions(routes []string, resp Responses) Permissions {
-	p := Permissions{Publish: []string{schemas.AttemptRecordSubject}, Responses: &resp}
+func workerPermissions(wire schemas.Wire, routes []string, resp Responses) Permissions {
+	p := Permissions{Publish: []string{wire.AttemptRecordSubject()}, Responses: &resp}
 	for _, r := range routes {
-		p.Subscribe = append(p.Subscribe, queueSubscription(schemas.AttemptSubject(r), schemas.WorkerQueueGroup(r)))
+		p.Subscribe = append(p.Subscribe, queueSubscription(wire.AttemptSubject(r), wire.WorkerQueueGroup(r)))
 	}
 	p.Subscribe = append(p.Subscribe, schemas.WorkerInboxPrefix+".>")
-	p.Subscribe = append(p.Subscribe, srvSubjects(schemas.WorkerServiceName)...)
+	p.Subscribe = append(p.Subscribe, srvSubjects(wire.WorkerServiceName())...)
 	return p
 }
 
 // clientPermissions: request hedgerow.submit, cancel its own requests
 // (only on the cancel subjects naming it, so no other user's), find the
 // gateways (a micro ping of the submit service), read its own inboxes.
-func clientPermissions(name string) Permissions {
+func clientPermissions(wire schemas.Wire, name string) Permissions {
 	return Permissions{
-		Publish: []string{schemas.SubmitSubject, schemas.SubmitCancelUserPrefix(name) + "*",
-			micro.APIPrefix + ".PING." + schemas.SubmitServiceName},
+		Publish: []string{wire.SubmitSubject(), wire.SubmitCancelUserPrefix(name) + "*",
+			micro.APIPrefix + ".PING." + wire.SubmitServiceName()},
 		Subscribe: []string{schemas.ClientInbox(name) + ".>"},
 	}
 }
@@ -408,7 +436,7 @@ func clientPermissions(name string) Permissions {
 // observerPermissions: read the live records, and the kept ones through
 // the records stream's read API (its info, a message by subject, ordered
 // consumers of its own); publish nothing else.
-func observerPermissions(recordsStream string) Permissions {
+func observerPermissions(wire schemas.Wire, recordsStream string) Permissions {
 	return Permissions{
 		Publish: []string{
 			"$JS.API.STREAM.INFO." + recordsStream,
@@ -420,7 +448,7 @@ func observerPermissions(recordsStream string) Permissions {
 			"$JS.API.CONSUMER.DELETE." + recordsStream + ".>",
 			"$JS.API.CONSUMER.MSG.NEXT." + recordsStream + ".>",
 		},
-		Subscribe: []string{schemas.LiveRecordPrefix + ">", schemas.ObserverInboxPrefix + ".>"},
+		Subscribe: []string{wire.LiveRecordPrefix() + ">", schemas.ObserverInboxPrefix + ".>"},
 	}
 }
 

@@ -208,3 +208,49 @@ func writeAndLoad(t *testing.T, b *Bundle) (string, *server.Options) {
 	}
 	return dir, opts
 }
+
+// A region's users may touch only the region's wire (docs/architecture.md
+// §13, §14): its attempts, queue groups, submit service, pings and records.
+func TestARegionsUsersTouchOnlyTheRegionsWire(t *testing.T) {
+	s := spec()
+	s.Region = "east"
+	b, err := Generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		user               string
+		publish, subscribe []string // each among the user's
+	}{
+		{"gateway", []string{"hedgerow.east.attempt.*", "hedgerow.east.events.attempt", "hedgerow.east.events.group",
+			"hedgerow.east.records.>", "$SRV.PING.hedgerow-worker_east"},
+			[]string{"hedgerow.east.submit", "hedgerow.east.submit.cancel.>", "$SRV.PING.hedgerow_east"}},
+		{"wa", []string{"hedgerow.east.events.attempt"},
+			[]string{"hedgerow.east.attempt.a hedgerow-worker-a_east", "$SRV.PING.hedgerow-worker_east"}},
+		{"alice", []string{"hedgerow.east.submit", "hedgerow.east.submit.cancel.alice.*", "$SRV.PING.hedgerow_east"}, nil},
+		{"observer", nil, []string{"hedgerow.east.events.>"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.user, func(t *testing.T) {
+			u, ok := b.User(tt.user)
+			if !ok {
+				t.Fatalf("no user %s", tt.user)
+			}
+			for _, p := range tt.publish {
+				if !slices.Contains(u.Permissions.Publish, p) {
+					t.Errorf("may not publish %q; publish %q", p, u.Permissions.Publish)
+				}
+			}
+			for _, p := range tt.subscribe {
+				if !slices.Contains(u.Permissions.Subscribe, p) {
+					t.Errorf("may not subscribe %q; subscribe %q", p, u.Permissions.Subscribe)
+				}
+			}
+			for _, p := range append(slices.Clone(u.Permissions.Publish), u.Permissions.Subscribe...) {
+				if strings.HasPrefix(p, "hedgerow.") && !strings.HasPrefix(p, "hedgerow.east.") {
+					t.Errorf("%q is not region east's", p)
+				}
+			}
+		})
+	}
+}

@@ -72,18 +72,31 @@ func (v *violations) all() []string {
 // waitFor waits until the server has refused a subscription to subject.
 func (v *violations) waitFor(t *testing.T, subject string) {
 	t.Helper()
+	v.waitForRefusal(t, "permissions violation for subscription", subject)
+}
+
+// waitForPublish waits until the server has refused a publish to subject.
+func (v *violations) waitForPublish(t *testing.T, subject string) {
+	t.Helper()
+	v.waitForRefusal(t, "permissions violation for publish", subject)
+}
+
+// waitForRefusal waits until the server has reported an error containing
+// kind (lower case) about subject.
+func (v *violations) waitForRefusal(t *testing.T, kind, subject string) {
+	t.Helper()
 	limit := time.NewTimer(pinWait)
 	defer limit.Stop()
 	for {
 		for _, e := range v.all() {
-			if strings.Contains(strings.ToLower(e), "permissions violation for subscription") && strings.Contains(e, `"`+subject+`"`) {
+			if strings.Contains(strings.ToLower(e), kind) && strings.Contains(e, `"`+subject+`"`) {
 				return
 			}
 		}
 		select {
 		case <-v.changed:
 		case <-limit.C:
-			t.Fatalf("the server did not refuse a subscription to %q within %v; errors: %q", subject, pinWait, v.all())
+			t.Fatalf("the server did not report %q for %q within %v; errors: %q", kind, subject, pinWait, v.all())
 		}
 	}
 }

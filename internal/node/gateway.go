@@ -201,7 +201,7 @@ func openRecords(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, l
 	var p *records.Publisher
 	err := createAtStart(ctx, func(try context.Context) error {
 		var err error
-		p, err = records.Open(try, nc, records.Options{Stream: r.Stream, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
+		p, err = records.Open(try, nc, records.Options{Stream: r.Stream, Region: cfg.Deployment.Region, MaxAge: r.MaxAge, MaxBytes: int64(r.MaxBytes),
 			Replicas: r.Replicas, Duplicates: r.Duplicates, MaxPending: r.MaxPending, CommitTimeout: r.CommitTimeout}, reg, log)
 		return err
 	})
@@ -299,12 +299,12 @@ func reportTenants(tenants map[string]*config.Tenant) map[string]bool {
 // connection, the store and the gate.
 func DispatcherOptions(cfg *config.Config) dispatcher.Options {
 	c := dispatcher.Options{
+		Region:      cfg.Deployment.Region,
 		Routes:      make([]route.Route, 0, len(cfg.Routes)),
 		Pools:       make(map[string]dispatcher.Pool, len(cfg.Pools)),
 		Policies:    cfg.Policies,
 		Tenants:     cfg.Tenants,
 		RouteLimits: routeLimits(cfg),
-		Region:      cfg.Deployment.Region,
 		SchemaCache: arbiter.SchemaCacheLimits{
 			MaxBytes:       int64(cfg.SchemaCache.MaxBytes),
 			MaxEntries:     cfg.SchemaCache.MaxEntries,

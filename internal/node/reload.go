@@ -76,6 +76,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	}
 	hopts := httpdoor.Options{
 		Conn:           g.nc,
+		Region:         cfg.Deployment.Region,
 		Pools:          poolRoutes(cfg),
 		Gatherer:       prometheus.Gatherers{g.reg, gen.reg},
 		BodyLimit:      int64(cfg.HTTP.BodyLimit),
@@ -109,7 +110,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, errors.Join(err, gen.closeDispatcher(context.Background()))
 	}
-	gen.nopts = natsdoor.Options{DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
+	gen.nopts = natsdoor.Options{Region: cfg.Deployment.Region, DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
 		Replays: g.replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
 		ReplayLease: cfg.HTTP.Idempotency.Lease, Keyring: hopts.Keyring, Limiter: hopts.Limiter, Registerer: gen.reg}
 	if err := g.shared.shareSketches(d, cfg, g.log.With("component", "sketchshare")); err != nil {
@@ -287,8 +288,8 @@ func retireTimeout(cfg *config.Config) time.Duration {
 }
 
 // restartOnly names the sections of next that differ from running and that
-// a running gateway cannot take over: its connections and listeners (nats,
-// redis, http), the winner gate and the records stream; with workers in
+// a running gateway cannot take over: its region, its connections and
+// listeners (nats, redis, http), the winner gate and the records stream; with workers in
 // the process (serve), the routes too, which they call.
 func restartOnly(running, next *config.Config, withWorkers bool) []string {
 	var changed []string
@@ -297,6 +298,9 @@ func restartOnly(running, next *config.Config, withWorkers bool) []string {
 		a, b any
 	}{
 		{"nats", running.NATS, next.NATS},
+		// The region names the wire the doors, the dispatcher and the
+		// records stream use (docs/architecture.md §8, "Regions").
+		{"deployment", running.Deployment, next.Deployment},
 		{"redis", running.Redis, next.Redis},
 		{"gate", running.Gate, next.Gate},
 		{"records", running.Records, next.Records},

@@ -96,13 +96,17 @@ func TestReloadTakesOverTenantsAndPoolsAndKeepsTheRunningConfigurationOnABadFile
 	if err := reload(tenants(oldKey), func(y string) string { return morePools(smallerBodies(y)) }); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "http") {
 		t.Fatalf("reloading a new http section: %v, want ErrRestartRequired naming http", err)
 	}
+	// A region names the wire the doors and the dispatcher speak (§8).
+	if err := reload(tenants(newKey), func(y string) string { return morePools(y) + "deployment: {region: east}\n" }); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "deployment") {
+		t.Fatalf("reloading a new region: %v, want ErrRestartRequired naming deployment", err)
+	}
 	expect("after the refused reloads", newKey, "general", http.StatusOK)
 	expect("after the refused reloads", oldKey, "general", http.StatusUnauthorized)
 	if got := reloads("success"); got != "1" {
 		t.Errorf("hedgerow_config_reloads_total{result=\"success\"} = %s, want 1", got)
 	}
-	if got := reloads("failure"); got != "3" {
-		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 3", got)
+	if got := reloads("failure"); got != "4" {
+		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 4", got)
 	}
 }
 

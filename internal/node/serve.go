@@ -99,6 +99,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	}
 	m := worker.NewMetrics()
 	if s.workers, err = worker.StartWorkers(WorkerRoutes(cfg), workerConn, worker.WorkersOptions{
+		Region:    cfg.Deployment.Region,
 		LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg), Metrics: m, Logger: log.With("component", "worker"), FingerprintKey: key, DrainGrace: o.DrainGrace,
 		Leases: s.shared.leases(),
 	}); err != nil {

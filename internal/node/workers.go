@@ -50,7 +50,7 @@ func StartWorkers(cfg *config.Config, nc *nats.Conn, o Options) (*Workers, error
 	}
 	m := worker.NewMetrics()
 	pool, err := worker.StartWorkers(WorkerRoutes(cfg), nc, worker.WorkersOptions{
-		Routes: o.Routes, LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg),
+		Routes: o.Routes, Region: cfg.Deployment.Region, LookupEnv: o.env(), HeartbeatInterval: shortestHeartbeat(cfg),
 		Metrics: m, Logger: log.With("component", "worker"),
 		FingerprintKey: o.FingerprintKey, DrainGrace: o.DrainGrace, Leases: leases,
 	})

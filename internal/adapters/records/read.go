@@ -23,6 +23,9 @@ const readBatch = 1000
 type Reader struct {
 	JS     jetstream.JetStream // nil: records are not kept (ErrNotKept)
 	Stream string
+	// Region is the region whose stream it is (Options.Region): its
+	// records are read under the region's subjects. Empty: today's.
+	Region string
 	// Limit bounds how many records one read may hold in memory; a read
 	// that would take more fails with report.ErrTooMany before it reads
 	// any. Zero: no bound (the command, on the operator's own machine).
@@ -64,7 +67,7 @@ func (p *Publisher) Reader() Reader {
 	if p == nil {
 		return Reader{}
 	}
-	return Reader{JS: p.js, Stream: p.cfg.Stream}
+	return Reader{JS: p.js, Stream: p.cfg.Stream, Region: p.cfg.Region}
 }
 
 // Records reads every record kept from since on (the stream's time of the
@@ -80,7 +83,7 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 	if stream == "" {
 		stream = DefaultStream
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{SubjectPrefix + ">"}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.RegionWire(r.Region).StoredRecordPrefix() + ">"}}
 	if !since.IsZero() {
 		// A record is published after its event: starting at since misses none.
 		start := since

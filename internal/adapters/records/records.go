@@ -31,7 +31,14 @@ const DefaultStream = "hedgerow_records"
 
 // Options is the stream's shape, as config's records section.
 type Options struct {
-	Stream   string
+	Stream string
+	// Region is the supercluster region whose records the stream keeps
+	// (config's deployment.region): the stream captures the region's
+	// subjects only (schemas.Wire.StoredRecordPrefix), and a record the
+	// dispatcher names by schemas.StoredGroupSubject and the like is kept
+	// under them, so two regions' streams never capture each other's
+	// records. Empty: today's subjects.
+	Region   string
 	MaxAge   time.Duration
 	MaxBytes int64
 	Replicas int
@@ -50,7 +57,7 @@ func (c Options) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
 		Description:       "hedgerow records: one per attempt, per group and per superseded commit (docs/architecture.md §9)",
-		Subjects:          []string{SubjectPrefix + ">"},
+		Subjects:          []string{schemas.RegionWire(c.Region).StoredRecordPrefix() + ">"},
 		Retention:         jetstream.LimitsPolicy,
 		MaxAge:            c.MaxAge,
 		MaxBytes:          c.MaxBytes,
@@ -149,6 +156,7 @@ func (p *Publisher) Publish(subject, id string, data []byte) {
 	if !p.Keeps() {
 		return
 	}
+	subject = schemas.RegionWire(p.cfg.Region).StoredSubject(subject)
 	_, err := p.js.PublishAsync(subject, data, jetstream.WithMsgID(id), jetstream.WithStallWait(time.Millisecond))
 	if err != nil {
 		p.failed("dropped", subject, err)
@@ -173,6 +181,7 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 		p.Publish(subject, id, data)
 		return ErrNotAwaited
 	}
+	subject = schemas.RegionWire(p.cfg.Region).StoredSubject(subject)
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
 	defer cancel()
 	_, err := p.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
