@@ -395,6 +395,9 @@ type clusterOptions struct {
 	// limits are routes' limits as YAML flow mappings, by route
 	// (e.g. "{requests_per_minute: 60}").
 	limits map[string]string
+	// region is the deployment's region of the cluster's dispatcher and
+	// workers, whose wire they use (schemas.RegionWire); empty: none.
+	region string
 }
 
 func newClusterWith(t *testing.T, o clusterOptions) *cluster {
@@ -449,7 +452,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 			t.Fatal(err)
 		}
 		w, err := worker.New(worker.Options{Route: r.Name, Upstream: up, Conn: natstest.Connect(t, ns), HeartbeatInterval: 50 * time.Millisecond,
-			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics})
+			MaxInflight: r.MaxInflight, Logger: testLogger(), Metrics: c.workerMetrics, Region: o.region})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +471,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.d = c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate})
+	c.d = c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Region: o.region})
 	sub := func(subject string, f func([]byte)) {
 		s, err := c.nc.Subscribe(subject, func(m *nats.Msg) { f(m.Data) })
 		if err != nil {
@@ -476,7 +479,8 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 		}
 		t.Cleanup(func() { _ = s.Unsubscribe() })
 	}
-	sub(schemas.AttemptRecordSubject, func(b []byte) {
+	wire := schemas.RegionWire(o.region)
+	sub(wire.AttemptRecordSubject(), func(b []byte) {
 		var r schemas.AttemptRecord
 		if json.Unmarshal(b, &r) == nil {
 			select {
@@ -485,7 +489,7 @@ func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 			}
 		}
 	})
-	sub(schemas.GroupRecordSubject, func(b []byte) {
+	sub(wire.GroupRecordSubject(), func(b []byte) {
 		var r schemas.GroupRecord
 		if json.Unmarshal(b, &r) == nil {
 			select {

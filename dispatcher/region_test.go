@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/hedgerow/hedgerow/arbiter"
-	"github.com/hedgerow/hedgerow/budgets"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -13,22 +11,19 @@ import (
 // `hedgerow report` can read them per region (docs/architecture.md §9);
 // a dispatcher of a deployment of one region stamps none.
 func TestRecordsCarryTheDispatchersRegionAndNoneWithoutOne(t *testing.T) {
-	c, _ := twoRoutes(t, newScript(behaviour{words: 3}, behaviour{hang: true}))
-	gate, err := arbiter.NewLocalGate(arbiter.LocalGateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	east := c.addDispatcher(Options{Store: budgets.NewMemory(nil), Gate: gate, Region: "eu-west"})
 	for _, tt := range []struct {
-		name   string
-		d      *Dispatcher
-		region string
+		name, region string
 	}{
-		{"a dispatcher without a region stamps none", c.d, ""},
-		{"a dispatcher of region eu-west stamps it on the group and every attempt", east, "eu-west"},
+		{"a dispatcher without a region stamps none", ""},
+		{"a dispatcher of region eu-west stamps it on the group and every attempt", "eu-west"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := tt.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
+			sc := newScript(behaviour{words: 3}, behaviour{hang: true})
+			ps := map[string]*provider{"a": newProvider(t, "a", sc), "b": newProvider(t, "b", sc)}
+			// The region's workers: a regional dispatcher's attempts go on
+			// its region's wire only.
+			c := newClusterWith(t, clusterOptions{routes: []string{"a", "b"}, providers: ps, region: tt.region})
+			resp, err := c.d.Submit(context.Background(), Submission{Pool: "general", Request: chat(false)}, nil)
 			if err != nil {
 				t.Fatalf("Submit: %v", err)
 			}
