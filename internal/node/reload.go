@@ -288,8 +288,9 @@ func retireTimeout(cfg *config.Config) time.Duration {
 }
 
 // restartOnly names the sections of next that differ from running and that
-// a running gateway cannot take over: its region, its connections and
-// listeners (nats, redis, http), the winner gate and the records stream; with workers in
+// a running gateway cannot take over: its region and its leases of the
+// global ceilings, its connections and listeners (nats, redis, http), the
+// winner gate and the records stream; with workers in
 // the process (serve), the routes too, which they call.
 func restartOnly(running, next *config.Config, withWorkers bool) []string {
 	var changed []string
@@ -301,6 +302,9 @@ func restartOnly(running, next *config.Config, withWorkers bool) []string {
 		// The region names the wire the doors, the dispatcher and the
 		// records stream use (docs/architecture.md §8, "Regions").
 		{"deployment", running.Deployment, next.Deployment},
+		// The region's leases of the global ceilings are built once, with
+		// the shared state (docs/architecture.md §14).
+		{"global", running.Global, next.Global},
 		{"redis", running.Redis, next.Redis},
 		{"gate", running.Gate, next.Gate},
 		{"records", running.Records, next.Records},

@@ -100,13 +100,18 @@ func TestReloadTakesOverTenantsAndPoolsAndKeepsTheRunningConfigurationOnABadFile
 	if err := reload(tenants(newKey), func(y string) string { return morePools(y) + "deployment: {region: east}\n" }); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "deployment") {
 		t.Fatalf("reloading a new region: %v, want ErrRestartRequired naming deployment", err)
 	}
+	if err := reload(tenants(newKey), func(y string) string {
+		return morePools(y) + "deployment: {region: east}\nglobal: {regions: [east, west]}\n"
+	}); !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "global") {
+		t.Fatalf("reloading global ceilings: %v, want ErrRestartRequired naming global", err)
+	}
 	expect("after the refused reloads", newKey, "general", http.StatusOK)
 	expect("after the refused reloads", oldKey, "general", http.StatusUnauthorized)
 	if got := reloads("success"); got != "1" {
 		t.Errorf("hedgerow_config_reloads_total{result=\"success\"} = %s, want 1", got)
 	}
-	if got := reloads("failure"); got != "4" {
-		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 4", got)
+	if got := reloads("failure"); got != "5" {
+		t.Errorf("hedgerow_config_reloads_total{result=\"failure\"} = %s, want 5", got)
 	}
 }
 
