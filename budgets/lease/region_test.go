@@ -6,34 +6,15 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hedgerow/hedgerow/budgets/slice/slicetest"
 )
-
-// clock is a settable clock: nothing in these tests sleeps.
-type clock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func newClock() *clock { return &clock{at: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.at = c.at.Add(d)
-}
 
 // flakyAuthority fails every call while cut, as an authority a region
 // cannot reach.
@@ -67,7 +48,7 @@ func globalRates(kind string) bool { return kind == rateKind }
 
 // gateway is one gateway's Region of region on store and auth, its rounds
 // driven by the test; it closes with the test.
-func gateway(t *testing.T, c *clock, store RegionStore, auth Authority, region, holder string, reg prometheus.Registerer) *Region {
+func gateway(t *testing.T, c *slicetest.Clock, store RegionStore, auth Authority, region, holder string, reg prometheus.Registerer) *Region {
 	t.Helper()
 	r, err := NewRegion(store, auth, RegionOptions{Region: region, Holder: holder, Lease: twoRegions(),
 		Global: globalRates, Now: c.Now, Registerer: reg})
@@ -80,7 +61,7 @@ func gateway(t *testing.T, c *clock, store RegionStore, auth Authority, region, 
 
 // run advances the clock by d in quarter intervals (500 ms), each
 // gateway wanting perRound units of key and doing its round in turn.
-func run(c *clock, d time.Duration, perRound float64, gateways ...*Region) {
+func run(c *slicetest.Clock, d time.Duration, perRound float64, gateways ...*Region) {
 	for end := c.Now().Add(d); c.Now().Before(end); {
 		c.Advance(DefaultInterval / 4)
 		for _, g := range gateways {
@@ -146,12 +127,13 @@ func TestNewRegionRefusesOptionsThatCannotHold(t *testing.T) {
 }
 
 func TestShareIsOneForALocalKindElseTheLeaseThenTheSafeShare(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	store := NewMemoryRegion(c.Now)
 	r := gateway(t, c, store, NewMemory(), "east", "gw", nil)
 	ctx := context.Background()
-	lease := Held{Share: 0.8, Expires: t0.Add(10 * time.Second)}
-	small := Held{Share: 0.1, Expires: t0.Add(10 * time.Second)}
+	start := c.Now()
+	lease := Held{Share: 0.8, Expires: start.Add(10 * time.Second)}
+	small := Held{Share: 0.1, Expires: start.Add(10 * time.Second)}
 	for key, h := range map[string]Held{"big": lease, "small": small} {
 		if err := store.SetHeld(ctx, key, h); err != nil {
 			t.Fatal(err)
@@ -174,7 +156,7 @@ func TestShareIsOneForALocalKindElseTheLeaseThenTheSafeShare(t *testing.T) {
 	r.Round(ctx) // reads the leases from the store
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := r.Share(tt.key, tt.kind, t0.Add(tt.at)); got != tt.want {
+			if got := r.Share(tt.key, tt.kind, start.Add(tt.at)); got != tt.want {
 				t.Fatalf("Share(%s, %s) at +%v = %v; want %v", tt.key, tt.kind, tt.at, got, tt.want)
 			}
 		})
@@ -182,7 +164,7 @@ func TestShareIsOneForALocalKindElseTheLeaseThenTheSafeShare(t *testing.T) {
 }
 
 func TestOnlyTheLockHolderRenewsAndAnotherTakesOverWhenItCloses(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	store, auth := NewMemoryRegion(c.Now), NewMemory()
 	a := gateway(t, c, store, auth, "east", "gw-a", nil)
 	b := gateway(t, c, store, auth, "east", "gw-b", nil)
@@ -203,7 +185,7 @@ func TestOnlyTheLockHolderRenewsAndAnotherTakesOverWhenItCloses(t *testing.T) {
 }
 
 func TestARenewalFailureLeavesTheLeaseInForceUntilItsExpiryThenTheSafeShare(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	mem := NewMemory()
 	cut := &flakyAuthority{Authority: mem}
 	east := gateway(t, c, NewMemoryRegion(c.Now), mem, "east", "gw-east", nil)
@@ -248,7 +230,7 @@ func TestARenewalFailureLeavesTheLeaseInForceUntilItsExpiryThenTheSafeShare(t *t
 // with a small share that spent the fallback would pass what the table
 // reserves for it.
 func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	mem := NewMemory()
 	east := gateway(t, c, NewMemoryRegion(c.Now), mem, "east", "gw-east", nil)
 	westStore := NewMemoryRegion(c.Now)
@@ -279,7 +261,7 @@ func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
 // wanted are renewed when a gateway takes the lock, not forgotten with the
 // demand whose span is unknown.
 func TestAKeyWantedBeforeTheFirstRenewerTookOverIsRenewed(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	auth := NewMemory()
 	store := NewMemoryRegion(c.Now)
 	east := gateway(t, c, store, auth, "east", "gw-east", nil)
@@ -295,7 +277,7 @@ func TestAKeyWantedBeforeTheFirstRenewerTookOverIsRenewed(t *testing.T) {
 }
 
 func TestDemandFlowsFromWantThroughTheStoreIntoTheAsk(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	store, auth := NewMemoryRegion(c.Now), NewMemory()
 	renewer := gateway(t, c, store, auth, "east", "gw-a", nil)
 	other := gateway(t, c, store, auth, "east", "gw-b", nil)
@@ -324,7 +306,7 @@ func TestDemandFlowsFromWantThroughTheStoreIntoTheAsk(t *testing.T) {
 }
 
 func TestAKeyWantedByNoOneForAValidityIsNoLongerRenewed(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	store, auth := NewMemoryRegion(c.Now), NewMemory()
 	r := gateway(t, c, store, auth, "east", "gw", nil)
 	run(c, 10*time.Second, 5, r)
@@ -345,7 +327,7 @@ func TestAKeyWantedByNoOneForAValidityIsNoLongerRenewed(t *testing.T) {
 }
 
 func TestMetricsAreByKindAndRegionNeverByKey(t *testing.T) {
-	c := newClock()
+	c := slicetest.NewClock() // nothing here sleeps
 	reg := prometheus.NewRegistry()
 	r := gateway(t, c, NewMemoryRegion(c.Now), NewMemory(), "east", "gw", reg)
 	gauge := func(name string) (float64, map[string]string) {
@@ -470,7 +452,7 @@ func TestRenewalsOfAKeyAreHalfAnIntervalApartAtLeastAndAnIntervalWhenDemandIsSte
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newClock()
+			c := slicetest.NewClock() // nothing here sleeps
 			auth := &recordingAuthority{Authority: NewMemory(), now: c.Now}
 			r := gateway(t, c, NewMemoryRegion(c.Now), auth, "east", "gw", nil)
 			for i := range 80 {
@@ -514,7 +496,7 @@ func TestLeaseGaugesExistFromTheStartForEveryGlobalKind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, reg := newClock(), prometheus.NewRegistry()
+			c, reg := slicetest.NewClock(), prometheus.NewRegistry()
 			r, err := NewRegion(NewMemoryRegion(c.Now), NewMemory(), RegionOptions{Region: "east", Lease: twoRegions(),
 				Global: tt.global, Kinds: tt.kinds, Now: c.Now, Registerer: reg})
 			if err != nil {

@@ -10,7 +10,9 @@
 package natstest
 
 import (
+	"net"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +73,36 @@ func Gateway(cluster string, remotes ...*server.RemoteGatewayOpts) Option {
 			o.Cluster.Name = cluster
 		}
 	}
+}
+
+// AloneInCluster makes the server the one node of its cluster: clustered
+// JetStream (which a Gateway option makes it) needs a configured route, so
+// it routes to itself on a free address, which nats-server recognizes and
+// drops.
+func AloneInCluster(t testing.TB) Option {
+	listen := FreeAddr(t)
+	return func(o *server.Options) {
+		_, port, _ := net.SplitHostPort(listen)
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port, _ = strconv.Atoi(port)
+		o.Routes = []*url.URL{{Scheme: "nats", Host: listen}}
+	}
+}
+
+// FreeAddr is a loopback address that was free a moment ago: for a
+// listener whose address must be known before its server starts (a
+// gateway behind a proxy created first).
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // Start runs a NATS server configured by opts and returns once it accepts

@@ -3,12 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,33 +22,6 @@ import (
 	"github.com/hedgerow/hedgerow/internal/redistest"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
-
-// freeLoopback is a loopback address free a moment ago.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// aloneInCluster makes the server the one node of its cluster: clustered
-// JetStream (which a gateway link makes it) needs a configured route, so
-// it routes to itself on a free address, which nats-server drops.
-func aloneInCluster(t *testing.T) natstest.Option {
-	listen := freeLoopback(t)
-	return func(o *server.Options) {
-		_, port, _ := net.SplitHostPort(listen)
-		o.Cluster.Host = "127.0.0.1"
-		o.Cluster.Port, _ = strconv.Atoi(port)
-		o.Routes = []*url.URL{{Scheme: "nats", Host: listen}}
-	}
-}
 
 // regionUnderTest is one region of the supercluster: its NATS server
 // (a cluster of one, with JetStream), its Redis, two fake routes counting
@@ -112,10 +83,10 @@ func (r *regionUnderTest) post(t *testing.T, g *Gateway) int {
 func TestARegionsRequestsStayInTheRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
 	westNS := natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
-		natstest.Gateway("west"), aloneInCluster(t))
+		natstest.Gateway("west"), natstest.AloneInCluster(t))
 	eastNS := natstest.Start(t, natstest.Name("east-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
 		natstest.Gateway("east", &server.RemoteGatewayOpts{Name: "west", URLs: []*url.URL{natstest.GatewayURL(westNS)}}),
-		aloneInCluster(t))
+		natstest.AloneInCluster(t))
 	eventually.True(t, 20*time.Second, "east and west linked both ways", func() bool {
 		return eastNS.NumOutboundGateways() == 1 && westNS.NumOutboundGateways() == 1
 	})

@@ -31,21 +31,6 @@ type supercluster struct {
 	toEast, toWest *faultproxy.Proxy
 }
 
-// freeAddr is a loopback address free a moment ago: a server's gateway
-// must listen where its proxy, created before it, forwards to.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func proxyTo(t *testing.T, upstream string) *faultproxy.Proxy {
 	t.Helper()
 	p, err := faultproxy.Listen("127.0.0.1:0", upstream)
@@ -66,18 +51,6 @@ func gatewayBehind(listen string, proxy *faultproxy.Proxy) natstest.Option {
 	}
 }
 
-// aloneInCluster makes the server the one node of its cluster: clustered
-// JetStream needs a configured route, so it routes to itself on listen,
-// which nats-server recognizes and drops.
-func aloneInCluster(listen string) natstest.Option {
-	return func(o *server.Options) {
-		_, port, _ := net.SplitHostPort(listen)
-		o.Cluster.Host = "127.0.0.1"
-		o.Cluster.Port, _ = strconv.Atoi(port)
-		o.Routes = []*url.URL{{Scheme: "nats", Host: listen}}
-	}
-}
-
 // quickToNoticeADeadLink has the server ping its gateways every second
 // and drop a link after two unanswered pings, where the defaults (at most
 // 15 s for gateways) take the better part of a minute.
@@ -89,12 +62,12 @@ func remote(name string, proxy *faultproxy.Proxy) *server.RemoteGatewayOpts {
 
 func startSupercluster(t *testing.T) *supercluster {
 	t.Helper()
-	eastGW, westGW := freeAddr(t), freeAddr(t)
+	eastGW, westGW := natstest.FreeAddr(t), natstest.FreeAddr(t)
 	sc := &supercluster{toEast: proxyTo(t, eastGW), toWest: proxyTo(t, westGW)}
 	sc.east = natstest.Start(t, natstest.Name("east-1"), natstest.JetStream(t.TempDir()),
-		natstest.Gateway("east", remote("west", sc.toWest)), gatewayBehind(eastGW, sc.toEast), aloneInCluster(freeAddr(t)), quickToNoticeADeadLink)
+		natstest.Gateway("east", remote("west", sc.toWest)), gatewayBehind(eastGW, sc.toEast), natstest.AloneInCluster(t), quickToNoticeADeadLink)
 	sc.west = natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()),
-		natstest.Gateway("west", remote("east", sc.toEast)), gatewayBehind(westGW, sc.toWest), aloneInCluster(freeAddr(t)), quickToNoticeADeadLink)
+		natstest.Gateway("west", remote("east", sc.toEast)), gatewayBehind(westGW, sc.toWest), natstest.AloneInCluster(t), quickToNoticeADeadLink)
 	eventually.True(t, 20*time.Second, "east and west linked both ways", func() bool {
 		return sc.east.NumOutboundGateways() == 1 && sc.west.NumOutboundGateways() == 1
 	})
