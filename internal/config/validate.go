@@ -278,10 +278,7 @@ func (v *validator) global() {
 		v.addf("global.authority.replicas", "%d is outside [1, 5]", r)
 	}
 	for i, c := range g.Ceilings {
-		switch {
-		case c == "tenant_spend":
-			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "a spend window is consumed, not refilled: a share of it bounds nothing once shares shift, and its lease is not built (docs/architecture.md §14)")
-		case !slices.Contains(lease.CeilingKinds, c):
+		if !slices.Contains(lease.CeilingKinds, c) {
 			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "%q is not one of %v", c, lease.CeilingKinds)
 		}
 	}
