@@ -75,8 +75,13 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	// As in the OpenAI adapter: a stream held open after message_stop can be
-	// cut without failing the attempt.
+	return a.streamMessages(ctx, body, sink)
+}
+
+// streamMessages sends a Messages body and reads its stream into sink. As
+// in the OpenAI adapter, a stream held open after message_stop can be cut
+// without failing the attempt.
+func (a *Anthropic) streamMessages(ctx context.Context, body []byte, sink Sink) (Outcome, error) {
 	return a.stream(ctx, a.endpoint, body, a.setHeaders, newMessageStream(sink, inputEstimate(body)), "a stop reason")
 }
 
