@@ -50,13 +50,19 @@ func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	if cfg.MaxTokens < 0 {
 		return nil, fmt.Errorf("upstream: anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
 	}
+	style, err := checkStyle(cfg.Continuation, ContinuePrefill)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: anthropic adapter: %w", err)
+	}
 	root := strings.TrimSuffix(cfg.BaseURL, "/")
 	endpoint := root + "/v1/messages"
 	if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
 		endpoint = root + "/messages"
 	}
+	ad := cfg.adapter(endpoint)
+	ad.style = style
 	return &Anthropic{
-		adapter:   cfg.adapter(endpoint),
+		adapter:   ad,
 		maxTokens: cmp.Or(cfg.MaxTokens, DefaultAnthropicMaxTokens),
 	}, nil
 }

@@ -49,6 +49,11 @@ type Options struct {
 	// waiting for the deadline (docs/architecture.md §4 rule 4). Zero means
 	// DefaultStallAfterFirstToken; negative turns the bound off.
 	StallAfterFirstToken time.Duration
+	// Continuation is how the route's provider continues an answer from
+	// partial output (Continue); empty or ContinueNone refuses every
+	// continuation. The OpenAI adapter speaks ContinueFinalMessage and
+	// ContinuePrefix, the Anthropic adapter ContinuePrefill.
+	Continuation ContinuationStyle
 }
 
 // DefaultStallAfterFirstToken is the stall bound after the first token: a
@@ -100,7 +105,13 @@ func NewOpenAI(cfg Options) (*OpenAI, error) {
 	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
 		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
 	}
-	return &OpenAI{cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")}, nil
+	style, err := checkStyle(cfg.Continuation, ContinueFinalMessage, ContinuePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
+	}
+	ad := cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")
+	ad.style = style
+	return &OpenAI{ad}, nil
 }
 
 // adapter is what every provider adapter keeps of its Options, and what it
@@ -112,6 +123,7 @@ type adapter struct {
 	client   *http.Client
 	now      func() time.Time
 	stall    time.Duration // 0: no stall bound
+	style    ContinuationStyle
 }
 
 // adapter is the state of an adapter of cfg that sends to endpoint.
