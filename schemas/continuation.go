@@ -41,7 +41,7 @@ type Continuation struct {
 // Continuation.Validate return: the request, or the continuation, cannot
 // be continued on any route. It matches ErrMalformedRequest only when the
 // continuation itself is malformed.
-var ErrNotContinuable = errors.New("not continuable")
+var ErrNotContinuable = errors.New("schemas: not continuable")
 
 // Validate checks the continuation's bounds. Its errors match
 // ErrNotContinuable and ErrMalformedRequest.
