@@ -122,6 +122,10 @@ type RegionsScenario struct {
 	DemandBefore []float64 `json:"demand_before"`
 	DemandAfter  []float64 `json:"demand_after"`
 	ShiftS       float64   `json:"shift_s"`
+	// HandoverS is when every region's renewer leaves (lease.Region.Close
+	// gives the renewal lock back) and starts again as a new gateway: the
+	// region's other gateway takes the renewals over.
+	HandoverS float64 `json:"handover_s"`
 	// CutOff is the region cut off from the authority from PartitionS to
 	// HealS: the one with the most demand after the shift.
 	CutOff     string  `json:"cut_off"`
@@ -219,8 +223,9 @@ type AuthorityCalls struct {
 	// was cut off.
 	LostReplies int `json:"lost_replies"`
 	Cut         int `json:"cut"`
-	// Renewers is, by region, how many of its gateways wrote to the
-	// authority: one, the holder of the region's renewal lock.
+	// Renewers is, by region, how many of its gateways (each
+	// lease.Region, by holder) wrote to the authority: two, the holder of
+	// the renewal lock before the handover and the one after.
 	Renewers []int `json:"renewers"`
 }
 
@@ -250,6 +255,7 @@ const (
 	evRound
 	evWake
 	evShift
+	evHandover
 	evPartition
 	evHeal
 	evForget
@@ -291,6 +297,10 @@ type simRegion struct {
 	store    *lease.MemoryRegion
 	gateways []*gateway
 	buckets  []bucket // by ceiling
+	// renewers are the holders that wrote to the authority; renewer the
+	// gateway that wrote last, the lock's holder.
+	renewers map[string]bool
+	renewer  *gateway
 }
 
 // gateway is one gateway of a region: its side of the region's leases.
@@ -298,10 +308,11 @@ type simRegion struct {
 // while a call to the authority is on the wire (link).
 type gateway struct {
 	region int
-	name   string
+	name   string // its lease.Region's holder
 	leases *lease.Region
 	link   *link
-	wrote  bool // it wrote to the authority: it renewed
+	starts int  // how many lease.Regions it has run
+	leave  bool // it leaves (and starts again) once its round ends
 	// busy is set while a round is in flight; pending when its ticker
 	// fired meanwhile (a time.Ticker keeps one tick), so the next round
 	// starts as soon as this one ends.
@@ -345,7 +356,8 @@ type regionsRun struct {
 	cutOff  bool
 	healed  bool
 	forgot  bool
-	drain   bool // the arrivals are over: finish the rounds in flight
+	drain   bool  // the arrivals are over: finish the rounds in flight
+	err     error // a gateway that could not start again
 	// Per ceiling, by region: admissions; when each region first held
 	// fairEnough of its demand-fair share (after the shift, after the
 	// heal; −1: never).
@@ -362,6 +374,7 @@ type regionsRun struct {
 	cutLog    [][]cutPoint
 	cutHeld   []lease.Held // the cut-off region's leases in its store at the heal
 	shiftAt   time.Duration
+	handover  time.Duration
 	healAt    time.Duration
 	lastArr   time.Duration
 }
@@ -408,8 +421,10 @@ func SimulateRegions(o RegionsOptions) (*RegionsReport, error) {
 	r.lo.Fallback = 1 / float64(o.Regions)
 	r.lo.Floor = r.lo.Fallback * lease.DefaultFloorOfFallback
 
-	// The scenario, on whole seconds: the shift at a quarter of the run,
-	// the partition from 45 %, the authority's loss at 80 %.
+	// The scenario, on whole seconds: the renewers' handover at 15 % of
+	// the run, the shift at a quarter, the partition from 45 %, the
+	// authority's loss at 80 %.
+	r.handover = (duration * 15 / 100).Truncate(time.Second)
 	r.shiftAt = (duration / 4).Truncate(time.Second)
 	partition := (duration * 45 / 100).Truncate(time.Second)
 	r.healAt = partition + o.Partition
@@ -440,6 +455,7 @@ func SimulateRegions(o RegionsOptions) (*RegionsReport, error) {
 	}
 	defer r.close()
 
+	r.push(regionsEvent{at: r.handover, kind: evHandover})
 	r.push(regionsEvent{at: r.shiftAt, kind: evShift})
 	r.push(regionsEvent{at: partition, kind: evPartition})
 	r.push(regionsEvent{at: r.healAt, kind: evHeal})
@@ -489,12 +505,41 @@ func SimulateRegions(o RegionsOptions) (*RegionsReport, error) {
 			r.handle(ev)
 		}
 	}
+	if r.err != nil {
+		return nil, r.err
+	}
 	return r.report(partition, forget), nil
 }
 
 // build makes every region's store, buckets and gateways, each on the
 // region's clock.
 func (r *regionsRun) build() error {
+	for i, name := range r.lo.Regions {
+		clock := func() time.Time { return r.local(i) }
+		reg := &simRegion{name: name, store: lease.NewMemoryRegion(clock), buckets: make([]bucket, len(regionsCeilings)),
+			renewers: map[string]bool{}}
+		for c := range reg.buckets {
+			reg.buckets[c].burst = r.o.Burst.Seconds()
+		}
+		r.regions = append(r.regions, reg)
+		for k := range gatewaysPerRegion {
+			g := &gateway{region: i}
+			g.link = &link{run: r, gw: g, wake: make(chan struct{})}
+			if err := r.start(g, k); err != nil {
+				return err
+			}
+			reg.gateways = append(reg.gateways, g)
+		}
+	}
+	return nil
+}
+
+// start runs a new lease.Region on gateway g, the k-th of its region,
+// on the region's store and clock.
+func (r *regionsRun) start(g *gateway, k int) error {
+	reg := r.lo.Regions[g.region]
+	g.starts++
+	g.name = fmt.Sprintf("%s/gw-%d.%d", reg, k, g.starts)
 	global := func(kind string) bool {
 		return slices.ContainsFunc(regionsCeilings, func(c regionsCeiling) bool { return c.kind == kind })
 	}
@@ -502,26 +547,24 @@ func (r *regionsRun) build() error {
 	for _, c := range regionsCeilings {
 		kinds = append(kinds, c.kind)
 	}
-	for i, name := range r.lo.Regions {
-		clock := func() time.Time { return r.local(i) }
-		reg := &simRegion{name: name, store: lease.NewMemoryRegion(clock), buckets: make([]bucket, len(regionsCeilings))}
-		for c := range reg.buckets {
-			reg.buckets[c].burst = r.o.Burst.Seconds()
-		}
-		r.regions = append(r.regions, reg)
-		for k := range gatewaysPerRegion {
-			g := &gateway{region: i, name: name + "/gw-" + strconv.Itoa(k)}
-			g.link = &link{run: r, gw: g, wake: make(chan struct{})}
-			var err error
-			g.leases, err = lease.NewRegion(reg.store, g.link, lease.RegionOptions{Region: name, Holder: g.name,
-				Lease: r.lo, Interval: r.o.Rebalance, Global: global, Kinds: kinds, Now: clock})
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
-			}
-			reg.gateways = append(reg.gateways, g)
-		}
+	var err error
+	g.leases, err = lease.NewRegion(r.regions[g.region].store, g.link, lease.RegionOptions{Region: reg, Holder: g.name,
+		Lease: r.lo, Interval: r.o.Rebalance, Global: global, Kinds: kinds, Now: func() time.Time { return r.local(g.region) }})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return nil
+}
+
+// leave closes g's lease.Region (it hands on its demand and gives the
+// renewal lock back) and starts a new one in its place, with its rounds.
+func (r *regionsRun) leave(g *gateway) {
+	g.leave = false
+	g.leases.Close()
+	k := slices.Index(r.regions[g.region].gateways, g)
+	if err := r.start(g, k); err != nil && r.err == nil {
+		r.err = err
+	}
 }
 
 // close closes every gateway's leases (handing on its demand, giving the
@@ -585,6 +628,14 @@ func (r *regionsRun) handle(ev regionsEvent) {
 	case evShift:
 		r.skew, r.shifted = r.after, true
 		r.observe()
+	case evHandover:
+		for _, reg := range r.regions {
+			if g := reg.renewer; g != nil && g.busy {
+				g.leave = true // once its round ends, as Close waits for it
+			} else if g != nil {
+				r.leave(g)
+			}
+		}
 	case evPartition:
 		r.cut, r.cutOff = slices.Index(r.after, slices.Max(r.after)), true
 	case evHeal:
@@ -628,6 +679,9 @@ func (r *regionsRun) await() {
 	s := <-r.parked
 	if s.done {
 		s.gw.busy = false
+		if s.gw.leave {
+			r.leave(s.gw)
+		}
 	}
 	r.observe()
 	if s.done && s.gw.pending && !r.drain {
@@ -803,7 +857,8 @@ func (l *link) Put(ctx context.Context, key string, t lease.Table, rev uint64) (
 		return 0, err
 	}
 	r.calls.Writes++
-	l.gw.wrote = true
+	reg := r.regions[l.gw.region]
+	reg.renewers[l.gw.name], reg.renewer = true, l.gw
 	next, err := r.auth.Put(ctx, key, t, rev)
 	switch {
 	case errors.Is(err, lease.ErrConflict):
@@ -873,6 +928,7 @@ func (r *regionsRun) report(partition, forget time.Duration) *RegionsReport {
 			DemandBefore: r.before,
 			DemandAfter:  r.after,
 			ShiftS:       r.shiftAt.Seconds(),
+			HandoverS:    r.handover.Seconds(),
 			CutOff:       r.lo.Regions[r.cut],
 			PartitionS:   partition.Seconds(),
 			HealS:        r.healAt.Seconds(),
@@ -883,13 +939,7 @@ func (r *regionsRun) report(partition, forget time.Duration) *RegionsReport {
 		rep.Scenario.ForgetS = &f
 	}
 	for _, reg := range r.regions {
-		n := 0
-		for _, g := range reg.gateways {
-			if g.wrote {
-				n++
-			}
-		}
-		rep.Authority.Renewers = append(rep.Authority.Renewers, n)
+		rep.Authority.Renewers = append(rep.Authority.Renewers, len(reg.renewers))
 	}
 	last := int64(r.lastArr / regionsWindow) // the last window is cut short
 	for c, ceil := range regionsCeilings {
@@ -953,8 +1003,8 @@ func (rep *RegionsReport) WriteTable(w io.Writer) error {
 	a := rep.Authority
 	fmt.Fprintf(w, "authority calls (a round trip of 50–150 ms each): %d reads, %d writes, %d conflicts, %d replies lost (%.0f %% of writes drawn, and the cut), %d refused while cut off\n",
 		a.Reads, a.Writes, a.Conflicts, a.LostReplies, 100*rep.LostReplyShare, a.Cut)
-	fmt.Fprintf(w, "demand %s shifts to %s at %.0f s; %s cut off from the authority %.0f–%.0f s",
-		percents(sc.DemandBefore), percents(sc.DemandAfter), sc.ShiftS, sc.CutOff, sc.PartitionS, sc.HealS)
+	fmt.Fprintf(w, "each region's renewer leaves at %.0f s (another gateway renews); demand %s shifts to %s at %.0f s; %s cut off from the authority %.0f–%.0f s",
+		sc.HandoverS, percents(sc.DemandBefore), percents(sc.DemandAfter), sc.ShiftS, sc.CutOff, sc.PartitionS, sc.HealS)
 	if sc.ForgetS != nil {
 		fmt.Fprintf(w, "; the authority loses its tables at %.0f s", *sc.ForgetS)
 	}
@@ -1029,6 +1079,7 @@ func (rep *RegionsReport) events(from, to float64) string {
 			out = append(out, what)
 		}
 	}
+	mark(sc.HandoverS, "renewers hand over")
 	mark(sc.ShiftS, "shift")
 	mark(sc.PartitionS, sc.CutOff+" cut off")
 	mark(sc.HealS, "healed")
