@@ -553,6 +553,9 @@ func (r *regionsRun) start(g *gateway, k int) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
+	// As Start does before its loop's first round; a MemoryRegion fails
+	// only on a cancelled context.
+	g.leases.Load(context.Background())
 	return nil
 }
 
@@ -998,7 +1001,7 @@ const maxTimelineRows = 24
 // admissions and a timeline of global use and the shares spent.
 func (rep *RegionsReport) WriteTable(w io.Writer) error {
 	sc := rep.Scenario
-	fmt.Fprintf(w, "%d regions of %d gateways (lease.Region and slices each), %d requests, seed %d, %.0f s; leases valid %.0f s, skew %.0f s, rebalance interval %.0f s (rounds every quarter, ± 10 %%); safe share %.3f, floor %.3f\n",
+	fmt.Fprintf(w, "%d regions of %d gateways (a lease.Region each), %d requests, seed %d, %.0f s; leases valid %.0f s, skew %.0f s, rebalance interval %.0f s (rounds every quarter, ± 10 %%); safe share %.3f, floor %.3f\n",
 		len(rep.Regions), rep.GatewaysPerRegion, rep.Requests, rep.Seed, rep.DurationS, rep.ValidityS, rep.SkewS, rep.RebalanceIntervalS, rep.FallbackShare, rep.FloorShare)
 	a := rep.Authority
 	fmt.Fprintf(w, "authority calls (a round trip of 50–150 ms each): %d reads, %d writes, %d conflicts, %d replies lost (%.0f %% of writes drawn, and the cut), %d refused while cut off\n",
