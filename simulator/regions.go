@@ -267,8 +267,8 @@ type regionsEvent struct {
 	at      time.Duration
 	seq     uint64
 	kind    int
-	ceiling int      // evArrival
-	gw      *gateway // evRound, evWake
+	ceiling int            // evArrival
+	gw      *regionGateway // evRound, evWake
 }
 
 type regionsQueue []regionsEvent
@@ -295,22 +295,22 @@ func (q *regionsQueue) Pop() any {
 type simRegion struct {
 	name     string
 	store    *lease.MemoryRegion
-	gateways []*gateway
+	gateways []*regionGateway
 	buckets  []bucket // by ceiling
 	// renewers are the holders that wrote to the authority; renewer the
 	// gateway that wrote last, the lock's holder.
 	renewers map[string]bool
-	renewer  *gateway
+	renewer  *regionGateway
 }
 
-// gateway is one gateway of a region: its side of the region's leases.
+// regionGateway is one gateway of a region: its side of the region's leases.
 // Its rounds run on a goroutine of their own, which parks in virtual time
 // while a call to the authority is on the wire (link).
-type gateway struct {
+type regionGateway struct {
 	region int
 	name   string // its lease.Region's holder
 	leases *lease.Region
-	link   *link
+	link   *regionLink
 	starts int  // how many lease.Regions it has run
 	leave  bool // it leaves (and starts again) once its round ends
 	// busy is set while a round is in flight; pending when its ticker
@@ -319,10 +319,10 @@ type gateway struct {
 	busy, pending bool
 }
 
-// step is what a gateway's round goroutine hands back to the run: parked
+// roundStep is what a gateway's round goroutine hands back to the run: parked
 // on a call to the authority, or done.
-type step struct {
-	gw   *gateway
+type roundStep struct {
+	gw   *regionGateway
 	done bool
 }
 
@@ -346,7 +346,7 @@ type regionsRun struct {
 	now     time.Duration
 	offsets []time.Duration
 	regions []*simRegion
-	parked  chan step
+	parked  chan roundStep
 	calls   AuthorityCalls
 	skew    []float64 // the arrivals' current split, by region
 	before  []float64
@@ -408,7 +408,7 @@ func SimulateRegions(o RegionsOptions) (*RegionsReport, error) {
 		return nil, fmt.Errorf("%w: %d requests at %.0f/s last %v; the regions scenario needs %v: at least %d requests",
 			ErrInvalidOptions, o.Requests, rate, duration.Round(time.Second), MinRegionsRun, int(math.Ceil(MinRegionsRun.Seconds()*rate)))
 	}
-	r := &regionsRun{o: o, auth: lease.NewMemory(), rng: rand.New(rand.NewPCG(o.Seed, 0x29_1ea5e)), cut: -1, parked: make(chan step)}
+	r := &regionsRun{o: o, auth: lease.NewMemory(), rng: rand.New(rand.NewPCG(o.Seed, 0x29_1ea5e)), cut: -1, parked: make(chan roundStep)}
 	r.lo = lease.Options{Validity: o.Validity, Skew: o.Skew}
 	for i := range o.Regions {
 		r.lo.Regions = append(r.lo.Regions, "region-"+strconv.Itoa(i))
@@ -523,8 +523,8 @@ func (r *regionsRun) build() error {
 		}
 		r.regions = append(r.regions, reg)
 		for k := range gatewaysPerRegion {
-			g := &gateway{region: i}
-			g.link = &link{run: r, gw: g, wake: make(chan struct{})}
+			g := &regionGateway{region: i}
+			g.link = &regionLink{run: r, gw: g, wake: make(chan struct{})}
 			if err := r.start(g, k); err != nil {
 				return err
 			}
@@ -536,7 +536,7 @@ func (r *regionsRun) build() error {
 
 // start runs a new lease.Region on gateway g, the k-th of its region,
 // on the region's store and clock.
-func (r *regionsRun) start(g *gateway, k int) error {
+func (r *regionsRun) start(g *regionGateway, k int) error {
 	reg := r.lo.Regions[g.region]
 	g.starts++
 	g.name = fmt.Sprintf("%s/gw-%d.%d", reg, k, g.starts)
@@ -561,7 +561,7 @@ func (r *regionsRun) start(g *gateway, k int) error {
 
 // leave closes g's lease.Region (it hands on its demand and gives the
 // renewal lock back) and starts a new one in its place, with its rounds.
-func (r *regionsRun) leave(g *gateway) {
+func (r *regionsRun) leave(g *regionGateway) {
 	g.leave = false
 	g.leases.Close()
 	k := slices.Index(r.regions[g.region].gateways, g)
@@ -663,7 +663,7 @@ func (r *regionsRun) handle(ev regionsEvent) {
 // startRound runs one of g's rounds (lease.Region.Round, as its loop does
 // every quarter interval) on a goroutine until it finishes or parks on the
 // wire; a round still in flight when the next is due delays it instead.
-func (r *regionsRun) startRound(g *gateway) {
+func (r *regionsRun) startRound(g *regionGateway) {
 	if g.busy {
 		g.pending = true
 		return
@@ -671,7 +671,7 @@ func (r *regionsRun) startRound(g *gateway) {
 	g.busy = true
 	go func() {
 		g.leases.Round(context.Background())
-		r.parked <- step{gw: g, done: true}
+		r.parked <- roundStep{gw: g, done: true}
 	}()
 	r.await()
 }
@@ -818,23 +818,23 @@ var (
 	errReplyLost = errors.New("regions: the reply was lost")
 )
 
-// link is one gateway's way to the authority: the lease.Authority its
+// regionLink is one gateway's way to the authority: the lease.Authority its
 // lease.Region renews through, owned by the simulator. It forwards to
 // the run's lease.Memory with a round trip of virtual time per call (the
 // request lands halfway), refuses every call while its region is cut off
 // (a call on the wire when the cut comes loses its reply, or its request
 // if it had not landed), and drops the reply of a seeded part of the
 // writes after they applied.
-type link struct {
+type regionLink struct {
 	run  *regionsRun
-	gw   *gateway
+	gw   *regionGateway
 	wake chan struct{}
 }
 
-var _ lease.Authority = (*link)(nil)
+var _ lease.Authority = (*regionLink)(nil)
 
 // Get implements lease.Authority.
-func (l *link) Get(ctx context.Context, key string) (lease.Table, uint64, error) {
+func (l *regionLink) Get(ctx context.Context, key string) (lease.Table, uint64, error) {
 	r := l.run
 	rtt := l.rtt()
 	if err := l.leg(rtt / 2); err != nil {
@@ -852,7 +852,7 @@ func (l *link) Get(ctx context.Context, key string) (lease.Table, uint64, error)
 }
 
 // Put implements lease.Authority.
-func (l *link) Put(ctx context.Context, key string, t lease.Table, rev uint64) (uint64, error) {
+func (l *regionLink) Put(ctx context.Context, key string, t lease.Table, rev uint64) (uint64, error) {
 	r := l.run
 	rtt := l.rtt()
 	lost := r.rng.Float64() < lostReplies
@@ -883,13 +883,13 @@ func (l *link) Put(ctx context.Context, key string, t lease.Table, rev uint64) (
 }
 
 // rtt draws one call's round trip.
-func (l *link) rtt() time.Duration {
+func (l *regionLink) rtt() time.Duration {
 	return minRTT + time.Duration(l.run.rng.Float64()*float64(maxRTT-minRTT))
 }
 
 // leg is one way of a call: refused at once while the region is cut off,
 // else d of virtual time on the wire, and lost if the cut came meanwhile.
-func (l *link) leg(d time.Duration) error {
+func (l *regionLink) leg(d time.Duration) error {
 	if l.cutOff() {
 		l.run.calls.Cut++
 		return errCut
@@ -902,14 +902,14 @@ func (l *link) leg(d time.Duration) error {
 	return nil
 }
 
-func (l *link) cutOff() bool { return l.run.cutOff && l.gw.region == l.run.cut }
+func (l *regionLink) cutOff() bool { return l.run.cutOff && l.gw.region == l.run.cut }
 
 // sleep parks the round that runs on this link for d of virtual time: the
 // run goes on with its other events and wakes it at now + d.
-func (l *link) sleep(d time.Duration) {
+func (l *regionLink) sleep(d time.Duration) {
 	r := l.run
 	r.push(regionsEvent{at: r.now + d, kind: evWake, gw: l.gw})
-	r.parked <- step{gw: l.gw}
+	r.parked <- roundStep{gw: l.gw}
 	<-l.wake
 }
 
