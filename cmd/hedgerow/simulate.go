@@ -52,7 +52,8 @@ virtual time: in each region two gateways, each a lease.Region on the region's s
 (one renews, holding the renewal lock), over an in-memory authority reached with a
 50–150 ms round trip per call and 2 % of write replies lost; arrivals at 1.5× each
 ceiling, admitted at the share the gateway's lease.Region answers, demand skewed
-(80/20 for two regions) and reversed at a quarter of the run, the busiest region then
+(80/20 for two regions) and reversed at a quarter of the run, each region's renewer
+leaving at 15 % (another gateway takes the renewals over), the busiest region then
 cut off from the authority for 60 s, the authority's tables lost at 80 %. It prints the
 authority calls and per ceiling the worst 10 s window of global use against the
 ceiling, the time every region takes to reach 90 % of its demand-fair share after the
