@@ -248,9 +248,27 @@ func (r *Region) Want(key, kind string, units float64) {
 	r.kinds[key] = kindSeen{kind: kind, at: now}
 }
 
-// Start runs Round every quarter Interval in the background until Close.
+// Load reads the region's leases from its store, as every Round does
+// first. A gateway that has not read them spends the fallback, which the
+// table does not reserve for a region holding a grant (only the grant):
+// Start loads before it returns, so a gateway that starts in a region
+// holding leases spends them from its first request, not the fallback
+// until its first round. When the store cannot be read, the gateway
+// spends the fallback until a round reads it (logged), as a region whose
+// store and gateways all lost its leases does (docs/architecture.md §14).
+func (r *Region) Load(ctx context.Context) {
+	r.round.Lock()
+	defer r.round.Unlock()
+	r.refresh(ctx, r.now())
+}
+
+// Start loads the region's leases (within a quarter Interval), then runs
+// Round every quarter Interval in the background until Close.
 func (r *Region) Start() {
 	r.startOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.Interval/4)
+		r.Load(ctx)
+		cancel()
 		r.mu.Lock()
 		r.started = true
 		r.mu.Unlock()
