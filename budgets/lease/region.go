@@ -126,6 +126,9 @@ type Region struct {
 type asked struct {
 	demand float64
 	at     time.Time
+	// shrank: the grant came back smaller than the lease held when it
+	// asked, which the table keeps reserved until the region's next ask.
+	shrank bool
 }
 
 // kindSeen is a key's ceiling kind and when this gateway last wanted it.
@@ -480,9 +483,11 @@ func (r *Region) takeDemand(ctx context.Context, now time.Time) {
 // a validity that is due, and records each grant in the region's store. A
 // lease is due an Interval after its last ask (to the round: at least
 // seven eighths of one), or half an Interval after it when its demand has
-// moved by more than demandShift since: a shift of demand is answered
+// moved by more than demandShift since — a shift of demand is answered
 // within about a round of being measured instead of up to an interval
-// later. Never sooner: an ask says the region holds the lease last
+// later — or when its grant came back smaller than the lease it held,
+// which the table reserves until the region's next ask: the region
+// growing in its place gets the room a round or two sooner. Never sooner: an ask says the region holds the lease last
 // recorded, and every gateway of the region reads the leases each round,
 // so two asks of a key are at least two rounds apart. Called under round.
 func (r *Region) renewDue(ctx context.Context, now time.Time) {
@@ -501,12 +506,14 @@ func (r *Region) renewDue(ctx context.Context, now time.Time) {
 		last, ok := r.asked[key]
 		since, demand := now.Sub(last.at), r.rate[key]
 		moved := math.Abs(demand-last.demand) > demandShift*max(demand, last.demand)
-		if ok && since < r.opts.Interval-r.opts.Interval/8 && (!moved || since < r.opts.Interval/2) {
+		early := moved || last.shrank
+		if ok && since < r.opts.Interval-r.opts.Interval/8 && (!early || since < r.opts.Interval/2) {
 			continue
 		}
 		r.asked[key] = asked{demand: demand, at: now}
 		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key], Budget: r.budget[key]}, now, r.lease)
 		if err == nil {
+			r.asked[key] = asked{demand: demand, at: now, shrank: g.Share < held[key].Share}
 			h := Held{Share: g.Share, Expires: g.Expires}
 			if err = r.store.SetHeld(ctx, key, h); err == nil {
 				r.mu.Lock()
