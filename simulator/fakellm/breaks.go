@@ -24,20 +24,12 @@ const (
 	BreakStall BreakMode = "stall"
 )
 
-// BreakModes lists the break modes.
+// BreakModes lists the break modes, the default first.
 var BreakModes = []BreakMode{BreakCut, BreakError, BreakStall}
 
 // ParseBreakMode returns the mode s names; empty is BreakCut.
 func ParseBreakMode(s string) (BreakMode, error) {
-	if s == "" {
-		return BreakCut, nil
-	}
-	for _, m := range BreakModes {
-		if string(m) == s {
-			return m, nil
-		}
-	}
-	return "", fmt.Errorf("%w: break mode %q is none of %v", ErrInvalidOptions, s, BreakModes)
+	return parseName("break mode", s, BreakModes)
 }
 
 // StreamBreaks reports whether a route of seed breaks its streaming answer

@@ -36,20 +36,26 @@ const (
 	ContinuationPrefix Continuation = "prefix"
 )
 
-// Continuations lists the styles a route can be started with.
+// Continuations lists the styles a route can be started with, the default
+// first.
 var Continuations = []Continuation{ContinuationNone, ContinuationPrefill, ContinuationFinalMessage, ContinuationPrefix}
 
 // ParseContinuation returns the style s names; empty is ContinuationNone.
 func ParseContinuation(s string) (Continuation, error) {
+	return parseName("continuation", s, Continuations)
+}
+
+// parseName returns the one of names that s is; empty is the first.
+func parseName[T ~string](what, s string, names []T) (T, error) {
 	if s == "" {
-		return ContinuationNone, nil
+		return names[0], nil
 	}
-	for _, c := range Continuations {
-		if string(c) == s {
-			return c, nil
+	for _, n := range names {
+		if string(n) == s {
+			return n, nil
 		}
 	}
-	return "", fmt.Errorf("%w: continuation %q is none of %v", ErrInvalidOptions, s, Continuations)
+	return "", fmt.Errorf("%w: %s %q is none of %v", ErrInvalidOptions, what, s, names)
 }
 
 // continuation is a request to continue the answer to the conversation
