@@ -13,7 +13,9 @@ type BreakMode string
 // The break modes.
 const (
 	// BreakCut closes the connection mid-stream: no final event, no [DONE],
-	// the body ends unexpectedly.
+	// the body ends unexpectedly. The handler panics with
+	// http.ErrAbortHandler, which net/http answers by dropping the
+	// connection; a wrapper that recovers panics must panic it again.
 	BreakCut BreakMode = "cut"
 	// BreakError sends the dialect's in-band error event (a chat chunk
 	// holding {"error":{...}}, Anthropic's event: error, the Responses

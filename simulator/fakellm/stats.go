@@ -71,7 +71,8 @@ type Record struct {
 	DisconnectUnixMs  *int64   `json:"disconnect_unix_ms,omitempty"`
 	DisconnectModelMs *float64 `json:"disconnect_model_ms,omitempty"`
 
-	// OutputTokens is the answer's full length after the max_tokens cap.
+	// OutputTokens is the answer's full length after the max_tokens cap
+	// (a continuation's: the rest of the full text it answers).
 	OutputTokens int `json:"output_tokens"`
 	TokensSent   int `json:"tokens_sent"`
 	// FinishReason is the chat API's (stop or length) in either API, so
