@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hedgerow/hedgerow/client"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/actions"
 	"github.com/hedgerow/hedgerow/internal/eventually"
@@ -69,7 +71,8 @@ func replicated(t *testing.T, js jetstream.JetStream, region, from, key string) 
 //	(a) east replicating answers: west replays east's answer, no provider
 //	    of west's called; a reused key with another request is refused;
 //	(b) east not replicating them: west refuses 409 committed_in_region
-//	    naming east, X-Should-Retry false, no provider called;
+//	    naming east, X-Should-Retry false, no provider called — over the
+//	    NATS door too;
 //	(c) the link cut: west still refuses while east was heard lately, then,
 //	    east unheard for longer than rerun_after (2 s here), runs the action
 //	    again, counted in hedgerow_cross_region_reruns_total{region="east"}.
@@ -134,7 +137,31 @@ func TestARetryOfAUserActionInAnotherRegion(t *testing.T) {
 	if resp, _ := postAction(t, eastGW, "action-b"); resp.StatusCode != http.StatusOK || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("east's own retry: %d (Idempotent-Replayed %q), want its answer replayed", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
 	}
-	t.Logf("(b) answers resident in east: west refused 409 committed_in_region naming east")
+	// The NATS door alike: its own request of a key east committed, retried
+	// in west.
+	submit := func(region string, ns *server.Server) error {
+		c, err := client.New(natstest.Connect(t, ns, nats.Name(region+"-caller")), client.WithTimeout(wait), client.WithRegion(region))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Submit(t.Context(), client.Request{ModelClass: "general", IdempotencyKey: "action-nats",
+			Request: schemas.ChatRequest{Messages: []schemas.Message{{Role: schemas.MessageUser, Content: schemas.TextContent("hello")}}}})
+		return err
+	}
+	if err := submit("east", sc[0].Server); err != nil {
+		t.Fatalf("east's commit over NATS: %v", err)
+	}
+	replicated(t, js, "west", "east", "action-nats")
+	calls := west.reached.Load()
+	var ce *client.Error
+	if err := submit("west", sc[1].Server); !errors.As(err, &ce) || ce.Code != schemas.ErrCommittedInRegion ||
+		ce.Status != http.StatusConflict || ce.Region != "east" || ce.Retryable() {
+		t.Fatalf("west's retry over NATS of east's action: %v, want 409 committed_in_region naming east, not retryable here", err)
+	}
+	if west.reached.Load() != calls {
+		t.Fatal("west's refused retry over NATS called a provider")
+	}
+	t.Logf("(b) answers resident in east: west refused 409 committed_in_region naming east, over HTTP and NATS")
 
 	// (c) The link is cut. West still refuses while east was heard lately;
 	// east unheard for longer than rerun_after, west runs it again, once.
