@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -104,18 +103,9 @@ func (r *regionUnderTest) post(t *testing.T, g *Gateway) int {
 // over to east's other route, then fail, as in a region of its own.
 func TestARegionsRequestsStayInTheRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
-	westNS := natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
-		natstest.Gateway("west"), natstest.AloneInCluster(t))
-	eastNS := natstest.Start(t, natstest.Name("east-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
-		natstest.Gateway("east", &server.RemoteGatewayOpts{Name: "west", URLs: []*url.URL{natstest.GatewayURL(westNS)}}),
-		natstest.AloneInCluster(t))
-	eventually.True(t, 20*time.Second, "east and west linked both ways", func() bool {
-		return eastNS.NumOutboundGateways() == 1 && westNS.NumOutboundGateways() == 1
-	})
-	eventually.True(t, 20*time.Second, "a JetStream meta leader both servers follow", func() bool {
-		return (eastNS.JetStreamIsLeader() || westNS.JetStreamIsLeader()) && eastNS.JetStreamIsCurrent() && westNS.JetStreamIsCurrent()
-	})
-	east, west := newRegionUnderTest(t, "east", eastNS, ""), newRegionUnderTest(t, "west", westNS, "")
+	sc := natstest.Supercluster(t, []string{"east", "west"}, natstest.MaxPayload(16<<20))
+	eastNS := sc[0].Server
+	east, west := newRegionUnderTest(t, "east", eastNS, ""), newRegionUnderTest(t, "west", sc[1].Server, "")
 
 	eastWorkers, eastGW := east.start(t)
 	westWorkers, westGW := west.start(t)
