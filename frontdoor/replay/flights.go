@@ -190,23 +190,26 @@ func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) 
 	looked, again := false, ""
 	for {
 		a, err := fs.store.Get(ctx, key)
-		if err != nil {
-			return fs.degraded(ctx, key, f, err)
-		}
-		if a != nil {
+		if err == nil && a != nil {
 			return answered(a, fp), nil
 		}
 		if !looked && fs.opts.Elsewhere != nil {
-			looked = true // once: a commit elsewhere while one runs here is not waited for
+			// Once (a commit elsewhere while one runs here is not waited
+			// for), and even when the store failed: another region's
+			// commit is refused or replayed rather than run again.
+			looked = true
 			var t Turn
 			if t, again = fs.elsewhere(ctx, key, fp); t != (Turn{}) {
 				return t, nil
 			}
 		}
+		if err != nil {
+			return fs.degraded(ctx, key, f, err, again)
+		}
 		m := Marker{Fingerprint: fp, Owner: group, Token: newToken()}
 		c, err := fs.store.Claim(ctx, key, m, fs.opts.Lease)
 		if err != nil {
-			return fs.degraded(ctx, key, f, err)
+			return fs.degraded(ctx, key, f, err, again)
 		}
 		if c.Won {
 			// An answer stored between the look and the claim is there now
@@ -219,9 +222,7 @@ func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) 
 			if o := c.Orphaned; o != nil && o.Fingerprint == fp {
 				l.Supersedes = o.Owner
 			}
-			if again != "" {
-				fs.opts.Elsewhere.RunAgain(again)
-			}
+			fs.runsAgain(again)
 			l.beat.Go(l.heartbeat)
 			return Turn{Lead: l}, nil
 		}
@@ -243,12 +244,21 @@ func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) 
 }
 
 // degraded leads without a lease when the store failed: replay is then
-// best-effort, as the winner gate still guards the user action.
-func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err error) (Turn, error) {
+// best-effort, as the winner gate still guards the user action. again
+// names the region whose commit it runs again, if any.
+func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err error, again string) (Turn, error) {
 	if ctx.Err() != nil {
 		return Turn{}, ctx.Err()
 	}
-	return Turn{Lead: &Lead{fs: fs, key: key, flight: f, StoreErr: err}}, nil
+	fs.runsAgain(again)
+	return Turn{Lead: &Lead{fs: fs, key: key, flight: f, StoreErr: err, RunsAgain: again}}, nil
+}
+
+// runsAgain counts a lead that runs again region's commit ("" none).
+func (fs *Flights) runsAgain(region string) {
+	if region != "" {
+		fs.opts.Elsewhere.RunAgain(region)
+	}
 }
 
 // elsewhere looks key up among other regions' commits: the turn to take

@@ -63,6 +63,10 @@ const (
 // Timeouts of the index's own calls, all in the region.
 const (
 	publishTimeout = 2 * time.Second
+	// lookupTimeout bounds a lookup on a request's path: the region's own
+	// servers answer a direct get in well under a millisecond, or at once
+	// that nobody serves the copy; a server that hangs costs no more.
+	lookupTimeout = 500 * time.Millisecond
 	ensureTimeout  = 5 * time.Second
 	maxEnsurePause = 30 * time.Second
 )
@@ -373,6 +377,8 @@ func (x *Index) Committed(ctx context.Context, key string) (*replay.Commit, erro
 	if !replayKey.MatchString(key) {
 		return nil, ErrBadKey
 	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	m, err := x.last(ctx, schemas.AnyRegionActionSubject(key))
 	if err != nil || m == nil {
 		x.logLookupError(err)
