@@ -62,9 +62,10 @@ type Elsewhere interface {
 	// here, its region unheard for longer than the rerun bound.
 	RunAgain(region string)
 	// Publish adds this region's commit of key, with its answer a (or its
-	// tombstone), to the index for ttl. It does not wait for the bus; a
-	// failure is counted, never returned.
-	Publish(key string, a *Answer, ttl time.Duration)
+	// tombstone), to the index, kept as long as the index keeps entries
+	// (the replay TTL). It does not wait for the bus; a failure is
+	// counted, never returned.
+	Publish(key string, a *Answer)
 }
 
 // Commit is a user action committed in another region, as the index holds
@@ -358,7 +359,7 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		if e := l.fs.opts.Elsewhere; e != nil {
 			// Committed and delivered, whether or not the store kept it:
 			// the other regions learn of it either way.
-			e.Publish(l.key, a, ttl)
+			e.Publish(l.key, a)
 		}
 	}
 	l.finish()

@@ -3,7 +3,6 @@ package natsauth
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -36,7 +35,7 @@ func TestTheGatewayUserOfARegionKeepsTheIndexOfUserActions(t *testing.T) {
 	defer x.Close(context.Background())
 	eventually.Closed(t, busWait, "the index's streams created as the gateway user", x.Ready())
 	key := replay.Key("tenant", "action")
-	x.Publish(key, &replay.Answer{Fingerprint: "fp"}, time.Hour)
+	x.Publish(key, &replay.Answer{Fingerprint: "fp"})
 	stream := schemas.RegionWire("east").JetStreamName(actions.StreamName)
 	eventually.True(t, busWait, "east's entry and heartbeat kept in "+stream, func() bool {
 		jsz, err := ns.Jsz(&server.JSzOptions{Accounts: true, Streams: true})

@@ -287,7 +287,7 @@ func (x *Index) ensure() {
 
 // Publish implements replay.Elsewhere: the entry of key is queued for the
 // publisher, never waited for; a full queue drops it (counted).
-func (x *Index) Publish(key string, a *replay.Answer, _ time.Duration) {
+func (x *Index) Publish(key string, a *replay.Answer) {
 	if a == nil || !replayKey.MatchString(key) {
 		return
 	}

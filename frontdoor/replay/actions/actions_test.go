@@ -67,9 +67,9 @@ func TestACommitReachesTheOtherRegionWithItsAnswerOnlyWhenAnswersReplicate(t *te
 	inWest := open(t, west, Options{Registerer: reg})
 
 	a := &replay.Answer{Fingerprint: "fp-1", Status: 200, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"ok":true}`)}
-	withAnswers.Publish(key(1), a, time.Hour)
+	withAnswers.Publish(key(1), a)
 	b := &replay.Answer{Fingerprint: "fp-2", Status: 200, Body: []byte(`{"secret":"stays in east"}`)}
-	withoutAnswers.Publish(key(2), b, time.Hour)
+	withoutAnswers.Publish(key(2), b)
 
 	var c *replay.Commit
 	eventually.True(t, wait, "east's commits in west's copy", func() bool {
@@ -114,7 +114,7 @@ func TestARegionCutOffIsUnheardAfterRerunAfterAndHeardAgainOnceHealed(t *testing
 	east, west := sc[0], sc[1]
 	inEast := open(t, east, Options{})
 	inWest := open(t, west, Options{RerunAfter: 2 * time.Second})
-	inEast.Publish(key(1), &replay.Answer{Fingerprint: "fp"}, time.Hour)
+	inEast.Publish(key(1), &replay.Answer{Fingerprint: "fp"})
 	eventually.True(t, wait, "east's commit in west's copy", func() bool { return committed(t, inWest, key(1)) != nil })
 
 	natstest.Cut(sc)
@@ -145,14 +145,14 @@ func TestTheReplicationWindow(t *testing.T) {
 	inWest := open(t, west, Options{})
 	// Once the source runs (west's copy starts it, retrying, once east's
 	// stream exists), the window is a commit's alone.
-	inEast.Publish(replay.Key("tenant", "warm-up"), &replay.Answer{Fingerprint: "fp"}, time.Hour)
+	inEast.Publish(replay.Key("tenant", "warm-up"), &replay.Answer{Fingerprint: "fp"})
 	eventually.True(t, wait, "west sourcing east", func() bool { return committed(t, inWest, replay.Key("tenant", "warm-up")) != nil })
 	const n = 200
 	pace := time.NewTicker(5 * time.Millisecond) // 200 commits a second: the load's shape
 	defer pace.Stop()
 	for i := range n {
 		<-pace.C
-		inEast.Publish(key(i), &replay.Answer{Fingerprint: "fp"}, time.Hour)
+		inEast.Publish(key(i), &replay.Answer{Fingerprint: "fp"})
 	}
 	windows := make([]time.Duration, 0, n)
 	eventually.True(t, wait, "east's 200 commits in west's copy", func() bool {
