@@ -75,7 +75,9 @@ func replicated(t *testing.T, js jetstream.JetStream, region, from, key string) 
 //	    NATS door too;
 //	(c) the link cut: west still refuses while east was heard lately, then,
 //	    east unheard for longer than rerun_after (2 s here), runs the action
-//	    again, counted in hedgerow_cross_region_reruns_total{region="east"}.
+//	    again, counted in hedgerow_cross_region_reruns_total{region="east"};
+//	(d) a commit not yet replicated (east's, during the cut) runs again in
+//	    west, uncounted: the window the index cannot close.
 func TestARetryOfAUserActionInAnotherRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
 	sc := natstest.Supercluster(t, []string{"east", "west"}, natstest.MaxPayload(16<<20))
@@ -195,7 +197,29 @@ func TestARetryOfAUserActionInAnotherRegion(t *testing.T) {
 		t.Fatalf("west's retry after its rerun: %d (Idempotent-Replayed %q), want west's answer replayed", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
 	}
 	t.Logf("(c) link cut: west ran east's action again %v after the cut (rerun_after 2s), counted once", took.Round(100*time.Millisecond))
+
+	// Before a commit has replicated — here, committed in east during the
+	// cut — west knows nothing of it: the retry runs in west, not counted
+	// as a rerun. Once healed, each region replays its own answer.
+	if resp, body := postAction(t, eastGW, "action-d"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("east's commit during the cut: %d %s", resp.StatusCode, body)
+	}
+	westCalls = west.reached.Load()
+	if resp, body := postAction(t, westGW, "action-d"); resp.StatusCode != http.StatusOK || resp.Header.Get("Idempotent-Replayed") == "true" || west.reached.Load() == westCalls {
+		t.Fatalf("west's retry of a commit not replicated: %d %s, want it run again in west", resp.StatusCode, body)
+	}
+	_, metrics = get(t, "http://"+westGW.Addr().String()+"/metrics")
+	if v := metricValue(t, string(metrics), `hedgerow_cross_region_reruns_total{region="east"}`); v != 1 {
+		t.Fatalf("a retry before replication counted as a rerun: %v", v)
+	}
 	natstest.Heal(sc)
+	replicated(t, js, "west", "east", "action-d")
+	for _, g := range []*Gateway{eastGW, westGW} {
+		if resp, _ := postAction(t, g, "action-d"); resp.StatusCode != http.StatusOK || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a retry after the heal: %d, want the region's own answer replayed", resp.StatusCode)
+		}
+	}
+	t.Logf("(d) before replication (a commit during the cut): west ran it again, uncounted; after the heal each region replays its own")
 }
 
 // refusedInWest checks that west refuses its retry of key, which east

@@ -70,11 +70,12 @@ func TestACommitReachesTheOtherRegionWithItsAnswerOnlyWhenAnswersReplicate(t *te
 	withAnswers.Publish(key(1), a)
 	b := &replay.Answer{Fingerprint: "fp-2", Status: 200, Body: []byte(`{"secret":"stays in east"}`)}
 	withoutAnswers.Publish(key(2), b)
+	withAnswers.Publish(key(4), replay.NotKeptAnswer("fp-4"))
 
 	var c *replay.Commit
 	eventually.True(t, wait, "east's commits in west's copy", func() bool {
 		c = committed(t, inWest, key(1))
-		return c != nil && committed(t, inWest, key(2)) != nil
+		return c != nil && committed(t, inWest, key(2)) != nil && committed(t, inWest, key(4)) != nil
 	})
 	if c.Region != "east" || c.Fingerprint != "fp-1" || c.Answer == nil || c.Unheard ||
 		string(c.Answer.Body) != string(a.Body) || c.Answer.Header["Content-Type"] != "application/json" || c.Answer.Status != 200 {
@@ -99,6 +100,31 @@ func TestACommitReachesTheOtherRegionWithItsAnswerOnlyWhenAnswersReplicate(t *te
 	}
 	if _, err := inWest.Committed(t.Context(), "not a key"); err == nil {
 		t.Fatal("a key that is not a replay key was looked up")
+	}
+	// What west's doors then do, through their Flights over west's own
+	// (empty) store: replay, refuse as reused, refuse committed_in_region,
+	// refuse answer_not_kept.
+	store, err := replay.NewMemory(replay.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flights, err := replay.NewFlights(store, replay.FlightOptions{Elsewhere: inWest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key, fp string
+		want        func(replay.Turn) bool
+	}{
+		{"east's answer replayed", key(1), "fp-1", func(tn replay.Turn) bool { return tn.Answer != nil && string(tn.Answer.Body) == string(a.Body) }},
+		{"another request under east's key refused as reused", key(1), "fp-other", func(tn replay.Turn) bool { return tn.Reused }},
+		{"east's commit without its answer refused, naming east", key(2), "fp-2", func(tn replay.Turn) bool { return tn.CommittedIn == "east" }},
+		{"east's tombstone refused answer_not_kept", key(4), "fp-4", func(tn replay.Turn) bool { return tn.NotKept }},
+	} {
+		turn, err := flights.Begin(t.Context(), tc.key, tc.fp, "west-group")
+		if err != nil || !tc.want(turn) {
+			t.Errorf("%s: west's turn %+v, %v", tc.name, turn, err)
+		}
 	}
 	inWest.RunAgain("east")
 	if got := testutil.ToFloat64(inWest.reruns.WithLabelValues("east")); got != 1 {
