@@ -66,6 +66,9 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	if l.StoreErr != nil {
 		s.log.Warn("replay store unavailable", "err", l.StoreErr)
 	}
+	if l.RunsAgain != "" {
+		s.log.Info("idempotent request committed in an unheard region runs again here", "committed_in", l.RunsAgain)
+	}
 	sub.Supersedes = l.Supersedes
 	rec := &frames{max: s.opts.ReplayMaxBytes}
 	if sink != nil {
