@@ -66,7 +66,7 @@ const (
 	// lookupTimeout bounds a lookup on a request's path: the region's own
 	// servers answer a direct get in well under a millisecond, or at once
 	// that nobody serves the copy; a server that hangs costs no more.
-	lookupTimeout = 500 * time.Millisecond
+	lookupTimeout  = 500 * time.Millisecond
 	ensureTimeout  = 5 * time.Second
 	maxEnsurePause = 30 * time.Second
 )

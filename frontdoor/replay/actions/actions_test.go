@@ -114,7 +114,7 @@ func TestACommitReachesTheOtherRegionWithItsAnswerOnlyWhenAnswersReplicate(t *te
 	}
 	for _, tc := range []struct {
 		name, key, fp string
-		want        func(replay.Turn) bool
+		want          func(replay.Turn) bool
 	}{
 		{"east's answer replayed", key(1), "fp-1", func(tn replay.Turn) bool { return tn.Answer != nil && string(tn.Answer.Body) == string(a.Body) }},
 		{"another request under east's key refused as reused", key(1), "fp-other", func(tn replay.Turn) bool { return tn.Reused }},
