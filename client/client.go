@@ -83,6 +83,9 @@ type Error struct {
 	Group string
 	// Winner is the committed winner of the user action (already_committed).
 	Winner *schemas.GateValue
+	// Region names the region that committed the user action
+	// (committed_in_region): a retry submitted there is answered.
+	Region string
 	// RetryAfter, when positive, is when the same request may succeed
 	// (the gateway's Retry-After, in whole seconds).
 	RetryAfter time.Duration
@@ -292,6 +295,7 @@ func errorFrom(m *nats.Msg) *Error {
 		Code:    schemas.ErrorCode(m.Header.Get(schemas.HeaderErrorCode)),
 		Message: m.Header.Get(micro.ErrorHeader),
 		Group:   m.Header.Get(schemas.HeaderGroup),
+		Region:  m.Header.Get(schemas.HeaderRegion),
 	}
 	e.Status, _ = strconv.Atoi(m.Header.Get(micro.ErrorCodeHeader))
 	if secs, err := strconv.Atoi(m.Header.Get(schemas.HeaderRetryAfter)); err == nil && secs > 0 {

@@ -56,6 +56,11 @@ const (
 	// replayed, and running it again would commit the user action twice
 	// (docs/architecture.md §2).
 	CodeAnswerNotKept = string(schemas.ErrAnswerNotKept)
+	// CodeCommittedInRegion refuses a retry of a user action another
+	// region committed whose answer is not here: running it again would
+	// commit it twice, and the region that committed it answers a retry
+	// (docs/architecture.md §14, "User actions across regions").
+	CodeCommittedInRegion = string(schemas.ErrCommittedInRegion)
 	// CodeTenantRateLimited and CodeTenantConcurrencyLimited refuse a
 	// request over its tenant's request rate or requests in flight
 	// (frontdoor/tenantlimit, docs/architecture.md §2).
@@ -124,6 +129,7 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrCanceled):          {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
 	CodeIdempotencyKeyReused:             {http.StatusConflict, TypeInvalidRequest, schemas.ErrInvalidRequest, false},
 	CodeAnswerNotKept:                    {http.StatusConflict, TypeInvalidRequest, schemas.ErrAnswerNotKept, false},
+	CodeCommittedInRegion:                {http.StatusConflict, TypeInvalidRequest, schemas.ErrCommittedInRegion, false},
 	CodeTenantRateLimited:                {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantRateLimited, true},
 	CodeTenantConcurrencyLimited:         {http.StatusTooManyRequests, TypeRateLimit, schemas.ErrTenantConcurrencyLimited, true},
 }
@@ -146,6 +152,9 @@ type Failure struct {
 	Holder string
 	// Group is the failed group's id, as its records name it.
 	Group string
+	// Region names the region that committed the user action
+	// (committed_in_region): a retry there is answered.
+	Region string
 }
 
 func (f *Failure) kind() failureKind {
@@ -285,6 +294,16 @@ func IdempotencyKeyReused() *Failure {
 func AnswerNotKept() *Failure {
 	return &Failure{Code: CodeAnswerNotKept, Param: HeaderIdempotencyKey,
 		Message: "The request of this Idempotency-Key was answered and its answer delivered, but it was too large to keep, so it cannot be sent again; send a new key to run the request anew."}
+}
+
+// CommittedInRegion is the answer to a retry of a user action region
+// committed, whose answer is not here: a 409 naming the region, where the
+// same request is answered (replayed). Sent again here it is refused again
+// (X-Should-Retry false) until that region has been unheard for
+// global.rerun_after (docs/architecture.md §14).
+func CommittedInRegion(region string) *Failure {
+	return &Failure{Code: CodeCommittedInRegion, Param: HeaderIdempotencyKey, Region: region,
+		Message: fmt.Sprintf("The request of this Idempotency-Key was committed in region %s, whose answer is not kept in this region; retry it in region %s, where it is answered.", region, region)}
 }
 
 // ModelNotFound is the answer to a model that names no pool.

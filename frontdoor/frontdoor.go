@@ -97,6 +97,9 @@ const (
 	HeaderHedged         = "X-Hedgerow-Hedged"
 	HeaderWinnerRoute    = "X-Hedgerow-Winner-Route"
 	HeaderGate           = "X-Hedgerow-Gate"
+	// HeaderRegion names the region that committed the user action on a
+	// committed_in_region refusal (docs/architecture.md §14).
+	HeaderRegion = "X-Hedgerow-Region"
 	// HeaderShouldRetry is the retry hint the official OpenAI and Anthropic
 	// SDKs obey: "false" stops their automatic retries of an answer no retry
 	// can change.

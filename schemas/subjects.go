@@ -206,3 +206,21 @@ func (w Wire) JetStreamName(name string) string {
 	}
 	return name + "_" + w.Region
 }
+
+// ActionPrefix heads the subjects of the region's index of committed user
+// actions, which its actions stream keeps and the other regions source
+// (docs/architecture.md §14, "User actions across regions").
+func (w Wire) ActionPrefix() string { return w.root() + "actions." }
+
+// ActionSubject carries the region's entry of one committed user action,
+// by its replay key (a hex hash: never the caller's key or tenant).
+func (w Wire) ActionSubject(key string) string { return w.ActionPrefix() + "key." + key }
+
+// ActionHeartbeatSubject carries the region's heartbeat in its actions
+// stream: the other regions judge by its arrival how long ago they last
+// heard from the region.
+func (w Wire) ActionHeartbeatSubject() string { return w.ActionPrefix() + "heartbeat" }
+
+// AnyRegionActionSubject matches every region's entry of the user action
+// key (hedgerow.*.actions.key.<key>).
+func AnyRegionActionSubject(key string) string { return "hedgerow.*.actions.key." + key }

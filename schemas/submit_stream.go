@@ -78,6 +78,10 @@ const (
 	// Retry-After).
 	HeaderShouldRetry = "Hedgerow-Should-Retry"
 	HeaderRetryAfter  = "Hedgerow-Retry-After"
+	// HeaderRegion names, on a committed_in_region error, the region that
+	// committed the user action, where a retry is answered (the HTTP
+	// door's X-Hedgerow-Region; docs/architecture.md §14).
+	HeaderRegion = "Hedgerow-Region"
 
 	StatusChunk = "chunk"
 	StatusDone  = "done"

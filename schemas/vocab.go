@@ -126,6 +126,12 @@ const (
 	// store, so it cannot be sent again; nothing is run again either
 	// (docs/architecture.md §2).
 	ErrAnswerNotKept ErrorCode = "answer_not_kept"
+	// ErrCommittedInRegion: the request of this idempotency key was
+	// committed in another region (HeaderRegion names it), whose answer is
+	// not kept here; a retry there is answered, and one here runs again
+	// only once that region has been unheard for global.rerun_after
+	// (docs/architecture.md §14, "User actions across regions").
+	ErrCommittedInRegion ErrorCode = "committed_in_region"
 )
 
 // Usage is the work an attempt consumed, in provider usage units (tokens).

@@ -103,7 +103,11 @@ type Options struct {
 	// unrefreshed this long with no answer was orphaned, and a retry takes
 	// it over. Zero means replay.DefaultLease.
 	ReplayLease time.Duration
-	Logger      *slog.Logger
+	// Elsewhere is the index of the user actions other regions committed
+	// (replay.FlightOptions.Elsewhere, docs/architecture.md §14); nil in a
+	// deployment of one region.
+	Elsewhere replay.Elsewhere
+	Logger    *slog.Logger
 	// Records, when set, serves the report endpoints (ReportPath,
 	// RecordsPath, report.go) from the kept records; nil serves neither.
 	Records RecordSource
@@ -214,7 +218,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
 	if opts.Replays != nil {
 		var err error
-		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease}); err != nil {
+		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere}); err != nil {
 			return nil, fmt.Errorf("httpdoor: %w", err)
 		}
 	}
@@ -581,6 +585,9 @@ func setFailureHeaders(h http.Header, f *frontdoor.Failure) {
 	}
 	if f.Holder != "" {
 		h.Set(frontdoor.HeaderGate, f.Holder)
+	}
+	if f.Region != "" {
+		h.Set(frontdoor.HeaderRegion, f.Region)
 	}
 	// The OpenAI and Anthropic SDKs obey it over their own status rules.
 	h.Set(frontdoor.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))

@@ -60,6 +60,9 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 	case turn.NotKept:
 		dl.writeFailure(w, frontdoor.AnswerNotKept())
 		return
+	case turn.CommittedIn != "":
+		dl.writeFailure(w, frontdoor.CommittedInRegion(turn.CommittedIn))
+		return
 	case turn.Answer != nil:
 		h.replay(w, turn.Answer)
 		return
@@ -77,6 +80,9 @@ func (h *handler) lead(w http.ResponseWriter, r *http.Request, dl dialect, sub d
 	}
 	if l.Supersedes != "" {
 		h.log.Info("idempotent request taken over from a gateway that died mid-flight")
+	}
+	if l.RunsAgain != "" {
+		h.log.Info("idempotent request committed in an unheard region runs again here", "committed_in", l.RunsAgain)
 	}
 	sub.Supersedes = l.Supersedes
 	rec := &recorder{ResponseWriter: w, max: h.opts.ReplayMaxBytes}

@@ -53,6 +53,9 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	case turn.NotKept:
 		s.fail(c.reply, frontdoor.AnswerNotKept())
 		return
+	case turn.CommittedIn != "":
+		s.fail(c.reply, frontdoor.CommittedInRegion(turn.CommittedIn))
+		return
 	case turn.Answer != nil:
 		if !s.replay(c.reply, turn.Answer) {
 			s.fail(c.reply, &frontdoor.Failure{Code: frontdoor.CodeInternal, Message: "The stored answer could not be read."})
@@ -62,6 +65,9 @@ func (s *Service) serveIdempotent(ctx context.Context, c *natsCall, sub dispatch
 	l := turn.Lead
 	if l.StoreErr != nil {
 		s.log.Warn("replay store unavailable", "err", l.StoreErr)
+	}
+	if l.RunsAgain != "" {
+		s.log.Info("idempotent request committed in an unheard region runs again here", "committed_in", l.RunsAgain)
 	}
 	sub.Supersedes = l.Supersedes
 	rec := &frames{max: s.opts.ReplayMaxBytes}

@@ -89,6 +89,10 @@ type Options struct {
 	// HTTP door's (replay.Flights; markers carry DispatcherID); zero means
 	// replay.DefaultLease.
 	ReplayLease time.Duration
+	// Elsewhere is the index of the user actions other regions committed,
+	// as the HTTP door's (docs/architecture.md §14); nil in a deployment
+	// of one region.
+	Elsewhere replay.Elsewhere
 	// Registerer takes the door's counter of refused cancels
 	// (hedgerow_nats_cancels_rejected_total); nil registers none.
 	Registerer prometheus.Registerer
@@ -164,7 +168,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		return nil, fmt.Errorf("natsdoor: %w", err)
 	}
 	if opts.Replays != nil {
-		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease}); err != nil {
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere}); err != nil {
 			return nil, fmt.Errorf("natsdoor: %w", err)
 		}
 	}
@@ -575,6 +579,9 @@ func (s *Service) fail(reply string, f *frontdoor.Failure) {
 	h.Set(schemas.HeaderShouldRetry, strconv.FormatBool(f.ShouldRetry()))
 	if v := f.RetryAfterHeader(); v != "" {
 		h.Set(schemas.HeaderRetryAfter, v)
+	}
+	if f.Region != "" {
+		h.Set(schemas.HeaderRegion, f.Region)
 	}
 	if f.Group != "" {
 		h.Set(schemas.HeaderGroup, f.Group)

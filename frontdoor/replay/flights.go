@@ -40,6 +40,46 @@ type FlightOptions struct {
 	// another replica; zero means a tenth of the lease, at most 250 ms. The
 	// first look is after MaxPoll/8; each doubles.
 	MaxPoll time.Duration
+	// Elsewhere is the index of the user actions other regions committed
+	// (docs/architecture.md §14, "User actions across regions"): a key
+	// the store does not hold is looked up there, and every committed
+	// answer is published to it. Nil: the region's store alone, as in a
+	// deployment of one region.
+	Elsewhere Elsewhere
+}
+
+// Elsewhere is what Flights ask of the user actions committed in other
+// regions: their index as this region's copy holds it, and the publishing
+// of this region's commits (docs/architecture.md §14). Nothing of it may
+// wait on another region: Committed reads the region's own copy, Publish
+// hands its entry over without waiting.
+type Elsewhere interface {
+	// Committed looks key up among the user actions other regions
+	// committed: nil when none is known here (none committed, or its entry
+	// has not replicated yet).
+	Committed(ctx context.Context, key string) (*Commit, error)
+	// RunAgain counts a user action committed in region that runs again
+	// here, its region unheard for longer than the rerun bound.
+	RunAgain(region string)
+	// Publish adds this region's commit of key, with its answer a (or its
+	// tombstone), to the index, kept as long as the index keeps entries
+	// (the replay TTL). It does not wait for the bus; a failure is
+	// counted, never returned.
+	Publish(key string, a *Answer)
+}
+
+// Commit is a user action committed in another region, as the index holds
+// it.
+type Commit struct {
+	// Region is where it was committed; Fingerprint the request's.
+	Region      string
+	Fingerprint string
+	// Answer is the committed answer (or its tombstone) when answers
+	// replicate (global.replicate_answers); nil otherwise.
+	Answer *Answer
+	// Unheard says Region has been silent for longer than the rerun
+	// bound (global.rerun_after): the user action runs again here.
+	Unheard bool
 }
 
 // Flight is one request being served on this door; requests of its key
@@ -75,6 +115,11 @@ type Turn struct {
 	// answer was too large to keep (a tombstone is stored): refuse it
 	// answer_not_kept, with no provider call (docs/architecture.md §2).
 	NotKept bool
+	// CommittedIn names the region that committed the same request when
+	// its answer is not here (answers do not replicate, or not yet) and
+	// the region was heard from lately: refuse it committed_in_region,
+	// retryable there (docs/architecture.md §14).
+	CommittedIn string
 	// Lead says the request runs; the caller must End it.
 	Lead *Lead
 }
@@ -90,6 +135,10 @@ type Lead struct {
 	// StoreErr is the store's failure when the request leads without a
 	// lease (replay is then best-effort; the winner gate still guards).
 	StoreErr error
+	// RunsAgain names the region whose commit of the same request this
+	// one runs again, that region unheard for longer than the rerun bound
+	// (docs/architecture.md §14); empty otherwise.
+	RunsAgain string
 
 	fs     *Flights
 	key    string
@@ -139,18 +188,29 @@ func (fs *Flights) Begin(ctx context.Context, key, fp, group string) (Turn, erro
 // replica's request of the key holds it.
 func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) (Turn, error) {
 	poll := fs.opts.MaxPoll / 8
+	looked, again := false, ""
 	for {
 		a, err := fs.store.Get(ctx, key)
-		if err != nil {
-			return fs.degraded(ctx, key, f, err)
-		}
-		if a != nil {
+		if err == nil && a != nil {
 			return answered(a, fp), nil
+		}
+		if !looked && fs.opts.Elsewhere != nil {
+			// Once (a commit elsewhere while one runs here is not waited
+			// for), and even when the store failed: another region's
+			// commit is refused or replayed rather than run again.
+			looked = true
+			var t Turn
+			if t, again = fs.elsewhere(ctx, key, fp); t != (Turn{}) {
+				return t, nil
+			}
+		}
+		if err != nil {
+			return fs.degraded(ctx, key, f, err, again)
 		}
 		m := Marker{Fingerprint: fp, Owner: group, Token: newToken()}
 		c, err := fs.store.Claim(ctx, key, m, fs.opts.Lease)
 		if err != nil {
-			return fs.degraded(ctx, key, f, err)
+			return fs.degraded(ctx, key, f, err, again)
 		}
 		if c.Won {
 			// An answer stored between the look and the claim is there now
@@ -159,10 +219,11 @@ func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) 
 				_ = fs.store.Release(context.WithoutCancel(ctx), key, m)
 				return answered(a, fp), nil
 			}
-			l := &Lead{fs: fs, key: key, flight: f, marker: &m, stop: make(chan struct{})}
+			l := &Lead{fs: fs, key: key, flight: f, marker: &m, stop: make(chan struct{}), RunsAgain: again}
 			if o := c.Orphaned; o != nil && o.Fingerprint == fp {
 				l.Supersedes = o.Owner
 			}
+			fs.runsAgain(again)
 			l.beat.Go(l.heartbeat)
 			return Turn{Lead: l}, nil
 		}
@@ -184,12 +245,40 @@ func (fs *Flights) begin(ctx context.Context, key, fp, group string, f *Flight) 
 }
 
 // degraded leads without a lease when the store failed: replay is then
-// best-effort, as the winner gate still guards the user action.
-func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err error) (Turn, error) {
+// best-effort, as the winner gate still guards the user action. again
+// names the region whose commit it runs again, if any.
+func (fs *Flights) degraded(ctx context.Context, key string, f *Flight, err error, again string) (Turn, error) {
 	if ctx.Err() != nil {
 		return Turn{}, ctx.Err()
 	}
-	return Turn{Lead: &Lead{fs: fs, key: key, flight: f, StoreErr: err}}, nil
+	fs.runsAgain(again)
+	return Turn{Lead: &Lead{fs: fs, key: key, flight: f, StoreErr: err, RunsAgain: again}}, nil
+}
+
+// runsAgain counts a lead that runs again region's commit ("" none).
+func (fs *Flights) runsAgain(region string) {
+	if region != "" {
+		fs.opts.Elsewhere.RunAgain(region)
+	}
+}
+
+// elsewhere looks key up among other regions' commits: the turn to take
+// (a replay, a refusal), or none and the region whose commit runs again
+// here ("" when none is known). An index that cannot be read is passed
+// over, as a store that fails is: the request runs.
+func (fs *Flights) elsewhere(ctx context.Context, key, fp string) (Turn, string) {
+	c, err := fs.opts.Elsewhere.Committed(ctx, key)
+	switch {
+	case err != nil || c == nil:
+		return Turn{}, ""
+	case c.Fingerprint != fp:
+		return Turn{Reused: true}, ""
+	case c.Answer != nil:
+		return answered(c.Answer, fp), ""
+	case !c.Unheard:
+		return Turn{CommittedIn: c.Region}, ""
+	}
+	return Turn{}, c.Region
 }
 
 func answered(a *Answer, fp string) Turn {
@@ -264,7 +353,13 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		// calls of a client that saw it die).
 		err = l.putRetrying(ctx, a, ttl)
 		if errors.Is(err, ErrTooLarge) && !a.NotKept {
-			err = l.putRetrying(ctx, NotKeptAnswer(a.Fingerprint), ttl)
+			a = NotKeptAnswer(a.Fingerprint)
+			err = l.putRetrying(ctx, a, ttl)
+		}
+		if e := l.fs.opts.Elsewhere; e != nil {
+			// Committed and delivered, whether or not the store kept it:
+			// the other regions learn of it either way.
+			e.Publish(l.key, a)
 		}
 	}
 	l.finish()

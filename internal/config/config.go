@@ -80,7 +80,22 @@ type Global struct {
 	// Authority is the JetStream key-value bucket the leases' tables live
 	// in, across the regions' supercluster.
 	Authority GlobalAuthority `yaml:"authority"`
+	// ReplicateAnswers sends the committed answers of user actions to the
+	// other regions with their index entries, so a retry there is
+	// replayed; false (the default, for data residency) sends only the
+	// entries: hashes, the region and the time, never an answer
+	// (docs/architecture.md §14, "User actions across regions").
+	ReplicateAnswers bool `yaml:"replicate_answers"`
+	// RerunAfter is how long a region must have been unheard before a
+	// retry of a user action it committed, whose answer is not here, runs
+	// again in another region rather than being refused
+	// committed_in_region.
+	RerunAfter time.Duration `yaml:"rerun_after"`
 }
+
+// MinRerunAfter is the least global.rerun_after: two of a region's
+// heartbeats (docs/architecture.md §14, "User actions across regions").
+const MinRerunAfter = 2 * time.Second
 
 // LeaseOptions are the leases' rules from the global section, for every
 // region alike (docs/architecture.md §14).

@@ -948,6 +948,9 @@ func TestGlobalCeilingsNeedRegionsThatHoldAndAreOffByDefault(t *testing.T) {
 			"global.rebalance_interval", "two intervals must fit"},
 		{"the bucket placed in no region", "deployment: {region: east}\nglobal: {regions: [east, west], authority: {placement: north}}\n",
 			"global.authority.placement", "not one of global.regions"},
+		{"answers replicated without regions", "global: {replicate_answers: true}\n", "global.regions", "name every region"},
+		{"a rerun bound under two heartbeats", "deployment: {region: east}\nglobal: {regions: [east, west], rerun_after: 1s}\n",
+			"global.rerun_after", "under 2s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -972,6 +975,9 @@ func TestGlobalCeilingsNeedRegionsThatHoldAndAreOffByDefault(t *testing.T) {
 	}
 	if o := cfg.LeaseOptions(); o.Validity != 10*time.Second || o.Skew != time.Second || cfg.Global.RebalanceInterval != 2*time.Second {
 		t.Errorf("lease defaults = %+v, interval %v; want a 10s validity, 1s skew, 2s interval", o, cfg.Global.RebalanceInterval)
+	}
+	if g := cfg.Global; g.ReplicateAnswers || g.RerunAfter != 30*time.Second {
+		t.Errorf("user actions across regions: replicate_answers %v, rerun_after %v; want answers kept at home and 30s", g.ReplicateAnswers, g.RerunAfter)
 	}
 }
 

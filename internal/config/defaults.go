@@ -59,6 +59,7 @@ var defaults = []defaultSetting{
 	{"global.max_clock_skew", lease.DefaultSkew},
 	{"global.authority.bucket", natslease.DefaultBucket},
 	{"global.authority.replicas", 1},
+	{"global.rerun_after", 30 * time.Second},
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},

@@ -252,7 +252,7 @@ func (v *validator) global() {
 		v.addf("deployment.region", "%q is not a token of [a-z0-9_-]", d.Region)
 	}
 	if len(g.Regions) == 0 {
-		if g.Authority.Placement != "" || len(g.Ceilings) > 0 || g.FallbackShare != 0 || g.FloorShare != 0 {
+		if g.Authority.Placement != "" || len(g.Ceilings) > 0 || g.FallbackShare != 0 || g.FloorShare != 0 || g.ReplicateAnswers {
 			v.addf("global.regions", "empty while other global settings are set: name every region that shares the global ceilings")
 		}
 		return
@@ -284,6 +284,9 @@ func (v *validator) global() {
 	}
 	if err := v.cfg.LeaseOptions().Validate(); err != nil {
 		v.addf("global", "%v", err)
+	}
+	if r := g.RerunAfter; r < MinRerunAfter {
+		v.addf("global.rerun_after", "%v is under %v: a region is judged unheard by its heartbeats, one a second, so a shorter bound would run user actions again over a late heartbeat or two", r, MinRerunAfter)
 	}
 	if r := g.RebalanceInterval; r <= 0 || 2*r > g.LeaseValidity-g.MaxClockSkew {
 		v.addf("global.rebalance_interval", "%v: two intervals must fit in lease_validity %v less max_clock_skew %v, so that one lost renewal does not drop a region to its safe share",

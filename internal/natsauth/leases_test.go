@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hedgerow/hedgerow/internal/natstest"
+	"github.com/hedgerow/hedgerow/schemas"
 )
 
 // leasesBucket is the leases' bucket of these tests (natslease's default).
@@ -53,6 +54,11 @@ func TestOnlyTheGatewayUserMayWriteLeaseState(t *testing.T) {
 		"$JS.API.STREAM.UPDATE.KV_" + leasesBucket,
 		"$JS.API.STREAM.PURGE.KV_" + leasesBucket,
 		"$JS.API.STREAM.DELETE.KV_" + leasesBucket,
+		// Nor forge a committed user action, or the region's heartbeat.
+		schemas.RegionWire("").ActionSubject("0123abcd"),
+		schemas.RegionWire("").ActionHeartbeatSubject(),
+		"$JS.API.STREAM.UPDATE.hedgerow_actions",
+		"$JS.API.STREAM.CREATE.hedgerow_actions_seen",
 	}
 	for _, user := range []string{"alice", "wab", UserObserver} {
 		t.Run(user, func(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hedgerow/hedgerow/arbiter"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/actions"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -367,6 +368,21 @@ func bucketPermissions(bucket string) []string {
 	}
 }
 
+// actionsPermissions are what a gateway of a region publishes to the index
+// of committed user actions (docs/architecture.md §14): create or update
+// the region's actions stream and its copy of the others', publish the
+// region's entries and heartbeats, and read the copy by direct gets. No
+// other user may: one that could publish entries would forge commits, and
+// refuse or replay other callers' user actions in other regions.
+func actionsPermissions(wire schemas.Wire) []string {
+	var out []string
+	for _, stream := range []string{wire.JetStreamName(actions.StreamName), wire.JetStreamName(actions.SeenStreamName)} {
+		out = append(out, "$JS.API.STREAM.INFO."+stream, "$JS.API.STREAM.CREATE."+stream, "$JS.API.STREAM.UPDATE."+stream)
+	}
+	seen := wire.JetStreamName(actions.SeenStreamName)
+	return append(out, "$JS.API.DIRECT.GET."+seen, "$JS.API.DIRECT.GET."+seen+".>", wire.ActionPrefix()+">")
+}
+
 // gatewayPermissions: publish the region's attempts (to every route),
 // cancels (to the workers' control inboxes), records, answers to clients
 // and readiness pings of the region's workers; use the winner gate's
@@ -379,6 +395,7 @@ func gatewayPermissions(wire schemas.Wire, gateBucket, recordsStream, leasesBuck
 	publish := append([]string{"$JS.API.INFO"}, bucketPermissions(gateBucket)...)
 	if leasesBucket != "" {
 		publish = append(publish, bucketPermissions(leasesBucket)...)
+		publish = append(publish, actionsPermissions(wire)...)
 	}
 	return Permissions{
 		Publish: append(publish,

@@ -20,6 +20,7 @@ import (
 	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/replay"
+	"github.com/hedgerow/hedgerow/frontdoor/replay/actions"
 	"github.com/hedgerow/hedgerow/frontdoor/replay/redisreplay"
 	"github.com/hedgerow/hedgerow/frontdoor/tenantlimit"
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
@@ -49,6 +50,7 @@ type Gateway struct {
 	records    *records.Publisher
 	tracer     *tracing.Exporter // nil without tracing.endpoint
 	replays    replay.Store
+	actions    *actions.Index // the cross-region index of user actions; nil without global.regions
 	nc         *nats.Conn
 	reg        *prometheus.Registry // the process's metrics; each generation adds its own
 	secret     []byte
@@ -117,6 +119,9 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
 	if g.replays, err = replayStore(cfg, sh); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+	}
+	if g.actions, err = openActions(cfg, nc, reg, log.With("component", "actions")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
 	gen, err := g.newGeneration(cfg)
@@ -221,6 +226,42 @@ func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
 			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout, MarkerKeep: gateTTL(cfg)})
 	}
 	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
+}
+
+// openActions starts the gateway's side of the index of user actions
+// committed across regions (docs/architecture.md §14, "User actions across
+// regions"), or nil when the configuration names no regions: a deployment
+// of one region publishes and looks up nothing.
+func openActions(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log *slog.Logger) (*actions.Index, error) {
+	g := cfg.Global
+	if len(g.Regions) == 0 {
+		return nil, nil
+	}
+	id := cfg.HTTP.Idempotency
+	return actions.New(nc, actions.Options{Region: cfg.Deployment.Region, Regions: g.Regions,
+		ReplicateAnswers: g.ReplicateAnswers, RerunAfter: g.RerunAfter,
+		MaxAge: id.TTL, MaxBytes: int64(id.MaxTotalBytes), Replicas: cfg.Records.Replicas,
+		Registerer: reg, Logger: log})
+}
+
+// elsewhere is the doors' replay.Elsewhere: the gateway's index, or none
+// (a nil interface, not a nil *actions.Index).
+func (g *Gateway) elsewhere() replay.Elsewhere {
+	if g.actions == nil {
+		return nil
+	}
+	return g.actions
+}
+
+// actionsCloseTimeout bounds the index's last entries when the gateway's
+// stop did not give it a context of its own.
+const actionsCloseTimeout = 2 * time.Second
+
+// closeActions stops the index's publisher within ctx, after the doors.
+func (g *Gateway) closeActions(ctx context.Context) {
+	if g.actions != nil {
+		g.actions.Close(ctx)
+	}
 }
 
 // tenantLimiter is the doors' limiter of the tenants' request rates and
@@ -420,6 +461,7 @@ func (g *Gateway) closeDispatcher(ctx context.Context) error {
 	if err := waitGroup(ctx, &g.retiring); err != nil {
 		return errors.Join(fmt.Errorf("gateway: the configurations a reload replaced: %w", err), g.closeShared())
 	}
+	g.closeActions(ctx)
 	if err := g.records.Flush(ctx); err != nil {
 		return errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
@@ -436,8 +478,13 @@ func (g *Gateway) closeDispatcher(ctx context.Context) error {
 }
 
 // closeShared closes the shared state if the gateway opened it, and
-// otherwise stops only what the gateway started on it (sketch sharing).
+// otherwise stops only what the gateway started on it (sketch sharing);
+// the index of user actions, when a start failed or closeDispatcher did
+// not get to it, stops within actionsCloseTimeout.
 func (g *Gateway) closeShared() error {
+	ctx, cancel := context.WithTimeout(context.Background(), actionsCloseTimeout)
+	g.closeActions(ctx)
+	cancel()
 	if g.ownsShared {
 		return g.shared.close()
 	}

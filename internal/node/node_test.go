@@ -96,6 +96,13 @@ func stop(t *testing.T, s interface{ Stop(context.Context) error }) {
 // goroutine outlives the test.
 func do(t *testing.T, req *http.Request) (int, []byte) {
 	t.Helper()
+	resp, body := send(t, req)
+	return resp.StatusCode, body
+}
+
+// send is do with the whole response (its body read and closed).
+func send(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
 	client := &http.Client{Timeout: wait, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -106,7 +113,7 @@ func do(t *testing.T, req *http.Request) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, body
+	return resp, body
 }
 
 func get(t *testing.T, url string) (int, []byte) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -33,7 +32,9 @@ type regionUnderTest struct {
 	reached atomic.Int64 // requests at the region's fake routes
 }
 
-func newRegionUnderTest(t *testing.T, name string, ns *server.Server) *regionUnderTest {
+// newRegionUnderTest configures region name on its server ns; extra is
+// YAML appended to its file (a global section, say).
+func newRegionUnderTest(t *testing.T, name string, ns *server.Server, extra string) *regionUnderTest {
 	t.Helper()
 	r := &regionUnderTest{name: name, ns: ns}
 	count := fakellm.Options{OnStart: func() { r.reached.Add(1) }}
@@ -52,13 +53,33 @@ pools:
   general: {routes: [fake-a, fake-b]}
 policies:
   default: {control_fraction: 0, deadline: 3s, accept_timeout: 300ms, heartbeat_interval: 50ms}
-`, name, ns.ClientURL(), redistest.Start(t).URL(), name, urlA, urlB)
+%s`, name, ns.ClientURL(), redistest.Start(t).URL(), name, urlA, urlB, extra)
 	cfg, err := config.Parse(name+".yaml", []byte(y), config.RoleServe, os.LookupEnv)
 	if err != nil {
 		t.Fatalf("config of %s: %v\n%s", name, err, y)
 	}
 	r.cfg = cfg
 	return r
+}
+
+// start starts the region's workers and a gateway.
+func (r *regionUnderTest) start(t *testing.T) (*Workers, *Gateway) {
+	t.Helper()
+	w, err := StartWorkers(r.cfg, natstest.Connect(t, r.ns, nats.Name(r.name+"-workers")), Options{DrainGrace: time.Second})
+	if err != nil {
+		t.Fatalf("%s workers: %v", r.name, err)
+	}
+	g, err := r.gateway(t)
+	if err != nil {
+		stop(t, w)
+		t.Fatalf("%s gateway: %v", r.name, err)
+	}
+	return w, g
+}
+
+// gateway starts a gateway of the region on its configuration.
+func (r *regionUnderTest) gateway(t *testing.T) (*Gateway, error) {
+	return StartGateway(r.cfg, natstest.Connect(t, r.ns, nats.Name(r.name+"-gateway")), nil, Options{})
 }
 
 // post sends one chat completion to g and returns its status.
@@ -82,34 +103,12 @@ func (r *regionUnderTest) post(t *testing.T, g *Gateway) int {
 // over to east's other route, then fail, as in a region of its own.
 func TestARegionsRequestsStayInTheRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
-	westNS := natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
-		natstest.Gateway("west"), natstest.AloneInCluster(t))
-	eastNS := natstest.Start(t, natstest.Name("east-1"), natstest.JetStream(t.TempDir()), natstest.MaxPayload(16<<20),
-		natstest.Gateway("east", &server.RemoteGatewayOpts{Name: "west", URLs: []*url.URL{natstest.GatewayURL(westNS)}}),
-		natstest.AloneInCluster(t))
-	eventually.True(t, 20*time.Second, "east and west linked both ways", func() bool {
-		return eastNS.NumOutboundGateways() == 1 && westNS.NumOutboundGateways() == 1
-	})
-	eventually.True(t, 20*time.Second, "a JetStream meta leader both servers follow", func() bool {
-		return (eastNS.JetStreamIsLeader() || westNS.JetStreamIsLeader()) && eastNS.JetStreamIsCurrent() && westNS.JetStreamIsCurrent()
-	})
-	east, west := newRegionUnderTest(t, "east", eastNS), newRegionUnderTest(t, "west", westNS)
+	sc := natstest.Supercluster(t, []string{"east", "west"}, natstest.MaxPayload(16<<20))
+	eastNS := sc[0].Server
+	east, west := newRegionUnderTest(t, "east", eastNS, ""), newRegionUnderTest(t, "west", sc[1].Server, "")
 
-	start := func(r *regionUnderTest) (*Workers, *Gateway) {
-		t.Helper()
-		w, err := StartWorkers(r.cfg, natstest.Connect(t, r.ns, nats.Name(r.name+"-workers")), Options{DrainGrace: time.Second})
-		if err != nil {
-			t.Fatalf("%s workers: %v", r.name, err)
-		}
-		g, err := StartGateway(r.cfg, natstest.Connect(t, r.ns, nats.Name(r.name+"-gateway")), nil, Options{})
-		if err != nil {
-			stop(t, w)
-			t.Fatalf("%s gateway: %v", r.name, err)
-		}
-		return w, g
-	}
-	eastWorkers, eastGW := start(east)
-	westWorkers, westGW := start(west)
+	eastWorkers, eastGW := east.start(t)
+	westWorkers, westGW := west.start(t)
 	defer stop(t, westWorkers)
 	defer stop(t, westGW)
 	defer stop(t, eastGW)

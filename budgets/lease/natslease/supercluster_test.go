@@ -3,9 +3,6 @@ package natslease
 import (
 	"context"
 	"errors"
-	"net"
-	"net/url"
-	"strconv"
 	"testing"
 	"time"
 
@@ -16,71 +13,19 @@ import (
 	"github.com/hedgerow/hedgerow/budgets/lease"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natstest"
-	"github.com/hedgerow/hedgerow/internal/tools/faultproxy"
 )
 
 // renewTimeout bounds one renewal, as a region's renewer would.
 const renewTimeout = 2 * time.Second
 
-// supercluster is two regions, each a one-server NATS cluster with
-// JetStream, joined by gateway links that pass through fault proxies: each
-// server's gateway is reached, and advertised, only through its proxy, so
-// partitioning both proxies cuts the link both ways.
-type supercluster struct {
-	east, west     *server.Server
-	toEast, toWest *faultproxy.Proxy
-}
-
-func proxyTo(t *testing.T, upstream string) *faultproxy.Proxy {
+// startSupercluster is regions east and west, each a one-server NATS
+// cluster with JetStream, joined by gateway links through fault proxies
+// (natstest.Supercluster): cutting them cuts the link both ways.
+func startSupercluster(t *testing.T) (east, west *server.Server, sc []*natstest.Region) {
 	t.Helper()
-	p, err := faultproxy.Listen("127.0.0.1:0", upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	sc = natstest.Supercluster(t, []string{"east", "west"})
+	return sc[0].Server, sc[1].Server, sc
 }
-
-// gatewayBehind makes the server's gateway listen on listen and advertise
-// proxy, so that the other cluster learns no address but the proxy's.
-func gatewayBehind(listen string, proxy *faultproxy.Proxy) natstest.Option {
-	return func(o *server.Options) {
-		_, port, _ := net.SplitHostPort(listen)
-		o.Gateway.Port, _ = strconv.Atoi(port)
-		o.Gateway.Advertise = proxy.Addr().String()
-	}
-}
-
-// quickToNoticeADeadLink has the server ping its gateways every second
-// and drop a link after two unanswered pings, where the defaults (at most
-// 15 s for gateways) take the better part of a minute.
-func quickToNoticeADeadLink(o *server.Options) { o.PingInterval, o.MaxPingsOut = time.Second, 2 }
-
-func remote(name string, proxy *faultproxy.Proxy) *server.RemoteGatewayOpts {
-	return &server.RemoteGatewayOpts{Name: name, URLs: []*url.URL{{Scheme: "nats", Host: proxy.Addr().String()}}}
-}
-
-func startSupercluster(t *testing.T) *supercluster {
-	t.Helper()
-	eastGW, westGW := natstest.FreeAddr(t), natstest.FreeAddr(t)
-	sc := &supercluster{toEast: proxyTo(t, eastGW), toWest: proxyTo(t, westGW)}
-	sc.east = natstest.Start(t, natstest.Name("east-1"), natstest.JetStream(t.TempDir()),
-		natstest.Gateway("east", remote("west", sc.toWest)), gatewayBehind(eastGW, sc.toEast), natstest.AloneInCluster(t), quickToNoticeADeadLink)
-	sc.west = natstest.Start(t, natstest.Name("west-1"), natstest.JetStream(t.TempDir()),
-		natstest.Gateway("west", remote("east", sc.toEast)), gatewayBehind(westGW, sc.toWest), natstest.AloneInCluster(t), quickToNoticeADeadLink)
-	eventually.True(t, 20*time.Second, "east and west linked both ways", func() bool {
-		return sc.east.NumOutboundGateways() == 1 && sc.west.NumOutboundGateways() == 1
-	})
-	eventually.True(t, 20*time.Second, "a JetStream meta leader both servers follow", func() bool {
-		return (sc.east.JetStreamIsLeader() || sc.west.JetStreamIsLeader()) &&
-			sc.east.JetStreamIsCurrent() && sc.west.JetStreamIsCurrent()
-	})
-	return sc
-}
-
-func (sc *supercluster) cut() { sc.toEast.Partition(); sc.toWest.Partition() }
-
-func (sc *supercluster) heal() { sc.toEast.Heal(); sc.toWest.Heal() }
 
 // region renews its leases of one ceiling through its own cluster's
 // server, keeping the last grant that reached it.
@@ -145,9 +90,9 @@ var t0 = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 const fallback = 0.5
 
 func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals(t *testing.T) {
-	sc := startSupercluster(t)
-	east := newRegion(t, "east", sc.east, 10)
-	west := newRegion(t, "west", sc.west, 90)
+	eastNS, westNS, sc := startSupercluster(t)
+	east := newRegion(t, "east", eastNS, 10)
+	west := newRegion(t, "west", westNS, 90)
 
 	// (a) West renews through the gateway link. Past the new table's
 	// learning, the shares follow demand: west's grows past the safe share.
@@ -165,7 +110,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	if g := tb.Grants["west"]; g.Share != west.held.Share || !g.Expires.Equal(west.held.Expires) {
 		t.Fatalf("east reads west's grant as %+v, want what west was granted, %+v", g, west.held)
 	}
-	stream, err := jetstream.New(natstest.Connect(t, sc.west))
+	stream, err := jetstream.New(natstest.Connect(t, westNS))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +126,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	// (b) The link is cut both ways: the proxies forward nothing, as a
 	// network dropping packets. West's renewal gets no answer and fails
 	// at its deadline.
-	sc.cut()
+	natstest.Cut(sc)
 	start := time.Now()
 	if _, err := west.renew(t, now); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("west renewing across the cut link: %v, want its deadline exceeded", err)
@@ -193,7 +138,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	// The meta layer is cut in two as well (two peers, no quorum either
 	// side): no bucket can be created, and west cannot bind to the lease
 	// bucket; east, whose cluster holds it, can.
-	jsEast, err := jetstream.New(natstest.Connect(t, sc.east))
+	jsEast, err := jetstream.New(natstest.Connect(t, eastNS))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +148,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	if _, err := New(ctxOf(t, renewTimeout), jsEast, Options{Placement: "east"}); err != nil {
 		t.Errorf("east binding to the lease bucket in its own cluster while cut off: %v", err)
 	}
-	jsWest, err := jetstream.New(natstest.Connect(t, sc.west))
+	jsWest, err := jetstream.New(natstest.Connect(t, westNS))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +179,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	// renewals fail at once: nothing in its cluster answers the bucket's
 	// subjects.
 	eventually.True(t, 20*time.Second, "the cut gateway links noticed and dropped", func() bool {
-		return sc.west.NumOutboundGateways() == 0 && sc.east.NumOutboundGateways() == 0
+		return westNS.NumOutboundGateways() == 0 && eastNS.NumOutboundGateways() == 0
 	})
 	start = time.Now()
 	if _, err := west.renew(t, now); !errors.Is(err, nats.ErrNoResponders) {
@@ -244,7 +189,7 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	}
 
 	// (c) The link heals: the gateways reconnect and west renews again.
-	sc.heal()
+	natstest.Heal(sc)
 	eventually.True(t, 30*time.Second, "west renewing after the link healed", func() bool {
 		_, err := west.renew(t, now)
 		return err == nil
