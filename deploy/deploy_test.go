@@ -448,7 +448,12 @@ global: {regions: [east, west], ceilings: [tenant_rate]}
 
 // isLeaseMetric reports whether name is one of a region's lease series,
 // which only a deployment of regions exports (docs/architecture.md §14).
-func isLeaseMetric(name string) bool { return strings.HasPrefix(name, "hedgerow_lease_") }
+// isLeaseMetric says a metric is a region's: its leases' or its index of
+// user actions across regions (docs/architecture.md §14), exported only by
+// the serve of a deployment of regions.
+func isLeaseMetric(name string) bool {
+	return strings.HasPrefix(name, "hedgerow_lease_") || strings.HasPrefix(name, "hedgerow_cross_region_")
+}
 
 // startServe starts serve in this process on a free port, on Redis when
 // redisURL is set, with extraYAML added to its configuration, and returns
