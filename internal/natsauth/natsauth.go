@@ -144,6 +144,10 @@ type Spec struct {
 	// client certificate per user (tls.go), and the server configuration
 	// then requires TLS with a client certificate.
 	TLS *TLSSpec
+	// Gateway, when set, also writes the region's gateway block
+	// (gateway.go): its links to the other regions' clusters, with TLS
+	// (which it needs) and the link user's authorization.
+	Gateway *GatewaySpec
 }
 
 // Role names of the generated users that are not per worker or client.
@@ -193,6 +197,8 @@ type Bundle struct {
 	Users  []User
 	// TLS is the TLS material, when Spec.TLS asked for it.
 	TLS *TLSBundle
+	// Gateway is the region's gateway block, when Spec.Gateway asked for it.
+	Gateway *GatewayLinks
 }
 
 // userName is what a user name must match: it becomes a file name and a
@@ -278,6 +284,16 @@ func Generate(spec Spec) (*Bundle, error) {
 		}
 	}
 	b := &Bundle{Method: method, Users: users}
+	if spec.Gateway != nil {
+		if spec.TLS == nil {
+			return nil, errors.New("natsauth: gateway links need TLS")
+		}
+		g, err := newGatewayLinks(*spec.Gateway, spec.Region)
+		if err != nil {
+			return nil, err
+		}
+		b.Gateway = g
+	}
 	if spec.TLS != nil {
 		names := make([]string, len(users))
 		for i, u := range users {
@@ -549,8 +565,13 @@ func (b *Bundle) Write(dir string) error {
 	if err := writeNew(dir, files); err != nil {
 		return err
 	}
+	if b.Gateway != nil {
+		if err := b.Gateway.write(dir); err != nil {
+			return err
+		}
+	}
 	if b.TLS != nil {
-		return b.TLS.write(dir)
+		return b.TLS.write(dir, b.Gateway != nil)
 	}
 	return nil
 }
