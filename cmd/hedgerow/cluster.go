@@ -114,9 +114,10 @@ cluster down stops exactly what up started.`,
 // cluster runs it in front of Redis for its first gateway).
 func newFaultProxyCmd() *cobra.Command {
 	var listen, upstream, control string
+	var delay time.Duration
 	cmd := &cobra.Command{
 		Use:    "faultproxy --listen ADDR --upstream ADDR --control ADDR",
-		Short:  "TCP proxy that partitions its clients from the upstream on POST /partition",
+		Short:  "TCP proxy that partitions its clients from the upstream on POST /partition and delays what it forwards",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,6 +128,7 @@ func newFaultProxyCmd() *cobra.Command {
 				return err
 			}
 			defer p.Close()
+			p.SetDelay(delay)
 			srv := &http.Server{Addr: control, Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
 			errc := make(chan error, 1)
 			go func() { errc <- srv.ListenAndServe() }()
@@ -140,7 +142,8 @@ func newFaultProxyCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "address clients connect to")
 	cmd.Flags().StringVar(&upstream, "upstream", "", "address to forward to")
-	cmd.Flags().StringVar(&control, "control", "", "address of the control API (POST /partition, POST /heal)")
+	cmd.Flags().StringVar(&control, "control", "", "address of the control API (POST /partition, POST /heal, POST /delay?d=80ms)")
+	cmd.Flags().DurationVar(&delay, "delay", 0, "hold each read this long before forwarding it, each way")
 	for _, f := range []string{"listen", "upstream", "control"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
