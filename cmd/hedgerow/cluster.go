@@ -88,22 +88,7 @@ cluster down stops exactly what up started.`,
 		Short: "Print each part and whether it runs; exit 1 unless every part runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := cluster.ReadManifest(dir)
-			if err != nil {
-				return err
-			}
-			down := 0
-			for _, p := range m.Parts {
-				state := "running"
-				if !p.Running() {
-					state, down = "down", down+1
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-18s %-8s pid %d\n", p.Name, state, p.Pid)
-			}
-			if down > 0 {
-				return fmt.Errorf("cluster: %d of %d parts down", down, len(m.Parts))
-			}
-			return nil
+			return cluster.Status(dir, cluster.ManifestFile, cmd.OutOrStdout())
 		},
 	}
 	cmd.AddCommand(up, down, status)
