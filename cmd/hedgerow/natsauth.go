@@ -74,16 +74,8 @@ FIRST_DIR, whose CA signs its certificates and whose password it takes.`,
 			if err != nil {
 				return err
 			}
-			spec := natsauth.Spec{Method: natsauth.Method(method), Serve: serve, Clients: clients, Workers: map[string][]string{},
-				GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream, Region: cfg.Deployment.Region}
-			if len(cfg.Global.Regions) > 0 {
-				// Only the gateways renew the region's leases
-				// (docs/architecture.md §13, §14).
-				spec.LeasesBucket = cfg.Global.Authority.Bucket
-			}
-			for _, r := range cfg.Routes {
-				spec.Routes = append(spec.Routes, r.Name)
-			}
+			spec := natsauth.SpecForConfig(cfg)
+			spec.Method, spec.Serve, spec.Clients, spec.Workers = natsauth.Method(method), serve, clients, map[string][]string{}
 			for _, w := range workers {
 				name, routes, ok := strings.Cut(w, "=")
 				if !ok || name == "" || routes == "" {
@@ -91,7 +83,6 @@ FIRST_DIR, whose CA signs its certificates and whose password it takes.`,
 				}
 				spec.Workers[name] = strings.Split(routes, ",")
 			}
-			spec.Responses = natsauth.ResponsesForConfig(cfg)
 			if tlsOn {
 				spec.TLS = &natsauth.TLSSpec{ServerNames: tlsNames}
 			} else if len(tlsNames) > 0 {

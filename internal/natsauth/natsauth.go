@@ -101,6 +101,24 @@ func ResponsesForConfig(cfg *config.Config) Responses {
 	return ResponsesFor(deadline, heartbeat)
 }
 
+// SpecForConfig is the users of the deployment cfg describes (`hedgerow
+// nats-auth --config`): its routes, the workers' reply bound of its
+// policies, its gate bucket, records stream and region and, with
+// global.regions, the leases' bucket, which only gateways may use
+// (docs/architecture.md §13, §14). One worker user of every route and one
+// client, until the caller says otherwise.
+func SpecForConfig(cfg *config.Config) Spec {
+	spec := Spec{GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream, Region: cfg.Deployment.Region,
+		Responses: ResponsesForConfig(cfg)}
+	if len(cfg.Global.Regions) > 0 {
+		spec.LeasesBucket = cfg.Global.Authority.Bucket
+	}
+	for _, r := range cfg.Routes {
+		spec.Routes = append(spec.Routes, r.Name)
+	}
+	return spec
+}
+
 // Spec describes the users to generate.
 type Spec struct {
 	// Method is how users authenticate; empty means MethodNKey.
