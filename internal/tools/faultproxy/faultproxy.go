@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -289,4 +290,27 @@ func post(ctx context.Context, base, path string) error {
 		return fmt.Errorf("faultproxy: %s: %s", path, resp.Status)
 	}
 	return nil
+}
+
+// State is the state of the proxy whose control API is at base: e.g.
+// "healed, delay 80ms".
+func State(ctx context.Context, base string) (string, error) {
+	var parts []string
+	for _, path := range []string{"/state", "/delay"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return "", fmt.Errorf("faultproxy: %w", err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", fmt.Errorf("faultproxy: %w", err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 256))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("faultproxy: %s: %s %v", path, resp.Status, err)
+		}
+		parts = append(parts, strings.TrimSpace(string(body)))
+	}
+	return parts[0] + ", delay " + parts[1], nil
 }
