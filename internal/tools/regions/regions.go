@@ -86,7 +86,7 @@ func FreePorts() (Ports, error) {
 	r := len(Names)
 	p := Ports{NATS: take(r), NATSRoute: take(r), NATSMonitor: take(r), Link: take(r), LinkProxy: take(r), LinkControl: take(r),
 		Redis: take(r), HTTP: take(r), WorkerMetrics: take(r), FakeLLM: take(len(cluster.Routes))}
-	if len(p.all()) != 10*r+len(cluster.Routes) {
+	if len(p.all()) != len(p.perRegion())*r+len(cluster.Routes) {
 		return Ports{}, errors.New("regions: could not take enough free ports")
 	}
 	return p, nil
