@@ -201,20 +201,8 @@ func probe(ctx context.Context, ready string) error {
 	defer cancel()
 	switch {
 	case strings.HasPrefix(ready, "http://"):
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-		}
-		return nil
+		_, err := get(ctx, ready, 4096)
+		return err
 	case strings.HasPrefix(ready, "redis://"), strings.HasPrefix(ready, "tcp://"):
 		host := ready[strings.Index(ready, "://")+3:]
 		var d net.Dialer
@@ -242,6 +230,37 @@ func probe(ctx context.Context, ready string) error {
 		return nil
 	}
 	return fmt.Errorf("cluster: unknown readiness %q", ready)
+}
+
+// get reads url's body, at most limit bytes; a status other than 200 is
+// an error quoting the body.
+func get(ctx context.Context, url string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, err
+}
+
+// GetJSON reads url's JSON answer (a part's monitoring endpoint) into v,
+// within 2 s.
+func GetJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	body, err := get(ctx, url, 16<<20)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return json.Unmarshal(body, v)
 }
 
 // logTail is the last lines of a part's log.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -297,7 +296,7 @@ func (m *Manifest) linked(ctx context.Context) error {
 		var gz struct {
 			Outbound map[string]json.RawMessage `json:"outbound_gateways"`
 		}
-		if err := getJSON(ctx, base+"/gatewayz", &gz); err != nil {
+		if err := cluster.GetJSON(ctx, base+"/gatewayz", &gz); err != nil {
 			return err
 		}
 		if len(gz.Outbound) != len(Names)-1 {
@@ -308,7 +307,7 @@ func (m *Manifest) linked(ctx context.Context) error {
 				Leader string `json:"leader"`
 			} `json:"meta_cluster"`
 		}
-		if err := getJSON(ctx, base+"/jsz", &jz); err != nil {
+		if err := cluster.GetJSON(ctx, base+"/jsz", &jz); err != nil {
 			return err
 		}
 		if jz.Meta.Leader == "" {
@@ -316,24 +315,6 @@ func (m *Manifest) linked(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // Link changes the link between the regions: its delay each way (when
