@@ -90,11 +90,14 @@ func Up(ctx context.Context, s Spec, out io.Writer) (err error) {
 			return err
 		}
 	}
-	for _, b := range []*string{&s.Hedgerow, &s.NATSServer, &s.RedisServer} {
-		if _, err := os.Stat(*b); err != nil {
-			return fmt.Errorf("regions: binary: %w", err)
+	for _, b := range []struct {
+		path       *string
+		name, hint string
+	}{{&s.Hedgerow, "hedgerow", "make build"}, {&s.NATSServer, "nats-server", "make nats-server"}, {&s.RedisServer, "redis-server", "make redis"}} {
+		if _, err := os.Stat(*b.path); err != nil {
+			return fmt.Errorf("regions: the %s binary: %w (%s provides it)", b.name, err, b.hint)
 		}
-		if *b, err = filepath.Abs(*b); err != nil {
+		if *b.path, err = filepath.Abs(*b.path); err != nil {
 			return fmt.Errorf("regions: %w", err)
 		}
 	}
