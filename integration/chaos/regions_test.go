@@ -263,10 +263,13 @@ func (l *regionLoad) send(region, key string) {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), clientDeadline)
 	defer cancel()
-	code := ""
+	code, first := "", ""
 	for try := 0; try < 3; try++ {
 		var retry bool
 		code, retry = l.try(ctx, region, key)
+		if try == 0 {
+			first = code
+		}
 		if code == "" || budgetRefusals[code] || !retry || ctx.Err() != nil {
 			break
 		}
@@ -281,8 +284,12 @@ func (l *regionLoad) send(region, key string) {
 	switch {
 	case code == "":
 		l.answered[region]++
-	case budgetRefusals[code]:
+	case budgetRefusals[code] && first == code:
 		l.refused[region][code]++
+	case first != code:
+		// A refusal of a retry (its attempts spent by the first try) is
+		// the first try's failure, not a ceiling's.
+		l.failed[region][first+", then "+code]++
 	default:
 		l.failed[region][code]++
 	}
