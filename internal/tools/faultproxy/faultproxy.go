@@ -204,7 +204,10 @@ func (p *Proxy) copy(dst, src net.Conn) {
 		defer p.wg.Done()
 		defer close(chunks)
 		buf := make([]byte, 32<<10)
-		for {
+		// No reading while partitioned, so the sender feels the held link
+		// as it would a dead network: its writes stall once the buffers
+		// fill.
+		for p.pass() {
 			n, err := src.Read(buf)
 			if n > 0 {
 				select {
