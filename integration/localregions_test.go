@@ -4,14 +4,11 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hedgerow/hedgerow/internal/tools/cluster"
 	"github.com/hedgerow/hedgerow/internal/tools/regions"
 )
 
@@ -23,10 +20,7 @@ import (
 // listened on.
 func TestLocalRegionsAnswerInEachRegionAndThroughACutLinkThenStopEverything(t *testing.T) {
 	bins := buildBinaries(t)
-	redisServer, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is needed (make redis installs it):", err)
-	}
+	redisServer := redisServerBinary(t)
 	ports, err := regions.FreePorts()
 	if err != nil {
 		t.Fatal(err)
@@ -57,27 +51,8 @@ func TestLocalRegionsAnswerInEachRegionAndThroughACutLinkThenStopEverything(t *t
 			t.Errorf("%s is not running after up", p.Name)
 		}
 	}
-	ask := func(region, key string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.GatewayURL(region)+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":8}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+cluster.TenantKey)
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", region, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: POST /v1/chat/completions: %d %s", region, resp.StatusCode, body)
-		}
-	}
 	for _, r := range regions.Names {
-		ask(r, "smoke-"+r)
+		askLocal(ctx, t, m.GatewayURL(r), "smoke-"+r)
 	}
 	cut := true
 	if err := m.Link(ctx, -1, &cut); err != nil {
@@ -87,7 +62,7 @@ func TestLocalRegionsAnswerInEachRegionAndThroughACutLinkThenStopEverything(t *t
 		t.Fatalf("link after the cut: %q, %v", state, err)
 	}
 	for _, r := range regions.Names {
-		ask(r, "cut-"+r)
+		askLocal(ctx, t, m.GatewayURL(r), "cut-"+r)
 	}
 	t.Logf("answered in each region, then again with the link cut, by %v", time.Since(start).Round(time.Millisecond))
 
