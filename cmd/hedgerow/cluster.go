@@ -75,24 +75,27 @@ cluster down stops exactly what up started.`,
 	f.IntSliceVar(&gatewayPorts, "gateway-ports", def.Gateways, "gateway API ports")
 	f.IntVar(&redisPort, "redis-port", def.Redis, "Redis port")
 	f.IntVar(&promPort, "prometheus-port", def.Prometheus, "Prometheus port")
-	down := &cobra.Command{
-		Use:   "down",
-		Short: "Stop every part cluster up started and check their ports are free",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cluster.Down(dir, cmd.OutOrStdout())
-		},
-	}
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Print each part and whether it runs; exit 1 unless every part runs",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cluster.Status(dir, cluster.ManifestFile, cmd.OutOrStdout())
-		},
-	}
+	down, status := downAndStatusCmds("cluster up",
+		func(cmd *cobra.Command) error { return cluster.Down(dir, cmd.OutOrStdout()) },
+		func(cmd *cobra.Command) error { return cluster.Status(dir, cluster.ManifestFile, cmd.OutOrStdout()) })
 	cmd.AddCommand(up, down, status)
 	return cmd
+}
+
+// downAndStatusCmds are the down and status subcommands of a local
+// deployment that starter (e.g. "cluster up") started.
+func downAndStatusCmds(starter string, down, status func(*cobra.Command) error) (*cobra.Command, *cobra.Command) {
+	return &cobra.Command{
+			Use:   "down",
+			Short: "Stop every part " + starter + " started and check their ports are free",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return down(cmd) },
+		}, &cobra.Command{
+			Use:   "status",
+			Short: "Print each part and whether it runs; exit 1 unless every part runs",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return status(cmd) },
+		}
 }
 
 // newFaultProxyCmd is the cluster's fault-injecting TCP proxy (hidden: the

@@ -54,22 +54,9 @@ configurations are in --dir; regions down stops exactly what up started.`,
 	up.Flags().StringVar(&natsServer, "nats-server", "bin/nats-server", "nats-server binary (make nats-server builds it)")
 	up.Flags().StringVar(&redisServer, "redis-server", "", "redis-server binary (default: from PATH)")
 	up.Flags().DurationVar(&delay, "delay", regions.DefaultDelay, "the link's delay each way")
-	down := &cobra.Command{
-		Use:   "down",
-		Short: "Stop every part regions up started and check their ports are free",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return regions.Down(dir, cmd.OutOrStdout())
-		},
-	}
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Print each part, whether it runs, and the link; exit 1 unless every part runs",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return regions.Status(cmd.Context(), dir, cmd.OutOrStdout())
-		},
-	}
+	down, status := downAndStatusCmds("regions up",
+		func(cmd *cobra.Command) error { return regions.Down(dir, cmd.OutOrStdout()) },
+		func(cmd *cobra.Command) error { return regions.Status(cmd.Context(), dir, cmd.OutOrStdout()) })
 	var cut, heal bool
 	var linkDelay time.Duration
 	link := &cobra.Command{

@@ -50,6 +50,9 @@ func Down(dir string, out io.Writer) error { return cluster.DownProcs(dir, Manif
 // Status prints each part and whether it runs, and the link's state; an
 // error unless every part runs.
 func Status(ctx context.Context, dir string, out io.Writer) error {
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("regions: none started in %s (make regions)", dir)
+	}
 	err := cluster.Status(dir, ManifestFile, out)
 	if m, merr := ReadManifest(dir); merr == nil {
 		if state, lerr := m.LinkState(ctx); lerr == nil {
