@@ -41,6 +41,14 @@ type Attempt struct {
 	// (docs/architecture.md §4 rule 4); 0 leaves the worker's own.
 	// Additive in v1: an older worker ignores it.
 	StallAfterFirstTokenMs int64 `json:"stall_after_first_token_ms,omitempty"`
+	// Continuation, set on an attempt of role RoleContinuation, is the
+	// partial answer the attempt continues from: the worker streams only
+	// what follows it (docs/architecture.md §6, "Continuation attempts").
+	// Additive in v1: a worker that predates it ignores it and answers the
+	// whole request again, which would repeat the text the caller has, so
+	// a dispatcher sends one only to a route whose configuration says it
+	// can continue (routes[].continuation), whose workers read it (§8).
+	Continuation *Continuation `json:"continuation,omitempty"`
 }
 
 // EffectiveDeadline is the instant the worker must give up: the earlier of

@@ -39,6 +39,10 @@ const (
 	RoleHedge Role = "hedge"
 	// RoleReplacement is launched at once after a transient failure of an attempt.
 	RoleReplacement Role = "replacement"
+	// RoleContinuation continues a committed stream that broke after its
+	// commit from the text the caller already received (issue 30): its
+	// attempt carries a Continuation, and its output follows that text.
+	RoleContinuation Role = "continuation"
 )
 
 // ErrorScope says how far a failure reaches; the hedge engine acts on the scope,

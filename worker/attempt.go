@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,7 @@ func (r *attemptRun) run() {
 		// The cohort's stall bound after the first token, when the attempt
 		// names one (docs/architecture.md §4 rule 4).
 		callCtx := upstream.WithStallAfterFirstToken(r.ctx, time.Duration(r.att.StallAfterFirstTokenMs)*time.Millisecond)
-		out, err = r.w.cfg.Upstream.Stream(callCtx, &r.att.Request, r)
+		out, err = r.call(callCtx)
 		returned = r.w.cfg.Now()
 		if r.ctx.Err() != nil {
 			ended = context.Cause(r.ctx)
@@ -179,6 +180,34 @@ func (r *attemptRun) run() {
 		attrs = append(attrs, "http_status", ue.HTTPStatus, "error", ue.Message)
 	}
 	r.w.log.Debug("attempt ended", attrs...)
+}
+
+// continuer is an Upstream that can continue an answer from partial
+// output: the provider adapters, in their route's continuation style.
+type continuer interface {
+	Continue(ctx context.Context, req *schemas.ChatRequest, from schemas.Continuation, sink upstream.Sink) (upstream.Outcome, error)
+}
+
+// call runs the attempt's upstream call, with the run as its sink: a
+// continuation attempt (docs/architecture.md §6, "Continuation attempts")
+// continues from its partial answer, so its chunks carry only the text
+// that follows it; any other answers the request. An attempt whose role
+// and continuation disagree, or a continuation on an Upstream that cannot
+// continue, is refused before anything is sent.
+func (r *attemptRun) call(ctx context.Context) (upstream.Outcome, error) {
+	up, cont := r.w.cfg.Upstream, r.att.Continuation
+	if cont == nil && r.att.Role != schemas.RoleContinuation {
+		return up.Stream(ctx, &r.att.Request, r)
+	}
+	if cont == nil || r.att.Role != schemas.RoleContinuation {
+		return upstream.Outcome{}, upstream.NotContinuable(fmt.Errorf("%w: %w: an attempt carries a continuation exactly when its role is continuation",
+			schemas.ErrNotContinuable, schemas.ErrMalformedRequest))
+	}
+	c, ok := up.(continuer)
+	if !ok {
+		return upstream.Outcome{}, upstream.CannotContinue("the route's adapter has no continuation")
+	}
+	return c.Continue(ctx, &r.att.Request, *cont, r)
 }
 
 // result builds the AttemptResult from the call's outcome and error. ended,

@@ -40,6 +40,10 @@ type Route struct {
 	// MaxInflight is how many attempts the route's worker runs at once
 	// (see Options.MaxInflight).
 	MaxInflight int
+	// Continuation is how the route's provider continues an answer from
+	// partial output (config's routes[].continuation); empty or
+	// upstream.ContinueNone refuses continuation attempts.
+	Continuation upstream.ContinuationStyle
 }
 
 // WorkersOptions are the optional settings of StartWorkers.
@@ -165,7 +169,7 @@ func newUpstream(r Route, env func(string) (string, bool)) (upstream.Upstream, e
 		}
 		key = v
 	}
-	cfg := upstream.Options{BaseURL: r.BaseURL, Model: r.Model, APIKey: key}
+	cfg := upstream.Options{BaseURL: r.BaseURL, Model: r.Model, APIKey: key, Continuation: r.Continuation}
 	var (
 		up  upstream.Upstream
 		err error

@@ -22,6 +22,7 @@ import (
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 	"github.com/hedgerow/hedgerow/worker"
+	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
 // poolWait bounds every wait for something the pool does as soon as the test
@@ -268,5 +269,35 @@ func TestPoolRefusesRoutesItCannotServe(t *testing.T) {
 				t.Errorf("after a refused start: %v, want no responders", err)
 			}
 		})
+	}
+}
+
+// A route's continuation (routes[].continuation) reaches its worker's
+// adapter, which refuses at start a style its provider does not speak.
+func TestPoolGivesEachRouteItsContinuationStyle(t *testing.T) {
+	const url = "http://127.0.0.1:1/v1"
+	routes := parse(t,
+		fmt.Sprintf("{name: vllm, provider: openai, base_url: %q, model: m, continuation: continue_final_message}", url),
+		fmt.Sprintf("{name: claude, provider: anthropic, base_url: %q, model: m, continuation: prefill}", url),
+		fmt.Sprintf("{name: plain, provider: openai, base_url: %q, model: m}", url))
+	want := []upstream.ContinuationStyle{upstream.ContinueFinalMessage, upstream.ContinuePrefill, upstream.ContinueNone}
+	for i, r := range routes {
+		if r.Continuation != want[i] {
+			t.Errorf("route %s: continuation %q, want %q", r.Name, r.Continuation, want[i])
+		}
+	}
+	nc := natstest.Connect(t, natstest.Start(t))
+	p, err := worker.StartWorkers(routes, nc, worker.WorkersOptions{LookupEnv: env(nil)})
+	if err != nil {
+		t.Fatalf("StartWorkers: %v", err)
+	}
+	stopPool(t, p)
+
+	bad := []worker.Route{{Name: "r", Provider: worker.ProviderOpenAI, BaseURL: url, Model: "m", Continuation: upstream.ContinuePrefill}}
+	if p, err := worker.StartWorkers(bad, nc, worker.WorkersOptions{LookupEnv: env(nil)}); err == nil || !strings.Contains(err.Error(), `route r: upstream: openai adapter: continuation "prefill"`) {
+		if p != nil {
+			stopPool(t, p)
+		}
+		t.Fatalf("StartWorkers of an openai route with prefill: %v, want a refusal naming the route and its continuation", err)
 	}
 }

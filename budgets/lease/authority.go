@@ -106,4 +106,6 @@ func (m *Memory) Forget() {
 }
 
 // clone copies t so that neither side's later changes reach the other.
-func (t Table) clone() Table { return Table{Since: t.Since, Grants: maps.Clone(t.Grants)} }
+func (t Table) clone() Table {
+	return Table{Since: t.Since, Grants: maps.Clone(t.Grants), Budget: t.Budget}
+}

@@ -19,6 +19,13 @@
 // region's share is granted to no one before its lease has expired, and a
 // region cut off for good, or dead, keeps its safe share reserved until it
 // returns or is taken out of Options.Regions.
+//
+// A budget (Ask.Budget: a ceiling consumed over a window, as a tenant's
+// spend per day, never refilled) is leased as tokens instead: a region's
+// share is the part of the window's budget it may have spent in all, it
+// never shrinks (what was spent stays spent) and grows with the region's
+// demand, a validity's demand ahead, out of what no region holds; a region
+// without a lease of it spends the floor.
 package lease
 
 import (
@@ -143,6 +150,9 @@ type Table struct {
 	// than it held (learning, as Doorman's server after a master change).
 	Since  time.Time        `json:"since"`
 	Grants map[string]Grant `json:"grants,omitempty"`
+	// Budget marks the table of a budget (Ask.Budget): once any renewal
+	// says so, for good, since a budget's reservations are the larger.
+	Budget bool `json:"budget,omitempty"`
 }
 
 // NewTable is a table created at now, with no grants: it learns first.
@@ -157,6 +167,10 @@ type Ask struct {
 	// Held is the lease the region spends now: its last grant that reached
 	// it, or none (zero).
 	Held Held
+	// Budget says the ceiling is a budget consumed over a window, not a
+	// rate: Demand is then in parts of the budget per second, and shares
+	// are allowances (the package doc).
+	Budget bool
 }
 
 // Spending is the share a region spends at now by its own clock, holding
@@ -168,6 +182,25 @@ func Spending(h Held, now time.Time, o Options) (float64, error) {
 		return 0, err
 	}
 	return spends(h, now, -o.Skew, o), nil
+}
+
+// SpendingBudget is the part of a budget a region holding h may have spent
+// in all: h's share whatever its expiry (tokens do not lapse), and the floor
+// before its first lease.
+func SpendingBudget(h Held, o Options) (float64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return allowance(h, o), nil
+}
+
+// allowance is the part of a budget a region holding h may have spent.
+func allowance(h Held, o Options) float64 {
+	if h == (Held{}) {
+		return o.Floor
+	}
+	return h.Share
 }
 
 // spends is what a region holding h spends at now, its expiry moved by
@@ -199,6 +232,12 @@ func (t Table) Reserved(region string, now time.Time, o Options) (float64, error
 
 func (t Table) reserved(region string, now time.Time, o Options) float64 {
 	g, ok := t.Grants[region]
+	if t.Budget {
+		if !ok {
+			return o.Floor
+		}
+		return g.Share // no less than what it held or replaced: a budget's grants only grow
+	}
 	if !ok {
 		return o.Fallback
 	}
@@ -237,6 +276,10 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 		return t, Grant{}, fmt.Errorf("%w: ask of %q: demand %v must be finite and ≥ 0, held share %v in [0, 1]",
 			ErrInvalid, a.Region, a.Demand, a.Held.Share)
 	}
+	t.Budget = t.Budget || a.Budget
+	if t.Budget {
+		return renewBudget(t, a, now, o)
+	}
 	others, idle := 0.0, 0.0 // reservations of every other region; of those not live
 	live := 1                // live regions, a included
 	demand := a.Demand
@@ -262,11 +305,57 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 	if now.Before(t.Since.Add(o.Validity + o.Skew)) {
 		share = min(share, spends(a.Held, now, -o.Skew, o))
 	}
+	return t.with(a, share, now, o)
+}
+
+// renewBudget is Renew of a budget's table: a's allowance never shrinks
+// below any it may hold, and grows out of the room every region's
+// allowance leaves by its demand over the time since its last grant (a
+// validity's at its first since the table learned) — when the live regions' demands for a
+// validity ask for more than the room, by no more than its demand's part
+// of it. While the table learns it does not grow.
+func renewBudget(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
+	others, wanted := 0.0, a.Demand // the other regions' allowances; the live regions' demand
+	for _, r := range o.Regions {
+		if r == a.Region {
+			continue
+		}
+		others += t.reserved(r, now, o)
+		if t.live(r, now, o) {
+			wanted += t.Grants[r].Demand
+		}
+	}
+	base := allowance(a.Held, o)
+	if _, ok := t.Grants[a.Region]; ok {
+		base = max(base, t.reserved(a.Region, now, o))
+	}
+	room := max(0, 1-others-base)
+	// It grows by its demand over the time since its last grant, so that
+	// it keeps a validity's demand ahead of what it spends (its first
+	// grant's headroom) and no more.
+	learned := t.Since.Add(o.Validity + o.Skew)
+	since := o.Validity
+	if old, ok := t.Grants[a.Region]; ok && !old.Expires.Add(-o.Validity).Before(learned) {
+		since = min(since, max(0, now.Sub(old.Expires.Add(-o.Validity))))
+	}
+	step := min(a.Demand*since.Seconds(), room)
+	if wanted*o.Validity.Seconds() > room {
+		step = min(step, room*a.Demand/wanted)
+	}
+	if now.Before(learned) {
+		step = 0
+	}
+	return t.with(a, base+step, now, o)
+}
+
+// with is t with a's new grant of share at now, the grant it replaced kept
+// as Prior when a did not report holding it.
+func (t Table) with(a Ask, share float64, now time.Time, o Options) (Table, Grant, error) {
 	g := Grant{Share: share, Expires: now.Add(o.Validity), Demand: a.Demand, Held: a.Held}
 	if old, ok := t.Grants[a.Region]; ok && old.lease() != a.Held {
 		g.Prior = old.lease()
 	}
-	next := Table{Since: t.Since, Grants: make(map[string]Grant, len(t.Grants)+1)}
+	next := Table{Since: t.Since, Budget: t.Budget, Grants: make(map[string]Grant, len(t.Grants)+1)}
 	for r, old := range t.Grants {
 		if slices.Contains(o.Regions, r) {
 			next.Grants[r] = old

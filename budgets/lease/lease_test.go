@@ -32,6 +32,7 @@ type region struct {
 	replies []reply
 	cut     bool
 	demand  float64
+	spent   float64 // of a budget, in all
 }
 
 // reply is a grant on its way to its region, arriving at a true time.
@@ -64,64 +65,105 @@ func (r *region) receive(now time.Time) {
 func TestWhatTheRegionsSpendNeverSumsPastTheCeiling(t *testing.T) {
 	for seed := uint64(1); seed <= 100; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 27))
-			n := 2 + rng.IntN(3)
-			o := Options{Skew: time.Second}
-			var regions []*region
-			for i := range n {
-				name := fmt.Sprintf("r%d", i)
-				o.Regions = append(o.Regions, name)
-				regions = append(regions, &region{name: name,
-					offset: time.Duration(rng.Int64N(int64(o.Skew))) - o.Skew/2, demand: rng.Float64() * 100})
-			}
-			tb := NewTable(t0)
-			const step = 50 * time.Millisecond
-			for now := t0; now.Before(t0.Add(5 * time.Minute)); now = now.Add(step) {
-				for _, r := range regions {
-					switch x := rng.Float64(); {
-					case x < 0.002:
-						r.cut = !r.cut
-					case x < 0.004:
-						r.demand = rng.Float64() * 100
-					}
-				}
-				if rng.Float64() < 0.0005 { // the authority's state is lost
-					tb = NewTable(now.Add(regions[0].offset))
-				}
-				for _, r := range regions {
-					r.receive(now)
-					if r.cut || len(r.replies) == 2 || rng.Float64() > step.Seconds()/2 { // a renewal every 2 s on average
-						continue
-					}
-					local := now.Add(r.offset)
-					next, g, err := Renew(tb, Ask{Region: r.name, Demand: r.demand, Held: r.held}, local, o)
-					if err != nil {
-						t.Fatal(err)
-					}
-					tb = next
-					if rng.Float64() < 0.1 { // the reply is lost
-						continue
-					}
-					// Most replies arrive within a step; many take up to 3 s.
-					late := time.Duration(0)
-					if rng.Float64() < 0.5 {
-						late = time.Duration(rng.Int64N(int64(3 * time.Second)))
-					}
-					r.replies = append(r.replies, reply{grant: g, at: now.Add(late)})
-				}
-				sum := 0.0
-				for _, r := range regions {
-					s, err := Spending(r.held, now.Add(r.offset), o)
-					if err != nil {
-						t.Fatal(err)
-					}
-					sum += s
-				}
-				if sum > 1+1e-9 {
-					t.Fatalf("at %v the regions spend %.4f of the ceiling", now.Sub(t0), sum)
-				}
-			}
+			runRegions(t, seed, false)
 		})
+	}
+}
+
+// The same run of a budget: each region spends at its demand while its
+// allowance lets it, and what the regions have spent in all never sums past
+// the budget. (The table is not lost here: a lost budget table with a
+// region cut off is the case §14 says is not covered.)
+func TestWhatTheRegionsSpendOfABudgetNeverSumsPastIt(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			runRegions(t, seed, true)
+		})
+	}
+}
+
+// runRegions is one seeded 5-minute run of 2–4 regions renewing one
+// ceiling (a budget, or a rate), failing t when they spend past it.
+func runRegions(t *testing.T, seed uint64, budget bool) {
+	rng := rand.New(rand.NewPCG(seed, 27))
+	n := 2 + rng.IntN(3)
+	o := Options{Skew: time.Second}
+	demand := func() float64 {
+		if budget {
+			return rng.Float64() * 0.01 // parts of the budget per second: it runs out within the run
+		}
+		return rng.Float64() * 100
+	}
+	var regions []*region
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		o.Regions = append(o.Regions, name)
+		regions = append(regions, &region{name: name,
+			offset: time.Duration(rng.Int64N(int64(o.Skew))) - o.Skew/2, demand: demand()})
+	}
+	tb := NewTable(t0)
+	const step = 50 * time.Millisecond
+	spent := 0.0 // of a budget, by every region
+	for now := t0; now.Before(t0.Add(5 * time.Minute)); now = now.Add(step) {
+		for _, r := range regions {
+			switch x := rng.Float64(); {
+			case x < 0.002:
+				r.cut = !r.cut
+			case x < 0.004:
+				r.demand = demand()
+			}
+		}
+		if rng.Float64() < 0.0005 && !budget { // the authority's state is lost
+			tb = NewTable(now.Add(regions[0].offset))
+		}
+		for _, r := range regions {
+			r.receive(now)
+			if r.cut || len(r.replies) == 2 || rng.Float64() > step.Seconds()/2 { // a renewal every 2 s on average
+				continue
+			}
+			local := now.Add(r.offset)
+			next, g, err := Renew(tb, Ask{Region: r.name, Demand: r.demand, Held: r.held, Budget: budget}, local, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb = next
+			if rng.Float64() < 0.1 { // the reply is lost
+				continue
+			}
+			// Most replies arrive within a step; many take up to 3 s.
+			late := time.Duration(0)
+			if rng.Float64() < 0.5 {
+				late = time.Duration(rng.Int64N(int64(3 * time.Second)))
+			}
+			r.replies = append(r.replies, reply{grant: g, at: now.Add(late)})
+		}
+		sum := 0.0
+		for _, r := range regions {
+			if budget {
+				may, err := SpendingBudget(r.held, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.spent += max(0, min(r.demand*step.Seconds(), may-r.spent))
+				sum += r.spent
+				continue
+			}
+			s, err := Spending(r.held, now.Add(r.offset), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += s
+		}
+		if sum > 1+1e-9 {
+			t.Fatalf("at %v the regions spend %.4f of the ceiling", now.Sub(t0), sum)
+		}
+		spent = sum
+	}
+	// Their demand over the run is several budgets: most of it is spent,
+	// not stranded with the regions cut off (at most a validity's demand
+	// and the floor each).
+	if budget && spent < 0.5 {
+		t.Errorf("the regions spent %.3f of the budget in all; their demand was several times it", spent)
 	}
 }
 
@@ -208,6 +250,23 @@ func TestRenewalRules(t *testing.T) {
 		{"without demand anywhere the live regions split what is free evenly",
 			Table{Since: learned, Grants: map[string]Grant{"west": {Share: 0.2, Expires: t0.Add(5 * time.Second)}}},
 			Ask{Region: "east"}, t0, 0.5},
+		{"a budget's new table grants the floor a region spends without a lease",
+			NewTable(t0), Ask{Region: "east", Demand: 0.01, Budget: true}, t0, 0.05},
+		{"a budget's allowance grows by a validity of its demand",
+			Table{Since: learned, Budget: true, Grants: map[string]Grant{"west": {Share: 0.2, Expires: t0.Add(5 * time.Second), Demand: 0.001}}},
+			Ask{Region: "east", Demand: 0.01, Held: Held{Share: 0.3, Expires: t0}, Budget: true}, t0, 0.4},
+		{"a budget's allowance never shrinks, with no demand",
+			Table{Since: learned, Budget: true}, Ask{Region: "east", Held: Held{Share: 0.3, Expires: t0}, Budget: true}, t0, 0.3},
+		{"a budget's allowance keeps a grant whose reply was lost",
+			Table{Since: learned, Budget: true, Grants: map[string]Grant{"east": {Share: 0.5, Expires: t0.Add(5 * time.Second)}}},
+			Ask{Region: "east", Held: Held{Share: 0.3, Expires: t0}, Budget: true}, t0, 0.5},
+		{"a budget's room is split by the live regions' demand when they ask for more",
+			Table{Since: learned, Budget: true, Grants: map[string]Grant{"west": {Share: 0.5, Expires: t0.Add(5 * time.Second), Demand: 0.03}}},
+			Ask{Region: "east", Demand: 0.01, Held: Held{Share: 0.3, Expires: t0}, Budget: true}, t0, 0.35},
+		{"a region a budget's table never saw is reserved the floor",
+			Table{Since: learned, Budget: true}, Ask{Region: "east", Demand: 1, Held: Held{Share: 0.3, Expires: t0}, Budget: true}, t0, 0.95},
+		{"a table once a budget's stays one",
+			Table{Since: learned, Budget: true}, Ask{Region: "east", Held: Held{Share: 0.3, Expires: t0}}, t0, 0.3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

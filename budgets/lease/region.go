@@ -9,17 +9,36 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// CeilingKinds are the kinds of ceiling a regional lease can split: rates
-// and concurrency (a tenant's spend window is consumed, not refilled, and
-// is not among them, docs/architecture.md §14): the kinds a configuration's
-// global.ceilings may name.
-var CeilingKinds = []string{"tenant_rate", "tenant_concurrency", "route_requests", "route_tokens", "pool_reserve"}
+// CeilingKinds are the kinds of ceiling a regional lease can split: rates,
+// concurrency and budgets (docs/architecture.md §14): the kinds a
+// configuration's global.ceilings may name.
+var CeilingKinds = []string{"tenant_rate", "tenant_concurrency", "tenant_spend", "route_requests", "route_tokens", "pool_reserve"}
+
+// BudgetKinds are the kinds of CeilingKinds that are budgets, consumed over
+// a window and never refilled, leased as allowances (Ask.Budget): their
+// demand is in parts of the budget per second.
+var BudgetKinds = []string{"tenant_spend"}
+
+// demandField names key's demand, of kind, in the region's store, so that
+// the renewer learns each key's kind from any gateway's demand.
+func demandField(key, kind string) string { return kind + "|" + key }
+
+// splitDemandField is the key and kind a demandField names (no kind for a
+// field without one).
+func splitDemandField(field string) (key, kind string) {
+	kind, key, ok := strings.Cut(field, "|")
+	if !ok {
+		return field, ""
+	}
+	return key, kind
+}
 
 // DefaultInterval is a region's rebalance interval: how often its renewer
 // renews every lease it holds (docs/architecture.md §14).
@@ -91,6 +110,7 @@ type Region struct {
 	stepped   time.Time // when it last claimed or extended the lock
 	takenAt   time.Time // the last TakeDemand
 	rate      map[string]float64
+	budget    map[string]bool      // the keys its demand named as budgets
 	wantedAt  map[string]time.Time // the last take in which key had demand
 	asked     map[string]asked     // key's last renewal
 
@@ -106,6 +126,9 @@ type Region struct {
 type asked struct {
 	demand float64
 	at     time.Time
+	// shrank: the grant came back smaller than the lease held when it
+	// asked, which the table keeps reserved until the region's next ask.
+	shrank bool
 }
 
 // kindSeen is a key's ceiling kind and when this gateway last wanted it.
@@ -167,7 +190,7 @@ func NewRegion(store RegionStore, auth Authority, opts RegionOptions) (*Region, 
 	}
 	r := &Region{store: store, auth: auth, opts: opts, lease: lease, now: opts.Now, log: opts.Logger,
 		held: map[string]Held{}, local: map[string]float64{}, kinds: map[string]kindSeen{},
-		rate: map[string]float64{}, wantedAt: map[string]time.Time{}, asked: map[string]asked{},
+		rate: map[string]float64{}, budget: map[string]bool{}, wantedAt: map[string]time.Time{}, asked: map[string]asked{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if r.now == nil {
 		r.now = time.Now
@@ -195,7 +218,7 @@ func NewRegion(store RegionStore, auth Authority, opts RegionOptions) (*Region, 
 // Share is the part of ceiling key, of kind, this region may spend at now:
 // 1 for a kind that does not hold across regions; else the lease it holds
 // while it lasts, then its safe share (Spending), and the fallback before
-// its first lease.
+// its first lease; of a budget, its allowance (SpendingBudget).
 func (r *Region) Share(key, kind string, now time.Time) float64 {
 	if !r.opts.Global(kind) {
 		return 1
@@ -203,6 +226,14 @@ func (r *Region) Share(key, kind string, now time.Time) float64 {
 	r.mu.RLock()
 	h := r.held[key]
 	r.mu.RUnlock()
+	return r.spends(h, kind, now)
+}
+
+// spends is what the region spends holding h of a ceiling of kind at now.
+func (r *Region) spends(h Held, kind string, now time.Time) float64 {
+	if slices.Contains(BudgetKinds, kind) {
+		return allowance(h, r.lease)
+	}
 	return spends(h, now, -r.lease.Skew, r.lease)
 }
 
@@ -216,13 +247,31 @@ func (r *Region) Want(key, kind string, units float64) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.local[key] += units
+	r.local[demandField(key, kind)] += units
 	r.kinds[key] = kindSeen{kind: kind, at: now}
 }
 
-// Start runs Round every quarter Interval in the background until Close.
+// Load reads the region's leases from its store, as every Round does
+// first. A gateway that has not read them spends the fallback, which the
+// table does not reserve for a region holding a grant (only the grant):
+// Start loads before it returns, so a gateway that starts in a region
+// holding leases spends them from its first request, not the fallback
+// until its first round. When the store cannot be read, the gateway
+// spends the fallback until a round reads it (logged), as a region whose
+// store and gateways all lost its leases does (docs/architecture.md §14).
+func (r *Region) Load(ctx context.Context) {
+	r.round.Lock()
+	defer r.round.Unlock()
+	r.refresh(ctx, r.now())
+}
+
+// Start loads the region's leases (within a quarter Interval), then runs
+// Round every quarter Interval in the background until Close.
 func (r *Region) Start() {
 	r.startOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.Interval/4)
+		r.Load(ctx)
+		cancel()
 		r.mu.Lock()
 		r.started = true
 		r.mu.Unlock()
@@ -300,6 +349,7 @@ func (r *Region) Round(ctx context.Context) {
 			}
 			r.renewer = false
 			clear(r.rate)
+			clear(r.budget)
 			clear(r.wantedAt)
 			clear(r.asked)
 			return
@@ -330,9 +380,10 @@ func (r *Region) takeOver(ctx context.Context, now time.Time) {
 	if err != nil {
 		r.log.Warn("lease: take the region's demand", "err", err)
 	}
-	for key, u := range units {
-		if u > 0 {
+	for field, u := range units {
+		if key, kind := splitDemandField(field); u > 0 {
 			r.wantedAt[key] = now
+			r.budget[key] = slices.Contains(BudgetKinds, kind)
 		}
 	}
 	r.takenAt = now
@@ -406,19 +457,24 @@ func (r *Region) takeDemand(ctx context.Context, now time.Time) {
 	}
 	r.takenAt = now
 	alpha := 1 - math.Exp(-dt/(demandTau*r.opts.Interval.Seconds()))
-	seeded := map[string]bool{}
-	for key, u := range units {
+	seeded, byKey := map[string]bool{}, map[string]float64{}
+	for field, u := range units {
 		if !(u > 0) {
 			continue
 		}
+		key, kind := splitDemandField(field)
+		byKey[key] += u
 		r.wantedAt[key] = now
+		r.budget[key] = slices.Contains(BudgetKinds, kind)
+	}
+	for key, u := range byKey {
 		if _, ok := r.rate[key]; !ok {
 			r.rate[key], seeded[key] = u/dt, true // a key's first measure is its rate
 		}
 	}
 	for key, rate := range r.rate {
 		if !seeded[key] {
-			r.rate[key] = rate + (units[key]/dt-rate)*alpha
+			r.rate[key] = rate + (byKey[key]/dt-rate)*alpha
 		}
 	}
 }
@@ -427,9 +483,11 @@ func (r *Region) takeDemand(ctx context.Context, now time.Time) {
 // a validity that is due, and records each grant in the region's store. A
 // lease is due an Interval after its last ask (to the round: at least
 // seven eighths of one), or half an Interval after it when its demand has
-// moved by more than demandShift since: a shift of demand is answered
+// moved by more than demandShift since — a shift of demand is answered
 // within about a round of being measured instead of up to an interval
-// later. Never sooner: an ask says the region holds the lease last
+// later — or when its grant came back smaller than the lease it held,
+// which the table reserves until the region's next ask: the region
+// growing in its place gets the room a round or two sooner. Never sooner: an ask says the region holds the lease last
 // recorded, and every gateway of the region reads the leases each round,
 // so two asks of a key are at least two rounds apart. Called under round.
 func (r *Region) renewDue(ctx context.Context, now time.Time) {
@@ -437,6 +495,7 @@ func (r *Region) renewDue(ctx context.Context, now time.Time) {
 		if now.Sub(at) >= r.lease.Validity {
 			delete(r.wantedAt, key) // wanted by no one for a validity: let it lapse
 			delete(r.rate, key)
+			delete(r.budget, key)
 			delete(r.asked, key)
 		}
 	}
@@ -447,12 +506,14 @@ func (r *Region) renewDue(ctx context.Context, now time.Time) {
 		last, ok := r.asked[key]
 		since, demand := now.Sub(last.at), r.rate[key]
 		moved := math.Abs(demand-last.demand) > demandShift*max(demand, last.demand)
-		if ok && since < r.opts.Interval-r.opts.Interval/8 && (!moved || since < r.opts.Interval/2) {
+		early := moved || last.shrank
+		if ok && since < r.opts.Interval-r.opts.Interval/8 && (!early || since < r.opts.Interval/2) {
 			continue
 		}
 		r.asked[key] = asked{demand: demand, at: now}
-		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key]}, now, r.lease)
+		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key], Budget: r.budget[key]}, now, r.lease)
 		if err == nil {
+			r.asked[key] = asked{demand: demand, at: now, shrank: g.Share < held[key].Share}
 			h := Held{Share: g.Share, Expires: g.Expires}
 			if err = r.store.SetHeld(ctx, key, h); err == nil {
 				r.mu.Lock()
@@ -489,7 +550,7 @@ func (r *Region) renewed(err error) {
 // kind, over the keys this gateway wanted within a validity or whose
 // lease has not expired. A kind of RegionOptions.Kinds with no such key
 // reads as idle: the share a first key of it would spend (the fallback,
-// before its first lease), no expiry, and 0 on the safe share — nothing
+// or a budget's floor, before its first lease), no expiry, and 0 on the safe share — nothing
 // is spent on it, so nothing pages.
 type regionGauges Region
 
@@ -519,10 +580,13 @@ func (g *regionGauges) Collect(ch chan<- prometheus.Metric) {
 	r.mu.RLock()
 	for key, k := range r.kinds {
 		h := r.held[key]
-		share := spends(h, now, -r.lease.Skew, r.lease)
+		share := r.spends(h, k.kind, now)
 		expiry := max(0, h.Expires.Sub(now).Seconds())
 		onSafe := 0.0
-		if h == (Held{}) || !now.Before(h.Expires.Add(-r.lease.Skew)) {
+		// A budget's allowance does not lapse: only one never granted is
+		// its floor, the safe share's like.
+		lapsed := !now.Before(h.Expires.Add(-r.lease.Skew)) && !slices.Contains(BudgetKinds, k.kind)
+		if h == (Held{}) || lapsed {
 			onSafe = 1
 		}
 		a := kinds[k.kind]
@@ -535,7 +599,7 @@ func (g *regionGauges) Collect(ch chan<- prometheus.Metric) {
 	r.mu.RUnlock()
 	for _, kind := range r.opts.Kinds {
 		if kinds[kind] == nil {
-			kinds[kind] = &agg{share: r.lease.Fallback}
+			kinds[kind] = &agg{share: r.spends(Held{}, kind, now)}
 		}
 	}
 	for kind, a := range kinds {

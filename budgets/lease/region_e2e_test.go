@@ -175,3 +175,88 @@ func twoRegionsShareOneCeiling(t *testing.T, shiftAt time.Duration) {
 		t.Errorf("west, cut off, spent more than its safe share for %v; want it there within a lease's validity (%v)", westSafeAt, validity)
 	}
 }
+
+// A tenant's spend window of 20,000 units held across two regions, each
+// with its own store, granter and a gateway whose slices its Region
+// scales: demand 120/30 per second, shifting to 30/120 at 60 s, together
+// more than the budget by 133 s. What the regions admit never sums past
+// the budget; from 10 s after the shift until 95 % of it is spent each
+// region is served what it asks for; and at most a few per cent of it is
+// left stranded in the regions' allowances.
+func TestABudgetIsSpentWhereItsDemandIsAndNeverPastIt(t *testing.T) {
+	const (
+		budget  = 20000.0
+		step    = 10 * time.Millisecond
+		round   = lease.DefaultInterval / 4
+		shiftAt = 60 * time.Second
+		end     = 180 * time.Second
+	)
+	ctx := context.Background()
+	clock := slicetest.NewClock()
+	opts := lease.Options{Regions: []string{"east", "west"}}
+	authority := lease.NewMemory()
+	window := slice.Rate{Key: "tenant:acme:spend:86400000:0", Kind: "tenant_spend", Burst: budget}
+	global := func(kind string) bool { return kind == window.Kind }
+	type region struct {
+		name            string
+		leases          *lease.Region
+		slices          *slice.Slices
+		offset          time.Duration
+		offered         float64
+		asked, admitted int // from 10 s after the shift until 95 % is spent
+	}
+	var regions []*region
+	for i, name := range opts.Regions {
+		r := &region{name: name, offset: time.Duration(i) * round / 2}
+		var err error
+		r.leases, err = lease.NewRegion(lease.NewMemoryRegion(clock.Now), authority, lease.RegionOptions{
+			Region: name, Holder: "gw-" + name, Lease: opts, Global: global, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.leases.Close)
+		r.slices = slicetest.RegionSlices(t, slice.NewMemory(clock.Now), clock.Now, r.leases)
+		regions = append(regions, r)
+	}
+	spent := 0
+	for elapsed := time.Duration(0); elapsed < end; elapsed += step {
+		demand := map[string]float64{"east": 120, "west": 30}
+		if elapsed >= shiftAt {
+			demand = map[string]float64{"east": 30, "west": 120}
+		}
+		counted := elapsed >= shiftAt+10*time.Second && spent < int(0.95*budget)
+		for _, r := range regions {
+			for r.offered += demand[r.name] * step.Seconds(); r.offered >= 1; r.offered-- {
+				ok, _ := r.slices.Take(ctx, window)
+				if ok {
+					spent++
+				}
+				if counted {
+					r.asked++
+					if ok {
+						r.admitted++
+					}
+				}
+			}
+		}
+		if spent > budget {
+			t.Fatalf("at %v the regions have spent %d of a budget of %v", elapsed, spent, budget)
+		}
+		clock.Advance(step)
+		for _, r := range regions {
+			if (elapsed+step+r.offset)%round == 0 {
+				r.leases.Round(ctx)
+			}
+		}
+	}
+	t.Logf("spent %d of %v", spent, budget)
+	if spent < int(0.97*budget) {
+		t.Errorf("the regions spent %d of the budget %v while both asked for more; want at least 97 %% of it", spent, budget)
+	}
+	for _, r := range regions {
+		t.Logf("%s, from 10 s after the shift until 95 %% was spent: admitted %d of %d asked", r.name, r.admitted, r.asked)
+		if r.asked == 0 || float64(r.admitted) < 0.99*float64(r.asked) {
+			t.Errorf("%s admitted %d of the %d it asked for while the budget lasted; want at least 99 %%", r.name, r.admitted, r.asked)
+		}
+	}
+}

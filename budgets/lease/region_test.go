@@ -257,6 +257,46 @@ func TestAStoreThatLostItsLeasesLeavesTheLastKnownLeaseInForce(t *testing.T) {
 	}
 }
 
+// A gateway that starts in a region holding a lease spends that lease
+// from its first request, not the fallback: the table reserves a region
+// holding a grant only that grant, so a gateway spending the fallback
+// until its loop's first round (a quarter interval later) would let the
+// regions spend past the ceiling (hedgerow simulate --regions, its
+// renewers' handover). Start reads the region's leases first.
+func TestAGatewayStartingInARegionThatHoldsALeaseSpendsItFromItsFirstRequest(t *testing.T) {
+	c := slicetest.NewClock() // nothing here sleeps; the started loop's first tick is a second of wall time away
+	mem := NewMemory()
+	east := gateway(t, c, NewMemoryRegion(c.Now), mem, "east", "gw-east", nil)
+	westStore := NewMemoryRegion(c.Now)
+	west := gateway(t, c, westStore, mem, "west", "gw-west", nil)
+	// 80 s: past the table's learning, shares sized 9:1.
+	for range 160 {
+		c.Advance(DefaultInterval / 4)
+		east.Want(rateKey, rateKind, 45)
+		west.Want(rateKey, rateKind, 5)
+		east.Round(context.Background())
+		west.Round(context.Background())
+	}
+	held := west.Share(rateKey, rateKind, c.Now())
+	if held >= 0.5 {
+		t.Fatalf("west's share after 80 s of 1 in 10 of the demand = %v; want below the fallback 0.5", held)
+	}
+	late, err := NewRegion(westStore, mem, RegionOptions{Region: "west", Holder: "gw-west-2", Lease: twoRegions(),
+		Interval: 4 * time.Second, Global: globalRates, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(late.Close)
+	late.Start()
+	got := late.Share(rateKey, rateKind, c.Now())
+	if got != held {
+		t.Errorf("a gateway of west just started spends %v; want west's lease, %v", got, held)
+	}
+	if sum := east.Share(rateKey, rateKind, c.Now()) + got; sum > 1+1e-9 {
+		t.Errorf("the regions may spend %v of the ceiling together; want at most 1", sum)
+	}
+}
+
 // A region's first requests come before its first renewer: the keys they
 // wanted are renewed when a gateway takes the lock, not forgotten with the
 // demand whose span is unknown.

@@ -2,6 +2,7 @@ package slice
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +17,27 @@ type fixedLeases struct {
 	wanted map[string]float64
 }
 
-func (l *fixedLeases) Share(key, kind string, now time.Time) float64 {
+func (l *fixedLeases) Share(key, kind string, now time.Time) float64 { return l.shareOf(key) }
+
+func (l *fixedLeases) shareOf(key string) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if s, ok := l.share[key]; ok {
 		return s
 	}
 	return 1
+}
+
+func (l *fixedLeases) setShare(key string, share float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.share[key] = share
+}
+
+func (l *fixedLeases) wantedOf(key string) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wanted[key]
 }
 
 func (l *fixedLeases) Want(key, kind string, units float64) {
@@ -117,7 +134,8 @@ func TestWithLeasesAConcurrencyCeilingHoldsItsShareOfMaxRoundedDown(t *testing.T
 	}
 }
 
-func TestWithLeasesABudgetThatNeverRefillsIsLeftWhole(t *testing.T) {
+func TestWithLeasesABudgetIsSpentUpToTheRegionsAllowanceAsItGrows(t *testing.T) {
+	ctx := context.Background()
 	clock := newTestClock()
 	leases := &fixedLeases{share: map[string]float64{"window": 0.25}, wanted: map[string]float64{}}
 	s, err := newSlices(NewMemory(clock.Now), Options{Holder: "gw", Now: clock.Now, Leases: leases})
@@ -125,11 +143,20 @@ func TestWithLeasesABudgetThatNeverRefillsIsLeftWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	window := Rate{Key: "window", Kind: "tenant_spend", PerSecond: 0, Burst: 4}
-	if ok, _ := s.TakeN(context.Background(), window, 4); !ok {
-		t.Fatal("a window's budget of 4 refused 4 at a share of 0.25; want it left whole")
+	window := Rate{Key: "window", Kind: "tenant_spend", PerSecond: 0, Burst: 100}
+	spend := func(n float64, want bool) {
+		t.Helper()
+		if ok, _ := s.TakeN(ctx, window, n); ok != want {
+			t.Fatalf("a take of %v at the allowance %v: admitted %v, want %v", n, leases.shareOf("window"), ok, want)
+		}
 	}
-	if len(leases.wanted) != 0 {
-		t.Fatalf("reported %v as demand; a budget that never refills is not a lease's", leases.wanted)
+	spend(25, true)
+	spend(1, false)
+	leases.setShare("window", 0.5)
+	clock.Advance(time.Second)
+	spend(25, true)
+	spend(1, false)
+	if got := leases.wantedOf("window"); math.Abs(got-0.52) > 1e-9 {
+		t.Fatalf("reported %v as demand; want the 52 units asked for as 0.52 of the budget", got)
 	}
 }

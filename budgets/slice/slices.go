@@ -292,14 +292,19 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 // (Options.Leases), the n units wanted reported as its demand. Burst stays
 // at least 1 (a rate's least, so a token can be granted at all): with k
 // regions, their bursts may sum past the ceiling's by up to k−1 tokens.
-// A budget that never refills (PerSecond 0) is left whole: a share of it
-// bounds nothing once shares shift (§14, a lease of what is left is not
-// built).
+// A budget that never refills (PerSecond 0) is leased as an allowance, the
+// part of it the region may have spent in all (§14): its demand is in
+// parts of the budget, and its bucket gains each growth of the allowance
+// as a raised limit (Rebudget).
 func (s *Slices) regionalRate(r Rate, now time.Time, n float64) Rate {
-	if s.opts.Leases == nil || r.PerSecond == 0 {
+	if s.opts.Leases == nil {
 		return r
 	}
-	s.opts.Leases.Want(r.Key, r.Kind, math.Max(n, 1))
+	units := math.Max(n, 1)
+	if r.PerSecond == 0 {
+		units = n / r.Burst
+	}
+	s.opts.Leases.Want(r.Key, r.Kind, units)
 	if share := s.opts.Leases.Share(r.Key, r.Kind, now); share < 1 {
 		r.PerSecond *= share
 		r.Burst = math.Max(math.Min(1, r.Burst), r.Burst*share)

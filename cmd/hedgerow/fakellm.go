@@ -19,9 +19,11 @@ func newFakeLLMCmd() *cobra.Command {
 		cfg     fakellm.Options
 		instant int
 		limits  realTimeLimits
+		style   string
+		brk     string
 	)
 	cmd := &cobra.Command{
-		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early]",
+		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE]",
 		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
 		Long: `fakellm plays one route of a seeded workload model (the simulator's, as hedgerow simulate plays it) in real time:
 POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
@@ -31,6 +33,21 @@ model second (0.1 runs the model ten times faster than real time). --open-early 
 stream at once, as real providers do, and sends its first token at the drawn first byte.
 --requests-per-minute and --tokens-per-minute enforce a provider key's limits in real time:
 past them the route answers 429 with Retry-After, as a provider does.
+
+An answer's text is a function of the conversation alone, its length of the conversation and
+max_tokens: the same whatever --seed, --route or stream (timing and faults still follow them).
+--continuation lets the route finish an answer from any prefix of that text, sent back as the
+final assistant message, and answer exactly the rest (a partial that is not a prefix is refused
+400; a continuation's max_tokens counts only the new tokens):
+  prefill                 Anthropic Messages: a final assistant message (no trailing whitespace)
+  continue_final_message  vLLM/SGLang chat: "continue_final_message": true with
+                          "add_generation_prompt": false
+  prefix                  DeepSeek chat: a final assistant message with "prefix": true
+A route refuses another style's continuation with 400; with none (the default) it behaves as
+before. --break-share F --break-after N breaks a share F of streaming answers longer than N
+tokens (drawn per request from --seed and --route) right after their Nth content token:
+--break-mode cut closes the connection, error sends the API's in-band error event, stall goes
+silent until the client leaves. Continuations never break.
 
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
@@ -48,6 +65,12 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 			if cfg.RateLimit, err = limits.inModelTime(cfg.TimeScale); err != nil {
 				return err
 			}
+			if cfg.Continuation, err = fakellm.ParseContinuation(style); err != nil {
+				return fmt.Errorf("--continuation: %w", err)
+			}
+			if cfg.BreakMode, err = fakellm.ParseBreakMode(brk); err != nil {
+				return fmt.Errorf("--break-mode: %w", err)
+			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			f, err := node.StartFakeLLM(listen, cfg, log)
@@ -55,7 +78,8 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 				return err
 			}
 			log.Info("fakellm serving", "http", "http://"+f.Addr().String(), "workload", cfg.Workload,
-				"route", cfg.Route, "seed", cfg.Seed, "time_scale", cfg.TimeScale, "open_early", cfg.OpenEarly)
+				"route", cfg.Route, "seed", cfg.Seed, "time_scale", cfg.TimeScale, "open_early", cfg.OpenEarly,
+				"continuation", cfg.Continuation, "break_share", cfg.BreakShare, "break_after", cfg.BreakAfter, "break_mode", cfg.BreakMode)
 			return flags.runUntilDone(ctx, f, log)
 		},
 	}
@@ -71,6 +95,10 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.IntVar(&instant, "instant", 0, "instead of --workload, answer every request at once, never failing, with exactly N tokens (for hedgerow bench --compare-direct)")
 	f.IntVar(&limits.requests, "requests-per-minute", 0, "requests a real minute the route admits before it answers 429 (0: no limit)")
 	f.IntVar(&limits.tokens, "tokens-per-minute", 0, "input and output tokens a real minute the route admits before it answers 429 (0: no limit)")
+	f.StringVar(&style, "continuation", string(fakellm.ContinuationNone), "how the route continues an answer from partial assistant output: none, prefill, continue_final_message or prefix")
+	f.Float64Var(&cfg.BreakShare, "break-share", 0, "share of streaming answers broken after --break-after tokens, in [0, 1]")
+	f.IntVar(&cfg.BreakAfter, "break-after", 0, "content tokens a broken stream sends before it breaks")
+	f.StringVar(&brk, "break-mode", string(fakellm.BreakCut), "how a broken stream fails: cut, error or stall")
 	return cmd
 }
 

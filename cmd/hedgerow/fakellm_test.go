@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -63,5 +66,63 @@ func TestFakeLLMRefusesALimitItsTimeScaleCannotKeepWhole(t *testing.T) {
 	out, err := runRoot(t, "fakellm", "--listen", "127.0.0.1:0", "--time-scale", "0.1", "--requests-per-minute", "5")
 	if err == nil || !strings.Contains(err.Error(), "whole number") {
 		t.Fatalf("fakellm with 0.5 requests a model minute: err %v\n%s", err, out)
+	}
+}
+
+func TestFakeLLMRefusesAnUnknownContinuationStyleOrBreakMode(t *testing.T) {
+	for _, args := range [][]string{
+		{"--continuation", "suffix"},
+		{"--break-mode", "explode"},
+		{"--break-share", "1.5"},
+	} {
+		out, err := runRoot(t, append([]string{"fakellm", "--listen", "127.0.0.1:0"}, args...)...)
+		if err == nil {
+			t.Errorf("fakellm %v started:\n%s", args, out)
+		}
+	}
+}
+
+func TestFakeLLMContinuesAPrefixAndBreaksStreamsAsItsFlagsSay(t *testing.T) {
+	noLeaks(t)
+	r := startCmd(t, "fakellm", "--listen", "127.0.0.1:0", "--instant", "6", "--continuation", "prefix",
+		"--break-share", "1", "--break-after", "2", "--break-mode", "error")
+	base := r.waitFor(servingURL)
+	post := func(body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(data)
+	}
+	const question = `{"role":"user","content":"q"}`
+	status, full := post(`{"model":"m","messages":[` + question + `]}`)
+	var answer struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(full), &answer); status != http.StatusOK || err != nil || len(answer.Choices) != 1 {
+		t.Fatalf("answer: %d %v %s", status, err, full)
+	}
+	text := answer.Choices[0].Message.Content
+	cut := strings.Index(text[1:], " ") + 1 // after the first word
+	status, rest := post(`{"model":"m","messages":[` + question + `,{"role":"assistant","prefix":true,"content":` +
+		strconv.Quote(text[:cut]) + `}]}`)
+	if err := json.Unmarshal([]byte(rest), &answer); status != http.StatusOK || err != nil || answer.Choices[0].Message.Content != text[cut:] {
+		t.Errorf("continuation after %q: %d %s; want the rest %q", text[:cut], status, rest, text[cut:])
+	}
+	status, stream := post(`{"model":"m","stream":true,"messages":[` + question + `]}`)
+	if status != http.StatusOK || strings.Count(stream, `"content":"`) != 3 || !strings.Contains(stream, `data: {"error":`) ||
+		strings.Contains(stream, "[DONE]") {
+		t.Errorf("a stream broken after 2 tokens with an error event: %d\n%s", status, stream)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatalf("fakellm: %v", err)
 	}
 }

@@ -47,11 +47,15 @@ setting with the best P99.9 inside the configured ceilings. --sweep without --re
 sweeps the built-in --workload. --export-records writes a run's records in that format.
 
 Regions: --regions N (N ≥ 2) splits two global ceilings (a tenant's 200 requests/s, a
-route's 6,000 requests/min) into regional leases with the production lease code
-(budgets/lease) over an in-memory authority, on virtual time: arrivals at 1.5× each
-ceiling, demand skewed (80/20 for two regions) and reversed at a quarter of the run,
-the busiest region then cut off from the authority for 60 s, the authority's tables
-lost at 80 %. It prints per ceiling the worst 10 s window of global use against the
+route's 6,000 requests/min) into regional leases with the production lease code on
+virtual time: in each region two gateways, each a lease.Region on the region's store
+(one renews, holding the renewal lock), over an in-memory authority reached with a
+50–150 ms round trip per call and 2 % of write replies lost; arrivals at 1.5× each
+ceiling, admitted at the share the gateway's lease.Region answers, demand skewed
+(80/20 for two regions) and reversed at a quarter of the run, each region's renewer
+leaving at 15 % (another gateway takes the renewals over), the busiest region then
+cut off from the authority for 60 s, the authority's tables lost at 80 %. It prints the
+authority calls and per ceiling the worst 10 s window of global use against the
 ceiling, the time every region takes to reach 90 % of its demand-fair share after the
 shift and after the heal, what the cut-off region spent once its lease ran out, each
 region's refusals and a timeline. --requests (in all, at least 108,000) and --seed

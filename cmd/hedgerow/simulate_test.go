@@ -207,10 +207,11 @@ func TestSimulateRegionsJSONHasTheDocumentedShape(t *testing.T) {
 		t.Fatalf("simulate --regions: %v\n%s", err, out)
 	}
 	var rep struct {
-		Regions  []string                     `json:"regions"`
-		Seed     uint64                       `json:"seed"`
-		Scenario map[string]json.RawMessage   `json:"scenario"`
-		Ceilings []map[string]json.RawMessage `json:"ceilings"`
+		Regions   []string                     `json:"regions"`
+		Seed      uint64                       `json:"seed"`
+		Scenario  map[string]json.RawMessage   `json:"scenario"`
+		Authority map[string]json.RawMessage   `json:"authority"`
+		Ceilings  []map[string]json.RawMessage `json:"ceilings"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
@@ -221,6 +222,11 @@ func TestSimulateRegionsJSONHasTheDocumentedShape(t *testing.T) {
 	for _, key := range []string{"demand_before", "demand_after", "shift_s", "cut_off", "partition_s", "heal_s", "forget_s"} {
 		if _, ok := rep.Scenario[key]; !ok {
 			t.Errorf("scenario misses %q", key)
+		}
+	}
+	for _, key := range []string{"reads", "writes", "conflicts", "lost_replies", "cut", "renewers"} {
+		if _, ok := rep.Authority[key]; !ok {
+			t.Errorf("authority misses %q", key)
 		}
 	}
 	for _, key := range []string{"name", "limit_per_s", "max_window_use", "max_spent_share", "rebalance_s", "converge_s",

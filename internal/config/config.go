@@ -390,7 +390,48 @@ type Route struct {
 	// for hedgerow's own excess (docs/architecture.md §7, "Route
 	// capacity"). Zero, or absent, is no limit.
 	Limits RouteLimits `yaml:"limits"`
+	// Continuation is how the route's provider continues an answer from
+	// partial output, so a continuation attempt may run on it
+	// (docs/architecture.md §6, "Continuation attempts"): ContinuationNone
+	// (the default) for a route that cannot.
+	Continuation Continuation `yaml:"continuation"`
 }
+
+// Continuation is the style in which a route's provider continues an
+// answer from partial output: the adapter sends the partial text as the
+// final assistant message, marked as the provider's API asks.
+type Continuation string
+
+// Continuation styles.
+const (
+	// ContinuationNone: the route is never sent a continuation.
+	ContinuationNone Continuation = "none"
+	// ContinuationPrefill: Anthropic's assistant prefill (an anthropic
+	// route, of a model that accepts prefill).
+	ContinuationPrefill Continuation = "prefill"
+	// ContinuationContinueFinalMessage: vLLM's and SGLang's
+	// continue_final_message with add_generation_prompt false (an openai
+	// route).
+	ContinuationContinueFinalMessage Continuation = "continue_final_message"
+	// ContinuationPrefix: DeepSeek's assistant message with prefix: true
+	// (an openai route at DeepSeek's beta base URL).
+	ContinuationPrefix Continuation = "prefix"
+)
+
+// Provider is the provider a route must speak for the style; empty for
+// ContinuationNone and unknown styles.
+func (c Continuation) Provider() Provider {
+	switch c {
+	case ContinuationPrefill:
+		return ProviderAnthropic
+	case ContinuationContinueFinalMessage, ContinuationPrefix:
+		return ProviderOpenAI
+	}
+	return ""
+}
+
+// CanContinue reports whether the route may be sent a continuation.
+func (r *Route) CanContinue() bool { return r.Continuation.Provider() != "" }
 
 // RouteLimits are a provider key's published limits: requests, and input
 // plus output tokens, per minute. Zero in a field is no limit there.
@@ -431,7 +472,37 @@ type Pool struct {
 	// OutlierDetection ejects a route of the pool that keeps failing
 	// (docs/architecture.md §5, "Route health").
 	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+	// Rescue says whether a committed stream of the pool that breaks after
+	// its commit is continued on another route (issue 30). Parsed and
+	// checked; the dispatcher does not act on it yet.
+	Rescue Rescue `yaml:"rescue"`
 }
+
+// Rescue is a pool's rescue of committed streams that break after their
+// commit: off (the default), or continued from the text the caller has on
+// another route whose continuation is not none, at most Max times per
+// user action beyond its policy's max_attempts.
+type Rescue struct {
+	Mode RescueMode `yaml:"mode"`
+	// Max is how many continuation attempts one user action may have;
+	// 1 (the default) to MaxRescues.
+	Max int `yaml:"max"`
+}
+
+// RescueMode is what a pool does with a committed stream that breaks.
+type RescueMode string
+
+// Rescue modes.
+const (
+	// RescueOff ends a broken committed stream with stream_interrupted.
+	RescueOff RescueMode = "off"
+	// RescueContinue starts a continuation attempt.
+	RescueContinue RescueMode = "continue"
+)
+
+// MaxRescues bounds pools.*.rescue.max: each rescue is an attempt beyond
+// max_attempts, paid in full, so a stream that keeps breaking is let go.
+const MaxRescues = 3
 
 // OutlierDetection configures route health, as Envoy's outlier detection:
 // consecutive transient failures, or a failure rate over a window, eject a

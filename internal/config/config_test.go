@@ -938,8 +938,6 @@ func TestGlobalCeilingsNeedRegionsThatHoldAndAreOffByDefault(t *testing.T) {
 		{"a region named twice", "deployment: {region: east}\nglobal: {regions: [east, east]}\n", "global.regions[1]", "named twice"},
 		{"a region that is no token", "deployment: {region: East}\n", "deployment.region", "not a token"},
 		{"settings without regions", "global: {fallback_share: 0.2}\n", "global.regions", "name every region"},
-		{"a spend window as a global ceiling", "deployment: {region: east}\nglobal: {regions: [east, west], ceilings: [tenant_spend]}\n",
-			"global.ceilings[0]", "consumed, not refilled"},
 		{"an unknown ceiling", "deployment: {region: east}\nglobal: {regions: [east, west], ceilings: [tenant_mood]}\n",
 			"global.ceilings[0]", "not one of"},
 		{"a fallback share past an even split", "deployment: {region: east}\nglobal: {regions: [east, west], fallback_share: 0.6}\n",
@@ -966,6 +964,11 @@ func TestGlobalCeilingsNeedRegionsThatHoldAndAreOffByDefault(t *testing.T) {
 	wantNoProblems(t, ps)
 	if !cfg.GlobalCeiling("route_requests") || cfg.GlobalCeiling("tenant_rate") {
 		t.Error("global.ceilings [route_requests]: want that kind global and no other")
+	}
+	cfg, ps = parse(t, minimal+"deployment: {region: east}\nglobal: {regions: [east, west]}\n", RoleServe, noEnv)
+	wantNoProblems(t, ps)
+	if !cfg.GlobalCeiling("tenant_spend") || !cfg.GlobalCeiling("tenant_rate") {
+		t.Error("global without ceilings: want every kind a lease splits global, a spend window's included")
 	}
 	if o := cfg.LeaseOptions(); o.Validity != 10*time.Second || o.Skew != time.Second || cfg.Global.RebalanceInterval != 2*time.Second {
 		t.Errorf("lease defaults = %+v, interval %v; want a 10s validity, 1s skew, 2s interval", o, cfg.Global.RebalanceInterval)

@@ -78,7 +78,10 @@ var defaults = []defaultSetting{
 	{"schema_cache.compile_timeout", arbiter.DefaultSchemaCompileTimeout},
 
 	{"routes.*.max_inflight", 64},
+	{"routes.*.continuation", ContinuationNone},
 	{"pools.*.queue_wait", time.Second},
+	{"pools.*.rescue.mode", RescueOff},
+	{"pools.*.rescue.max", 1},
 	{"pools.*.outlier_detection.consecutive_failures", healthDefaults.ConsecutiveFailures},
 	{"pools.*.outlier_detection.failure_rate", healthDefaults.FailureRate},
 	{"pools.*.outlier_detection.min_requests", healthDefaults.MinRequests},

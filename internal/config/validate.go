@@ -278,10 +278,7 @@ func (v *validator) global() {
 		v.addf("global.authority.replicas", "%d is outside [1, 5]", r)
 	}
 	for i, c := range g.Ceilings {
-		switch {
-		case c == "tenant_spend":
-			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "a spend window is consumed, not refilled: a share of it bounds nothing once shares shift, and its lease is not built (docs/architecture.md §14)")
-		case !slices.Contains(lease.CeilingKinds, c):
+		if !slices.Contains(lease.CeilingKinds, c) {
 			v.addf(fmt.Sprintf("global.ceilings[%d]", i), "%q is not one of %v", c, lease.CeilingKinds)
 		}
 	}
@@ -415,6 +412,7 @@ func (v *validator) routes() {
 		if r.MaxInflight < 1 {
 			v.addf(p+".max_inflight", "%d is less than 1", r.MaxInflight)
 		}
+		v.continuation(p+".continuation", r)
 		v.routeLimit(p+".limits.requests_per_minute", r.Limits.RequestsPerMinute)
 		v.routeLimit(p+".limits.tokens_per_minute", r.Limits.TokensPerMinute)
 		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
@@ -490,6 +488,7 @@ func (v *validator) pools() {
 			v.addf(p+".max_tokens", "%d is outside [0, %d]", pool.MaxTokens, maxPoolTokens)
 		}
 		v.outlierDetection(p+".outlier_detection", pool.OutlierDetection)
+		v.rescue(p, *pool)
 		seen := map[string]bool{}
 		for i, rn := range pool.Routes {
 			rp := indexPath(p+".routes", i)

@@ -69,7 +69,13 @@ func openShared(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, lo
 			region.Close()
 			return nil, err
 		}
-		return &shared{store: budgets.NewMemory(nil), gate: gate, slices: slices, region: region}, nil
+		var store budgets.Store = budgets.NewMemory(nil)
+		if region != nil {
+			// The tenants' spend windows spent from the slices, which
+			// the region's leases scale, as over Redis (§14).
+			store = budgets.NewSliced(store, slices, nil)
+		}
+		return &shared{store: store, gate: gate, slices: slices, region: region}, nil
 	}
 	client, store, err := openRedisStore(cfg.Redis, log)
 	if err != nil {

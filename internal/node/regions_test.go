@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/eventually"
@@ -58,4 +59,58 @@ tenants:
 		n, _ := strconv.ParseFloat(string(m[1]), 64)
 		return n >= 1 && strings.Contains(string(metrics), `hedgerow_lease_share{kind="tenant_rate",region="east"} 0.5`)
 	})
+}
+
+// A tenant's spend window held across regions is leased as an allowance:
+// a gateway of region east, west not yet seen, first spends the floor
+// (a twentieth of the window's 2,000 units) while the window's table
+// learns, then its allowance grows with its demand — what it asked for,
+// refused or not — so the same requests are admitted again.
+func TestAGatewayOfOneOfTwoRegionsSpendsItsRegionsAllowanceOfATenantsSpendWindow(t *testing.T) {
+	const key = "sk-global-spender"
+	cfg := parse(t, fakeRoute(t, 0), fakeRoute(t, 1), `deployment: {region: east}
+global: {regions: [east, west], lease_validity: 3s, max_clock_skew: 500ms, rebalance_interval: 1s}
+tenants:
+  acme: {api_key_hashes: [`+config.HashAPIKey(key)+`]}
+`)
+	cfg.Policies["default"].Spend = config.Spend{PerTenantWindow: 2000, Window: time.Hour}
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	t.Cleanup(func() { stop(t, s) })
+	ask := func() (admitted bool) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
+			strings.NewReader(`{"model":"general","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		switch status, body := do(t, req); {
+		case status == http.StatusOK:
+			return true
+		case status != http.StatusTooManyRequests || !strings.Contains(string(body), "budget_exhausted"):
+			t.Fatalf("%d %s; want 200 or 429 budget_exhausted", status, body)
+		}
+		return false
+	}
+	first := 0
+	for ask() {
+		if first++; first > 20 {
+			t.Fatal("more than 20 requests of ~25 units admitted at once; want east held to its floor of 100 units while the window's table learns")
+		}
+	}
+	if first == 0 {
+		t.Fatal("no request admitted: want the floor's 100 units spent first")
+	}
+	eventually.True(t, wait, "east's allowance grows with its demand and admits the tenant again", ask)
+	_, metrics := get(t, "http://"+s.HTTPAddr().String()+"/metrics")
+	share := regexp.MustCompile(`(?m)^hedgerow_lease_share\{kind="tenant_spend",region="east"\} (\S+)$`).FindSubmatch(metrics)
+	if share == nil {
+		t.Fatalf("no hedgerow_lease_share of tenant_spend for east in\n%s", metrics)
+	}
+	if v, _ := strconv.ParseFloat(string(share[1]), 64); !(v > 0.05) {
+		t.Fatalf("east's tenant_spend share is %v; want it grown past the floor 0.05", v)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/worker"
+	"github.com/hedgerow/hedgerow/worker/upstream"
 )
 
 // Workers is a running worker process: one worker per route on one NATS
@@ -103,6 +104,7 @@ func WorkerRoutes(cfg *config.Config) []worker.Route {
 		out = append(out, worker.Route{
 			Name: r.Name, Provider: worker.Provider(r.Provider), BaseURL: r.BaseURL, Model: r.Model,
 			APIKeyEnv: r.APIKeyEnv, MaxInflight: r.MaxInflight,
+			Continuation: upstream.ContinuationStyle(r.Continuation),
 		})
 	}
 	return out

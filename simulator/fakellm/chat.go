@@ -57,7 +57,11 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, d dialect) {
 			fmt.Sprintf("The request body could not be read: %v", err))
 		return
 	}
-	p, err := d.parse(body, s.gen.Model().MaxOutputTokens)
+	p, err := d.parse(body, s.gen.Model().MaxOutputTokens, s.style)
+	var plan answerPlan
+	if err == nil {
+		plan, err = s.plan(p)
+	}
 	if err != nil {
 		s.stats.invalid()
 		re := &requestError{code: errCodeInvalidParams, message: err.Error()}
@@ -67,22 +71,25 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, d dialect) {
 	}
 
 	start := s.now()
-	req := s.gen.Request(p.requestID)
-	finish := "stop"
-	if p.maxTokens > 0 && req.OutputTokens > p.maxTokens {
-		req.OutputTokens, finish = p.maxTokens, "length"
-	}
 	number := int(s.attempts.Add(1))
-	att, err := s.provider.Attempt(req, number, s.modelSince(start))
+	att, err := s.provider.Attempt(plan.req, number, s.modelSince(start))
 	if err != nil {
 		// A parsed request always makes a valid attempt; this is a bug.
 		d.writeError(w, http.StatusInternalServerError, errTypeServer, "", "", fmt.Sprintf("drawing the attempt: %v", err))
 		return
 	}
+	// An empty continuation (the partial was the whole answer) is drawn
+	// as one token long, the least an attempt can be, and sends none.
+	att.Request.OutputTokens = plan.tokens
 	ex := &exchange{
-		s: s, d: d, w: w, ctx: r.Context(), att: att, p: p, start: start, finish: finish,
+		s: s, d: d, w: w, ctx: r.Context(), att: att, p: p, start: start, finish: plan.finish,
+		answer: plan.answer, partialTokens: plan.partialTokens,
 		id:    d.id(p.requestID, s.route, number),
 		model: cmp.Or(p.model, s.modelID),
+	}
+	if p.stream && att.Outcome == workload.OutcomeOK && p.cont == nil && plan.tokens > s.breakAfter &&
+		StreamBreaks(s.gen.Seed(), s.route, p.requestID, s.breakShare) {
+		ex.brk = s.breakMode
 	}
 	s.stats.begin()
 	defer s.record(ex)
@@ -90,6 +97,49 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, d dialect) {
 		s.onStart()
 	}
 	ex.run()
+}
+
+// answerPlan is what a parsed request will be answered: the request the
+// attempt is drawn for, the answer's tokens and how it finishes.
+type answerPlan struct {
+	req    workload.Request
+	answer answer
+	tokens int
+	finish string
+	// partialTokens is how many tokens of the full answer a
+	// continuation's partial touched.
+	partialTokens int
+}
+
+// plan decides the answer to p. Its length and input tokens come from the
+// fixed-seed text draw of the conversation, so every route and seed
+// answers the same text; the cap cuts it (finish "length"). A
+// continuation answers the rest of the full text after its partial, which
+// must be a prefix of it; its input is the conversation's plus the tokens
+// the partial touched, and its cap counts only the new tokens, as
+// providers' caps do.
+func (s *Server) plan(p chatParams) (answerPlan, error) {
+	text := s.text.Request(p.textID)
+	pl := answerPlan{
+		req:    workload.Request{ID: p.requestID, InputTokens: text.InputTokens, Short: text.Short},
+		answer: answer{textID: p.textID},
+		tokens: text.OutputTokens,
+		finish: "stop",
+	}
+	if p.cont != nil {
+		a, touched, err := continueFrom(p.textID, text.OutputTokens, p.cont.partial)
+		if err != nil {
+			return answerPlan{}, err
+		}
+		pl.answer, pl.partialTokens = a, touched
+		pl.tokens -= a.skip
+		pl.req.InputTokens += touched
+	}
+	if p.maxTokens > 0 && pl.tokens > p.maxTokens {
+		pl.tokens, pl.finish = p.maxTokens, "length"
+	}
+	pl.req.OutputTokens = max(pl.tokens, 1)
+	return pl, nil
 }
 
 // exchange is one chat request in progress: the drawn attempt and what has
@@ -105,6 +155,11 @@ type exchange struct {
 	model  string
 	start  time.Time // when the attempt reached the provider
 	finish string    // the canonical finish reason of a complete answer: stop or length
+	answer answer    // the tokens the answer sends
+	// partialTokens is the full answer's tokens a continuation's partial
+	// touched; 0 for other requests.
+	partialTokens int
+	brk           BreakMode // the break this stream suffers; empty for none
 
 	status     int       // HTTP status sent; 0 until one is
 	firstByte  time.Time // when the first byte of the answer was written
@@ -240,7 +295,7 @@ func (ex *exchange) complete() {
 	n := ex.att.Request.OutputTokens
 	var text strings.Builder
 	for k := 1; k <= n; k++ {
-		text.WriteString(fillerToken(ex.p.requestID, k))
+		text.WriteString(ex.answer.token(k))
 	}
 	ex.status, ex.firstByte, ex.sent = http.StatusOK, ex.s.now(), n
 	writeJSON(ex.w, http.StatusOK, ex.d.completion(ex, text.String()))
@@ -263,11 +318,15 @@ func (ex *exchange) stream() {
 		}
 	}
 	n := att.Request.OutputTokens
+	stop := n // the tokens sent before the stream ends or breaks
+	if ex.brk != "" {
+		stop = ex.s.breakAfter
+	}
 	for {
 		// Progress by at least one token per wake, whatever the clock says.
-		due := min(max(att.TokensBy(ex.elapsed(ex.s.now())), ex.sent+1), n)
+		due := min(max(att.TokensBy(ex.elapsed(ex.s.now())), ex.sent+1), stop)
 		for k := ex.sent + 1; k <= due; k++ {
-			ex.d.streamToken(&buf, ex, fillerToken(ex.p.requestID, k))
+			ex.d.streamToken(&buf, ex, ex.answer.token(k))
 		}
 		if due == n {
 			ex.d.streamEnd(&buf, ex)
@@ -275,11 +334,15 @@ func (ex *exchange) stream() {
 		if !ex.write(rc, &buf) {
 			return
 		}
-		if ex.firstByte.IsZero() {
+		if ex.firstByte.IsZero() && (due > 0 || due == n) {
 			ex.firstByte = ex.s.now()
 		}
 		ex.sent = due
 		if due == n {
+			return
+		}
+		if due == stop {
+			ex.breakStream(rc, &buf)
 			return
 		}
 		next := ex.start.Add(ex.s.scale.Real(att.TokenTime(due + 1)))
@@ -363,8 +426,11 @@ func (s *Server) record(ex *exchange) {
 	if !ex.firstByte.IsZero() {
 		rec.FirstByteRealMs = ptr(millis(ex.firstByte.Sub(ex.start)))
 	}
+	if p := ex.p.cont; p != nil {
+		rec.Continuation, rec.PartialTokens = p.style, ex.partialTokens
+	}
 	disconnectAt := workload.Never
-	if rec.End == EndDisconnected || rec.End == EndShutdown {
+	if !ex.disconnect.IsZero() {
 		disconnectAt = ex.elapsed(ex.disconnect)
 		rec.DisconnectUnixMs = ptr(ex.disconnect.UnixMilli())
 		rec.DisconnectModelMs = ptr(millis(disconnectAt))
@@ -374,6 +440,10 @@ func (s *Server) record(ex *exchange) {
 	// A provider bills at least what it sent, whatever a skewed injected
 	// clock makes of the disconnect time.
 	rec.BilledOutputTokens = max(billed.OutputUnits, int64(ex.sent))
+	if rec.End == EndBroken {
+		// The provider stopped producing where the stream broke.
+		rec.Break, rec.BilledOutputTokens = ex.brk, int64(ex.sent)
+	}
 
 	rec = s.stats.finish(rec)
 	if s.onRecord != nil {

@@ -12,8 +12,9 @@ import (
 // the timing and the billing of an exchange are the same in every dialect.
 type dialect interface {
 	// parse decodes and validates a request body. maxOutput is the model's
-	// output cap, which no answer exceeds.
-	parse(body []byte, maxOutput int) (chatParams, error)
+	// output cap, which no answer exceeds; style is the route's
+	// continuation style, which decides what a partial answer means.
+	parse(body []byte, maxOutput int, style Continuation) (chatParams, error)
 	// id names attempt number of a request on route.
 	id(requestID uint64, route, number int) string
 	// writeError answers with status. typ, code and param are OpenAI's
@@ -34,8 +35,8 @@ type dialect interface {
 // chatCompletions is OpenAI's Chat Completions API.
 type chatCompletions struct{}
 
-func (chatCompletions) parse(body []byte, maxOutput int) (chatParams, error) {
-	return parseChat(body, maxOutput)
+func (chatCompletions) parse(body []byte, maxOutput int, style Continuation) (chatParams, error) {
+	return parseChat(body, maxOutput, style)
 }
 
 func (chatCompletions) id(requestID uint64, route, number int) string {

@@ -26,8 +26,28 @@
 // One Server plays one route of a model. Every route of a run must use the
 // same workload and Seed: the request id is derived from the canonical body
 // (messages and the output cap), so a hedge of a request sent to another
-// route draws the same output length and content but its own latency, as
-// a real duplicate would.
+// route draws its own latency, as a real duplicate would.
+//
+// An answer's text is a function of the conversation alone and its length
+// of the conversation and the output cap, drawn from the workload's token
+// model with a fixed seed, not the route's: the same whatever Seed, Route
+// or stream, in every API (FullText computes it). The cap truncates that
+// text, as a real model's does.
+//
+// A route may continue an answer from partial assistant output
+// (Options.Continuation, continuation.go) in one provider's style:
+// Anthropic's prefill, vLLM's continue_final_message or DeepSeek's prefix.
+// The conversation before the partial keys the full text; a partial that
+// is a prefix of it, byte for byte (ending anywhere, inside a word too), is
+// answered with exactly the rest, its input tokens the conversation's plus
+// those the partial touched, its cap counting only the new tokens; any
+// other partial is refused 400, and so is another style's request.
+//
+// A route may break a seeded share of its streams after N content tokens
+// (Options.BreakShare, BreakAfter, BreakMode; breaks.go): cut the
+// connection, send the API's in-band error event, or stall until the client
+// leaves. Continuations never break, so a rescue can finish what a break
+// left.
 //
 // Times have two clocks. Model time is what the workload draws (first byte,
 // token arrivals, error delays, Retry-After, the cancellation lag); the
@@ -36,6 +56,7 @@
 // generator's own, and model times for checking against the draw.
 //
 // Token counts are the workload's, not the prompt's: prompt_tokens is the
-// request's drawn input size, and the answer is deterministic filler, one
-// word per token, identical on every route.
+// conversation's drawn input size, and the answer is deterministic filler,
+// one word per token (each after the first with its leading space),
+// identical on every route.
 package fakellm

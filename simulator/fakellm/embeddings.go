@@ -47,7 +47,7 @@ type embeddingParams struct {
 // it never streams.
 type embeddingsAPI struct{ chatCompletions }
 
-func (embeddingsAPI) parse(body []byte, _ int) (chatParams, error) {
+func (embeddingsAPI) parse(body []byte, _ int, _ Continuation) (chatParams, error) {
 	var req struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`
@@ -100,7 +100,8 @@ func (embeddingsAPI) parse(body []byte, _ int) (chatParams, error) {
 		return chatParams{}, &requestError{param: "input", code: errCodeInvalidParams, message: "input could not be encoded."}
 	}
 	// One output token: the draw's time to first byte is the call's latency.
-	return chatParams{model: req.Model, requestID: workload.RequestIDFromKey(key), maxTokens: 1, embedding: &e}, nil
+	id := workload.RequestIDFromKey(key)
+	return chatParams{model: req.Model, requestID: id, textID: id, maxTokens: 1, embedding: &e}, nil
 }
 
 func (embeddingsAPI) id(requestID uint64, route, number int) string {

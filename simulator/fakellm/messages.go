@@ -36,7 +36,7 @@ type messagesMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-func (messagesAPI) parse(body []byte, maxOutput int) (chatParams, error) {
+func (messagesAPI) parse(body []byte, maxOutput int, style Continuation) (chatParams, error) {
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return chatParams{}, &requestError{code: errCodeInvalidBody, message: fmt.Sprintf("Invalid JSON body: %v", err)}
@@ -79,7 +79,11 @@ func (messagesAPI) parse(body []byte, maxOutput int) (chatParams, error) {
 		}
 		msgs = append(msgs, schemas.Message{Role: schemas.MessageRole(m.Role), Content: content})
 	}
-	return newChatParams(req.Model, msgs, *req.MaxTokens, maxOutput, req.Stream, false)
+	cont, err := messagesContinuation(msgs, style)
+	if err != nil {
+		return chatParams{}, err
+	}
+	return newChatParams(req.Model, msgs, *req.MaxTokens, maxOutput, req.Stream, false, cont)
 }
 
 // systemMessages is the system prompt as the chat API's system message,
@@ -202,10 +206,15 @@ func (messagesAPI) streamEnd(buf *bytes.Buffer, ex *exchange) {
 }
 
 // streamError sends an error event, Anthropic's way of failing a stream
-// after its 200; the error type is the one the API gives a timeout.
-func (messagesAPI) streamError(buf *bytes.Buffer, _, _, message string) {
+// after its 200; the error type is the one the API gives a timeout, or
+// for any other failure a server error.
+func (messagesAPI) streamError(buf *bytes.Buffer, typ, _, message string) {
+	status := http.StatusInternalServerError
+	if typ == errTypeTimeout {
+		status = http.StatusGatewayTimeout
+	}
 	appendEvent(buf, "error", messagesErrorBody{Type: "error",
-		Error: messagesErrorObject{Type: messagesErrorType(http.StatusGatewayTimeout), Message: message}})
+		Error: messagesErrorObject{Type: messagesErrorType(status), Message: message}})
 }
 
 // appendEvent appends one server-sent event holding v, named unless name

@@ -12,8 +12,14 @@ import (
 
 // chatParams is a validated chat request: what the draw and the answer need.
 type chatParams struct {
-	model     string
+	model string
+	// requestID keys the attempt's draws and the records: the request as
+	// sent. textID keys the answer's text: the conversation alone, before
+	// a continuation's partial.
 	requestID uint64
+	textID    uint64
+	// cont is set for a request to continue a partial answer.
+	cont *continuation
 	// maxTokens is the effective output cap; 0 means none.
 	maxTokens    int
 	stream       bool
@@ -40,8 +46,9 @@ type canonicalKey struct {
 	MaxTokens int               `json:"max_tokens"`
 }
 
-// parseChat decodes and validates a chat completions body.
-func parseChat(body []byte, maxOutput int) (chatParams, error) {
+// parseChat decodes and validates a chat completions body for a route of
+// continuation style.
+func parseChat(body []byte, maxOutput int, style Continuation) (chatParams, error) {
 	var req chatCompletionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return chatParams{}, &requestError{code: errCodeInvalidBody,
@@ -62,12 +69,16 @@ func parseChat(body []byte, maxOutput int) (chatParams, error) {
 		return chatParams{}, &requestError{param: "n", code: errCodeInvalidParams,
 			message: fmt.Sprintf("n is %d; this server produces exactly one choice, so n must be 1.", *n)}
 	}
+	cont, err := chatContinuation(body, &req, style)
+	if err != nil {
+		return chatParams{}, err
+	}
 	limit := req.MaxTokens
 	if m := req.MaxCompletionTokens; m != nil && *m > 0 && (limit == 0 || *m < limit) {
 		limit = *m
 	}
 	return newChatParams(req.Model, req.Messages, limit, maxOutput, req.Stream,
-		req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage, cont)
 }
 
 // RequestID is the request id the fake derives from a chat request's
@@ -86,8 +97,9 @@ func RequestID(msgs []schemas.Message, maxTokens int) (uint64, error) {
 // whichever API it came in. A cap at or above maxOutput, the longest answer
 // the model draws, cannot change the answer, so it is no cap: a Messages
 // request, which must name one, then draws what the same chat completion
-// without a cap draws.
-func newChatParams(model string, msgs []schemas.Message, limit, maxOutput int, stream, includeUsage bool) (chatParams, error) {
+// without a cap draws. A continuation's conversation is msgs without the
+// final message, which holds its partial answer.
+func newChatParams(model string, msgs []schemas.Message, limit, maxOutput int, stream, includeUsage bool, cont *continuation) (chatParams, error) {
 	if limit >= maxOutput {
 		limit = 0
 	}
@@ -96,9 +108,20 @@ func newChatParams(model string, msgs []schemas.Message, limit, maxOutput int, s
 		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
 			message: fmt.Sprintf("messages could not be encoded: %v", err)}
 	}
+	conversation := msgs
+	if cont != nil {
+		conversation = msgs[:len(msgs)-1]
+	}
+	text, err := textID(conversation)
+	if err != nil {
+		return chatParams{}, &requestError{param: "messages", code: errCodeInvalidParams,
+			message: fmt.Sprintf("messages could not be encoded: %v", err)}
+	}
 	return chatParams{
 		model:        model,
 		requestID:    id,
+		textID:       text,
+		cont:         cont,
 		maxTokens:    limit,
 		stream:       stream,
 		includeUsage: includeUsage,

@@ -51,7 +51,10 @@ type responsesItem struct {
 	Output    json.RawMessage `json:"output"`
 }
 
-func (*responsesAPI) parse(body []byte, maxOutput int) (chatParams, error) {
+// parse reads a Responses request; the Responses API has no continuation
+// style, so a trailing assistant item is part of the conversation on
+// every route.
+func (*responsesAPI) parse(body []byte, maxOutput int, _ Continuation) (chatParams, error) {
 	var req responsesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return chatParams{}, &requestError{code: errCodeInvalidBody,
@@ -105,7 +108,7 @@ func (*responsesAPI) parse(body []byte, maxOutput int) (chatParams, error) {
 	if req.MaxOutputTokens != nil {
 		limit = *req.MaxOutputTokens
 	}
-	return newChatParams(req.Model, msgs, limit, maxOutput, req.Stream, false)
+	return newChatParams(req.Model, msgs, limit, maxOutput, req.Stream, false, nil)
 }
 
 // responsesContent is a message item's content as the chat API carries it:

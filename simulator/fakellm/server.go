@@ -81,6 +81,19 @@ type Options struct {
 	// the opening wait for the first token. Non-streaming answers, errors
 	// and rate limits are the same either way.
 	OpenEarly bool
+	// Continuation is how the route continues an answer from partial
+	// assistant output (continuation.go); empty means ContinuationNone.
+	// Whatever the style, an answer's text is a function of the
+	// conversation alone and its length of the conversation and its cap:
+	// the same on every route and seed.
+	Continuation Continuation
+	// BreakShare is the share of streaming answers the route breaks after
+	// BreakAfter content tokens, the way BreakMode says (empty: BreakCut).
+	// Which answers break is drawn per request (StreamBreaks); answers of
+	// BreakAfter tokens or fewer and continuations never break.
+	BreakShare float64
+	BreakAfter int
+	BreakMode  BreakMode
 }
 
 // Server is an OpenAI-compatible chat completions server playing one route
@@ -102,6 +115,13 @@ type Server struct {
 	onRecord func(Record)
 	onStart  func()
 	early    bool // Options.OpenEarly
+	// text draws answers' lengths and input tokens from the fixed
+	// textSeed, so they are the same on every route and seed.
+	text       *workload.Generator
+	style      Continuation
+	breakShare float64
+	breakAfter int
+	breakMode  BreakMode
 
 	began    time.Time    // model time 0
 	attempts atomic.Int64 // the attempt counter; numbers start at 1
@@ -142,21 +162,37 @@ func New(cfg Options) (*Server, error) {
 	case cfg.MaxBodyBytes < 0:
 		return nil, fmt.Errorf("%w: max body bytes %d is negative", ErrInvalidOptions, cfg.MaxBodyBytes)
 	}
+	style, err := ParseContinuation(string(cfg.Continuation))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBreaks(cfg); err != nil {
+		return nil, err
+	}
+	text, err := workload.NewGenerator(model, textSeed)
+	if err != nil {
+		return nil, fmt.Errorf("fake LLM: %w", err)
+	}
 	s := &Server{
-		gen:      gen,
-		provider: provider,
-		scale:    scale,
-		route:    cfg.Route,
-		workload: gen.Model().Name,
-		modelID:  cmp.Or(cfg.ModelID, gen.Model().Name),
-		hangCap:  cmp.Or(cfg.HangCap, workload.PinnedDeadline),
-		maxBody:  cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		now:      cfg.Now,
-		onRecord: cfg.OnRecord,
-		onStart:  cfg.OnStart,
-		early:    cfg.OpenEarly,
-		stats:    newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
-		closed:   make(chan struct{}),
+		gen:        gen,
+		provider:   provider,
+		scale:      scale,
+		route:      cfg.Route,
+		workload:   gen.Model().Name,
+		modelID:    cmp.Or(cfg.ModelID, gen.Model().Name),
+		hangCap:    cmp.Or(cfg.HangCap, workload.PinnedDeadline),
+		maxBody:    cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		now:        cfg.Now,
+		onRecord:   cfg.OnRecord,
+		onStart:    cfg.OnStart,
+		early:      cfg.OpenEarly,
+		text:       text,
+		style:      style,
+		breakShare: cfg.BreakShare,
+		breakAfter: cfg.BreakAfter,
+		breakMode:  cmp.Or(cfg.BreakMode, BreakCut),
+		stats:      newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
+		closed:     make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now

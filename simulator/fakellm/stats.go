@@ -24,6 +24,9 @@ const (
 	// EndShutdown: Server.Close ended the exchange; it is billed as a
 	// disconnect at that moment.
 	EndShutdown EndReason = "shutdown"
+	// EndBroken: the route broke the stream after Options.BreakAfter
+	// tokens, as Record.Break says; the provider bills the tokens sent.
+	EndBroken EndReason = "broken"
 )
 
 // Record is what /stats reports about one chat request that reached the
@@ -68,7 +71,8 @@ type Record struct {
 	DisconnectUnixMs  *int64   `json:"disconnect_unix_ms,omitempty"`
 	DisconnectModelMs *float64 `json:"disconnect_model_ms,omitempty"`
 
-	// OutputTokens is the answer's full length after the max_tokens cap.
+	// OutputTokens is the answer's full length after the max_tokens cap
+	// (a continuation's: the rest of the full text it answers).
 	OutputTokens int `json:"output_tokens"`
 	TokensSent   int `json:"tokens_sent"`
 	// FinishReason is the chat API's (stop or length) in either API, so
@@ -77,6 +81,14 @@ type Record struct {
 
 	BilledInputTokens  int64 `json:"billed_input_tokens"`
 	BilledOutputTokens int64 `json:"billed_output_tokens"`
+
+	// Break is the mode of a stream the route broke (End is then broken).
+	Break BreakMode `json:"break,omitempty"`
+	// Continuation is the style of a continuation request, and
+	// PartialTokens how many tokens of the full answer its partial
+	// touched (one it ended inside counts); OutputTokens is the rest.
+	Continuation  Continuation `json:"continuation,omitempty"`
+	PartialTokens int          `json:"partial_tokens,omitempty"`
 }
 
 // Totals count every request since the server started, including records

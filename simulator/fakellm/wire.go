@@ -20,6 +20,11 @@ type chatCompletionRequest struct {
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 	// N is the number of choices; the fake produces one.
 	N *int `json:"n,omitempty"`
+	// ContinueFinalMessage and AddGenerationPrompt are vLLM's and SGLang's
+	// flags for continuing the final assistant message
+	// (ContinuationFinalMessage).
+	ContinueFinalMessage *bool `json:"continue_final_message,omitempty"`
+	AddGenerationPrompt  *bool `json:"add_generation_prompt,omitempty"`
 }
 
 type streamOptions struct {
@@ -127,4 +132,5 @@ const (
 	errCodeBodyTooLarge  = "request_too_large"
 	errCodeInvalidBody   = "invalid_json"
 	errCodeInvalidParams = "invalid_value"
+	errCodeStreamBroken  = "server_error"
 )

@@ -50,13 +50,19 @@ func NewAnthropic(cfg AnthropicOptions) (*Anthropic, error) {
 	if cfg.MaxTokens < 0 {
 		return nil, fmt.Errorf("upstream: anthropic adapter: default max_tokens %d is negative", cfg.MaxTokens)
 	}
+	style, err := checkStyle(cfg.Continuation, ContinuePrefill)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: anthropic adapter: %w", err)
+	}
 	root := strings.TrimSuffix(cfg.BaseURL, "/")
 	endpoint := root + "/v1/messages"
 	if strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
 		endpoint = root + "/messages"
 	}
+	ad := cfg.adapter(endpoint)
+	ad.style = style
 	return &Anthropic{
-		adapter:   cfg.adapter(endpoint),
+		adapter:   ad,
 		maxTokens: cmp.Or(cfg.MaxTokens, DefaultAnthropicMaxTokens),
 	}, nil
 }
@@ -75,8 +81,13 @@ func (a *Anthropic) Stream(ctx context.Context, req *schemas.ChatRequest, sink S
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
-	// As in the OpenAI adapter: a stream held open after message_stop can be
-	// cut without failing the attempt.
+	return a.streamMessages(ctx, body, sink)
+}
+
+// streamMessages sends a Messages body and reads its stream into sink. As
+// in the OpenAI adapter, a stream held open after message_stop can be cut
+// without failing the attempt.
+func (a *Anthropic) streamMessages(ctx context.Context, body []byte, sink Sink) (Outcome, error) {
 	return a.stream(ctx, a.endpoint, body, a.setHeaders, newMessageStream(sink, inputEstimate(body)), "a stop reason")
 }
 

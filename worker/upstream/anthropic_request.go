@@ -77,13 +77,23 @@ type (
 // seed, a JSON response_format, logit_bias, ...) is refused, and so are parts
 // it cannot carry: dropping them would change the question.
 func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
-	extra, model, err := a.translate(req, schemas.DialectAnthropic)
+	body, extra, err := a.messagesRequest(req)
 	if err != nil {
 		return nil, err
 	}
+	return encodeMessages(body, extra)
+}
+
+// messagesRequest is requestBody before its encoding: the typed body and
+// the caller's other members, which the caller must not modify.
+func (a *Anthropic) messagesRequest(req *schemas.ChatRequest) (messagesRequest, map[string]json.RawMessage, error) {
+	extra, model, err := a.translate(req, schemas.DialectAnthropic)
+	if err != nil {
+		return messagesRequest{}, nil, err
+	}
 	system, msgs, err := messagesOf(req.Messages)
 	if err != nil {
-		return nil, err
+		return messagesRequest{}, nil, err
 	}
 	body := messagesRequest{
 		Model:         model,
@@ -99,14 +109,20 @@ func (a *Anthropic) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 		body.MaxTokens = a.maxTokens
 	}
 	if body.Tools, err = toolsOf(req.Tools); err != nil {
-		return nil, err
+		return messagesRequest{}, nil, err
 	}
 	if len(body.Tools) > 0 {
 		disableParallel := req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 		if body.ToolChoice, err = toolChoiceOf(req.ToolChoice, disableParallel); err != nil {
-			return nil, err
+			return messagesRequest{}, nil, err
 		}
 	}
+	return body, extra, nil
+}
+
+// encodeMessages encodes a Messages body with the members beyond its
+// typed fields.
+func encodeMessages(body messagesRequest, extra map[string]json.RawMessage) ([]byte, error) {
 	out, err := marshalNoEscape(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode messages request: %w", err)

@@ -25,6 +25,13 @@
 // response.incomplete. response.created and response.in_progress carry no
 // output.
 //
+// A continuation attempt (issue 30) goes through Continue instead of
+// Stream, on a route configured with a ContinuationStyle: the request plus
+// the partial answer the caller has as the final assistant message —
+// Anthropic's prefill, vLLM's and SGLang's continue_final_message,
+// DeepSeek's prefix — and only the text after that answer is reported
+// (continuation.go; docs/architecture.md §6, "Continuation attempts").
+//
 // # Streams
 //
 // The adapter reads Server-Sent Events: "data:" lines (several form one

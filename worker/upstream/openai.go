@@ -49,6 +49,11 @@ type Options struct {
 	// waiting for the deadline (docs/architecture.md §4 rule 4). Zero means
 	// DefaultStallAfterFirstToken; negative turns the bound off.
 	StallAfterFirstToken time.Duration
+	// Continuation is how the route's provider continues an answer from
+	// partial output (Continue); empty or ContinueNone refuses every
+	// continuation. The OpenAI adapter speaks ContinueFinalMessage and
+	// ContinuePrefix, the Anthropic adapter ContinuePrefill.
+	Continuation ContinuationStyle
 }
 
 // DefaultStallAfterFirstToken is the stall bound after the first token: a
@@ -100,7 +105,13 @@ func NewOpenAI(cfg Options) (*OpenAI, error) {
 	if _, err := parseBaseURL(cfg.BaseURL); err != nil {
 		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
 	}
-	return &OpenAI{cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")}, nil
+	style, err := checkStyle(cfg.Continuation, ContinueFinalMessage, ContinuePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: openai adapter: %w", err)
+	}
+	ad := cfg.adapter(strings.TrimSuffix(cfg.BaseURL, "/") + "/chat/completions")
+	ad.style = style
+	return &OpenAI{ad}, nil
 }
 
 // adapter is what every provider adapter keeps of its Options, and what it
@@ -112,6 +123,7 @@ type adapter struct {
 	client   *http.Client
 	now      func() time.Time
 	stall    time.Duration // 0: no stall bound
+	style    ContinuationStyle
 }
 
 // adapter is the state of an adapter of cfg that sends to endpoint.
@@ -212,6 +224,11 @@ func (o *OpenAI) Stream(ctx context.Context, req *schemas.ChatRequest, sink Sink
 	if err != nil {
 		return Outcome{}, unencodable(err)
 	}
+	return o.streamChat(ctx, body, sink)
+}
+
+// streamChat sends a Chat Completions body and reads its stream into sink.
+func (o *OpenAI) streamChat(ctx context.Context, body []byte, sink Sink) (Outcome, error) {
 	return o.stream(ctx, o.endpoint, body, o.authorize, chatStream{newAccumulator(sink, inputEstimate(body))}, "a finish reason")
 }
 
@@ -344,26 +361,34 @@ func malformed(cause error) *Error {
 // already has OpenAI's JSON shape. The caller's other members are added by
 // withMembers.
 type chatCompletionRequest struct {
-	Model               string            `json:"model"`
-	Messages            []schemas.Message `json:"messages"`
-	MaxTokens           int               `json:"max_tokens,omitempty"`
-	MaxCompletionTokens int               `json:"max_completion_tokens,omitempty"`
-	Temperature         *float64          `json:"temperature,omitempty"`
-	TopP                *float64          `json:"top_p,omitempty"`
-	PresencePenalty     *float64          `json:"presence_penalty,omitempty"`
-	FrequencyPenalty    *float64          `json:"frequency_penalty,omitempty"`
-	Seed                *int64            `json:"seed,omitempty"`
-	Stop                []string          `json:"stop,omitempty"`
-	Tools               json.RawMessage   `json:"tools,omitempty"`
-	ToolChoice          json.RawMessage   `json:"tool_choice,omitempty"`
-	ResponseFormat      json.RawMessage   `json:"response_format,omitempty"`
-	ParallelToolCalls   *bool             `json:"parallel_tool_calls,omitempty"`
-	Stream              bool              `json:"stream"`
-	StreamOptions       streamOptions     `json:"stream_options"`
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           int             `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int             `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64        `json:"temperature,omitempty"`
+	TopP                *float64        `json:"top_p,omitempty"`
+	PresencePenalty     *float64        `json:"presence_penalty,omitempty"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty,omitempty"`
+	Seed                *int64          `json:"seed,omitempty"`
+	Stop                []string        `json:"stop,omitempty"`
+	Tools               json.RawMessage `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage `json:"tool_choice,omitempty"`
+	ResponseFormat      json.RawMessage `json:"response_format,omitempty"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls,omitempty"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       streamOptions   `json:"stream_options"`
 }
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is a message as the request carries it: the canonical
+// message, plus DeepSeek's prefix mark on a continuation's partial answer
+// (continuation.go).
+type chatMessage struct {
+	schemas.Message
+	Prefix bool `json:"prefix,omitempty"`
 }
 
 // requestBody translates the canonical request. The output cap goes in the
@@ -377,15 +402,25 @@ type streamOptions struct {
 // where they accept an absent field; extra members are sent as the caller
 // sent them.
 func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
-	extra, model, err := o.translate(req, schemas.DialectOpenAI)
+	body, extra, err := o.chatRequest(req)
 	if err != nil {
 		return nil, err
 	}
-	msgs := make([]schemas.Message, len(req.Messages))
+	return encodeChat(body, extra)
+}
+
+// chatRequest is requestBody before its encoding: the typed body and the
+// caller's other members, which the caller must not modify.
+func (o *OpenAI) chatRequest(req *schemas.ChatRequest) (chatCompletionRequest, map[string]json.RawMessage, error) {
+	extra, model, err := o.translate(req, schemas.DialectOpenAI)
+	if err != nil {
+		return chatCompletionRequest{}, nil, err
+	}
+	msgs := make([]chatMessage, len(req.Messages))
 	for i, m := range req.Messages {
 		m.Content = dropNull(m.Content)
 		m.ToolCalls = dropNull(m.ToolCalls)
-		msgs[i] = m
+		msgs[i] = chatMessage{Message: m}
 	}
 	body := chatCompletionRequest{
 		Model:             model,
@@ -403,11 +438,23 @@ func (o *OpenAI) requestBody(req *schemas.ChatRequest) ([]byte, error) {
 		Stream:            true,
 		StreamOptions:     streamOptions{IncludeUsage: true},
 	}
+	body.setOutputCap(req, req.MaxTokens)
+	return body, extra, nil
+}
+
+// setOutputCap puts n in the member req names its cap by.
+func (b *chatCompletionRequest) setOutputCap(req *schemas.ChatRequest, n int) {
+	b.MaxTokens, b.MaxCompletionTokens = 0, 0
 	if req.OutputCapParam() == schemas.ParamMaxCompletionTokens {
-		body.MaxCompletionTokens = req.MaxTokens
+		b.MaxCompletionTokens = n
 	} else {
-		body.MaxTokens = req.MaxTokens
+		b.MaxTokens = n
 	}
+}
+
+// encodeChat encodes a Chat Completions body with the members beyond its
+// typed fields.
+func encodeChat(body chatCompletionRequest, extra map[string]json.RawMessage) ([]byte, error) {
 	out, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode chat completion request: %w", err)

@@ -106,8 +106,8 @@ func (p Ports) all() []int {
 }
 
 // Tenant limits of the one tenant, "local": a global rate split into
-// the regions' leases, and a spend limit (each region's own: a window's
-// budget is not leased yet, docs/architecture.md §14).
+// the regions' leases, and a spend limit (each region's own:
+// tenant_spend is not among GlobalCeilings).
 const (
 	TenantRate = 40 // requests a second over both regions
 	// SpendLimit is in units (tokens) a day, each region's: about 800,000

@@ -1,0 +1,80 @@
+package fakellm
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+)
+
+// BreakMode is how a stream the fake breaks after its commit fails.
+type BreakMode string
+
+// The break modes.
+const (
+	// BreakCut closes the connection mid-stream: no final event, no [DONE],
+	// the body ends unexpectedly. The handler panics with
+	// http.ErrAbortHandler, which net/http answers by dropping the
+	// connection; a wrapper that recovers panics must panic it again.
+	BreakCut BreakMode = "cut"
+	// BreakError sends the dialect's in-band error event (a chat chunk
+	// holding {"error":{...}}, Anthropic's event: error, the Responses
+	// API's error event) and ends the stream.
+	BreakError BreakMode = "error"
+	// BreakStall stops sending and holds the connection open until the
+	// client goes away (or the server closes).
+	BreakStall BreakMode = "stall"
+)
+
+// BreakModes lists the break modes, the default first.
+var BreakModes = []BreakMode{BreakCut, BreakError, BreakStall}
+
+// ParseBreakMode returns the mode s names; empty is BreakCut.
+func ParseBreakMode(s string) (BreakMode, error) {
+	return parseName("break mode", s, BreakModes)
+}
+
+// StreamBreaks reports whether a route of seed breaks its streaming answer
+// to the request requestID when it breaks a share of streams: a draw from
+// the seed, the route and the request id alone, so a test can predict it
+// and a request's copies on two faulty routes break independently. The
+// answer breaks only if it is longer than Options.BreakAfter tokens, and
+// never when it is a continuation.
+func StreamBreaks(seed uint64, route int, requestID uint64, share float64) bool {
+	if share <= 0 {
+		return false
+	}
+	const domainBreak = 0x6272_6561_6b73 // "breaks": keeps this draw apart from others of the seed
+	r := rand.New(rand.NewPCG(seed^domainBreak, requestID^uint64(route)*0x9e3779b97f4a7c15))
+	return r.Float64() < share
+}
+
+// checkBreaks validates the break options.
+func checkBreaks(cfg Options) error {
+	switch {
+	case !(cfg.BreakShare >= 0 && cfg.BreakShare <= 1):
+		return fmt.Errorf("%w: break share %v is outside [0, 1]", ErrInvalidOptions, cfg.BreakShare)
+	case cfg.BreakAfter < 0:
+		return fmt.Errorf("%w: break after %d tokens is negative", ErrInvalidOptions, cfg.BreakAfter)
+	}
+	_, err := ParseBreakMode(string(cfg.BreakMode))
+	return err
+}
+
+// breakStream breaks a stream whose first ex.sent tokens are out, as
+// ex.brk says. A cut aborts the handler, which net/http answers by closing
+// the connection without the response's end.
+func (ex *exchange) breakStream(rc *http.ResponseController, buf *bytes.Buffer) {
+	ex.end = EndBroken
+	switch ex.brk {
+	case BreakCut:
+		panic(http.ErrAbortHandler)
+	case BreakError:
+		ex.d.streamError(buf, errTypeServer, errCodeStreamBroken,
+			"The server had an error while processing your request. Sorry about that!")
+		ex.write(rc, buf)
+	case BreakStall:
+		ex.waitReal(nil)
+	}
+	ex.end = EndBroken // a stall ends when the client leaves; it still broke
+}
