@@ -59,7 +59,7 @@ const ManifestFile = "cluster.json"
 // ReadManifest reads dir's manifest.
 func ReadManifest(dir string) (*Manifest, error) {
 	var m Manifest
-	if err := readJSON(dir, ManifestFile, &m); err != nil {
+	if err := ReadManifestFile(dir, ManifestFile, &m); err != nil {
 		return nil, err
 	}
 	m.Dir, m.File = m.Spec.Dir, ManifestFile
@@ -70,14 +70,16 @@ func ReadManifest(dir string) (*Manifest, error) {
 // holds.
 func ReadProcs(dir, file string) (*Procs, error) {
 	ps := &Procs{}
-	if err := readJSON(dir, file, ps); err != nil {
+	if err := ReadManifestFile(dir, file, ps); err != nil {
 		return nil, err
 	}
 	ps.Dir, ps.File = dir, file
 	return ps, nil
 }
 
-func readJSON(dir, file string, v any) error {
+// ReadManifestFile reads the JSON manifest file in dir into v (a
+// manifest holding Procs).
+func ReadManifestFile(dir, file string, v any) error {
 	data, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -111,7 +113,7 @@ func (m *Manifest) write() error {
 // else it holds (its spec).
 func (ps *Procs) save() error {
 	var doc map[string]json.RawMessage
-	if err := readJSON(ps.Dir, ps.File, &doc); err != nil {
+	if err := ReadManifestFile(ps.Dir, ps.File, &doc); err != nil {
 		return err
 	}
 	parts, err := json.Marshal(ps.Parts)

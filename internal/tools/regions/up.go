@@ -28,13 +28,9 @@ type Manifest struct {
 
 // ReadManifest reads dir's manifest.
 func ReadManifest(dir string) (*Manifest, error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err != nil {
-		return nil, fmt.Errorf("regions: %w", err)
-	}
 	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("regions: %s: %w", ManifestFile, err)
+	if err := cluster.ReadManifestFile(dir, ManifestFile, &m); err != nil {
+		return nil, err
 	}
 	m.Dir, m.File = m.Spec.Dir, ManifestFile
 	return &m, nil
