@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build nats-server redis prometheus cluster cluster-down chaos test lint fuzz simulate demo compare-peers clean
+.PHONY: build nats-server redis prometheus cluster cluster-down chaos regions regions-down regions-status chaos-regions test lint fuzz simulate demo compare-peers clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -63,6 +63,45 @@ chaos: cluster-if-down
 .PHONY: cluster-if-down
 cluster-if-down: build nats-server redis prometheus
 	@if ! $(BIN) cluster status --dir $(CLUSTER_DIR) >/dev/null 2>&1; then $(MAKE) --no-print-directory cluster; fi
+
+# Two regions on one host (docs/architecture.md §12, §14), east and west:
+# each its own nats-server (JetStream, TLS, the region's users and gateway
+# links from nats-auth; clients 4231/4232), Redis (6391/6392), a worker and
+# a gateway (east http://127.0.0.1:8281, west :8282, /metrics on the same
+# ports; pool general, key local-dev-key), sharing three fakellm routes
+# (9211-9213); a tenant rate and the routes' requests held across regions
+# as leases. The supercluster link passes through fault proxies
+# (7241/7242), delayed LINK_DELAY each way: `bin/hedgerow regions link
+# --delay 80ms | --cut | --heal`. Returns once every part is ready; state,
+# logs, credentials and the nats-server configurations in bin/regions.
+# `make regions-down` stops exactly what it started.
+REGIONS_DIR ?= bin/regions
+LINK_DELAY  ?= 80ms
+regions: build nats-server redis
+	$(BIN) regions up --dir $(REGIONS_DIR) --nats-server bin/nats-server --delay $(LINK_DELAY)
+
+regions-down:
+	@if [ -x $(BIN) ]; then $(BIN) regions down --dir $(REGIONS_DIR); \
+	else $(GO) run ./cmd/hedgerow regions down --dir $(REGIONS_DIR); fi
+
+regions-status:
+	@$(BIN) regions status --dir $(REGIONS_DIR)
+
+# Against make regions (brought up if it is not): a steady load skewed
+# between the regions (CHAOS_REGIONS_SKEW to east), the link cut for 60 s,
+# then one region's Redis restarted. Prints a table per phase (requests,
+# failures by kind, budget refusals apart, the lease metrics) and how long
+# the shares took to converge after healing. Bounded; not part of make test.
+CHAOS_REGIONS_TIMEOUT ?= 8m
+CHAOS_REGIONS_RATE    ?= 20
+CHAOS_REGIONS_SKEW    ?= 0.8
+chaos-regions: regions-if-down
+	$(GO) test -tags chaos -count=1 -timeout $(CHAOS_REGIONS_TIMEOUT) -run '^TestChaosRegions$$' -v ./integration/chaos \
+		-regions.dir=$(abspath $(REGIONS_DIR)) -regions.rate=$(CHAOS_REGIONS_RATE) -regions.skew=$(CHAOS_REGIONS_SKEW)
+
+.PHONY: regions-if-down
+regions-if-down: build nats-server redis
+	@if ! $(BIN) regions status --dir $(REGIONS_DIR) >/dev/null 2>&1; then $(MAKE) --no-print-directory regions; fi
 
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
 # The what-if frontier test replays 480,000 simulated groups and the uneven-routes test simulates

@@ -32,10 +32,7 @@ import (
 // running and no port listened on.
 func TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything(t *testing.T) {
 	bins := buildBinaries(t)
-	redisServer, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is needed (make redis installs it):", err)
-	}
+	redisServer := redisServerBinary(t)
 	ports, err := cluster.FreePorts(1, 1, 1, false)
 	if err != nil {
 		t.Fatal(err)
@@ -68,25 +65,10 @@ func TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything(t *testing.T) {
 		}
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.GatewayURL(0)+"/v1/chat/completions",
-		strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":8}`))
+	header := askLocal(ctx, t, m.GatewayURL(0), "smoke-1")
+	gv, err := arbiter.ParseGateValue(header.Get(frontdoor.HeaderGate))
 	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+cluster.TenantKey)
-	req.Header.Set(frontdoor.HeaderIdempotencyKey, "smoke-1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/chat/completions: %d %s", resp.StatusCode, body)
-	}
-	gv, err := arbiter.ParseGateValue(resp.Header.Get(frontdoor.HeaderGate))
-	if err != nil {
-		t.Fatalf("answer's gate %q: %v", resp.Header.Get(frontdoor.HeaderGate), err)
+		t.Fatalf("answer's gate %q: %v", header.Get(frontdoor.HeaderGate), err)
 	}
 
 	nc, err := m.Connect(natsauth.UserObserver)
@@ -129,6 +111,40 @@ func TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything(t *testing.T) {
 		}
 		ln.Close()
 	}
+}
+
+// redisServerBinary is redis-server from PATH; the test fails without it.
+func redisServerBinary(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is needed (make redis installs it):", err)
+	}
+	return path
+}
+
+// askLocal sends one small chat completion with an Idempotency-Key to a
+// local deployment's gateway at base as its tenant, fails the test unless
+// it is answered 200, and returns the answer's headers.
+func askLocal(ctx context.Context, t *testing.T, base, key string) http.Header {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"general","messages":[{"role":"user","content":"hello"}],"max_tokens":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+cluster.TenantKey)
+	req.Header.Set(frontdoor.HeaderIdempotencyKey, key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", base, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: POST /v1/chat/completions: %d %s", base, resp.StatusCode, body)
+	}
+	return resp.Header
 }
 
 func readPid(t *testing.T, path string) int {

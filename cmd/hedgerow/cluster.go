@@ -75,48 +75,37 @@ cluster down stops exactly what up started.`,
 	f.IntSliceVar(&gatewayPorts, "gateway-ports", def.Gateways, "gateway API ports")
 	f.IntVar(&redisPort, "redis-port", def.Redis, "Redis port")
 	f.IntVar(&promPort, "prometheus-port", def.Prometheus, "Prometheus port")
-	down := &cobra.Command{
-		Use:   "down",
-		Short: "Stop every part cluster up started and check their ports are free",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cluster.Down(dir, cmd.OutOrStdout())
-		},
-	}
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Print each part and whether it runs; exit 1 unless every part runs",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := cluster.ReadManifest(dir)
-			if err != nil {
-				return err
-			}
-			down := 0
-			for _, p := range m.Parts {
-				state := "running"
-				if !p.Running() {
-					state, down = "down", down+1
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-18s %-8s pid %d\n", p.Name, state, p.Pid)
-			}
-			if down > 0 {
-				return fmt.Errorf("cluster: %d of %d parts down", down, len(m.Parts))
-			}
-			return nil
-		},
-	}
+	down, status := downAndStatusCmds("cluster up",
+		func(cmd *cobra.Command) error { return cluster.Down(dir, cmd.OutOrStdout()) },
+		func(cmd *cobra.Command) error { return cluster.Status(dir, cluster.ManifestFile, cmd.OutOrStdout()) })
 	cmd.AddCommand(up, down, status)
 	return cmd
+}
+
+// downAndStatusCmds are the down and status subcommands of a local
+// deployment that starter (e.g. "cluster up") started.
+func downAndStatusCmds(starter string, down, status func(*cobra.Command) error) (*cobra.Command, *cobra.Command) {
+	return &cobra.Command{
+			Use:   "down",
+			Short: "Stop every part " + starter + " started and check their ports are free",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return down(cmd) },
+		}, &cobra.Command{
+			Use:   "status",
+			Short: "Print each part and whether it runs; exit 1 unless every part runs",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, _ []string) error { return status(cmd) },
+		}
 }
 
 // newFaultProxyCmd is the cluster's fault-injecting TCP proxy (hidden: the
 // cluster runs it in front of Redis for its first gateway).
 func newFaultProxyCmd() *cobra.Command {
 	var listen, upstream, control string
+	var delay time.Duration
 	cmd := &cobra.Command{
 		Use:    "faultproxy --listen ADDR --upstream ADDR --control ADDR",
-		Short:  "TCP proxy that partitions its clients from the upstream on POST /partition",
+		Short:  "TCP proxy that partitions its clients from the upstream on POST /partition and delays what it forwards",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,6 +116,7 @@ func newFaultProxyCmd() *cobra.Command {
 				return err
 			}
 			defer p.Close()
+			p.SetDelay(delay)
 			srv := &http.Server{Addr: control, Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
 			errc := make(chan error, 1)
 			go func() { errc <- srv.ListenAndServe() }()
@@ -140,7 +130,8 @@ func newFaultProxyCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "address clients connect to")
 	cmd.Flags().StringVar(&upstream, "upstream", "", "address to forward to")
-	cmd.Flags().StringVar(&control, "control", "", "address of the control API (POST /partition, POST /heal)")
+	cmd.Flags().StringVar(&control, "control", "", "address of the control API (POST /partition, POST /heal, POST /delay?d=80ms)")
+	cmd.Flags().DurationVar(&delay, "delay", 0, "hold each read this long before forwarding it, each way")
 	for _, f := range []string{"listen", "upstream", "control"} {
 		_ = cmd.MarkFlagRequired(f)
 	}

@@ -28,7 +28,7 @@ result and cancels the rest.`,
 		newVersionCmd(), newConfigCmd(), newSimulateCmd(),
 		newServeCmd(), newGatewayCmd(), newWorkerCmd(),
 		newFakeLLMCmd(), newDemoCmd(), newBenchCmd(),
-		newNATSAuthCmd(), newReportCmd(), newClusterCmd(), newFaultProxyCmd(),
+		newNATSAuthCmd(), newReportCmd(), newClusterCmd(), newRegionsCmd(), newFaultProxyCmd(),
 	)
 	return root
 }

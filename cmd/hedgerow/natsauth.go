@@ -19,6 +19,9 @@ func newNATSAuthCmd() *cobra.Command {
 		workers, clients        []string
 		tlsOn, serve            bool
 		tlsNames                []string
+		gwName, gwListen        string
+		gwAdvertise, from       string
+		gwRemotes               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "nats-auth --config FILE --out DIR",
@@ -44,7 +47,18 @@ key_file} to its user's files.
 
 Give DIR/nats-server.conf to serve as nats.server_config (or include it in your
 nats-server's configuration) and each process its user's secret. Existing files
-are never overwritten.`,
+are never overwritten.
+
+Regions (docs/architecture.md §13, "Gateway links"): with --gateway-listen it
+also writes DIR/nats-server-gateway.conf, the gateway block that joins the
+region's cluster (--gateway-name, default deployment.region) to the others
+(--gateway-remote NAME=HOST:PORT[,HOST:PORT], repeatable) over TLS with the
+deployment's CA (verify: true) and a link user, gateway-link, whose password
+every region shares (DIR/gateway-link.password; the block holds it too, so it
+is a secret, 0600). Include it from the region's nats-server configuration.
+Generate the first region without --from (a new CA, whose key stays in
+DIR/tls/ca-key.pem, and a new link password); every other region with --from
+FIRST_DIR, whose CA signs its certificates and whose password it takes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.LoadForNATSUsers(configPath)
@@ -60,16 +74,8 @@ are never overwritten.`,
 			if err != nil {
 				return err
 			}
-			spec := natsauth.Spec{Method: natsauth.Method(method), Serve: serve, Clients: clients, Workers: map[string][]string{},
-				GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream, Region: cfg.Deployment.Region}
-			if len(cfg.Global.Regions) > 0 {
-				// Only the gateways renew the region's leases
-				// (docs/architecture.md §13, §14).
-				spec.LeasesBucket = cfg.Global.Authority.Bucket
-			}
-			for _, r := range cfg.Routes {
-				spec.Routes = append(spec.Routes, r.Name)
-			}
+			spec := natsauth.SpecForConfig(cfg)
+			spec.Method, spec.Serve, spec.Clients, spec.Workers = natsauth.Method(method), serve, clients, map[string][]string{}
 			for _, w := range workers {
 				name, routes, ok := strings.Cut(w, "=")
 				if !ok || name == "" || routes == "" {
@@ -77,11 +83,13 @@ are never overwritten.`,
 				}
 				spec.Workers[name] = strings.Split(routes, ",")
 			}
-			spec.Responses = natsauth.ResponsesForConfig(cfg)
 			if tlsOn {
 				spec.TLS = &natsauth.TLSSpec{ServerNames: tlsNames}
 			} else if len(tlsNames) > 0 {
 				return errors.New("--tls-name needs --tls")
+			}
+			if err := gatewayFlags(&spec, gwName, gwListen, gwAdvertise, from, gwRemotes); err != nil {
+				return err
 			}
 			b, err := natsauth.Generate(spec)
 			if err != nil {
@@ -106,9 +114,51 @@ are never overwritten.`,
 	f.BoolVar(&serve, "serve", false, "also write the serve user, for hedgerow serve with nats.listen (gateway and workers of every route in one process)")
 	f.BoolVar(&tlsOn, "tls", false, "also write a CA, the servers' certificate and a client certificate per user, and require TLS")
 	f.StringArrayVar(&tlsNames, "tls-name", nil, "a host name or IP address the servers' certificate answers to besides 127.0.0.1 and localhost (repeatable; with --tls)")
+	f.StringVar(&gwListen, "gateway-listen", "", "HOST:PORT this region's servers take gateway links on: also write the gateway block (needs --tls)")
+	f.StringVar(&gwName, "gateway-name", "", "this region's cluster name in the supercluster (default: deployment.region)")
+	f.StringVar(&gwAdvertise, "gateway-advertise", "", "HOST:PORT the other regions dial instead of --gateway-listen (a proxy, a public address)")
+	f.StringArrayVar(&gwRemotes, "gateway-remote", nil, "another region's gateways, NAME=HOST:PORT[,HOST:PORT] (repeatable)")
+	f.StringVar(&from, "from", "", "the first region's nats-auth directory: its CA signs this region's certificates and its gateway-link password is this region's")
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
+}
+
+// gatewayFlags adds the gateway block the flags ask for to spec: none
+// without --gateway-listen, which the other gateway flags need.
+func gatewayFlags(spec *natsauth.Spec, name, listen, advertise, from string, remotes []string) error {
+	if listen == "" {
+		if name != "" || advertise != "" || from != "" || len(remotes) > 0 {
+			return errors.New("--gateway-name, --gateway-advertise, --gateway-remote and --from need --gateway-listen")
+		}
+		return nil
+	}
+	if spec.TLS == nil {
+		return errors.New("--gateway-listen needs --tls: gateway links use the deployment's certificates")
+	}
+	if name == "" && spec.Region == "" {
+		return errors.New("--gateway-listen needs a region: deployment.region in the file, or --gateway-name")
+	}
+	g := &natsauth.GatewaySpec{Name: name, Listen: listen, Advertise: advertise}
+	for _, r := range remotes {
+		n, urls, ok := strings.Cut(r, "=")
+		if !ok || n == "" || urls == "" {
+			return fmt.Errorf("--gateway-remote %q: want NAME=HOST:PORT[,HOST:PORT]", r)
+		}
+		g.Remotes = append(g.Remotes, natsauth.GatewayRemote{Name: n, URLs: strings.Split(urls, ",")})
+	}
+	if from != "" {
+		ca, err := natsauth.ReadCA(from)
+		if err != nil {
+			return err
+		}
+		if g.Password, err = natsauth.ReadGatewayPassword(from); err != nil {
+			return err
+		}
+		spec.TLS.CA = ca
+	}
+	spec.Gateway = g
+	return nil
 }
 
 // printNATSAuth tells the operator what each process sets.
@@ -122,7 +172,12 @@ func printNATSAuth(cmd *cobra.Command, b *natsauth.Bundle, out string) error {
 		return p
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, "wrote %s and one secret file per user (mode 0600)\n\n", abs(natsauth.ServerConfigFile))
+	fmt.Fprintf(&s, "wrote %s and one secret file per user (mode 0600)\n", abs(natsauth.ServerConfigFile))
+	if b.Gateway != nil {
+		fmt.Fprintf(&s, "wrote %s, the gateway links of %s (a secret: it holds the link password); include it from the region's nats-server configuration\n",
+			abs(natsauth.GatewayConfigFile), b.Gateway.Spec.Name)
+	}
+	s.WriteString("\n")
 	for _, u := range b.Users {
 		fmt.Fprintf(&s, "%s (%s", u.Name, u.Role)
 		if len(u.Routes) > 0 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/hedgerow/hedgerow/internal/natsauth"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -112,5 +114,57 @@ func TestNATSAuthWithTLSWritesCertificatesAndSaysWhichFilesEachProcessSets(t *te
 	}
 	if out2, err := runRoot(t, "nats-auth", "--config", path, "--out", t.TempDir(), "--tls-name", "x"); err == nil {
 		t.Errorf("--tls-name without --tls was accepted:\n%s", out2)
+	}
+}
+
+// The second region, generated --from the first's directory, takes the
+// first's CA and link password; each region's gateway block names its
+// remotes and nats-server reads it.
+func TestNATSAuthWritesEachRegionsGatewayLinksWithTheFirstRegionsCAAndPassword(t *testing.T) {
+	base := t.TempDir()
+	eastOut, westOut := filepath.Join(base, "east"), filepath.Join(base, "west")
+	east := writeConfig(t, "deployment: {region: east}\n", "http://127.0.0.1:1/v1")
+	west := writeConfig(t, "deployment: {region: west}\n", "http://127.0.0.1:1/v1")
+	if got, err := runRoot(t, "nats-auth", "--config", east, "--out", eastOut, "--gateway-listen", "127.0.0.1:7222"); err == nil {
+		t.Fatalf("gateway links without --tls: no error\n%s", got)
+	}
+	if got, err := runRoot(t, "nats-auth", "--config", east, "--out", eastOut, "--tls",
+		"--gateway-listen", "127.0.0.1:7222", "--gateway-remote", "west=127.0.0.1:7223"); err != nil {
+		t.Fatalf("east: %v\n%s", err, got)
+	} else if !strings.Contains(got, natsauth.GatewayConfigFile) {
+		t.Errorf("the output does not name the gateway block:\n%s", got)
+	}
+	if got, err := runRoot(t, "nats-auth", "--config", west, "--out", westOut, "--tls", "--from", eastOut,
+		"--gateway-listen", "127.0.0.1:7223", "--gateway-remote", "east=127.0.0.1:7222"); err != nil {
+		t.Fatalf("west: %v\n%s", err, got)
+	}
+	read := func(path string) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	if read(filepath.Join(eastOut, natsauth.TLSDir, natsauth.CAFile)) != read(filepath.Join(westOut, natsauth.TLSDir, natsauth.CAFile)) {
+		t.Error("west's CA is not east's")
+	}
+	if read(filepath.Join(eastOut, natsauth.GatewayPasswordFile)) != read(filepath.Join(westOut, natsauth.GatewayPasswordFile)) {
+		t.Error("west's link password is not east's")
+	}
+	if _, err := os.Stat(filepath.Join(westOut, natsauth.TLSDir, natsauth.CAKeyFile)); err == nil {
+		t.Error("west holds a copy of the CA's key")
+	}
+	for _, r := range []struct{ dir, name, remote string }{{eastOut, "east", "west"}, {westOut, "west", "east"}} {
+		conf := filepath.Join(r.dir, "server.conf")
+		if err := os.WriteFile(conf, []byte("include ./"+natsauth.ServerConfigFile+"\ninclude ./"+natsauth.GatewayConfigFile+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		opts, err := server.ProcessConfigFile(conf)
+		if err != nil {
+			t.Fatalf("nats-server cannot read %s's configuration: %v", r.name, err)
+		}
+		if g := opts.Gateway; g.Name != r.name || g.Username != natsauth.GatewayUser || len(g.Gateways) != 1 || g.Gateways[0].Name != r.remote || g.TLSConfig == nil {
+			t.Errorf("%s's gateway block: %+v", r.name, g)
+		}
 	}
 }

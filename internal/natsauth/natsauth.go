@@ -102,6 +102,24 @@ func ResponsesForConfig(cfg *config.Config) Responses {
 	return ResponsesFor(deadline, heartbeat)
 }
 
+// SpecForConfig is the users of the deployment cfg describes (`hedgerow
+// nats-auth --config`): its routes, the workers' reply bound of its
+// policies, its gate bucket, records stream and region and, with
+// global.regions, the leases' bucket, which only gateways may use
+// (docs/architecture.md §13, §14). One worker user of every route and one
+// client, until the caller says otherwise.
+func SpecForConfig(cfg *config.Config) Spec {
+	spec := Spec{GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream, Region: cfg.Deployment.Region,
+		Responses: ResponsesForConfig(cfg)}
+	if len(cfg.Global.Regions) > 0 {
+		spec.LeasesBucket = cfg.Global.Authority.Bucket
+	}
+	for _, r := range cfg.Routes {
+		spec.Routes = append(spec.Routes, r.Name)
+	}
+	return spec
+}
+
 // Spec describes the users to generate.
 type Spec struct {
 	// Method is how users authenticate; empty means MethodNKey.
@@ -145,6 +163,10 @@ type Spec struct {
 	// client certificate per user (tls.go), and the server configuration
 	// then requires TLS with a client certificate.
 	TLS *TLSSpec
+	// Gateway, when set, also writes the region's gateway block
+	// (gateway.go): its links to the other regions' clusters, with TLS
+	// (which it needs) and the link user's authorization.
+	Gateway *GatewaySpec
 }
 
 // Role names of the generated users that are not per worker or client.
@@ -194,6 +216,8 @@ type Bundle struct {
 	Users  []User
 	// TLS is the TLS material, when Spec.TLS asked for it.
 	TLS *TLSBundle
+	// Gateway is the region's gateway block, when Spec.Gateway asked for it.
+	Gateway *GatewayLinks
 }
 
 // userName is what a user name must match: it becomes a file name and a
@@ -279,6 +303,16 @@ func Generate(spec Spec) (*Bundle, error) {
 		}
 	}
 	b := &Bundle{Method: method, Users: users}
+	if spec.Gateway != nil {
+		if spec.TLS == nil {
+			return nil, errors.New("natsauth: gateway links need TLS")
+		}
+		g, err := newGatewayLinks(*spec.Gateway, spec.Region)
+		if err != nil {
+			return nil, err
+		}
+		b.Gateway = g
+	}
 	if spec.TLS != nil {
 		names := make([]string, len(users))
 		for i, u := range users {
@@ -566,8 +600,13 @@ func (b *Bundle) Write(dir string) error {
 	if err := writeNew(dir, files); err != nil {
 		return err
 	}
+	if b.Gateway != nil {
+		if err := b.Gateway.write(dir); err != nil {
+			return err
+		}
+	}
 	if b.TLS != nil {
-		return b.TLS.write(dir)
+		return b.TLS.write(dir, b.Gateway != nil)
 	}
 	return nil
 }

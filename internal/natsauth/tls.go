@@ -57,12 +57,44 @@ type TLSSpec struct {
 	ServerNames []string
 	// Validity defaults to DefaultTLSValidity.
 	Validity time.Duration
+	// CA, when set, signs the certificates instead of a new CA: the
+	// deployment's CA, so that every region's servers trust each other's
+	// gateway links (ReadCA reads it from an earlier bundle's directory).
+	CA *CA
+}
+
+// CA is a certificate authority's certificate and key, PEM encoded.
+type CA struct {
+	CertPEM, KeyPEM []byte
+}
+
+// CAKeyFile names the CA's key in TLSDir. Only a bundle with gateway links
+// whose CA it made keeps it (0600): the key signs the next region's
+// certificates (nats-auth --from). No server reads it; keep it off the
+// servers' hosts once every region is generated.
+const CAKeyFile = "ca-key.pem"
+
+// ReadCA reads the CA of an earlier bundle written in dir (its TLSDir's
+// CAFile and CAKeyFile).
+func ReadCA(dir string) (*CA, error) {
+	cert, err := os.ReadFile(filepath.Join(dir, TLSDir, CAFile))
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: the deployment's CA: %w", err)
+	}
+	key, err := os.ReadFile(filepath.Join(dir, TLSDir, CAKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: the deployment's CA key (written with the first region's gateway links): %w", err)
+	}
+	return &CA{CertPEM: cert, KeyPEM: key}, nil
 }
 
 // TLSBundle is generated TLS material, PEM encoded: file name (in TLSDir)
 // to contents.
 type TLSBundle struct {
 	Files map[string][]byte
+	// CAKey is the key of a CA made here (nil when TLSSpec.CA signed),
+	// written as CAKeyFile only with gateway links.
+	CAKey []byte
 }
 
 // GenerateTLS makes a CA, a server certificate for 127.0.0.1, localhost
@@ -74,29 +106,20 @@ func GenerateTLS(spec TLSSpec, users []string, now time.Time) (*TLSBundle, error
 		validity = DefaultTLSValidity
 	}
 	notBefore, notAfter := now.Add(-time.Hour), now.Add(validity)
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("natsauth: tls: %w", err)
+	var (
+		b     *TLSBundle
+		ca    *x509.Certificate
+		caKey *ecdsa.PrivateKey
+		err   error
+	)
+	if spec.CA != nil {
+		if ca, caKey, err = spec.CA.parse(); err != nil {
+			return nil, err
+		}
+		b = &TLSBundle{Files: map[string][]byte{CAFile: spec.CA.CertPEM}}
+	} else if b, ca, caKey, err = newCA(notBefore, notAfter); err != nil {
+		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "hedgerow NATS CA", Organization: []string{"hedgerow"}},
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("natsauth: tls: CA: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("natsauth: tls: CA: %w", err)
-	}
-	b := &TLSBundle{Files: map[string][]byte{CAFile: pemBlock("CERTIFICATE", caDER)}}
 	leaf := func(name string, tmpl *x509.Certificate) error {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -148,6 +171,59 @@ func GenerateTLS(spec TLSSpec, users []string, now time.Time) (*TLSBundle, error
 	return b, nil
 }
 
+// newCA makes a CA valid from notBefore to notAfter.
+func newCA(notBefore, notAfter time.Time) (*TLSBundle, *x509.Certificate, *ecdsa.PrivateKey, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("natsauth: tls: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "hedgerow NATS CA", Organization: []string{"hedgerow"}},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("natsauth: tls: CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("natsauth: tls: CA: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("natsauth: tls: CA: %w", err)
+	}
+	b := &TLSBundle{Files: map[string][]byte{CAFile: pemBlock("CERTIFICATE", caDER)}, CAKey: pemBlock("EC PRIVATE KEY", keyDER)}
+	return b, ca, caKey, nil
+}
+
+// parse reads the CA's certificate and its ECDSA key.
+func (c *CA) parse() (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cb, _ := pem.Decode(c.CertPEM)
+	kb, _ := pem.Decode(c.KeyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("natsauth: tls: the CA's certificate or key holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsauth: tls: CA: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsauth: tls: CA key: %w", err)
+	}
+	if !cert.IsCA || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, nil, errors.New("natsauth: tls: the CA's key is not its certificate's, or the certificate is no CA")
+	}
+	return cert, key, nil
+}
+
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
@@ -170,14 +246,21 @@ func ServerTLSConfig(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("natsauth: tls: %w", err)
 	}
-	return fmt.Sprintf("tls {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify: true\n  timeout: 2\n}\n",
-		strconv.Quote(filepath.Join(abs, ServerCertFile)), strconv.Quote(filepath.Join(abs, ServerKeyFile)),
-		strconv.Quote(filepath.Join(abs, CAFile))), nil
+	return tlsBlock(abs, ""), nil
+}
+
+// tlsBlock is a tls block for the server certificate, the CA and verify,
+// the files in tlsDir (absolute), each line after the first indented.
+func tlsBlock(tlsDir, indent string) string {
+	return fmt.Sprintf("tls {\n%[1]s  cert_file: %[2]s\n%[1]s  key_file: %[3]s\n%[1]s  ca_file: %[4]s\n%[1]s  verify: true\n%[1]s  timeout: 2\n%[1]s}\n",
+		indent, strconv.Quote(filepath.Join(tlsDir, ServerCertFile)), strconv.Quote(filepath.Join(tlsDir, ServerKeyFile)),
+		strconv.Quote(filepath.Join(tlsDir, CAFile)))
 }
 
 // write puts the files into dir/TLSDir (0700), each 0600, never
-// overwriting, and the server's tls block into dir/TLSServerConfigFile.
-func (t *TLSBundle) write(dir string) error {
+// overwriting, and the server's tls block into dir/TLSServerConfigFile;
+// the key of a CA made here too when withCAKey.
+func (t *TLSBundle) write(dir string, withCAKey bool) error {
 	if t == nil {
 		return errors.New("natsauth: tls: nothing generated")
 	}
@@ -188,6 +271,9 @@ func (t *TLSBundle) write(dir string) error {
 	files := map[string][]byte{}
 	for name, data := range t.Files {
 		files[filepath.Join(TLSDir, name)] = data
+	}
+	if withCAKey && t.CAKey != nil {
+		files[filepath.Join(TLSDir, CAKeyFile)] = t.CAKey
 	}
 	block, err := ServerTLSConfig(dir)
 	if err != nil {

@@ -35,10 +35,22 @@ type Part struct {
 	Pid   int   `json:"pid"`
 }
 
+// Procs are the parts a state directory runs, in start order, as its
+// manifest file records them. Up's Manifest holds them beside its spec;
+// other launchers of local deployments (internal/tools/regions) hold them
+// beside theirs, and start, stop, kill and restart them with the same
+// methods.
+type Procs struct {
+	// Dir is the state directory; File the manifest's name in it.
+	Dir   string `json:"-"`
+	File  string `json:"-"`
+	Parts []Part `json:"parts"`
+}
+
 // Manifest is what Up started, in start order, and the spec it ran.
 type Manifest struct {
-	Spec  Spec   `json:"spec"`
-	Parts []Part `json:"parts"`
+	Spec Spec `json:"spec"`
+	Procs
 }
 
 // ManifestFile is the manifest's name in the state directory.
@@ -46,34 +58,77 @@ const ManifestFile = "cluster.json"
 
 // ReadManifest reads dir's manifest.
 func ReadManifest(dir string) (*Manifest, error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("cluster: %s: %w", ManifestFile, err)
+	if err := ReadManifestFile(dir, ManifestFile, &m); err != nil {
+		return nil, err
 	}
+	m.Dir, m.File = m.Spec.Dir, ManifestFile
 	return &m, nil
 }
 
-func (m *Manifest) write() error {
-	data, err := json.MarshalIndent(m, "", "  ")
+// ReadProcs reads the parts of the manifest file in dir, whatever else it
+// holds.
+func ReadProcs(dir, file string) (*Procs, error) {
+	ps := &Procs{}
+	if err := ReadManifestFile(dir, file, ps); err != nil {
+		return nil, err
+	}
+	ps.Dir, ps.File = dir, file
+	return ps, nil
+}
+
+// ReadManifestFile reads the JSON manifest file in dir into v (a
+// manifest holding Procs).
+func ReadManifestFile(dir, file string, v any) error {
+	data, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	tmp := filepath.Join(m.Spec.Dir, ManifestFile+".tmp")
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("cluster: %s: %w", file, err)
+	}
+	return nil
+}
+
+// WriteManifest writes v, a manifest holding Procs, as file in dir
+// (through a temporary file, so a reader never sees half of it).
+func WriteManifest(dir, file string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	tmp := filepath.Join(dir, file+".tmp")
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(m.Spec.Dir, ManifestFile))
+	return os.Rename(tmp, filepath.Join(dir, file))
+}
+
+func (m *Manifest) write() error {
+	m.Dir, m.File = m.Spec.Dir, ManifestFile
+	return WriteManifest(m.Spec.Dir, ManifestFile, m)
+}
+
+// save writes the parts (their pids) into the manifest, keeping what
+// else it holds (its spec).
+func (ps *Procs) save() error {
+	var doc map[string]json.RawMessage
+	if err := ReadManifestFile(ps.Dir, ps.File, &doc); err != nil {
+		return err
+	}
+	parts, err := json.Marshal(ps.Parts)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	doc["parts"] = parts
+	return WriteManifest(ps.Dir, ps.File, doc)
 }
 
 // Part returns the part named name.
-func (m *Manifest) Part(name string) (*Part, bool) {
-	for i := range m.Parts {
-		if m.Parts[i].Name == name {
-			return &m.Parts[i], true
+func (ps *Procs) Part(name string) (*Part, bool) {
+	for i := range ps.Parts {
+		if ps.Parts[i].Name == name {
+			return &ps.Parts[i], true
 		}
 	}
 	return nil, false
@@ -148,20 +203,8 @@ func probe(ctx context.Context, ready string) error {
 	defer cancel()
 	switch {
 	case strings.HasPrefix(ready, "http://"):
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ready, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-		}
-		return nil
+		_, err := get(ctx, ready, 4096)
+		return err
 	case strings.HasPrefix(ready, "redis://"), strings.HasPrefix(ready, "tcp://"):
 		host := ready[strings.Index(ready, "://")+3:]
 		var d net.Dialer
@@ -189,6 +232,37 @@ func probe(ctx context.Context, ready string) error {
 		return nil
 	}
 	return fmt.Errorf("cluster: unknown readiness %q", ready)
+}
+
+// get reads url's body, at most limit bytes; a status other than 200 is
+// an error quoting the body.
+func get(ctx context.Context, url string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, err
+}
+
+// GetJSON reads url's JSON answer (a part's monitoring endpoint) into v,
+// within 2 s.
+func GetJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	body, err := get(ctx, url, 16<<20)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return json.Unmarshal(body, v)
 }
 
 // logTail is the last lines of a part's log.
@@ -290,9 +364,18 @@ func portsFree(ports []int, within time.Duration) error {
 // Kill sends SIGKILL to the part named name of dir's cluster and waits
 // until it is gone.
 func Kill(dir, name string) error {
-	_, p, err := readPart(dir, name)
+	ps, err := ReadProcs(dir, ManifestFile)
 	if err != nil {
 		return err
+	}
+	return ps.Kill(name)
+}
+
+// Kill sends SIGKILL to the part named name and waits until it is gone.
+func (ps *Procs) Kill(name string) error {
+	p, ok := ps.Part(name)
+	if !ok {
+		return fmt.Errorf("cluster: no part %q", name)
 	}
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return err
@@ -300,25 +383,22 @@ func Kill(dir, name string) error {
 	return p.stop(5 * time.Second)
 }
 
-// readPart reads dir's manifest and finds in it the part named name.
-func readPart(dir, name string) (*Manifest, *Part, error) {
-	m, err := ReadManifest(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, ok := m.Part(name)
-	if !ok {
-		return nil, nil, fmt.Errorf("cluster: no part %q", name)
-	}
-	return m, p, nil
-}
-
 // Restart starts the part named name of dir's cluster again (it must not
 // be running) and waits until it is ready or ctx ends.
 func Restart(ctx context.Context, dir, name string) error {
-	m, p, err := readPart(dir, name)
+	ps, err := ReadProcs(dir, ManifestFile)
 	if err != nil {
 		return err
+	}
+	return ps.Restart(ctx, name)
+}
+
+// Restart starts the part named name again (it must not be running),
+// records its new pid and waits until it is ready or ctx ends.
+func (ps *Procs) Restart(ctx context.Context, name string) error {
+	p, ok := ps.Part(name)
+	if !ok {
+		return fmt.Errorf("cluster: no part %q", name)
 	}
 	if p.Running() {
 		return fmt.Errorf("cluster: %s is running", name)
@@ -326,65 +406,96 @@ func Restart(ctx context.Context, dir, name string) error {
 	if err := portsFree(p.Ports, 10*time.Second); err != nil {
 		return err
 	}
-	exited, err := p.start(dir)
+	exited, err := p.start(ps.Dir)
 	if err != nil {
 		return err
 	}
-	if err := m.write(); err != nil {
+	if err := ps.save(); err != nil {
 		return err
 	}
-	return p.waitReady(ctx, dir, exited)
+	return p.waitReady(ctx, ps.Dir, exited)
 }
 
 // Down stops every part of dir's cluster, the last started first, and
 // checks their ports are free. A cluster that is not up is no error.
 func Down(dir string, out io.Writer) error {
-	m, err := ReadManifest(dir)
+	return DownProcs(dir, ManifestFile, out)
+}
+
+// DownProcs stops every part of the manifest file in dir, as Down does.
+func DownProcs(dir, file string, out io.Writer) error {
+	ps, err := ReadProcs(dir, file)
 	if errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintln(out, "cluster: nothing to stop in", dir)
+		fmt.Fprintln(out, "nothing to stop in", dir)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return m.down(out)
+	return ps.Down(out)
 }
 
-// down stops every part, the last started first, and checks their ports
+// Down stops every part, the last started first, and checks their ports
 // are free; then the manifest is removed.
-func (m *Manifest) down(out io.Writer) error {
-	dir := m.Spec.Dir
+func (ps *Procs) Down(out io.Writer) error {
 	var errs []error
 	var ports []int
-	for _, p := range slices.Backward(m.Parts) {
+	for _, p := range slices.Backward(ps.Parts) {
 		if p.Running() {
 			fmt.Fprintf(out, "stopping %s (pid %d)\n", p.Name, p.Pid)
 		}
 		if err := p.stop(15 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
-		_ = os.Remove(PidFile(dir, p.Name))
+		_ = os.Remove(PidFile(ps.Dir, p.Name))
 		ports = append(ports, p.Ports...)
 	}
 	if err := portsFree(ports, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		_ = os.Remove(filepath.Join(dir, ManifestFile))
+		_ = os.Remove(filepath.Join(ps.Dir, ps.File))
 	}
 	return errors.Join(errs...)
 }
 
-// Up reports whether dir's cluster is up: a manifest whose parts all run.
-func IsUp(dir string) bool {
-	m, err := ReadManifest(dir)
+// IsUp reports whether dir's cluster is up: a manifest whose parts all run.
+func IsUp(dir string) bool { return ProcsUp(dir, ManifestFile) }
+
+// ProcsUp reports whether the manifest file in dir names parts that all run.
+func ProcsUp(dir, file string) bool {
+	ps, err := ReadProcs(dir, file)
 	if err != nil {
 		return false
 	}
-	for _, p := range m.Parts {
+	for _, p := range ps.Parts {
 		if !p.Running() {
 			return false
 		}
 	}
 	return true
 }
+
+// Status prints each part of the manifest file in dir and whether it runs;
+// an error unless every part runs.
+func Status(dir, file string, out io.Writer) error {
+	ps, err := ReadProcs(dir, file)
+	if err != nil {
+		return err
+	}
+	down := 0
+	for _, p := range ps.Parts {
+		state := "running"
+		if !p.Running() {
+			state, down = "down", down+1
+		}
+		fmt.Fprintf(out, "%-18s %-8s pid %d\n", p.Name, state, p.Pid)
+	}
+	if down > 0 {
+		return fmt.Errorf("%d of %d parts down", down, len(ps.Parts))
+	}
+	return nil
+}
+
+// PortsFree checks that none of ports is listened on.
+func PortsFree(ports []int) error { return portsFree(ports, 0) }

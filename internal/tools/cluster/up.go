@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,7 +92,7 @@ func Up(ctx context.Context, s Spec, out io.Writer) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = m.down(io.Discard)
+			_ = m.Down(io.Discard)
 		}
 	}()
 	// Stages: each starts its parts at once and waits for all of them.
@@ -125,7 +122,7 @@ func Up(ctx context.Context, s Spec, out io.Writer) (err error) {
 		stages = append(stages, []string{g})
 	}
 	for i, stage := range stages {
-		if err := m.startAll(ctx, stage, out); err != nil {
+		if err := m.StartAll(ctx, stage, out); err != nil {
 			return err
 		}
 		if i == 0 {
@@ -179,20 +176,21 @@ func checkRules(ctx context.Context, promAddr, file string, out io.Writer) error
 	return nil
 }
 
-// startAll starts the named parts together and waits until each is ready.
-func (m *Manifest) startAll(ctx context.Context, names []string, out io.Writer) error {
+// StartAll starts the named parts together (the manifest written) and
+// waits until each is ready, within a minute.
+func (ps *Procs) StartAll(ctx context.Context, names []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, len(names))
 	for i, name := range names {
-		p, ok := m.Part(name)
+		p, ok := ps.Part(name)
 		if !ok {
 			return fmt.Errorf("cluster: no part %q", name)
 		}
-		exited, err := p.start(m.Spec.Dir)
+		exited, err := p.start(ps.Dir)
 		if err == nil {
-			err = m.write() // every pid on disk before anything can fail
+			err = ps.save() // every pid on disk before anything can fail
 		}
 		if err != nil {
 			wg.Wait()
@@ -201,7 +199,7 @@ func (m *Manifest) startAll(ctx context.Context, names []string, out io.Writer) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.waitReady(ctx, m.Spec.Dir, exited)
+			errs[i] = p.waitReady(ctx, ps.Dir, exited)
 		}()
 	}
 	wg.Wait()
@@ -209,10 +207,16 @@ func (m *Manifest) startAll(ctx context.Context, names []string, out io.Writer) 
 		return err
 	}
 	for _, name := range names {
-		p, _ := m.Part(name)
+		p, _ := ps.Part(name)
 		fmt.Fprintf(out, "%-18s ready  pid %-7d %s\n", p.Name, p.Pid, p.Ready)
 	}
 	return nil
+}
+
+// UsersSpec is the NATS users of a local deployment: one worker user of
+// every route, their replies bounded by the policy's deadline.
+func UsersSpec() natsauth.Spec {
+	return natsauth.Spec{Routes: Routes, Responses: natsauth.ResponsesFor(Deadline, heartbeat)}
 }
 
 // writeCredentials generates the NATS users with TLS and the gateways'
@@ -220,11 +224,8 @@ func (m *Manifest) startAll(ctx context.Context, names []string, out io.Writer) 
 func writeCredentials(s Spec) error {
 	auth := filepath.Join(s.Dir, authDir)
 	if _, err := os.Stat(filepath.Join(auth, natsauth.ServerConfigFile)); errors.Is(err, os.ErrNotExist) {
-		spec := natsauth.Spec{
-			Routes:    Routes,
-			Responses: natsauth.ResponsesFor(Deadline, heartbeat),
-			TLS:       &natsauth.TLSSpec{},
-		}
+		spec := UsersSpec()
+		spec.TLS = &natsauth.TLSSpec{}
 		b, err := natsauth.Generate(spec)
 		if err != nil {
 			return err
@@ -235,17 +236,7 @@ func writeCredentials(s Spec) error {
 	} else if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	key := filepath.Join(s.Dir, hashKeyFile)
-	if _, err := os.Stat(key); errors.Is(err, os.ErrNotExist) {
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return fmt.Errorf("cluster: %w", err)
-		}
-		if err := os.WriteFile(key, []byte(hex.EncodeToString(raw)+"\n"), 0o600); err != nil {
-			return fmt.Errorf("cluster: %w", err)
-		}
-	}
-	return nil
+	return WriteHashKey(s.Dir)
 }
 
 // plan writes every part's configuration and fills the manifest, in
@@ -260,68 +251,38 @@ func (m *Manifest) plan() error {
 		return path, nil
 	}
 	// Redis: AOF on, its data in the state directory.
-	redisDir := filepath.Join(s.Dir, "redis")
-	if err := os.MkdirAll(redisDir, 0o700); err != nil {
-		return fmt.Errorf("cluster: %w", err)
+	redis, err := RedisPart(RedisName, s.RedisServer, p.Redis, filepath.Join(s.Dir, "redis"))
+	if err != nil {
+		return err
 	}
-	m.Parts = append(m.Parts, Part{Name: RedisName, Args: []string{s.RedisServer,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(p.Redis), "--dir", redisDir,
-		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--protected-mode", "yes"},
-		Ready: "redis://" + addr(p.Redis), Ports: []int{p.Redis}})
+	m.Parts = append(m.Parts, redis)
 	// NATS: a cluster of every node, JetStream on, the generated users and TLS.
 	var routes []string
 	for i := range p.NATS {
-		routes = append(routes, fmt.Sprintf("%q", "tls://"+addr(p.NATSRoute[i])))
+		routes = append(routes, "tls://"+addr(p.NATSRoute[i]))
 	}
-	tlsDir := filepath.Join(s.Dir, authDir, natsauth.TLSDir)
 	for i := range p.NATS {
 		name := natsName(i)
-		store := filepath.Join(s.Dir, "jetstream", name)
-		if err := os.MkdirAll(store, 0o700); err != nil {
-			return fmt.Errorf("cluster: %w", err)
-		}
-		conf := fmt.Sprintf(`# %[1]s of the local hedgerow cluster, written by hedgerow cluster up.
-server_name: %[1]s
-listen: %[2]q
-http: %[3]q
-max_payload: 8MB
-# Every write fsynced before its ack: the gate's ledger must outlive an OS crash (docs/architecture.md §6).
-jetstream {store_dir: %[4]q, max_memory_store: 256MB, max_file_store: 2GB, sync_interval: always}
-include %[5]q
-`, name, addr(p.NATS[i]), addr(p.NATSMonitor[i]), store, authDir+"/"+natsauth.ServerConfigFile)
+		node := NATSNode{Title: name + " of the local hedgerow cluster, written by hedgerow cluster up", Name: name,
+			Listen: addr(p.NATS[i]), Monitor: addr(p.NATSMonitor[i]), StoreDir: filepath.Join(s.Dir, "jetstream", name),
+			AuthDir: filepath.Join(s.Dir, authDir)}
 		if len(p.NATS) > 1 {
-			conf += fmt.Sprintf(`cluster {
-  name: hedgerow-local
-  listen: %q
-  routes: [%s]
-  tls {cert_file: %q, key_file: %q, ca_file: %q, verify: true, timeout: 2}
-}
-`, addr(p.NATSRoute[i]), strings.Join(routes, ", "),
-				filepath.Join(tlsDir, natsauth.ServerCertFile), filepath.Join(tlsDir, natsauth.ServerKeyFile), filepath.Join(tlsDir, natsauth.CAFile))
+			node.Cluster, node.RouteListen, node.Routes = "hedgerow-local", addr(p.NATSRoute[i]), routes
+		}
+		conf, err := node.Config(s.Dir)
+		if err != nil {
+			return err
 		}
 		path, err := write(name+".conf", conf)
 		if err != nil {
 			return err
 		}
-		ready := fmt.Sprintf("http://%s/healthz", addr(p.NATSMonitor[i]))
-		m.Parts = append(m.Parts, Part{Name: name, Args: []string{s.NATSServer, "-c", path}, Ready: ready,
-			Ports: []int{p.NATS[i], p.NATSRoute[i], p.NATSMonitor[i]}})
+		m.Parts = append(m.Parts, node.Part(s.NATSServer, path, p.NATS[i], p.NATSRoute[i], p.NATSMonitor[i]))
 	}
 	// The simulated routes.
-	for i, r := range Routes {
-		ts := s.TimeScale
-		if ts <= 0 {
-			ts = 1
-		}
-		m.Parts = append(m.Parts, Part{Name: fakeName(r), Args: []string{s.Hedgerow, "fakellm",
-			"--listen", addr(p.FakeLLM[i]), "--workload", "gpt4o", "--seed", strconv.Itoa(i + 1), "--route", strconv.Itoa(i),
-			"--time-scale", strconv.FormatFloat(ts, 'g', -1, 64)},
-			Ready: fmt.Sprintf("http://%s/healthz", addr(p.FakeLLM[i])), Ports: []int{p.FakeLLM[i]}})
-	}
+	m.Parts = append(m.Parts, FakeLLMParts(s.Hedgerow, p.FakeLLM, s.TimeScale)...)
 	// The fault proxy in front of Redis for the first gateway.
-	m.Parts = append(m.Parts, Part{Name: ProxyName, Args: []string{s.Hedgerow, "faultproxy",
-		"--listen", addr(p.RedisProxy), "--upstream", addr(p.Redis), "--control", addr(p.RedisProxyControl)},
-		Ready: fmt.Sprintf("http://%s/healthz", addr(p.RedisProxyControl)), Ports: []int{p.RedisProxy, p.RedisProxyControl}})
+	m.Parts = append(m.Parts, ProxyPart(ProxyName, s.Hedgerow, p.RedisProxy, addr(p.Redis), p.RedisProxyControl, 0))
 	if s.Prometheus != "" {
 		if err := m.planPrometheus(write); err != nil {
 			return err
@@ -337,9 +298,7 @@ include %[5]q
 		if err != nil {
 			return err
 		}
-		m.Parts = append(m.Parts, Part{Name: name, Args: []string{s.Hedgerow, "worker", "--config", path,
-			"--metrics-listen", addr(p.WorkerMetrics[i]), "--shutdown-timeout", "10s"},
-			Ready: fmt.Sprintf("http://%s/metrics", addr(p.WorkerMetrics[i])), Ports: []int{p.WorkerMetrics[i]}})
+		m.Parts = append(m.Parts, WorkerPart(name, s.Hedgerow, path, p.WorkerMetrics[i]))
 	}
 	for i := range s.Gateways {
 		name := gatewayName(i)
@@ -352,9 +311,7 @@ include %[5]q
 		if err != nil {
 			return err
 		}
-		m.Parts = append(m.Parts, Part{Name: name, Args: []string{s.Hedgerow, "gateway", "--config", path, "--shutdown-timeout", "10s"},
-			Env:   map[string]string{hashKeyEnv: "@" + hashKeyFile},
-			Ready: fmt.Sprintf("http://%s/readyz", addr(p.GatewayInternal[i])), Ports: []int{p.Gateways[i], p.GatewayInternal[i]}})
+		m.Parts = append(m.Parts, GatewayPart(name, s.Hedgerow, path, "http://"+addr(p.GatewayInternal[i])+"/readyz", p.Gateways[i], p.GatewayInternal[i]))
 	}
 	return nil
 }
@@ -364,45 +321,13 @@ include %[5]q
 // routes in pool general, the tenant "local".
 func (m *Manifest) hedgerowConfig(name, user string, natsURLs []string, redisAddr, listen, internal string) string {
 	s, p := m.Spec, m.Spec.Ports
-	auth := filepath.Join(s.Dir, authDir)
-	tlsDir := filepath.Join(auth, natsauth.TLSDir)
 	replicas := 1
 	if len(p.NATS) >= 3 {
 		replicas = 3
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# %s of the local hedgerow cluster, written by hedgerow cluster up.\n", name)
-	fmt.Fprintf(&b, "nats:\n  urls: [%s]\n  nkey_seed_file: %q\n", strings.Join(natsURLs, ", "), filepath.Join(auth, user+".nk"))
-	fmt.Fprintf(&b, "  tls: {ca_file: %q, cert_file: %q, key_file: %q, server_name: localhost}\n",
-		filepath.Join(tlsDir, natsauth.CAFile), filepath.Join(tlsDir, natsauth.ClientCertFile(user)), filepath.Join(tlsDir, natsauth.ClientKeyFile(user)))
-	fmt.Fprintf(&b, "redis:\n  url: redis://%s/0\n  key_prefix: hrlocal\n", redisAddr)
-	if user == natsauth.UserGateway {
-		fmt.Fprintf(&b, "  hash_key_env: %s\n", hashKeyEnv)
-	}
-	fmt.Fprintf(&b, "gate: {replicas: %d}\nrecords: {replicas: %d}\n", replicas, replicas)
-	fmt.Fprintf(&b, "http:\n  listen: %s\n", listen)
-	if internal != "" {
-		fmt.Fprintf(&b, "  internal_listen: %s\n", internal)
-	}
-	fmt.Fprintf(&b, "  idempotency: {lease: %s}\n", idempotencyLease)
-	b.WriteString("routes:\n")
-	for i, r := range Routes {
-		fmt.Fprintf(&b, "  - {name: %s, provider: openai, base_url: \"http://%s/v1\", model: fake-gpt4o, labels: {region: %s}}\n",
-			r, addr(p.FakeLLM[i]), strings.TrimPrefix(r, "fake-"))
-	}
-	fmt.Fprintf(&b, "pools:\n  %s:\n    routes: [%s]\n", Pool, strings.Join(Routes, ", "))
-	fmt.Fprintf(&b, `policies:
-  default:
-    max_attempts: 3
-    deadline: %s
-    accept_timeout: 500ms
-    heartbeat_interval: %s
-    heartbeat_timeout: %s
-    stall_after_first_token: 2s
-`, Deadline, heartbeat, heartbeatTimeout)
-	sum := sha256.Sum256([]byte(TenantKey))
-	fmt.Fprintf(&b, "tenants:\n  local:\n    api_key_hashes: [\"sha256:%s\"]\n", hex.EncodeToString(sum[:]))
-	return b.String()
+	return ProcessConfig{Title: name + " of the local hedgerow cluster, written by hedgerow cluster up",
+		User: user, AuthDir: filepath.Join(s.Dir, authDir), NATSURLs: natsURLs, Redis: redisAddr,
+		Listen: listen, Internal: internal, Replicas: replicas, FakeLLM: p.FakeLLM}.YAML()
 }
 
 // planPrometheus writes Prometheus' configuration: every hedgerow

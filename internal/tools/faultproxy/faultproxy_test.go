@@ -130,3 +130,41 @@ func TestClosingEndsHeldConnections(t *testing.T) {
 		t.Fatalf("read after Close: %v; want the connection closed", err)
 	}
 }
+
+// A delay holds each read that long each way: a round trip through the
+// proxy takes at least twice the delay (a lower bound, which no load can
+// break), and the control API sets and reads it.
+func TestADelayHoldsEachWayAndIsSetThroughTheControlAPI(t *testing.T) {
+	p, err := Listen("127.0.0.1:0", echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctl := httptest.NewServer(p.Handler())
+	defer ctl.Close()
+	const delay = 40 * time.Millisecond
+	if err := ControlDelay(t.Context(), ctl.URL, delay); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Delay(); got != delay {
+		t.Fatalf("delay %v after the control API set %v", got, delay)
+	}
+	c, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, line := range []string{"one", "two"} {
+		start := time.Now()
+		got, err := roundTrip(c, line, 10*time.Second)
+		if err != nil || got != line+"\n" {
+			t.Fatalf("round trip of %q: %q, %v", line, got, err)
+		}
+		if took := time.Since(start); took < 2*delay {
+			t.Fatalf("a round trip took %v, under twice the delay of %v", took, delay)
+		}
+	}
+	if err := post(t.Context(), ctl.URL, "/delay?d=-1s"); err == nil {
+		t.Error("a negative delay was taken")
+	}
+}
