@@ -81,14 +81,7 @@ func twoRegionsShareOneCeiling(t *testing.T, shiftAt time.Duration) {
 	var regions []*region
 	for i, name := range opts.Regions {
 		r := &region{name: name, auth: &cutAuthority{Authority: authority}, offset: time.Duration(i) * round / 2}
-		var err error
-		r.leases, err = lease.NewRegion(lease.NewMemoryRegion(clock.Now), r.auth, lease.RegionOptions{
-			Region: name, Holder: "gw-" + name, Lease: opts, Global: global, Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.leases.Close)
-		r.slices = slicetest.RegionSlices(t, slice.NewMemory(clock.Now), clock.Now, r.leases)
+		r.leases, r.slices = gatewayOf(t, name, r.auth, opts, global, clock)
 		regions = append(regions, r)
 	}
 	east, west := regions[0], regions[1]
@@ -208,14 +201,7 @@ func TestABudgetIsSpentWhereItsDemandIsAndNeverPastIt(t *testing.T) {
 	var regions []*region
 	for i, name := range opts.Regions {
 		r := &region{name: name, offset: time.Duration(i) * round / 2}
-		var err error
-		r.leases, err = lease.NewRegion(lease.NewMemoryRegion(clock.Now), authority, lease.RegionOptions{
-			Region: name, Holder: "gw-" + name, Lease: opts, Global: global, Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.leases.Close)
-		r.slices = slicetest.RegionSlices(t, slice.NewMemory(clock.Now), clock.Now, r.leases)
+		r.leases, r.slices = gatewayOf(t, name, authority, opts, global, clock)
 		regions = append(regions, r)
 	}
 	spent := 0
@@ -259,4 +245,18 @@ func TestABudgetIsSpentWhereItsDemandIsAndNeverPastIt(t *testing.T) {
 			t.Errorf("%s admitted %d of the %d it asked for while the budget lasted; want at least 99 %%", r.name, r.admitted, r.asked)
 		}
 	}
+}
+
+// gatewayOf is region name's one gateway on clock: its Region over a store
+// of the region's own and auth, and its slices, over a granter of the
+// region's own, scaled by it.
+func gatewayOf(t *testing.T, name string, auth lease.Authority, opts lease.Options, global func(string) bool, clock *slicetest.Clock) (*lease.Region, *slice.Slices) {
+	t.Helper()
+	leases, err := lease.NewRegion(lease.NewMemoryRegion(clock.Now), auth, lease.RegionOptions{
+		Region: name, Holder: "gw-" + name, Lease: opts, Global: global, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leases.Close)
+	return leases, slicetest.RegionSlices(t, slice.NewMemory(clock.Now), clock.Now, leases)
 }

@@ -32,18 +32,8 @@ tenants:
 
 	admitted := 0
 	for range 10 {
-		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		switch status, body := do(t, req); {
-		case status == http.StatusOK:
+		if askAs(t, s, key, "tenant_rate_limited") {
 			admitted++
-		case status != http.StatusTooManyRequests || !strings.Contains(string(body), "tenant_rate_limited"):
-			t.Fatalf("request %d: %d %s; want 200 or 429 tenant_rate_limited", admitted+1, status, body)
 		}
 	}
 	if admitted != 5 {
@@ -79,22 +69,7 @@ tenants:
 		t.Fatalf("StartServe: %v", err)
 	}
 	t.Cleanup(func() { stop(t, s) })
-	ask := func() (admitted bool) {
-		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
-			strings.NewReader(`{"model":"general","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		switch status, body := do(t, req); {
-		case status == http.StatusOK:
-			return true
-		case status != http.StatusTooManyRequests || !strings.Contains(string(body), "budget_exhausted"):
-			t.Fatalf("%d %s; want 200 or 429 budget_exhausted", status, body)
-		}
-		return false
-	}
+	ask := func() bool { return askAs(t, s, key, "budget_exhausted") }
 	first := 0
 	for ask() {
 		if first++; first > 20 {
@@ -113,4 +88,24 @@ tenants:
 	if v, _ := strconv.ParseFloat(string(share[1]), 64); !(v > 0.05) {
 		t.Fatalf("east's tenant_spend share is %v; want it grown past the floor 0.05", v)
 	}
+}
+
+// askAs sends a chat completion to s as the tenant holding key and reports
+// whether it was answered; any answer but 200 or a 429 naming refusal fails t.
+func askAs(t *testing.T, s *Serve, key, refusal string) bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr().String()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"general","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	switch status, body := do(t, req); {
+	case status == http.StatusOK:
+		return true
+	case status != http.StatusTooManyRequests || !strings.Contains(string(body), refusal):
+		t.Fatalf("%d %s; want 200 or 429 %s", status, body, refusal)
+	}
+	return false
 }
