@@ -372,7 +372,8 @@ func (r *Region) Round(ctx context.Context) {
 // for a round of demand measured here (the next round, well within every
 // lease's validity). Every lease held, and every key the taken demand
 // names (a region's first requests come before its first renewer), is
-// renewed for a validity, unless wanted again.
+// renewed for a validity, unless wanted again — a held lease once its kind
+// is known (renewDue).
 func (r *Region) takeOver(ctx context.Context, now time.Time) {
 	r.renewer = true
 	r.log.Info("lease: this gateway renews the region's leases", "holder", r.opts.Holder)
@@ -501,8 +502,22 @@ func (r *Region) renewDue(ctx context.Context, now time.Time) {
 	}
 	r.mu.RLock()
 	held := maps.Clone(r.held)
+	for key, k := range r.kinds {
+		if _, known := r.budget[key]; !known {
+			r.budget[key] = slices.Contains(BudgetKinds, k.kind)
+		}
+	}
 	r.mu.RUnlock()
 	for _, key := range slices.Sorted(maps.Keys(r.wantedAt)) {
+		budget, known := r.budget[key]
+		if !known {
+			// A lease held when this gateway took the renewals over, of a
+			// kind no demand has named yet: renewed as a rate, a budget's
+			// table the authority lost would be made a rate's, and the
+			// region's allowance shrink below what it spent. Demand names
+			// the kind within a round of its next use.
+			continue
+		}
 		last, ok := r.asked[key]
 		since, demand := now.Sub(last.at), r.rate[key]
 		moved := math.Abs(demand-last.demand) > demandShift*max(demand, last.demand)
@@ -511,7 +526,7 @@ func (r *Region) renewDue(ctx context.Context, now time.Time) {
 			continue
 		}
 		r.asked[key] = asked{demand: demand, at: now}
-		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key], Budget: r.budget[key]}, now, r.lease)
+		g, err := RenewAt(ctx, r.auth, key, Ask{Region: r.opts.Region, Demand: demand, Held: held[key], Budget: budget}, now, r.lease)
 		if err == nil {
 			r.asked[key] = asked{demand: demand, at: now, shrank: g.Share < held[key].Share}
 			h := Held{Share: g.Share, Expires: g.Expires}

@@ -150,13 +150,14 @@ func TestWithLeasesABudgetIsSpentUpToTheRegionsAllowanceAsItGrows(t *testing.T) 
 			t.Fatalf("a take of %v at the allowance %v: admitted %v, want %v", n, leases.shareOf("window"), ok, want)
 		}
 	}
+	spend(30, false) // more than the allowance at once: refused, not capped to it
 	spend(25, true)
 	spend(1, false)
 	leases.setShare("window", 0.5)
 	clock.Advance(time.Second)
 	spend(25, true)
 	spend(1, false)
-	if got := leases.wantedOf("window"); math.Abs(got-0.52) > 1e-9 {
-		t.Fatalf("reported %v as demand; want the 52 units asked for as 0.52 of the budget", got)
+	if got := leases.wantedOf("window"); math.Abs(got-0.82) > 1e-9 {
+		t.Fatalf("reported %v as demand; want the 82 units asked for as 0.82 of the budget", got)
 	}
 }

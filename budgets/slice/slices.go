@@ -239,10 +239,17 @@ func (s *Slices) Take(ctx context.Context, r Rate) (bool, time.Duration) {
 }
 
 // TakeN spends n tokens of r at once (n at least 1, at most the burst), as
-// Take does one.
+// Take does one. Of a budget (PerSecond 0), n past the region's allowance
+// is refused, not capped.
 func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Duration) {
 	now := s.now()
 	r = s.regionalRate(r, now, n)
+	if r.PerSecond == 0 && n > r.Burst {
+		// More than the region's allowance of a budget holds: charging only
+		// the allowance would let the region spend past it. Refused; its
+		// demand, reported above, grows the allowance (§14, "Budgets").
+		return s.counted(r.Kind, false, 0)
+	}
 	s.mu.Lock()
 	sl := s.rates[r.Key]
 	if sl == nil {
