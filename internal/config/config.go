@@ -91,11 +91,20 @@ type Global struct {
 	// again in another region rather than being refused
 	// committed_in_region.
 	RerunAfter time.Duration `yaml:"rerun_after"`
+	// IndexMaxBytes bounds the region's stream of its committed user
+	// actions; the region's copy of the other regions' holds as much for
+	// each of them. It must hold http.idempotency.ttl of commits (about
+	// 430 bytes each without answers): past it, the oldest are forgotten
+	// early, and a retry of one in another region runs again.
+	IndexMaxBytes ByteSize `yaml:"index_max_bytes"`
 }
 
 // MinRerunAfter is the least global.rerun_after: two of a region's
 // heartbeats (docs/architecture.md §14, "User actions across regions").
 const MinRerunAfter = 2 * time.Second
+
+// MinIndexMaxBytes is the least global.index_max_bytes.
+const MinIndexMaxBytes = ByteSize(1 << 20)
 
 // LeaseOptions are the leases' rules from the global section, for every
 // region alike (docs/architecture.md §14).

@@ -60,6 +60,7 @@ var defaults = []defaultSetting{
 	{"global.authority.bucket", natslease.DefaultBucket},
 	{"global.authority.replicas", 1},
 	{"global.rerun_after", 30 * time.Second},
+	{"global.index_max_bytes", ByteSize(1 << 30)},
 
 	{"http.listen", "127.0.0.1:8080"},
 	{"http.body_limit", 4 * ByteSize(1<<20)},

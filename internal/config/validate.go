@@ -285,8 +285,11 @@ func (v *validator) global() {
 	if err := v.cfg.LeaseOptions().Validate(); err != nil {
 		v.addf("global", "%v", err)
 	}
-	if r := g.RerunAfter; r < MinRerunAfter {
-		v.addf("global.rerun_after", "%v is under %v: a region is judged unheard by its heartbeats, one a second, so a shorter bound would run user actions again over a late heartbeat or two", r, MinRerunAfter)
+	if r := g.RerunAfter; r < MinRerunAfter+g.MaxClockSkew {
+		v.addf("global.rerun_after", "%v is under %v and max_clock_skew %v: a region is judged unheard by its heartbeats, one a second, against the servers' clocks, so a shorter bound would run user actions again over a late heartbeat or a clock ahead", r, MinRerunAfter, g.MaxClockSkew)
+	}
+	if b := g.IndexMaxBytes; b < MinIndexMaxBytes {
+		v.addf("global.index_max_bytes", "%v is under %v", b, MinIndexMaxBytes)
 	}
 	if r := g.RebalanceInterval; r <= 0 || 2*r > g.LeaseValidity-g.MaxClockSkew {
 		v.addf("global.rebalance_interval", "%v: two intervals must fit in lease_validity %v less max_clock_skew %v, so that one lost renewal does not drop a region to its safe share",

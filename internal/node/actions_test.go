@@ -74,14 +74,14 @@ func replicated(t *testing.T, js jetstream.JetStream, region, from, key string) 
 //	    naming east, X-Should-Retry false, no provider called — over the
 //	    NATS door too;
 //	(c) the link cut: west still refuses while east was heard lately, then,
-//	    east unheard for longer than rerun_after (2 s here), runs the action
+//	    east unheard for longer than rerun_after (2.5 s here), runs the action
 //	    again, counted in hedgerow_cross_region_reruns_total{region="east"};
 //	(d) a commit not yet replicated (east's, during the cut) runs again in
 //	    west, uncounted: the window the index cannot close.
 func TestARetryOfAUserActionInAnotherRegion(t *testing.T) {
 	t.Setenv("NODE_TEST_HASH_KEY", "node-test-hash-key")
 	sc := natstest.Supercluster(t, []string{"east", "west"}, natstest.MaxPayload(16<<20))
-	const global = "global: {regions: [east, west], replicate_answers: %t, rerun_after: 2s}\n"
+	const global = "global: {regions: [east, west], replicate_answers: %t, rerun_after: 2500ms, max_clock_skew: 500ms}\n"
 	east := newRegionUnderTest(t, "east", sc[0].Server, fmt.Sprintf(global, true))
 	west := newRegionUnderTest(t, "west", sc[1].Server, fmt.Sprintf(global, false))
 	eastWorkers, eastGW := east.start(t)
@@ -196,7 +196,7 @@ func TestARetryOfAUserActionInAnotherRegion(t *testing.T) {
 	if resp, _ := postAction(t, westGW, "action-b"); resp.StatusCode != http.StatusOK || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("west's retry after its rerun: %d (Idempotent-Replayed %q), want west's answer replayed", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
 	}
-	t.Logf("(c) link cut: west ran east's action again %v after the cut (rerun_after 2s), counted once", took.Round(100*time.Millisecond))
+	t.Logf("(c) link cut: west ran east's action again %v after the cut (rerun_after 2.5s), counted once", took.Round(100*time.Millisecond))
 
 	// Before a commit has replicated — here, committed in east during the
 	// cut — west knows nothing of it: the retry runs in west, not counted

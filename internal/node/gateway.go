@@ -240,7 +240,7 @@ func openActions(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, l
 	id := cfg.HTTP.Idempotency
 	return actions.New(nc, actions.Options{Region: cfg.Deployment.Region, Regions: g.Regions,
 		ReplicateAnswers: g.ReplicateAnswers, RerunAfter: g.RerunAfter,
-		MaxAge: id.TTL, MaxBytes: int64(id.MaxTotalBytes), Replicas: cfg.Records.Replicas,
+		MaxAge: id.TTL, MaxBytes: int64(g.IndexMaxBytes), Replicas: cfg.Records.Replicas,
 		Registerer: reg, Logger: log})
 }
 

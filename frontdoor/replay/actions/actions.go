@@ -96,7 +96,8 @@ type Options struct {
 	// zero means DefaultRerunAfter.
 	RerunAfter time.Duration
 	// MaxAge is how long entries are kept (the replay TTL); zero means
-	// replay.DefaultTTL. MaxBytes bounds each stream (zero:
+	// replay.DefaultTTL. MaxBytes bounds the region's stream, and the copy
+	// holds as much for each other region (zero:
 	// replay.DefaultMaxTotalBytes); past it the oldest entries go.
 	MaxAge   time.Duration
 	MaxBytes int64
@@ -120,18 +121,24 @@ type Options struct {
 // entries and heartbeats, and looks keys up in the region's copy of the
 // others'. It implements replay.Elsewhere. Close stops it.
 type Index struct {
-	opts        Options
-	nc          *nats.Conn
-	js          jetstream.JetStream
-	wire        schemas.Wire
-	stream      string // the region's own entries
-	seen        string // the region's copy of the others'
-	ready       chan struct{}
-	pending     chan pending
-	stop        chan struct{}
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
-	draining    context.Context // Close's: the queued entries are published within it
+	opts      Options
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	wire      schemas.Wire
+	stream    string // the region's own entries
+	seen      string // the region's copy of the others'
+	ready     chan struct{}
+	pending   chan pending
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	draining  context.Context // Close's: the queued entries are published within it
+	// halt ends the background work's calls to NATS when Close's context
+	// ends before they do (a region started cut off from the meta leader
+	// may be creating its streams): Close never outlasts its context by a
+	// call's timeout.
+	halt        context.Context
+	cancelHalt  context.CancelFunc
 	published   *prometheus.CounterVec
 	reruns      *prometheus.CounterVec
 	lookupError sync.Once
@@ -203,6 +210,7 @@ func New(nc *nats.Conn, opts Options) (*Index, error) {
 			Help: "User actions committed in another region run again here, that region unheard for longer than global.rerun_after, by the region that committed them.",
 		}, []string{"region"}),
 	}
+	x.halt, x.cancelHalt = context.WithCancel(context.Background())
 	for _, r := range []string{"ok", "error", "dropped"} {
 		x.published.WithLabelValues(r)
 	}
@@ -244,7 +252,7 @@ func (x *Index) SeenStreamConfig() jetstream.StreamConfig {
 		Name:        x.seen,
 		Description: "hedgerow: the other regions' committed user actions, sourced (docs/architecture.md §14)",
 		Storage:     jetstream.FileStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
-		MaxMsgsPerSubject: 1, MaxAge: x.opts.MaxAge, MaxBytes: x.opts.MaxBytes, Replicas: x.opts.Replicas,
+		MaxMsgsPerSubject: 1, MaxAge: x.opts.MaxAge, MaxBytes: x.opts.MaxBytes * int64(max(1, len(x.opts.Regions)-1)), Replicas: x.opts.Replicas,
 		Placement: &jetstream.Placement{Cluster: x.opts.Region}, AllowDirect: true,
 	}
 	for _, r := range x.opts.Regions {
@@ -263,7 +271,7 @@ func (x *Index) Ready() <-chan struct{} { return x.ready }
 func (x *Index) ensure() {
 	pause := time.Second
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), ensureTimeout)
+		ctx, cancel := context.WithTimeout(x.halt, ensureTimeout)
 		_, err := x.js.CreateOrUpdateStream(ctx, x.StreamConfig())
 		if err == nil {
 			_, err = x.js.CreateOrUpdateStream(ctx, x.SeenStreamConfig())
@@ -322,7 +330,7 @@ func (x *Index) publish() {
 			x.drain()
 			return
 		case p := <-x.pending:
-			x.send(context.Background(), p)
+			x.send(x.halt, p)
 		}
 	}
 }
@@ -472,7 +480,18 @@ func (x *Index) Close(ctx context.Context) {
 		x.draining = ctx
 		close(x.stop)
 	})
-	x.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		x.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		x.cancelHalt()
+		<-done
+	}
+	x.cancelHalt()
 }
 
 var _ replay.Elsewhere = (*Index)(nil)

@@ -202,3 +202,31 @@ func TestTheReplicationWindow(t *testing.T) {
 		windows[n/2].Round(10*time.Microsecond), windows[n*99/100-1].Round(10*time.Microsecond),
 		windows[n-1].Round(10*time.Microsecond), strings.Join(strings.Fields(string(load))[:3], " "))
 }
+
+// Close ends within its context even while the index is still creating its
+// streams and the JetStream API answers nothing (a region started cut off
+// from the meta leader): the calls in flight are abandoned, not waited out.
+func TestCloseEndsWithinItsContextWhileTheStreamsAreNotCreatedYet(t *testing.T) {
+	s := natstest.Start(t) // no JetStream: a silent subscriber stands for an API that never answers
+	silent := natstest.Connect(t, s)
+	if _, err := silent.Subscribe("$JS.API.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	x, err := New(natstest.Connect(t, s, nats.Name("east-index")), Options{Region: "east", Regions: regions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() {
+		x.Close(ctx)
+		close(closed)
+	}()
+	// The stream creation in flight would hold Close for its whole
+	// timeout (ensureTimeout) if Close waited it out.
+	eventually.Closed(t, ensureTimeout/2, "Close returned once its context ended", closed)
+}
