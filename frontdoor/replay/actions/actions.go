@@ -140,6 +140,7 @@ type Index struct {
 	halt        context.Context
 	cancelHalt  context.CancelFunc
 	published   *prometheus.CounterVec
+	lookups     *prometheus.CounterVec
 	reruns      *prometheus.CounterVec
 	lookupError sync.Once
 }
@@ -205,6 +206,10 @@ func New(nc *nats.Conn, opts Options) (*Index, error) {
 			Name: "hedgerow_cross_region_index_published_total",
 			Help: "Entries of committed user actions this gateway published to its region's index, by result (ok, error, dropped: the queue was full).",
 		}, []string{"result"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hedgerow_cross_region_lookups_total",
+			Help: "Lookups of a user action in the region's copy of the other regions' index, by result (found, none, error: unreadable or malformed — such a request runs as if no other region committed it).",
+		}, []string{"result"}),
 		reruns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hedgerow_cross_region_reruns_total",
 			Help: "User actions committed in another region run again here, that region unheard for longer than global.rerun_after, by the region that committed them.",
@@ -214,13 +219,16 @@ func New(nc *nats.Conn, opts Options) (*Index, error) {
 	for _, r := range []string{"ok", "error", "dropped"} {
 		x.published.WithLabelValues(r)
 	}
+	for _, r := range []string{"found", "none", "error"} {
+		x.lookups.WithLabelValues(r)
+	}
 	for _, r := range opts.Regions {
 		if r != opts.Region {
 			x.reruns.WithLabelValues(r)
 		}
 	}
 	if reg := opts.Registerer; reg != nil {
-		for _, c := range []prometheus.Collector{x.published, x.reruns} {
+		for _, c := range []prometheus.Collector{x.published, x.lookups, x.reruns} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("actions: register metrics: %w", err)
 			}
@@ -388,17 +396,24 @@ func (x *Index) Committed(ctx context.Context, key string) (*replay.Commit, erro
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	m, err := x.last(ctx, schemas.AnyRegionActionSubject(key))
-	if err != nil || m == nil {
+	if err == nil && m == nil {
+		x.lookups.WithLabelValues("none").Inc()
+		return nil, nil
+	}
+	var e entry
+	if err == nil {
+		if err = json.Unmarshal(m.Data, &e); err != nil {
+			err = fmt.Errorf("actions: entry of %s: %w", m.Subject, err)
+		} else if e.Region == "" || m.Subject != schemas.RegionWire(e.Region).ActionSubject(key) {
+			err = fmt.Errorf("actions: entry on %s names region %q", m.Subject, e.Region)
+		}
+	}
+	if err != nil {
+		x.lookups.WithLabelValues("error").Inc()
 		x.logLookupError(err)
 		return nil, err
 	}
-	var e entry
-	if err := json.Unmarshal(m.Data, &e); err != nil {
-		return nil, fmt.Errorf("actions: entry of %s: %w", m.Subject, err)
-	}
-	if e.Region == "" || m.Subject != schemas.RegionWire(e.Region).ActionSubject(key) {
-		return nil, fmt.Errorf("actions: entry on %s names region %q", m.Subject, e.Region)
-	}
+	x.lookups.WithLabelValues("found").Inc()
 	c := &replay.Commit{Region: e.Region, Fingerprint: e.Fingerprint}
 	if a := e.Answer; a != nil {
 		c.Answer = &replay.Answer{Fingerprint: e.Fingerprint, Status: a.Status, Header: a.Header, Body: a.Body, NotKept: a.NotKept}

@@ -130,6 +130,11 @@ func TestACommitReachesTheOtherRegionWithItsAnswerOnlyWhenAnswersReplicate(t *te
 	if got := testutil.ToFloat64(inWest.reruns.WithLabelValues("east")); got != 1 {
 		t.Fatalf("reruns of east's commits: %v", got)
 	}
+	for _, result := range []string{"found", "none"} {
+		if got := testutil.ToFloat64(inWest.lookups.WithLabelValues(result)); got < 1 {
+			t.Errorf("west's lookups %s: %v; want each counted", result, got)
+		}
+	}
 }
 
 // A region whose link is cut stops being heard: a lookup of its commit
