@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,11 @@ const (
 	// is dropped (counted), never waited for.
 	DefaultPending = 4096
 )
+
+// maxQueuedBytes bounds the bytes of the entries waiting to be published,
+// whatever their count: with answers an entry may be megabytes, and
+// waiting entries are the gateway's memory.
+const maxQueuedBytes = 64 << 20
 
 // Timeouts of the index's own calls, all in the region.
 const (
@@ -141,6 +147,7 @@ type Index struct {
 	cancelHalt  context.CancelFunc
 	published   *prometheus.CounterVec
 	lookups     *prometheus.CounterVec
+	queued      atomic.Int64 // bytes of the entries waiting in pending
 	reruns      *prometheus.CounterVec
 	lookupError sync.Once
 }
@@ -323,8 +330,20 @@ func (x *Index) Publish(key string, a *replay.Answer) {
 		return
 	}
 	select {
+	case <-x.stop:
+		x.published.WithLabelValues("dropped").Inc() // closed: nobody would send it
+		return
+	default:
+	}
+	if x.queued.Add(int64(len(data))) > maxQueuedBytes {
+		x.queued.Add(-int64(len(data)))
+		x.published.WithLabelValues("dropped").Inc()
+		return
+	}
+	select {
 	case x.pending <- pending{key: key, entry: data}:
 	default:
+		x.queued.Add(-int64(len(data)))
 		x.published.WithLabelValues("dropped").Inc()
 	}
 }
@@ -349,6 +368,7 @@ func (x *Index) drain() {
 		select {
 		case p := <-x.pending:
 			if x.draining.Err() != nil {
+				x.queued.Add(-int64(len(p.entry)))
 				x.published.WithLabelValues("dropped").Inc()
 				continue
 			}
@@ -361,6 +381,7 @@ func (x *Index) drain() {
 
 // send publishes one entry within publishTimeout (and ctx), counted.
 func (x *Index) send(ctx context.Context, p pending) {
+	x.queued.Add(-int64(len(p.entry)))
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	if _, err := x.js.Publish(ctx, x.wire.ActionSubject(p.key), p.entry); err != nil {

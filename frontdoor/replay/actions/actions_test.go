@@ -235,3 +235,20 @@ func TestCloseEndsWithinItsContextWhileTheStreamsAreNotCreatedYet(t *testing.T) 
 	// timeout (ensureTimeout) if Close waited it out.
 	eventually.Closed(t, ensureTimeout/2, "Close returned once its context ended", closed)
 }
+
+// An entry handed over after Close is counted dropped, not lost unseen in
+// a queue nobody reads.
+func TestAnEntryPublishedAfterCloseIsCountedDropped(t *testing.T) {
+	s := natstest.Start(t)
+	x, err := New(natstest.Connect(t, s, nats.Name("east-index")), Options{Region: "east", Regions: regions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	x.Close(ctx)
+	x.Publish(key(1), &replay.Answer{Fingerprint: "fp-1", Status: 200})
+	if got := testutil.ToFloat64(x.published.WithLabelValues("dropped")); got != 1 {
+		t.Fatalf("entries dropped after Close: %v, want 1", got)
+	}
+}
