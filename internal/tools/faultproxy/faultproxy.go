@@ -179,8 +179,11 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(up)
 	done := make(chan struct{}, 2)
-	go func() { p.copy(up, client); done <- struct{}{} }()
-	go func() { p.copy(client, up); done <- struct{}{} }()
+	// Both directions are the proxy's goroutines: Close waits for them,
+	// and each one's reader is added while this one is still counted.
+	p.wg.Add(2)
+	go func() { defer p.wg.Done(); p.copy(up, client); done <- struct{}{} }()
+	go func() { defer p.wg.Done(); p.copy(client, up); done <- struct{}{} }()
 	<-done // either side closing ends both
 }
 
