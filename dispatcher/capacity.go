@@ -24,6 +24,9 @@ type RouteCapacity interface {
 	// TakeN spends n units of r at once (n at most its burst). Refused,
 	// wait is how long until some are likely there.
 	TakeN(ctx context.Context, r slice.Rate, n float64) (ok bool, wait time.Duration)
+	// RetakeN is TakeN for an attempt that waited after a refusal, tried
+	// again: the region's leases do not count its demand again (§14).
+	RetakeN(ctx context.Context, r slice.Rate, n float64) (ok bool, wait time.Duration)
 	// Adjust gives units (> 0) of r back to the gateway's slice.
 	Adjust(r slice.Rate, units float64)
 }
@@ -116,8 +119,12 @@ func (g *group) takeCapacity(route string) (capacityCharge, bool, time.Duration)
 		return capacityCharge{}, true, 0
 	}
 	ctx := context.Background() // the slices bound their granter calls
+	take := d.capacity.TakeN
+	if g.waiting != nil {
+		take = d.capacity.RetakeN // its demand was counted at its first try
+	}
 	if rates.requests.Key != "" {
-		if ok, wait := d.capacity.TakeN(ctx, rates.requests, 1); !ok {
+		if ok, wait := take(ctx, rates.requests, 1); !ok {
 			d.metrics.capacityRefused.WithLabelValues(route, "requests").Inc()
 			return capacityCharge{}, false, wait
 		}
@@ -128,7 +135,7 @@ func (g *group) takeCapacity(route string) (capacityCharge, bool, time.Duration)
 		// bucket, as a provider's own does: it waits for a full minute's
 		// worth rather than being refused for ever.
 		n := min(float64(max(g.estimatedTokens(), 1)), rates.tokens.Burst)
-		if ok, wait := d.capacity.TakeN(ctx, rates.tokens, n); !ok {
+		if ok, wait := take(ctx, rates.tokens, n); !ok {
 			d.metrics.capacityRefused.WithLabelValues(route, "tokens").Inc()
 			d.giveBack(capacityCharge{route: route})
 			return capacityCharge{}, false, wait

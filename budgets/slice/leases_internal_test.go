@@ -161,3 +161,35 @@ func TestWithLeasesABudgetIsSpentUpToTheRegionsAllowanceAsItGrows(t *testing.T) 
 		t.Fatalf("reported %v as demand; want the 82 units asked for as 0.82 of the budget", got)
 	}
 }
+
+// A unit asked for again after a refusal is not demand again: a request
+// waiting for capacity asks once however often it tries.
+func TestWithLeasesARetakeIsNotCountedAsDemandAgain(t *testing.T) {
+	ctx := context.Background()
+	clock := newTestClock()
+	rate := Rate{Key: "route:a:requests", Kind: "route_requests", PerSecond: 1, Burst: 1}
+	leases := &fixedLeases{share: map[string]float64{rate.Key: 1}, wanted: map[string]float64{}}
+	s, err := newSlices(NewMemory(clock.Now), Options{Holder: "gw", Now: clock.Now, Leases: leases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if ok, _ := s.TakeN(ctx, rate, 1); !ok {
+		t.Fatal("the first take of a full bucket refused")
+	}
+	if ok, _ := s.TakeN(ctx, rate, 1); ok {
+		t.Fatal("a second take of a bucket of 1 admitted at once")
+	}
+	for range 5 {
+		if ok, _ := s.RetakeN(ctx, rate, 1); ok {
+			t.Fatal("a retake of an empty bucket admitted")
+		}
+	}
+	clock.Advance(time.Second)
+	if ok, _ := s.RetakeN(ctx, rate, 1); !ok {
+		t.Fatal("a retake a second later refused: the bucket refilled one")
+	}
+	if got := leases.wantedOf(rate.Key); got != 2 {
+		t.Fatalf("reported %v units of demand; want the 2 asked for by TakeN, none by the retakes", got)
+	}
+}

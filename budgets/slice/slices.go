@@ -242,8 +242,22 @@ func (s *Slices) Take(ctx context.Context, r Rate) (bool, time.Duration) {
 // Take does one. Of a budget (PerSecond 0), n past the region's allowance
 // is refused, not capped.
 func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Duration) {
+	return s.takeN(ctx, r, n, true)
+}
+
+// RetakeN is TakeN of units asked for before and refused, tried again:
+// they are not reported to the region's leases as demand again. Counted at
+// every try, a waiting request's demand would be its retries', and a
+// region whose small share makes it wait longer between tries would ask
+// for less and get less (a share that starves itself).
+func (s *Slices) RetakeN(ctx context.Context, r Rate, n float64) (bool, time.Duration) {
+	return s.takeN(ctx, r, n, false)
+}
+
+// takeN is TakeN, reporting n as demand when report is set.
+func (s *Slices) takeN(ctx context.Context, r Rate, n float64, report bool) (bool, time.Duration) {
 	now := s.now()
-	r = s.regionalRate(r, now, n)
+	r = s.regionalRate(r, now, n, report)
 	if r.PerSecond == 0 && n > r.Burst {
 		// More than the region's allowance of a budget holds: charging only
 		// the allowance would let the region spend past it. Refused; its
@@ -296,14 +310,15 @@ func (s *Slices) TakeN(ctx context.Context, r Rate, n float64) (bool, time.Durat
 
 // regionalRate is r as the region may spend it, the one place a rate
 // ceiling's numbers are read: PerSecond and Burst times the region's share
-// (Options.Leases), the n units wanted reported as its demand. Burst stays
+// (Options.Leases), the n units wanted reported as its demand (when
+// report is set). Burst stays
 // at least 1 (a rate's least, so a token can be granted at all): with k
 // regions, their bursts may sum past the ceiling's by up to k−1 tokens.
 // A budget that never refills (PerSecond 0) is leased as an allowance, the
 // part of it the region may have spent in all (§14): its demand is in
 // parts of the budget, and its bucket gains each growth of the allowance
 // as a raised limit (Rebudget).
-func (s *Slices) regionalRate(r Rate, now time.Time, n float64) Rate {
+func (s *Slices) regionalRate(r Rate, now time.Time, n float64, report bool) Rate {
 	if s.opts.Leases == nil {
 		return r
 	}
@@ -311,7 +326,9 @@ func (s *Slices) regionalRate(r Rate, now time.Time, n float64) Rate {
 	if r.PerSecond == 0 {
 		units = n / r.Burst
 	}
-	s.opts.Leases.Want(r.Key, r.Kind, units)
+	if report {
+		s.opts.Leases.Want(r.Key, r.Kind, units)
+	}
 	if share := s.opts.Leases.Share(r.Key, r.Kind, now); share < 1 {
 		r.PerSecond *= share
 		r.Burst = math.Max(math.Min(1, r.Burst), r.Burst*share)
