@@ -311,9 +311,9 @@ func Renew(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 // renewBudget is Renew of a budget's table: a's allowance never shrinks
 // below any it may hold, and grows out of the room every region's
 // allowance leaves by its demand over the time since its last grant (a
-// validity's at its first since the table learned) — when the live regions' demands for a
-// validity ask for more than the room, by no more than its demand's part
-// of it. While the table learns it does not grow.
+// validity's at its first since the table learned) — when the live
+// regions' demands for a validity ask for more than the room, by no more
+// than its demand's part of it. While the table learns it does not grow.
 func renewBudget(t Table, a Ask, now time.Time, o Options) (Table, Grant, error) {
 	others, wanted := 0.0, a.Demand // the other regions' allowances; the live regions' demand
 	for _, r := range o.Regions {
