@@ -488,9 +488,10 @@ func (r *Region) takeDemand(ctx context.Context, now time.Time) {
 // within about a round of being measured instead of up to an interval
 // later — or when its grant came back smaller than the lease it held,
 // which the table reserves until the region's next ask: the region
-// growing in its place gets the room a round or two sooner. Never sooner: an ask says the region holds the lease last
-// recorded, and every gateway of the region reads the leases each round,
-// so two asks of a key are at least two rounds apart. Called under round.
+// growing in its place gets the room a round or two sooner. Never
+// sooner: an ask says the region holds the lease last recorded, and every
+// gateway of the region reads the leases each round, so two asks of a key
+// are at least two rounds apart. Called under round.
 func (r *Region) renewDue(ctx context.Context, now time.Time) {
 	for key, at := range r.wantedAt {
 		if now.Sub(at) >= r.lease.Validity {
@@ -565,8 +566,8 @@ func (r *Region) renewed(err error) {
 // kind, over the keys this gateway wanted within a validity or whose
 // lease has not expired. A kind of RegionOptions.Kinds with no such key
 // reads as idle: the share a first key of it would spend (the fallback,
-// or a budget's floor, before its first lease), no expiry, and 0 on the safe share — nothing
-// is spent on it, so nothing pages.
+// or a budget's floor, before its first lease), no expiry, and 0 on the
+// safe share — nothing is spent on it, so nothing pages.
 type regionGauges Region
 
 var (
