@@ -43,10 +43,8 @@ cluster down stops exactly what up started.`,
 			if err != nil {
 				return err
 			}
-			if redisServer == "" {
-				if redisServer, err = exec.LookPath("redis-server"); err != nil {
-					return errors.New("redis-server not found (make redis installs it)")
-				}
+			if redisServer, err = redisServerPath(redisServer); err != nil {
+				return err
 			}
 			if prometheus == "auto" {
 				if prometheus, err = exec.LookPath("prometheus"); err != nil {
@@ -80,6 +78,19 @@ cluster down stops exactly what up started.`,
 		func(cmd *cobra.Command) error { return cluster.Status(dir, cluster.ManifestFile, cmd.OutOrStdout()) })
 	cmd.AddCommand(up, down, status)
 	return cmd
+}
+
+// redisServerPath is the redis-server binary a local deployment runs: the
+// flag's, else the one on PATH.
+func redisServerPath(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("redis-server not found (make redis installs it)")
+	}
+	return path, nil
 }
 
 // downAndStatusCmds are the down and status subcommands of a local

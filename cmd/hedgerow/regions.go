@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,10 +40,8 @@ configurations are in --dir; regions down stops exactly what up started.`,
 			if err != nil {
 				return err
 			}
-			if redisServer == "" {
-				if redisServer, err = exec.LookPath("redis-server"); err != nil {
-					return errors.New("redis-server not found (make redis installs it)")
-				}
+			if redisServer, err = redisServerPath(redisServer); err != nil {
+				return err
 			}
 			s := regions.Default(dir, self, natsServer, redisServer)
 			s.Delay = delay

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
@@ -23,19 +24,11 @@ import (
 // back by `hedgerow report --nats`: its JSON is the report of the records
 // kept, the export holds them, the plot is drawn.
 func TestReportReadsTheStreamExportsItsRecordsAndPlotsTheirTails(t *testing.T) {
-	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
-	nc := natstest.Connect(t, srv)
-	p, err := records.Open(context.Background(), nc, records.Options{Stream: records.DefaultStream, MaxAge: time.Hour,
-		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
-		prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lines, err := reporttest.Records(31, 1200, time.Now().Add(-2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	recordstest.Keep(t, p, lines)
+	srv := keptInStream(t, lines)
 
 	dir := t.TempDir()
 	export, plot := filepath.Join(dir, "records.jsonl"), filepath.Join(dir, "tail.png")
@@ -87,19 +80,11 @@ func TestReportNeedsExactlyOneSource(t *testing.T) {
 // the table leads with the region; a report read back from its JSON (what
 // --url gets from a gateway) prints the same table.
 func TestReportOfTwoRegionsReadsEachRegionAndTheTotalsFromTheStream(t *testing.T) {
-	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
-	nc := natstest.Connect(t, srv)
-	p, err := records.Open(context.Background(), nc, records.Options{Stream: records.DefaultStream, MaxAge: time.Hour,
-		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
-		prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lines, err := reporttest.RegionRecords(32, 800, time.Now().Add(-2*time.Hour), "east", "west")
 	if err != nil {
 		t.Fatal(err)
 	}
-	recordstest.Keep(t, p, lines)
+	srv := keptInStream(t, lines)
 
 	out, err := runRoot(t, "report", "--nats", srv.ClientURL(), "--json")
 	if err != nil {
@@ -132,4 +117,19 @@ func TestReportOfTwoRegionsReadsEachRegionAndTheTotalsFromTheStream(t *testing.T
 	if strings.TrimSpace(again.String()) != strings.TrimSpace(table) {
 		t.Errorf("the table of the report read back from its JSON:\n%s\nwant the command's:\n%s", again.String(), table)
 	}
+}
+
+// keptInStream keeps lines in the records stream of a real JetStream server
+// through internal/adapters/records, and returns the server.
+func keptInStream(t *testing.T, lines [][]byte) *server.Server {
+	t.Helper()
+	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+	p, err := records.Open(context.Background(), natstest.Connect(t, srv), records.Options{Stream: records.DefaultStream, MaxAge: time.Hour,
+		MaxBytes: 64 << 20, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second},
+		prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordstest.Keep(t, p, lines)
+	return srv
 }

@@ -2,7 +2,6 @@ package natsauth
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -97,21 +96,8 @@ func TestNoUserMayTouchTheLeasesBucketWithoutRegions(t *testing.T) {
 	}
 }
 
-// connectAs connects to ns as b's user name, with its inbox prefix; v,
-// when set, collects the server's refusals.
+// connectAs connects to ns as b's user name (connectUser).
 func connectAs(t *testing.T, b *Bundle, dir string, ns *server.Server, name string, v *violations) *nats.Conn {
 	t.Helper()
-	u, ok := b.User(name)
-	if !ok {
-		t.Fatalf("no user %s", name)
-	}
-	seed, err := nats.NkeyOptionFromSeed(filepath.Join(dir, u.SecretFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []nats.Option{seed, nats.CustomInboxPrefix(u.InboxPrefix)}
-	if v != nil {
-		opts = append(opts, v.option())
-	}
-	return natstest.Connect(t, ns, opts...)
+	return connectUser(t, b, dir, ns.ClientURL(), name, v)
 }

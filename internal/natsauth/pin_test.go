@@ -101,7 +101,8 @@ func (v *violations) waitForRefusal(t *testing.T, kind, subject string) {
 	}
 }
 
-// connectUser connects to url as b's user name, with its inbox prefix.
+// connectUser connects to url as b's user name, with its inbox prefix; v,
+// when set, collects the server's refusals.
 func connectUser(t *testing.T, b *Bundle, dir, url, name string, v *violations) *nats.Conn {
 	t.Helper()
 	u, ok := b.User(name)
@@ -112,7 +113,11 @@ func connectUser(t *testing.T, b *Bundle, dir, url, name string, v *violations) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, seed, nats.CustomInboxPrefix(u.InboxPrefix), v.option(), nats.Name("test-"+name))
+	opts := []nats.Option{seed, nats.CustomInboxPrefix(u.InboxPrefix), nats.Name("test-" + name)}
+	if v != nil {
+		opts = append(opts, v.option())
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", name, err)
 	}
