@@ -92,6 +92,28 @@ type Commit struct {
 	Kept int
 }
 
+// Splice says the caller's committed stream goes on with Attempt's output,
+// a continuation that produced its first token (or its whole answer)
+// before the attempt it continues, From, produced another: none of From's
+// output reaches the caller from here on, and From is cancelled if it
+// still runs (docs/architecture.md §6, "Rescue").
+type Splice struct {
+	Attempt int
+	From    int
+}
+
+// StreamEnded says how the caller's committed stream ended, once: Status
+// ok when the answer is whole (Attempt, the last attempt whose output it
+// carried, gave its end), otherwise why it broke and no continuation could
+// finish it — StatusTimeout at the deadline, StatusCanceled when its caller
+// left. A group that committed a complete answer has none: its Commit is
+// the answer.
+type StreamEnded struct {
+	Attempt int
+	Status  schemas.StatusClass
+	Scope   schemas.ErrorScope
+}
+
 // Fail ends the group with one stable error.
 type Fail struct {
 	Error schemas.ErrorCode
@@ -175,7 +197,7 @@ type AttemptEnded struct {
 type Outcome string
 
 const (
-	OutcomeWinner        Outcome = "winner"
+	OutcomeWinner        Outcome = "winner"         // elected, or a continuation spliced into the committed stream
 	OutcomeLoserCanceled Outcome = "loser_canceled" // cancelled and stopped (or presumed stopped)
 	OutcomeLoserLate     Outcome = "loser_late"     // completed after the group was decided
 	OutcomeFailed        Outcome = "failed"         // ended by its own failure
@@ -245,6 +267,8 @@ func (Elect) isAction()           {}
 func (Cancel) isAction()          {}
 func (Commit) isAction()          {}
 func (Fail) isAction()            {}
+func (Splice) isAction()          {}
+func (StreamEnded) isAction()     {}
 func (Release) isAction()         {}
 func (Settle) isAction()          {}
 func (ClearGate) isAction()       {}

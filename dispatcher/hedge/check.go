@@ -52,6 +52,9 @@ type Checker struct {
 	stopped     map[int]bool      // result reported, cancel sent or ended
 	kept        int               // the baseline a commit kept running (Commit.Kept)
 	answered    bool
+	// The committed stream's rescue (docs/architecture.md §6, "Rescue").
+	continuations map[int]bool // launched continuation attempts
+	streamEnds    int
 }
 
 // NewChecker returns a checker for a group run with policy.
@@ -66,6 +69,8 @@ func NewChecker(policy Options) *Checker {
 		gateEnded:  map[int]int{},
 		heard:      map[int]time.Time{},
 		stopped:    map[int]bool{},
+
+		continuations: map[int]bool{},
 	}
 }
 
@@ -244,12 +249,19 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 		// Silence counts from the launch, as the engine counts it: an
 		// attempt never heard from is silent since it was offered.
 		c.heard[a.Attempt] = now
+		if a.Role == schemas.RoleContinuation {
+			c.continuations[a.Attempt] = true
+		}
 		switch {
-		case c.commits > 0 || c.fails > 0:
+		case a.Role == schemas.RoleContinuation && (c.commits == 0 || c.streamEnds > 0 || !c.streaming || c.needsWhole):
+			return fmt.Errorf("Launch of continuation %d without an open committed stream", a.Attempt)
+		case a.Role == schemas.RoleContinuation && len(c.continuations) > c.policy.Rescues:
+			return fmt.Errorf("Launch of continuation %d: more than rescues %d", a.Attempt, c.policy.Rescues)
+		case a.Role != schemas.RoleContinuation && (c.commits > 0 || c.fails > 0):
 			return fmt.Errorf("Launch of attempt %d after the outcome", a.Attempt)
 		case !now.Before(c.deadline):
 			return fmt.Errorf("Launch of attempt %d at or past the deadline", a.Attempt)
-		case c.launched > c.policy.MaxAttempts:
+		case c.launched-len(c.continuations) > c.policy.MaxAttempts:
 			return fmt.Errorf("Launch of attempt %d: more than max_attempts %d", a.Attempt, c.policy.MaxAttempts)
 		case a.Attempt != c.launched:
 			return fmt.Errorf("Launch numbered %d, want %d", a.Attempt, c.launched)
@@ -294,6 +306,23 @@ func (c *Checker) observeAction(now time.Time, act Action) error {
 			return fmt.Errorf("Answered after the kept baseline %d stopped", c.kept)
 		}
 		c.answered = true
+	case Splice:
+		switch {
+		case !c.continuations[a.Attempt]:
+			return fmt.Errorf("Splice of attempt %d, not a continuation", a.Attempt)
+		case c.streamEnds > 0:
+			return fmt.Errorf("Splice of continuation %d after the stream ended", a.Attempt)
+		case c.ended[a.Attempt] > 0 || c.stopped[a.Attempt] && !c.valid[a.Attempt]:
+			return fmt.Errorf("Splice of continuation %d, which ended or was stopped", a.Attempt)
+		}
+	case StreamEnded:
+		c.streamEnds++
+		switch {
+		case c.commits == 0:
+			return fmt.Errorf("StreamEnded without a commit")
+		case c.streamEnds > 1:
+			return fmt.Errorf("second StreamEnded")
+		}
 	case Fail:
 		c.fails++
 		if c.fails > 1 || c.commits > 0 {

@@ -45,6 +45,16 @@ type Start struct {
 	// DecodeTokensPerSecond is the cohort's decode rate, used to estimate the
 	// output billed to a cancelled attempt (docs/architecture.md §7).
 	DecodeTokensPerSecond float64
+	// Continuable says a committed stream of this group may be rescued by
+	// a continuation attempt (Options.Rescues): the request's answer can
+	// be continued from partial text and its pool has a route that
+	// continues (docs/architecture.md §6, "Rescue").
+	Continuable bool
+	// StallBound is how long the committed stream may wait for its next
+	// token before a continuation starts beside it (the stalled attempt
+	// keeps its chance); zero watches no stall, and only a break the
+	// worker reports is rescued.
+	StallBound time.Duration
 }
 
 // Admitted answers Admit.
@@ -70,6 +80,7 @@ const (
 	TimerAttempt     TimerKind = "attempt"      // per attempt: the policy's per-try timeout
 	TimerCancelGrace TimerKind = "cancel_grace" // per attempt: no report after a cancel
 	TimerReoffer     TimerKind = "reoffer"      // per attempt: the backoff after a Busy ended
+	TimerStall       TimerKind = "stall"        // per attempt: the committed stream's next token is Start.StallBound late
 )
 
 // TimerFired reports that a timer armed by ArmTimer reached its time.
@@ -132,6 +143,11 @@ type Result struct {
 	Usage schemas.Usage
 	// RetryAfter is the provider's pushback period (zero: the policy's default).
 	RetryAfter time.Duration
+	// Truncated says an ok answer that is not Valid failed only because it
+	// ended at its length limit below the max_tokens asked: a continuation
+	// may finish it, where it could not finish one the content filter
+	// ended (docs/architecture.md §6, "Rescue").
+	Truncated bool
 	// Error is the stable error a group-scoped failure ends the group with.
 	Error schemas.ErrorCode
 }

@@ -57,6 +57,15 @@ type attempt struct {
 	cancelSent    bool
 	cancelReason  CancelReason
 
+	// The committed stream (docs/architecture.md §6, "Rescue"): firstToken
+	// once a content token came, lastTokenAt its latest, stallSet while its
+	// stall timer is armed; streamed once its output fed the caller's
+	// stream (the winner, a spliced continuation).
+	firstToken  bool
+	lastTokenAt time.Time
+	stallSet    bool
+	streamed    bool
+
 	// What a finished attempt reported, kept until its election is decided.
 	finishedStatus schemas.StatusClass
 	finishedUsage  schemas.Usage
@@ -120,6 +129,18 @@ type Group struct {
 
 	committed  bool
 	winner     int
+	// The committed stream's rescue (rescue.go): streamer is the attempt
+	// feeding the caller's stream, rescuing the continuation racing it or
+	// standing in for it (0: none), rescues how many were asked for,
+	// streamDone set once StreamEnded went out (or a complete answer
+	// committed); broke is how the streamer last broke, brokenRoutes the
+	// routes that broke this stream, which no continuation goes to.
+	streamer     int
+	rescuing     int
+	rescues      int
+	streamDone   bool
+	broke        brokenStream
+	brokenRoutes []string
 	stopReason CancelReason // why attempts were stopped when the group failed
 	// gateRefused: the group failed gate_unavailable, so its attempts'
 	// ledger slots are forgiven as they settle (Settle.Lost).
@@ -198,10 +219,19 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 		}
 	case Busy:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering {
+			if a.n == g.rescuing {
+				// A continuation is not queued: another route may take it.
+				g.continuationFailed(a, schemas.StatusBusy, schemas.ScopePushback, schemas.Usage{})
+				break
+			}
 			g.onBusy(a)
 		}
 	case Unserved:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !a.accepted && !a.waiting && !a.reoffering {
+			if a.n == g.rescuing {
+				g.continuationFailed(a, schemas.StatusNoResponders, schemas.ScopeTransient, schemas.Usage{})
+				break
+			}
 			g.onUnserved(a)
 		}
 	case Reoffered:
@@ -242,9 +272,7 @@ func (g *Group) Step(now time.Time, ev Event) []Action {
 			g.fail(schemas.ErrCanceled, schemas.ScopeNone, "", CancelCallerGone)
 		} else if g.committed {
 			// The caller left a committed stream: stop the winner too, no fallback.
-			if w := g.attempt(g.winner); w != nil && w.state == attemptRunning {
-				g.cancel(w, CancelCallerGone)
-			}
+			g.stopStream(CancelCallerGone)
 		}
 	}
 	return g.flush()
@@ -412,9 +440,7 @@ func (g *Group) onTimer(e TimerFired) {
 		// group. After a commit, a streaming winner still running is stopped:
 		// the deadline covers the whole user action.
 		if g.committed && !g.now.Before(g.deadline) {
-			if w := g.attempt(g.winner); w != nil && w.state == attemptRunning {
-				g.cancel(w, CancelDeadline)
-			}
+			g.stopStream(CancelDeadline)
 		}
 		g.stopKeptAtDeadline()
 	case TimerAccept:
@@ -444,12 +470,16 @@ func (g *Group) onTimer(e TimerFired) {
 		}
 		g.lostHeartbeats(a)
 	case TimerAttempt:
-		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && a.n == g.winner) {
+		if a := g.live(e.Attempt); a != nil && a.state == attemptRunning && !(g.committed && (a.n == g.winner || a.role == schemas.RoleContinuation)) {
 			g.baselineEnds(a, baseLost)
 			g.cancel(a, CancelTimeout)
 			g.lastFailScope = schemas.ScopeTransient
 			g.lastFailTimedOut = false
 			g.afterFailure(schemas.ScopeTransient)
+		}
+	case TimerStall:
+		if a := g.live(e.Attempt); a != nil {
+			g.onStallTimer(a)
 		}
 	case TimerCancelGrace:
 		if a := g.live(e.Attempt); a != nil && a.state == attemptCancelling {
@@ -600,6 +630,10 @@ func (g *Group) onBudget(e HedgeBudgetDecided) {
 	}
 	g.askPending = false
 	role := g.askRole
+	if role == schemas.RoleContinuation {
+		g.onRescueBudget(e)
+		return
+	}
 	if !e.Allowed {
 		reason := e.Reason
 		if reason == "" {
@@ -669,8 +703,8 @@ func (g *Group) lostHeartbeats(a *attempt) {
 	g.emit(Cancel{Attempt: a.n, Reason: CancelTimeout})
 	a.cancelSent = true
 	usage := g.estimateCancelled(a, schemas.Usage{})
-	if g.committed && a.n == g.winner {
-		g.endAttempt(a, OutcomeWinner, schemas.StatusLost, schemas.ScopeTransient, usage, false)
+	if g.committed && a.n == g.streamer {
+		g.streamBroke(a, schemas.StatusLost, schemas.ScopeTransient, usage, true)
 		return
 	}
 	g.attemptFailed(a, schemas.StatusLost, schemas.ScopeTransient, "", 0, usage)
@@ -678,12 +712,20 @@ func (g *Group) lostHeartbeats(a *attempt) {
 
 // Rule 3: validity at the commit point, for streamed output.
 func (g *Group) onProgress(a *attempt, e Progress) {
-	if e.Tokens > a.tokens {
+	grew := e.Tokens > a.tokens
+	if grew {
 		a.tokens = e.Tokens
+	}
+	if e.FirstToken && a.n != g.rescuing {
+		a.firstToken = true // a running continuation's first token splices it in (rescue.go)
 	}
 	a.accepted = true
 	if a.n == g.kept && a.state == attemptRunning {
 		g.onKeptProgress(a, e)
+		return
+	}
+	if g.committed && a.state == attemptRunning && (a.n == g.streamer || a.n == g.rescuing) {
+		g.onStreamProgress(a, e, grew)
 		return
 	}
 	if a.state != attemptRunning || g.phase != phaseRunning || a.candidate {
@@ -737,17 +779,12 @@ func (g *Group) onResult(a *attempt, e Result) {
 	if a.state == attemptFinished {
 		return // a second result for an answer already in: ignore
 	}
-	if g.committed && a.n == g.winner {
-		// The committed stream finished (or broke after its commit point: the
-		// runtime ends the caller's stream with an error event, never with
-		// bytes of another attempt). A streaming commit point cannot see
-		// what only the result shows (truncation, the content filter): an
-		// ok result that is not valid ends the stream as contract_invalid.
-		status := e.Status
-		if scope == schemas.ScopeNone && status == schemas.StatusOK && !e.Valid {
-			status, scope = schemas.StatusContractInvalid, schemas.ScopeTransient
-		}
-		g.endAttempt(a, OutcomeWinner, status, scope, e.Usage, false)
+	if g.committed && (a.n == g.streamer || a.n == g.rescuing) {
+		// The committed stream finished, or broke after its commit point:
+		// a continuation may mend it (rescue.go), else the runtime ends
+		// the caller's stream with an error event, never with bytes of
+		// another attempt.
+		g.onStreamResult(a, e, scope)
 		return
 	}
 	if a.n == g.kept {
@@ -785,6 +822,10 @@ func (g *Group) onResult(a *attempt, e Result) {
 
 // Rule 4: the error's scope decides, never the arrival order.
 func (g *Group) attemptFailed(a *attempt, status schemas.StatusClass, scope schemas.ErrorScope, code schemas.ErrorCode, retryAfter time.Duration, usage schemas.Usage) {
+	if g.committed && a.n == g.rescuing {
+		g.continuationFailed(a, status, scope, usage)
+		return
+	}
 	if scope == schemas.ScopeGroup {
 		g.baselineEnds(a, baseFailed) // the primary-only group fails with it
 	} else {
@@ -977,9 +1018,14 @@ func (g *Group) commit(w *attempt, gate string) {
 			g.stop(a, CancelLostRace)
 		}
 	}
+	g.streamer, w.streamed = w.n, true
 	if w.state == attemptFinished {
+		g.streamDone = true // the answer is whole: nothing streams on
 		g.endAttempt(w, OutcomeWinner, w.finishedStatus, schemas.ScopeNone, w.finishedUsage, false)
+		return
 	}
+	w.lastTokenAt = w.readyAt
+	g.watchStall(w)
 }
 
 // keepBaseline decides, as w commits, what becomes of a control group's
@@ -1173,7 +1219,11 @@ func (g *Group) endCancelled(a *attempt, reported schemas.Usage, observed, compl
 		usage = g.estimateCancelled(a, reported)
 	}
 	outcome := OutcomeCanceled
-	if g.committed && a.n != g.winner {
+	switch {
+	case a.streamed && a.cancelReason == CancelLostRace:
+		// Spliced away by its continuation: its output is part of the answer.
+		outcome = OutcomeWinner
+	case g.committed && !a.streamed:
 		outcome = OutcomeLoserCanceled
 		if completed {
 			outcome = OutcomeLoserLate

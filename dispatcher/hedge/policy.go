@@ -68,7 +68,15 @@ type Options struct {
 	// that take the first response do. Off in hedgerow's own policies; it
 	// exists to model peer strategies.
 	FailFast bool
+	// Rescues is how many continuation attempts a committed stream that
+	// breaks may get (pools.*.rescue.max, 0..MaxRescues); zero (the
+	// default) ends a broken stream with an error (docs/architecture.md
+	// §6, "Rescue"). A continuation may go beyond MaxAttempts.
+	Rescues int
 }
+
+// MaxRescues caps Options.Rescues.
+const MaxRescues = 3
 
 // DefaultOptions returns hedgerow's defaults (docs/architecture.md §4, §8, §11).
 func DefaultOptions() Options {
@@ -115,6 +123,8 @@ func (p Options) Validate() error {
 		return bad("queue_wait %v must not be negative and busy_backoff %v must be positive", p.QueueWait, p.BusyBackoff)
 	case p.PushbackTTL <= 0 || p.QuarantineTTL <= 0:
 		return bad("pushback_ttl and quarantine_ttl must be positive")
+	case p.Rescues < 0 || p.Rescues > MaxRescues:
+		return bad("rescues %d: want 0..%d", p.Rescues, MaxRescues)
 	}
 	switch p.CommitPoint.Kind {
 	case schemas.CommitFirstToken, schemas.CommitComplete:

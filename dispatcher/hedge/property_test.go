@@ -30,6 +30,10 @@ type coverage struct {
 	// the group (the deadline), lost to its own failure; answered, the
 	// caller's part over while it ran.
 	kept, keptReached, keptFailed, keptLost, answered int
+	// The committed stream's rescue (§6): continuations launched, spliced
+	// in, beaten by the stalled streamer resuming; streams a continuation
+	// finished whole.
+	continuations, splices, streamerResumed, rescuedWhole int
 }
 
 // simWorker is the random world's view of one launched attempt.
@@ -74,6 +78,8 @@ type randomWorld struct {
 	start      Start
 	kept       int
 	deadline   time.Time
+	// spliced is set once a continuation fed the stream.
+	spliced bool
 }
 
 func randomPolicy(rng *rand.Rand) Options {
@@ -100,6 +106,9 @@ func randomPolicy(rng *rand.Rand) Options {
 	}
 	p.SameRouteHedging = rng.IntN(3) == 0
 	p.FailFast = rng.IntN(10) == 0
+	if rng.IntN(2) == 0 {
+		p.Rescues = 1 + rng.IntN(MaxRescues)
+	}
 	return p
 }
 
@@ -153,7 +162,9 @@ func (w *randomWorld) step(ev Event) error {
 		case ArmTimer:
 			w.timers = append(w.timers, a)
 		case Launch:
-			if w.overloaded && a.Role != schemas.RolePrimary {
+			// A continuation stands in for the committed stream's broken
+			// attempt: it adds no load to what the stream needs.
+			if w.overloaded && a.Role != schemas.RolePrimary && a.Role != schemas.RoleContinuation {
 				return fmt.Errorf("%s launched while the pool was saturated", a.Role)
 			}
 			w.workers = append(w.workers, &simWorker{n: a.Attempt})
@@ -162,9 +173,21 @@ func (w *randomWorld) step(ev Event) error {
 				w.cov.hedges++
 			case schemas.RoleReplacement:
 				w.cov.replacements++
+			case schemas.RoleContinuation:
+				w.cov.continuations++
 			}
 		case Cancel:
 			w.workers[a.Attempt-1].cancelled = true
+			if a.Reason == CancelLostRace && w.workers[a.Attempt-1].continuation(w.g) {
+				w.cov.streamerResumed++
+			}
+		case Splice:
+			w.cov.splices++
+			w.spliced = true
+		case StreamEnded:
+			if a.Status == schemas.StatusOK && w.spliced {
+				w.cov.rescuedWhole++
+			}
 		case Commit:
 			w.cov.commits++
 			if a.Kept != 0 {
@@ -328,7 +351,8 @@ func (w *randomWorld) workerEvent(sw *simWorker) func() Event {
 		usage := schemas.Usage{InputUnits: 100, OutputUnits: 20}
 		switch f := w.rng.IntN(100); {
 		case f < 65:
-			return Result{Attempt: sw.n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: w.rng.IntN(10) != 0, Usage: usage}
+			valid := w.rng.IntN(10) != 0
+			return Result{Attempt: sw.n, Status: schemas.StatusOK, Scope: schemas.ScopeNone, Valid: valid, Truncated: !valid && w.rng.IntN(2) == 0, Usage: usage}
 		case f < 80:
 			return Result{Attempt: sw.n, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient, Usage: usage}
 		case f < 88:
@@ -385,6 +409,10 @@ func (w *randomWorld) run() error {
 		HedgeDelay:            time.Duration(w.rng.IntN(3000)) * time.Millisecond,
 		InputUnits:            100,
 		DecodeTokensPerSecond: 100,
+		Continuable:           w.rng.IntN(4) != 0,
+	}
+	if w.rng.IntN(2) == 0 {
+		start.StallBound = time.Duration(100+w.rng.IntN(1000)) * time.Millisecond
 	}
 	w.start, w.deadline = start, w.now.Add(w.policy.Deadline)
 	if err := w.step(start); err != nil {
@@ -445,6 +473,10 @@ func TestPropertyInvariantsHoldOverRandomSchedules(t *testing.T) {
 		"kept baseline to deadline":   cov.keptFailed,
 		"kept baseline lost":          cov.keptLost,
 		"answered before the end":     cov.answered,
+		"continuation launched":       cov.continuations,
+		"continuation spliced":        cov.splices,
+		"stalled streamer resumed":    cov.streamerResumed,
+		"stream rescued whole":        cov.rescuedWhole,
 	} {
 		if n == 0 {
 			t.Errorf("no schedule exercised: %s", name)
@@ -461,4 +493,11 @@ func joinLast(lines []string, n int) string {
 		out += "  " + l + "\n"
 	}
 	return out
+}
+
+// continuation reports whether sw's attempt is a continuation not yet
+// spliced in: a lost-race cancel of it means the stalled streamer resumed.
+func (sw *simWorker) continuation(g *Group) bool {
+	a := g.attempt(sw.n)
+	return a != nil && a.role == schemas.RoleContinuation && !a.streamed
 }
