@@ -239,6 +239,14 @@ var (
 // package does not know are not complete: unknown reasons fail closed.
 func CompleteFinish(reason string) bool { return completeFinish[reason] }
 
+// CutShort reports whether a finished answer ended at its output limit
+// ("length", "max_tokens") below the max_tokens its caller asked for: the
+// one fault of a valid-looking answer that more output — a continuation's
+// (docs/architecture.md §6, "Rescue") — can mend.
+func CutShort(obs Observation) bool {
+	return truncatedFinish[obs.FinishReason] && obs.MaxTokens > 0 && obs.Tokens < obs.MaxTokens
+}
+
 // WithResponseFormat adds the caller's OpenAI response_format to the pool's
 // contract: "json_schema" makes the answer's JSON satisfy the given schema,
 // "json_object" makes it a JSON object, and either requires a complete

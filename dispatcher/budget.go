@@ -101,7 +101,9 @@ func (g *group) spend() budgets.SpendPolicy {
 
 func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Event {
 	d := g.d
-	if reason := g.refuseIntoSaturation(); reason != "" {
+	// A continuation stands in for the committed stream's broken attempt:
+	// no load beyond what the stream needs, so saturation does not refuse it.
+	if reason := g.refuseIntoSaturation(); reason != "" && a.Role != schemas.RoleContinuation {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reason}
 	}
 	if a.Role == schemas.RoleHedge && g.class.Policy.PushbackScope != policy.PushbackRoute && d.picker.PushedBack(g.routes, d.now()) {
@@ -111,16 +113,21 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonCohortPushback}
 	}
 	d.rngMu.Lock()
-	target, ok := d.picker.PickHedge(g.routes, a.Exclude, d.now(), d.rng, a.SameRoute)
+	target, ok := d.picker.PickHedge(g.candidates(a.Role), a.Exclude, d.now(), d.rng, a.SameRoute)
 	d.rngMu.Unlock()
 	if !ok {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonNoRoute}
 	}
 	p := g.class.Policy
+	attempts := p.MaxAttempts
+	if a.Role == schemas.RoleContinuation {
+		// A continuation may go beyond max_attempts, up to rescue.max.
+		attempts += g.d.pools[g.sub.Pool].Rescue
+	}
 	grant, err := d.store.ReserveExtra(ctx, budgets.ExtraRequest{
 		Role: a.Role, UserAction: g.ua, Group: g.id, Tenant: g.sub.Tenant, Route: target, Pool: g.sub.Pool, Window: g.window,
 		Local:      g.localUserAction(),
-		Attempts:   budgets.AttemptPolicy{Max: p.MaxAttempts, TTL: 2 * g.deadline},
+		Attempts:   budgets.AttemptPolicy{Max: attempts, TTL: 2 * g.deadline},
 		Spend:      g.spend(),
 		Duplicates: p.DuplicateCeiling(),
 		Reserve:    p.ReserveBucket(),
@@ -136,4 +143,13 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	// Granted: the target's capacity next (capacity.go), so a refused
 	// budget never spends a provider key's limit.
 	return g.placeExtra(a, target, hedge.ReservationID(grant.Reservation))
+}
+
+// candidates are the routes an extra attempt of role may go to: a
+// continuation only to a route that continues an answer (Pool.Continues).
+func (g *group) candidates(role schemas.Role) []string {
+	if role == schemas.RoleContinuation {
+		return g.continues
+	}
+	return g.routes
 }

@@ -304,7 +304,7 @@ func (g *group) placeExtra(a hedge.AskHedgeBudget, target string, res hedge.Rese
 	route, charge, ok, wait := g.place(target, func(refused []string) (string, bool) {
 		d.rngMu.Lock()
 		defer d.rngMu.Unlock()
-		return d.picker.PickHedge(g.routes, append(slices.Clone(a.Exclude), refused...), d.now(), d.rng, a.SameRoute)
+		return d.picker.PickHedge(g.candidates(a.Role), append(slices.Clone(a.Exclude), refused...), d.now(), d.rng, a.SameRoute)
 	})
 	if ok {
 		g.waiting = nil

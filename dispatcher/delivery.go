@@ -23,16 +23,14 @@ func (g *group) commit(c hedge.Commit) {
 	d := g.d
 	g.winner, g.gateValue = c.Attempt, c.Gate
 	a := g.attempt(c.Attempt)
+	g.streamer, a.streamed = a.n, true
 	d.metrics.wins.WithLabelValues(string(a.role)).Inc()
 	d.metrics.groups.WithLabelValues("committed").Inc()
 	d.metrics.groupDuration.Observe(d.now().Sub(g.start).Seconds())
 	if g.sub.Request.Stream {
 		g.send(delivery{commit: g.response(a)})
 	}
-	for _, ch := range a.chunks {
-		g.deliverChunk(ch)
-	}
-	a.chunks = nil
+	g.deliverChunks(a)
 	if !g.sub.Request.Stream || a.result != nil {
 		g.finish(delivery{resp: g.response(a)})
 	}
@@ -57,7 +55,36 @@ func (g *group) response(a *attemptRun) *Response {
 			r.Content = a.content.String()
 		}
 	}
+	if a.n != g.winner && a.streamed {
+		// A rescued stream: its answer is the winner's text and each
+		// continuation's, and its usage what all of them used.
+		r.Content, r.Usage = g.relayed.String(), g.streamUsage()
+	}
 	return r
+}
+
+// streamUsage is what the attempts that fed a rescued stream used: each
+// one's reported usage, with no less output than the tokens the caller got
+// of it (an attempt that broke may have reported none).
+func (g *group) streamUsage() schemas.Usage {
+	var total schemas.Usage
+	next := g.relayedTokens
+	for i := len(g.attempts) - 1; i >= 0; i-- {
+		a := g.attempts[i]
+		if !a.streamed {
+			continue
+		}
+		var u schemas.Usage
+		if a.result != nil {
+			u = a.result.Usage
+		}
+		if relayed := int64(next - a.offset); u.OutputUnits < relayed {
+			u.OutputUnits, u.Estimated = relayed, true
+		}
+		next = a.offset
+		total = total.Add(u)
+	}
+	return total
 }
 
 func (g *group) hedged() bool {
@@ -69,12 +96,53 @@ func (g *group) hedged() bool {
 	return false
 }
 
-func (g *group) deliverChunk(ch schemas.Chunk) {
+// deliverChunks relays what a's output held before it fed the stream (its
+// commit, or its splice).
+func (g *group) deliverChunks(a *attemptRun) {
+	for _, ch := range a.chunks {
+		g.deliverChunk(a, ch)
+	}
+	a.chunks = nil
+}
+
+func (g *group) deliverChunk(a *attemptRun, ch schemas.Chunk) {
 	if g.delivered || !g.sub.Request.Stream {
 		return
 	}
 	g.streamed = true
+	if g.continues != nil {
+		g.relayed.WriteString(ch.Delta)
+		g.relayedTokens = a.offset + int(ch.CumulativeTokens)
+	}
 	g.send(delivery{delta: &Delta{Content: ch.Delta, ToolCalls: ch.ToolCalls}})
+}
+
+// splice goes on with the committed stream from continuation s.Attempt's
+// output (docs/architecture.md §6, "Rescue"): what it produced so far
+// follows the text the caller has, and nothing more of s.From does.
+func (g *group) splice(s hedge.Splice) {
+	a := g.attempt(s.Attempt)
+	g.streamer, a.streamed = a.n, true
+	g.countRescue(a, rescueWon)
+	g.deliverChunks(a)
+}
+
+// streamEnded ends the caller's committed stream as the engine decided:
+// with the answer, or with an error event when it broke and no
+// continuation finished it (never with bytes of another attempt).
+func (g *group) streamEnded(e hedge.StreamEnded) {
+	switch {
+	case e.Status == schemas.StatusOK:
+		g.finish(delivery{resp: g.response(g.attempt(e.Attempt))})
+	case e.Status == schemas.StatusCanceled:
+		g.failCommitted(schemas.ErrCanceled, e.Scope)
+	case e.Status == schemas.StatusTimeout || !g.d.now().Before(g.start.Add(g.deadline)):
+		// The worker enforces the attempt's deadline too, and may report
+		// it before the group's own timer fires.
+		g.failCommitted(schemas.ErrDeadlineExceeded, e.Scope)
+	default:
+		g.failCommitted(schemas.ErrStreamInterrupted, e.Scope)
+	}
 }
 
 // send hands a delivery to the caller; a slow caller slows its own group's
@@ -163,4 +231,23 @@ func (g *group) retryAfterFor(code schemas.ErrorCode) time.Duration {
 		}
 	}
 	return 0
+}
+
+// The outcomes of hedgerow_rescues_total: a continuation started, and how
+// it ended — spliced into the stream, beaten by the stalled attempt it
+// stood beside, or failed before either.
+const (
+	rescueStarted     = "started"
+	rescueWon         = "won"
+	rescueOriginalWon = "original_won"
+	rescueFailed      = "failed"
+)
+
+// countRescue counts continuation a's outcome, once.
+func (g *group) countRescue(a *attemptRun, outcome string) {
+	if a.rescued != "" {
+		return
+	}
+	a.rescued = outcome
+	g.d.metrics.rescues.WithLabelValues(outcome).Inc()
 }

@@ -151,6 +151,13 @@ type Pool struct {
 	// "Route health"); the zero value ejects nothing, as config's
 	// pools.*.outlier_detection with both triggers off.
 	Health route.HealthOptions
+	// Rescue is how many continuation attempts a committed stream that
+	// breaks may get (config's pools.*.rescue with mode continue; 0: off),
+	// and Continues the pool's routes that can continue an answer from
+	// partial output (routes[].continuation not none): a continuation goes
+	// only to one of them (docs/architecture.md §6, "Rescue").
+	Rescue    int
+	Continues []string
 	// MaxTokens is the largest output limit (max_tokens) a request may
 	// ask of the pool: the most its routes can produce, as config's
 	// pools.*.max_tokens. Zero means DefaultMaxTokens. A request over it is
@@ -283,6 +290,14 @@ func New(c Options) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: pool %s contract: %w", name, err)
 		}
 		d.specs[name] = p.Contract
+		if p.Rescue < 0 || p.Rescue > hedge.MaxRescues {
+			return nil, fmt.Errorf("dispatcher: pool %s rescue %d: want 0..%d", name, p.Rescue, hedge.MaxRescues)
+		}
+		for _, r := range p.Continues {
+			if !slices.Contains(p.Routes, r) {
+				return nil, fmt.Errorf("dispatcher: pool %s: continuing route %q is not one of its routes", name, r)
+			}
+		}
 	}
 	if d.health, err = newHealth(c.Pools); err != nil {
 		return nil, err

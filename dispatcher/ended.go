@@ -18,23 +18,13 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 	if e.Attempt == 1 {
 		g.judgeStall(false, true)
 	}
-	if e.Outcome == hedge.OutcomeWinner && g.sub.Request.Stream {
-		// The committed stream ended: success, or a failure after its commit
-		// point, which ends the caller's stream with an error, never with
-		// bytes of another attempt.
-		switch {
-		case e.Status == schemas.StatusOK:
-			g.finish(delivery{resp: g.response(a)})
-		case e.Status == schemas.StatusTimeout || !d.now().Before(g.start.Add(g.deadline)):
-			// The worker enforces the attempt's deadline too, and may
-			// report it before the group's own timer fires.
-			g.failCommitted(schemas.ErrDeadlineExceeded, e.Scope)
-		default:
-			g.failCommitted(schemas.ErrStreamInterrupted, e.Scope)
-		}
-	}
 	a.outcome = e.Outcome
-	g.class.ObserveAnswer(g.cohort.Key(), e.Status, e.Usage, e.Elapsed, e.FirstByte)
+	if e.Role == schemas.RoleContinuation {
+		// Part of an answer: no sample of the cohort's answers.
+		g.countRescue(a, rescueFailed) // unless it was spliced in or beaten first
+	} else {
+		g.class.ObserveAnswer(g.cohort.Key(), e.Status, e.Usage, e.Elapsed, e.FirstByte)
+	}
 	if e.Outcome == hedge.OutcomeLoserLate {
 		d.metrics.late.Inc()
 	}

@@ -39,6 +39,13 @@ type attemptRun struct {
 	ended        *AttemptTimeline // once it did, for the group's trace
 	stallJudged  bool             // a primary's stall verdict was fed to the picker (judgeStall)
 	charge       capacityCharge   // what it spent of its route's limits (capacity.go)
+	// A continuation's prefix is the text of the committed stream it
+	// continues, offset that text's tokens; streamed is set once its
+	// output feeds the caller's stream (the winner, a spliced continuation).
+	prefix   string
+	offset   int
+	streamed bool
+	rescued  string // a continuation's hedgerow_rescues_total outcome, once counted
 }
 
 // group drives one hedge group: the engine, fed by real events.
@@ -120,6 +127,18 @@ type group struct {
 	charges map[hedge.ReservationID]capacityCharge
 	// decided is set once the engine committed or failed the group.
 	decided bool
+	// The committed stream and its rescue (docs/architecture.md §6,
+	// "Rescue"): streamer is the attempt whose output feeds the caller's
+	// stream (the winner, then each continuation spliced in), relayed the
+	// text the caller got and relayedTokens its tokens — what a
+	// continuation continues from. continues are the pool's routes a
+	// continuation may go to, nil when this group is not rescued;
+	// stallBound the cohort's stall bound as the group started.
+	streamer      int
+	relayed       strings.Builder
+	relayedTokens int
+	continues     []string
+	stallBound    time.Duration
 }
 
 // contractFor is the contract of the pool a model name names (its own name
@@ -239,6 +258,9 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 	}
 	g.queueWait = engine.QueueWait
 	g.deadline = engine.Deadline
+	if pool.Rescue > 0 && len(pool.Continues) > 0 && sub.Request.Stream && !contract.NeedsComplete() && sub.Request.Continuable() == nil {
+		engine.Rescues, g.continues = pool.Rescue, pool.Continues
+	}
 	if g.eng, err = hedge.New(engine); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
@@ -301,6 +323,11 @@ func (g *group) startEvent() hedge.Start {
 	d := g.class.HedgeDelay(g.cohort, g.primary, now, g.deadline)
 	s.HedgeDelay = d.Value
 	g.delay, g.stallDelay = d.Value, d.Cohort
+	if g.continues != nil {
+		s.Continuable = true
+		g.stallBound = g.class.StallBound(g.cohort.Key(), now)
+		s.StallBound = g.stallBound
+	}
 	el := g.eligibility(now)
 	s.HedgeEligible, s.NotEligibleReason = el.Eligible, el.Reason
 	// A control group hedges as any group does; its baseline is measured
@@ -422,19 +449,14 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	case hedge.Cancel:
 		if at := g.attempt(a.Attempt); at != nil {
 			g.sendCancel(at, a.Reason)
-		}
-		if a.Attempt == g.winner && a.Reason != hedge.CancelTimeout {
-			// The committed stream is stopped (its deadline passed, or its
-			// caller left): it ends now, with an error, never with bytes of
-			// another attempt. A winner cancelled for its silence (lost
-			// heartbeats, docs/architecture.md §4 rule 4) ends with the
-			// AttemptEnded that follows in the same step, as a lost attempt.
-			code := schemas.ErrDeadlineExceeded
-			if a.Reason == hedge.CancelCallerGone {
-				code = schemas.ErrCanceled
+			if at.role == schemas.RoleContinuation && !at.streamed && a.Reason == hedge.CancelLostRace {
+				g.countRescue(at, rescueOriginalWon)
 			}
-			g.failCommitted(code, "")
 		}
+	case hedge.Splice:
+		g.splice(a)
+	case hedge.StreamEnded:
+		g.streamEnded(a)
 	case hedge.Commit:
 		g.decide()
 		g.commit(a)

@@ -18,6 +18,7 @@ type metrics struct {
 	attempts      *prometheus.CounterVec
 	hedges        prometheus.Counter
 	suppressed    *prometheus.CounterVec
+	rescues       *prometheus.CounterVec
 	wins          *prometheus.CounterVec
 	hedgeDelay    prometheus.Histogram
 	usage         *prometheus.CounterVec
@@ -67,6 +68,8 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 			Help: "Hedges launched."}),
 		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_hedges_suppressed_total",
 			Help: "Hedges and replacements considered and not launched, by reason."}, []string{"reason"}),
+		rescues: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_rescues_total",
+			Help: "Continuation attempts of committed streams that broke, by outcome: started; won (spliced into the stream); original_won (the stalled attempt resumed first); failed."}, []string{"outcome"}),
 		wins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_wins_total",
 			Help: "Committed winners, by role."}, []string{"role"}),
 		hedgeDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_hedge_delay_seconds",
@@ -117,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 	schemaEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hedgerow_schema_cache_entries",
 		Help: "Compiled response_format schemas kept, bounded by schema_cache.max_entries."},
 		func() float64 { return float64(schemas.Entries()) })
-	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed,
+	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed, m.rescues,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
 		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped, m.capacityRefused} {
@@ -139,7 +142,10 @@ func (m *metrics) createLabelSets(pools, routes []string) {
 		m.breaches.WithLabelValues(string(r))
 	}
 	m.groups.WithLabelValues("committed")
-	for _, role := range []schemas.Role{schemas.RolePrimary, schemas.RoleHedge, schemas.RoleReplacement} {
+	for _, o := range []string{rescueStarted, rescueWon, rescueOriginalWon, rescueFailed} {
+		m.rescues.WithLabelValues(o)
+	}
+	for _, role := range []schemas.Role{schemas.RolePrimary, schemas.RoleHedge, schemas.RoleReplacement, schemas.RoleContinuation} {
 		m.attempts.WithLabelValues(string(role))
 		m.wins.WithLabelValues(string(role))
 		m.usage.WithLabelValues(string(role), "input")

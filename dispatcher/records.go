@@ -47,6 +47,9 @@ func (g *group) attemptRecord(a *attemptRun, e hedge.AttemptEnded) schemas.Attem
 	if a.result != nil {
 		r.HTTPStatus = a.result.HTTPStatus
 	}
+	if a.role == schemas.RoleContinuation {
+		r.ContinuedFromUnits = int64(a.offset)
+	}
 	if r.StatusClass == "" {
 		r.StatusClass = schemas.StatusCanceled
 	}

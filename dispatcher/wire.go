@@ -26,9 +26,14 @@ func (g *group) launch(l hedge.Launch) {
 	a.secret = secret
 	_ = d.picker.Acquire(l.Route)
 	d.metrics.attempts.WithLabelValues(string(l.Role)).Inc()
-	if l.Role == schemas.RoleHedge {
+	switch l.Role {
+	case schemas.RoleHedge:
 		d.metrics.hedges.Inc()
 		g.judgeStall(true, false)
+	case schemas.RoleContinuation:
+		// It continues what the caller has of the stream (docs/architecture.md §6, "Rescue").
+		a.prefix, a.offset = g.relayed.String(), g.relayedTokens
+		d.metrics.rescues.WithLabelValues(rescueStarted).Inc()
 	}
 	g.publishAttempt(a, l.Deadline, l.Remaining)
 }
@@ -47,6 +52,15 @@ func (g *group) publishAttempt(a *attemptRun, deadline time.Time, remaining time
 		// The cohort's stall bound, derived from its inter-token gaps
 		// (docs/architecture.md §4 rule 4).
 		StallAfterFirstTokenMs: g.class.StallBound(g.cohort.Key(), d.now()).Milliseconds(),
+	}
+	if g.stallBound > 0 {
+		// A rescued group starts a continuation at the stall bound and
+		// lets the stalled attempt race it for one more bound before its
+		// worker gives up on it (§6, "Rescue").
+		msg.StallAfterFirstTokenMs = 2 * g.stallBound.Milliseconds()
+	}
+	if a.role == schemas.RoleContinuation {
+		msg.Continuation = &schemas.Continuation{Text: a.prefix, OffsetTokens: int64(a.offset)}
 	}
 	// MarshalJSON directly: json.Marshal would only re-scan its output.
 	data, err := msg.MarshalJSON()
@@ -139,14 +153,15 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		a.tokens = int(m.CumulativeTokens)
 		a.firstToken = a.firstToken || m.First
 		a.content.WriteString(m.Delta)
-		switch g.winner {
-		case a.n:
-			g.deliverChunk(*m)
-		case 0:
-			a.chunks = append(a.chunks, *m) // until the commit decides
+		switch {
+		case a.n == g.streamer:
+			g.deliverChunk(a, *m)
+		case g.winner == 0 || (a.role == schemas.RoleContinuation && !a.streamed):
+			a.chunks = append(a.chunks, *m) // until the commit, or its splice, decides
 		}
 		// After another attempt's commit (a loser, or a control group's
-		// kept baseline) none of its bytes reaches the caller.
+		// kept baseline), or once a continuation took the stream over,
+		// none of its bytes reaches the caller.
 		v := arbiter.Validate(g.contract, g.eng.CommitPoint(), arbiter.Observation{WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken})
 		return hedge.Progress{Attempt: a.n, Tokens: a.tokens, FirstToken: a.firstToken, Valid: v.Valid || !v.Ready}
 	case *schemas.AttemptResult:
@@ -164,12 +179,18 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		if content == "" {
 			content = a.content.String()
 		}
+		tokens := max(a.tokens, int(m.Usage.OutputUnits))
+		if a.role == schemas.RoleContinuation {
+			// A continuation is judged by the answer it ends: the text
+			// it continues joined with its own (§6, "Rescue").
+			content, tokens = a.prefix+content, a.offset+tokens
+		}
 		// The result is judged whole (the success predicate included,
 		// docs/architecture.md §6) whatever the commit point: a winner
 		// committed at its first token whose result fails ends its stream
 		// with an error (§4 rule 3).
 		obs := arbiter.Observation{Status: m.StatusClass, WellFormed: g.wellFormed(m), FirstToken: a.firstToken || content != "",
-			Tokens: max(a.tokens, int(m.Usage.OutputUnits)), MaxTokens: g.sub.Request.MaxTokens,
+			Tokens: tokens, MaxTokens: g.sub.Request.MaxTokens,
 			Done: true, FinishReason: m.FinishReason, Content: []byte(content), Refusal: m.Refusal != ""}
 		switch {
 		case len(m.Embeddings) > 0:
@@ -180,7 +201,7 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
 		g.retryAfter = max(g.retryAfter, time.Duration(m.RetryAfterMs)*time.Millisecond)
 		return hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
-			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
+			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond, Truncated: arbiter.CutShort(obs)}
 	}
 	return nil
 }

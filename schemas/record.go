@@ -190,6 +190,10 @@ type AttemptRecord struct {
 	// deployment of one region, whose records are as they were before
 	// regions (additive in v1). A worker's own record carries none.
 	Region string `json:"region,omitempty"`
+	// ContinuedFromUnits is, on a continuation's record kept by the
+	// dispatcher, the output units (tokens) of the committed stream it continued from
+	// (docs/architecture.md §6, "Rescue"); absent on other records.
+	ContinuedFromUnits int64 `json:"continued_from_units,omitempty"`
 
 	HedgeDelayMs      *int64 `json:"hedge_delay_ms,omitempty"` // absent: no hedge timer armed
 	OverallDeadlineMs int64  `json:"overall_deadline_ms"`

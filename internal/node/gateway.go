@@ -365,6 +365,16 @@ func DispatcherOptions(cfg *config.Config) dispatcher.Options {
 			RequiredFields:     p.Contract.RequiredFields,
 			JSONSchema:         p.Contract.JSONSchema.Document,
 		}}
+		if p.Rescue.Mode == config.RescueContinue {
+			pool := c.Pools[name]
+			pool.Rescue = p.Rescue.Max
+			for _, r := range p.Routes {
+				if rt, ok := cfg.Route(r); ok && rt.CanContinue() {
+					pool.Continues = append(pool.Continues, r)
+				}
+			}
+			c.Pools[name] = pool
+		}
 	}
 	return c
 }
