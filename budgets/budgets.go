@@ -12,13 +12,13 @@
 // quarantine and ejection) and RouteLeases (attempts in flight).
 //
 // The interface is coarse on purpose. Each request-path call (Admit for a
-// primary, ReserveExtra for a hedge or replacement) carries everything the
-// decision needs, including the ceiling's configuration, so a Redis store can
-// make it one pipelined batch and needs no configuration of its own. Keys fall
-// into one hash tag per entity — {ua:<id>} for the ledger and the user action's
-// spend, {pool:<pool>} for the cohort windows and the pool reserve,
-// {tenant:<id>} for the tenant's spend window, {route:<name>} for route flags
-// and leases. A decision that spans several entities takes from them in that
+// primary, ReserveExtra for a hedge, replacement or continuation) carries
+// everything the decision needs, including the ceiling's configuration, so a
+// Redis store can make it one pipelined batch and needs no configuration of
+// its own. Keys fall into one hash tag per entity — {ua:<id>} for the ledger
+// and the user action's spend, {pool:<pool>} for the cohort windows and the
+// pool reserve, {tenant:<id>} for the tenant's spend window, {route:<name>}
+// for route flags and leases. A decision that spans several entities takes from them in that
 // order (or, as the Redis store does, from all at once, choosing the reason
 // in that order) and, when an entity refuses, gives back what the others
 // granted: a decision never commits in part. Microtokens, TenantWindowStart and
@@ -84,14 +84,15 @@ type Reservations interface {
 	// a primary that is then uncounted.
 	Admit(ctx context.Context, req AdmitRequest) (Admission, error)
 
-	// ReserveExtra decides on a hedge or a replacement: the target route must
-	// be neither in pushback, quarantined nor ejected; then it takes an attempt slot,
-	// counts the attempt in its cohort's duplicate-rate window — a hedge
-	// only if it fits under the ceiling or, failing that, the pool's reserve
-	// pays; a replacement always — and reserves spend. On denial
-	// nothing is kept; the reason is the first refusal in the order
-	// route_quarantined, route_pushback, route_ejected, attempts, duplicate_rate,
-	// spend_user_action, spend_tenant. A store that decides entity by entity
+	// ReserveExtra decides on a hedge, a replacement or a continuation: the
+	// target route must be neither in pushback, quarantined nor ejected; then
+	// it takes an attempt slot, counts the attempt in its cohort's
+	// duplicate-rate window — a hedge only if it fits under the ceiling or,
+	// failing that, the pool's reserve pays; a replacement or a continuation
+	// always — and reserves spend. On denial nothing is kept; the reason is
+	// the first refusal in the order route_quarantined, route_pushback,
+	// route_ejected, attempts, duplicate_rate, spend_user_action,
+	// spend_tenant. A store that decides entity by entity
 	// (the Redis store, whose entities may sit on different servers) may
 	// let a concurrent decision glimpse a grant that is then compensated (a
 	// spurious denial there), never one that stays.
@@ -222,8 +223,8 @@ const (
 type TokenSource string
 
 const (
-	// TokenNone: nothing was drawn (a replacement, which the ceiling never
-	// refuses, or a denial).
+	// TokenNone: nothing was drawn (a replacement or a continuation, which
+	// the ceiling never refuses, or a denial).
 	TokenNone TokenSource = ""
 	// TokenCohort: the hedge fit under its cohort's window ceiling.
 	TokenCohort TokenSource = "cohort"
@@ -296,9 +297,10 @@ func (p SpendPolicy) Units() int64 { return p.InputUnits + p.OutputUnits }
 // so a long window can hold the average while the burst bound caps what an
 // incident adds within seconds (docs/architecture.md §7, "two windows").
 // When the cohort refuses, the pool's reserve may pay (ReserveBucket). A
-// replacement is never refused by the ceiling: the attempt it replaces has
-// ended, so it adds no concurrent load, and the user action's attempt ledger
-// bounds how many there are; it is counted, so it leaves less room to hedges.
+// replacement or a continuation is never refused by the ceiling: the attempt
+// it replaces or continues has ended, so it adds no concurrent load, and the
+// user action's attempt ledger bounds how many there are; it is counted, so
+// it leaves less room to hedges (ExtraRequest.FollowsAnEndedAttempt).
 type DuplicateCeiling struct {
 	// Ceiling is the largest share of extra attempts per primary over the
 	// window, in [0, 1].
@@ -447,11 +449,17 @@ func (r AdmitRequest) validate() error {
 	return r.Duplicates.validate()
 }
 
-// ExtraRequest asks for a hedge or a replacement attempt of a user action.
+// ExtraRequest asks for a hedge, a replacement or a continuation attempt of
+// a user action.
 type ExtraRequest struct {
-	// Role is schemas.RoleHedge or schemas.RoleReplacement. Both are
-	// counted in the cohort's duplicate-rate window; only a hedge can be
-	// refused by its ceiling (DuplicateCeiling).
+	// Role is schemas.RoleHedge, schemas.RoleReplacement or
+	// schemas.RoleContinuation. All three are counted in the cohort's
+	// duplicate-rate window and take a slot of the user action's ledger;
+	// only a hedge can be refused by the ceiling (DuplicateCeiling,
+	// FollowsAnEndedAttempt). A continuation is counted as a replacement
+	// is: it too follows an attempt that ended (a committed stream that
+	// broke), and its caller sends the ledger's Max it may take
+	// (max_attempts plus the pool's rescues, docs/architecture.md §7).
 	Role       schemas.Role
 	UserAction string
 	// Group names the hedge group the attempt belongs to (AdmitRequest.Group).
@@ -481,8 +489,8 @@ func (r ExtraRequest) Validate() error {
 }
 
 func (r ExtraRequest) validate() error {
-	if r.Role != schemas.RoleHedge && r.Role != schemas.RoleReplacement {
-		return invalid(fmt.Sprintf("role %q is neither hedge nor replacement", r.Role))
+	if r.Role != schemas.RoleHedge && !r.FollowsAnEndedAttempt() {
+		return invalid(fmt.Sprintf("role %q is not hedge, replacement or continuation", r.Role))
 	}
 	if r.UserAction == "" {
 		return invalid("user action is empty")
@@ -505,6 +513,17 @@ func (r ExtraRequest) validate() error {
 	return r.Reserve.validate()
 }
 
+// FollowsAnEndedAttempt reports whether the request's attempt follows one
+// that has ended — a replacement (after a transient failure) or a
+// continuation (after a committed stream broke) — rather than running
+// beside one, as a hedge does. The duplicate-rate ceiling never refuses such
+// an attempt and it draws no token (TokenNone): it adds no concurrent load,
+// and the attempt ledger bounds how many there are. It is still counted in
+// the window, so it leaves less room to hedges.
+func (r ExtraRequest) FollowsAnEndedAttempt() bool {
+	return r.Role == schemas.RoleReplacement || r.Role == schemas.RoleContinuation
+}
+
 // Admission is the decision on a primary attempt.
 type Admission struct {
 	Allowed bool
@@ -525,7 +544,7 @@ type Admission struct {
 	RetryAfter time.Duration
 }
 
-// Grant is the decision on a hedge or replacement attempt.
+// Grant is the decision on a hedge, replacement or continuation attempt.
 type Grant struct {
 	Allowed bool
 	// Reason says why the attempt was denied; ReasonNone when allowed.
@@ -536,7 +555,8 @@ type Grant struct {
 	AttemptsUsed int
 	// ReservedUnits is the spend held by the reservation.
 	ReservedUnits int64
-	// Token says what allowed a hedge; TokenNone for a replacement.
+	// Token says what allowed a hedge; TokenNone for a replacement or a
+	// continuation.
 	Token TokenSource
 }
 

@@ -353,15 +353,15 @@ func (m *Memory) takeSlot(c *claim, id, forgive string, p AttemptPolicy, now tim
 }
 
 // countExtra counts an extra attempt in its cohort's window: a
-// replacement always, a hedge when it fits under the window's ceiling or,
-// failing that, when the pool's reserve pays a token. ok is false when a
-// hedge fits under neither.
+// replacement or a continuation always (ExtraRequest.FollowsAnEndedAttempt),
+// a hedge when it fits under the window's ceiling or, failing that, when the
+// pool's reserve pays a token. ok is false when a hedge fits under neither.
 func (m *Memory) countExtra(c *claim, req ExtraRequest, now time.Time, prepaid bool) (token TokenSource, ok bool) {
 	w, cur := m.duplicateWindow(req.Pool, req.Window, req.Duplicates, now)
 	primaries, extras := w.sums(math.MinInt64)
 	burstPrimaries, burstExtras := w.sums(cur - int64(req.Duplicates.BurstSlots) + 1)
 	switch {
-	case req.Role == schemas.RoleReplacement:
+	case req.FollowsAnEndedAttempt():
 		token = TokenNone
 	case req.Duplicates.AllowsHedge(primaries, extras) && req.Duplicates.AllowsBurst(burstPrimaries, burstExtras):
 		token = TokenCohort

@@ -270,7 +270,7 @@ func (s *Store) ReserveExtra(ctx context.Context, req budgets.ExtraRequest) (bud
 		[]string{s.keys.window(poolHash, cohortHash, slotLen.Milliseconds()), s.keys.reserve(poolHash), s.keys.poolTokens(poolHash)},
 		d.nowMs, d.r.nonce, slot, req.Duplicates.Slots,
 		budgets.Microtokens(req.Duplicates.Ceiling), budgets.Microtokens(req.Duplicates.ReplacementReserve),
-		flag(req.Role == schemas.RoleReplacement),
+		flag(req.FollowsAnEndedAttempt()),
 		budgets.Microtokens(req.Reserve.Capacity), strconv.FormatFloat(req.Reserve.RefillPerSecond*1e6, 'g', -1, 64),
 		d.nowMs+millisCeil(req.Spend.ReservationTTL), idleMs, graceMs, windowTTL(req.Duplicates),
 		req.Duplicates.BurstSlots, budgets.Microtokens(req.Duplicates.BurstCeiling))

@@ -47,7 +47,8 @@
 //   - ReserveExtra: one batch — the route's flags (HMGET), the user
 //     action's take, the pool's count (one script on the pool's slot:
 //     the cohort's window decides a hedge, else the reserve pays; a
-//     replacement is always counted) and the tenant window's take.
+//     replacement or a continuation is always counted) and the tenant
+//     window's take.
 //   - Settle and Release: one batch — each entity the reservation spans
 //     ends its own share. The ReservationID carries those entities (hashed)
 //     and a random nonce naming the reservation's record in each of them,

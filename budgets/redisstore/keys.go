@@ -66,7 +66,7 @@ const (
 	srcNone        = 0 // nothing: a primary
 	srcCohort      = 1 // a hedge under the window's ceiling
 	srcReserve     = 2 // a hedge the pool's reserve paid
-	srcReplacement = 3 // a replacement, never refused
+	srcReplacement = 3 // a replacement or a continuation, never refused
 )
 
 // reservation is what a ReservationID encodes: every entity the

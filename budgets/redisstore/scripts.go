@@ -219,9 +219,9 @@ return 1
 `)
 
 // poolCountScript counts an extra attempt in its cohort's window: a
-// replacement always; a hedge when the window has room for it under the
-// ceiling, reserve left ((x + 1) + reserve ≤ ceiling × p, in
-// microtokens), and its last burst slots under the burst ceiling (xb + 1
+// replacement or a continuation always; a hedge when the window has room
+// for it under the ceiling, reserve left ((x + 1) + reserve ≤ ceiling × p,
+// in microtokens), and its last burst slots under the burst ceiling (xb + 1
 // ≤ burst ceiling × pb, when burst slots > 0), else when the pool's reserve,
 // refilled up to now, pays a token. It records the count in the pool's
 // tokens, so it ends once.
@@ -230,12 +230,13 @@ return 1
 // microtokens/s, t last refill, u last use), pool tokens (ZSET
 // "nonce:source" → reservation expiry).
 // ARGV: now, nonce, slot index, slots in the window, ceiling (microtokens
-// per primary), replacement reserve (microtokens), 1 replacement | 0 hedge, reserve
-// capacity, reserve rate (microtokens/s), reservation expiry, reserve idle
-// ttl, gc grace, window key ttl, burst slots, burst ceiling (microtokens
-// per primary).
+// per primary), replacement reserve (microtokens), 1 replacement or
+// continuation | 0 hedge, reserve capacity, reserve rate (microtokens/s),
+// reservation expiry, reserve idle ttl, gc grace, window key ttl, burst
+// slots, burst ceiling (microtokens per primary).
 // Returns the source: 0 none (a hedge refused), 1 cohort, 2 reserve, 3 a
-// replacement. A replay of a granted call returns the same source.
+// replacement or a continuation. A replay of a granted call returns the
+// same source.
 var poolCountScript = redis.NewScript(prelude + `
 local now, nonce, slot = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 for src = 1, 3 do

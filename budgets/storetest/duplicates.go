@@ -268,6 +268,56 @@ func testReplacementsAreNeverRefusedByTheCeilingButCount(f *fixture) {
 	}
 }
 
+// testContinuationCountsInTheWindowIsNeverRefusedByTheCeilingAndTakesALedgerSlot:
+// a continuation (issue 30: an attempt that continues a committed stream
+// that broke) is counted as a replacement is (docs/architecture.md §7):
+// in its cohort's window, so it leaves less room to hedges; never refused
+// by the duplicate ceiling, drawing no token; and against the user
+// action's ledger, whose Max its caller raises by the pool's rescues —
+// once that Max is spent, a continuation is refused attempts.
+func testContinuationCountsInTheWindowIsNeverRefusedByTheCeilingAndTakesALedgerSlot(f *fixture) {
+	const c = "rescued"
+	dup := ceilingOf(1)
+	// The broken stream's user action: max_attempts 1, spent by its
+	// primary, which with one other primary earns the window two extra
+	// attempts at ceiling 1.
+	broken := f.fresh("broken")
+	first := primary(broken)
+	first.Window, first.Duplicates, first.Attempts.Max = c, dup, 1
+	if a := f.admit(first); !a.Allowed {
+		f.t.Fatalf("the broken stream's primary: refused (%s)", a.Reason)
+	}
+	f.primaries(c, dup, 1)
+
+	steps := []struct {
+		name string
+		req  budgets.ExtraRequest
+		max  int
+		dup  budgets.DuplicateCeiling
+		want budgets.Reason
+		used int // the grant's AttemptsUsed, when allowed
+	}{
+		{"a continuation takes the slot its rescue adds to a ledger its primary spent", continuation(broken), 2, dup, budgets.ReasonNone, 2},
+		{"a hedge takes the one extra attempt the continuation left the window", hedge(f.fresh("ua")), 4, dup, budgets.ReasonNone, 1},
+		{"the window counted the continuation: a third extra attempt is no hedge", hedge(f.fresh("ua")), 4, dup, budgets.ReasonDuplicateRate, 0},
+		{"a continuation in a window past its ceiling still goes", continuation(f.fresh("ua")), 4, dup, budgets.ReasonNone, 1},
+		{"a continuation in a cold cohort with a ceiling of 0 still goes", continuation(f.fresh("ua")), 4, ceilingOf(0), budgets.ReasonNone, 1},
+		{"a continuation once the ledger's max is spent is refused attempts", continuation(broken), 2, dup, budgets.ReasonAttempts, 0},
+	}
+	for _, s := range steps {
+		req := s.req
+		req.Window, req.Duplicates, req.Attempts.Max = c, s.dup, s.max
+		if s.dup.Ceiling == 0 {
+			req.Window = "cold"
+		}
+		g := f.extra(req)
+		f.wantGrant(s.name, g, s.want)
+		if g.Allowed && g.AttemptsUsed != s.used {
+			f.t.Errorf("%s: %d attempts used, want %d", s.name, g.AttemptsUsed, s.used)
+		}
+	}
+}
+
 func testWindowSlidesAndForgetsOldSlots(f *fixture) {
 	dup := ceilingOf(1)
 	steps := []struct {
@@ -294,7 +344,7 @@ func testWindowSlidesAndForgetsOldSlots(f *fixture) {
 
 func testReleasedHedgeIsUncounted(f *fixture) {
 	dup := ceilingOf(1)
-	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement} {
+	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement, schemas.RoleContinuation} {
 		c := "released-" + string(role)
 		f.primaries(c, dup, 1)
 		g := f.extraIn(role, c, dup)

@@ -232,6 +232,7 @@ func testPushbackSuppressesRouteUntilTTL(f *fixture) {
 	}{
 		{"hedge towards the pushed-back route", 0, schemas.RoleHedge, routeB, budgets.ReasonRoutePushback},
 		{"replacement towards the pushed-back route", 0, schemas.RoleReplacement, routeB, budgets.ReasonRoutePushback},
+		{"continuation towards the pushed-back route", 0, schemas.RoleContinuation, routeB, budgets.ReasonRoutePushback},
 		{"hedge towards another route", 0, schemas.RoleHedge, routeA, budgets.ReasonNone},
 		{"hedge before the ttl", shortTTL / 3, schemas.RoleHedge, routeB, budgets.ReasonRoutePushback},
 	}
@@ -274,13 +275,13 @@ func testQuarantineExpires(f *fixture) {
 }
 
 // testEjectedRouteTakesNoExtraAttemptUntilTTL: an ejected route (outlier
-// ejection, docs/architecture.md §7) refuses hedges and replacements until
-// its flag expires; pushback and quarantine outrank it while they last, and
+// ejection, docs/architecture.md §7) refuses hedges, replacements and
+// continuations until its flag expires; pushback and quarantine outrank it while they last, and
 // it outlives them when its ttl is longer.
 func testEjectedRouteTakesNoExtraAttemptUntilTTL(f *fixture) {
 	f.mark(routeB, budgets.RouteEjected, 3*shortTTL)
 	f.wantStates("just ejected", map[string]budgets.RouteState{routeA: budgets.RouteHealthy, routeB: budgets.RouteEjected})
-	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement} {
+	for _, role := range []schemas.Role{schemas.RoleHedge, schemas.RoleReplacement, schemas.RoleContinuation} {
 		req := extra(role, f.fresh("ua"))
 		req.Route, req.Reserve = routeB, budgets.ReserveBucket{Capacity: 10}
 		f.wantGrant(string(role)+" towards the ejected route", f.extra(req), budgets.ReasonRouteEjected)
@@ -393,6 +394,8 @@ func testInvalidRequestIsAnError(f *fixture) {
 		spoil func(*budgets.ExtraRequest)
 	}{
 		{"primary role", func(r *budgets.ExtraRequest) { r.Role = schemas.RolePrimary }},
+		{"no role", func(r *budgets.ExtraRequest) { r.Role = "" }},
+		{"an unknown role", func(r *budgets.ExtraRequest) { r.Role = "rescue" }},
 		{"no route", func(r *budgets.ExtraRequest) { r.Route = "" }},
 		{"hedge without pool", func(r *budgets.ExtraRequest) { r.Pool = "" }},
 		{"negative reserve refill", func(r *budgets.ExtraRequest) { r.Reserve.RefillPerSecond = -1 }},

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"BurstBoundCapsHedgesWithinTheWindowsRoom", testBurstBoundCapsHedgesWithinTheWindowsRoom},
 		{"HedgesLeaveTheReplacementReserve", testHedgesLeaveTheReplacementReserve},
 		{"ReplacementsAreNeverRefusedByTheCeilingButCount", testReplacementsAreNeverRefusedByTheCeilingButCount},
+		{"ContinuationCountsInTheWindowIsNeverRefusedByTheCeilingAndTakesALedgerSlot", testContinuationCountsInTheWindowIsNeverRefusedByTheCeilingAndTakesALedgerSlot},
 		{"WindowSlidesAndForgetsOldSlots", testWindowSlidesAndForgetsOldSlots},
 		{"ReleasedHedgeIsUncounted", testReleasedHedgeIsUncounted},
 		{"CeilingHoldsOverEveryWindowOfASeededSequence", testCeilingHoldsOverEveryWindowOfASeededSequence},
@@ -129,8 +130,9 @@ func extra(role schemas.Role, ua string) budgets.ExtraRequest {
 	}
 }
 
-func hedge(ua string) budgets.ExtraRequest       { return extra(schemas.RoleHedge, ua) }
-func replacement(ua string) budgets.ExtraRequest { return extra(schemas.RoleReplacement, ua) }
+func hedge(ua string) budgets.ExtraRequest        { return extra(schemas.RoleHedge, ua) }
+func replacement(ua string) budgets.ExtraRequest  { return extra(schemas.RoleReplacement, ua) }
+func continuation(ua string) budgets.ExtraRequest { return extra(schemas.RoleContinuation, ua) }
 
 // units sets a spend estimate of n units.
 func units(p *budgets.SpendPolicy, n int64) { p.InputUnits, p.OutputUnits = 0, n }
@@ -156,8 +158,8 @@ func (f *fixture) extra(req budgets.ExtraRequest) budgets.Grant {
 	if g.Allowed == (g.Reason != budgets.ReasonNone) || g.Allowed == (g.Reservation == "") {
 		f.t.Fatalf("ReserveExtra(%s %s) = %+v: allowed must come with a reservation and no reason", req.Role, req.UserAction, g)
 	}
-	if g.Allowed && (g.Token == budgets.TokenNone) != (req.Role == schemas.RoleReplacement) {
-		f.t.Fatalf("ReserveExtra(%s %s) = %+v: a granted hedge names what allowed it, a replacement nothing", req.Role, req.UserAction, g)
+	if g.Allowed && (g.Token == budgets.TokenNone) != req.FollowsAnEndedAttempt() {
+		f.t.Fatalf("ReserveExtra(%s %s) = %+v: a granted hedge names what allowed it, a replacement or continuation nothing", req.Role, req.UserAction, g)
 	}
 	return g
 }
