@@ -43,19 +43,19 @@ policies:
     duplicate_rate: {ceiling: 0.08, window: 10s, reserve: {burst: 0}}
 `
 
-// TestReplacementAfterAFastFailureIsNeverRefusedByTheDuplicateCeiling: one
-// route of three answers 503 at once on a cold gateway. Each primary it
-// fails is replaced on a healthy route, although the cohort's window could
-// not pay for one extra attempt: no request fails.
+// TestReplacementAfterAFastFailureIsNeverRefusedByTheDuplicateCeiling: on
+// a cold gateway the first request a route gets answers 503 at once —
+// whichever route the first primary goes to, so the test does not hang on
+// the picker's draw. That primary is replaced on a healthy route, although
+// the cohort's window could not pay for one extra attempt: no request fails.
 func TestReplacementAfterAFastFailureIsNeverRefusedByTheDuplicateCeiling(t *testing.T) {
-	failing := newScript(behaviour{status: http.StatusServiceUnavailable})
-	healthy := newScript(behaviour{words: 2})
+	firstFails := newScript(behaviour{words: 2}, behaviour{status: http.StatusServiceUnavailable})
 	ps := map[string]*provider{
-		"bad":  newProvider(t, "bad", failing),
-		"good": newProvider(t, "good", healthy),
-		"fine": newProvider(t, "fine", healthy),
+		"one":   newProvider(t, "one", firstFails),
+		"two":   newProvider(t, "two", firstFails),
+		"three": newProvider(t, "three", firstFails),
 	}
-	c := newCluster(t, []string{"bad", "good", "fine"}, ps, coldReplacementPolicy)
+	c := newCluster(t, []string{"one", "two", "three"}, ps, coldReplacementPolicy)
 	d, regs := singleDispatcher(t, c)
 	const requests = 12 // 12 × 0.08 < 1: the window never pays for an extra attempt
 	for i := range requests {
@@ -66,7 +66,7 @@ func TestReplacementAfterAFastFailureIsNeverRefusedByTheDuplicateCeiling(t *test
 	replacements := metricSum(t, regs, "hedgerow_attempts_total", "role", string(schemas.RoleReplacement))
 	refused := metricSum(t, regs, "hedgerow_hedges_suppressed_total", "reason", string(budgets.ReasonDuplicateRate))
 	if replacements == 0 {
-		t.Fatalf("no primary went to the failing route in %d requests: the test proved nothing", requests)
+		t.Fatalf("the failed first primary of %d requests was not replaced", requests)
 	}
 	if refused != 0 {
 		t.Fatalf("%v extra attempts refused by the duplicate ceiling, want 0 (%v replacements went)", refused, replacements)
