@@ -127,8 +127,8 @@ type Group struct {
 	kept      int
 	answered  bool
 
-	committed  bool
-	winner     int
+	committed bool
+	winner    int
 	// The committed stream's rescue (rescue.go): streamer is the attempt
 	// feeding the caller's stream, rescuing the continuation racing it or
 	// standing in for it (0: none), rescues how many were asked for,
@@ -141,7 +141,7 @@ type Group struct {
 	streamDone   bool
 	broke        brokenStream
 	brokenRoutes []string
-	stopReason CancelReason // why attempts were stopped when the group failed
+	stopReason   CancelReason // why attempts were stopped when the group failed
 	// gateRefused: the group failed gate_unavailable, so its attempts'
 	// ledger slots are forgiven as they settle (Settle.Lost).
 	gateRefused bool
