@@ -208,15 +208,16 @@ type Dispatcher struct {
 	// schemas compiles the contracts of requests with a response_format
 	// once per distinct schema: the door's check and the group's start
 	// share one compile (docs/architecture.md §6).
-	schemaCache *arbiter.SchemaCache
-	dialects    map[string][]schemas.Dialect // the dialects each pool's routes speak
-	classes     map[string]*policy.Class
-	metrics     *metrics
-	books       *bookkeeping
-	replies     replyMux       // routes every group's replies from one subscription
-	overload    overload       // which pools' last offer came back Busy (§4 rule 4)
-	unservedFor time.Duration  // how long a route without a worker is passed over (overload.go)
-	dupRates    duplicateRates // each class and pool's duplicate window as this replica counts it (opsmetrics.go)
+	schemaCache   *arbiter.SchemaCache
+	dialects      map[string][]schemas.Dialect // the dialects each pool's routes speak
+	routeDialects map[string]schemas.Dialect   // each route's (route.Route.Dialect)
+	classes       map[string]*policy.Class
+	metrics       *metrics
+	books         *bookkeeping
+	replies       replyMux       // routes every group's replies from one subscription
+	overload      overload       // which pools' last offer came back Busy (§4 rule 4)
+	unservedFor   time.Duration  // how long a route without a worker is passed over (overload.go)
+	dupRates      duplicateRates // each class and pool's duplicate window as this replica counts it (opsmetrics.go)
 	// capacity spends the limited routes' capRates (capacity.go); nil
 	// when no route has limits or no Capacity was given.
 	capacity RouteCapacity
@@ -275,6 +276,10 @@ func New(c Options) (*Dispatcher, error) {
 		d.routes = append(d.routes, r.Name)
 	}
 	d.dialects = poolDialects(c.Routes, c.Pools)
+	d.routeDialects = make(map[string]schemas.Dialect, len(c.Routes))
+	for _, r := range c.Routes {
+		d.routeDialects[r.Name] = r.Dialect
+	}
 	var err error
 	if d.capRates, err = newRouteRates(c.RouteLimits, d.routes); err != nil {
 		return nil, err

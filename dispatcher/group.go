@@ -258,8 +258,9 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 	}
 	g.queueWait = engine.QueueWait
 	g.deadline = engine.Deadline
-	if pool.Rescue > 0 && len(pool.Continues) > 0 && sub.Request.Stream && !contract.NeedsComplete() && sub.Request.Continuable() == nil {
-		engine.Rescues, g.continues = pool.Rescue, pool.Continues
+	if continues := d.continuers(pool, &sub.Request); pool.Rescue > 0 && len(continues) > 0 && sub.Request.Stream &&
+		!contract.NeedsComplete() && sub.Request.Continuable() == nil {
+		engine.Rescues, g.continues = pool.Rescue, continues
 	}
 	if g.eng, err = hedge.New(engine); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -268,6 +269,22 @@ func (d *Dispatcher) newGroup(ctx context.Context, sub Submission) (*group, erro
 		return nil, fmt.Errorf("dispatcher: subscribe reply inbox: %w", err)
 	}
 	return g, nil
+}
+
+// continuers are the routes of pool that can continue req's answer
+// (Pool.Continues); for a Responses request only the Anthropic ones, as
+// OpenAI's /responses has no continuation (docs/architecture.md §6).
+func (d *Dispatcher) continuers(pool Pool, req *schemas.ChatRequest) []string {
+	if req.SourceDialect() != schemas.DialectResponses {
+		return pool.Continues
+	}
+	var out []string
+	for _, r := range pool.Continues {
+		if d.routeDialects[r] == schemas.DialectAnthropic {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // serve starts the group and relays its deliveries to the caller.
