@@ -1218,18 +1218,24 @@ func (g *Group) endCancelled(a *attempt, reported schemas.Usage, observed, compl
 	} else {
 		usage = g.estimateCancelled(a, reported)
 	}
-	outcome := OutcomeCanceled
+	outcome, scope := OutcomeCanceled, schemas.ScopeNone
 	switch {
 	case a.streamed && a.cancelReason == CancelLostRace:
-		// Spliced away by its continuation: its output is part of the answer.
+		// Spliced away by its continuation (rescue.go): its output is
+		// part of the answer, and it had stalled past the bound, a
+		// transient fault of its route as the worker's own stall bound
+		// reports one.
 		outcome = OutcomeWinner
+		if !completed {
+			status, scope = schemas.StatusServerError, schemas.ScopeTransient
+		}
 	case g.committed && !a.streamed:
 		outcome = OutcomeLoserCanceled
 		if completed {
 			outcome = OutcomeLoserLate
 		}
 	}
-	g.endAttempt(a, outcome, status, schemas.ScopeNone, usage, observed)
+	g.endAttempt(a, outcome, status, scope, usage, observed)
 }
 
 func (g *Group) estimateCancelled(a *attempt, reported schemas.Usage) schemas.Usage {

@@ -172,8 +172,9 @@ func TestRescueAContinuationThatTalksFirstTakesTheStalledStream(t *testing.T) {
 		t.Fatalf("the spliced-away streamer's late output gave %v", acts)
 	}
 	acts = h.at(720, CancelObserved{Attempt: 1, Usage: schemas.Usage{InputUnits: 100, OutputUnits: 5}})
-	if e, _ := endOf(acts, 1); e.Outcome != OutcomeWinner || e.Status != schemas.StatusCanceled {
-		t.Fatalf("the spliced-away winner's record is %+v, want winner, canceled: its output is part of the answer", e)
+	if e, _ := endOf(acts, 1); e.Outcome != OutcomeWinner || e.Status != schemas.StatusServerError || e.Scope != schemas.ScopeTransient {
+		t.Fatalf("the spliced-away winner's record is %+v, want winner (its output is part of the answer), "+
+			"a transient server_error (it stalled, as the worker's stall bound reports one)", e)
 	}
 	acts = h.at(900, Result{Attempt: 2, Status: schemas.StatusOK, Valid: true})
 	if se, ok := find[StreamEnded](acts); !ok || se.Attempt != 2 || se.Status != schemas.StatusOK {
