@@ -52,7 +52,8 @@ const breachMinPrimaries = 100
 // duplicateRates keeps this replica's duplicate-rate window of each cohort
 // (docs/architecture.md §9): the primaries the store admitted and the extra
 // attempts it granted, in the slots the store's own window uses
-// (budgets.WindowSlot), and how many of the extras were replacements.
+// (budgets.WindowSlot), and how many of the extras were replacements or
+// continuations, which the ceiling never refuses.
 // The store's window spans every replica and decides; this one is what the
 // replica saw, which reads the same rate on a share of the traffic and
 // needs no round trip to export or to judge a breach.
@@ -67,9 +68,11 @@ type rateWindow struct {
 	slots map[int64]*rateSlot
 }
 
+// rateSlot is one slot's counts; replacements counts the replacements and
+// the continuations among the extras.
 type rateSlot struct{ primaries, extras, replacements int64 }
 
-// duplicateWindowRead is a cohort window's sums.
+// duplicateWindowRead is a cohort window's sums, read as rateSlot's.
 type duplicateWindowRead struct{ primaries, extras, replacements int64 }
 
 // rate is extras per primary, 0 with no primary.
@@ -81,14 +84,15 @@ func (r duplicateWindowRead) rate() float64 {
 }
 
 // breaches reports whether the window shows the ceiling breached: enough
-// primaries, and more replacements alone than the ceiling and the
-// replacement reserve allow. The ceiling never refuses a replacement, so
-// only replacements carry the window past it for good; hedges are granted
-// under it (or paid by the floor, on purpose), and the shared window hands
-// its room to whichever replica asks first, so one replica's share of the
-// hedges says nothing of the cohort's rate: judged locally, two replicas
-// under a 5% ceiling read breaches that were not and switched hedging off.
-// Replacements follow failures, which every replica sees its share of.
+// primaries, and more replacements (and continuations) alone than the
+// ceiling and the replacement reserve allow. The ceiling never refuses a
+// replacement or a continuation, so only they carry the window past it for
+// good; hedges are granted under it (or paid by the floor, on purpose), and
+// the shared window hands its room to whichever replica asks first, so one
+// replica's share of the hedges says nothing of the cohort's rate: judged
+// locally, two replicas under a 5% ceiling read breaches that were not and
+// switched hedging off. Replacements and continuations follow failures,
+// which every replica sees its share of.
 func (r duplicateWindowRead) breaches(c budgets.DuplicateCeiling) bool {
 	return r.primaries >= breachMinPrimaries &&
 		float64(r.replacements) > c.Ceiling*float64(r.primaries)+c.ReplacementReserve
@@ -109,7 +113,10 @@ func (d *duplicateRates) count(cohort string, c budgets.DuplicateCeiling, now ti
 	switch role {
 	case schemas.RolePrimary:
 		s.primaries++
-	case schemas.RoleReplacement:
+	case schemas.RoleReplacement, schemas.RoleContinuation:
+		// Neither is ever refused by the ceiling (budgets'
+		// ExtraRequest.FollowsAnEndedAttempt), so both count towards a
+		// breach (breaches).
 		s.extras++
 		s.replacements++
 	default:
@@ -160,9 +167,9 @@ func (g *group) countPrimary() {
 	g.d.dupRates.count(g.window, g.class.Policy.DuplicateCeiling(), g.d.now(), schemas.RolePrimary)
 }
 
-// countExtra counts a granted hedge or replacement in its cohort's window
-// and reports a breach of the duplicate ceiling to the cohort's guardrail,
-// which switches hedging off at once.
+// countExtra counts a granted hedge, replacement or continuation in its
+// cohort's window and reports a breach of the duplicate ceiling to the
+// cohort's guardrail, which switches hedging off at once.
 func (g *group) countExtra(role schemas.Role) {
 	c, now := g.class.Policy.DuplicateCeiling(), g.d.now()
 	if w := g.d.dupRates.count(g.window, c, now, role); w.breaches(c) {

@@ -37,8 +37,66 @@ type recordedGroup struct {
 	// deadline is the group's overall deadline.
 	deadline time.Duration
 	primary  *workload.PrimaryEnd
-	tokens   *workload.TokenCounts // the winner's: the request's lengths
-	itl      time.Duration         // from an attempt that streamed to its end; 0 if none
+	answer   answerTokens  // the request's lengths, from its winner's records
+	itl      time.Duration // from an attempt that streamed to its end; 0 if none
+}
+
+// answerTokens gathers the token counts of a group's answer from the
+// records of the attempts that carried its committed stream
+// (docs/architecture.md §6, "Rescue"): the winner and, when that stream
+// broke after its commit and was continued, each continuation — all of
+// them recorded winner. A continuation reports only the tokens it added
+// after the partial answer it was given, and its input holds that partial
+// answer besides the request. So the answer's output is the finishing
+// continuation's continued_from_units plus its own output (exact: a
+// stalled streamer spliced away is billed an estimate that may pass what
+// it relayed), or, on a record without continued_from_units, the winners'
+// outputs summed; its input is the committed attempt's own. Records come
+// in any order, so the counts are kept until the group is read whole.
+type answerTokens struct {
+	complete bool  // a winner's record ended ok: the caller had the whole answer
+	summed   int64 // the winners' output units, summed
+	// joined is an ok continuation's continued_from_units plus its output:
+	// the joined answer's length; 0 without such a record.
+	joined int64
+	input  int64 // the input units of the winner that is no continuation
+	// contInput is a continuation winner's input, used only when the
+	// committed attempt's own record is missing.
+	contInput int64
+}
+
+// add counts a winner's record: the committed attempt, or a continuation
+// of its stream.
+func (a *answerTokens) add(rec *schemas.AttemptRecord) {
+	ok := rec.StatusClass == schemas.StatusOK
+	a.summed += rec.UsageOutputUnits
+	a.complete = a.complete || ok
+	if rec.Role != schemas.RoleContinuation {
+		a.input = rec.UsageInputUnits
+		return
+	}
+	a.contInput = max(a.contInput, rec.UsageInputUnits)
+	if ok && rec.ContinuedFromUnits > 0 {
+		a.joined = rec.ContinuedFromUnits + rec.UsageOutputUnits
+	}
+}
+
+// counts returns the answer's token counts, or nil when no winner's record
+// ended ok (the group failed, or its stream broke and no continuation
+// finished it) or the answer had no output.
+func (a *answerTokens) counts() *workload.TokenCounts {
+	output := a.summed
+	if a.joined > 0 {
+		output = a.joined
+	}
+	if !a.complete || output < 1 {
+		return nil
+	}
+	input := a.input
+	if input == 0 {
+		input = a.contInput
+	}
+	return &workload.TokenCounts{Input: int(input), Output: int(output)}
 }
 
 // cohortKey is a cohort as records name it: operation class, model class,
@@ -205,7 +263,7 @@ func (t *Traffic) readAttempt(rec *schemas.AttemptRecord) error {
 		return fmt.Errorf("attempt record %s/%d: negative usage", rec.HedgeGroupID, rec.Attempt)
 	}
 	switch rec.Role {
-	case schemas.RolePrimary, schemas.RoleHedge, schemas.RoleReplacement:
+	case schemas.RolePrimary, schemas.RoleHedge, schemas.RoleReplacement, schemas.RoleContinuation:
 	default:
 		return fmt.Errorf("attempt record %s/%d: unknown role", rec.HedgeGroupID, rec.Attempt)
 	}
@@ -221,16 +279,18 @@ func (t *Traffic) readAttempt(rec *schemas.AttemptRecord) error {
 	}
 	answered := rec.Outcome == schemas.OutcomeWinner || rec.Outcome == schemas.OutcomeLoserLate ||
 		rec.Outcome == schemas.OutcomeLostElection || rec.Outcome == schemas.OutcomeCompleted
+	// Only the primary says how a primary ended: a continuation, which
+	// follows a committed stream that broke, is never one.
 	if rec.Role == schemas.RolePrimary {
 		if g.primary != nil {
 			return fmt.Errorf("second primary attempt record for %s", rec.HedgeGroupID)
 		}
 		g.primary = primaryEnd(rec.Outcome, elapsed, firstByte, answered)
 	}
+	if rec.Outcome == schemas.OutcomeWinner {
+		g.answer.add(rec)
+	}
 	if answered && rec.StatusClass == schemas.StatusOK && rec.UsageOutputUnits >= 1 {
-		if rec.Outcome == schemas.OutcomeWinner {
-			g.tokens = &workload.TokenCounts{Input: int(rec.UsageInputUnits), Output: int(rec.UsageOutputUnits)}
-		}
 		if rec.FirstByteMs != nil && elapsed > firstByte && g.itl == 0 {
 			g.itl = (elapsed - firstByte) / time.Duration(rec.UsageOutputUnits)
 		}
@@ -297,8 +357,8 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 				c.censored++
 			}
 		}
-		if g.tokens != nil {
-			c.tokens = append(c.tokens, *g.tokens)
+		if tokens := g.answer.counts(); tokens != nil {
+			c.tokens = append(c.tokens, *tokens)
 		}
 		if g.itl > 0 {
 			c.itl = append(c.itl, g.itl)

@@ -2,13 +2,17 @@ package simulator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
 // marker stands for record content an error must never quote.
@@ -198,5 +202,126 @@ func TestReadTrafficSkipsASupersededRecordAndReplaysTheSame(t *testing.T) {
 	if !errors.Is(err, ErrInvalidRecords) || !strings.Contains(err.Error(), "f.jsonl:2: unsupported record version") ||
 		strings.Contains(err.Error(), marker) {
 		t.Fatalf("a superseded record of another major version: %v; want it refused naming the line", err)
+	}
+}
+
+// A committed stream that broke and was continued (docs/architecture.md
+// §6, "Rescue") is read as one answer: the committed attempt's record
+// says winner with the status it broke with and the tokens it was billed,
+// each continuation's record (role continuation, winner too) the tokens
+// it added after the partial answer it was given, continued_from_units
+// that partial's length, its input that partial besides the request. A
+// continuation is never the group's primary; the answer's output is the
+// finishing continuation's continued_from_units plus its own (the winners'
+// outputs summed on records without the field), its input the committed
+// attempt's; an answer no winner finished is not measured.
+func TestReadTrafficReadsAContinuedStreamAsOneAnswerAndNoPrimary(t *testing.T) {
+	lines := smallRecords(t)
+	const group = "g1"
+	var committed schemas.AttemptRecord
+	at := -1
+	for i, l := range onlyEvent(lines, schemas.EventAttemptComplete) {
+		var r schemas.AttemptRecord
+		if err := json.Unmarshal(l, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.HedgeGroupID == group && r.Role == schemas.RolePrimary {
+			committed, at = r, i
+		}
+	}
+	if at < 0 || committed.Outcome != schemas.OutcomeWinner || committed.StatusClass != schemas.StatusOK || committed.FirstByteMs == nil {
+		t.Fatalf("group %s's primary %+v: want a streamed winner to break", group, committed)
+	}
+	in, out := committed.UsageInputUnits, committed.UsageOutputUnits
+	whole := &workload.TokenCounts{Input: int(in), Output: int(out)}
+	// leg is one winner record of the answer's stream: the committed
+	// attempt (attempt 1), then each continuation.
+	type leg struct {
+		status schemas.StatusClass
+		output int64 // billed
+		// relayed is what the caller read of it, which the next leg
+		// continues from; the billed output when 0.
+		relayed int64
+	}
+	tests := []struct {
+		name string
+		legs []leg
+		// reversed writes the continuations' records before the
+		// committed attempt's: a live export interleaves them.
+		reversed bool
+		// unmarked leaves continued_from_units out, as a record of a
+		// stream continued from nothing is.
+		unmarked bool
+		want     *workload.TokenCounts
+	}{
+		{"a stream that never broke", []leg{{schemas.StatusOK, out, 0}}, false, false, whole},
+		{"a winner that broke and was continued answers the whole answer's tokens",
+			[]leg{{schemas.StatusLost, 20, 0}, {schemas.StatusOK, out - 20, 0}}, false, false, whole},
+		{"a continuation that broke and was continued in turn",
+			[]leg{{schemas.StatusServerError, 20, 0}, {schemas.StatusLost, 14, 0}, {schemas.StatusOK, out - 34, 0}}, false, false, whole},
+		{"a stalled streamer spliced away, billed past what it relayed",
+			[]leg{{schemas.StatusServerError, 25, 20}, {schemas.StatusOK, out - 20, 0}}, false, false, whole},
+		{"a continuation read before the attempt it continued",
+			[]leg{{schemas.StatusLost, 20, 0}, {schemas.StatusOK, out - 20, 0}}, true, false, whole},
+		{"records without continued_from_units sum the winners' outputs",
+			[]leg{{schemas.StatusLost, 20, 0}, {schemas.StatusOK, out - 20, 0}}, false, true, whole},
+		{"a stream whose continuation broke too is no answer",
+			[]leg{{schemas.StatusLost, 20, 0}, {schemas.StatusTimeout, 30, 0}}, false, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var legs [][]byte
+			partial := int64(0)
+			for i, l := range tt.legs {
+				r := committed
+				r.StatusClass, r.UsageOutputUnits = l.status, l.output
+				if l.status != schemas.StatusOK {
+					r.ErrorScope = schemas.ScopeTransient
+				}
+				if i > 0 {
+					r.Attempt, r.Role, r.Route = 1+i, schemas.RoleContinuation, "route-continues"
+					r.UsageInputUnits = in + partial // its input holds the partial answer it continues
+					if !tt.unmarked {
+						r.ContinuedFromUnits = partial
+					}
+				}
+				partial += cmp.Or(l.relayed, l.output)
+				data, err := r.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				legs = append(legs, data)
+			}
+			if tt.reversed {
+				slices.Reverse(legs)
+			}
+			var ls [][]byte
+			for i, l := range onlyEvent(lines, schemas.EventAttemptComplete) {
+				if i == at {
+					ls = append(ls, legs...)
+					continue
+				}
+				ls = append(ls, l)
+			}
+			ls = append(ls, onlyEvent(lines, schemas.EventGroupComplete)...)
+			tr, err := ReadTraffic(bytes.NewReader(join(ls...)), "f.jsonl")
+			if err != nil {
+				t.Fatalf("ReadTraffic: %v", err)
+			}
+			g := tr.groups[group]
+			if g.primary == nil || g.primary.At != time.Duration(*committed.FirstByteMs)*time.Millisecond || g.primary.Error {
+				t.Errorf("the group's primary %+v: want it ended at its first byte, %d ms", g.primary, *committed.FirstByteMs)
+			}
+			if got := g.answer.counts(); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("the answer's tokens %+v, want %+v", got, tt.want)
+			}
+			_, summary, err := tr.cohorts(0)
+			if err != nil {
+				t.Fatalf("cohorts: %v", err)
+			}
+			if len(summary) != 1 || summary[0].Primaries != summary[0].Groups {
+				t.Errorf("cohorts %+v: want one primary per group, none from a continuation", summary)
+			}
+		})
 	}
 }

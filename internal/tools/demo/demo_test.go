@@ -229,9 +229,12 @@ func TestDoubleCommitsAreCountedFromTheRecordsAlone(t *testing.T) {
 		data, _ := json.Marshal(schemas.GroupRecord{UserActionID: ua, HedgeGroupID: id, Outcome: outcome, CommitPoint: schemas.FirstToken})
 		return &nats.Msg{Data: data}
 	}
-	attempt := func(id string, n int, outcome schemas.Outcome) *nats.Msg {
-		data, _ := json.Marshal(schemas.AttemptRecord{HedgeGroupID: id, Attempt: n, Outcome: outcome, CommitPoint: schemas.FirstToken})
+	attemptAs := func(id string, n int, role schemas.Role, outcome schemas.Outcome) *nats.Msg {
+		data, _ := json.Marshal(schemas.AttemptRecord{HedgeGroupID: id, Attempt: n, Role: role, Outcome: outcome, CommitPoint: schemas.FirstToken})
 		return &nats.Msg{Data: data}
+	}
+	attempt := func(id string, n int, outcome schemas.Outcome) *nats.Msg {
+		return attemptAs(id, n, schemas.RolePrimary, outcome)
 	}
 	tests := []struct {
 		name     string
@@ -247,6 +250,11 @@ func TestDoubleCommitsAreCountedFromTheRecordsAlone(t *testing.T) {
 			[]*nats.Msg{group("ua1", "g1", schemas.GroupCommitted), group("ua1", "g2", schemas.GroupCommitted)}, nil, 1},
 		{"two winning attempts of one group", []*nats.Msg{group("ua1", "g1", schemas.GroupCommitted)},
 			[]*nats.Msg{attempt("g1", 1, schemas.OutcomeWinner), attempt("g1", 2, schemas.OutcomeWinner)}, 1},
+		{"a continuation carrying a broken winner's stream on is no second winner", []*nats.Msg{group("ua1", "g1", schemas.GroupCommitted)},
+			[]*nats.Msg{attempt("g1", 1, schemas.OutcomeWinner), attemptAs("g1", 2, schemas.RoleContinuation, schemas.OutcomeWinner)}, 0},
+		{"a second winner beside a continuation still counts", []*nats.Msg{group("ua1", "g1", schemas.GroupCommitted)},
+			[]*nats.Msg{attempt("g1", 1, schemas.OutcomeWinner), attemptAs("g1", 2, schemas.RoleContinuation, schemas.OutcomeWinner),
+				attemptAs("g1", 3, schemas.RoleHedge, schemas.OutcomeWinner)}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

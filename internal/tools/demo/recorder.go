@@ -146,7 +146,7 @@ func (r *recorder) group(ua string) (first *schemas.GroupRecord, committed int) 
 
 // doubleCommits counts, over every record seen, the user actions with more
 // than one committed group record and the groups with more than one attempt
-// record saying winner.
+// record saying winner, continuations aside (isWinner).
 func (r *recorder) doubleCommits() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,7 +166,13 @@ func (r *recorder) doubleCommits() int {
 
 func isCommitted(g schemas.GroupRecord) bool { return g.Outcome == schemas.GroupCommitted }
 
-func isWinner(a schemas.AttemptRecord) bool { return a.Outcome == schemas.OutcomeWinner }
+// isWinner reports whether an attempt record says the attempt won its
+// group's commit. A continuation (docs/architecture.md §6, "Rescue")
+// carries on the stream a winner committed and broke, and is recorded
+// winner too; it extends that commit, never a second one of its group.
+func isWinner(a schemas.AttemptRecord) bool {
+	return a.Outcome == schemas.OutcomeWinner && a.Role != schemas.RoleContinuation
+}
 
 // count returns how many elements of xs is holds for.
 func count[T any](xs []T, is func(T) bool) int {
