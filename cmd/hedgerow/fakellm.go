@@ -23,7 +23,7 @@ func newFakeLLMCmd() *cobra.Command {
 		brk     string
 	)
 	cmd := &cobra.Command{
-		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE]",
+		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE [--break-stall-for D]]",
 		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
 		Long: `fakellm plays one route of a seeded workload model (the simulator's, as hedgerow simulate plays it) in real time:
 POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
@@ -47,7 +47,10 @@ A route refuses another style's continuation with 400; with none (the default) i
 before. --break-share F --break-after N breaks a share F of streaming answers longer than N
 tokens (drawn per request from --seed and --route) right after their Nth content token:
 --break-mode cut closes the connection, error sends the API's in-band error event, stall goes
-silent until the client leaves. Continuations never break.
+silent until the client leaves — or, with --break-stall-for D (model time, like every time of
+the fake: D × --time-scale of real time), for D, after which the stream resumes and completes
+normally with the same text (0, the default: until the client leaves; refused with another
+mode). Continuations never break.
 
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
@@ -79,7 +82,8 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 			}
 			log.Info("fakellm serving", "http", "http://"+f.Addr().String(), "workload", cfg.Workload,
 				"route", cfg.Route, "seed", cfg.Seed, "time_scale", cfg.TimeScale, "open_early", cfg.OpenEarly,
-				"continuation", cfg.Continuation, "break_share", cfg.BreakShare, "break_after", cfg.BreakAfter, "break_mode", cfg.BreakMode)
+				"continuation", cfg.Continuation, "break_share", cfg.BreakShare, "break_after", cfg.BreakAfter, "break_mode", cfg.BreakMode,
+				"break_stall_for", cfg.BreakStallFor)
 			return flags.runUntilDone(ctx, f, log)
 		},
 	}
@@ -99,6 +103,7 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.Float64Var(&cfg.BreakShare, "break-share", 0, "share of streaming answers broken after --break-after tokens, in [0, 1]")
 	f.IntVar(&cfg.BreakAfter, "break-after", 0, "content tokens a broken stream sends before it breaks")
 	f.StringVar(&brk, "break-mode", string(fakellm.BreakCut), "how a broken stream fails: cut, error or stall")
+	f.DurationVar(&cfg.BreakStallFor, "break-stall-for", 0, "with --break-mode stall, how long (model time) a stalled stream stays silent before it resumes and completes; 0: until the client leaves")
 	return cmd
 }
 

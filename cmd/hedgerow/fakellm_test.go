@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFakeLLMServesModelsUntilStopped(t *testing.T) {
@@ -69,11 +70,13 @@ func TestFakeLLMRefusesALimitItsTimeScaleCannotKeepWhole(t *testing.T) {
 	}
 }
 
-func TestFakeLLMRefusesAnUnknownContinuationStyleOrBreakMode(t *testing.T) {
+func TestFakeLLMRefusesAnUnknownContinuationStyleOrBreakModeOrAStallThatCannotResume(t *testing.T) {
 	for _, args := range [][]string{
 		{"--continuation", "suffix"},
 		{"--break-mode", "explode"},
 		{"--break-share", "1.5"},
+		{"--break-mode", "stall", "--break-stall-for", "-1s"},
+		{"--break-mode", "cut", "--break-stall-for", "1s"},
 	} {
 		out, err := runRoot(t, append([]string{"fakellm", "--listen", "127.0.0.1:0"}, args...)...)
 		if err == nil {
@@ -121,6 +124,37 @@ func TestFakeLLMContinuesAPrefixAndBreaksStreamsAsItsFlagsSay(t *testing.T) {
 	if status != http.StatusOK || strings.Count(stream, `"content":"`) != 3 || !strings.Contains(stream, `data: {"error":`) ||
 		strings.Contains(stream, "[DONE]") {
 		t.Errorf("a stream broken after 2 tokens with an error event: %d\n%s", status, stream)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatalf("fakellm: %v", err)
+	}
+}
+
+// TestFakeLLMResumesAStallAfterBreakStallFor: with --break-mode stall
+// --break-stall-for D, a broken stream goes silent after --break-after
+// tokens for D, then completes as an unbroken one does.
+func TestFakeLLMResumesAStallAfterBreakStallFor(t *testing.T) {
+	noLeaks(t)
+	const stall = 50 * time.Millisecond // model time, real at the default --time-scale 1
+	r := startCmd(t, "fakellm", "--listen", "127.0.0.1:0", "--instant", "6",
+		"--break-share", "1", "--break-after", "2", "--break-mode", "stall", "--break-stall-for", stall.String())
+	base := r.waitFor(servingURL)
+	sent := time.Now()
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(sent)
+	// The role chunk's empty content and six tokens', then [DONE].
+	if err != nil || resp.StatusCode != http.StatusOK || strings.Count(string(data), `"content":"`) != 7 ||
+		!strings.Contains(string(data), "[DONE]") || strings.Contains(string(data), `data: {"error":`) {
+		t.Errorf("a stream stalled after 2 tokens for %v: %d %v\n%s", stall, resp.StatusCode, err, data)
+	}
+	if took < stall {
+		t.Errorf("the stream took %v, less than its stall's %v", took, stall)
 	}
 	if err := r.stop(); err != nil {
 		t.Fatalf("fakellm: %v", err)

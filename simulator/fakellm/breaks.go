@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"time"
 )
 
 // BreakMode is how a stream the fake breaks after its commit fails.
@@ -22,7 +23,10 @@ const (
 	// API's error event) and ends the stream.
 	BreakError BreakMode = "error"
 	// BreakStall stops sending and holds the connection open until the
-	// client goes away (or the server closes).
+	// client goes away (or the server closes) — or, with
+	// Options.BreakStallFor, until that much model time has passed, when
+	// the stream resumes where it stopped and completes as it would have,
+	// its remaining tokens at the model's pace from then on.
 	BreakStall BreakMode = "stall"
 )
 
@@ -56,15 +60,29 @@ func checkBreaks(cfg Options) error {
 		return fmt.Errorf("%w: break share %v is outside [0, 1]", ErrInvalidOptions, cfg.BreakShare)
 	case cfg.BreakAfter < 0:
 		return fmt.Errorf("%w: break after %d tokens is negative", ErrInvalidOptions, cfg.BreakAfter)
+	case cfg.BreakStallFor < 0:
+		return fmt.Errorf("%w: break stall for %v is negative", ErrInvalidOptions, cfg.BreakStallFor)
 	}
-	_, err := ParseBreakMode(string(cfg.BreakMode))
-	return err
+	mode, err := ParseBreakMode(string(cfg.BreakMode))
+	if err != nil {
+		return err
+	}
+	if cfg.BreakStallFor > 0 && mode != BreakStall {
+		// Only a stall can resume: refused rather than ignored, so a
+		// fault meant to heal is not a cut that never does.
+		return fmt.Errorf("%w: break stall for %v with break mode %s: only a %s resumes", ErrInvalidOptions,
+			cfg.BreakStallFor, mode, BreakStall)
+	}
+	return nil
 }
 
 // breakStream breaks a stream whose first ex.sent tokens are out, as
-// ex.brk says. A cut aborts the handler, which net/http answers by closing
-// the connection without the response's end.
-func (ex *exchange) breakStream(rc *http.ResponseController, buf *bytes.Buffer) {
+// ex.brk says, and reports whether the stream goes on: only a stall with
+// Options.BreakStallFor does, once that much model time has passed with
+// the client still there; the time it stalled is added to ex.paused. A
+// cut aborts the handler, which net/http answers by closing the
+// connection without the response's end.
+func (ex *exchange) breakStream(rc *http.ResponseController, buf *bytes.Buffer) (resumed bool) {
 	ex.end = EndBroken
 	switch ex.brk {
 	case BreakCut:
@@ -74,7 +92,16 @@ func (ex *exchange) breakStream(rc *http.ResponseController, buf *bytes.Buffer) 
 			"The server had an error while processing your request. Sorry about that!")
 		ex.write(rc, buf)
 	case BreakStall:
-		ex.waitReal(nil)
+		if ex.s.breakStallFor == 0 {
+			ex.waitReal(nil)
+			break
+		}
+		from := ex.s.now()
+		if ex.waitReal(time.NewTimer(ex.s.scale.Real(ex.s.breakStallFor))) {
+			ex.end, ex.resumed, ex.paused = "", true, ex.paused+ex.s.now().Sub(from)
+			return true
+		}
 	}
 	ex.end = EndBroken // a stall ends when the client leaves; it still broke
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
@@ -264,5 +265,93 @@ func TestStreamsThatNeverBreak(t *testing.T) {
 				t.Errorf("record %+v", rec)
 			}
 		})
+	}
+}
+
+// TestAStallThatResumesAfterItsTimeCompletesWithTheFullText: with
+// Options.BreakStallFor D, a stalled stream goes silent after its Nth
+// token for D of model time, then resumes and completes normally: the
+// joined text is the conversation's full text, the record a completed
+// stream that stalled. A client that leaves during the stall still ends a
+// broken one.
+func TestAStallThatResumesAfterItsTimeCompletesWithTheFullText(t *testing.T) {
+	const (
+		answer = 10
+		after  = 3
+		// stallFor is model time: 100 ms of real time at fastScale.
+		stallFor = 100 * time.Second
+		realWait = 100 * time.Millisecond
+	)
+	m := steadyModel(t, answer)
+	for _, api := range streamPaths {
+		for _, tc := range []struct {
+			name  string
+			leave bool // the client leaves once the Nth token is in
+		}{
+			{"resumes and completes", false},
+			{"ends broken when the client leaves during the stall", true},
+		} {
+			t.Run(api.path+" "+tc.name, func(t *testing.T) {
+				fs := startServer(t, fakellm.Options{Model: m, Seed: 1, TimeScale: fastScale,
+					BreakShare: 1, BreakAfter: after, BreakMode: fakellm.BreakStall, BreakStallFor: stallFor})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				sent := time.Now()
+				resp := fs.do(t, ctx, http.MethodPost, api.path, api.body("stall then go on"))
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				rd := bufio.NewReader(resp.Body)
+				var (
+					text   strings.Builder
+					tokens int
+					kinds  []string
+					resume time.Duration // from sending the request to the first token after the stall
+				)
+				for {
+					if tc.leave && tokens == after {
+						cancel()
+						break
+					}
+					e, ok := readEvent(t, rd)
+					if !ok {
+						break
+					}
+					kinds = append(kinds, e.kind)
+					if e.content == "" {
+						continue
+					}
+					if tokens++; tokens == after+1 {
+						resume = time.Since(sent)
+					}
+					text.WriteString(e.content)
+				}
+				rec := fs.nextRecord(t)
+				if tc.leave {
+					if rec.End != fakellm.EndBroken || rec.Break != fakellm.BreakStall || rec.TokensSent != after ||
+						rec.BilledOutputTokens != after || rec.DisconnectUnixMs == nil {
+						t.Errorf("record %+v: want a stall broken after %d tokens when the client left", rec, after)
+					}
+					return
+				}
+				if want := fullText(t, m, "stall then go on", 0); text.String() != want {
+					t.Errorf("joined text %q, want the full text %q (events %v)", text.String(), want, kinds)
+				}
+				if resume < realWait {
+					t.Errorf("the first token after the stall came %v after the request, want at least the stall's %v", resume, realWait)
+				}
+				if last := kinds[len(kinds)-1]; last == "error" {
+					t.Errorf("events %v: a resumed stall ended with an error", kinds)
+				}
+				if rec.End != fakellm.EndCompleted || rec.Break != fakellm.BreakStall || rec.TokensSent != answer ||
+					rec.BilledOutputTokens != answer || rec.FinishReason != "stop" || rec.DisconnectUnixMs != nil {
+					t.Errorf("record %+v: want a completed stream of %d tokens that stalled", rec, answer)
+				}
+				if d := time.Duration(rec.EndUnixMs-rec.StartUnixMs) * time.Millisecond; d < realWait {
+					t.Errorf("the exchange lasted %v, less than its stall's %v", d, realWait)
+				}
+			})
+		}
 	}
 }

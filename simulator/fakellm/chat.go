@@ -160,6 +160,11 @@ type exchange struct {
 	// touched; 0 for other requests.
 	partialTokens int
 	brk           BreakMode // the break this stream suffers; empty for none
+	// resumed says the stream's stall resumed (Options.BreakStallFor), and
+	// paused is the real time it held the stream: the tokens after it are
+	// that much late.
+	resumed bool
+	paused  time.Duration
 
 	status     int       // HTTP status sent; 0 until one is
 	firstByte  time.Time // when the first byte of the answer was written
@@ -206,6 +211,13 @@ func (ex *exchange) run() {
 // elapsed returns the model time from the attempt's start to real instant t.
 func (ex *exchange) elapsed(t time.Time) time.Duration {
 	return max(ex.s.scale.Model(t.Sub(ex.start)), 0)
+}
+
+// progress returns how far the model's generation had come at real
+// instant t: its elapsed time less the stalls it resumed from, during which
+// it produced nothing.
+func (ex *exchange) progress(t time.Time) time.Duration {
+	return ex.elapsed(t.Add(-ex.paused))
 }
 
 // waitFor waits until model time at into the attempt; false means the
@@ -324,7 +336,7 @@ func (ex *exchange) stream() {
 	}
 	for {
 		// Progress by at least one token per wake, whatever the clock says.
-		due := min(max(att.TokensBy(ex.elapsed(ex.s.now())), ex.sent+1), stop)
+		due := min(max(att.TokensBy(ex.progress(ex.s.now())), ex.sent+1), stop)
 		for k := ex.sent + 1; k <= due; k++ {
 			ex.d.streamToken(&buf, ex, ex.answer.token(k))
 		}
@@ -342,10 +354,12 @@ func (ex *exchange) stream() {
 			return
 		}
 		if due == stop {
-			ex.breakStream(rc, &buf)
-			return
+			if !ex.breakStream(rc, &buf) {
+				return
+			}
+			stop = n // a stall resumed: the rest of the answer follows
 		}
-		next := ex.start.Add(ex.s.scale.Real(att.TokenTime(due + 1)))
+		next := ex.start.Add(ex.paused + ex.s.scale.Real(att.TokenTime(due+1)))
 		if earliest := ex.s.now().Add(minFlushInterval); next.Before(earliest) {
 			next = earliest
 		}
@@ -431,7 +445,7 @@ func (s *Server) record(ex *exchange) {
 	}
 	disconnectAt := workload.Never
 	if !ex.disconnect.IsZero() {
-		disconnectAt = ex.elapsed(ex.disconnect)
+		disconnectAt = ex.progress(ex.disconnect)
 		rec.DisconnectUnixMs = ptr(ex.disconnect.UnixMilli())
 		rec.DisconnectModelMs = ptr(millis(disconnectAt))
 	}
@@ -443,6 +457,9 @@ func (s *Server) record(ex *exchange) {
 	if rec.End == EndBroken {
 		// The provider stopped producing where the stream broke.
 		rec.Break, rec.BilledOutputTokens = ex.brk, int64(ex.sent)
+	}
+	if ex.resumed {
+		rec.Break = ex.brk // a stall that resumed; End says how it ended
 	}
 
 	rec = s.stats.finish(rec)

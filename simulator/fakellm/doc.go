@@ -46,8 +46,9 @@
 // A route may break a seeded share of its streams after N content tokens
 // (Options.BreakShare, BreakAfter, BreakMode; breaks.go): cut the
 // connection, send the API's in-band error event, or stall until the client
-// leaves. Continuations never break, so a rescue can finish what a break
-// left.
+// leaves — or, with Options.BreakStallFor, for that much model time, after
+// which the stream resumes and completes with the same text. Continuations
+// never break, so a rescue can finish what a break left.
 //
 // Times have two clocks. Model time is what the workload draws (first byte,
 // token arrivals, error delays, Retry-After, the cancellation lag); the

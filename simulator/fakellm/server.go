@@ -94,6 +94,12 @@ type Options struct {
 	BreakShare float64
 	BreakAfter int
 	BreakMode  BreakMode
+	// BreakStallFor, with BreakMode BreakStall, is how long (model time,
+	// like every time of the fake) a stalled stream stays silent before it
+	// resumes and completes as it would have: the rest of the same text,
+	// its tokens at the model's pace from the resumption on. 0 stalls until
+	// the client leaves; a positive value with another mode is refused.
+	BreakStallFor time.Duration
 }
 
 // Server is an OpenAI-compatible chat completions server playing one route
@@ -122,6 +128,8 @@ type Server struct {
 	breakShare float64
 	breakAfter int
 	breakMode  BreakMode
+	// breakStallFor is Options.BreakStallFor.
+	breakStallFor time.Duration
 
 	began    time.Time    // model time 0
 	attempts atomic.Int64 // the attempt counter; numbers start at 1
@@ -174,25 +182,26 @@ func New(cfg Options) (*Server, error) {
 		return nil, fmt.Errorf("fake LLM: %w", err)
 	}
 	s := &Server{
-		gen:        gen,
-		provider:   provider,
-		scale:      scale,
-		route:      cfg.Route,
-		workload:   gen.Model().Name,
-		modelID:    cmp.Or(cfg.ModelID, gen.Model().Name),
-		hangCap:    cmp.Or(cfg.HangCap, workload.PinnedDeadline),
-		maxBody:    cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		now:        cfg.Now,
-		onRecord:   cfg.OnRecord,
-		onStart:    cfg.OnStart,
-		early:      cfg.OpenEarly,
-		text:       text,
-		style:      style,
-		breakShare: cfg.BreakShare,
-		breakAfter: cfg.BreakAfter,
-		breakMode:  cmp.Or(cfg.BreakMode, BreakCut),
-		stats:      newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
-		closed:     make(chan struct{}),
+		gen:           gen,
+		provider:      provider,
+		scale:         scale,
+		route:         cfg.Route,
+		workload:      gen.Model().Name,
+		modelID:       cmp.Or(cfg.ModelID, gen.Model().Name),
+		hangCap:       cmp.Or(cfg.HangCap, workload.PinnedDeadline),
+		maxBody:       cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		now:           cfg.Now,
+		onRecord:      cfg.OnRecord,
+		onStart:       cfg.OnStart,
+		early:         cfg.OpenEarly,
+		text:          text,
+		style:         style,
+		breakShare:    cfg.BreakShare,
+		breakAfter:    cfg.BreakAfter,
+		breakMode:     cmp.Or(cfg.BreakMode, BreakCut),
+		breakStallFor: cfg.BreakStallFor,
+		stats:         newStatsBook(cmp.Or(cfg.StatsCapacity, DefaultStatsCapacity)),
+		closed:        make(chan struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now

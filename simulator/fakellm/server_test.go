@@ -540,6 +540,9 @@ func TestNewRejectsConfigsItCannotRun(t *testing.T) {
 		{"a negative time scale", fakellm.Options{Workload: workload.GPT4o, TimeScale: -1}, fakellm.ErrInvalidOptions},
 		{"a negative stats capacity", fakellm.Options{Workload: workload.GPT4o, StatsCapacity: -1}, fakellm.ErrInvalidOptions},
 		{"a negative hang cap", fakellm.Options{Workload: workload.GPT4o, HangCap: -time.Second}, fakellm.ErrInvalidOptions},
+		{"a negative stall of a break", fakellm.Options{Workload: workload.GPT4o, BreakMode: fakellm.BreakStall, BreakStallFor: -time.Second}, fakellm.ErrInvalidOptions},
+		{"a break that resumes but does not stall", fakellm.Options{Workload: workload.GPT4o, BreakMode: fakellm.BreakCut, BreakStallFor: time.Second}, fakellm.ErrInvalidOptions},
+		{"a resuming stall of the default mode, a cut", fakellm.Options{Workload: workload.GPT4o, BreakStallFor: time.Second}, fakellm.ErrInvalidOptions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := fakellm.New(tc.cfg); !errors.Is(err, tc.want) {

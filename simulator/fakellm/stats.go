@@ -66,8 +66,9 @@ type Record struct {
 
 	End EndReason `json:"end"`
 	// DisconnectUnixMs and DisconnectModelMs are set for a disconnect or
-	// shutdown: when it was seen, and how far into the attempt (model time)
-	// it came, which is what billing counts from.
+	// shutdown: when it was seen, and how far into the attempt (model time,
+	// less any stall the stream resumed from) it came, which is what
+	// billing counts from.
 	DisconnectUnixMs  *int64   `json:"disconnect_unix_ms,omitempty"`
 	DisconnectModelMs *float64 `json:"disconnect_model_ms,omitempty"`
 
@@ -82,7 +83,9 @@ type Record struct {
 	BilledInputTokens  int64 `json:"billed_input_tokens"`
 	BilledOutputTokens int64 `json:"billed_output_tokens"`
 
-	// Break is the mode of a stream the route broke (End is then broken).
+	// Break is the mode of a stream the route broke (End is then broken),
+	// or stall for a stream whose stall resumed (Options.BreakStallFor;
+	// End is then completed, or disconnected if the client left later).
 	Break BreakMode `json:"break,omitempty"`
 	// Continuation is the style of a continuation request, and
 	// PartialTokens how many tokens of the full answer its partial
