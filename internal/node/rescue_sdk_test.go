@@ -222,3 +222,63 @@ func TestRescueSplicesACutAnthropicStreamIntoTheWholeAnswer(t *testing.T) {
 		t.Fatalf("usage %+v, want the whole answer's %d output tokens", acc.Usage, words)
 	}
 }
+
+// slowStart is longModel whose first token takes 1.5 model seconds.
+func slowStart(t *testing.T) *workload.Model {
+	m := longModel(t)
+	m.TTFT = workload.TTFT{Main: workload.LogNormalMedian(1.5, 0), Stall: workload.LogNormalMedian(1.5, 0)}
+	return m
+}
+
+// rescues reads hedgerow_rescues_total{outcome} from the gateway at base.
+func rescues(t *testing.T, base, outcome string) float64 {
+	t.Helper()
+	_, metrics := get(t, base+"/metrics")
+	return metricValue(t, string(metrics), `hedgerow_rescues_total{outcome="`+outcome+`"}`)
+}
+
+// TestRescueAStallMidAnswerIsRacedByAContinuation: a stream that stalls
+// after its commit keeps its chance while a continuation starts beside it
+// at the stall bound (300 ms). Stalled for good, the continuation's first
+// token takes the stream over; stalled for 400 ms and resumed before the
+// continuation's first token (1.5 s away), the original keeps it and the
+// continuation is cancelled. Either way the caller reads the whole answer.
+func TestRescueAStallMidAnswerIsRacedByAContinuation(t *testing.T) {
+	want := fullAnswer(t, "")
+	tests := []struct {
+		name     string
+		route    func(name string) rescueRoute
+		outcome  string
+		notTaken string
+	}{
+		{"the continuation talks first and takes the stream", func(name string) rescueRoute {
+			return breaking(name, fakellm.BreakStall)
+		}, "won", "original_won"},
+		{"the original resumes first and keeps it", func(name string) rescueRoute {
+			r := breaking(name, fakellm.BreakStall)
+			r.model = slowStart(t)
+			// A model second is a real one on these routes.
+			r.opts.TimeScale, r.opts.BreakStallFor = 1, 400*time.Millisecond
+			return r
+		}, "original_won", "won"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := startRescueServe(t, "openai", config.ContinuationContinueFinalMessage, 300*time.Millisecond,
+				tc.route("s-a"), tc.route("s-b"))
+			acc, deltas, err := openAIStream(t, base, "rescued")
+			if err != nil {
+				t.Fatalf("the stalled stream failed: %v (after %q)", err, deltas)
+			}
+			if deltas != want || acc.Choices[0].FinishReason != "stop" {
+				t.Fatalf("deltas %q, finish %q; want the whole answer %q, one stop", deltas, acc.Choices[0].FinishReason, want)
+			}
+			if got := rescues(t, base, tc.outcome); got != 1 {
+				t.Fatalf("hedgerow_rescues_total{outcome=%q} = %v, want 1", tc.outcome, got)
+			}
+			if got := rescues(t, base, tc.notTaken); got != 0 {
+				t.Fatalf("hedgerow_rescues_total{outcome=%q} = %v, want 0", tc.notTaken, got)
+			}
+		})
+	}
+}
