@@ -31,6 +31,10 @@ func (g *group) settleLost(end budgets.Ending) {
 // the store being unavailable, which would let the attempt run unceilinged.
 const reasonBudgetInvalid = "budget_invalid"
 
+// reasonTooLongToContinue refuses a continuation of a stream whose text is
+// over schemas.MaxContinuationBytes.
+const reasonTooLongToContinue = "too_long_to_continue"
+
 func (g *group) admit(ctx context.Context) hedge.Event {
 	d := g.d
 	if g.primary == "" { // picked as the group started (startEvent)
@@ -105,6 +109,10 @@ func (g *group) askBudget(ctx context.Context, a hedge.AskHedgeBudget) hedge.Eve
 	// no load beyond what the stream needs, so saturation does not refuse it.
 	if reason := g.refuseIntoSaturation(); reason != "" && a.Role != schemas.RoleContinuation {
 		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reason}
+	}
+	if a.Role == schemas.RoleContinuation && g.relayed.Len() > schemas.MaxContinuationBytes {
+		// More text than an attempt may carry to continue from (§8).
+		return hedge.HedgeBudgetDecided{Allowed: false, Reason: reasonTooLongToContinue}
 	}
 	if a.Role == schemas.RoleHedge && g.class.Policy.PushbackScope != policy.PushbackRoute && d.picker.PushedBack(g.routes, d.now()) {
 		// A route of the pool pushed back since the group started: its

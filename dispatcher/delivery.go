@@ -57,8 +57,10 @@ func (g *group) response(a *attemptRun) *Response {
 	}
 	if a.n != g.winner && a.streamed {
 		// A rescued stream: its answer is the winner's text and each
-		// continuation's, and its usage what all of them used.
+		// continuation's, and its usage what all of them used; the winner
+		// is still the attempt the gate elected.
 		r.Content, r.Usage = g.relayed.String(), g.streamUsage()
+		r.Winner, r.WinnerRoute = g.winner, g.attempt(g.winner).route
 	}
 	return r
 }

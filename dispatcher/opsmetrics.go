@@ -27,7 +27,7 @@ func suppressionReasons() []string {
 		budgets.ReasonDuplicateRate, budgets.ReasonRoutePushback, budgets.ReasonRouteQuarantined, budgets.ReasonRouteEjected} {
 		r = append(r, string(b))
 	}
-	r = append(r, reasonBudgetInvalid, reasonBudgetUnavailable, reasonNoRoute, reasonCohortPushback)
+	r = append(r, reasonBudgetInvalid, reasonBudgetUnavailable, reasonNoRoute, reasonCohortPushback, reasonTooLongToContinue)
 	slices.Sort(r)
 	return slices.Compact(r)
 }
