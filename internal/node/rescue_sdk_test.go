@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -131,7 +134,7 @@ func breaking(name string, mode fakellm.BreakMode) rescueRoute {
 
 // openAIStream streams rescueQuestion from pool through the OpenAI SDK's
 // accumulator, returning what it accumulated and the stream's error.
-func openAIStream(t *testing.T, base, pool string) (openai.ChatCompletionAccumulator, string, error) {
+func openAIStream(t *testing.T, base, pool string, opts ...option.RequestOption) (openai.ChatCompletionAccumulator, string, error) {
 	t.Helper()
 	client := sdkClient(t, base, sdkKey)
 	params := openai.ChatCompletionNewParams{
@@ -140,7 +143,7 @@ func openAIStream(t *testing.T, base, pool string) (openai.ChatCompletionAccumul
 		MaxTokens:     openai.Int(rescueMaxTokens),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
 	}
-	stream := client.Chat.Completions.NewStreaming(context.Background(), params)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), params, opts...)
 	defer stream.Close()
 	var acc openai.ChatCompletionAccumulator
 	var deltas strings.Builder
@@ -168,7 +171,9 @@ func TestRescueSplicesACutOpenAIStreamIntoTheWholeAnswer(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s after a %s", tc.style, tc.mode), func(t *testing.T) {
 			base := startRescueServe(t, "openai", tc.style, 2*time.Second, breaking("r-a", tc.mode), breaking("r-b", tc.mode))
-			acc, deltas, err := openAIStream(t, base, "rescued")
+			var first *http.Response
+			key := option.WithHeader(frontdoor.HeaderIdempotencyKey, "rescued-"+string(tc.style)+"-"+string(tc.mode))
+			acc, deltas, err := openAIStream(t, base, "rescued", key, option.WithResponseInto(&first))
 			if err != nil {
 				t.Fatalf("the rescued stream failed: %v (after %q)", err, deltas)
 			}
@@ -178,6 +183,13 @@ func TestRescueSplicesACutOpenAIStreamIntoTheWholeAnswer(t *testing.T) {
 			words := int64(len(strings.Fields(want)))
 			if u := acc.Usage; u.CompletionTokens != words || u.PromptTokens <= 0 || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
 				t.Fatalf("usage %+v, want the whole answer's %d completion tokens", u, words)
+			}
+			// The idempotent replay keeps the joined answer.
+			var again *http.Response
+			if _, replayed, err := openAIStream(t, base, "rescued", key, option.WithResponseInto(&again)); err != nil || replayed != want ||
+				again.Header.Get(frontdoor.HeaderIdempotentReplayed) != "true" || again.Header.Get(frontdoor.HeaderGate) != first.Header.Get(frontdoor.HeaderGate) {
+				t.Fatalf("the retry read %q (%v, replayed %q), want the joined answer replayed under the same gate",
+					replayed, err, again.Header.Get(frontdoor.HeaderIdempotentReplayed))
 			}
 			// Rescue off: the same break ends the stream with an error.
 			if _, deltas, err := openAIStream(t, base, "plain"); err == nil || !strings.Contains(err.Error(), string(schemas.ErrStreamInterrupted)) {
