@@ -13,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/config"
@@ -184,6 +185,7 @@ func TestRescueSplicesACutOpenAIStreamIntoTheWholeAnswer(t *testing.T) {
 			if u := acc.Usage; u.CompletionTokens != words || u.PromptTokens <= 0 || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
 				t.Fatalf("usage %+v, want the whole answer's %d completion tokens", u, words)
 			}
+			spliced(t, base)
 			// The idempotent replay keeps the joined answer.
 			var again *http.Response
 			if _, replayed, err := openAIStream(t, base, "rescued", key, option.WithResponseInto(&again)); err != nil || replayed != want ||
@@ -233,6 +235,7 @@ func TestRescueSplicesACutAnthropicStreamIntoTheWholeAnswer(t *testing.T) {
 	if words := int64(len(strings.Fields(want))); acc.Usage.OutputTokens != words {
 		t.Fatalf("usage %+v, want the whole answer's %d output tokens", acc.Usage, words)
 	}
+	spliced(t, base)
 }
 
 // slowStart is longModel whose first token takes 1.5 model seconds.
@@ -292,5 +295,54 @@ func TestRescueAStallMidAnswerIsRacedByAContinuation(t *testing.T) {
 				t.Fatalf("hedgerow_rescues_total{outcome=%q} = %v, want 0", tc.notTaken, got)
 			}
 		})
+	}
+}
+
+// TestRescueSplicesACutResponsesStreamOnAnthropicRoutes: a Responses
+// stream is continued by assistant prefill on an Anthropic route (OpenAI's
+// /responses cannot continue), and the Responses events carry the whole
+// answer once.
+func TestRescueSplicesACutResponsesStreamOnAnthropicRoutes(t *testing.T) {
+	want := fullAnswer(t, "")
+	base := startRescueServe(t, "anthropic", config.ContinuationPrefill, 2*time.Second,
+		breaking("c-a", fakellm.BreakCut), breaking("c-b", fakellm.BreakCut))
+	client := sdkClient(t, base, sdkKey)
+	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
+		Model:           "rescued",
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String(rescueQuestion)},
+		MaxOutputTokens: openai.Int(rescueMaxTokens),
+	})
+	defer stream.Close()
+	var deltas strings.Builder
+	var done string
+	var final responses.Response
+	for stream.Next() {
+		switch ev := stream.Current(); ev.Type {
+		case "response.output_text.delta":
+			deltas.WriteString(ev.AsResponseOutputTextDelta().Delta)
+		case "response.output_text.done":
+			done = ev.AsResponseOutputTextDone().Text
+		case "response.completed":
+			final = ev.AsResponseCompleted().Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("the rescued stream failed: %v (after %q)", err, deltas.String())
+	}
+	if deltas.String() != want || done != want || final.OutputText() != want || final.Status != responses.ResponseStatusCompleted {
+		t.Fatalf("deltas %q, done %q, completed %q (%s); want the whole answer %q", deltas.String(), done, final.OutputText(), final.Status, want)
+	}
+	if words := int64(len(strings.Fields(want))); final.Usage.OutputTokens != words {
+		t.Fatalf("usage %+v, want the whole answer's %d output tokens", final.Usage, words)
+	}
+	spliced(t, base)
+}
+
+// spliced checks that the gateway at base spliced one continuation into a
+// stream: the answer read whole was rescued, not simply unbroken.
+func spliced(t *testing.T, base string) {
+	t.Helper()
+	if won := rescues(t, base, "won"); won != 1 {
+		t.Fatalf("hedgerow_rescues_total{outcome=\"won\"} = %v, want 1", won)
 	}
 }
