@@ -25,8 +25,10 @@ import (
 // group record; a heartbeat timer that fires once a running attempt has been
 // silent (no Accept, heartbeat, first byte or chunk) for HeartbeatTimeout —
 // before or after its first byte — ends or cancels it, and one that fires
-// earlier does not end it as lost. Finish checks liveness for a group that
-// is done: every
+// earlier does not end it as lost; a continuation launched only while a
+// committed stream is open, at most Rescues of them (beyond MaxAttempts),
+// Splice only of a continuation, at most one StreamEnded and only after a
+// Commit. Finish checks liveness for a group that is done: every
 // launched attempt ended exactly once, every granted reservation was settled
 // or released, and every won gate claim was committed or cleared.
 type Checker struct {

@@ -25,7 +25,11 @@
 //     answers [Elect]; step [GateDecided] with the winner gate's answer.
 //  5. The group's outcome is one [Commit] or one [Fail]. Attempts still running
 //     are sent [Cancel]; their usage is still settled and recorded when they
-//     report it, or estimated when the cancel grace period expires.
+//     report it, or estimated when the cancel grace period expires. A
+//     committed stream ends with one [StreamEnded]; when it breaks and the
+//     group may rescue it (Options.Rescues), a continuation is asked for and
+//     launched as any extra attempt, and [Splice] says when its output takes
+//     the stream over (docs/architecture.md §6, "Rescue").
 //  6. [Group.Done] reports when nothing is left to do: the outcome is decided,
 //     every attempt has its one terminal [AttemptEnded] record, every pending
 //     question is answered, and the [GroupEnded] record has been emitted.
