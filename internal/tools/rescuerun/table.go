@@ -41,7 +41,7 @@ func printTable(out io.Writer, results []faultResult) {
 		"(each sent again at once).\nroute breaks s+n: the faulty route's broken exchanges of the pool's streaming + non-streaming requests "+
 		"(its records; the worker streams from the provider either way).\nrescues s/w/o/f: hedgerow_rescues_total started/won/original_won/failed. "+
 		"invalid: answers (the last try's) not exactly the whole answer, other than stream_interrupted.\nP50/P99 end: streams only, "+
-		"from the first try's start to the end of the stream that answered (nearest rank: of 10, P99 is the slowest);\n"+
+		"from the first try's start to the end of the stream that answered (nearest rank: of fewer than 100, P99 is the slowest);\n"+
 		"broken: the streams among them the faulty route broke (any try), and their time to the end.")
 	for _, r := range results {
 		for _, name := range pools {
