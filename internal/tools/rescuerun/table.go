@@ -32,8 +32,8 @@ func printTable(out io.Writer, results []faultResult) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d+%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n", fault, pool, p.requests, p.tries, hits,
 				p.routeBreaks[true], p.routeBreaks[false], rescues, p.interrupted, p.invalid,
-				ms(percentile(p.streamEnds, 0.5)), ms(percentile(p.streamEnds, 0.99)),
-				len(p.hitEnds), ms(percentile(p.hitEnds, 0.5)), ms(percentile(p.hitEnds, 1)), load)
+				quantile(p.streamEnds, 0.5), quantile(p.streamEnds, 0.99),
+				len(p.hitEnds), quantile(p.hitEnds, 0.5), quantile(p.hitEnds, 1), load)
 		}
 	}
 	tw.Flush()
@@ -58,11 +58,14 @@ func printTable(out io.Writer, results []faultResult) {
 		}
 		fmt.Fprintf(out, "%s: %v; the routes answered %d continuations (%d completed); non-stream P99 rescued %s, plain %s\n",
 			r.fault, r.elapsed.Round(time.Millisecond), r.routeContinuations, r.routeContinuationOK,
-			ms(percentile(r.pools[poolRescued].completionEnds, 0.99)), ms(percentile(r.pools[poolPlain].completionEnds, 0.99)))
+			quantile(r.pools[poolRescued].completionEnds, 0.99), quantile(r.pools[poolPlain].completionEnds, 0.99))
 	}
 }
 
-// ms formats d in milliseconds.
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+// quantile formats the q-quantile of ds in milliseconds; "-" for none.
+func quantile(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fms", float64(percentile(ds, q))/float64(time.Millisecond))
 }
