@@ -50,7 +50,10 @@ tokens (drawn per request from --seed and --route) right after their Nth content
 silent until the client leaves — or, with --break-stall-for D (model time, like every time of
 the fake: D × --time-scale of real time), for D, after which the stream resumes and completes
 normally with the same text (0, the default: until the client leaves; refused with another
-mode). Continuations never break.
+mode); malformed sends one event whose data is not JSON and ends the body; truncate ends the
+stream normally but early, as an answer cut at its length limit (finish_reason length,
+Responses' incomplete max_output_tokens, Anthropic's stop_reason max_tokens) with the usage of
+the tokens sent. Continuations never break.
 
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
@@ -102,7 +105,7 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.StringVar(&style, "continuation", string(fakellm.ContinuationNone), "how the route continues an answer from partial assistant output: none, prefill, continue_final_message or prefix")
 	f.Float64Var(&cfg.BreakShare, "break-share", 0, "share of streaming answers broken after --break-after tokens, in [0, 1]")
 	f.IntVar(&cfg.BreakAfter, "break-after", 0, "content tokens a broken stream sends before it breaks")
-	f.StringVar(&brk, "break-mode", string(fakellm.BreakCut), "how a broken stream fails: cut, error or stall")
+	f.StringVar(&brk, "break-mode", string(fakellm.BreakCut), "how a broken stream fails: cut, error, stall, malformed (one event that is not JSON, then the end) or truncate (a normal end at the length limit, finish length)")
 	f.DurationVar(&cfg.BreakStallFor, "break-stall-for", 0, "with --break-mode stall, how long (model time) a stalled stream stays silent before it resumes and completes; 0: until the client leaves")
 	return cmd
 }

@@ -160,3 +160,44 @@ func TestFakeLLMResumesAStallAfterBreakStallFor(t *testing.T) {
 		t.Fatalf("fakellm: %v", err)
 	}
 }
+
+// TestFakeLLMMalformsAndTruncatesStreamsAsItsFlagsSay: --break-mode
+// malformed ends a stream after --break-after tokens with one event whose
+// data is not JSON; --break-mode truncate ends it normally there, at its
+// length limit.
+func TestFakeLLMMalformsAndTruncatesStreamsAsItsFlagsSay(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		check func(stream string) bool
+	}{
+		{"malformed", func(stream string) bool {
+			events := strings.Split(strings.TrimSuffix(stream, "\n\n"), "\n\n")
+			last := strings.TrimPrefix(events[len(events)-1], "data: ")
+			return !json.Valid([]byte(last)) && !strings.Contains(stream, "[DONE]") && !strings.Contains(stream, `"finish_reason":"`)
+		}},
+		{"truncate", func(stream string) bool {
+			return strings.Count(stream, `"finish_reason":"length"`) == 1 && strings.HasSuffix(stream, "data: [DONE]\n\n")
+		}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			noLeaks(t)
+			r := startCmd(t, "fakellm", "--listen", "127.0.0.1:0", "--instant", "6",
+				"--break-share", "1", "--break-after", "2", "--break-mode", tc.mode)
+			base := r.waitFor(servingURL)
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			// The role chunk's empty content and two tokens'.
+			if err != nil || resp.StatusCode != http.StatusOK || strings.Count(string(data), `"content":"`) != 3 || !tc.check(string(data)) {
+				t.Errorf("a stream broken after 2 tokens by %s: %d %v\n%s", tc.mode, resp.StatusCode, err, data)
+			}
+			if err := r.stop(); err != nil {
+				t.Fatalf("fakellm: %v", err)
+			}
+		})
+	}
+}

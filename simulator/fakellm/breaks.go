@@ -2,6 +2,7 @@ package fakellm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -28,10 +29,24 @@ const (
 	// the stream resumes where it stopped and completes as it would have,
 	// its remaining tokens at the model's pace from then on.
 	BreakStall BreakMode = "stall"
+	// BreakMalformed sends one malformed event — the next token's event
+	// cut off before its text, so its data line is not valid JSON (a
+	// proxy or a provider that fails halfway through writing a chunk) —
+	// and then ends the response: no final event, no [DONE], the body
+	// closed cleanly.
+	BreakMalformed BreakMode = "malformed"
+	// BreakTruncate ends the stream normally but early: the final events
+	// as for an answer cut at its length limit (finish_reason length in
+	// OpenAI chat, status incomplete with incomplete_details.reason
+	// max_output_tokens in Responses, stop_reason max_tokens in Anthropic
+	// Messages), the usage counting the tokens sent — a provider cutting
+	// an answer below the max_tokens asked. Its record ends completed,
+	// finish length, with the break named.
+	BreakTruncate BreakMode = "truncate"
 )
 
 // BreakModes lists the break modes, the default first.
-var BreakModes = []BreakMode{BreakCut, BreakError, BreakStall}
+var BreakModes = []BreakMode{BreakCut, BreakError, BreakStall, BreakMalformed, BreakTruncate}
 
 // ParseBreakMode returns the mode s names; empty is BreakCut.
 func ParseBreakMode(s string) (BreakMode, error) {
@@ -76,6 +91,34 @@ func checkBreaks(cfg Options) error {
 	return nil
 }
 
+// truncate makes the exchange an answer cut at its length limit after
+// Options.BreakAfter tokens (BreakTruncate): the attempt's answer is that
+// long and finishes "length", so the stream sends those tokens at the
+// model's pace and then its ordinary final events, with usage counting
+// them. full keeps the answer's length for the record.
+func (ex *exchange) truncate(after int) {
+	ex.full = ex.att.Request.OutputTokens
+	ex.att.Request.OutputTokens, ex.finish = after, "length"
+}
+
+// malformedEvent appends the event of the stream's next token cut off
+// before the token's text, ended as an event: a data line that is not
+// valid JSON in every dialect, in the place a token's event comes, and no
+// output a lenient reader could take for text.
+func (ex *exchange) malformedEvent(buf *bytes.Buffer) {
+	var ev bytes.Buffer
+	word := ex.answer.token(ex.sent + 1)
+	ex.d.streamToken(&ev, ex, word)
+	event := bytes.TrimRight(ev.Bytes(), "\n")
+	quoted, err := json.Marshal(word)
+	cut := bytes.LastIndex(event, quoted)
+	if err != nil || cut < 0 {
+		cut = len(event) / 2 // cannot happen: the event holds the word as JSON
+	}
+	buf.Write(event[:cut])
+	buf.WriteString("\n\n")
+}
+
 // breakStream breaks a stream whose first ex.sent tokens are out, as
 // ex.brk says, and reports whether the stream goes on: only a stall with
 // Options.BreakStallFor does, once that much model time has passed with
@@ -90,6 +133,9 @@ func (ex *exchange) breakStream(rc *http.ResponseController, buf *bytes.Buffer) 
 	case BreakError:
 		ex.d.streamError(buf, errTypeServer, errCodeStreamBroken,
 			"The server had an error while processing your request. Sorry about that!")
+		ex.write(rc, buf)
+	case BreakMalformed:
+		ex.malformedEvent(buf)
 		ex.write(rc, buf)
 	case BreakStall:
 		if ex.s.breakStallFor == 0 {

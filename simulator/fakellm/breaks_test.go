@@ -252,19 +252,23 @@ func TestStreamsThatNeverBreak(t *testing.T) {
 				}
 			}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Seed, tc.cfg.TimeScale = 1, fastScale
-			tc.cfg.BreakShare, tc.cfg.BreakAfter, tc.cfg.BreakMode = 1, 3, fakellm.BreakCut
-			fs := startServer(t, tc.cfg)
-			status, _, data := fs.post(t, tc.body)
-			if status != http.StatusOK {
-				t.Fatalf("%d %s", status, data)
-			}
-			tc.check(t, data)
-			if rec := fs.nextRecord(t); rec.End != fakellm.EndCompleted || rec.Break != "" {
-				t.Errorf("record %+v", rec)
-			}
-		})
+		// Not stall: a stream it broke would hold the request open.
+		for _, mode := range []fakellm.BreakMode{fakellm.BreakCut, fakellm.BreakMalformed, fakellm.BreakTruncate} {
+			t.Run(fmt.Sprintf("%s %s", tc.name, mode), func(t *testing.T) {
+				cfg := tc.cfg
+				cfg.Seed, cfg.TimeScale = 1, fastScale
+				cfg.BreakShare, cfg.BreakAfter, cfg.BreakMode = 1, 3, mode
+				fs := startServer(t, cfg)
+				status, _, data := fs.post(t, tc.body)
+				if status != http.StatusOK {
+					t.Fatalf("%d %s", status, data)
+				}
+				tc.check(t, data)
+				if rec := fs.nextRecord(t); rec.End != fakellm.EndCompleted || rec.Break != "" {
+					t.Errorf("record %+v", rec)
+				}
+			})
+		}
 	}
 }
 

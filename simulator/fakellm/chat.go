@@ -90,6 +90,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, d dialect) {
 	if p.stream && att.Outcome == workload.OutcomeOK && p.cont == nil && plan.tokens > s.breakAfter &&
 		StreamBreaks(s.gen.Seed(), s.route, p.requestID, s.breakShare) {
 		ex.brk = s.breakMode
+		if ex.brk == BreakTruncate {
+			ex.truncate(s.breakAfter)
+		}
 	}
 	s.stats.begin()
 	defer s.record(ex)
@@ -160,6 +163,9 @@ type exchange struct {
 	// touched; 0 for other requests.
 	partialTokens int
 	brk           BreakMode // the break this stream suffers; empty for none
+	// full is the answer's length before a BreakTruncate cut it; 0 for
+	// an answer not truncated.
+	full int
 	// resumed says the stream's stall resumed (Options.BreakStallFor), and
 	// paused is the real time it held the stream: the tokens after it are
 	// that much late.
@@ -330,8 +336,10 @@ func (ex *exchange) stream() {
 		}
 	}
 	n := att.Request.OutputTokens
-	stop := n // the tokens sent before the stream ends or breaks
-	if ex.brk != "" {
+	// stop is the tokens sent before the stream ends or breaks; a
+	// truncated answer is n tokens long and ends as a whole one does.
+	stop := n
+	if ex.brk != "" && ex.brk != BreakTruncate {
 		stop = ex.s.breakAfter
 	}
 	for {
@@ -428,7 +436,7 @@ func (s *Server) record(ex *exchange) {
 		Stream:       ex.p.stream,
 		Status:       ex.status,
 		End:          cmp.Or(ex.end, EndCompleted),
-		OutputTokens: att.Request.OutputTokens,
+		OutputTokens: cmp.Or(ex.full, att.Request.OutputTokens),
 		TokensSent:   ex.sent,
 	}
 	if att.Outcome == workload.OutcomeOK {
@@ -458,8 +466,8 @@ func (s *Server) record(ex *exchange) {
 		// The provider stopped producing where the stream broke.
 		rec.Break, rec.BilledOutputTokens = ex.brk, int64(ex.sent)
 	}
-	if ex.resumed {
-		rec.Break = ex.brk // a stall that resumed; End says how it ended
+	if ex.resumed || ex.brk == BreakTruncate {
+		rec.Break = ex.brk // a stall that resumed, a truncated answer; End says how it ended
 	}
 
 	rec = s.stats.finish(rec)

@@ -45,10 +45,13 @@
 //
 // A route may break a seeded share of its streams after N content tokens
 // (Options.BreakShare, BreakAfter, BreakMode; breaks.go): cut the
-// connection, send the API's in-band error event, or stall until the client
+// connection, send the API's in-band error event, stall until the client
 // leaves — or, with Options.BreakStallFor, for that much model time, after
-// which the stream resumes and completes with the same text. Continuations
-// never break, so a rescue can finish what a break left.
+// which the stream resumes and completes with the same text —, send one
+// malformed event (not JSON) and end, or end normally but early at the
+// length limit (truncate: finish length, Responses' incomplete
+// max_output_tokens, Anthropic's max_tokens, the usage the tokens sent).
+// Continuations never break, so a rescue can finish what a break left.
 //
 // Times have two clocks. Model time is what the workload draws (first byte,
 // token arrivals, error delays, Retry-After, the cancellation lag); the

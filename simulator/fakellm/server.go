@@ -90,7 +90,10 @@ type Options struct {
 	// BreakShare is the share of streaming answers the route breaks after
 	// BreakAfter content tokens, the way BreakMode says (empty: BreakCut).
 	// Which answers break is drawn per request (StreamBreaks); answers of
-	// BreakAfter tokens or fewer and continuations never break.
+	// BreakAfter tokens or fewer and continuations never break. A mode
+	// ends the stream after those tokens by a cut connection, an in-band
+	// error event, a stall, one malformed event, or a normal end at the
+	// length limit (truncate).
 	BreakShare float64
 	BreakAfter int
 	BreakMode  BreakMode

@@ -84,8 +84,11 @@ type Record struct {
 	BilledOutputTokens int64 `json:"billed_output_tokens"`
 
 	// Break is the mode of a stream the route broke (End is then broken),
-	// or stall for a stream whose stall resumed (Options.BreakStallFor;
-	// End is then completed, or disconnected if the client left later).
+	// stall for a stream whose stall resumed (Options.BreakStallFor;
+	// End is then completed, or disconnected if the client left later), or
+	// truncate for an answer the route cut short (End is then completed,
+	// FinishReason length, TokensSent and the billed output the tokens
+	// sent, OutputTokens the length it would have had).
 	Break BreakMode `json:"break,omitempty"`
 	// Continuation is the style of a continuation request, and
 	// PartialTokens how many tokens of the full answer its partial
