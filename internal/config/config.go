@@ -353,6 +353,12 @@ type HTTP struct {
 	// listener onto this address (plain HTTP, for probes and scrapers on
 	// a private network); /healthz is on both. Empty keeps them on Listen.
 	InternalListen string `yaml:"internal_listen"`
+	// Pprof serves Go's profiler (net/http/pprof) under /debug/pprof/ on
+	// the internal listener, never on the API listener: profiles show the
+	// process's code, flags and memory, and taking one costs CPU while it
+	// runs, so it is opt-in and needs InternalListen (docs/architecture.md
+	// §9, "Profiling").
+	Pprof bool `yaml:"pprof"`
 	// TLS serves the API listener over TLS; the other way is to terminate
 	// TLS at a load balancer in front of plain-HTTP gateways.
 	TLS HTTPTLS `yaml:"tls"`

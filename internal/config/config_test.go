@@ -1287,3 +1287,37 @@ func TestARegionsStreamAndGateBucketCarryTheRegionUnlessNamed(t *testing.T) {
 		})
 	}
 }
+
+// TestPprofIsOffByDefaultAndNeedsTheInternalListener: http.pprof is
+// opt-in, and a file that turns it on without http.internal_listen is
+// refused at http.pprof, since the profiler is never served on the API
+// listener.
+func TestPprofIsOffByDefaultAndNeedsTheInternalListener(t *testing.T) {
+	tests := []struct {
+		name    string
+		http    string
+		pprof   bool
+		problem string // empty: accepted
+	}{
+		{name: "off by default", http: ""},
+		{name: "off with an internal listener", http: "http: {internal_listen: 127.0.0.1:9090}\n"},
+		{name: "on with an internal listener", http: "http: {internal_listen: 127.0.0.1:9090, pprof: true}\n", pprof: true},
+		{name: "on without an internal listener", http: "http: {pprof: true}\n", problem: "needs http.internal_listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, ps := parse(t, minimal+tt.http, RoleServe, noEnv)
+			if tt.problem != "" {
+				p := wantProblem(t, ps, "http.pprof", tt.problem)
+				if !strings.Contains(p.Message, "never on the API listener") {
+					t.Errorf("problem %q does not say why", p.Message)
+				}
+				return
+			}
+			wantNoProblems(t, ps)
+			if c.HTTP.Pprof != tt.pprof {
+				t.Fatalf("http.pprof = %v, want %v", c.HTTP.Pprof, tt.pprof)
+			}
+		})
+	}
+}

@@ -332,6 +332,10 @@ func (v *validator) http() {
 			v.addf("http.internal_listen", "%q is http.listen: name another address, or leave it empty", h.InternalListen)
 		}
 	}
+	if h.Pprof && h.InternalListen == "" {
+		v.addf("http.pprof", "needs http.internal_listen: the profiler is served on the internal listener only, never on the API listener; "+
+			"name an operators' address there (e.g. 127.0.0.1:9090), or leave pprof off")
+	}
 	if (h.TLS.CertFile == "") != (h.TLS.KeyFile == "") {
 		v.addf("http.tls", "cert_file and key_file go together")
 	}

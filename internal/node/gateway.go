@@ -130,8 +130,8 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	}
 	g.cur.Store(gen)
 	if gen.internal != nil {
-		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: swapHandler{g: g, internal: true},
-			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, WriteTimeout: cfg.HTTP.ReadTimeout,
+		if g.internal, err = serveHTTP(cfg.HTTP.InternalListen, &http.Server{Handler: internalHandler(swapHandler{g: g, internal: true}, cfg.HTTP.Pprof),
+			ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout, ReadTimeout: cfg.HTTP.ReadTimeout, WriteTimeout: internalWriteTimeout(cfg.HTTP),
 		}, log); err != nil {
 			return nil, errors.Join(fmt.Errorf("gateway: %w", err), unwind(g.closeDispatcher))
 		}
