@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,12 +20,14 @@ func newFakeLLMCmd() *cobra.Command {
 		listen  string
 		cfg     fakellm.Options
 		instant int
+		first   time.Duration
+		timings int
 		limits  realTimeLimits
 		style   string
 		brk     string
 	)
 	cmd := &cobra.Command{
-		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE [--break-stall-for D]]",
+		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N [--first-token D]] [--timings N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE [--break-stall-for D]]",
 		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
 		Long: `fakellm plays one route of a seeded workload model (the simulator's, as hedgerow simulate plays it) in real time:
 POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
@@ -55,6 +59,13 @@ stream normally but early, as an answer cut at its length limit (finish_reason l
 Responses' incomplete max_output_tokens, Anthropic's stop_reason max_tokens) with the usage of
 the tokens sent. Continuations never break.
 
+--instant N answers every request at once with exactly N tokens, never failing: a route with no
+latency of its own, for measuring what lies in front of it (hedgerow bench --compare-direct, make
+bench-path); --first-token D delays its first byte by D (real time), a slow route to race a hedge
+against. --timings N keeps the last N requests' moments to the microsecond — arrival, first byte
+written, client gone, end — and serves them at GET /timings?since=SEQ, which is how make bench-path
+measures a cancel as the provider sees it (GET /stats keeps them to the millisecond).
+
 Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -63,10 +74,12 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 				return err
 			}
 			if cmd.Flags().Changed("instant") {
-				if cfg.Model, err = fakellm.InstantModel(instant); err != nil {
+				if cfg.Model, err = instantModel(instant, first, cfg.TimeScale); err != nil {
 					return err
 				}
 				cfg.Workload = fakellm.InstantName
+			} else if first != 0 {
+				return errors.New("--first-token: only with --instant")
 			}
 			if cfg.RateLimit, err = limits.inModelTime(cfg.TimeScale); err != nil {
 				return err
@@ -79,7 +92,7 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			f, err := node.StartFakeLLM(listen, cfg, log)
+			f, err := node.StartFakeLLMWith(listen, cfg, node.FakeLLMOptions{Timings: timings}, log)
 			if err != nil {
 				return err
 			}
@@ -100,6 +113,8 @@ Workloads: ` + strings.Join(workload.Names(), ", ") + `.`,
 	f.StringVar(&cfg.ModelID, "model", "", "model id /v1/models lists (default: the workload's name)")
 	f.BoolVar(&cfg.OpenEarly, "open-early", false, "open streams at once (headers, the empty role chunk or message_start and ping) and send the first token at the drawn first byte")
 	f.IntVar(&instant, "instant", 0, "instead of --workload, answer every request at once, never failing, with exactly N tokens (for hedgerow bench --compare-direct)")
+	f.DurationVar(&first, "first-token", 0, "with --instant, send the first byte this long (real time) after each request arrives")
+	f.IntVar(&timings, "timings", 0, "keep the last N requests' moments to the microsecond and serve them at GET /timings (0: none)")
 	f.IntVar(&limits.requests, "requests-per-minute", 0, "requests a real minute the route admits before it answers 429 (0: no limit)")
 	f.IntVar(&limits.tokens, "tokens-per-minute", 0, "input and output tokens a real minute the route admits before it answers 429 (0: no limit)")
 	f.StringVar(&style, "continuation", string(fakellm.ContinuationNone), "how the route continues an answer from partial assistant output: none, prefill, continue_final_message or prefix")
@@ -135,4 +150,25 @@ func (l realTimeLimits) inModelTime(timeScale float64) (workload.RateLimit, erro
 	}
 	tpm, err := convert("tokens-per-minute", l.tokens)
 	return workload.RateLimit{RPM: rpm, TPM: tpm}, err
+}
+
+// instantModel is fakellm.InstantModel(tokens) whose first byte comes
+// first (real time, whatever timeScale) after the request arrives (0: at
+// once, as the instant model's): the slow route make bench-path races a
+// hedge against. Its tokens still follow the first at once, and nothing
+// fails, stalls or hangs.
+func instantModel(tokens int, first time.Duration, timeScale float64) (*workload.Model, error) {
+	m, err := fakellm.InstantModel(tokens)
+	if err != nil || first == 0 {
+		return m, err
+	}
+	if first < 0 || !(timeScale > 0) {
+		return nil, fmt.Errorf("--first-token %v at --time-scale %v: want a positive duration and time scale", first, timeScale)
+	}
+	at := workload.LogNormalMedian(first.Seconds()/timeScale, 0) // the model's seconds
+	m.TTFT.Main, m.TTFT.Stall = at, at
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("--first-token %v: %w", first, err)
+	}
+	return m, nil
 }

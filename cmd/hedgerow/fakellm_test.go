@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,6 +82,35 @@ func TestFakeLLMRefusesAnUnknownContinuationStyleOrBreakModeOrAStallThatCannotRe
 		out, err := runRoot(t, append([]string{"fakellm", "--listen", "127.0.0.1:0"}, args...)...)
 		if err == nil {
 			t.Errorf("fakellm %v started:\n%s", args, out)
+		}
+	}
+}
+
+// TestFakeLLMDelaysOnlyAnInstantRoutesFirstToken: --first-token shapes
+// the instant route alone, and never negative; --timings is never negative.
+func TestFakeLLMDelaysOnlyAnInstantRoutesFirstToken(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--first-token", "50ms"}, "only with --instant"},
+		{[]string{"--instant", "20", "--first-token", "-1s"}, "want a positive duration"},
+		{[]string{"--instant", "20", "--timings", "-1"}, "timings -1 is negative"},
+	}
+	for _, tt := range tests {
+		out, err := runRoot(t, append([]string{"fakellm", "--listen", "127.0.0.1:0"}, tt.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("fakellm %v = %v, want an error saying %q:\n%s", tt.args, err, tt.want, out)
+		}
+	}
+	for _, first := range []time.Duration{0, 80 * time.Millisecond} {
+		m, err := instantModel(20, first, 0.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Model seconds: at --time-scale 0.5 a real 80 ms is 160 ms of the model's.
+		if got, want := m.TTFT.Main.Median(), 2*first.Seconds(); first > 0 && math.Abs(got-want) > 1e-9 {
+			t.Errorf("first token %v at time scale 0.5: the model's median is %vs, want %vs", first, got, want)
 		}
 	}
 }

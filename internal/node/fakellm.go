@@ -23,8 +23,26 @@ type FakeLLM struct {
 	http *httpServer
 }
 
+// FakeLLMOptions are what a fakellm process adds around the simulator's
+// route.
+type FakeLLMOptions struct {
+	// Timings, when positive, keeps the last Timings requests' moments to
+	// the microsecond (arrival, first byte written, client gone, end) and
+	// serves them at GET /timings (FakeTimings), for measuring a cancel
+	// path the fake's millisecond records cannot resolve.
+	Timings int
+}
+
 // StartFakeLLM serves the simulator route cfg describes on listen.
 func StartFakeLLM(listen string, cfg fakellm.Options, log *slog.Logger) (*FakeLLM, error) {
+	return StartFakeLLMWith(listen, cfg, FakeLLMOptions{}, log)
+}
+
+// StartFakeLLMWith is StartFakeLLM with the process's additions o.
+func StartFakeLLMWith(listen string, cfg fakellm.Options, o FakeLLMOptions, log *slog.Logger) (*FakeLLM, error) {
+	if o.Timings < 0 {
+		return nil, fmt.Errorf("fakellm: timings %d is negative", o.Timings)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -32,7 +50,11 @@ func StartFakeLLM(listen string, cfg fakellm.Options, log *slog.Logger) (*FakeLL
 	if err != nil {
 		return nil, err // it names the fake LLM and the bad setting
 	}
-	h, err := serveHTTP(listen, &http.Server{Handler: fake, ReadHeaderTimeout: fakeReadHeaderTimeout}, log)
+	var handler http.Handler = fake
+	if o.Timings > 0 {
+		handler = newFakeTimings(fake, o.Timings)
+	}
+	h, err := serveHTTP(listen, &http.Server{Handler: handler, ReadHeaderTimeout: fakeReadHeaderTimeout}, log)
 	if err != nil {
 		fake.Close()
 		return nil, fmt.Errorf("fakellm: %w", err)
