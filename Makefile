@@ -4,7 +4,7 @@ BIN     := bin/hedgerow
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build nats-server redis prometheus cluster cluster-down chaos regions regions-down regions-status chaos-regions test lint fuzz simulate demo compare-peers rescue-run clean
+.PHONY: build nats-server redis prometheus cluster cluster-down chaos regions regions-down regions-status chaos-regions test lint fuzz simulate demo compare-peers rescue-run bench-path clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
@@ -211,6 +211,26 @@ RESCUE_ROUNDS   ?= 1
 RESCUE_SEED     ?= 1
 rescue-run:
 	$(GO) run ./internal/tools/rescuerun --requests $(RESCUE_REQUESTS) --rounds $(RESCUE_ROUNDS) --seed $(RESCUE_SEED)
+
+# What the whole path costs beside the floor of one bare HTTP hop, in one
+# run on this machine (docs/architecture.md §12, "The path's cost"; issue
+# 31): fakellm --instant 20, serve with two routes on it (pprof on its
+# internal listener) and proxyfloor in front of the same fake, as separate
+# processes, plus a slow fake for the cancel race. Prints, with the load
+# average at every step: the latency added at 500 requests/s (P50, P99,
+# P99.9 and their ratios), the highest open-loop rate each sustains with
+# P99 <= 25 ms (answers and streams of 20 tokens), CPU per request of each
+# process, the cancel as the provider sees it beside a direct client's, and
+# serve's CPU profile at its highest sustained rate (bin/bench-path: the
+# profile and report.txt). About 4 minutes; QUICK=1 about a minute and a
+# half. Stops every process it started, on failure or Ctrl-C too. Not part
+# of make test.
+QUICK            ?=
+BENCH_PATH_FLAGS ?=
+bench-path: build
+	$(GO) build -o bin/proxyfloor ./internal/tools/proxyfloor
+	$(GO) build -o bin/benchpath ./internal/tools/benchpath
+	bin/benchpath --hedgerow $(BIN) --proxyfloor bin/proxyfloor --go $(GO) --out bin/bench-path $(if $(QUICK),--quick) $(BENCH_PATH_FLAGS)
 
 clean:
 	rm -rf bin

@@ -73,7 +73,8 @@ func (t *fakeTimings) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The server cancels the request's context when it sees the client
 	// go, and again once the handler has returned: a context done when
 	// the handler returns is a client that went first, and the callback
-	// below (its own goroutine, started at the cancel) says when.
+	// below (its own goroutine, started at the cancel) says when. (The
+	// fake itself wakes on the same Done.)
 	var gone int64
 	goneDone := make(chan struct{})
 	stop := context.AfterFunc(r.Context(), func() {
@@ -89,8 +90,13 @@ func (t *fakeTimings) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if wentFirst {
 		// The callback may be scheduled after the handler saw the same
-		// cancel and returned: the earlier of the two is when it was seen.
-		rec.GoneUs = min(gone, rec.EndedUs)
+		// cancel and returned, or not at all: the context closes its Done
+		// before it starts its callbacks, and stop may come in between.
+		// The earlier of the two, or the handler's end, is when it was seen.
+		rec.GoneUs = rec.EndedUs
+		if gone != 0 {
+			rec.GoneUs = min(gone, rec.EndedUs)
+		}
 	}
 	t.keep(rec)
 }

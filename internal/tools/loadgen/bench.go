@@ -268,6 +268,15 @@ func benchRequests(o BenchOptions, kinds []string, n int, seed uint64) ([]Reques
 	return reqs, nil
 }
 
+// TargetOf is what target t (an index of Options.Targets) of a run
+// measured, for a caller that runs its own targets through Run; Name, Via
+// and Address are left to it. stream reports the time to the first token.
+func TargetOf(sum *Summary, t int, stream bool) TargetReport {
+	var r TargetReport
+	summarize(&r, sum, t, stream)
+	return r
+}
+
 // summarize fills r from the results of target t.
 func summarize(r *TargetReport, sum *Summary, t int, stream bool) {
 	var total, first []time.Duration
