@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,3 +222,50 @@ func TestRatiosAndRatesReadAsTheTableShowsThem(t *testing.T) {
 		}
 	}
 }
+
+// TestTheCommitWaitIsReadFromTwoScrapesOfServesHistogram: the histogram
+// is parsed from the text exposition, the earlier scrape taken off, and a
+// quantile read as its bucket's upper bound.
+func TestTheCommitWaitIsReadFromTwoScrapesOfServesHistogram(t *testing.T) {
+	scrape := func(b1, b2, inf, sum float64) string {
+		return "# HELP hedgerow_records_commit_publish_seconds Wait.\n# TYPE hedgerow_records_commit_publish_seconds histogram\n" +
+			"hedgerow_records_commit_publish_seconds_bucket{le=\"0.0001\"} " + ftoa(b1) + "\n" +
+			"hedgerow_records_commit_publish_seconds_bucket{le=\"0.0002\"} " + ftoa(b2) + "\n" +
+			"hedgerow_records_commit_publish_seconds_bucket{le=\"+Inf\"} " + ftoa(inf) + "\n" +
+			"hedgerow_records_commit_publish_seconds_sum " + ftoa(sum) + "\n" +
+			"hedgerow_records_commit_publish_seconds_count " + ftoa(inf) + "\n" +
+			"hedgerow_records_commit_publish_secondsx_count 7\nother_metric 1\n"
+	}
+	before, err := parseHistogram(strings.NewReader(scrape(10, 10, 10, 0.001)), commitWaitMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseHistogram(strings.NewReader(scrape(60, 109, 110, 0.021)), commitWaitMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.minus(before)
+	tests := []struct {
+		name      string
+		got, want float64
+	}{
+		{"count", d.count, 100},
+		{"p50 in the first bucket", d.quantile(0.5), 0.0001},
+		{"p99 in the second", d.quantile(0.99), 0.0002},
+		{"p99.9 past the last bound", d.quantile(0.999), math.Inf(1)},
+		{"mean", math.Round(d.mean()*1e6) / 1e6, 0.0002},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	if got := d.String(); !strings.Contains(got, "p50 ≤ 0.1 ms") || !strings.Contains(got, "(100)") {
+		t.Errorf("String() = %q", got)
+	}
+	if _, err := parseHistogram(strings.NewReader("other_metric 1\n"), commitWaitMetric); err == nil {
+		t.Error("a scrape without the histogram was read")
+	}
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

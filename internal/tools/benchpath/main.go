@@ -78,6 +78,17 @@ type options struct {
 	bound                        time.Duration
 	profileRate                  float64
 	seed                         uint64
+	// syncInterval is serve's nats.sync_interval; empty: its default,
+	// always (an fsync before every JetStream ack, docs/architecture.md §6).
+	syncInterval string
+}
+
+// syncText names serve's sync_interval.
+func (o options) syncText() string {
+	if o.syncInterval == "" {
+		return "always, the default"
+	}
+	return o.syncInterval
 }
 
 func main() {
@@ -92,6 +103,7 @@ func main() {
 	flag.DurationVar(&o.bound, "p99", 25*time.Millisecond, "the P99 a sustained rate must keep")
 	flag.Float64Var(&o.profileRate, "profile-rate", 0, "rate of the profiled load (0: the highest hedgerow sustained)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and of the target coin")
+	flag.StringVar(&o.syncInterval, "sync-interval", "", "serve's nats.sync_interval (default: always, every JetStream write fsynced before its ack); e.g. 2m to see what the fsyncs cost")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-path:", err)
@@ -187,7 +199,7 @@ func (b *bench) startParts(ctx context.Context, cancel context.CancelCauseFunc) 
 		return err
 	}
 	cfg := filepath.Join(b.dir, "serve.yaml")
-	if err := os.WriteFile(cfg, []byte(serveConfig(b.dir, addr(ports[2]), addr(ports[3]), b.fakeURL, b.raceURL)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(serveConfig(b.dir, addr(ports[2]), addr(ports[3]), b.fakeURL, b.raceURL, b.o.syncInterval)), 0o600); err != nil {
 		return fmt.Errorf("serve configuration: %w", err)
 	}
 	if b.serve, err = b.ps.start(b.dir, "serve", b.o.hedgerow, "serve", "--config", cfg, "--log-level", "warn"); err != nil {
@@ -232,13 +244,18 @@ const (
 // dir), the internal listener with pprof, pool general on two routes to
 // the instant fake under the default policy, and pool race on two routes
 // to the race fake under policy race, which hedges every group after
-// raceHedgeDelay and never counts a hedge against a budget.
-func serveConfig(dir, listen, internal, fakeURL, raceURL string) string {
+// raceHedgeDelay and never counts a hedge against a budget. syncInterval,
+// when set, is its nats.sync_interval.
+func serveConfig(dir, listen, internal, fakeURL, raceURL, syncInterval string) string {
+	sync := ""
+	if syncInterval != "" {
+		sync = fmt.Sprintf("  sync_interval: %q\n", syncInterval)
+	}
 	return fmt.Sprintf(`# make bench-path: serve in front of the instant fake (pool general,
 # default policy) and the race fake (pool race, policy race).
 nats:
   store_dir: %q
-http:
+%shttp:
   listen: %q
   internal_listen: %q
   pprof: true
@@ -259,7 +276,7 @@ policies:
     delay: {min: %s, max: %s, initial: %s}
     duplicate_rate: {ceiling: 1, burst_window: 0, reserve: {burst: 1000000, per_minute: 1000000}}
     guardrail: {enabled: false}
-`, filepath.Join(dir, "nats"), listen, internal, fakeURL+"/v1", fakeURL+"/v1", raceURL+"/v1", raceURL+"/v1",
+`, filepath.Join(dir, "nats"), sync, listen, internal, fakeURL+"/v1", fakeURL+"/v1", raceURL+"/v1", raceURL+"/v1",
 		raceHedgeDelay, raceHedgeDelay, raceHedgeDelay)
 }
 
@@ -271,8 +288,8 @@ func (b *bench) header() {
 	}
 	fmt.Fprintf(b.w, "hedgerow bench-path (%s run), %s, %d CPUs, GOMAXPROCS %d; load average at start %s\n",
 		mode, time.Now().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg())
-	fmt.Fprintf(b.w, "parts: fakellm --instant 20 (pid %d) · serve, 2 routes on it, pprof on its internal listener (pid %d) · proxyfloor in front of the same fake (pid %d) · race fake, first token after %v, hedge after %v (pid %d)\n\n",
-		b.fake.pid(), b.serve.pid(), b.proxy.pid(), raceFirstToken, raceHedgeDelay, b.race.pid())
+	fmt.Fprintf(b.w, "parts: fakellm --instant 20 (pid %d) · serve, 2 routes on it, pprof on its internal listener, nats.sync_interval %s (pid %d) · proxyfloor in front of the same fake (pid %d) · race fake, first token after %v, hedge after %v (pid %d)\n\n",
+		b.fake.pid(), b.o.syncText(), b.serve.pid(), b.proxy.pid(), raceFirstToken, raceHedgeDelay, b.race.pid())
 }
 
 // step prints a line of progress, stamped with the time and load average.

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type loadRun struct {
 	targets    []loadgen.TargetReport
 	capDelayed int
 	cpu        map[string]time.Duration // by part, over the measured window
+	// commitWait is serve's wait for its commit records' acks over the
+	// measured window (nil when hedgerow was not a target).
+	commitWait *histogram
 	elapsed    time.Duration
 	load       string // load average at its end
 }
@@ -101,6 +105,15 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	withHedgerow := slices.ContainsFunc(ts, func(t target) bool { return t.name == nameHedgerow })
+	metrics := b.internalURL + "/metrics"
+	var before histogram
+	if withHedgerow {
+		var err error
+		if before, err = scrapeHistogram(ctx, metrics, commitWaitMetric); err != nil {
+			return nil, err
+		}
+	}
 	meter, err := newCPUMeter(map[string]int{"serve": b.serve.pid(), "proxyfloor": b.proxy.pid(), "fakellm": b.fake.pid()})
 	if err != nil {
 		return nil, err
@@ -112,6 +125,14 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 	out := &loadRun{rate: rate, capDelayed: sum.CapDelayed, elapsed: sum.Elapsed, load: loadAvg()}
 	if out.cpu, err = meter.spent(); err != nil {
 		return nil, err
+	}
+	if withHedgerow {
+		after, err := scrapeHistogram(ctx, metrics, commitWaitMetric)
+		if err != nil {
+			return nil, err
+		}
+		wait := after.minus(before)
+		out.commitWait = &wait
 	}
 	for i, t := range ts {
 		r := loadgen.TargetOf(sum, i, stream)
@@ -171,6 +192,7 @@ func (b *bench) latency(ctx context.Context) (*loadRun, error) {
 		b.step("  %-8s %6d requests, %d errors, %d hedged: p50 %.3f p99 %.3f p99.9 %.3f max %.3f ms", t.Name, t.Requests, t.Errors, t.Hedged,
 			t.Latency.P50, t.Latency.P99, t.Latency.P999, t.Latency.Max)
 	}
+	b.step("  hedgerow's commit records, each answer waiting for its ack: %v", r.commitWait)
 	if err := failures(r); err != nil {
 		b.step("  %v", err) // reported, not fatal: the table counts them
 	}
@@ -238,6 +260,9 @@ func (b *bench) throughput(ctx context.Context, stream bool) (*searchResult, err
 			b.step("  %-8s %6g/s: %6d requests, %d errors, %d held back: p50 %.3f p99 %.3f p99.9 %.3f ms; cpu %s %.3f ms/request, fakellm %.3f, bench %.3f — %s",
 				sr.t.name, rate, t.Requests, t.Errors, r.capDelayed, t.Latency.P50, t.Latency.P99, t.Latency.P999,
 				sr.part, ms(r.cpuPerRequest(sr.part, t.Requests)), ms(r.cpuPerRequest("fakellm", t.Requests)), ms(r.cpuPerRequest("bench", t.Requests)), why)
+			if r.commitWait != nil {
+				b.step("    commit records' acks: %v", r.commitWait)
+			}
 			if err := failures(r); err != nil {
 				b.step("    %v", err)
 			}
@@ -474,8 +499,8 @@ func (b *bench) profile(ctx context.Context, rate float64) (*profileResult, erro
 	}
 	res.run = l.r
 	t := l.r.targets[0]
-	b.step("  hedgerow %d requests, %d errors: p50 %.3f p99 %.3f ms; serve %.3f ms CPU/request (the profiler's own cost included)",
-		t.Requests, t.Errors, t.Latency.P50, t.Latency.P99, ms(l.r.cpuPerRequest("serve", t.Requests)))
+	b.step("  hedgerow %d requests, %d errors: p50 %.3f p99 %.3f ms; serve %.3f ms CPU/request (the profiler's own cost included); commit records' acks %v",
+		t.Requests, t.Errors, t.Latency.P50, t.Latency.P99, ms(l.r.cpuPerRequest("serve", t.Requests)), l.r.commitWait)
 	var err error
 	if res.flat, err = b.pprofTop(ctx, res.file, false); err != nil {
 		return nil, err

@@ -69,6 +69,9 @@ func (s *summary) write(w io.Writer, o options) error {
 		fmt.Fprintf(tw, "  the fake's CPU per request it served: %.3f ms; the load generator's: %.3f ms\n",
 			ms(l.cpuPerRequest("fakellm", fakeReqs)), ms(l.cpuPerRequest("bench", d.Requests+h.Requests+p.Requests)))
 		fmt.Fprintf(tw, "  CPU per second unloaded, included above: serve %.1f ms, proxyfloor %.1f ms\n", ms(s.idle["serve"]), ms(s.idle["proxyfloor"]))
+		if l.commitWait != nil {
+			fmt.Fprintf(tw, "  hedgerow's answers each waited for their commit record's ack (sync_interval %s): %v\n", o.syncText(), l.commitWait)
+		}
 	}
 	if len(s.throughput) > 0 {
 		fmt.Fprintf(tw, "\nhighest open-loop rate with p99 ≤ %v (no errors, none held back), by step search\n", o.bound)

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// commitWaitMetric is serve's histogram of the wait for the records
+// stream's ack of a committed group's record, which every answer waits
+// for (internal/adapters/records): with sync_interval always, an fsync on
+// the request path.
+const commitWaitMetric = "hedgerow_records_commit_publish_seconds"
+
+// histogram is a Prometheus histogram as its text exposition gives it:
+// cumulative bucket counts by upper bound (seconds), sum and count.
+type histogram struct {
+	les    []float64 // ascending, +Inf last
+	counts []float64 // cumulative, per le
+	sum    float64
+	count  float64
+}
+
+// parseHistogram reads the unlabelled histogram name from a Prometheus
+// text exposition.
+func parseHistogram(r io.Reader, name string) (histogram, error) {
+	var h histogram
+	found := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, value, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(key, name) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return histogram{}, fmt.Errorf("metric %s: %q: %w", name, line, err)
+		}
+		switch rest := key[len(name):]; {
+		case rest == "_sum":
+			h.sum, found = v, true
+		case rest == "_count":
+			h.count, found = v, true
+		case strings.HasPrefix(rest, `_bucket{le="`) && strings.HasSuffix(rest, `"}`):
+			le, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(rest, `_bucket{le="`), `"}`), 64)
+			if err != nil {
+				return histogram{}, fmt.Errorf("metric %s: bucket %q: %w", name, rest, err)
+			}
+			h.les, h.counts, found = append(h.les, le), append(h.counts, v), true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return histogram{}, fmt.Errorf("metric %s: %w", name, err)
+	}
+	if !found {
+		return histogram{}, fmt.Errorf("metric %s: not exported", name)
+	}
+	if !slices.IsSorted(h.les) {
+		return histogram{}, fmt.Errorf("metric %s: buckets out of order", name)
+	}
+	return h, nil
+}
+
+// minus is what h counted since o (an earlier scrape of the same series).
+func (h histogram) minus(o histogram) histogram {
+	out := histogram{les: h.les, counts: make([]float64, len(h.counts)), sum: h.sum - o.sum, count: h.count - o.count}
+	for i := range h.counts {
+		out.counts[i] = h.counts[i]
+		if i < len(o.counts) {
+			out.counts[i] -= o.counts[i]
+		}
+	}
+	return out
+}
+
+// quantile is the upper bound of the bucket holding the q quantile (in
+// seconds; +Inf past the last finite bound, NaN with no observation).
+func (h histogram) quantile(q float64) float64 {
+	if h.count <= 0 {
+		return math.NaN()
+	}
+	for i, c := range h.counts {
+		if c >= q*h.count {
+			return h.les[i]
+		}
+	}
+	return math.Inf(1)
+}
+
+// mean is sum over count, in seconds (NaN with no observation).
+func (h histogram) mean() float64 {
+	if h.count <= 0 {
+		return math.NaN()
+	}
+	return h.sum / h.count
+}
+
+// String reads "p50 ≤ 0.4 ms, p99 ≤ 6.4 ms, mean 0.61 ms (10017)".
+func (h histogram) String() string {
+	if h.count <= 0 {
+		return "none"
+	}
+	bound := func(q float64) string {
+		v := h.quantile(q)
+		if math.IsInf(v, 1) {
+			return fmt.Sprintf("> %g ms", 1000*h.les[len(h.les)-2])
+		}
+		return fmt.Sprintf("≤ %g ms", 1000*v)
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, mean %.3f ms (%.0f)", bound(0.5), bound(0.99), 1000*h.mean(), h.count)
+}
+
+// scrapeHistogram reads histogram name from the metrics at url.
+func scrapeHistogram(ctx context.Context, url, name string) (histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return histogram{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return histogram{}, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return histogram{}, fmt.Errorf("scrape %s: %d", url, resp.StatusCode)
+	}
+	return parseHistogram(resp.Body, name)
+}
