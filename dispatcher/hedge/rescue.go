@@ -1,6 +1,8 @@
 package hedge
 
 import (
+	"slices"
+
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -52,9 +54,13 @@ func (g *Group) askRescue() {
 	g.rescues++
 	g.askPending = true
 	g.askRole = schemas.RoleContinuation
-	// Not the routes that broke this stream; a route that lost the race
-	// to commit is as good as any.
-	g.emit(AskHedgeBudget{Attempt: len(g.attempts) + 1, Role: schemas.RoleContinuation, Exclude: g.brokenRoutes})
+	// Not the routes that broke or stall this stream; a route that lost
+	// the race to commit is as good as any.
+	exclude := slices.Clone(g.brokenRoutes)
+	if s := g.attempt(g.streamer); !slices.Contains(exclude, s.route) {
+		exclude = append(exclude, s.route)
+	}
+	g.emit(AskHedgeBudget{Attempt: len(g.attempts) + 1, Role: schemas.RoleContinuation, Exclude: exclude})
 }
 
 // onRescueBudget launches the continuation the budget granted, unless the

@@ -133,8 +133,8 @@ func TestRescueAStalledStreamerThatResumesFirstKeepsTheStream(t *testing.T) {
 	h.at(200, Progress{Attempt: 1, Tokens: 2, FirstToken: true, Valid: true})
 	// The stall timer was armed for the last token: 200ms + 500ms.
 	acts := h.at(700, TimerFired{Kind: TimerStall, Attempt: 1})
-	if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleContinuation {
-		t.Fatalf("a streamer silent for the stall bound asked %v, want a continuation", acts)
+	if ask, ok := find[AskHedgeBudget](acts); !ok || ask.Role != schemas.RoleContinuation || !slices.Equal(ask.Exclude, []string{"a"}) {
+		t.Fatalf("a streamer silent for the stall bound asked %v, want a continuation on another route than the stalled one", acts)
 	}
 	if len(cancelsOf(acts, 1)) != 0 {
 		t.Fatal("the stalled streamer was cancelled: it keeps its chance")
