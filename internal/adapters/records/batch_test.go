@@ -79,15 +79,18 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	// Batch 2, g-1's commit, is held in flight; meanwhile g-2's commit and
 	// two records are queued.
 	c1, c2 := make(chan error, 1), make(chan error, 1)
-	go func() { c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupCommitted, "g-1", 0, "one")) }()
+	go func() {
+		c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupCommitted, "g-1", 0, "one"))
+	}()
 	if seq := <-entered; seq != 2 {
 		t.Fatalf("batch %d held, want 2", seq)
 	}
-	go func() { c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), "", rec(schemas.EventGroupCommitted, "g-2", 0, "two")) }()
+	go func() {
+		c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), "", rec(schemas.EventGroupCommitted, "g-2", 0, "two"))
+	}()
 	p.Publish(schemas.StoredAttemptSubject("g-1", 1), "", rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
 	p.Publish(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupComplete, "g-1", 0, "final"))
-	// g-2's commit is queued once Flush counts four records behind batch 2's one.
-	waitQueued(t, p, reg)
+	waitQueued(t, p)
 	close(release[2])
 	if err := <-c1; err != nil {
 		t.Fatalf("g-1's commit: %v", err)
@@ -128,9 +131,10 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 }
 
 // waitQueued waits until the publisher holds four records beyond what it
-// acknowledged: batch 2's in flight and three queued. It reads the queue
-// through Flush with an expired context: nothing is slept on.
-func waitQueued(t *testing.T, p *records.Publisher, _ *prometheus.Registry) {
+// acknowledged: batch 2's in flight and three queued (g-2's commit is
+// queued by its goroutine). It polls the publisher's own count, yielding;
+// nothing is slept on.
+func waitQueued(t *testing.T, p *records.Publisher) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for records.Unsettled(p) < 4 {
