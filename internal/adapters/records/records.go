@@ -1,10 +1,13 @@
 // Package records keeps hedgerow's sanitized records (docs/architecture.md
 // §9) in a JetStream stream: one record per attempt and one per group, and
-// one per commit a takeover superseded, the subject naming which
+// one per commit a takeover superseded, the logical subject naming which
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject,
-// schemas.StoredSupersededSubject), at most one message per subject,
-// deduplicated by message id. A gateway whose NATS has no JetStream keeps
-// serving; its records are then the live core-NATS ones only.
+// schemas.StoredSupersededSubject). Records are published in batches
+// (group commit, Publisher), one JetStream message of JSON lines each; a
+// reader (Reader.Kept) splits them and keeps the latest record of each
+// logical subject, as a stream holding one message per subject did. A
+// gateway whose NATS has no JetStream keeps serving; its records are then
+// the live core-NATS ones only.
 package records
 
 import (
@@ -223,7 +226,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 func (p *Publisher) Keeps() bool { return p != nil && p.js != nil }
 
 // Publish queues data for the stream, kept as subject's record, without
-// waiting for its ack. Past MaxPending records queued or in flight, it is
+// waiting for its ack. data is held until its batch is sent: the caller
+// must not change it. Past MaxPending records queued or in flight, it is
 // dropped and counted. id, the record's own message id before batches,
 // names it in no batch: a batch's id deduplicates a retried batch.
 func (p *Publisher) Publish(subject, id string, data []byte) {
