@@ -114,7 +114,7 @@ func (r Reader) stream() string {
 // hedge_group_complete record replacing its hedge_group_committed one). It
 // stops at the last message kept when it started, so a busy stream cannot
 // keep it reading; it reads with an ordered consumer that is gone when it
-// returns. Limit bounds the records read.
+// returns. Limit bounds the records it keeps (one a logical subject).
 func (r Reader) Kept(ctx context.Context, since time.Time) ([]Kept, error) {
 	if r.JS == nil {
 		return nil, fmt.Errorf("%w: NATS has no JetStream", report.ErrNotKept)
@@ -169,7 +169,7 @@ func (r Reader) Kept(ctx context.Context, since time.Time) ([]Kept, error) {
 				}
 				return nil, fmt.Errorf("records: %s message %d: %w", stream, seq, err)
 			}
-			if r.Limit > 0 && l.read > r.Limit {
+			if r.Limit > 0 && len(l.at) > r.Limit {
 				return nil, fmt.Errorf("%w: more than %d records, the limit", report.ErrTooMany, r.Limit)
 			}
 		}
@@ -190,9 +190,8 @@ func (r Reader) Kept(ctx context.Context, since time.Time) ([]Kept, error) {
 // latest keeps, of the records read in stream order, the latest of each
 // logical subject.
 type latest struct {
-	all  []Kept // in stream order; a replaced one's Data is nil
-	at   map[string]int
-	read int // records read, replaced ones too
+	all []Kept         // in stream order; a replaced one's Data is nil
+	at  map[string]int // logical subject → its latest in all
 }
 
 // message adds a message on subject: a batch's records (under
@@ -221,7 +220,6 @@ func (l *latest) add(subject string, data []byte) {
 	if l.at == nil {
 		l.at = map[string]int{}
 	}
-	l.read++
 	if i, ok := l.at[subject]; ok {
 		l.all[i].Data = nil
 	}
