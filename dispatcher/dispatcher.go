@@ -94,10 +94,11 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Recorder keeps records, each under its own subject
+// Recorder keeps records, each under its own logical subject
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject) and message id.
-// internal/adapters/records.Publisher is one; it keeps them under its
-// region's prefix (schemas.Wire.StoredSubject).
+// internal/adapters/records.Publisher is one; it keeps them in batches
+// under its region's prefix (schemas.Wire.StoredSubject), and holds data
+// until its batch is sent: data must not change after the call.
 type Recorder interface {
 	// Publish queues a record without waiting for it to be kept.
 	Publish(subject, id string, data []byte)

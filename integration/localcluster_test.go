@@ -80,17 +80,13 @@ func TestLocalClusterAnswersAndKeepsItsRecordThenStopsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, records.DefaultStream)
-	if err != nil {
-		t.Fatalf("records stream: %v", err)
-	}
-	msg, err := st.GetLastMsgForSubject(ctx, schemas.StoredGroupSubject(gv.Group))
-	if err != nil {
+	data, found, err := records.Reader{JS: js, Stream: records.DefaultStream}.Last(ctx, schemas.StoredGroupSubject(gv.Group))
+	if err != nil || !found {
 		t.Fatalf("the answered group %s has no record: %v", gv.Group, err)
 	}
 	var rec schemas.GroupRecord
-	if err := json.Unmarshal(msg.Data, &rec); err != nil || rec.HedgeGroupID != gv.Group || rec.Outcome != schemas.GroupCommitted {
-		t.Fatalf("group record %s (%v); want committed group %s", msg.Data, err, gv.Group)
+	if err := json.Unmarshal(data, &rec); err != nil || rec.HedgeGroupID != gv.Group || rec.Outcome != schemas.GroupCommitted {
+		t.Fatalf("group record %s (%v); want committed group %s", data, err, gv.Group)
 	}
 	nc.Close()
 

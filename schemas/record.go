@@ -28,9 +28,10 @@ const (
 	EventGroupSuperseded = "hedge_group_superseded"
 )
 
-// StoredRecordPrefix heads the subjects records are kept on, one subject
-// per attempt and per group, so a stream keeping one message per subject
-// holds exactly one record of each (docs/architecture.md §8, §9).
+// StoredRecordPrefix heads the subjects records are kept on: one logical
+// subject per attempt and per group, of which a reader keeps the latest
+// record, whether the record came in a batch message or on that subject
+// itself (docs/architecture.md §8, §9).
 const StoredRecordPrefix = "hedgerow.records."
 
 // StoredGroupSubject is the subject group's record is kept on, and

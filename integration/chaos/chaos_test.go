@@ -499,29 +499,22 @@ type keptCommits struct {
 func readCommitted(ctx context.Context, js jetstream.JetStream, ua map[string]string) (keptCommits, error) {
 	k := keptCommits{committed: map[string]map[string]bool{}, detail: map[string]string{},
 		superseded: map[string]bool{}, seen: map[string]bool{}}
-	cons, err := js.OrderedConsumer(ctx, records.DefaultStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.StoredRecordPrefix + "group.>", schemas.StoredRecordPrefix + "superseded.>"},
-		DeliverPolicy:  jetstream.DeliverAllPolicy})
+	// Read as every reader reads them: batches split, each subject's
+	// latest record (docs/architecture.md §9).
+	kept, err := records.Reader{JS: js, Stream: records.DefaultStream}.Kept(ctx, time.Time{})
 	if err != nil {
 		return keptCommits{}, err
 	}
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return keptCommits{}, err
-		}
-		if info.NumPending == 0 {
-			return k, nil
-		}
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return keptCommits{}, err
-		}
-		for msg := range batch.Messages() {
+	{
+		for _, msg := range kept {
+			if !strings.HasPrefix(msg.Subject, schemas.StoredRecordPrefix+"group.") &&
+				!strings.HasPrefix(msg.Subject, schemas.StoredRecordPrefix+"superseded.") {
+				continue
+			}
 			// A superseded record carries the fields read here too: its
 			// group is the one it marks.
 			var r schemas.GroupRecord
-			if json.Unmarshal(msg.Data(), &r) != nil {
+			if json.Unmarshal(msg.Data, &r) != nil {
 				continue
 			}
 			if _, ours := ua[r.UserActionID]; !ours {
@@ -544,10 +537,8 @@ func readCommitted(ctx context.Context, js jetstream.JetStream, ua map[string]st
 					r.HedgeGroupID, r.Event, r.ErrorCode, r.Attempts, r.WinnerAttempt, r.WinnerRoute, r.GateEpoch, r.CommittedUnixMs, r.Stream, r.Supersedes)
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, errNoMessages) {
-			return keptCommits{}, err
-		}
 	}
+	return k, nil
 }
 
 // table is the phase's report.

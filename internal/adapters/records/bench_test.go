@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/arbiter/sharedgate"
@@ -149,4 +150,62 @@ func groupRecordBytes(b *testing.B) []byte {
 		b.Fatal(err)
 	}
 	return data
+}
+
+// BenchmarkConcurrentGroups keeps the records of groups as concurrent
+// dispatchers do — per group an awaited commit record, then its attempt's
+// and its final record without waiting — from 32 goroutines, with
+// `sync_interval: always`: the commits' waits and how many records each
+// batch message carried (group commit, docs/architecture.md §9).
+//
+//	go test ./internal/adapters/records/ -run '^$' -bench ConcurrentGroups -benchtime 4000x
+func BenchmarkConcurrentGroups(b *testing.B) {
+	const workers = 32
+	srv := natstest.Start(b, natstest.JetStream(b.TempDir()), natstest.SyncAlways())
+	nc := natstest.Connect(b, srv)
+	reg := prometheus.NewRegistry()
+	p, err := records.Open(context.Background(), nc, records.Options{Stream: "bench_records", MaxAge: time.Hour,
+		MaxBytes: 1 << 30, Replicas: 1, Duplicates: time.Minute, MaxPending: 4096, CommitTimeout: 5 * time.Second}, reg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := groupRecordBytes(b)
+	commits := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < b.N; i += workers {
+				g := fmt.Sprintf("bench-%d-%d", b.N, i)
+				began := time.Now()
+				if err := p.Commit(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupCommitted), data); err != nil {
+					b.Errorf("commit record %d: %v", i, err)
+					return
+				}
+				commits[i] = time.Since(began)
+				p.Publish(schemas.StoredAttemptSubject(g, 1), schemas.StoredAttemptID(g, 1), data)
+				p.Publish(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupComplete), data)
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	slices.Sort(commits)
+	b.ReportMetric(float64(commits[len(commits)/2].Microseconds()), "commit-p50-µs")
+	b.ReportMetric(float64(commits[len(commits)*99/100].Microseconds()), "commit-p99-µs")
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "hedgerow_records_batch_records" {
+			h := mf.GetMetric()[0].GetHistogram()
+			b.ReportMetric(h.GetSampleSum()/float64(max(h.GetSampleCount(), 1)), "records/batch")
+		}
+	}
 }

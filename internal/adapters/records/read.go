@@ -1,10 +1,12 @@
 package records
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,20 +72,57 @@ func (p *Publisher) Reader() Reader {
 	return Reader{JS: p.js, Stream: p.cfg.Stream, Region: p.cfg.Region}
 }
 
+// Kept is one record as the stream keeps it: its logical subject (the
+// zero Wire's, as the dispatcher names it: schemas.StoredGroupSubject and
+// the like) and its bytes.
+type Kept struct {
+	Subject string
+	Data    []byte
+}
+
 // Records reads every record kept from since on (the stream's time of the
 // message; zero reads all), then keeps the groups whose own event_time is
-// from since on and their attempts (report.Records.Since). It stops at the
-// last record kept when it started, so a busy stream cannot keep it
-// reading; it reads with an ordered consumer that is gone when it returns.
+// from since on and their attempts (report.Records.Since). It reads what
+// Kept reads.
 func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, error) {
+	kept, err := r.Kept(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	out := &report.Records{}
+	for _, k := range kept {
+		if _, err := out.Add(k.Data); err != nil {
+			return nil, fmt.Errorf("records: %s record on %s: %w", r.stream(), k.Subject, err)
+		}
+	}
+	return out.Since(since), nil
+}
+
+func (r Reader) stream() string {
+	if r.Stream == "" {
+		return DefaultStream
+	}
+	return r.Stream
+}
+
+// Kept reads every record kept from since on (the stream's time of the
+// message; zero reads all): a batch message (BatchSubject) split into its
+// records, a record's own message (a stream an older gateway wrote) as it
+// is. Of the records of one logical subject (SubjectAndID) it keeps the
+// latest in stream order, at its place in that order: what a stream keeping
+// one message per subject held before batches (a group's
+// hedge_group_complete record replacing its hedge_group_committed one). It
+// stops at the last message kept when it started, so a busy stream cannot
+// keep it reading; it reads with an ordered consumer that is gone when it
+// returns. Limit bounds the records it keeps (one a logical subject).
+func (r Reader) Kept(ctx context.Context, since time.Time) ([]Kept, error) {
 	if r.JS == nil {
 		return nil, fmt.Errorf("%w: NATS has no JetStream", report.ErrNotKept)
 	}
-	stream := r.Stream
-	if stream == "" {
-		stream = DefaultStream
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.RegionWire(r.Region).StoredRecordPrefix() + ">"}}
+	stream := r.stream()
+	prefix := schemas.RegionWire(r.Region).StoredRecordPrefix()
+	batchPrefix := prefix + BatchToken + "."
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{prefix + ">"}}
 	if !since.IsZero() {
 		// A record is published after its event: starting at since misses none.
 		start := since
@@ -108,11 +147,11 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 		defer cancel()
 		_ = r.JS.DeleteConsumer(dctx, stream, info.Name)
 	}()
-	out := &report.Records{}
 	pending := info.NumPending
 	if r.Limit > 0 && pending > uint64(r.Limit) {
 		return nil, fmt.Errorf("%w: %d records, the limit is %d", report.ErrTooMany, pending, r.Limit)
 	}
+	var l latest
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, readBatch)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -122,13 +161,16 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 		for msg := range batch.Messages() {
 			got++
 			pending--
-			if _, err := out.Add(msg.Data()); err != nil {
+			if err := l.message(msg.Subject(), prefix, batchPrefix, msg.Data()); err != nil {
 				meta, _ := msg.Metadata()
 				seq := uint64(0)
 				if meta != nil {
 					seq = meta.Sequence.Stream
 				}
 				return nil, fmt.Errorf("records: %s message %d: %w", stream, seq, err)
+			}
+			if r.Limit > 0 && len(l.at) > r.Limit {
+				return nil, fmt.Errorf("%w: more than %d records, the limit", report.ErrTooMany, r.Limit)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -142,5 +184,71 @@ func (r Reader) Records(ctx context.Context, since time.Time) (*report.Records, 
 			return nil, fmt.Errorf("records: read %s: %w", stream, err)
 		}
 	}
-	return out.Since(since), nil
+	return l.kept(), nil
+}
+
+// latest keeps, of the records read in stream order, the latest of each
+// logical subject.
+type latest struct {
+	all []Kept         // in stream order; a replaced one's Data is nil
+	at  map[string]int // logical subject → its latest in all
+}
+
+// message adds a message on subject: a batch's records (under
+// batchPrefix), or one record kept on its own subject (under prefix).
+func (l *latest) message(subject, prefix, batchPrefix string, data []byte) error {
+	if !strings.HasPrefix(subject, batchPrefix) {
+		rest, _ := strings.CutPrefix(subject, prefix)
+		l.add(schemas.StoredRecordPrefix+rest, data)
+		return nil
+	}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			continue
+		}
+		logical, _, _, err := SubjectAndID(line)
+		if err != nil {
+			return fmt.Errorf("batch %s: %w", subject, err)
+		}
+		l.add(logical, line)
+	}
+	return nil
+}
+
+func (l *latest) add(subject string, data []byte) {
+	if l.at == nil {
+		l.at = map[string]int{}
+	}
+	if i, ok := l.at[subject]; ok {
+		l.all[i].Data = nil
+	}
+	l.at[subject] = len(l.all)
+	l.all = append(l.all, Kept{Subject: subject, Data: data})
+}
+
+func (l *latest) kept() []Kept {
+	out := l.all[:0]
+	for _, k := range l.all {
+		if k.Data != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Last is the latest record kept as subject's (the zero Wire's logical
+// subject, schemas.StoredGroupSubject and the like), read as Kept reads
+// them; found is false when none is kept.
+func (r Reader) Last(ctx context.Context, subject string) (data []byte, found bool, err error) {
+	kept, err := r.Kept(ctx, time.Time{})
+	if err != nil {
+		return nil, false, err
+	}
+	for i := len(kept) - 1; i >= 0; i-- {
+		if kept[i].Subject == subject {
+			return kept[i].Data, true, nil
+		}
+	}
+	return nil, false, nil
 }

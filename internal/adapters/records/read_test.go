@@ -88,7 +88,7 @@ func TestASupersededRecordIsKeptBesideTheOrphansRecordAndReadBackApart(t *testin
 		t.Fatal(err)
 	}
 	var orphan schemas.GroupRecord
-	if err := json.Unmarshal(lastRecord(t, js, testConfig().Stream, schemas.StoredGroupSubject(reporttest.Orphan)).Data, &orphan); err != nil ||
+	if err := json.Unmarshal(lastRecord(t, js, testConfig().Stream, schemas.StoredGroupSubject(reporttest.Orphan)), &orphan); err != nil ||
 		orphan.Event != schemas.EventGroupCommitted {
 		t.Fatalf("the orphan's record %+v (%v); want its committed record, kept", orphan, err)
 	}

@@ -1,18 +1,27 @@
 // Package records keeps hedgerow's sanitized records (docs/architecture.md
 // §9) in a JetStream stream: one record per attempt and one per group, and
-// one per commit a takeover superseded, the subject naming which
+// one per commit a takeover superseded, the logical subject naming which
 // (schemas.StoredGroupSubject, schemas.StoredAttemptSubject,
-// schemas.StoredSupersededSubject), at most one message per subject,
-// deduplicated by message id. A gateway whose NATS has no JetStream keeps
-// serving; its records are then the live core-NATS ones only.
+// schemas.StoredSupersededSubject). Records are published in batches
+// (group commit, Publisher), one JetStream message of JSON lines each; a
+// reader (Reader.Kept) splits them and keeps the latest record of each
+// logical subject, as a stream holding one message per subject did. A
+// gateway whose NATS has no JetStream keeps serving; its records are then
+// the live core-NATS ones only.
 package records
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,15 +78,27 @@ func (c Options) StreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// Publisher publishes records to the stream. Its methods never block longer
-// than their bound; failures are counted and logged at most once a
-// logInterval. The zero-JetStream case (Open found none) publishes nothing.
+// Publisher publishes records to the stream, in batches (group commit):
+// the records handed to Publish and Commit are queued, and while no batch is
+// in flight the queue goes out at once as one message, so an idle gateway
+// adds no wait; while one is in flight, records accumulate and go out
+// together when its ack returns, at most maxBatchRecords records and the
+// server's max payload a message. A batch message is kept on a subject of
+// its own (BatchSubject), its message id the publisher's id and the batch's
+// sequence, its body the records as JSON lines; the Reader splits it again.
+// Its methods never block longer than their bound; failures are counted and
+// logged at most once a logInterval. The zero-JetStream case (Open found
+// none) publishes nothing.
 type Publisher struct {
 	js       jetstream.JetStream // nil: no JetStream, records are not kept
 	cfg      Options
 	log      *slog.Logger
 	failures *prometheus.CounterVec
 	commits  prometheus.Histogram
+	batches  prometheus.Histogram
+	// id names the publisher's batches (BatchSubject, their message ids).
+	id       string
+	maxBytes int // a batch's body bound, under the server's max payload
 
 	mu      sync.Mutex
 	lastLog time.Time
@@ -85,7 +106,47 @@ type Publisher struct {
 	// published without waiting, so a stream that is down delays answers
 	// once per commitBackoff, not every one.
 	unawaitedUntil time.Time
+
+	// The batcher, under bmu: the records waiting for the next batch, the
+	// records of the batch in flight, whether one is, its sequence, how
+	// many records were queued and how many of them settled (acked or
+	// failed), and the Flush callers waiting for theirs to settle.
+	bmu      sync.Mutex
+	queue    []*queued
+	inFlight int
+	sending  bool
+	seq      uint64
+	queued   uint64
+	settled  uint64
+	flushes  []flushWait
+	// beforeBatch, when set (tests), runs before batch seq of n records
+	// is published.
+	beforeBatch func(seq uint64, n int)
 }
+
+// flushWait is a Flush waiting until the first n records queued settled.
+type flushWait struct {
+	n    uint64
+	done chan struct{}
+}
+
+// queued is one record waiting for its batch; done (a commit's) receives
+// its batch's outcome.
+type queued struct {
+	subject string
+	data    []byte
+	done    chan error
+	// accounted: the record's failure was counted, by its commit's
+	// timeout or by its batch's failure, once.
+	accounted atomic.Bool
+}
+
+// maxBatchRecords bounds the records of one batch message.
+const maxBatchRecords = 1024
+
+// batchHeadroom is kept free of a batch's body under the server's max
+// payload, for the message's headers.
+const batchHeadroom = 4 << 10
 
 // commitBackoff is how long commits are not waited for after one failed.
 const commitBackoff = 5 * time.Second
@@ -97,6 +158,16 @@ var ErrNotAwaited = errors.New("records: the stream failed a recent commit; this
 // logInterval bounds how often publication failures are logged.
 const logInterval = 10 * time.Second
 
+// BatchToken is the subject token after the region's stored-record prefix
+// that marks a batch message (BatchSubject): no record subject has it
+// (schemas.StoredGroupSubject and the like).
+const BatchToken = "batch"
+
+// BatchSubject is where the publisher id's batch seq is kept in region.
+func BatchSubject(region, id string, seq uint64) string {
+	return schemas.RegionWire(region).StoredRecordPrefix() + BatchToken + "." + id + "." + strconv.FormatUint(seq, 10)
+}
+
 // Open creates or updates the stream on nc's JetStream. A server without
 // JetStream is logged once and yields a Publisher that keeps nothing; any
 // other failure is returned.
@@ -104,7 +175,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Publisher{cfg: cfg, log: log,
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	p := &Publisher{cfg: cfg, log: log, id: hex.EncodeToString(idb[:]),
+		maxBytes: max(int(nc.MaxPayload())-batchHeadroom, 1<<10),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hedgerow_records_publish_failures_total",
 			Help: "Records the stream did not acknowledge, by reason (dropped: pending bound reached; error: refused or timed out).",
@@ -114,15 +188,16 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 			Help:    "Wait for the stream's ack of a committed group's record before its answer is handed over.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hedgerow_records_batch_records",
+			Help:    "Records per batch message published to the records stream (group commit, docs/architecture.md §9).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
 	}
 	// Both reasons exist from the start at 0 (docs/architecture.md §9).
 	p.failures.WithLabelValues("dropped")
 	p.failures.WithLabelValues("error")
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(cfg.MaxPending, 1)),
-		jetstream.WithPublishAsyncTimeout(max(cfg.CommitTimeout, time.Second)),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			p.failed("error", m.Subject, err)
-		}))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
 	}
@@ -138,7 +213,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 	// Registered last, so an Open that failed (and is tried again) leaves
 	// nothing registered.
 	if reg != nil {
-		for _, c := range []prometheus.Collector{p.failures, p.commits} {
+		for _, c := range []prometheus.Collector{p.failures, p.commits, p.batches} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("records: register metric: %w", err)
 			}
@@ -150,25 +225,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 // Keeps reports whether records are kept in a stream.
 func (p *Publisher) Keeps() bool { return p != nil && p.js != nil }
 
-// Publish queues data for the stream under subject and message id, without
-// waiting for its ack.
+// Publish queues data for the stream, kept as subject's record, without
+// waiting for its ack. data is held until its batch is sent: the caller
+// must not change it. Past MaxPending records queued or in flight, it is
+// dropped and counted. id, the record's own message id before batches,
+// names it in no batch: a batch's id deduplicates a retried batch.
 func (p *Publisher) Publish(subject, id string, data []byte) {
 	if !p.Keeps() {
 		return
 	}
-	subject = schemas.RegionWire(p.cfg.Region).StoredSubject(subject)
-	_, err := p.js.PublishAsync(subject, data, jetstream.WithMsgID(id), jetstream.WithStallWait(time.Millisecond))
-	if err != nil {
-		p.failed("dropped", subject, err)
-	}
-	// A failure after the publication went out (a refusal, no ack in
-	// time) reaches the async error handler Open installed.
+	_ = id
+	p.enqueue(subject, data, nil)
 }
 
-// Commit publishes data and waits, at most CommitTimeout, for the stream's
-// ack: the record of a decided commit is kept before its answer leaves.
-// After a failure, commits are queued without waiting for commitBackoff
-// (ErrNotAwaited), so a stream that is down does not hold every answer.
+// Commit queues data like Publish and waits, at most CommitTimeout, for
+// the stream's ack of the batch holding it: the record of a decided commit
+// is kept before its answer leaves. After a failure, commits are queued
+// without waiting for commitBackoff (ErrNotAwaited), so a stream that is
+// down does not hold every answer.
 func (p *Publisher) Commit(subject, id string, data []byte) error {
 	if !p.Keeps() {
 		return nil
@@ -181,28 +255,149 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 		p.Publish(subject, id, data)
 		return ErrNotAwaited
 	}
-	subject = schemas.RegionWire(p.cfg.Region).StoredSubject(subject)
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
-	defer cancel()
-	_, err := p.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
+	done := make(chan error, 1)
+	q := p.enqueue(subject, data, done)
+	if q == nil {
+		return <-done
+	}
+	timer := time.NewTimer(p.cfg.CommitTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-timer.C:
+		err = fmt.Errorf("no ack in %v: %w", p.cfg.CommitTimeout, context.DeadlineExceeded)
+		if q.accounted.CompareAndSwap(false, true) {
+			p.failed("error", q.subject, err)
+		}
+	}
 	p.commits.Observe(time.Since(start).Seconds())
 	if err != nil {
 		p.mu.Lock()
 		p.unawaitedUntil = time.Now().Add(commitBackoff)
 		p.mu.Unlock()
-		p.failed("error", subject, err)
-		return fmt.Errorf("records: %s: %w", subject, err)
+		return fmt.Errorf("records: %s: %w", q.subject, err)
 	}
 	return nil
 }
 
-// Flush waits, at most until ctx ends, for the acks of every queued record.
+// enqueue queues a record (a commit's with done) and starts a batch when
+// none is in flight. A record refused at once (a Publish past the bound, a
+// record that is not one line) is counted; a commit's done then holds why,
+// and enqueue returns nil.
+func (p *Publisher) enqueue(subject string, data []byte, done chan error) *queued {
+	subject = schemas.RegionWire(p.cfg.Region).StoredSubject(subject)
+	if bytes.IndexByte(data, '\n') >= 0 {
+		// A record is one line of its batch: JSON's own newlines go.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, data); err != nil {
+			p.failed("error", subject, fmt.Errorf("a record is not one JSON line: %w", err))
+			if done != nil {
+				done <- err
+			}
+			return nil
+		}
+		data = buf.Bytes()
+	}
+	q := &queued{subject: subject, data: data, done: done}
+	p.bmu.Lock()
+	if done == nil && len(p.queue)+p.inFlight >= max(p.cfg.MaxPending, 1) {
+		p.bmu.Unlock()
+		p.failed("dropped", subject, errors.New("records: too many records awaiting the stream's ack"))
+		return nil
+	}
+	p.queue = append(p.queue, q)
+	p.queued++
+	start := !p.sending
+	p.sending = true
+	p.bmu.Unlock()
+	if start {
+		go p.send()
+	}
+	return q
+}
+
+// send publishes batches while records are queued, one in flight at a
+// time, and ends when the queue is empty.
+func (p *Publisher) send() {
+	var body []byte
+	for {
+		p.bmu.Lock()
+		n, size := 0, 0
+		for n < len(p.queue) && n < maxBatchRecords {
+			l := len(p.queue[n].data) + 1
+			if n > 0 && size+l > p.maxBytes {
+				break
+			}
+			size += l
+			n++
+		}
+		if n == 0 {
+			p.sending = false
+			p.bmu.Unlock()
+			return
+		}
+		batch := make([]*queued, n)
+		copy(batch, p.queue)
+		p.queue = append(p.queue[:0], p.queue[n:]...)
+		p.inFlight = n
+		p.seq++
+		seq := p.seq
+		p.bmu.Unlock()
+
+		body = body[:0]
+		for _, q := range batch {
+			body = append(body, q.data...)
+			body = append(body, '\n')
+		}
+		if p.beforeBatch != nil {
+			p.beforeBatch(seq, n)
+		}
+		subject := BatchSubject(p.cfg.Region, p.id, seq)
+		ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.CommitTimeout, time.Second))
+		_, err := p.js.Publish(ctx, subject, body, jetstream.WithMsgID(p.id+":"+strconv.FormatUint(seq, 10)))
+		cancel()
+		p.batches.Observe(float64(n))
+		for _, q := range batch {
+			if err != nil && q.accounted.CompareAndSwap(false, true) {
+				p.failed("error", q.subject, err)
+			}
+			if q.done != nil {
+				q.done <- err
+			}
+		}
+		p.bmu.Lock()
+		p.inFlight = 0
+		p.settled += uint64(n)
+		waiting := p.flushes[:0]
+		for _, f := range p.flushes {
+			if f.n <= p.settled {
+				close(f.done)
+			} else {
+				waiting = append(waiting, f)
+			}
+		}
+		p.flushes = waiting
+		p.bmu.Unlock()
+	}
+}
+
+// Flush waits, at most until ctx ends, until every record queued before it
+// was acknowledged or counted failed.
 func (p *Publisher) Flush(ctx context.Context) error {
 	if !p.Keeps() {
 		return nil
 	}
+	p.bmu.Lock()
+	if p.settled >= p.queued {
+		p.bmu.Unlock()
+		return nil
+	}
+	f := flushWait{n: p.queued, done: make(chan struct{})}
+	p.flushes = append(p.flushes, f)
+	p.bmu.Unlock()
 	select {
-	case <-p.js.PublishAsyncComplete():
+	case <-f.done:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("records: flush: %w", ctx.Err())
