@@ -193,13 +193,19 @@ func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
 	var acc anthropic.Message
 	var text strings.Builder
 	events := 0
+	var startInput int64
 	for stream.Next() {
 		ev := stream.Current()
 		if err := acc.Accumulate(ev); err != nil {
 			t.Fatalf("Accumulate %s: %v", ev.Type, err)
 		}
-		if ev.Type == "content_block_delta" {
+		switch ev.Type {
+		case "content_block_delta":
 			text.WriteString(ev.Delta.Text)
+		case "message_start":
+			// The prompt's input, estimated until the winner's count ends
+			// the stream: never zero, as a provider's message_start is not.
+			startInput = ev.Message.Usage.InputTokens
 		}
 		events++
 	}
@@ -216,6 +222,9 @@ func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
 	}
 	if acc.Usage.OutputTokens != want.Usage.OutputTokens || acc.Usage.InputTokens != want.Usage.InputTokens {
 		t.Fatalf("accumulated usage %+v, want the message's %+v", acc.Usage, want.Usage)
+	}
+	if startInput <= 0 {
+		t.Errorf("message_start reported %d input tokens, want the prompt's estimate", startInput)
 	}
 }
 
