@@ -11,10 +11,12 @@ import (
 // answerHeaders are the headers every answer of the HTTP door carries,
 // with what the README's table must say of each value.
 var answerHeaders = map[string]string{
-	frontdoor.HeaderAttempts:    "",
-	frontdoor.HeaderHedged:      "`true`",
-	frontdoor.HeaderWinnerRoute: "",
-	frontdoor.HeaderGate:        "`group/attempt/epoch`",
+	frontdoor.HeaderAttempts:                    "",
+	frontdoor.HeaderHedged:                      "`true`",
+	frontdoor.HeaderWinnerRoute:                 "",
+	frontdoor.HeaderGate:                        "`group/attempt/epoch`",
+	strings.ToLower(frontdoor.HeaderRequestID):  "the id of the group",
+	strings.ToLower(frontdoor.HeaderXRequestID): "the id of the group",
 }
 
 // TestREADMEDocumentsTheAnswerHeaders fails for each header an answer
@@ -29,6 +31,12 @@ func TestREADMEDocumentsTheAnswerHeaders(t *testing.T) {
 	for _, line := range strings.Split(string(readme), "\n") {
 		if name, rest, ok := strings.Cut(strings.TrimPrefix(line, "| `"), "` | "); ok && strings.HasPrefix(line, "| `") {
 			rows[name] = rest
+		}
+	}
+	// One row may name several headers: "`request-id`, `x-request-id`".
+	for name, rest := range rows {
+		if first, other, ok := strings.Cut(name, "`, `"); ok {
+			rows[first], rows[other] = rest, rest
 		}
 	}
 	for name, format := range answerHeaders {

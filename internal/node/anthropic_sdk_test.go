@@ -179,6 +179,10 @@ func TestAnthropicSDKMessageThroughTheGateway(t *testing.T) {
 	if raw.Header.Get(frontdoor.HeaderGate) == "" || raw.Header.Get(frontdoor.HeaderAttempts) == "" {
 		t.Errorf("hedge headers %v", raw.Header)
 	}
+	// The SDK's request id is the group's, which names the message too.
+	if id := raw.Header.Get("request-id"); "msg_"+id != msg.ID || raw.Header.Get("x-request-id") != id {
+		t.Errorf("request-id %q, x-request-id %q; want the group id of %s", id, raw.Header.Get("x-request-id"), msg.ID)
+	}
 }
 
 func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
