@@ -28,7 +28,7 @@ func (g *group) commit(c hedge.Commit) {
 	d.metrics.groups.WithLabelValues("committed").Inc()
 	d.metrics.groupDuration.Observe(d.now().Sub(g.start).Seconds())
 	if g.sub.Request.Stream {
-		g.send(delivery{commit: g.response(a)})
+		g.send(delivery{commit: g.commitResponse(a)})
 	}
 	g.deliverChunks(a)
 	if !g.sub.Request.Stream || a.result != nil {
@@ -61,6 +61,21 @@ func (g *group) response(a *attemptRun) *Response {
 		// is still the attempt the gate elected.
 		r.Content, r.Usage = g.relayed.String(), g.streamUsage()
 		r.Winner, r.WinnerRoute = g.winner, g.attempt(g.winner).route
+	}
+	return r
+}
+
+// commitResponse is the commit a stream's CommitSink is handed. Its usage
+// is the winner's when its result is already in (a commit point of
+// complete); before that the provider's count of the prompt arrives only
+// with the result, at the stream's end, so the input is the dispatcher's
+// own estimate of the request (estimateInput, the size its spend budget
+// reserves and a cancelled attempt is billed), marked Estimated, and the
+// output zero.
+func (g *group) commitResponse(a *attemptRun) *Response {
+	r := g.response(a)
+	if a.result == nil {
+		r.Usage = schemas.Usage{InputUnits: estimateInput(g.sub.Request), Estimated: true}
 	}
 	return r
 }

@@ -415,6 +415,9 @@ type Response struct {
 	Embeddings   []byte
 	FinishReason string
 	// Usage is the winner's, as far as known when the response was returned.
+	// In the commit a CommitSink is handed before the winner's result is in,
+	// the input is the dispatcher's estimate of the request (Estimated set)
+	// and the output zero: a provider reports its count at the end.
 	Usage schemas.Usage
 	// TotalUsage is every attempt's usage, winner and losers, estimates
 	// for cancelled ones included; set only with Submission.AwaitTotalUsage.

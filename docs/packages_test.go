@@ -1,6 +1,7 @@
 // Package docs holds hedgerow's design document, docs/architecture.md; its
 // tests check that the package map of its §3 and the README's folder table
-// name every package of the repository and no folder that is gone.
+// name every package of the repository and no folder that is gone, and
+// that the README documents the headers every answer carries.
 package docs
 
 import (

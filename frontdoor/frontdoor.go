@@ -97,6 +97,11 @@ const (
 	HeaderHedged         = "X-Hedgerow-Hedged"
 	HeaderWinnerRoute    = "X-Hedgerow-Winner-Route"
 	HeaderGate           = "X-Hedgerow-Gate"
+	// HeaderRequestID and HeaderXRequestID both carry the id of the group a
+	// request runs as, on every answer of the HTTP door's API: the
+	// Anthropic SDKs read request-id, the OpenAI SDKs x-request-id.
+	HeaderRequestID  = "Request-Id"
+	HeaderXRequestID = "X-Request-Id"
 	// HeaderRegion names the region that committed the user action on a
 	// committed_in_region refusal (docs/architecture.md §14).
 	HeaderRegion = "X-Hedgerow-Region"

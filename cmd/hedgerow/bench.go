@@ -42,8 +42,10 @@ tail), through its OpenAI-compatible HTTP front door (--url) or its NATS front d
 (--nats). After an unmeasured warm-up it prints P50, P90, P99, P99.9 and max of each request's
 time from when it was due to the end of its answer, the time to the first token of streams, and
 the errors by code; --json prints one JSON object. A gateway with tenants configured needs a
-tenant's key in $HEDGEROW_API_KEY (or the variable --api-key-env names), sent to either door as 'Authorization: Bearer <key>'. When any request failed, bench prints its whole
-report and then exits non-zero (status 1), naming the failures on stderr.
+tenant's key in $HEDGEROW_API_KEY (or the variable --api-key-env names), sent to either door as
+'Authorization: Bearer <key>'; at the gateway's first 401 bench stops and says which variable to
+set. When any request failed, bench prints its whole report and then exits non-zero (status 1),
+naming the failures on stderr.
 
 --compare-direct URL measures what the gateway adds: every arrival goes, by a seeded coin, either
 to the gateway or straight to URL — one of the gateway's routes — so both run side by side in one
@@ -92,6 +94,9 @@ with exactly 20 tokens.`,
 			defer stop()
 			rep, err := loadgen.Bench(ctx, opts)
 			done()
+			if errors.Is(err, loadgen.ErrUnauthorized) {
+				return unauthorizedError("bench", keyEnv, opts.APIKey != "", err)
+			}
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
@@ -123,6 +128,18 @@ with exactly 20 tokens.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
+}
+
+// unauthorizedError says what to do about a gateway's 401: set the
+// variable the key is read from, or check the key it holds. cause is what
+// the gateway answered.
+func unauthorizedError(cmd, keyEnv string, keySet bool, cause error) error {
+	if !keySet {
+		return fmt.Errorf("%s: the gateway needs a tenant's API key and $%s is not set: export %s=<key> "+
+			"(deploy/examples/local.yaml's key is local-dev-key), or name another variable with --api-key-env (%v)",
+			cmd, keyEnv, keyEnv, cause)
+	}
+	return fmt.Errorf("%s: the gateway refused the API key in $%s: it is no tenant's key there (%v)", cmd, keyEnv, cause)
 }
 
 // benchFailures is the error bench exits with once its report is printed:

@@ -6,12 +6,49 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build, the Dockerfile: git describe); a build without it reports what Go
+// recorded of it instead (buildVersion).
 var version = "dev"
+
+func init() { version = resolveVersion(version, debug.ReadBuildInfo) }
+
+// resolveVersion is the version -X set (v), or, when none was set ("dev"),
+// the one Go recorded in the binary: the module's version for `go install
+// ...@v1.2.3`, else the commit it was built from (with "-dirty" for
+// uncommitted changes), else "dev".
+func resolveVersion(v string, read func() (*debug.BuildInfo, bool)) string {
+	if v != "dev" {
+		return v
+	}
+	info, ok := read()
+	if !ok {
+		return "dev"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	return "dev-" + rev[:min(len(rev), 12)] + dirty
+}
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -21,9 +58,11 @@ func newRootCmd() *cobra.Command {
 launches one duplicate on an equivalent route only when the primary is slower than
 the cohort's measured delay and every budget allows it, commits the first valid
 result and cancels the rest.`,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("hedgerow {{.Version}}\n") // as `hedgerow version` prints it
 	root.AddCommand(
 		newVersionCmd(), newConfigCmd(), newSimulateCmd(),
 		newServeCmd(), newGatewayCmd(), newWorkerCmd(),

@@ -109,7 +109,7 @@ func (fl reportFlags) run(ctx context.Context, out io.Writer) error {
 		if key == "" {
 			key = os.Getenv(fl.keyEnv)
 		}
-		gw := gatewayReports{root: strings.TrimRight(fl.url, "/"), key: key, since: fl.since}
+		gw := gatewayReports{root: strings.TrimRight(fl.url, "/"), key: key, since: fl.since, keyEnv: fl.keyEnv, keyFlag: fl.apiKey != ""}
 		if rep, err = gw.report(ctx); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
@@ -164,6 +164,10 @@ func (fl reportFlags) readNATS(ctx context.Context, since time.Time) (*hreport.R
 type gatewayReports struct {
 	root, key string
 	since     time.Duration
+	// keyEnv is the variable the key was read from, unless keyFlag: it
+	// came from --api-key. A 401 names them.
+	keyEnv  string
+	keyFlag bool
 }
 
 func (g gatewayReports) get(ctx context.Context, path string) (*http.Response, error) {
@@ -191,7 +195,19 @@ func (g gatewayReports) get(ctx context.Context, path string) (*http.Response, e
 			} `json:"error"`
 		}
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
-		return nil, fmt.Errorf("%s: %s (%s): %s", path, resp.Status, body.Error.Code, body.Error.Message)
+		answered := fmt.Errorf("%s: %s (%s): %s", path, resp.Status, body.Error.Code, body.Error.Message)
+		if resp.StatusCode == http.StatusUnauthorized {
+			if g.keyFlag {
+				return nil, fmt.Errorf("the gateway refused the key --api-key gave: it is no tenant's key there (%w)", answered)
+			}
+			if g.key == "" {
+				return nil, fmt.Errorf("the gateway needs the API key of a tenant with reports: true and $%s is not set: "+
+					"export %s=<key> (deploy/examples/local.yaml's key is local-dev-key), or name another variable with --api-key-env (%w)",
+					g.keyEnv, g.keyEnv, answered)
+			}
+			return nil, fmt.Errorf("the gateway refused the API key in $%s: it is no tenant's key there (%w)", g.keyEnv, answered)
+		}
+		return nil, answered
 	}
 	return resp, nil
 }

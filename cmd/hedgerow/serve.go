@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -119,26 +118,6 @@ func (f *processFlags) runUntilDone(ctx context.Context, p process, log *slog.Lo
 	return nil
 }
 
-// defaultStoreDir is where serve keeps its embedded JetStream's state when
-// nats.store_dir is empty: hedgerow/nats under the user's state directory
-// ($XDG_STATE_HOME, else ~/.local/state), so the gate's ledger outlives a
-// restart.
-func defaultStoreDir() (string, error) {
-	base := os.Getenv("XDG_STATE_HOME")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("nats.store_dir is empty and there is no home directory to keep state under: %w", err)
-		}
-		base = filepath.Join(home, ".local", "state")
-	}
-	dir := filepath.Join(base, "hedgerow", "nats")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("JetStream store %s: %w", dir, err)
-	}
-	return dir, nil
-}
-
 func newServeCmd() *cobra.Command {
 	var flags processFlags
 	cmd := &cobra.Command{
@@ -148,9 +127,11 @@ func newServeCmd() *cobra.Command {
 unless nats.listen is set so workers of other processes can join), one worker per
 configured route and the gateway's OpenAI-compatible HTTP front door on http.listen,
 with budgets and the winner gate in memory (or on Redis when redis.url is set).
-The embedded server runs JetStream on nats.store_dir (default hedgerow/nats under
-$XDG_STATE_HOME or ~/.local/state): the winner gate's ledger and the records
-stream (records.stream) are kept there. SIGHUP reloads the gateway's tenants, pools
+The embedded server runs JetStream on nats.store_dir (default hedgerow/nats/HOST-PORT
+under $XDG_STATE_HOME or ~/.local/state, one per http.listen; a temporary directory
+removed at stop when its port is 0): the winner gate's ledger and the records
+stream (records.stream) are kept there. serve holds a lock on that directory while
+it runs: a second serve on it refuses to start, naming the first one's pid. SIGHUP reloads the gateway's tenants, pools
 and policies from the same file without a restart (docs/architecture.md §10).
 SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
@@ -163,11 +144,12 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if err != nil {
 				return err
 			}
-			if cfg.NATS.StoreDir == "" {
-				if cfg.NATS.StoreDir, err = defaultStoreDir(); err != nil {
-					return err
-				}
+			store, err := openServeStore(cfg.NATS.StoreDir, cfg.HTTP.Listen)
+			if err != nil {
+				return err
 			}
+			defer store.Close()
+			cfg.NATS.StoreDir = store.dir
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			s, err := node.StartServe(cfg, node.Options{Logger: log, Version: version})

@@ -215,9 +215,12 @@ func objectOrEmpty(s string) json.RawMessage {
 // does, it writes nothing before the commit, and sends the X-Hedgerow-*
 // values as headers when the commit is known first, else as trailers.
 //
-// message_start cannot know the usage yet, so it reports zero tokens;
-// message_delta carries the winner's input and output tokens, which
-// clients take as the message's cumulative usage.
+// message_start reports the input tokens the commit carries: the
+// winner's count when its result was in, else the dispatcher's estimate of
+// the prompt (a provider reports its count only at the end), and zero
+// output; message_delta carries the winner's input and output tokens,
+// which clients take as the message's cumulative usage (the official SDKs
+// replace message_start's input count with it).
 type messagesStream struct {
 	sseWriter
 	model string
@@ -334,10 +337,14 @@ func (s *messagesStream) start() error {
 		return err
 	}
 	s.id = messageID(group)
+	start := message{ID: s.id, Type: "message", Role: "assistant", Model: s.model, Content: []json.RawMessage{}}
+	if s.commit != nil {
+		start.Usage.InputTokens = s.commit.Usage.InputUnits
+	}
 	return s.event("message_start", struct {
 		Type    string  `json:"type"`
 		Message message `json:"message"`
-	}{"message_start", message{ID: s.id, Type: "message", Role: "assistant", Model: s.model, Content: []json.RawMessage{}}})
+	}{"message_start", start})
 }
 
 // finish ends a successful stream: the open block's stop, message_delta

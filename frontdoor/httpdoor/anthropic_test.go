@@ -422,3 +422,43 @@ func TestMessagesRequestCarriesItsOtherMembersAsSent(t *testing.T) {
 		}
 	}
 }
+
+// message_start reports the input tokens the commit carries (the
+// dispatcher's estimate while the winner's count is not in), and
+// message_delta the winner's count, which the SDK's accumulated message
+// ends with.
+func TestMessagesStreamStartReportsTheCommitsInputTokens(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := anthropicDialect{}.stream(rec, "general", time.Time{}, false).(*messagesStream)
+	s.Committed(&dispatcher.Response{GroupID: "g-3", Attempts: 1, WinnerRoute: "a", Gate: "g-3/1/1",
+		Usage: schemas.Usage{InputUnits: 12, Estimated: true}})
+	if err := s.Delta(dispatcher.Delta{Content: "Hello."}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.finish(&dispatcher.Response{GroupID: "g-3", Attempts: 1, WinnerRoute: "a", Gate: "g-3/1/1", FinishReason: "stop",
+		Usage: schemas.Usage{InputUnits: 15, OutputUnits: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var start struct {
+		Message struct {
+			Usage struct {
+				InputTokens  *int64 `json:"input_tokens"`
+				OutputTokens *int64 `json:"output_tokens"`
+			} `json:"usage"`
+		} `json:"message"`
+	}
+	body := rec.Body.String()
+	_, after, ok := strings.Cut(body, "event: message_start\ndata: ")
+	line, _, _ := strings.Cut(after, "\n")
+	if !ok || json.Unmarshal([]byte(line), &start) != nil || start.Message.Usage.InputTokens == nil ||
+		*start.Message.Usage.InputTokens != 12 || start.Message.Usage.OutputTokens == nil || *start.Message.Usage.OutputTokens != 0 {
+		t.Fatalf("message_start %q, want usage input_tokens 12, output_tokens 0\n%s", line, body)
+	}
+	m, _, err := accumulate(t, recordedStream(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Usage.InputTokens != 15 || m.Usage.OutputTokens != 2 {
+		t.Errorf("accumulated usage %+v, want the winner's 15 in, 2 out", m.Usage)
+	}
+}

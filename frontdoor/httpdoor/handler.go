@@ -232,10 +232,10 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h.embeddingModel = embeddingModels(d.Models(), opts.EmbeddingPools) // embeddings.go
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.
-	h.mux.HandleFunc("/v1/chat/completions", h.only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{})))
-	h.mux.HandleFunc("/v1/messages", h.only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{})))
-	h.mux.HandleFunc("/v1/responses", h.only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{})))
-	h.mux.HandleFunc("/v1/embeddings", h.only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h})))
+	h.mux.HandleFunc("/v1/chat/completions", h.withRequestID(h.only(http.MethodPost, openAIDialect{}, h.serveDialect(openAIDialect{}))))
+	h.mux.HandleFunc("/v1/messages", h.withRequestID(h.only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{}))))
+	h.mux.HandleFunc("/v1/responses", h.withRequestID(h.only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{}))))
+	h.mux.HandleFunc("/v1/embeddings", h.withRequestID(h.only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h}))))
 	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
 	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
 	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
@@ -248,6 +248,21 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// withRequestID reserves the id of the group the request will run as
+// (Submitter.NewGroupID) and sets it as the request-id and x-request-id
+// headers before anything else, so that every answer — a committed one, a
+// stream, a replay or a refusal — carries it; serveDialect submits the
+// group under it. A request refused before its group runs carries an id
+// that names no group.
+func (h *handler) withRequestID(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := h.d.NewGroupID()
+		w.Header().Set(frontdoor.HeaderRequestID, id)
+		w.Header().Set(frontdoor.HeaderXRequestID, id)
+		f(w, r)
+	}
+}
 
 // only admits one method (GET also admits HEAD), and refuses, before
 // anything reads the body, a request whose headers are over HeaderLimit
@@ -314,6 +329,7 @@ func (h *handler) serveDialect(dl dialect) http.HandlerFunc {
 			dl.writeFailure(w, f)
 			return
 		}
+		sub.GroupID = w.Header().Get(frontdoor.HeaderRequestID) // withRequestID's
 		release, f := frontdoor.AdmitTenant(r.Context(), h.opts.Limiter, sub.Tenant)
 		if f != nil {
 			dl.writeFailure(w, f)

@@ -45,7 +45,9 @@ func (h *handler) serveIdempotent(w http.ResponseWriter, r *http.Request, dl dia
 		ctx, cancel = context.WithTimeout(ctx, sub.Deadline)
 		defer cancel()
 	}
-	sub.GroupID = h.d.NewGroupID()
+	if sub.GroupID == "" {
+		sub.GroupID = h.d.NewGroupID()
+	}
 	turn, err := h.flights.Begin(ctx, key, fp, sub.GroupID)
 	switch {
 	case err != nil && r.Context().Err() != nil:

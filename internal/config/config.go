@@ -169,7 +169,7 @@ type NATS struct {
 	ServerConfig string `yaml:"server_config"`
 	// StoreDir is where serve's embedded server keeps its JetStream state
 	// (the winner gate's ledger); relative to the configuration file. Empty:
-	// the CLI uses hedgerow/nats under the user's state directory, and an
+	// the CLI uses hedgerow/nats/HOST-PORT (of http.listen) under the user's state directory, and an
 	// embedding program a temporary directory removed at stop.
 	StoreDir string `yaml:"store_dir"`
 	// SyncInterval is how often serve's embedded JetStream fsyncs what it

@@ -179,6 +179,10 @@ func TestAnthropicSDKMessageThroughTheGateway(t *testing.T) {
 	if raw.Header.Get(frontdoor.HeaderGate) == "" || raw.Header.Get(frontdoor.HeaderAttempts) == "" {
 		t.Errorf("hedge headers %v", raw.Header)
 	}
+	// The SDK's request id is the group's, which names the message too.
+	if id := raw.Header.Get("request-id"); "msg_"+id != msg.ID || raw.Header.Get("x-request-id") != id {
+		t.Errorf("request-id %q, x-request-id %q; want the group id of %s", id, raw.Header.Get("x-request-id"), msg.ID)
+	}
 }
 
 func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
@@ -193,13 +197,19 @@ func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
 	var acc anthropic.Message
 	var text strings.Builder
 	events := 0
+	var startInput int64
 	for stream.Next() {
 		ev := stream.Current()
 		if err := acc.Accumulate(ev); err != nil {
 			t.Fatalf("Accumulate %s: %v", ev.Type, err)
 		}
-		if ev.Type == "content_block_delta" {
+		switch ev.Type {
+		case "content_block_delta":
 			text.WriteString(ev.Delta.Text)
+		case "message_start":
+			// The prompt's input, estimated until the winner's count ends
+			// the stream: never zero, as a provider's message_start is not.
+			startInput = ev.Message.Usage.InputTokens
 		}
 		events++
 	}
@@ -216,6 +226,9 @@ func TestAnthropicSDKStreamAccumulatesTheMessageAndItsUsage(t *testing.T) {
 	}
 	if acc.Usage.OutputTokens != want.Usage.OutputTokens || acc.Usage.InputTokens != want.Usage.InputTokens {
 		t.Fatalf("accumulated usage %+v, want the message's %+v", acc.Usage, want.Usage)
+	}
+	if startInput <= 0 {
+		t.Errorf("message_start reported %d input tokens, want the prompt's estimate", startInput)
 	}
 }
 

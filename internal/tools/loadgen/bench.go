@@ -36,6 +36,11 @@ const (
 	TargetDirect  = "direct"
 )
 
+// ErrUnauthorized is wrapped by the error Bench returns when the gateway
+// refused a request for want of a valid API key (401, over either door):
+// no later request can fare better, so the run stops at the first one.
+var ErrUnauthorized = errors.New("the gateway answered 401: it needs a tenant's API key")
+
 // BenchOptions describe one `hedgerow bench` run: an open-loop Poisson load
 // against a running gateway, optionally side by side with one of its routes
 // called directly.
@@ -206,7 +211,7 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 			return nil, err
 		}
 		return Run(ctx, Options{Targets: targets, Requests: reqs, Rate: total, Seed: seed, Timeout: o.Timeout,
-			MaxInFlight: o.MaxInFlight, Progress: o.Progress})
+			MaxInFlight: o.MaxInFlight, Progress: o.Progress, Stop: stopUnauthorized})
 	}
 	if o.Warmup > 0 {
 		if _, err = run(o.Warmup, o.Seed^0x5bd1e995); err != nil {
@@ -225,6 +230,14 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		rep.Added = &added
 	}
 	return rep, nil
+}
+
+// stopUnauthorized stops a run at the gateway's first 401.
+func stopUnauthorized(res Result) error {
+	if res.Target != 0 || res.Status != http.StatusUnauthorized {
+		return nil
+	}
+	return fmt.Errorf("%w (%s)", ErrUnauthorized, errorKind(res.Err))
 }
 
 // benchRequests builds n requests, each sent to a target a seeded coin

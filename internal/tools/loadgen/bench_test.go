@@ -232,3 +232,35 @@ func TestBenchRejectsOptionsItCannotRun(t *testing.T) {
 		})
 	}
 }
+
+// A gateway that refuses every request for want of an API key stops the
+// run at its first 401 — not after the whole warm-up and duration — with
+// an error that says so.
+func TestBenchStopsAtTheGatewaysFirst401(t *testing.T) {
+	var count int64
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		count++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"message":"missing API key","type":"authentication_error","code":"invalid_api_key"}}`)
+	}))
+	defer srv.Close()
+	start := time.Now()
+	rep, err := Bench(context.Background(), BenchOptions{URL: srv.URL, Rate: 50, Duration: 30 * time.Second,
+		Warmup: 10 * time.Second, Seed: 1, Timeout: 5 * time.Second})
+	if !errors.Is(err, ErrUnauthorized) || rep != nil {
+		t.Fatalf("Bench against a gateway that answers 401: report %v, error %v; want ErrUnauthorized", rep, err)
+	}
+	if !strings.Contains(err.Error(), "invalid_api_key") {
+		t.Errorf("error %q does not name the gateway's code", err)
+	}
+	mu.Lock()
+	n := count
+	mu.Unlock()
+	if took := time.Since(start); took > 10*time.Second || n > 100 {
+		t.Errorf("Bench took %v and sent %d requests after a 401; want it to stop at once", took, n)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -81,6 +82,13 @@ type Options struct {
 	// Progress, when set, is told of every finished request, from the
 	// request's goroutine; it must not block.
 	Progress func(Result)
+	// Stop, when set, is told of every finished request, from the request's
+	// goroutine; the first non-nil error it returns stops the run: no further
+	// request is sent, those in flight are cancelled, and Run returns the
+	// summary so far with that error (errors.Is finds it). A run that cannot
+	// succeed — e.g. every request refused for want of an API key — ends at
+	// once instead of after its whole duration.
+	Stop func(Result) error
 	// OnCapWait, when set, is called when a due request has to wait for the
 	// in-flight cap, before it waits.
 	OnCapWait func(index int)
@@ -254,6 +262,8 @@ type generator struct {
 }
 
 func (g *generator) run(ctx context.Context, gaps []time.Duration) (*Summary, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	limit := g.cfg.MaxInFlight
 	if limit == 0 {
 		limit = DefaultMaxInFlight
@@ -267,6 +277,8 @@ func (g *generator) run(ctx context.Context, gaps []time.Duration) (*Summary, er
 		wg     sync.WaitGroup
 		due    time.Duration
 		runErr error
+		// stopped is the first error Stop returned.
+		stopped atomic.Pointer[error]
 	)
 	sent := 0
 schedule:
@@ -277,7 +289,7 @@ schedule:
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				runErr = ctx.Err()
+				runErr = context.Cause(ctx)
 				break schedule
 			}
 		}
@@ -293,7 +305,7 @@ schedule:
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				runErr = ctx.Err()
+				runErr = context.Cause(ctx)
 				break schedule
 			}
 		}
@@ -308,9 +320,17 @@ schedule:
 			if g.cfg.Progress != nil {
 				g.cfg.Progress(res)
 			}
+			if g.cfg.Stop != nil {
+				if err := g.cfg.Stop(res); err != nil && stopped.CompareAndSwap(nil, &err) {
+					cancel(err)
+				}
+			}
 		}(i, due, delayed)
 	}
 	wg.Wait()
+	if err := stopped.Load(); runErr == nil && err != nil {
+		runErr = *err // Stop fired after the last send: the run still failed
+	}
 	sum.Sent = sent
 	for i := sent; i < len(sum.Results); i++ {
 		sum.Results[i] = Result{Index: i, Err: fmt.Errorf("not sent: %w", runErr)}
