@@ -110,7 +110,7 @@ with exactly 20 tokens.`,
 	f.StringVar(&opts.URL, "url", "", "root of the gateway's HTTP front door, e.g. http://127.0.0.1:8080")
 	f.StringSliceVar(&natsURLs, "nats", nil, "NATS servers of the gateway's NATS front door, comma-separated")
 	f.StringVar(&keyEnv, "api-key-env", apiKeyEnv, "environment variable holding a tenant's API key, sent to either front door as 'Authorization: Bearer <key>' (never the key itself: flags show in the process list)")
-	f.StringVar(&natsSeed, "nats-nkey-seed", "", "nkey seed file of a client user `hedgerow nats-auth` wrote (with --nats)")
+	f.StringVar(&natsSeed, "nats-nkey-seed", "", "nkey seed file of a client user hedgerow nats-auth wrote (with --nats)")
 	f.StringVar(&natsInbox, "nats-inbox-prefix", "", "inbox prefix of that client user, e.g. _INBOX.cl.client (with --nats)")
 	f.StringVar(&opts.CompareDirect, "compare-direct", "", "root of one of the gateway's routes, called directly side by side (e.g. http://127.0.0.1:9101)")
 	f.StringVar(&opts.DirectModel, "direct-model", "", "model named to the direct route (default: --model)")

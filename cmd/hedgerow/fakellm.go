@@ -28,9 +28,10 @@ func newFakeLLMCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "fakellm [--listen ADDR] [--workload NAME | --instant N [--first-token D]] [--timings N] [--seed S] [--time-scale X] [--route N] [--open-early] [--continuation STYLE] [--break-after N --break-share F --break-mode MODE [--break-stall-for D]]",
-		Short: "Serve a simulated LLM route as an OpenAI-compatible HTTP API",
+		Short: "Serve a simulated LLM route: OpenAI chat, Responses and embeddings, Anthropic Messages",
 		Long: `fakellm plays one route of a seeded workload model (the simulator's, as hedgerow simulate plays it) in real time:
-POST /v1/chat/completions (streaming or not), GET /v1/models, GET /stats and GET /healthz.
+POST /v1/chat/completions, POST /v1/responses and POST /v1/messages (Anthropic), each streaming or
+not, POST /v1/embeddings, GET /v1/models, GET /stats and GET /healthz.
 Every route of one run must share --workload and --seed and play a different --route, so a
 hedged duplicate draws the same answer with its own latency. --time-scale is real seconds per
 model second (0.1 runs the model ten times faster than real time). --open-early opens every

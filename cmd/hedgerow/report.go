@@ -74,7 +74,7 @@ the groups of the last ten minutes; --export FILE.jsonl writes the records read,
 	f.StringVar(&fl.apiKey, "api-key", "", "API key of a tenant with reports: true (with --url; visible in the process list: prefer --api-key-env)")
 	f.StringVar(&fl.keyEnv, "api-key-env", apiKeyEnv, "environment variable holding that API key, when --api-key is not given")
 	f.StringSliceVar(&fl.natsURLs, "nats", nil, "NATS servers of the records stream, comma-separated")
-	f.StringVar(&fl.natsSeed, "nats-nkey-seed", "", "nkey seed file of the observer user `hedgerow nats-auth` wrote (with --nats)")
+	f.StringVar(&fl.natsSeed, "nats-nkey-seed", "", "nkey seed file of the observer user hedgerow nats-auth wrote (with --nats)")
 	f.StringVar(&fl.natsInbox, "nats-inbox-prefix", "", "inbox prefix of that user, e.g. _INBOX.ob (with --nats)")
 	f.StringVar(&fl.stream, "stream", records.DefaultStream, "the records stream (records.stream of the configuration; with --nats)")
 	f.StringVar(&fl.region, "region", "", "the region whose records the stream keeps (deployment.region of the configuration; with --nats and --stream)")
