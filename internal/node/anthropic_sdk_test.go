@@ -118,16 +118,7 @@ policies:
 tenants:
   acme: {api_key_hashes: [%q]}
 `, config.HashAPIKey(claudeKey))
-	cfg, err := config.Parse("claude.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, y.String())
-	}
-	s, err := StartServe(cfg, Options{})
-	if err != nil {
-		t.Fatalf("StartServe: %v", err)
-	}
-	t.Cleanup(func() { stop(t, s) })
-	return "http://" + s.HTTPAddr().String()
+	return serveYAML(t, "claude.yaml", y.String())
 }
 
 // claudeClient is the official Anthropic client against base with key,

@@ -76,16 +76,7 @@ policies:
 tenants:
   acme: {api_key_hashes: [%q]}
 `, sdkBodyLimit, routes.String(), config.HashAPIKey(sdkKey))
-	cfg, err := config.Parse("sdk.yaml", []byte(y), config.RoleServe, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, y)
-	}
-	s, err := StartServe(cfg, Options{})
-	if err != nil {
-		t.Fatalf("StartServe: %v", err)
-	}
-	t.Cleanup(func() { stop(t, s) })
-	return "http://" + s.HTTPAddr().String()
+	return serveYAML(t, "sdk.yaml", y)
 }
 
 // sdkClient is the official client against base with key, retrying nothing,
@@ -338,4 +329,20 @@ func TestSDKClientKeepsItsModelNameThroughAnAlias(t *testing.T) {
 			t.Errorf("models %v lack %q", names, want)
 		}
 	}
+}
+
+// serveYAML runs serve on the configuration text y (named name in its
+// errors), with no environment, until the test ends, and returns its base URL.
+func serveYAML(t *testing.T, name, y string) string {
+	t.Helper()
+	cfg, err := config.Parse(name, []byte(y), config.RoleServe, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, y)
+	}
+	s, err := StartServe(cfg, Options{})
+	if err != nil {
+		t.Fatalf("StartServe: %v", err)
+	}
+	t.Cleanup(func() { stop(t, s) })
+	return "http://" + s.HTTPAddr().String()
 }

@@ -84,16 +84,7 @@ policies:
 tenants:
   acme: {api_key_hashes: [%q]}
 `, list, list, stallBound, stallBound, config.HashAPIKey(sdkKey))
-	cfg, err := config.Parse("rescue.yaml", []byte(y.String()), config.RoleServe, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, y.String())
-	}
-	s, err := StartServe(cfg, Options{})
-	if err != nil {
-		t.Fatalf("StartServe: %v", err)
-	}
-	t.Cleanup(func() { stop(t, s) })
-	return "http://" + s.HTTPAddr().String()
+	return serveYAML(t, "rescue.yaml", y.String())
 }
 
 // fullAnswer is the simulated providers' whole answer to rescueQuestion
