@@ -93,6 +93,13 @@ func TestARegionCutOffFromTheBucketFallsToItsSafeShareAndRenewsAfterTheLinkHeals
 	eastNS, westNS, sc := startSupercluster(t)
 	east := newRegion(t, "east", eastNS, 10)
 	west := newRegion(t, "west", westNS, 90)
+	// The bucket's subjects are east's subscriptions; west's server learns
+	// of them through the gateway link a moment after the bucket exists,
+	// and a read before that finds no responders.
+	eventually.True(t, 10*time.Second, "west reading the bucket through the link", func() bool {
+		_, _, err := west.auth.Get(ctxOf(t, renewTimeout), ceiling)
+		return err == nil
+	})
 
 	// (a) West renews through the gateway link. Past the new table's
 	// learning, the shares follow demand: west's grows past the safe share.
