@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,10 @@ import (
 // composeService is the part of a compose service the checks read.
 type composeService struct {
 	Image       string            `yaml:"image"`
+	User        string            `yaml:"user"`
+	Healthcheck struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
 	Command     []string          `yaml:"command"`
 	Ports       []string          `yaml:"ports"`
 	Volumes     []string          `yaml:"volumes"`
@@ -72,8 +77,50 @@ func TestComposeRunsTheClusterTopologyOnItsPorts(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"worker", "fakellm-a", "fakellm-b", "fakellm-c"} {
-		if s, ok := svcs[name]; !ok || s.Image != "hedgerow:dev" {
-			t.Errorf("service %s: %+v, want one running the image hedgerow:dev", name, s)
+		if s, ok := svcs[name]; !ok || s.Image != hedgerowImage {
+			t.Errorf("service %s: %+v, want one running the image %s", name, s, hedgerowImage)
+		}
+	}
+}
+
+// The images, by variable so locally built ones can stand in.
+const (
+	hedgerowImage = "${HEDGEROW_IMAGE:-hedgerow:dev}"
+	hedgerowUser  = "${HEDGEROW_UID:-65532}:${HEDGEROW_GID:-65532}"
+)
+
+// composeDefault is the value compose gives "${VAR:-default}" when VAR is
+// unset, or v itself when it is a plain value.
+func composeDefault(v string) string {
+	if m := regexp.MustCompile(`^\$\{[A-Z_]+:-(.*)\}$`).FindStringSubmatch(v); m != nil {
+		return m[1]
+	}
+	return v
+}
+
+// Every hedgerow service runs as the image's user unless HEDGEROW_UID says
+// otherwise, with a read-only root and a health check of hedgerow's own
+// (the image has no shell); Redis as its image's redis user; NATS, Redis
+// and hedgerow images are named by variables.
+func TestComposeRunsNonRootWithImagesByVariable(t *testing.T) {
+	svcs := loadCompose(t)
+	for name, s := range svcs {
+		switch {
+		case s.Image == hedgerowImage:
+			if s.User != hedgerowUser {
+				t.Errorf("%s runs as %q, want %s", name, s.User, hedgerowUser)
+			}
+			if len(s.Healthcheck.Test) < 3 || s.Healthcheck.Test[0] != "CMD" || s.Healthcheck.Test[1] != "/hedgerow" || s.Healthcheck.Test[2] != "healthcheck" {
+				t.Errorf("%s's health check %q, want hedgerow healthcheck", name, s.Healthcheck.Test)
+			}
+		case strings.HasPrefix(name, "nats-"):
+			if !strings.HasPrefix(s.Image, "${NATS_IMAGE:-") {
+				t.Errorf("%s's image %q is not named by NATS_IMAGE", name, s.Image)
+			}
+		case name == "redis":
+			if !strings.HasPrefix(s.Image, "${REDIS_IMAGE:-") || s.User != "999:999" {
+				t.Errorf("redis runs %q as %q, want REDIS_IMAGE as its redis user 999:999", s.Image, s.User)
+			}
 		}
 	}
 }
@@ -197,7 +244,9 @@ func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.
 	root := t.TempDir()
 	write(t, filepath.Join(root, confTarget), conf)
 	write(t, filepath.Join(root, authTarget), bundle.ServerConfig())
-	t.Setenv("SERVER_NAME", "nats-1")
+	for k, v := range s.Environment {
+		t.Setenv(k, composeDefault(v))
+	}
 	opts, err := server.ProcessConfigFile(filepath.Join(root, confTarget))
 	if err != nil {
 		t.Fatalf("nats-server refuses the compose configuration: %v", err)

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -417,6 +418,11 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			write(t, filepath.Join(root, confPath), []byte(conf))
 			write(t, filepath.Join(root, authDir, natsauth.ServerConfigFile), bundle.ServerConfig())
 			t.Setenv("POD_NAME", "hedgerow-nats-0")
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					t.Setenv(e.Name, e.Value)
+				}
+			}
 			opts, err := server.ProcessConfigFile(filepath.Join(root, confPath))
 			if err != nil {
 				t.Fatalf("nats-server refuses %s: %v", confPath, err)
@@ -427,6 +433,10 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			}
 			if !opts.SyncAlways {
 				t.Errorf("JetStream fsyncs every %v; want sync_interval: always, so the gate's ledger outlives an OS crash", opts.SyncInterval)
+			}
+			volume := ss.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
+			if opts.JetStreamMaxStore <= 0 || opts.JetStreamMaxStore > volume.Value()*9/10 {
+				t.Errorf("max_file_store %d bytes, want at most 90%% of the data volume's %s", opts.JetStreamMaxStore, volume.String())
 			}
 			if int64(opts.MaxPayload) < int64(hcfg.NATS.MaxPayload) {
 				t.Errorf("max_payload %d is below the gateways' nats.max_payload %d", opts.MaxPayload, int64(hcfg.NATS.MaxPayload))
@@ -448,5 +458,193 @@ func write(t *testing.T, name string, data []byte) {
 	}
 	if err := os.WriteFile(name, data, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEveryGoProcessHasASoftMemoryLimitUnderItsContainers: every hedgerow
+// and NATS container sets GOMEMLIMIT between 75% and 95% of its memory
+// limit, so the collector works harder before the kernel kills it.
+func TestEveryGoProcessHasASoftMemoryLimitUnderItsContainers(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o, func(t *testing.T) {
+			checkGoMemLimits(t, render(t, o).objects)
+		})
+	}
+}
+
+// checkGoMemLimits runs the GOMEMLIMIT check on the gateway, worker and
+// NATS containers among objects.
+func checkGoMemLimits(t *testing.T, objects map[string]map[string]any) {
+	t.Helper()
+	n := 0
+	for _, kind := range []string{"Deployment", "StatefulSet"} {
+		for name, obj := range objects[kind] {
+			if name != "hedgerow-gateway" && name != "hedgerow-worker" && name != "hedgerow-nats" {
+				continue
+			}
+			var ps corev1.PodSpec
+			if d, ok := obj.(*appsv1.Deployment); ok {
+				ps = d.Spec.Template.Spec
+			} else {
+				ps = obj.(*appsv1.StatefulSet).Spec.Template.Spec
+			}
+			c := ps.Containers[0]
+			limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+			if !ok {
+				t.Errorf("%s has no memory limit", name)
+				continue
+			}
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" })
+			if i < 0 {
+				t.Errorf("%s sets no GOMEMLIMIT", name)
+				continue
+			}
+			soft, err := parseGoMemLimit(c.Env[i].Value)
+			if err != nil {
+				t.Errorf("%s: GOMEMLIMIT %q: %v", name, c.Env[i].Value, err)
+				continue
+			}
+			if soft < limit.Value()*3/4 || soft > limit.Value()*95/100 {
+				t.Errorf("%s: GOMEMLIMIT %s is %d bytes, want 75–95%% of its memory limit %s", name, c.Env[i].Value, soft, limit.String())
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no gateway, worker or NATS container")
+	}
+}
+
+// parseGoMemLimit reads GOMEMLIMIT as the Go runtime does: a number of
+// bytes with an optional B, KiB, MiB, GiB or TiB suffix.
+func parseGoMemLimit(v string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		scale  int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			return n * u.scale, err
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// TestAutoscaledWorkloadsLeaveTheirReplicasToTheHPA: the gateway and
+// worker Deployments set no replicas (an apply would reset the HPA's
+// count) and each has an HPA on its load metric from the Prometheus
+// adapter (deploy/k8s/README.md, "Scaling").
+func TestAutoscaledWorkloadsLeaveTheirReplicasToTheHPA(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o, func(t *testing.T) {
+			checkAutoscaling(t, render(t, o).objects)
+		})
+	}
+}
+
+// loadMetrics are the adapter metrics each Deployment scales on.
+var loadMetrics = map[string]string{
+	"hedgerow-gateway": "hedgerow_groups_in_flight",
+	"hedgerow-worker":  "hedgerow_worker_busy_ratio",
+}
+
+func checkAutoscaling(t *testing.T, objects map[string]map[string]any) {
+	t.Helper()
+	for name, metric := range loadMetrics {
+		d, ok := objects["Deployment"][name].(*appsv1.Deployment)
+		if !ok {
+			t.Fatalf("no Deployment %s", name)
+		}
+		if d.Spec.Replicas != nil {
+			t.Errorf("Deployment %s sets replicas %d beside its HPA", name, *d.Spec.Replicas)
+		}
+		hpa, ok := objects["HorizontalPodAutoscaler"][name].(*autoscalingv2.HorizontalPodAutoscaler)
+		if !ok {
+			t.Errorf("no HPA scales %s", name)
+			continue
+		}
+		if hpa.Spec.ScaleTargetRef.Kind != "Deployment" || hpa.Spec.ScaleTargetRef.Name != name {
+			t.Errorf("HPA %s scales %+v", name, hpa.Spec.ScaleTargetRef)
+		}
+		if !slices.ContainsFunc(hpa.Spec.Metrics, func(m autoscalingv2.MetricSpec) bool {
+			return m.Type == autoscalingv2.PodsMetricSourceType && m.Pods != nil && m.Pods.Metric.Name == metric &&
+				m.Pods.Target.Type == autoscalingv2.AverageValueMetricType && m.Pods.Target.AverageValue != nil
+		}) {
+			t.Errorf("HPA %s does not scale on the Pods metric %s: %+v", name, metric, hpa.Spec.Metrics)
+		}
+	}
+}
+
+// TestEgressLeavesOnlyByItsRoles: a default-deny egress policy covers every
+// hedgerow Pod and lets it ask DNS only; gateways and workers reach NATS
+// and Redis; only workers leave the cluster, on 443.
+func TestEgressLeavesOnlyByItsRoles(t *testing.T) {
+	for _, o := range overlays {
+		t.Run(o, func(t *testing.T) {
+			checkEgress(t, render(t, o).objects)
+		})
+	}
+}
+
+func checkEgress(t *testing.T, objects map[string]map[string]any) {
+	t.Helper()
+	var deny *networkingv1.NetworkPolicy
+	egress := map[string][]networkingv1.NetworkPolicyEgressRule{}
+	for _, obj := range objects["NetworkPolicy"] {
+		np := obj.(*networkingv1.NetworkPolicy)
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			continue
+		}
+		if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/part-of"] == "hedgerow" {
+			deny = np
+			continue
+		}
+		target := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"]
+		egress[target] = append(egress[target], np.Spec.Egress...)
+	}
+	if deny == nil {
+		t.Fatal("no egress policy covers every hedgerow Pod")
+	}
+	for _, rule := range deny.Spec.Egress {
+		for _, p := range rule.Ports {
+			if p.Port == nil || p.Port.IntVal != 53 {
+				t.Errorf("the default egress policy opens %+v beyond DNS", p)
+			}
+		}
+		if len(rule.Ports) == 0 || len(rule.To) == 0 {
+			t.Errorf("the default egress policy has an open rule %+v", rule)
+		}
+	}
+	reaches := func(pod, to string, port int32) bool {
+		for _, rule := range egress[pod] {
+			if !opensPort(rule.Ports, port) {
+				continue
+			}
+			for _, peer := range rule.To {
+				if to == "" && peer.IPBlock != nil && (peer.IPBlock.CIDR == "0.0.0.0/0" || peer.IPBlock.CIDR == "::/0") {
+					return true
+				}
+				if to != "" && peer.PodSelector != nil && peer.PodSelector.MatchLabels["app.kubernetes.io/name"] == to {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		pod, to string
+		port    int32
+		want    bool
+	}{
+		{"hedgerow-gateway", "hedgerow-nats", 4222, true},
+		{"hedgerow-gateway", "hedgerow-redis", 6379, true},
+		{"hedgerow-worker", "hedgerow-nats", 4222, true},
+		{"hedgerow-worker", "hedgerow-redis", 6379, true},
+		{"hedgerow-worker", "", 443, true},
+		{"hedgerow-gateway", "", 443, false},
+	} {
+		if got := reaches(tc.pod, tc.to, tc.port); got != tc.want {
+			t.Errorf("%s reaches %q on %d: %v, want %v", tc.pod, tc.to, tc.port, got, tc.want)
+		}
 	}
 }
