@@ -19,8 +19,8 @@ import (
 
 // composeService is the part of a compose service the checks read.
 type composeService struct {
-	Image       string            `yaml:"image"`
-	User        string            `yaml:"user"`
+	Image       string `yaml:"image"`
+	User        string `yaml:"user"`
 	Healthcheck struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
