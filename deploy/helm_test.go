@@ -1,0 +1,281 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	"sigs.k8s.io/yaml"
+)
+
+// The chart and the values file of the production overlay's topology.
+const (
+	chartDir         = "helm/hedgerow"
+	productionValues = "helm/values-production.yaml"
+)
+
+// renderChart renders the chart as `helm template hedgerow -n namespace -f
+// valuesFile` does — Helm's own chart loader and template engine, no
+// cluster — with extra values set over the file's, and decodes every
+// object strictly, as render does the overlays.
+func renderChart(t *testing.T, valuesFile, namespace string, extra map[string]any) rendered {
+	t.Helper()
+	files, err := renderChartFiles(valuesFile, namespace, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := rendered{overlay: chartDir + " with " + valuesFile, objects: map[string]map[string]any{}}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range files {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	for _, file := range names {
+		if !strings.HasSuffix(file, ".yaml") {
+			continue
+		}
+		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(files[file], -1) {
+			if isEmptyYAML(doc) {
+				continue
+			}
+			obj, err := decodeStrict([]byte(doc))
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", file, err, doc)
+			}
+			var head struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name      string `json:"name"`
+					Namespace string `json:"namespace"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+				t.Fatal(err)
+			}
+			if head.Metadata.Namespace != namespace {
+				t.Errorf("%s %s is in namespace %q, want the release's %q", head.Kind, head.Metadata.Name, head.Metadata.Namespace, namespace)
+			}
+			if out.objects[head.Kind] == nil {
+				out.objects[head.Kind] = map[string]any{}
+			}
+			if _, dup := out.objects[head.Kind][head.Metadata.Name]; dup {
+				t.Fatalf("two %s named %s", head.Kind, head.Metadata.Name)
+			}
+			out.objects[head.Kind][head.Metadata.Name] = obj
+		}
+	}
+	return out
+}
+
+// renderChartFiles is the chart's rendered templates by file name.
+func renderChartFiles(valuesFile, namespace string, extra map[string]any) (map[string]string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", chartDir, err)
+	}
+	vals := map[string]any{}
+	if valuesFile != "" {
+		data, err := os.ReadFile(valuesFile)
+		if err != nil {
+			return nil, err
+		}
+		if vals, err = loader.LoadValues(bytes.NewReader(data)); err != nil {
+			return nil, fmt.Errorf("%s: %w", valuesFile, err)
+		}
+	}
+	for k, v := range extra {
+		vals[k] = v
+	}
+	top, err := util.ToRenderValues(chrt, vals, common.ReleaseOptions{Name: "hedgerow", Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	files, err := engine.Render(chrt, top)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", chartDir, err)
+	}
+	return files, nil
+}
+
+// isEmptyYAML reports whether doc holds only comments and blank lines.
+func isEmptyYAML(doc string) bool {
+	for _, line := range strings.Split(doc, "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// helmLabels are the labels Helm's conventions add that deploy/k8s has no
+// use for; the comparison leaves them out.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance"}
+
+// normalized is obj as generic JSON for comparison: without Helm's own
+// labels, and with a ConfigMap's YAML files parsed, so comments and layout
+// do not count.
+func normalized(t *testing.T, obj any) map[string]any {
+	t.Helper()
+	j, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		if labels, ok := md["labels"].(map[string]any); ok {
+			for _, l := range helmLabels {
+				delete(labels, l)
+			}
+		}
+	}
+	if data, ok := m["data"].(map[string]any); ok {
+		for k, v := range data {
+			if strings.HasSuffix(k, ".yaml") {
+				var parsed any
+				if err := yaml.Unmarshal([]byte(v.(string)), &parsed); err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				data[k] = parsed
+			}
+		}
+	}
+	return m
+}
+
+// diffPaths lists where a and b differ, as JSON paths with both values.
+func diffPaths(path string, a, b any) []string {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			break
+		}
+		keys := map[string]bool{}
+		for k := range av {
+			keys[k] = true
+		}
+		for k := range bv {
+			keys[k] = true
+		}
+		var out []string
+		for _, k := range slices.Sorted(func(yield func(string) bool) {
+			for k := range keys {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			out = append(out, diffPaths(path+"."+k, av[k], bv[k])...)
+		}
+		return out
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			break
+		}
+		var out []string
+		for i := range av {
+			out = append(out, diffPaths(fmt.Sprintf("%s[%d]", path, i), av[i], bv[i])...)
+		}
+		return out
+	}
+	if reflect.DeepEqual(a, b) {
+		return nil
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return []string{fmt.Sprintf("%s: chart %s, kustomize %s", path, ja, jb)}
+}
+
+// kustomizeOnly are the production overlay's objects the chart leaves to
+// others: the namespace (helm install -n NS --create-namespace), and the
+// NATS cluster and Redis, which the chart takes as existing ones.
+var kustomizeOnly = []string{
+	"ConfigMap/hedgerow-nats", "Namespace/hedgerow",
+	"NetworkPolicy/hedgerow-nats", "NetworkPolicy/hedgerow-redis",
+	"PodDisruptionBudget/hedgerow-nats",
+	"Service/hedgerow-nats", "Service/hedgerow-nats-headless", "Service/hedgerow-redis",
+	"ServiceAccount/hedgerow-nats", "ServiceAccount/hedgerow-redis",
+	"StatefulSet/hedgerow-nats", "StatefulSet/hedgerow-redis",
+}
+
+// TestTheChartRendersTheProductionOverlaysGatewaysAndWorkers renders the
+// chart with values-production.yaml and compares it with the production
+// overlay object by object: every object the chart renders is the
+// overlay's, field for field (but Helm's own labels and the configuration
+// file's layout), and the overlay holds nothing more than the NATS and
+// Redis the chart takes as existing.
+func TestTheChartRendersTheProductionOverlaysGatewaysAndWorkers(t *testing.T) {
+	chart := renderChart(t, productionValues, "hedgerow", nil)
+	kust := render(t, "k8s/overlays/production")
+	for kind, byName := range chart.objects {
+		for name, obj := range byName {
+			other, ok := kust.objects[kind][name]
+			if !ok {
+				t.Errorf("the chart renders %s %s, which the overlay has not", kind, name)
+				continue
+			}
+			if d := diffPaths(kind+"/"+name, normalized(t, obj), normalized(t, other)); len(d) > 0 {
+				t.Errorf("%s %s differs:\n  %s", kind, name, strings.Join(d, "\n  "))
+			}
+		}
+	}
+	var only []string
+	for kind, byName := range kust.objects {
+		for name := range byName {
+			if _, ok := chart.objects[kind][name]; !ok {
+				only = append(only, kind+"/"+name)
+			}
+		}
+	}
+	sort.Strings(only)
+	if !slices.Equal(only, kustomizeOnly) {
+		t.Errorf("objects of the overlay only: %q, want %q", only, kustomizeOnly)
+	}
+}
+
+// The checks of the overlays hold for the chart too.
+func TestTheChartKeepsTheOverlaysRules(t *testing.T) {
+	chart := renderChart(t, productionValues, "hedgerow", nil)
+	checkGoMemLimits(t, chart.objects)
+	checkAutoscaling(t, chart.objects)
+	checkEgress(t, chart.objects)
+}
+
+// The chart refuses, with the reason, values that would deploy a broken
+// release.
+func TestTheChartRefusesUnsoundValues(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		file  string
+		extra map[string]any
+		want  string
+	}{
+		{"no configuration", "", nil, "config: the hedgerow configuration is required"},
+		{"a grace shorter than a policy's deadline", productionValues,
+			map[string]any{"gateway": map[string]any{"terminationGracePeriodSeconds": 20}}, "terminationGracePeriodSeconds 20 is below policy default's deadline 30s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderChartFiles(tc.file, "hedgerow", tc.extra)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
