@@ -203,59 +203,83 @@ func diffPaths(path string, a, b any) []string {
 	return []string{fmt.Sprintf("%s: chart %s, kustomize %s", path, ja, jb)}
 }
 
-// kustomizeOnly are the production overlay's objects the chart leaves to
-// others: the namespace (helm install -n NS --create-namespace), and the
-// NATS cluster and Redis, which the chart takes as existing ones.
-var kustomizeOnly = []string{
-	"ConfigMap/hedgerow-nats", "Namespace/hedgerow",
-	"NetworkPolicy/hedgerow-nats", "NetworkPolicy/hedgerow-redis",
-	"PodDisruptionBudget/hedgerow-nats",
-	"Service/hedgerow-nats", "Service/hedgerow-nats-headless", "Service/hedgerow-redis",
-	"ServiceAccount/hedgerow-nats", "ServiceAccount/hedgerow-redis",
-	"StatefulSet/hedgerow-nats", "StatefulSet/hedgerow-redis",
+// chartTopologies pairs each overlay with the chart's values file of its
+// topology, and lists the overlay's objects the chart leaves to others:
+// the namespace (helm install -n NS --create-namespace), the NATS cluster
+// and Redis, which the chart takes as existing ones, and the local
+// overlay's fake routes (fakellm.yaml, with the policy letting workers
+// reach them).
+var chartTopologies = []struct {
+	overlay, values, namespace string
+	kustomizeOnly              []string
+}{
+	{"k8s/overlays/production", "helm/values-production.yaml", "hedgerow", []string{
+		"ConfigMap/hedgerow-nats", "Namespace/hedgerow",
+		"NetworkPolicy/hedgerow-nats", "NetworkPolicy/hedgerow-redis",
+		"PodDisruptionBudget/hedgerow-nats",
+		"Service/hedgerow-nats", "Service/hedgerow-nats-headless", "Service/hedgerow-redis",
+		"ServiceAccount/hedgerow-nats", "ServiceAccount/hedgerow-redis",
+		"StatefulSet/hedgerow-nats", "StatefulSet/hedgerow-redis",
+	}},
+	{"k8s/overlays/local", "helm/values-local.yaml", "hedgerow-local", []string{
+		"ConfigMap/hedgerow-nats", "Deployment/hedgerow-fakellm", "Namespace/hedgerow-local",
+		"NetworkPolicy/hedgerow-fakellm", "NetworkPolicy/hedgerow-nats", "NetworkPolicy/hedgerow-redis",
+		"NetworkPolicy/hedgerow-worker-fakellm",
+		"PodDisruptionBudget/hedgerow-nats",
+		"Service/hedgerow-fakellm", "Service/hedgerow-nats", "Service/hedgerow-nats-headless", "Service/hedgerow-redis",
+		"ServiceAccount/hedgerow-nats", "ServiceAccount/hedgerow-redis",
+		"StatefulSet/hedgerow-nats", "StatefulSet/hedgerow-redis",
+	}},
 }
 
-// TestTheChartRendersTheProductionOverlaysGatewaysAndWorkers renders the
-// chart with values-production.yaml and compares it with the production
-// overlay object by object: every object the chart renders is the
-// overlay's, field for field (but Helm's own labels and the configuration
-// file's layout), and the overlay holds nothing more than the NATS and
-// Redis the chart takes as existing.
-func TestTheChartRendersTheProductionOverlaysGatewaysAndWorkers(t *testing.T) {
-	chart := renderChart(t, productionValues, "hedgerow", nil)
-	kust := render(t, "k8s/overlays/production")
-	for kind, byName := range chart.objects {
-		for name, obj := range byName {
-			other, ok := kust.objects[kind][name]
-			if !ok {
-				t.Errorf("the chart renders %s %s, which the overlay has not", kind, name)
-				continue
+// TestTheChartRendersEachOverlaysGatewaysAndWorkers renders the chart
+// with each overlay's values file and compares it with the overlay object
+// by object: every object the chart renders is the overlay's, field for
+// field (but Helm's own labels and the configuration file's layout), and
+// the overlay holds nothing more than what the chart leaves to others.
+func TestTheChartRendersEachOverlaysGatewaysAndWorkers(t *testing.T) {
+	for _, tp := range chartTopologies {
+		t.Run(tp.overlay, func(t *testing.T) {
+			chart := renderChart(t, tp.values, tp.namespace, nil)
+			kust := render(t, tp.overlay)
+			for kind, byName := range chart.objects {
+				for name, obj := range byName {
+					other, ok := kust.objects[kind][name]
+					if !ok {
+						t.Errorf("the chart renders %s %s, which the overlay has not", kind, name)
+						continue
+					}
+					if d := diffPaths(kind+"/"+name, normalized(t, obj), normalized(t, other)); len(d) > 0 {
+						t.Errorf("%s %s differs:\n  %s", kind, name, strings.Join(d, "\n  "))
+					}
+				}
 			}
-			if d := diffPaths(kind+"/"+name, normalized(t, obj), normalized(t, other)); len(d) > 0 {
-				t.Errorf("%s %s differs:\n  %s", kind, name, strings.Join(d, "\n  "))
+			var only []string
+			for kind, byName := range kust.objects {
+				for name := range byName {
+					if _, ok := chart.objects[kind][name]; !ok {
+						only = append(only, kind+"/"+name)
+					}
+				}
 			}
-		}
-	}
-	var only []string
-	for kind, byName := range kust.objects {
-		for name := range byName {
-			if _, ok := chart.objects[kind][name]; !ok {
-				only = append(only, kind+"/"+name)
+			sort.Strings(only)
+			if !slices.Equal(only, tp.kustomizeOnly) {
+				t.Errorf("objects of the overlay only: %q, want %q", only, tp.kustomizeOnly)
 			}
-		}
-	}
-	sort.Strings(only)
-	if !slices.Equal(only, kustomizeOnly) {
-		t.Errorf("objects of the overlay only: %q, want %q", only, kustomizeOnly)
+		})
 	}
 }
 
 // The checks of the overlays hold for the chart too.
 func TestTheChartKeepsTheOverlaysRules(t *testing.T) {
-	chart := renderChart(t, productionValues, "hedgerow", nil)
-	checkGoMemLimits(t, chart.objects)
-	checkAutoscaling(t, chart.objects)
-	checkEgress(t, chart.objects)
+	for _, tp := range chartTopologies {
+		t.Run(tp.values, func(t *testing.T) {
+			chart := renderChart(t, tp.values, tp.namespace, nil)
+			checkGoMemLimits(t, chart.objects)
+			checkAutoscaling(t, chart.objects)
+			checkEgress(t, chart.objects)
+		})
+	}
 }
 
 // The chart refuses, with the reason, values that would deploy a broken
