@@ -89,13 +89,17 @@ const (
 	hedgerowUser  = "${HEDGEROW_UID:-65532}:${HEDGEROW_GID:-65532}"
 )
 
-// composeDefault is the value compose gives "${VAR:-default}" when VAR is
-// unset, or v itself when it is a plain value.
+// composeDefault is v as compose interpolates it with no variable set but
+// the required ones: "${VAR:-default}" is default, "${VAR:?message}" and
+// "${VAR}" are secretValue(VAR).
 func composeDefault(v string) string {
-	if m := regexp.MustCompile(`^\$\{[A-Z_]+:-(.*)\}$`).FindStringSubmatch(v); m != nil {
-		return m[1]
-	}
-	return v
+	return regexp.MustCompile(`\$\{([A-Z_]+)(?::([-?])([^}]*))?\}`).ReplaceAllStringFunc(v, func(ref string) string {
+		m := regexp.MustCompile(`^\$\{([A-Z_]+)(?::([-?])([^}]*))?\}$`).FindStringSubmatch(ref)
+		if m[2] == "-" {
+			return m[3]
+		}
+		return secretValue(m[1])
+	})
 }
 
 // Every hedgerow service runs as the image's user unless HEDGEROW_UID says
@@ -257,5 +261,20 @@ func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.
 	}
 	if !opts.SyncAlways {
 		t.Errorf("JetStream fsyncs every %v; want sync_interval: always, so the gate's ledger outlives an OS crash", opts.SyncInterval)
+	}
+	if opts.Cluster.Username != "route" || opts.Cluster.Password != secretValue("HEDGEROW_NATS_ROUTE_PASSWORD") {
+		t.Errorf("routes are not authorized: cluster user %q", opts.Cluster.Username)
+	}
+	for _, r := range opts.Routes {
+		if p, _ := r.User.Password(); r.User.Username() != opts.Cluster.Username || p != opts.Cluster.Password {
+			t.Errorf("route %s does not present the route user", r.Redacted())
+		}
+	}
+	check := *opts
+	check.NoSigs, check.NoLog = true, true
+	if s, err := server.NewServer(&check); err != nil {
+		t.Errorf("nats-server refuses the options: %v", err)
+	} else {
+		s.Shutdown()
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -417,12 +418,7 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			}
 			write(t, filepath.Join(root, confPath), []byte(conf))
 			write(t, filepath.Join(root, authDir, natsauth.ServerConfigFile), bundle.ServerConfig())
-			t.Setenv("POD_NAME", "hedgerow-nats-0")
-			for _, e := range c.Env {
-				if e.ValueFrom == nil {
-					t.Setenv(e.Name, e.Value)
-				}
-			}
+			setContainerEnv(t, c, map[string]string{"POD_NAME": "hedgerow-nats-0"})
 			opts, err := server.ProcessConfigFile(filepath.Join(root, confPath))
 			if err != nil {
 				t.Fatalf("nats-server refuses %s: %v", confPath, err)
@@ -433,6 +429,26 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			}
 			if !opts.SyncAlways {
 				t.Errorf("JetStream fsyncs every %v; want sync_interval: always, so the gate's ledger outlives an OS crash", opts.SyncInterval)
+			}
+			if opts.Cluster.Username != "route" || opts.Cluster.Password != secretValue("route-password") {
+				t.Errorf("routes are not authorized: cluster user %q", opts.Cluster.Username)
+			}
+			for _, r := range opts.Routes {
+				if p, _ := r.User.Password(); r.User.Username() != opts.Cluster.Username || p != opts.Cluster.Password {
+					t.Errorf("route %s does not present the route user", r.Redacted())
+				}
+			}
+			if opts.SystemAccount != "SYS" {
+				t.Errorf("system account %q, want SYS", opts.SystemAccount)
+			}
+			// The server takes the options whole (accounts beside the
+			// generated users, the system account), as at start.
+			check := *opts
+			check.NoSigs, check.NoLog = true, true
+			if s, err := server.NewServer(&check); err != nil {
+				t.Errorf("nats-server refuses the options: %v", err)
+			} else {
+				s.Shutdown()
 			}
 			volume := ss.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
 			if opts.JetStreamMaxStore <= 0 || opts.JetStreamMaxStore > volume.Value()*9/10 {
@@ -646,5 +662,38 @@ func checkEgress(t *testing.T, objects map[string]map[string]any) {
 		if got := reaches(tc.pod, tc.to, tc.port); got != tc.want {
 			t.Errorf("%s reaches %q on %d: %v, want %v", tc.pod, tc.to, tc.port, got, tc.want)
 		}
+	}
+}
+
+// secretValue is the value the tests give a Secret's key: its name.
+func secretValue(key string) string { return "secret-" + key }
+
+// setContainerEnv sets the container's variables as the kubelet would:
+// literal values with $(VAR) references to those before them expanded,
+// a Secret's key as secretValue(key), and fixed for those from fields.
+func setContainerEnv(t *testing.T, c corev1.Container, fixed map[string]string) {
+	t.Helper()
+	vals := map[string]string{}
+	for _, e := range c.Env {
+		var v string
+		switch {
+		case e.ValueFrom == nil:
+			v = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(e.Value, func(ref string) string {
+				name := ref[2 : len(ref)-1]
+				if r, ok := vals[name]; ok {
+					return r
+				}
+				return ref
+			})
+		case e.ValueFrom.SecretKeyRef != nil:
+			v = secretValue(e.ValueFrom.SecretKeyRef.Key)
+		default:
+			var ok bool
+			if v, ok = fixed[e.Name]; !ok {
+				t.Fatalf("%s: no value for %s", c.Name, e.Name)
+			}
+		}
+		vals[e.Name] = v
+		t.Setenv(e.Name, v)
 	}
 }
