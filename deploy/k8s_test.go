@@ -9,6 +9,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -213,7 +214,16 @@ func TestTheConfigMapPassesConfigCheckForEachRoleThatReadsIt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkSeedMounted(t, spec, c, cfg.NATS.NKeySeedFile, rl.natsUser+".nk")
+				checkAuthMounted(t, spec, c, cfg.NATS.NKeySeedFile, rl.natsUser+".nk")
+				// TLS with the role's client certificate (nats-auth --tls).
+				checkAuthMounted(t, spec, c, cfg.NATS.TLS.CAFile, natsauth.CAFile)
+				checkAuthMounted(t, spec, c, cfg.NATS.TLS.CertFile, natsauth.ClientCertFile(rl.natsUser))
+				checkAuthMounted(t, spec, c, cfg.NATS.TLS.KeyFile, natsauth.ClientKeyFile(rl.natsUser))
+				for _, u := range cfg.NATS.URLs {
+					if !strings.HasPrefix(u, "tls://") {
+						t.Errorf("%s reaches NATS at %s, want tls://", rl.deployment, u)
+					}
+				}
 				if rl.role == config.RoleGateway && len(c.EnvFrom) > 0 {
 					t.Fatalf("the gateway takes variables from %v: it never reads provider keys", c.EnvFrom)
 				}
@@ -249,9 +259,10 @@ func mountedConfigMap(t *testing.T, spec corev1.PodSpec, c corev1.Container, fil
 	return "", ""
 }
 
-// checkSeedMounted fails unless the container sees the generated user's
-// seed (the key seedKey of the Secret hedgerow-nats-auth) at file.
-func checkSeedMounted(t *testing.T, spec corev1.PodSpec, c corev1.Container, file, seedKey string) {
+// checkAuthMounted fails unless the container sees a file `hedgerow
+// nats-auth` generated (the key seedKey of the Secret hedgerow-nats-auth:
+// a user's seed, certificate or key, or the CA) at file.
+func checkAuthMounted(t *testing.T, spec corev1.PodSpec, c corev1.Container, file, seedKey string) {
 	t.Helper()
 	for _, m := range c.VolumeMounts {
 		if path.Dir(file) != m.MountPath {
@@ -385,43 +396,28 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			}
 			c := ss.Spec.Template.Spec.Containers[0]
 			confPath := flagValue(t, c.Args, "--config")
-			cmName, key := mountedConfigMap(t, ss.Spec.Template.Spec, c, confPath)
-			conf := r.get(t, "ConfigMap", cmName).(*corev1.ConfigMap).Data[key]
+			mountedConfigMap(t, ss.Spec.Template.Spec, c, confPath)
 			hcfg, err := config.Parse("hedgerow.yaml",
 				[]byte(r.get(t, "ConfigMap", "hedgerow-config").(*corev1.ConfigMap).Data["hedgerow.yaml"]),
 				config.RoleGateway, func(string) (string, bool) { return "set", true })
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec := natsauth.Spec{GateBucket: hcfg.Gate.Bucket, RecordsStream: hcfg.Records.Stream,
-				Responses: natsauth.ResponsesForConfig(hcfg)}
-			for _, rt := range hcfg.Routes {
-				spec.Routes = append(spec.Routes, rt.Name)
-			}
-			bundle, err := natsauth.Generate(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The container's file system: the ConfigMap and the Secret at
-			// their mount paths, under a temporary root.
+			bundle := generateUsers(t, hcfg)
+			// The container's file system under a temporary root: every
+			// volume it mounts, absolute paths in the configuration files
+			// moved under the root.
 			root := t.TempDir()
-			authDir := ""
-			for _, m := range c.VolumeMounts {
-				for _, v := range ss.Spec.Template.Spec.Volumes {
-					if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "hedgerow-nats-auth" {
-						authDir = m.MountPath
-					}
-				}
-			}
-			if authDir == "" {
-				t.Fatal("the Secret hedgerow-nats-auth is not mounted")
-			}
-			write(t, filepath.Join(root, confPath), []byte(conf))
-			write(t, filepath.Join(root, authDir, natsauth.ServerConfigFile), bundle.ServerConfig())
+			mountVolumes(t, root, r, ss.Spec.Template.Spec, c, secretFiles(bundle))
 			setContainerEnv(t, c, map[string]string{"POD_NAME": "hedgerow-nats-0"})
 			opts, err := server.ProcessConfigFile(filepath.Join(root, confPath))
 			if err != nil {
 				t.Fatalf("nats-server refuses %s: %v", confPath, err)
+			}
+			if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert ||
+				opts.Cluster.TLSConfig == nil || opts.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+				t.Errorf("clients over TLS %v, routes over TLS %v; want both, with certificates the CA signed",
+					opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil)
 			}
 			if !opts.JetStream || opts.ServerName != "hedgerow-nats-0" || len(opts.Routes) != 3 || opts.Cluster.Port != 6222 {
 				t.Errorf("JetStream %v, name %q, %d routes, cluster port %d; want JetStream, the Pod's name, 3 routes, 6222",
@@ -695,5 +691,106 @@ func setContainerEnv(t *testing.T, c corev1.Container, fixed map[string]string) 
 		}
 		vals[e.Name] = v
 		t.Setenv(e.Name, v)
+	}
+}
+
+// generateUsers is what `hedgerow nats-auth --tls` generates from the
+// configuration: the users, their permissions and the TLS material.
+func generateUsers(t *testing.T, cfg *config.Config) *natsauth.Bundle {
+	t.Helper()
+	spec := natsauth.Spec{GateBucket: cfg.Gate.Bucket, RecordsStream: cfg.Records.Stream,
+		Responses: natsauth.ResponsesForConfig(cfg), TLS: &natsauth.TLSSpec{ServerNames: []string{"hedgerow-nats"}}}
+	for _, rt := range cfg.Routes {
+		spec.Routes = append(spec.Routes, rt.Name)
+	}
+	bundle, err := natsauth.Generate(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle
+}
+
+// secretFiles are the keys of the Secret hedgerow-nats-auth as the README
+// has the operator create it from what `hedgerow nats-auth --tls` wrote:
+// the folder's files and its tls folder's.
+func secretFiles(b *natsauth.Bundle) map[string][]byte {
+	files := map[string][]byte{natsauth.ServerConfigFile: b.ServerConfig()}
+	for _, u := range []string{natsauth.UserGateway, natsauth.UserWorker} {
+		user, _ := b.User(u)
+		files[u+".nk"] = user.Secret
+	}
+	for name, data := range b.TLS.Files {
+		files[name] = data
+	}
+	return files
+}
+
+// mountVolumes writes under root what container c of pod spec sees: every
+// ConfigMap (from the rendered r) and the Secret hedgerow-nats-auth (its
+// keys secret) it mounts, plain or projected, with their items. In the
+// .conf files written, every mount path is moved under root, so absolute
+// paths resolve there. Claims and emptyDirs are left empty.
+func mountVolumes(t *testing.T, root string, r rendered, spec corev1.PodSpec, c corev1.Container, secret map[string][]byte) {
+	t.Helper()
+	var mountPaths []string
+	for _, m := range c.VolumeMounts {
+		mountPaths = append(mountPaths, m.MountPath)
+	}
+	put := func(dir, key, path string, data []byte) {
+		if strings.HasSuffix(path, ".conf") {
+			for _, mp := range mountPaths {
+				data = bytes.ReplaceAll(data, []byte(`"`+mp+"/"), []byte(`"`+filepath.Join(root, mp)+"/"))
+			}
+		}
+		write(t, filepath.Join(root, dir, path), data)
+	}
+	configMap := func(dir, name string, items []corev1.KeyToPath) {
+		cm := r.get(t, "ConfigMap", name).(*corev1.ConfigMap)
+		if len(items) == 0 {
+			for k, v := range cm.Data {
+				put(dir, k, k, []byte(v))
+			}
+		}
+		for _, it := range items {
+			v, ok := cm.Data[it.Key]
+			if !ok {
+				t.Fatalf("ConfigMap %s has no %s", name, it.Key)
+			}
+			put(dir, it.Key, it.Path, []byte(v))
+		}
+	}
+	secretItems := func(dir, name string, items []corev1.KeyToPath) {
+		if name != "hedgerow-nats-auth" || len(items) == 0 {
+			t.Fatalf("%s mounts the Secret %s with items %v; the test knows hedgerow-nats-auth's items", c.Name, name, items)
+		}
+		for _, it := range items {
+			v, ok := secret[it.Key]
+			if !ok {
+				t.Fatalf("%s mounts %s, a key `hedgerow nats-auth --tls` does not write", c.Name, it.Key)
+			}
+			put(dir, it.Key, it.Path, v)
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 {
+			continue // a volume claim template's: empty at start
+		}
+		v := spec.Volumes[i]
+		switch {
+		case v.ConfigMap != nil:
+			configMap(m.MountPath, v.ConfigMap.Name, v.ConfigMap.Items)
+		case v.Secret != nil:
+			secretItems(m.MountPath, v.Secret.SecretName, v.Secret.Items)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				switch {
+				case src.ConfigMap != nil:
+					configMap(m.MountPath, src.ConfigMap.Name, src.ConfigMap.Items)
+				case src.Secret != nil:
+					secretItems(m.MountPath, src.Secret.Name, src.Secret.Items)
+				}
+			}
+		}
 	}
 }
