@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	appsv1 "k8s.io/api/apps/v1"
@@ -176,6 +177,7 @@ var roles = []struct {
 }
 
 func TestTheConfigMapPassesConfigCheckForEachRoleThatReadsIt(t *testing.T) {
+	bundle := anyUsers(t)
 	for _, o := range overlays {
 		t.Run(o, func(t *testing.T) {
 			r := render(t, o)
@@ -206,7 +208,7 @@ func TestTheConfigMapPassesConfigCheckForEachRoleThatReadsIt(t *testing.T) {
 					}
 					return "", false
 				}
-				cfg, err := config.Parse(file, []byte(data), rl.role, env)
+				cfg, root, err := parseInPod(t, r, spec, c, file, data, rl.role, env, bundle)
 				var problems config.Problems
 				if errors.As(err, &problems) {
 					t.Fatalf("%s: config check --role %s:\n%v", rl.deployment, rl.role, err)
@@ -214,15 +216,21 @@ func TestTheConfigMapPassesConfigCheckForEachRoleThatReadsIt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkAuthMounted(t, spec, c, cfg.NATS.NKeySeedFile, rl.natsUser+".nk")
-				// TLS with the role's client certificate (nats-auth --tls).
-				checkAuthMounted(t, spec, c, cfg.NATS.TLS.CAFile, natsauth.CAFile)
-				checkAuthMounted(t, spec, c, cfg.NATS.TLS.CertFile, natsauth.ClientCertFile(rl.natsUser))
-				checkAuthMounted(t, spec, c, cfg.NATS.TLS.KeyFile, natsauth.ClientKeyFile(rl.natsUser))
+				inPod := func(p string) string { return strings.TrimPrefix(p, root) }
+				checkAuthMounted(t, spec, c, inPod(cfg.NATS.NKeySeedFile), rl.natsUser+".nk")
+				// TLS with the role's client certificate (nats-auth --tls),
+				// and to Redis trusting the same CA.
+				checkAuthMounted(t, spec, c, inPod(cfg.NATS.TLS.CAFile), natsauth.CAFile)
+				checkAuthMounted(t, spec, c, inPod(cfg.NATS.TLS.CertFile), natsauth.ClientCertFile(rl.natsUser))
+				checkAuthMounted(t, spec, c, inPod(cfg.NATS.TLS.KeyFile), natsauth.ClientKeyFile(rl.natsUser))
+				checkAuthMounted(t, spec, c, inPod(cfg.Redis.TLS.CAFile), natsauth.CAFile)
 				for _, u := range cfg.NATS.URLs {
 					if !strings.HasPrefix(u, "tls://") {
 						t.Errorf("%s reaches NATS at %s, want tls://", rl.deployment, u)
 					}
+				}
+				if !strings.HasPrefix(cfg.Redis.URL, "rediss://") || !cfg.Redis.TLS.Enabled {
+					t.Errorf("%s reaches Redis at %s (TLS %v), want rediss://", rl.deployment, cfg.Redis.URL, cfg.Redis.TLS.Enabled)
 				}
 				if rl.role == config.RoleGateway && len(c.EnvFrom) > 0 {
 					t.Fatalf("the gateway takes variables from %v: it never reads provider keys", c.EnvFrom)
@@ -397,9 +405,11 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			c := ss.Spec.Template.Spec.Containers[0]
 			confPath := flagValue(t, c.Args, "--config")
 			mountedConfigMap(t, ss.Spec.Template.Spec, c, confPath)
-			hcfg, err := config.Parse("hedgerow.yaml",
-				[]byte(r.get(t, "ConfigMap", "hedgerow-config").(*corev1.ConfigMap).Data["hedgerow.yaml"]),
-				config.RoleGateway, func(string) (string, bool) { return "set", true })
+			// The configuration as a gateway reads it, for the users.
+			gw := r.get(t, "Deployment", "hedgerow-gateway").(*appsv1.Deployment).Spec.Template.Spec
+			hcfg, _, err := parseInPod(t, r, gw, gw.Containers[0], "/etc/hedgerow/hedgerow.yaml",
+				r.get(t, "ConfigMap", "hedgerow-config").(*corev1.ConfigMap).Data["hedgerow.yaml"],
+				config.RoleGateway, func(string) (string, bool) { return "set", true }, anyUsers(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -793,4 +803,35 @@ func mountVolumes(t *testing.T, root string, r rendered, spec corev1.PodSpec, c 
 			}
 		}
 	}
+}
+
+// parseInPod runs config check (config.Parse) on data, the configuration
+// container c of spec reads at file, with the files the container mounts
+// written under a temporary root (the Secret hedgerow-nats-auth's from
+// bundle) and the configuration's absolute paths moved there, so the
+// check finds what the Pod mounts. It returns the root too: paths in the
+// result start with it.
+func parseInPod(t *testing.T, r rendered, spec corev1.PodSpec, c corev1.Container, file, data string, role config.Role,
+	env func(string) (string, bool), bundle *natsauth.Bundle) (*config.Config, string, error) {
+	t.Helper()
+	root := t.TempDir()
+	mountVolumes(t, root, r, spec, c, secretFiles(bundle))
+	for _, m := range c.VolumeMounts {
+		data = strings.ReplaceAll(data, " "+m.MountPath+"/", " "+filepath.Join(root, m.MountPath)+"/")
+	}
+	cfg, err := config.Parse(filepath.Join(root, file), []byte(data), role, env)
+	return cfg, root, err
+}
+
+// anyUsers is what `hedgerow nats-auth --tls` writes for any
+// configuration: files where the Secret hedgerow-nats-auth's keys go.
+func anyUsers(t *testing.T) *natsauth.Bundle {
+	t.Helper()
+	bundle, err := natsauth.Generate(natsauth.Spec{GateBucket: "gate", RecordsStream: "records", Routes: []string{"route"},
+		Responses: natsauth.ResponsesFor(30*time.Second, 5*time.Second),
+		TLS:       &natsauth.TLSSpec{ServerNames: []string{"hedgerow-nats"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle
 }
