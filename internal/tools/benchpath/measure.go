@@ -53,9 +53,10 @@ type loadRun struct {
 	targets    []loadgen.TargetReport
 	capDelayed int
 	cpu        map[string]time.Duration // by part, over the measured window
-	// commitWait is serve's wait for its commit records' acks over the
-	// measured window (nil when hedgerow was not a target).
-	commitWait *histogram
+	// commitWait is serve's wait for its commit records' acks, and the
+	// records' batch messages, over the measured window (nil when
+	// hedgerow was not a target).
+	commitWait *recordsSeen
 	elapsed    time.Duration
 	load       string // load average at its end
 }
@@ -107,10 +108,10 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 	}
 	withHedgerow := slices.ContainsFunc(ts, func(t target) bool { return t.name == nameHedgerow })
 	metrics := b.internalURL + "/metrics"
-	var before histogram
+	var before recordsSeen
 	if withHedgerow {
 		var err error
-		if before, err = scrapeHistogram(ctx, metrics, commitWaitMetric); err != nil {
+		if before, err = scrapeRecords(ctx, metrics); err != nil {
 			return nil, err
 		}
 	}
@@ -127,12 +128,11 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 		return nil, err
 	}
 	if withHedgerow {
-		after, err := scrapeHistogram(ctx, metrics, commitWaitMetric)
+		after, err := scrapeRecords(ctx, metrics)
 		if err != nil {
 			return nil, err
 		}
-		wait := after.minus(before)
-		out.commitWait = &wait
+		out.commitWait = &recordsSeen{wait: after.wait.minus(before.wait), batches: after.batches.minus(before.batches)}
 	}
 	for i, t := range ts {
 		r := loadgen.TargetOf(sum, i, stream)
