@@ -70,7 +70,7 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	})
 
 	// An idle publisher sends a commit at once, alone: batch 1.
-	if err := p.Commit(schemas.StoredGroupSubject("g-0"), "", rec(schemas.EventGroupCommitted, "g-0", 0, "idle")); err != nil {
+	if err := p.Commit(schemas.StoredGroupSubject("g-0"), rec(schemas.EventGroupCommitted, "g-0", 0, "idle")); err != nil {
 		t.Fatalf("idle commit: %v", err)
 	}
 	if got := messages(t, js, "test_records"); len(got) != 1 || !strings.Contains(got[0][1], `"idle"`) ||
@@ -82,16 +82,16 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	// two records are queued.
 	c1, c2 := make(chan error, 1), make(chan error, 1)
 	go func() {
-		c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupCommitted, "g-1", 0, "one"))
+		c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupCommitted, "g-1", 0, "one"))
 	}()
 	if seq := <-entered; seq != 2 {
 		t.Fatalf("batch %d held, want 2", seq)
 	}
 	go func() {
-		c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), "", rec(schemas.EventGroupCommitted, "g-2", 0, "two"))
+		c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), rec(schemas.EventGroupCommitted, "g-2", 0, "two"))
 	}()
-	p.Publish(schemas.StoredAttemptSubject("g-1", 1), "", rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
-	p.Publish(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupComplete, "g-1", 0, "final"))
+	p.Publish(schemas.StoredAttemptSubject("g-1", 1), rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
+	p.Publish(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupComplete, "g-1", 0, "final"))
 	waitQueued(t, p)
 	close(release[2])
 	if err := <-c1; err != nil {
@@ -143,7 +143,7 @@ func TestRecordsNobodyWaitsForRideWithTheNextCommitOrGoOutAfterTheLinger(t *test
 		want   [][]string
 	}{
 		{"a commit's batch carries the records queued before it", time.Hour, func(t *testing.T, p *records.Publisher) {
-			if err := p.Commit(schemas.StoredGroupSubject("g-2"), "", rec(schemas.EventGroupCommitted, "g-2", 0, "commit")); err != nil {
+			if err := p.Commit(schemas.StoredGroupSubject("g-2"), rec(schemas.EventGroupCommitted, "g-2", 0, "commit")); err != nil {
 				t.Fatal(err)
 			}
 		}, [][]string{{"attempt", "final", "commit"}}},
@@ -166,8 +166,8 @@ func TestRecordsNobodyWaitsForRideWithTheNextCommitOrGoOutAfterTheLinger(t *test
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Publish(schemas.StoredAttemptSubject("g-1", 1), "", rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
-			p.Publish(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupComplete, "g-1", 0, "final"))
+			p.Publish(schemas.StoredAttemptSubject("g-1", 1), rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
+			p.Publish(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupComplete, "g-1", 0, "final"))
 			if tc.linger == time.Hour {
 				if got := messages(t, js, "test_records"); len(got) != 0 {
 					t.Fatalf("records nobody waits for went out alone: %q", got)
@@ -273,9 +273,9 @@ func TestBatchedAndPerRecordStreamsReadTheSameRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range all {
-		subject, id, keep, _ := records.SubjectAndID(l)
+		subject, _, keep, _ := records.SubjectAndID(l)
 		if keep {
-			p.Publish(subject, id, l)
+			p.Publish(subject, l)
 		}
 	}
 	flush(t, p)

@@ -102,10 +102,10 @@ func (c Options) StreamConfig() jetstream.StreamConfig {
 // logged at most once a logInterval. The zero-JetStream case (Open found
 // none) publishes nothing.
 type Publisher struct {
-	js       jetstream.JetStream // nil: no JetStream, records are not kept
-	cfg      Options
-	log      *slog.Logger
-	failures *prometheus.CounterVec
+	js         jetstream.JetStream // nil: no JetStream, records are not kept
+	cfg        Options
+	log        *slog.Logger
+	failures   *prometheus.CounterVec
 	commitWait prometheus.Histogram
 	batches    prometheus.Histogram
 	// id names the publisher's batches (BatchSubject, their message ids).
@@ -131,10 +131,10 @@ type Publisher struct {
 	// lingering: a timer will start a batch for the records Publish
 	// queued, unless a commit's batch carries them first.
 	lingering bool
-	seq      uint64
-	queued   uint64
-	settled  uint64
-	flushes  []flushWait
+	seq       uint64
+	queued    uint64
+	settled   uint64
+	flushes   []flushWait
 	// beforeBatch, when set (tests), runs before batch seq of n records
 	// is published.
 	beforeBatch func(seq uint64, n int)
@@ -244,13 +244,12 @@ func (p *Publisher) Keeps() bool { return p != nil && p.js != nil }
 // Publish queues data for the stream, kept as subject's record, without
 // waiting for its ack. data is held until its batch is sent: the caller
 // must not change it. Past MaxPending records queued or in flight, it is
-// dropped and counted. id, the record's own message id before batches,
-// names it in no batch: a batch's id deduplicates a retried batch.
-func (p *Publisher) Publish(subject, id string, data []byte) {
+// dropped and counted. A record has no message id of its own: its batch's
+// id deduplicates a retried batch.
+func (p *Publisher) Publish(subject string, data []byte) {
 	if !p.Keeps() {
 		return
 	}
-	_ = id
 	p.enqueue(subject, data, nil)
 }
 
@@ -259,7 +258,7 @@ func (p *Publisher) Publish(subject, id string, data []byte) {
 // is kept before its answer leaves. After a failure, commits are queued
 // without waiting for commitBackoff (ErrNotAwaited), so a stream that is
 // down does not hold every answer.
-func (p *Publisher) Commit(subject, id string, data []byte) error {
+func (p *Publisher) Commit(subject string, data []byte) error {
 	if !p.Keeps() {
 		return nil
 	}
@@ -268,7 +267,7 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 	unawaited := start.Before(p.unawaitedUntil)
 	p.mu.Unlock()
 	if unawaited {
-		p.Publish(subject, id, data)
+		p.Publish(subject, data)
 		return ErrNotAwaited
 	}
 	done := make(chan error, 1)
