@@ -500,6 +500,14 @@ func rank(n int, q float64) int {
 	return min(max(r, 0), n-1)
 }
 
+// TailGain is the gain of Compute for two arms of latencies given apart
+// (sorted, ms): control P99 ÷ hedged P99 with its seeded bootstrap
+// interval, or nil and why it is withheld below o.MinSamples per arm.
+// `hedgerow demo` takes it of its primary-only run against its hedged one.
+func TailGain(hedged, control []float64, o Options) (*Gain, string) {
+	return gain(hedged, control, o.withDefaults())
+}
+
 // gain bootstraps control P99 ÷ hedged P99, or says why it is withheld.
 func gain(hedged, control []float64, o Options) (*Gain, string) {
 	if len(hedged) < o.MinSamples || len(control) < o.MinSamples {
