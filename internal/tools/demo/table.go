@@ -39,6 +39,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	if rep.busyHost() {
+		fmt.Fprintf(w, "this host was busier than its cores (load average %.1f on %d at the runs' end): every real ms waiting for CPU\n"+
+			"  reads as %.0f model ms, so the latencies below measure the host as much as hedging\n", *rep.LoadAverage, rep.HostCPUs, 1/rep.TimeScale)
+	}
 	if g := rep.TailGain; g != nil {
 		fmt.Fprintf(w, "tail gain, primary-only P99 / hedged P99: %.3f, 95%% bootstrap interval [%.3f, %.3f] (n=%d and %d, %d resamples, seed %d)\n",
 			g.Ratio, g.Lower, g.Upper, g.ControlSamples, g.HedgedSamples, g.Resamples, g.Seed)
@@ -124,13 +128,19 @@ func (rep *Report) cancelNote() string {
 	switch {
 	case rep.LoadAverage == nil:
 		return "  cause: this host keeps no load average to tell a busy host from a slow cancel path"
-	case *rep.LoadAverage >= float64(rep.HostCPUs):
+	case rep.busyHost():
 		return fmt.Sprintf("  likely cause: a busy host — load average %.1f on %d cores at the runs' end; serve, its workers, the fake\n"+
 			"  routes and the load generator share this one process, and a cancel waits for CPU behind the streams", *rep.LoadAverage, rep.HostCPUs)
 	}
 	return fmt.Sprintf("  the host was not saturated (load average %.1f on %d cores): the time is on the cancel path — the\n"+
 		"  dispatcher's cancel over NATS, the worker ending its upstream request, the route seeing it (docs/architecture.md §8)",
 		*rep.LoadAverage, rep.HostCPUs)
+}
+
+// busyHost says the host had at least as many runnable threads as cores
+// (its 1-minute load average) when the runs ended.
+func (rep *Report) busyHost() bool {
+	return rep.LoadAverage != nil && *rep.LoadAverage >= float64(rep.HostCPUs)
 }
 
 // within is "ok" when rate is within ceiling, else "ABOVE".
