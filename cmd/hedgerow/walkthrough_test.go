@@ -269,11 +269,21 @@ func TestREADMEWalkthroughRunsAsWritten(t *testing.T) {
 			if !strings.Contains(out, "default/general/") || !strings.Contains(out, "tail gain") {
 				t.Fatalf("README command %q printed no report of the pool general:\n%s", line, out)
 			}
+			// As the README says of a first run: the gain withheld, with
+			// what each arm needs and how to get there sooner.
+			for _, want := range []string{"tail gain withheld", "more control groups", "evidence sooner:"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("README command %q: the report does not say %q, as the README says a first run's does:\n%s", line, want, out)
+				}
+			}
 			seen["report"]++
 		case replayCmd.MatchString(line):
 			out := w.run(line)
 			if !strings.Contains(out, "cohort default/general/") || !strings.Contains(out, "recommended:") {
 				t.Fatalf("README command %q printed no frontier of the pool general:\n%s", line, out)
+			}
+			if !strings.Contains(out, "cohort default/text-embedding-3-small/complete left out") {
+				t.Errorf("README command %q does not name the embeddings cohort it leaves out, as the README says:\n%s", line, out)
 			}
 			seen["simulate --records --sweep"]++
 		case checkCmd.MatchString(line):
