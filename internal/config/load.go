@@ -1,12 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -17,7 +19,8 @@ type LookupEnv func(name string) (value string, ok bool)
 
 // Load reads, decodes, defaults and validates the configuration file at path
 // for a process of the given role. If anything is wrong, the error is a
-// Problems listing every problem found; an unreadable file is a plain error.
+// Problems listing every problem found (and every warning); an unreadable
+// file is a plain error. A file that loads may still carry Warnings.
 func Load(path string, role Role, env LookupEnv) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -56,7 +59,7 @@ func parseFile(name string, data []byte, role Role, env LookupEnv, usersPending 
 	r := newReporter(name)
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		r.problems = append(r.problems, syntaxProblem(name, err))
+		r.problems = append(r.problems, syntaxProblem(name, data, err))
 		return nil, r.problems
 	}
 	c := &Config{File: name}
@@ -78,20 +81,69 @@ func parseFile(name string, data []byte, role Role, env LookupEnv, usersPending 
 	v.validate()
 
 	if len(r.problems) > 0 {
-		r.problems.sort()
-		return nil, r.problems
+		all := append(r.problems, r.warnings...)
+		all.sort()
+		return nil, all
 	}
+	r.warnings.sort()
+	c.Warnings = r.warnings
 	return c, nil
 }
 
 var yamlLineError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxProblem turns a YAML syntax error into a Problem at its line.
-func syntaxProblem(file string, err error) Problem {
-	msg := err.Error()
-	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return Problem{File: file, Line: line, Message: "invalid YAML: " + m[2]}
+// syntaxProblem turns a YAML syntax error into a Problem at the line where
+// the file stops being YAML. yaml.v3 names the line where the construct
+// holding the error began — for a key indented unlike its siblings, the
+// first line of the enclosing mapping or list, line 1 for a file that opens
+// with it — so the line is found again: the first line from the reported
+// one on (the error is never before the construct holding it) at which the
+// file read up to there fails with the same error.
+func syntaxProblem(file string, data []byte, err error) Problem {
+	m := yamlLineError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return Problem{File: file, Message: "invalid YAML: " + err.Error()}
 	}
-	return Problem{File: file, Message: "invalid YAML: " + msg}
+	reported, _ := strconv.Atoi(m[1])
+	msg := m[2]
+	line := failingLine(data, reported, msg)
+	if line == 0 {
+		line = reported
+	}
+	if strings.HasPrefix(msg, "did not find expected key") || strings.HasPrefix(msg, "did not find expected '-' indicator") {
+		msg += " (check this line's indentation against the keys above it)"
+	}
+	return Problem{File: file, Line: line, Message: "invalid YAML: " + msg}
+}
+
+// failingLineBudget bounds the bytes failingLine parses in all, so that a
+// huge file costs a less precise line rather than quadratic time; a
+// configuration file is a few hundred lines (deploy/examples/local.yaml:
+// some 15 KB, about 5 MB to search through to its end).
+const failingLineBudget = 64 << 20
+
+// failingLine returns the first line n ≥ from such that data's first n
+// lines fail to parse with the error msg, or 0 when none does (or the
+// search outgrows failingLineBudget).
+func failingLine(data []byte, from int, msg string) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	end, parsed := 0, 0
+	for n := 1; n <= len(lines); n++ {
+		end += len(lines[n-1])
+		if n < from {
+			continue
+		}
+		if parsed += end; parsed > failingLineBudget {
+			return 0
+		}
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:end], &doc)
+		if err == nil {
+			continue
+		}
+		if m := yamlLineError.FindStringSubmatch(err.Error()); m != nil && m[2] == msg {
+			return n
+		}
+	}
+	return 0
 }
