@@ -186,10 +186,11 @@ func New(title string, series []Series) (*plot.Plot, error) {
 
 // Points is the tail curve of sorted latencies as the staircase it is:
 // the share of values at or above each latency, from 1 down to 1/n,
-// holding level between two latencies and dropping at each, so that every
-// segment is horizontal or vertical. Below the 90th percentile ranks are
-// sampled evenly; above it every rank is kept. Latencies under 1 ms are
-// drawn at 1 ms (the axis is logarithmic).
+// dropping at each value and level between two, so that every segment is
+// horizontal or vertical. Below the 90th percentile ranks are sampled
+// evenly (the staircase there steps once per sampled rank); above it
+// every rank is kept. Latencies under 1 ms are drawn at 1 ms (the axis is
+// logarithmic).
 func Points(sorted []float64) plotter.XYs {
 	n := len(sorted)
 	if n == 0 {
@@ -201,7 +202,10 @@ func Points(sorted []float64) plotter.XYs {
 	add := func(i int) {
 		x, y := math.Max(sorted[i], 1), float64(n-i)/float64(n)
 		if len(pts) > 0 {
-			pts = append(pts, plotter.XY{X: x, Y: pts[len(pts)-1].Y}) // level up to x, then the drop
+			// The drop at the previous latency, to this one's level, which
+			// holds up to this latency: between two neighbouring values
+			// the share at or above is the upper one's.
+			pts = append(pts, plotter.XY{X: pts[len(pts)-1].X, Y: y})
 		}
 		pts = append(pts, plotter.XY{X: x, Y: y})
 	}
