@@ -100,6 +100,8 @@ type frontierDrawing struct {
 	fronts    map[string]plotter.XYs
 	dominated map[string]plotter.XYs
 	labels    []frontierLabel
+	// placed are the texts placeLabels drew (labels at one spot joined).
+	placed []string
 }
 
 // settingName names a setting in a label: its delay quantile, and its
@@ -228,21 +230,22 @@ func (f *Frontier) drawing() (*frontierDrawing, error) {
 // where it can, no line; the format follows the file extension (.png,
 // .svg, .pdf).
 func (f *Frontier) WritePlot(path string) error {
-	_, err := f.writePlot(path)
+	_, _, err := f.writePlot(path)
 	return err
 }
 
-// writePlot is WritePlot returning the layout, for the tests.
-func (f *Frontier) writePlot(path string) (tailplot.Layout, error) {
+// writePlot is WritePlot returning the drawing and its layout, for the
+// tests.
+func (f *Frontier) writePlot(path string) (*frontierDrawing, tailplot.Layout, error) {
 	d, err := f.drawing()
 	if err != nil {
-		return tailplot.Layout{}, err
+		return nil, tailplot.Layout{}, err
 	}
 	layout, err := tailplot.Save(d.plot, tailplot.Width, tailplot.Height, path, d.placeLabels)
 	if err != nil {
-		return tailplot.Layout{}, fmt.Errorf("write plot %s: %w", path, err)
+		return nil, tailplot.Layout{}, fmt.Errorf("write plot %s: %w", path, err)
 	}
-	return layout, nil
+	return d, layout, nil
 }
 
 // placeLabels draws d's labels on the data canvas and returns their boxes.
@@ -313,6 +316,7 @@ func (d *frontierDrawing) placeLabels(p *plot.Plot, c draw.Canvas) []vg.Rectangl
 		ts.Color = s.colour
 		c.FillText(ts, box.Min.Sub(rect.Min), text)
 		placed = append(placed, box)
+		d.placed = append(d.placed, text)
 	}
 	return placed
 }
