@@ -168,7 +168,15 @@ func (f *Frontier) drawing() (*frontierDrawing, error) {
 					frontLabels = append(frontLabels, l)
 				}
 			}
-			scatter, err := plotter.NewScatter(xys)
+			// Settings that gave the same figures share one glyph (faded
+			// glyphs drawn over each other would darken).
+			var glyphs plotter.XYs
+			for _, xy := range xys {
+				if !slices.Contains(glyphs, xy) {
+					glyphs = append(glyphs, xy)
+				}
+			}
+			scatter, err := plotter.NewScatter(glyphs)
 			if err != nil {
 				return nil, fmt.Errorf("plot %s: %w", m.name, err)
 			}
