@@ -661,6 +661,10 @@ func TestInvalidYAMLIsAProblemAtTheLineThatBreaksIt(t *testing.T) {
 			"routes:\n  - name: a\n   bad: [\n", 3, "invalid YAML"},
 		{"a multi-line flow list before the mis-indented key",
 			"pools:\n  general:\n    routes: [a,\n      b]\n   models: [x]\n", 5, "did not find expected key"},
+		{"a key mis-indented under 2,000 lines of its mapping",
+			"pools:\n  general:\n" + strings.Repeat("    # a comment\n", 2000) + "    routes: [a]\n   models: [x]\n", 2004, "did not find expected key"},
+		{"an unclosed flow list, at the line that opens it",
+			"pools:\n  general:\n    routes: [a, b\n    models: [x]\n", 3, "did not find expected ',' or ']'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

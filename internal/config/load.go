@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -116,34 +115,42 @@ func syntaxProblem(file string, data []byte, err error) Problem {
 	return Problem{File: file, Line: line, Message: "invalid YAML: " + msg}
 }
 
-// failingLineBudget bounds the bytes failingLine parses in all, so that a
-// huge file costs a less precise line rather than quadratic time; a
-// configuration file is a few hundred lines (deploy/examples/local.yaml:
-// some 15 KB, about 5 MB to search through to its end).
-const failingLineBudget = 64 << 20
-
 // failingLine returns the first line n ≥ from such that data's first n
-// lines fail to parse with the error msg, or 0 when none does (or the
-// search outgrows failingLineBudget).
+// lines fail to parse with the error msg, or 0 when the whole file does
+// not. Once the line that breaks the file is in, every longer prefix fails
+// with its error (the parser stops there, reading the same lines up to
+// it), and a shorter prefix is valid YAML or fails otherwise (cut inside
+// a flow list, say), so the line is found by bisection: a handful of
+// parses, whatever the file's length.
 func failingLine(data []byte, from int, msg string) int {
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	end, parsed := 0, 0
-	for n := 1; n <= len(lines); n++ {
-		end += len(lines[n-1])
-		if n < from {
-			continue
-		}
-		if parsed += end; parsed > failingLineBudget {
-			return 0
-		}
-		var doc yaml.Node
-		err := yaml.Unmarshal(data[:end], &doc)
-		if err == nil {
-			continue
-		}
-		if m := yamlLineError.FindStringSubmatch(err.Error()); m != nil && m[2] == msg {
-			return n
+	var ends []int // ends[n-1]: the length of the first n lines
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
 		}
 	}
-	return 0
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:ends[n-1]], &doc)
+		if err == nil {
+			return false
+		}
+		m := yamlLineError.FindStringSubmatch(err.Error())
+		return m != nil && m[2] == msg
+	}
+	lo, hi := max(from, 1), len(ends)
+	if lo > hi || !fails(hi) {
+		return 0
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
