@@ -81,10 +81,10 @@ func TestTheLegendSitsInAColumnBesideTheDataAreaNeverOverIt(t *testing.T) {
 		series []Series
 	}{
 		{"a cohort's arms and the total's bands", []Series{
-			{Name: "default/general/complete hedged", Latencies: sample(3, 9000), Emphasis: true},
+			{Name: "default/general/complete hedged", Latencies: sample(3, 2000), Emphasis: true},
 			{Name: "default/general/complete control", Latencies: sample(4, 100), Dashed: true},
 			{Name: "default/text-embedding-3-small/complete hedged", Latencies: []float64{527}, Emphasis: true},
-			{Name: "total hedged", Latencies: sample(3, 9001), Band: true},
+			{Name: "total hedged", Latencies: sample(3, 2001), Band: true},
 		}},
 		{"one short series", []Series{{Name: "a", Latencies: sample(5, 50)}}},
 	} {
