@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
 	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 )
 
@@ -123,7 +124,7 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 	if err != nil {
 		return nil, err
 	}
-	out := &loadRun{rate: rate, capDelayed: sum.CapDelayed, elapsed: sum.Elapsed, load: loadAvg()}
+	out := &loadRun{rate: rate, capDelayed: sum.CapDelayed, elapsed: sum.Elapsed, load: hostload.Averages()}
 	if out.cpu, err = meter.spent(); err != nil {
 		return nil, err
 	}
@@ -320,7 +321,7 @@ func (b *bench) cancels(ctx context.Context, loaded bool) (*cancelResult, error)
 			return nil, err
 		}
 	}
-	res.load = loadAvg()
+	res.load = hostload.Averages()
 	h, d := loadgen.PercentilesOf(append([]time.Duration(nil), res.hedgerow...)), loadgen.PercentilesOf(append([]time.Duration(nil), res.direct...))
 	b.step("  hedgerow winner's token → loser's disconnect: %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.hedgerow), h.P50, h.P99, h.Max)
 	b.step("  direct client cancel → provider sees it:     %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.direct), d.P50, d.P99, d.Max)
