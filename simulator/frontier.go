@@ -74,6 +74,8 @@ type Frontier struct {
 	Source  string           `json:"source"` // the records file or the workload
 	Seed    uint64           `json:"seed"`
 	Cohorts []RecordedCohort `json:"cohorts,omitempty"`
+	// Skipped names the recorded cohorts the replay left out, and why.
+	Skipped []SkippedCohort `json:"skipped_cohorts,omitempty"`
 	// OrphanGroups counts recorded groups left out for want of their group
 	// record.
 	OrphanGroups int             `json:"orphan_groups,omitempty"`
@@ -88,7 +90,7 @@ type Frontier struct {
 // SweepRecords replays recorded traffic (ReadTraffic) through the
 // production engine and rules at every setting of the sweep.
 func SweepRecords(t *Traffic, source string, so SweepOptions) (*Frontier, error) {
-	traffic, summary, err := t.cohorts(so.Requests)
+	traffic, summary, skipped, err := t.cohorts(so.Requests)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +98,7 @@ func SweepRecords(t *Traffic, source string, so SweepOptions) (*Frontier, error)
 	if err != nil {
 		return nil, err
 	}
-	f.Source, f.Cohorts, f.OrphanGroups = source, summary, t.Orphans()
+	f.Source, f.Cohorts, f.Skipped, f.OrphanGroups = source, summary, skipped, t.Orphans()
 	return f, nil
 }
 
@@ -265,6 +267,13 @@ func (f *Frontier) WriteTable(w io.Writer) error {
 	for _, c := range f.Cohorts {
 		fmt.Fprintf(w, "  cohort %s: %d groups at %.1f/s, %d primaries (%d censored by a cancel), hang fraction %.4f\n",
 			c.Name, c.Groups, c.Rate, c.Primaries, c.Censored, c.HangFraction)
+	}
+	for _, c := range f.Skipped {
+		groups := "groups"
+		if c.Groups == 1 {
+			groups = "group"
+		}
+		fmt.Fprintf(w, "  cohort %s left out (%d %s): %s\n", c.Name, c.Groups, groups, c.Reason)
 	}
 	if f.OrphanGroups > 0 {
 		fmt.Fprintf(w, "  %d groups left out: attempt records without their group record\n", f.OrphanGroups)
