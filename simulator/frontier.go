@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"text/tabwriter"
 
@@ -302,20 +301,4 @@ func (f *Frontier) WriteTable(w io.Writer) error {
 		f.Recommended.Quantile, f.Recommended.DuplicateCeiling, f.Recommended.P999, f.Recommended.P99,
 		f.Recommended.DuplicateRate, f.Recommended.ExtraCostRatio)
 	return err
-}
-
-// sortedByDuplicates returns the points in order of duplicate rate, the
-// frontier's x axis.
-func sortedByDuplicates(points []FrontierPoint) []FrontierPoint {
-	out := slices.Clone(points)
-	slices.SortStableFunc(out, func(a, b FrontierPoint) int {
-		switch {
-		case a.DuplicateRate < b.DuplicateRate:
-			return -1
-		case a.DuplicateRate > b.DuplicateRate:
-			return 1
-		}
-		return 0
-	})
-	return out
 }

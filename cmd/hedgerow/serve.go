@@ -44,8 +44,9 @@ func (f *processFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), nil
 }
 
-// loadConfig loads the --config file for role and prints its problems, one
-// per line as config check does, to standard error.
+// loadConfig loads the --config file for role and prints its problems (or,
+// when it loads, its warnings), one per line as config check does, to
+// standard error.
 func (f *processFlags) loadConfig(cmd *cobra.Command, role config.Role) (*config.Config, error) {
 	cfg, err := config.Load(f.configPath, role, os.LookupEnv)
 	var problems config.Problems
@@ -58,6 +59,9 @@ func (f *processFlags) loadConfig(cmd *cobra.Command, role config.Role) (*config
 		}
 		return nil, invalidConfigError{file: f.configPath, problems: problems}
 	case err != nil:
+		return nil, err
+	}
+	if err := printWarnings(cmd.ErrOrStderr(), cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
