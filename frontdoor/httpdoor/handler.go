@@ -143,8 +143,8 @@ type handler struct {
 //	POST /v1/messages           Anthropic Messages, streaming or not
 //	POST /v1/responses          OpenAI Responses, streaming or not
 //	POST /v1/embeddings         OpenAI embeddings, never streaming
-//	GET  /v1/models             every model name: chat pools' names and aliases, then embedding pools'
-//	GET  /v1/models/{model}     one of them (a name may hold slashes)
+//	GET  /v1/models             every model name: chat pools' names and aliases, then embedding pools' (a key when keys are required)
+//	GET  /v1/models/{model}     one of them (a name may hold slashes; a key when keys are required)
 //	GET  /healthz               200 while the process serves
 //	GET  /readyz                200 when NATS is connected and every pool has a live worker
 //	GET  /metrics               Prometheus exposition of opts.Gatherer
@@ -236,8 +236,8 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h.mux.HandleFunc("/v1/messages", h.withRequestID(h.only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{}))))
 	h.mux.HandleFunc("/v1/responses", h.withRequestID(h.only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{}))))
 	h.mux.HandleFunc("/v1/embeddings", h.withRequestID(h.only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h}))))
-	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
+	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.withKey(h.listModels)))
+	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.withKey(h.getModel)))
 	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
 	h.reportRoutes() // report.go
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -511,6 +511,19 @@ func (h *handler) authenticate(r *http.Request) (string, *frontdoor.Failure) {
 	}
 	return "", &frontdoor.Failure{Code: frontdoor.CodeInvalidAPIKey,
 		Message: "A valid API key is required in the Authorization header as 'Bearer <key>'."}
+}
+
+// withKey serves f only to a caller with a valid API key when keys are
+// required (401 invalid_api_key otherwise, as on every endpoint that runs a
+// group): the models a deployment serves are its callers' business.
+func (h *handler) withKey(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, fail := h.authenticate(r); fail != nil {
+			openAIDialect{}.writeFailure(w, fail)
+			return
+		}
+		f(w, r)
+	}
 }
 
 // presentedKey is the caller's API key: the bearer token of the
