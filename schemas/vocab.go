@@ -99,11 +99,11 @@ const (
 	// route (NATS no responders, re-offers included): the pool has no live
 	// worker now, while other pools may answer (docs/architecture.md §4
 	// rule 4).
-	ErrNoWorkers ErrorCode = "no_workers"
-	ErrBudgetExhausted  ErrorCode = "budget_exhausted"  // the attempt ledger or spend ceiling refused the primary
-	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
-	ErrOverloaded       ErrorCode = "overloaded"        // the pool's workers stayed full for the whole queue wait (§4 rule 4)
-	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+	ErrNoWorkers       ErrorCode = "no_workers"
+	ErrBudgetExhausted ErrorCode = "budget_exhausted" // the attempt ledger or spend ceiling refused the primary
+	ErrRateLimited     ErrorCode = "rate_limited"     // every route pushed back
+	ErrOverloaded      ErrorCode = "overloaded"       // the pool's workers stayed full for the whole queue wait (§4 rule 4)
+	ErrCanceled        ErrorCode = "canceled"         // the caller went away
 	// ErrStreamInterrupted: a committed stream's winner failed, stalled or
 	// went silent after its first bytes, so the caller holds a prefix and
 	// an error event; nothing of the user action counts as delivered and a

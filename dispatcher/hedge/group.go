@@ -103,7 +103,7 @@ type Group struct {
 	// overloaded is set while the group's last offer came back Busy (cleared
 	// by an Accept): no hedge or replacement goes into a saturated pool, and a
 	// group left with nothing fails overloaded (docs/architecture.md §4 rule 4).
-	overloaded    bool
+	overloaded bool
 	// workerReached is set once any attempt was taken by a worker or ended
 	// other than no_responders: without it a group that fails found no
 	// worker on any route it tried, and fails no_workers (rule 4).
