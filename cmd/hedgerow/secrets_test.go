@@ -20,9 +20,9 @@ func TestFailedStartsNeverPrintAPasswordFromAURL(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"gateway, no server answers", []string{"gateway", "--config", natsConfig}},
+		{"gateway, no server answers", []string{"gateway", "--config", natsConfig, "--start-timeout", "600ms"}},
 		{"gateway, --nats does not parse", []string{"gateway", "--config", natsConfig, "--nats", unparsable}},
-		{"worker, no server answers", []string{"worker", "--config", natsConfig}},
+		{"worker, no server answers", []string{"worker", "--config", natsConfig, "--start-timeout", "600ms"}},
 		{"worker, --nats does not parse", []string{"worker", "--config", natsConfig, "--nats", unparsable}},
 		{"serve, a bad configuration", []string{"serve", "--config", badConfig}},
 		{"config check", []string{"config", "check", "--role", "gateway", badConfig}},
