@@ -25,8 +25,8 @@ type retryLog struct {
 func newRetryLog() *retryLog { return &retryLog{tries: make(chan struct{}, 1024)} }
 
 func (l *retryLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *retryLog) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *retryLog) WithGroup(string) slog.Handler             { return l }
+func (l *retryLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *retryLog) WithGroup(string) slog.Handler            { return l }
 func (l *retryLog) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString(r.Message)
