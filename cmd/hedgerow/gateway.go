@@ -29,7 +29,7 @@ configuration serving. SIGINT or SIGTERM stops it gracefully.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleGateway, urls, "hedgerow-gateway")
+			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleGateway, urls, "hedgerow-gateway", node.GatewayListeners)
 			if err != nil {
 				return cleanStop(err)
 			}

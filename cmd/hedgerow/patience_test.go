@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -12,19 +13,33 @@ import (
 	"github.com/hedgerow/hedgerow/internal/natstest"
 )
 
-var waitingForNATS = regexp.MustCompile(`(nats does not answer yet; retrying)`)
+var (
+	waitingForNATS  = regexp.MustCompile(`(nats does not answer yet; retrying)`)
+	answeringProbes = regexp.MustCompile(`probes=(http://\S+)`)
+)
 
 // TestAGatewayStartedBeforeItsNATSServerWaitsAndBecomesReady: a gateway
 // whose NATS server does not exist yet logs its retries and keeps
-// waiting; once a server starts on the configured port it connects,
+// waiting, its listener answering /healthz 200 and /readyz and requests
+// 503; once a server starts on the configured port it connects,
 // serves and answers /readyz 200; stopped, it exits cleanly.
 func TestAGatewayStartedBeforeItsNATSServerWaitsAndBecomesReady(t *testing.T) {
 	noLeaks(t)
 	addr := natstest.FreeAddr(t)
 	path := writeConfig(t, "nats: {urls: [\"nats://"+addr+"\"]}\n", "http://127.0.0.1:1/v1")
 	r := startCmd(t, "gateway", "--config", path)
+	probes := r.waitFor(answeringProbes)
 	r.waitFor(waitingForNATS)
 	r.waitFor(waitingForNATS) // a second try: it keeps waiting, it did not exit
+	if code, body := getBody(t, probes+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while waiting: %d %s, want 200 (alive)", code, body)
+	}
+	if code, body := getBody(t, probes+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"waiting_for":"nats"`) {
+		t.Fatalf("/readyz while waiting: %d %s, want 503 waiting for nats", code, body)
+	}
+	if code, body := getBody(t, probes+"/v1/chat/completions"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
+		t.Fatalf("a request while waiting: %d %s, want 503 unavailable", code, body)
+	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)

@@ -83,8 +83,11 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 // nats.urls, and connects to the external cluster as name, then waits for
 // Redis when redis.url is set: both retried with backoff while they do
 // not answer, until ctx ends (errStoppedWaiting) or --start-timeout
-// passes (docs/architecture.md §2, "Patience at start").
-func (f *processFlags) connect(ctx context.Context, cmd *cobra.Command, role config.Role, urls []string, name string) (*config.Config, *nats.Conn, *slog.Logger, error) {
+// passes (docs/architecture.md §2, "Patience at start"). Meanwhile the
+// process's listeners (listeners of the configuration) answer /healthz 200
+// and /readyz 503; they are freed before connect returns.
+func (f *processFlags) connect(ctx context.Context, cmd *cobra.Command, role config.Role, urls []string, name string,
+	listeners func(*config.Config) []node.Listener) (*config.Config, *nats.Conn, *slog.Logger, error) {
 	log, err := f.logger(cmd.ErrOrStderr())
 	if err != nil {
 		return nil, nil, nil, err
@@ -100,12 +103,22 @@ func (f *processFlags) connect(ctx context.Context, cmd *cobra.Command, role con
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	nc, err := node.ConnectPatiently(ctx, cfg.NATS.URLs, name, f.startTimeout, log, opts...)
+	waiting, err := node.ServeWaiting(listeners(cfg), "nats", log)
 	if err != nil {
-		return nil, nil, nil, stoppedWaiting(ctx, log, err)
+		return nil, nil, nil, err
 	}
-	if err := node.WaitForRedis(ctx, cfg.Redis, f.startTimeout, log); err != nil {
+	nc, err := node.ConnectPatiently(ctx, cfg.NATS.URLs, name, f.startTimeout, log, opts...)
+	if err == nil {
+		waiting.Set("redis")
+		if err = node.WaitForRedis(ctx, cfg.Redis, f.startTimeout, log); err != nil {
+			nc.Close()
+		}
+	}
+	if stopErr := waiting.Stop(); err == nil && stopErr != nil {
 		nc.Close()
+		err = stopErr
+	}
+	if err != nil {
 		return nil, nil, nil, stoppedWaiting(ctx, log, err)
 	}
 	return cfg, nc, log, nil
@@ -184,8 +197,15 @@ SIGINT or SIGTERM stops it gracefully.`,
 			cfg.NATS.StoreDir = store.dir
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			if err := node.WaitForRedis(ctx, cfg.Redis, flags.startTimeout, log); err != nil {
-				return cleanStop(stoppedWaiting(ctx, log, err))
+			if cfg.Redis.URL != "" {
+				waiting, err := node.ServeWaiting(node.GatewayListeners(cfg), "redis", log)
+				if err != nil {
+					return err
+				}
+				err = errors.Join(node.WaitForRedis(ctx, cfg.Redis, flags.startTimeout, log), waiting.Stop())
+				if err != nil {
+					return cleanStop(stoppedWaiting(ctx, log, err))
+				}
 			}
 			s, err := node.StartServe(cfg, node.Options{Logger: log, Version: version})
 			if err != nil {

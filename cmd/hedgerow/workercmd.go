@@ -33,7 +33,8 @@ restart), and its attempts in flight carry on.`,
 			defer stopCatching()
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleWorker, urls, schemas.WorkerServiceName)
+			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleWorker, urls, schemas.WorkerServiceName,
+				func(*config.Config) []node.Listener { return []node.Listener{{Addr: metricsListen}} })
 			if err != nil {
 				return cleanStop(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -238,4 +239,32 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 func (h *handler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, h.ready.status())
+}
+
+// NewWaiting is what a process's listeners answer while it waits at start
+// for what waitingFor names ("nats", "redis"; docs/architecture.md §2,
+// "Patience at start"): GET /healthz 200, since the process is alive and a
+// liveness probe must not restart it into a loop; GET /readyz 503 with
+// {"ready":false,"waiting_for":...}, so no traffic comes; anything else 503
+// unavailable with Retry-After, in the OpenAI shape.
+func NewWaiting(waitingFor func() string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusServiceUnavailable, waitingReport{WaitingFor: waitingFor()})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openAIDialect{}.writeFailure(w, &frontdoor.Failure{Code: string(schemas.ErrUnavailable), RetryAfter: time.Second,
+			Message: "This process is starting: it waits for " + waitingFor() + " to answer; retry on another replica."})
+	})
+	return mux
+}
+
+// waitingReport is /readyz's body while the process waits at start.
+type waitingReport struct {
+	Ready      bool   `json:"ready"`
+	WaitingFor string `json:"waiting_for"`
 }
