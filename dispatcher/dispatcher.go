@@ -452,6 +452,8 @@ type CommitSink interface {
 type GroupError struct {
 	// Group is the failed group's id, as its records name it.
 	Group string
+	// Pool is the pool the group ran in, which no_workers names.
+	Pool  string
 	Code  schemas.ErrorCode
 	Scope schemas.ErrorScope
 	// Holder is the gate value of the committed winner (already_committed).
