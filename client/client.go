@@ -109,7 +109,7 @@ func (e *Error) Unwrap() error { return e.err }
 // answers (Hedgerow-Should-Retry), and its word is taken: a user action
 // whose attempts a death spent, say, is budget_exhausted until RetryAfter.
 // Without it the code decides: the gateway was unavailable, no route
-// was healthy, the routes pushed back, the workers were full, the winner
+// was healthy, the pool had no live worker, the routes pushed back, the workers were full, the winner
 // gate could not decide, a committed stream broke midway, or the
 // caller's tenant was over its request rate or requests in flight
 // (RetryAfter says when).
@@ -118,7 +118,7 @@ func (e *Error) Retryable() bool {
 		return *e.shouldRetry
 	}
 	switch e.Code {
-	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed,
+	case schemas.ErrUnavailable, schemas.ErrNoRoute, schemas.ErrNoWorkers, schemas.ErrRateLimited, schemas.ErrOverloaded, schemas.ErrAllRoutesFailed,
 		schemas.ErrGateUnavailable, schemas.ErrStreamInterrupted, schemas.ErrTenantRateLimited, schemas.ErrTenantConcurrencyLimited:
 		return true
 	}

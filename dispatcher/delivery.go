@@ -211,7 +211,7 @@ func (g *group) failCommitted(code schemas.ErrorCode, scope schemas.ErrorScope) 
 	if g.delivered {
 		return
 	}
-	g.finish(delivery{err: &GroupError{Group: g.id, Code: code, Scope: scope, Streamed: g.streamed}})
+	g.finish(delivery{err: &GroupError{Group: g.id, Pool: g.sub.Pool, Code: code, Scope: scope, Streamed: g.streamed}})
 	g.voided = code
 	claim := arbiter.Claim{UserAction: g.ua, Group: g.id, Attempt: g.winner, Won: true, Value: g.gateValue}
 	if err := g.d.gate.Clear(context.Background(), claim); err != nil {

@@ -95,16 +95,16 @@ type Options struct {
 }
 
 // Recorder keeps records, each under its own logical subject
-// (schemas.StoredGroupSubject, schemas.StoredAttemptSubject) and message id.
+// (schemas.StoredGroupSubject, schemas.StoredAttemptSubject).
 // internal/adapters/records.Publisher is one; it keeps them in batches
 // under its region's prefix (schemas.Wire.StoredSubject), and holds data
 // until its batch is sent: data must not change after the call.
 type Recorder interface {
 	// Publish queues a record without waiting for it to be kept.
-	Publish(subject, id string, data []byte)
+	Publish(subject string, data []byte)
 	// Commit keeps a record before returning, within its own bound; an
 	// error says it may not be kept.
-	Commit(subject, id string, data []byte) error
+	Commit(subject string, data []byte) error
 }
 
 // Tracer receives the timeline of every group that ended, with its
@@ -452,6 +452,8 @@ type CommitSink interface {
 type GroupError struct {
 	// Group is the failed group's id, as its records name it.
 	Group string
+	// Pool is the pool the group ran in, which no_workers names.
+	Pool  string
 	Code  schemas.ErrorCode
 	Scope schemas.ErrorScope
 	// Holder is the gate value of the committed winner (already_committed).

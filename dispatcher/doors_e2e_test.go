@@ -145,7 +145,7 @@ func TestHTTPRuntimeFailuresAnswerTheirStatusWithAnOpenAIErrorObject(t *testing.
 			status: 502, typ: "server_error", code: "route_failed"},
 		{name: "providers answering 500", script: dispatcher.NewTestScript(dispatcher.Status(500)), body: chatBody(false, ""),
 			status: 503, typ: "server_error", code: "all_routes_failed", want: map[string]string{"Retry-After": "1"}},
-		{name: "routes without workers", body: chatBody(false, ""), status: 503, typ: "server_error", code: "all_routes_failed",
+		{name: "routes without workers", body: chatBody(false, ""), status: 503, typ: "server_error", code: "no_workers",
 			want: map[string]string{"Retry-After": "1"}},
 		{name: "a hanging provider past a short deadline", script: dispatcher.NewTestScript(dispatcher.Hang()), body: chatBody(false, ""),
 			headers: map[string]string{frontdoor.HeaderDeadlineMs: "300"}, status: 504, typ: "timeout_error", code: "deadline_exceeded"},

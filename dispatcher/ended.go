@@ -39,7 +39,7 @@ func (g *group) attemptEnded(e hedge.AttemptEnded) {
 		a.ended = &AttemptTimeline{Launched: a.launchedAt, Ended: d.now(), Record: rec}
 	}
 	g.publish(pendingRecord{subject: d.wire.AttemptRecordSubject(), rec: rec,
-		stored: schemas.StoredAttemptSubject(g.id, a.n), id: schemas.StoredAttemptID(g.id, a.n)})
+		stored: schemas.StoredAttemptSubject(g.id, a.n)})
 }
 
 // observeSuperseded offers the primary's elapsed time to the class's
@@ -99,7 +99,7 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 		return
 	}
 	g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec,
-		stored: schemas.StoredGroupSubject(g.id), id: schemas.StoredGroupID(g.id, schemas.EventGroupComplete)})
+		stored: schemas.StoredGroupSubject(g.id)})
 }
 
 // trace hands the ended group's timeline to the Tracer, if there is one.

@@ -49,7 +49,7 @@ func (g *group) keepSuperseded(orphan arbiter.GateValue) {
 		HedgeGroupID: orphan.Group, WinnerAttempt: orphan.Attempt, GateEpoch: orphan.Epoch, SupersededBy: g.id}
 	data, err := rec.MarshalJSON()
 	if err == nil {
-		err = g.d.records.Commit(schemas.StoredSupersededSubject(orphan.Group), schemas.StoredSupersededID(orphan.Group), data)
+		err = g.d.records.Commit(schemas.StoredSupersededSubject(orphan.Group), data)
 	}
 	if err != nil {
 		// The Recorder counts and logs its failures, at a bounded rate.

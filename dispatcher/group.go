@@ -480,7 +480,7 @@ func (g *group) do(act hedge.Action) hedge.Event {
 	case hedge.Fail:
 		g.decide()
 		d.metrics.groups.WithLabelValues(string(a.Error)).Inc()
-		g.finish(delivery{err: &GroupError{Group: g.id, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Refused: a.Refused, Streamed: g.streamed,
+		g.finish(delivery{err: &GroupError{Group: g.id, Pool: g.sub.Pool, Code: a.Error, Scope: a.Scope, Holder: a.Holder, Refused: a.Refused, Streamed: g.streamed,
 			RetryAfter: g.retryAfterFor(a.Error)}})
 	case hedge.Settle:
 		end := budgets.Ending{Reservation: budgets.ReservationID(a.Reservation), Usage: a.Usage, Lost: a.Lost}

@@ -136,10 +136,10 @@ func statusOfError(code schemas.ErrorCode) schemas.StatusClass {
 }
 
 // pendingRecord is a record waiting for the caller's delivery to go first:
-// published live on subject, kept under stored with message id.
+// published live on subject, kept under stored.
 type pendingRecord struct {
-	subject, stored, id string
-	rec                 json.Marshaler
+	subject, stored string
+	rec             json.Marshaler
 }
 
 // publish queues a record; it is marshalled and published once the event's
@@ -159,7 +159,7 @@ func (g *group) publishRecords() {
 			g.d.log.Warn("record not published", "subject", r.subject, "err", err)
 		}
 		if err == nil && r.stored != "" && g.d.records != nil {
-			g.d.records.Publish(r.stored, r.id, data)
+			g.d.records.Publish(r.stored, data)
 		}
 		g.records[i] = pendingRecord{}
 	}
@@ -177,7 +177,7 @@ func (g *group) keepCommit() {
 	}
 	data, err := rec.MarshalJSON()
 	if err == nil {
-		err = g.d.records.Commit(schemas.StoredGroupSubject(g.id), schemas.StoredGroupID(g.id, rec.Event), data)
+		err = g.d.records.Commit(schemas.StoredGroupSubject(g.id), data)
 	}
 	if err != nil {
 		// The Recorder counts and logs its failures, at a bounded rate.

@@ -26,8 +26,8 @@ type watchedRecorder struct {
 	kept map[string]bool // stored subjects Commit returned for
 }
 
-func (w *watchedRecorder) Commit(subject, id string, data []byte) error {
-	err := w.Publisher.Commit(subject, id, data)
+func (w *watchedRecorder) Commit(subject string, data []byte) error {
+	err := w.Publisher.Commit(subject, data)
 	w.mu.Lock()
 	w.kept[subject] = err == nil
 	w.mu.Unlock()

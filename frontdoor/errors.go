@@ -124,6 +124,7 @@ var failureKinds = map[string]failureKind{
 	string(schemas.ErrRouteFailed):       {http.StatusBadGateway, TypeServer, schemas.ErrRouteFailed, false},
 	string(schemas.ErrAllRoutesFailed):   {http.StatusServiceUnavailable, TypeServer, schemas.ErrAllRoutesFailed, true},
 	string(schemas.ErrNoRoute):           {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoRoute, true},
+	string(schemas.ErrNoWorkers):         {http.StatusServiceUnavailable, TypeServer, schemas.ErrNoWorkers, true},
 	string(schemas.ErrStreamInterrupted): {http.StatusBadGateway, TypeServer, schemas.ErrStreamInterrupted, true},
 	string(schemas.ErrGateUnavailable):   {http.StatusServiceUnavailable, TypeServer, schemas.ErrGateUnavailable, true},
 	string(schemas.ErrCanceled):          {StatusClientClosedRequest, TypeInvalidRequest, schemas.ErrCanceled, false},
@@ -406,6 +407,11 @@ func groupFailure(ge *dispatcher.GroupError) *Failure {
 		// client told when backs off instead of retrying at once.
 		f.RetryAfter = max(ge.RetryAfter, time.Second)
 		f.Message = allRoutesFailedMessage(ge)
+	case schemas.ErrNoWorkers:
+		// The pool's workers are gone or not started; other pools answer.
+		// Workers come back on their own (a restart, a rollout).
+		f.Param, f.RetryAfter = "model", max(ge.RetryAfter, time.Second)
+		f.Message = fmt.Sprintf("No live worker serves the pool '%s' now, so nothing was sent to a provider; other models answer. Retry later.", ge.Pool)
 	case schemas.ErrStreamInterrupted:
 		f.Message = "The answer's stream broke after it began, so none of it counts as delivered; retry with the same Idempotency-Key."
 	case schemas.ErrInvalidRequest:

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
+	"github.com/hedgerow/hedgerow/frontdoor/httpdoor"
 	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
@@ -234,18 +235,29 @@ func startSystem(t *testing.T, workerNames ...string) *system {
 	return &system{provider: ps.provider, gateway: ps.gateways[0], workers: ps.workers, records: subscribeGroupRecords(t, ps.nc)}
 }
 
-// waitReady waits until a gateway's /readyz answers 200: every pool has a
-// worker.
+// waitReady waits until a gateway is ready (/readyz answers 200) and every
+// pool has a live worker (its status endpoint says so): /readyz alone no
+// longer waits for workers.
 func waitReady(t *testing.T, gateway string) {
 	t.Helper()
-	eventually.True(t, 15*time.Second, gateway+"/readyz to answer 200", func() bool {
+	eventually.True(t, 15*time.Second, gateway+"/readyz to answer 200 and every pool to have a live worker", func() bool {
 		resp, err := http.Get(gateway + "/readyz")
 		if err != nil {
 			return false
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		if resp, err = http.Get(gateway + httpdoor.StatusPath); err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var st struct {
+			PoolsWithoutWorkers map[string][]string `json:"pools_without_workers"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && len(st.PoolsWithoutWorkers) == 0
 	})
 }
 

@@ -25,6 +25,11 @@ const (
 	// 1000 control and 500 hedged, docs/architecture.md §5, are stricter
 	// because it acts on the figure).
 	DefaultMinSamples = 100
+	// EvaluationControlShare is the control share a withheld gain's
+	// SampleNeed also counts for: what an evaluation period may raise
+	// policies.<class>.control_fraction to (default 0.01), to reach the
+	// floor ten times sooner (docs/architecture.md §5, "Control fraction").
+	EvaluationControlShare = 0.10
 )
 
 // Options tune Compute; the zero value means the defaults.
@@ -113,6 +118,9 @@ type Section struct {
 	// and GainWithheld says why, while an arm is below the sample floor.
 	Gain         *Gain  `json:"gain,omitempty"`
 	GainWithheld string `json:"gain_withheld,omitempty"`
+	// GainNeeds, with GainWithheld, is how many more groups the gain waits
+	// for.
+	GainNeeds *SampleNeed `json:"gain_needs,omitempty"`
 	// Attempts counts attempt records; DuplicateRate is the attempts
 	// beyond each group's first, per group.
 	Attempts      int     `json:"attempts"`
@@ -172,6 +180,44 @@ type Gain struct {
 	ControlSamples int     `json:"control_samples"`
 	Resamples      int     `json:"resamples"`
 	Seed           uint64  `json:"seed"`
+}
+
+// SampleNeed is what a withheld gain waits for: how many more groups each
+// arm needs to reach the sample floor, and about how many more groups in
+// all that takes at the control share the records show and at
+// EvaluationControlShare. Control groups hedge as any group does, so a
+// larger share costs the callers no latency; it costs tokens: a control
+// group whose hedge wins keeps its primary running to its own commit point
+// (docs/architecture.md §5, "Control fraction").
+type SampleNeed struct {
+	Floor       int `json:"floor"`
+	HedgedMore  int `json:"hedged_more"`
+	ControlMore int `json:"control_more"`
+	// ControlShare is the section's control groups over its groups;
+	// GroupsMore the groups it takes at that share (0 with no control
+	// group yet: the share is unknown).
+	ControlShare float64 `json:"control_share"`
+	GroupsMore   int     `json:"groups_more"`
+	// GroupsMoreAtEvaluation is the groups it takes at
+	// EvaluationControlShare.
+	EvaluationShare        float64 `json:"evaluation_control_share"`
+	GroupsMoreAtEvaluation int     `json:"groups_more_at_evaluation_share"`
+}
+
+// sampleNeed is what arms of hedged and control samples lack of the floor,
+// with control groups drawn at controlShare of the groups.
+func sampleNeed(hedged, control, floor int, controlShare float64) *SampleNeed {
+	n := &SampleNeed{Floor: floor, HedgedMore: max(0, floor-hedged), ControlMore: max(0, floor-control),
+		ControlShare: controlShare, EvaluationShare: EvaluationControlShare}
+	groupsAt := func(share float64) int {
+		if share <= 0 || share >= 1 {
+			return 0
+		}
+		return int(math.Ceil(max(float64(n.HedgedMore)/(1-share), float64(n.ControlMore)/share)))
+	}
+	n.GroupsMore = groupsAt(controlShare)
+	n.GroupsMoreAtEvaluation = groupsAt(EvaluationControlShare)
+	return n
 }
 
 // HedgedLatencies and ControlLatencies are the arms' latencies in ms,
@@ -423,6 +469,13 @@ func (a *acc) section(o Options) Section {
 		s.CancellationObservedRatio = float64(a.observed) / float64(s.CancellationsSent)
 	}
 	s.Gain, s.GainWithheld = gain(s.hedgedMs, s.controlMs, o)
+	if s.Gain == nil {
+		share := 0.0
+		if s.Groups > 0 {
+			share = float64(s.ControlGroups) / float64(s.Groups)
+		}
+		s.GainNeeds = sampleNeed(len(s.hedgedMs), len(s.controlMs), o.MinSamples, share)
+	}
 	return s
 }
 
@@ -445,6 +498,14 @@ func quantile(sorted []float64, q float64) float64 {
 func rank(n int, q float64) int {
 	r := int(math.Ceil(q*float64(n))) - 1
 	return min(max(r, 0), n-1)
+}
+
+// TailGain is the gain of Compute for two arms of latencies given apart
+// (sorted, ms): control P99 ÷ hedged P99 with its seeded bootstrap
+// interval, or nil and why it is withheld below o.MinSamples per arm.
+// `hedgerow demo` takes it of its primary-only run against its hedged one.
+func TailGain(hedged, control []float64, o Options) (*Gain, string) {
+	return gain(hedged, control, o.withDefaults())
 }
 
 // gain bootstraps control P99 ÷ hedged P99, or says why it is withheld.

@@ -172,6 +172,70 @@ func TestGainIsWithheldBelowTheFloorAndBracketsTheRatioAbove(t *testing.T) {
 	}
 }
 
+func TestAWithheldGainSaysHowManyMoreGroupsEachArmNeedsAtTheObservedAndTheEvaluationShare(t *testing.T) {
+	tests := []struct {
+		name            string
+		hedged, control int
+		share           float64
+		want            SampleNeed
+	}{
+		// The issue's first run: 6,337 hedged, 69 control groups of 6,406.
+		{"control short at a 1% share", 6337, 69, 69.0 / 6406, SampleNeed{Floor: 100, ControlMore: 31,
+			ControlShare: 69.0 / 6406, GroupsMore: 2879, EvaluationShare: 0.1, GroupsMoreAtEvaluation: 310}},
+		{"both arms short: the arm that takes longer decides", 50, 2, 0.04, SampleNeed{Floor: 100, HedgedMore: 50,
+			ControlMore: 98, ControlShare: 0.04, GroupsMore: 2450, EvaluationShare: 0.1, GroupsMoreAtEvaluation: 980}},
+		{"no control group yet: no share to count from", 20, 0, 0, SampleNeed{Floor: 100, HedgedMore: 80,
+			ControlMore: 100, EvaluationShare: 0.1, GroupsMoreAtEvaluation: 1000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sampleNeed(tt.hedged, tt.control, 100, tt.share); *got != tt.want {
+				t.Errorf("got %+v, want %+v", *got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTheTableOfAWithheldGainSaysWhatEachArmNeedsAndHowToGetEvidenceSooner(t *testing.T) {
+	lines := Generated(t, 5, 300, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rep := Compute(readLines(t, lines), Options{})
+	n := rep.Total.GainNeeds
+	if rep.Total.Gain != nil || n == nil || n.ControlMore == 0 {
+		t.Fatalf("300 groups: gain %+v, needs %+v; want the gain withheld for want of control groups", rep.Total.Gain, n)
+	}
+	if want := sampleNeed(rep.Total.Hedged.Samples, rep.Total.Control.Samples, DefaultMinSamples,
+		float64(rep.Total.ControlGroups)/float64(rep.Total.Groups)); *n != *want {
+		t.Errorf("total needs %+v, want %+v", *n, *want)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	wants := []string{
+		fmt.Sprintf("%d more control groups: about %d more groups at this control share (%.1f%%), about %d at a control share of 10%%",
+			n.ControlMore, n.GroupsMore, 100*n.ControlShare, n.GroupsMoreAtEvaluation),
+		"evidence sooner: for an evaluation period, raise ",
+		"the cost is tokens: a control group whose hedge wins keeps its primary running",
+	}
+	for _, c := range rep.Cohorts {
+		class, _, _ := strings.Cut(c.Cohort, "/")
+		wants = append(wants, "policies."+class+".control_fraction")
+	}
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("the table does not say %q:\n%s", w, out)
+		}
+	}
+	js, err := json.Marshal(rep.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(js, []byte(fmt.Sprintf(`"gain_needs":{"floor":100,"hedged_more":%d,"control_more":%d`, n.HedgedMore, n.ControlMore))) {
+		t.Errorf("the JSON lacks gain_needs: %s", js)
+	}
+}
+
 func TestJSONQuantilesAreAlwaysNumbers(t *testing.T) {
 	// One control group only: the hedged arm of that cohort is empty.
 	lines := Generated(t, 2, 40, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

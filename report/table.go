@@ -56,6 +56,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	var b strings.Builder
+	withheld := map[string]bool{} // operation classes of cohorts whose gain is withheld
 	fmt.Fprintf(&b, "\nlatencies in ms (first byte of streams, commit otherwise; failures at the deadline); %d records", r.Records)
 	if r.OrphanAttempts > 0 {
 		fmt.Fprintf(&b, ", %d attempt records without their group's record (not counted)", r.OrphanAttempts)
@@ -76,6 +77,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 				g.Ratio, g.Lower, g.Upper, g.HedgedSamples, g.ControlSamples, g.Resamples, g.Seed)
 		} else {
 			fmt.Fprintf(&b, "  tail gain withheld: %s\n", s.GainWithheld)
+			if n := s.GainNeeds; n != nil {
+				b.WriteString("    " + n.describe() + "\n")
+				if s.Cohort != "" {
+					class, _, _ := strings.Cut(s.Cohort, "/")
+					withheld[class] = true
+				}
+			}
 		}
 		if s.SupersededGroups > 0 {
 			fmt.Fprintf(&b, "  superseded by a takeover: %d groups, %d usage units (paid, in extra cost)\n",
@@ -84,10 +92,46 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "  suppressed: %s\n", counts(s.Suppressed))
 		fmt.Fprintf(&b, "  guardrail: %s\n", counts(s.Guardrail))
 	}
+	if len(withheld) > 0 {
+		b.WriteString(soonerNote(slices.Sorted(maps.Keys(withheld))))
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
+}
+
+// describe says how many more groups each arm needs and how many groups
+// that takes at the observed control share and at the evaluation share.
+func (n *SampleNeed) describe() string {
+	var arms []string
+	if n.HedgedMore > 0 {
+		arms = append(arms, fmt.Sprintf("%d more hedged", n.HedgedMore))
+	}
+	if n.ControlMore > 0 {
+		arms = append(arms, fmt.Sprintf("%d more control", n.ControlMore))
+	}
+	need := "needs " + strings.Join(arms, " and ") + " groups: "
+	if n.GroupsMore == 0 {
+		return need + fmt.Sprintf("no control group yet to count a share from; about %d more groups at a control share of %.0f%%",
+			n.GroupsMoreAtEvaluation, 100*n.EvaluationShare)
+	}
+	return need + fmt.Sprintf("about %d more groups at this control share (%.1f%%), about %d at a control share of %.0f%%",
+		n.GroupsMore, 100*n.ControlShare, n.GroupsMoreAtEvaluation, 100*n.EvaluationShare)
+}
+
+// soonerNote says how to reach the sample floor sooner, and what it costs,
+// for the operation classes whose gain is withheld.
+func soonerNote(classes []string) string {
+	keys := make([]string, len(classes))
+	for i, c := range classes {
+		keys[i] = "policies." + c + ".control_fraction"
+	}
+	return fmt.Sprintf("\nevidence sooner: for an evaluation period, raise %s (default 0.01) to %g and reload\n"+
+		"(SIGHUP); set it back once the gain is out. Control groups hedge as any group does, so callers\n"+
+		"wait no longer; the cost is tokens: a control group whose hedge wins keeps its primary running\n"+
+		"to its own commit point (docs/architecture.md §5, \"Control fraction\").\n",
+		strings.Join(keys, ", "), EvaluationControlShare)
 }
 
 func observedCell(s Section) string {

@@ -34,11 +34,11 @@ const (
 // itself (docs/architecture.md §8, §9).
 const StoredRecordPrefix = "hedgerow.records."
 
-// StoredGroupSubject is the subject group's record is kept on, and
-// StoredGroupID its message id, by which a retried publication is dropped.
+// StoredGroupSubject is the subject group's record is kept on.
 func StoredGroupSubject(group string) string { return StoredRecordPrefix + "group." + group }
 
-// StoredGroupID is the message id of group's record for event.
+// StoredGroupID is the message id of group's record for event, as a
+// stream of one message per record (before batches) kept it.
 func StoredGroupID(group, event string) string { return group + ":" + event }
 
 // StoredSupersededSubject is the subject the SupersededRecord of group, a

@@ -95,10 +95,15 @@ const (
 	ErrRouteFailed      ErrorCode = "route_failed"      // a route-local permanent failure with no route left
 	ErrAllRoutesFailed  ErrorCode = "all_routes_failed" // every attempt failed transiently, none left to try
 	ErrNoRoute          ErrorCode = "no_route"          // admission found no healthy route
-	ErrBudgetExhausted  ErrorCode = "budget_exhausted"  // the attempt ledger or spend ceiling refused the primary
-	ErrRateLimited      ErrorCode = "rate_limited"      // every route pushed back
-	ErrOverloaded       ErrorCode = "overloaded"        // the pool's workers stayed full for the whole queue wait (§4 rule 4)
-	ErrCanceled         ErrorCode = "canceled"          // the caller went away
+	// ErrNoWorkers: every attempt of the group found no worker on its
+	// route (NATS no responders, re-offers included): the pool has no live
+	// worker now, while other pools may answer (docs/architecture.md §4
+	// rule 4).
+	ErrNoWorkers       ErrorCode = "no_workers"
+	ErrBudgetExhausted ErrorCode = "budget_exhausted" // the attempt ledger or spend ceiling refused the primary
+	ErrRateLimited     ErrorCode = "rate_limited"     // every route pushed back
+	ErrOverloaded      ErrorCode = "overloaded"       // the pool's workers stayed full for the whole queue wait (§4 rule 4)
+	ErrCanceled        ErrorCode = "canceled"         // the caller went away
 	// ErrStreamInterrupted: a committed stream's winner failed, stalled or
 	// went silent after its first bytes, so the caller holds a prefix and
 	// an error event; nothing of the user action counts as delivered and a

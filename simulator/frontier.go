@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"text/tabwriter"
 
@@ -75,6 +74,8 @@ type Frontier struct {
 	Source  string           `json:"source"` // the records file or the workload
 	Seed    uint64           `json:"seed"`
 	Cohorts []RecordedCohort `json:"cohorts,omitempty"`
+	// Skipped names the recorded cohorts the replay left out, and why.
+	Skipped []SkippedCohort `json:"skipped_cohorts,omitempty"`
 	// OrphanGroups counts recorded groups left out for want of their group
 	// record.
 	OrphanGroups int             `json:"orphan_groups,omitempty"`
@@ -89,7 +90,7 @@ type Frontier struct {
 // SweepRecords replays recorded traffic (ReadTraffic) through the
 // production engine and rules at every setting of the sweep.
 func SweepRecords(t *Traffic, source string, so SweepOptions) (*Frontier, error) {
-	traffic, summary, err := t.cohorts(so.Requests)
+	traffic, summary, skipped, err := t.cohorts(so.Requests)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func SweepRecords(t *Traffic, source string, so SweepOptions) (*Frontier, error)
 	if err != nil {
 		return nil, err
 	}
-	f.Source, f.Cohorts, f.OrphanGroups = source, summary, t.Orphans()
+	f.Source, f.Cohorts, f.Skipped, f.OrphanGroups = source, summary, skipped, t.Orphans()
 	return f, nil
 }
 
@@ -267,6 +268,13 @@ func (f *Frontier) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "  cohort %s: %d groups at %.1f/s, %d primaries (%d censored by a cancel), hang fraction %.4f\n",
 			c.Name, c.Groups, c.Rate, c.Primaries, c.Censored, c.HangFraction)
 	}
+	for _, c := range f.Skipped {
+		groups := "groups"
+		if c.Groups == 1 {
+			groups = "group"
+		}
+		fmt.Fprintf(w, "  cohort %s left out (%d %s): %s\n", c.Name, c.Groups, groups, c.Reason)
+	}
 	if f.OrphanGroups > 0 {
 		fmt.Fprintf(w, "  %d groups left out: attempt records without their group record\n", f.OrphanGroups)
 	}
@@ -293,20 +301,4 @@ func (f *Frontier) WriteTable(w io.Writer) error {
 		f.Recommended.Quantile, f.Recommended.DuplicateCeiling, f.Recommended.P999, f.Recommended.P99,
 		f.Recommended.DuplicateRate, f.Recommended.ExtraCostRatio)
 	return err
-}
-
-// sortedByDuplicates returns the points in order of duplicate rate, the
-// frontier's x axis.
-func sortedByDuplicates(points []FrontierPoint) []FrontierPoint {
-	out := slices.Clone(points)
-	slices.SortStableFunc(out, func(a, b FrontierPoint) int {
-		switch {
-		case a.DuplicateRate < b.DuplicateRate:
-			return -1
-		case a.DuplicateRate > b.DuplicateRate:
-			return 1
-		}
-		return 0
-	})
-	return out
 }

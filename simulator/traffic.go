@@ -325,10 +325,22 @@ type RecordedCohort struct {
 	HangFraction float64 `json:"hang_fraction"`
 }
 
+// SkippedCohort is a recorded cohort a replay leaves out, and why: one
+// whose records cannot give the replay a model (no primary, no committed
+// answer with output tokens — an embeddings cohort has none —, or too few
+// groups to measure an arrival rate). The other cohorts are replayed.
+type SkippedCohort struct {
+	Name   string `json:"cohort"`
+	Groups int    `json:"groups"`
+	Reason string `json:"reason"`
+}
+
 // cohorts builds each recorded cohort's empirical workload, in a stable
-// order (by name). requests, when > 0, replaces the recorded group count,
-// shared among cohorts by their share of the groups.
-func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, error) {
+// order (by name), and names the cohorts it leaves out (SkippedCohort); it
+// fails only when no cohort can be replayed. requests, when > 0, replaces
+// the recorded group count, shared among the replayed cohorts by their
+// share of the groups.
+func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, []SkippedCohort, error) {
 	type gathered struct {
 		ends     []workload.PrimaryEnd
 		itl      []time.Duration
@@ -338,7 +350,6 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 		censored int
 	}
 	by := map[cohortKey]*gathered{}
-	total := 0
 	for _, g := range t.groups {
 		if g.arrival.IsZero() {
 			continue // attempt records of a group whose record is missing: Orphans
@@ -348,7 +359,6 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 			c = &gathered{}
 			by[g.cohort] = c
 		}
-		total++
 		c.arrivals = append(c.arrivals, g.arrival)
 		c.deadline = max(c.deadline, g.deadline)
 		if g.primary != nil {
@@ -364,35 +374,61 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 			c.itl = append(c.itl, g.itl)
 		}
 	}
-	if total == 0 {
-		return nil, nil, fmt.Errorf("%w: no group records", ErrInvalidRecords)
+	if len(by) == 0 {
+		return nil, nil, nil, fmt.Errorf("%w: no group records", ErrInvalidRecords)
 	}
 	keys := make([]cohortKey, 0, len(by))
 	for k := range by {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b cohortKey) int { return strings.Compare(a.String(), b.String()) })
-	var out []cohortTraffic
-	var summary []RecordedCohort
+	// A cohort the replay cannot model is left out, named with its reason;
+	// the rest share the requests.
+	var skipped []SkippedCohort
+	replayed := keys[:0:0]
+	total := 0
 	for _, k := range keys {
 		c := by[k]
+		var reason string
 		switch {
 		case len(c.ends) == 0:
-			return nil, nil, fmt.Errorf("%w: cohort %s: no primary attempt records", ErrInvalidRecords, k)
+			reason = "no primary attempt records"
 		case len(c.tokens) == 0 || len(c.itl) == 0:
-			return nil, nil, fmt.Errorf("%w: cohort %s: no committed answer to measure token counts and decode speed from", ErrInvalidRecords, k)
+			reason = "no committed answer with output tokens to measure token counts and decode speed from"
+		case len(c.arrivals) < 2:
+			reason = fmt.Sprintf("%d group, too few to measure an arrival rate", len(c.arrivals))
 		}
-		// Records arrive in the order groups end; sorting the starts
-		// tolerates any order.
-		slices.SortFunc(c.arrivals, func(a, b time.Time) int { return a.Compare(b) })
+		if reason == "" {
+			// Records arrive in the order groups end; sorting the starts
+			// tolerates any order.
+			slices.SortFunc(c.arrivals, func(a, b time.Time) int { return a.Compare(b) })
+			if span := c.arrivals[len(c.arrivals)-1].Sub(c.arrivals[0]); span <= 0 {
+				reason = fmt.Sprintf("%d groups over %v, too few to measure an arrival rate", len(c.arrivals), span)
+			}
+		}
+		if reason != "" {
+			skipped = append(skipped, SkippedCohort{Name: k.String(), Groups: len(c.arrivals), Reason: reason})
+			continue
+		}
+		replayed = append(replayed, k)
+		total += len(c.arrivals)
+	}
+	if len(replayed) == 0 {
+		reasons := make([]string, len(skipped))
+		for i, s := range skipped {
+			reasons[i] = "cohort " + s.Name + ": " + s.Reason
+		}
+		return nil, nil, skipped, fmt.Errorf("%w: no cohort can be replayed (%s)", ErrInvalidRecords, strings.Join(reasons, "; "))
+	}
+	var out []cohortTraffic
+	var summary []RecordedCohort
+	for _, k := range replayed {
+		c := by[k]
 		span := c.arrivals[len(c.arrivals)-1].Sub(c.arrivals[0])
-		if len(c.arrivals) < 2 || span <= 0 {
-			return nil, nil, fmt.Errorf("%w: cohort %s: %d groups over %v, too few to measure an arrival rate", ErrInvalidRecords, k, len(c.arrivals), span)
-		}
 		rate := float64(len(c.arrivals)-1) / span.Seconds()
 		ends, err := workload.EndDistribution(c.ends)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
+			return nil, nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
 		}
 		// Groups are gathered in map order: sorting makes the draws a
 		// function of the records alone.
@@ -405,7 +441,7 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 		})
 		model, err := workload.EmpiricalModel(k.String(), &workload.Empirical{Ends: ends, ITL: c.itl, Tokens: c.tokens})
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
+			return nil, nil, nil, fmt.Errorf("%w: cohort %s: %w", ErrInvalidRecords, k, err)
 		}
 		n := len(c.arrivals)
 		if requests > 0 {
@@ -421,7 +457,7 @@ func (t *Traffic) cohorts(requests int) ([]cohortTraffic, []RecordedCohort, erro
 		summary = append(summary, RecordedCohort{Name: k.String(), Groups: len(c.arrivals), Primaries: len(c.ends),
 			Censored: c.censored, Rate: rate, HangFraction: roundOff(hang)})
 	}
-	return out, summary, nil
+	return out, summary, skipped, nil
 }
 
 // roundOff clears the rounding residue of a probability computed as one

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -110,6 +111,86 @@ func TestSweepRecordsRefusesTrafficItCannotReplay(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidRecords saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// relabelled returns a group's records (ofGroup) moved to another model
+// class, with every attempt's output usage set to output: what an
+// embeddings request's records hold (no output tokens, no decode speed).
+func relabelled(t *testing.T, lines [][]byte, group []byte, model string, output int64) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, l := range ofGroup(t, lines, group) {
+		var rec map[string]any
+		if err := json.Unmarshal(l, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec["event"] == schemas.EventGroupComplete {
+			rec["model_class"] = model
+		} else {
+			rec["usage_output_units"] = output
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// A cohort the replay cannot model — an embeddings request, whose answer
+// has no output tokens to measure a decode speed from, or a lone group
+// with no arrival rate — is left out and named with its reason; the other
+// cohorts are replayed as they would be without it.
+func TestSweepRecordsLeavesOutACohortItCannotModelAndReplaysTheRest(t *testing.T) {
+	lines := smallRecords(t)
+	groups := onlyEvent(lines, schemas.EventGroupComplete)
+	// The chat cohort alone, less the groups moved to other cohorts below.
+	var chat [][]byte
+	for _, g := range groups[3:] {
+		chat = append(chat, ofGroup(t, lines, g)...)
+	}
+	embeddings := append(relabelled(t, lines, groups[0], "text-embedding-3-small", 0),
+		relabelled(t, lines, groups[1], "text-embedding-3-small", 0)...)
+	lone := relabelled(t, lines, groups[2], "lone-model", 20)
+	so := SweepOptions{Quantiles: []float64{0.95}, Seed: 4}
+	sweepOf := func(ls [][]byte) *Frontier {
+		t.Helper()
+		tr, err := ReadTraffic(bytes.NewReader(join(ls...)), "f.jsonl")
+		if err != nil {
+			t.Fatalf("ReadTraffic: %v", err)
+		}
+		f, err := SweepRecords(tr, "f.jsonl", so)
+		if err != nil {
+			t.Fatalf("SweepRecords: %v", err)
+		}
+		return f
+	}
+	alone := sweepOf(chat)
+	mixed := sweepOf(append(append(slices.Clone(chat), embeddings...), lone...))
+	want := []SkippedCohort{
+		{Name: "chat/lone-model/stream", Groups: 1, Reason: "1 group, too few to measure an arrival rate"},
+		{Name: "chat/text-embedding-3-small/stream", Groups: 2,
+			Reason: "no committed answer with output tokens to measure token counts and decode speed from"},
+	}
+	if !reflect.DeepEqual(mixed.Skipped, want) {
+		t.Errorf("skipped %+v, want %+v", mixed.Skipped, want)
+	}
+	if len(mixed.Cohorts) != 1 || !reflect.DeepEqual(mixed.Cohorts, alone.Cohorts) ||
+		!reflect.DeepEqual(mixed.Frontier, alone.Frontier) {
+		t.Errorf("with the cohorts left out: %+v %+v; the chat cohort alone: %+v %+v",
+			mixed.Cohorts, mixed.Frontier, alone.Cohorts, alone.Frontier)
+	}
+	var table strings.Builder
+	if err := mixed.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if line := fmt.Sprintf("cohort %s left out (%d group", s.Name, s.Groups); !strings.Contains(table.String(), line) ||
+			!strings.Contains(table.String(), "): "+s.Reason+"\n") {
+			t.Errorf("the table does not say %q:\n%s", line, table.String())
+		}
 	}
 }
 
@@ -315,7 +396,7 @@ func TestReadTrafficReadsAContinuedStreamAsOneAnswerAndNoPrimary(t *testing.T) {
 			if got := g.answer.counts(); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("the answer's tokens %+v, want %+v", got, tt.want)
 			}
-			_, summary, err := tr.cohorts(0)
+			_, summary, _, err := tr.cohorts(0)
 			if err != nil {
 				t.Fatalf("cohorts: %v", err)
 			}

@@ -197,6 +197,17 @@ func (p *Workers) Routes() []string {
 	return out
 }
 
+// IDs maps each worker's id, as its readiness ping names it (micro
+// metadata worker_id), to its route: a gateway in the same process is
+// ready only once all of them answer (docs/architecture.md §2).
+func (p *Workers) IDs() map[string]string {
+	out := make(map[string]string, len(p.workers))
+	for _, w := range p.workers {
+		out[w.ID()] = w.cfg.Route
+	}
+	return out
+}
+
 // Stop stops every worker of the pool at once (see Worker.Stop), so they
 // drain in parallel within ctx, and returns their errors joined.
 func (p *Workers) Stop(ctx context.Context) error {

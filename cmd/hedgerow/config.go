@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -26,14 +27,17 @@ func newConfigCheckCmd() *cobra.Command {
 		Short: "Validate a configuration file and print every problem",
 		Long: `check loads FILE as a process of the given role would, including the
 environment variables holding the secrets that role needs, and prints every
-problem, one per line as file:line: path: message, or "ok".`,
+problem, one per line as file:line: path: message, or "ok". A warning (a
+setting that loads but is almost surely not meant, such as an example's
+placeholder key hash) is printed as file:line: path: warning: message and
+does not fail the check.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := config.ParseRole(role)
 			if err != nil {
 				return err
 			}
-			_, err = config.Load(args[0], r, os.LookupEnv)
+			cfg, err := config.Load(args[0], r, os.LookupEnv)
 			var problems config.Problems
 			switch {
 			case errors.As(err, &problems):
@@ -46,12 +50,25 @@ problem, one per line as file:line: path: message, or "ok".`,
 			case err != nil:
 				return err
 			}
+			if err := printWarnings(cmd.OutOrStdout(), cfg); err != nil {
+				return err
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), "ok")
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&role, "role", string(config.RoleServe), "role to check for: serve, gateway or worker")
 	return cmd
+}
+
+// printWarnings prints a loaded configuration's warnings, one per line.
+func printWarnings(w io.Writer, cfg *config.Config) error {
+	for _, p := range cfg.Warnings {
+		if _, err := fmt.Fprintln(w, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // invalidConfigError reports that config check found problems; they have
@@ -66,11 +83,11 @@ type invalidConfigError struct {
 func (e invalidConfigError) Unwrap() error { return e.problems }
 
 func (e invalidConfigError) Error() string {
-	noun := "problems"
-	if len(e.problems) == 1 {
+	n, noun := e.problems.Refusals(), "problems"
+	if n == 1 {
 		noun = "problem"
 	}
-	return fmt.Sprintf("config check: %s has %d %s", e.file, len(e.problems), noun)
+	return fmt.Sprintf("config check: %s has %d %s", e.file, n, noun)
 }
 
 // ExitCode makes the process exit with 1, as linters do when they find problems.

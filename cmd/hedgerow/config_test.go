@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,9 @@ func TestConfigCheckPrintsOKForTheExample(t *testing.T) {
 
 // TestConfigCheckPrintsOKForTheRealProviderExamples checks the examples of
 // deploy/examples in front of OpenAI and Anthropic for every role, with
-// their keys set as an operator would; gateways never read the keys.
+// their keys set as an operator would; gateways never read the keys. The
+// roles that let callers in warn, at its line, that the example tenant's
+// all-zero key hash is a placeholder, and still pass.
 func TestConfigCheckPrintsOKForTheRealProviderExamples(t *testing.T) {
 	keys := map[string][]string{
 		"openai.yaml":    {"OPENAI_API_KEY_A", "OPENAI_API_KEY_B"},
@@ -40,14 +43,38 @@ func TestConfigCheckPrintsOKForTheRealProviderExamples(t *testing.T) {
 	}
 	for file, vars := range keys {
 		example := filepath.Join("..", "..", "deploy", "examples", file)
+		data, err := os.ReadFile(example)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashLine := 0
+		for i, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "sha256:"+strings.Repeat("0", 64)) {
+				hashLine = i + 1
+			}
+		}
+		if hashLine == 0 {
+			t.Fatalf("%s has no all-zero key hash", file)
+		}
+		warning := fmt.Sprintf("%s:%d: tenants.team.api_key_hashes[0]: warning: the all-zero hash is a placeholder", example, hashLine)
 		for _, role := range []string{"serve", "gateway", "worker"} {
 			t.Run(file+"/"+role, func(t *testing.T) {
 				for _, v := range vars {
 					t.Setenv(v, "test-key")
 				}
 				out, err := runConfigCheck(t, example, "--role", role)
-				if err != nil || out != "ok\n" {
+				if err != nil {
 					t.Fatalf("config check = %v:\n%s", err, out)
+				}
+				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+				if role == "worker" {
+					if out != "ok\n" {
+						t.Fatalf("config check --role worker printed:\n%s\nwant only ok: a worker lets no caller in", out)
+					}
+					return
+				}
+				if len(lines) != 2 || !strings.HasPrefix(lines[0], warning) || lines[1] != "ok" {
+					t.Fatalf("config check printed:\n%s\nwant the placeholder's warning (%s…) and ok", out, warning)
 				}
 			})
 		}
@@ -106,6 +133,52 @@ policies:
 	}
 	if len(lines) != 4 {
 		t.Errorf("want 4 problem lines, got %d:\n%s", len(lines), out)
+	}
+}
+
+// A key mis-indented in a real example is reported at its own line, with
+// the hint to look at its indentation; an unknown key near a known one is
+// reported with that key.
+func TestConfigCheckNamesTheLineOfAMisIndentedKeyAndGuessesATypo(t *testing.T) {
+	example := filepath.Join("..", "..", "deploy", "examples", "openai.yaml")
+	data, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, line, broken string // line: an example's line; broken: what it becomes
+		want               string
+	}{
+		{"a route's key one space short", "    base_url: https://api.openai.com/v1\n", "   base_url: https://api.openai.com/v1\n",
+			"invalid YAML: did not find expected '-' indicator (check this line's indentation"},
+		{"a tenant's key one space short", "    requests_per_second: 20", "   requests_per_second: 20",
+			"invalid YAML: did not find expected key (check this line's indentation"},
+		{"a top-level key one space in", "\nhttp:\n", "\n http:\n", "invalid YAML: did not find expected key"},
+		{"a policy key misspelt", "    deadline: 30s", "    dedline: 30s", `policies.default.dedline: unknown key "dedline": did you mean "deadline"?`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := string(data)
+			at := strings.Index(src, tc.line)
+			if at < 0 {
+				t.Fatalf("%s has no line %q", example, tc.line)
+			}
+			// The line the broken text starts on, past a leading newline.
+			line := strings.Count(src[:at+strings.IndexFunc(tc.line, func(r rune) bool { return r != '\n' })], "\n") + 1
+			path := filepath.Join(t.TempDir(), "openai.yaml")
+			if err := os.WriteFile(path, []byte(strings.Replace(src, tc.line, tc.broken, 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("OPENAI_API_KEY_A", "test-key")
+			t.Setenv("OPENAI_API_KEY_B", "test-key")
+			out, err := runConfigCheck(t, path, "--role", "serve")
+			if err == nil || !strings.Contains(err.Error(), "has 1 problem") {
+				t.Fatalf("config check = %v, want 1 problem:\n%s", err, out)
+			}
+			if want := fmt.Sprintf("%s:%d: ", path, line); !strings.Contains(out, want+tc.want) {
+				t.Fatalf("config check printed:\n%s\nwant a line %s%s", out, want, tc.want)
+			}
+		})
 	}
 }
 

@@ -19,7 +19,9 @@ func newGatewayCmd() *cobra.Command {
 		Short: "Run the gateway (dispatcher and HTTP front door) against an external NATS cluster",
 		Long: `gateway runs the dispatcher behind the OpenAI-compatible HTTP front door on
 http.listen and publishes attempts to the workers over an external NATS cluster. It never
-reads provider keys. It refuses a NATS cluster whose max_payload is below nats.max_payload,
+reads provider keys. At start it waits for NATS (and Redis, with redis.url) to answer, retrying
+with backoff and logging each try, and listens only once they do (--start-timeout bounds the
+wait). It refuses a NATS cluster whose max_payload is below nats.max_payload,
 and (for now) a configuration with redis.url set. SIGHUP reloads tenants, routes, pools and policies from the same file without a
 restart (docs/architecture.md §10); a file with problems leaves the running
 configuration serving. SIGINT or SIGTERM stops it gracefully.`,
@@ -27,9 +29,9 @@ configuration serving. SIGINT or SIGTERM stops it gracefully.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, nc, log, err := flags.connect(cmd, config.RoleGateway, urls, "hedgerow-gateway")
+			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleGateway, urls, "hedgerow-gateway", node.GatewayListeners)
 			if err != nil {
-				return err
+				return cleanStop(err)
 			}
 			defer nc.Close()
 			g, err := node.StartGateway(cfg, nc, nil, node.Options{Logger: log, Version: version})

@@ -68,6 +68,7 @@ result and cancels the rest.`,
 		newServeCmd(), newGatewayCmd(), newWorkerCmd(),
 		newFakeLLMCmd(), newDemoCmd(), newBenchCmd(),
 		newNATSAuthCmd(), newReportCmd(), newClusterCmd(), newRegionsCmd(), newFaultProxyCmd(),
+		newHealthcheckCmd(),
 	)
 	return root
 }

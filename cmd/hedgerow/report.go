@@ -249,27 +249,43 @@ func writeExport(path string, recs *hreport.Records) error {
 	return nil
 }
 
-// plotReport draws each cohort's hedged and control tails, and the
-// total's when there is more than one cohort.
+// plotReport draws the report's tails (reportSeries).
 func plotReport(path string, rep *hreport.Report, since time.Duration) error {
-	sections := rep.Cohorts
-	if len(sections) != 1 {
-		sections = append(sections, rep.Total)
-	}
-	var series []tailplot.Series
-	for i := range sections {
-		s := &sections[i]
-		name := s.Cohort
-		if name == "" {
-			name = "total"
-		}
-		series = append(series,
-			tailplot.Series{Name: name + " hedged", Latencies: s.HedgedLatencies(), Emphasis: true},
-			tailplot.Series{Name: name + " control", Latencies: s.ControlLatencies()})
-	}
 	span := "every kept record"
 	if since > 0 {
 		span = "the last " + since.String()
 	}
-	return tailplot.Write(path, fmt.Sprintf("hedgerow report: %d groups, %s", rep.Total.Groups, span), series)
+	return tailplot.Write(path, fmt.Sprintf("hedgerow report: %d groups, %s", rep.Total.Groups, span), reportSeries(rep))
+}
+
+// reportSeries is what the report's plot draws: each cohort's hedged tail
+// (thick) and control tail (dashed, its sample size in the legend like
+// every series'), and the total's arms as pale grey bands beneath them — only for an arm that more
+// than one cohort has latencies in, since the total of one cohort is that
+// cohort's curve again and would hide it. A band still shows around a
+// cohort that makes up nearly all of the total (one embeddings request
+// beside thousands of chat ones).
+func reportSeries(rep *hreport.Report) []tailplot.Series {
+	var series []tailplot.Series
+	hedgedIn, controlIn := 0, 0
+	for i := range rep.Cohorts {
+		c := &rep.Cohorts[i]
+		hedged, control := c.HedgedLatencies(), c.ControlLatencies()
+		if len(hedged) > 0 {
+			hedgedIn++
+		}
+		if len(control) > 0 {
+			controlIn++
+		}
+		series = append(series,
+			tailplot.Series{Name: c.Cohort + " hedged", Latencies: hedged, Emphasis: true},
+			tailplot.Series{Name: c.Cohort + " control", Latencies: control, Dashed: true})
+	}
+	if hedgedIn > 1 {
+		series = append(series, tailplot.Series{Name: "total hedged", Latencies: rep.Total.HedgedLatencies(), Band: true})
+	}
+	if controlIn > 1 {
+		series = append(series, tailplot.Series{Name: "total control", Latencies: rep.Total.ControlLatencies(), Band: true, Dashed: true})
+	}
+	return series
 }

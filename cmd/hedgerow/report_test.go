@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +133,105 @@ func keptInStream(t *testing.T, lines [][]byte) *server.Server {
 	}
 	recordstest.Keep(t, p, lines)
 	return srv
+}
+
+// keepGroups keeps the group records keep accepts (as generic JSON) and
+// the attempt records of those groups.
+func keepGroups(t *testing.T, lines [][]byte, keep func(group map[string]any) bool) [][]byte {
+	t.Helper()
+	kept := map[string]bool{}
+	var groups, attempts [][]byte
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := m["hedge_group_id"].(string)
+		if m["event"] == "hedge_group_complete" {
+			if keep(m) {
+				kept[id] = true
+				groups = append(groups, l)
+			}
+			continue
+		}
+		attempts = append(attempts, l)
+	}
+	out := groups
+	for _, l := range attempts {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatal(err)
+		}
+		if kept[m["hedge_group_id"].(string)] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// The report's plot draws every cohort's two arms, the control dashed; a
+// total only for an arm more than one cohort has latencies in — the total
+// of one cohort is that cohort's curve again, drawn over it — and then as
+// a band beneath the cohorts' lines.
+func TestTheReportPlotDrawsATotalOnlyWhereCohortsMakeItUpAndBeneathThem(t *testing.T) {
+	lines, err := reporttest.Records(8, 1500, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := func(g map[string]any) bool { return g["stream"] == true }
+	tests := []struct {
+		name    string
+		lines   [][]byte
+		cohorts int
+		bands   []string
+	}{
+		{"one cohort: no total", keepGroups(t, lines, stream), 1, nil},
+		{"two cohorts with both arms: both totals", lines, 2, []string{"total hedged", "total control"}},
+		{"a second cohort without a control arm: the hedged total alone", keepGroups(t, lines, func(g map[string]any) bool {
+			return stream(g) || g["guardrail_decision"] != "control"
+		}), 2, []string{"total hedged"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := hreport.ReadJSONL(bytes.NewReader(bytes.Join(tc.lines, []byte("\n"))), "lines")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := hreport.Compute(recs, hreport.Options{})
+			var bands []string
+			cohortSeries := 0
+			for _, s := range reportSeries(rep) {
+				switch {
+				case s.Band:
+					bands = append(bands, s.Name)
+					want := rep.Total.HedgedLatencies()
+					if s.Name == "total control" {
+						want = rep.Total.ControlLatencies()
+					}
+					if !slices.Equal(s.Latencies, want) {
+						t.Errorf("%s: not the total's latencies", s.Name)
+					}
+				case strings.HasSuffix(s.Name, " control"):
+					cohortSeries++
+					if !s.Dashed || s.Emphasis {
+						t.Errorf("%s: want a thin dashed line", s.Name)
+					}
+				case strings.HasSuffix(s.Name, " hedged"):
+					cohortSeries++
+					if s.Dashed || !s.Emphasis {
+						t.Errorf("%s: want a thick solid line", s.Name)
+					}
+				default:
+					t.Errorf("series %q is neither a cohort's arm nor a total", s.Name)
+				}
+			}
+			if len(rep.Cohorts) != tc.cohorts || cohortSeries != 2*tc.cohorts || !slices.Equal(bands, tc.bands) {
+				t.Fatalf("%d cohort series and bands %q for %d cohorts, want two a cohort and bands %q",
+					cohortSeries, bands, len(rep.Cohorts), tc.bands)
+			}
+			if err := plotReport(filepath.Join(t.TempDir(), "tail.png"), rep, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -14,15 +14,18 @@ func TestFailedStartsNeverPrintAPasswordFromAURL(t *testing.T) {
 	refused := "nats://alice:" + secret + "@127.0.0.1:1"
 	unparsable := "nats://alice:" + secret + "@127.0.0.1:bad"
 	natsConfig := writeConfig(t, "nats: {urls: [\""+refused+"\"]}\n", "http://127.0.0.1:1/v1")
+	plainConfig := writeConfig(t, "nats: {urls: [\"nats://127.0.0.1:1\"]}\n", "http://127.0.0.1:1/v1")
 	badConfig := writeConfig(t, "nats: {urls: [\""+unparsable+"\"]}\nredis: {url: \"redis://:"+secret+"@127.0.0.1:bad\"}\n",
 		"http://bob:"+secret+"@127.0.0.1:1/v1")
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
-		{"gateway, no server answers", []string{"gateway", "--config", natsConfig}},
+		{"gateway, no server answers", []string{"gateway", "--config", natsConfig, "--start-timeout", "600ms"}},
 		{"gateway, --nats does not parse", []string{"gateway", "--config", natsConfig, "--nats", unparsable}},
-		{"worker, no server answers", []string{"worker", "--config", natsConfig}},
+		{"worker, no server answers", []string{"worker", "--config", natsConfig, "--start-timeout", "600ms"}},
+		{"gateway, --nats with a password that no server answers, each retry logged", []string{"gateway", "--config", plainConfig, "--nats", refused, "--start-timeout", "600ms"}},
+		{"worker, --nats with a password that no server answers, each retry logged", []string{"worker", "--config", plainConfig, "--nats", refused, "--start-timeout", "600ms"}},
 		{"worker, --nats does not parse", []string{"worker", "--config", natsConfig, "--nats", unparsable}},
 		{"serve, a bad configuration", []string{"serve", "--config", badConfig}},
 		{"config check", []string{"config", "check", "--role", "gateway", badConfig}},

@@ -19,7 +19,8 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run workers that call the providers, against an external NATS cluster",
 		Long: `worker runs one worker per route (all configured routes, or those named by --route)
 on an external NATS cluster. Workers hold the provider keys, read from the environment
-variables the routes name. With redis.url set, each worker holds a lease in Redis
+variables the routes name. At start they wait for NATS (and Redis, with redis.url) to answer,
+retrying with backoff and logging each try (--start-timeout bounds the wait). With redis.url set, each worker holds a lease in Redis
 on its route for every attempt it runs (renewed while it runs, expiring if the
 process dies), so every gateway's route choice sees the cluster's load; a worker
 needs no redis.hash_key_env and never reads it. SIGINT or SIGTERM stops taking
@@ -32,9 +33,10 @@ restart), and its attempts in flight carry on.`,
 			defer stopCatching()
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, nc, log, err := flags.connect(cmd, config.RoleWorker, urls, schemas.WorkerServiceName)
+			cfg, nc, log, err := flags.connect(ctx, cmd, config.RoleWorker, urls, schemas.WorkerServiceName,
+				func(*config.Config) []node.Listener { return []node.Listener{{Addr: metricsListen}} })
 			if err != nil {
-				return err
+				return cleanStop(err)
 			}
 			defer nc.Close()
 			defer ignoreHangups(ctx, hup, log, flags.configPath)()

@@ -103,7 +103,11 @@ type Group struct {
 	// overloaded is set while the group's last offer came back Busy (cleared
 	// by an Accept): no hedge or replacement goes into a saturated pool, and a
 	// group left with nothing fails overloaded (docs/architecture.md §4 rule 4).
-	overloaded    bool
+	overloaded bool
+	// workerReached is set once any attempt was taken by a worker or ended
+	// other than no_responders: without it a group that fails found no
+	// worker on any route it tried, and fails no_workers (rule 4).
+	workerReached bool
 	lastFailScope schemas.ErrorScope
 	// lastFailTimedOut says the last failed attempt ended by its deadline
 	// (StatusTimeout): the workers enforce the attempt's deadline and may
@@ -938,6 +942,12 @@ func (g *Group) failIfNothingLeft() {
 		// backpressure) — never all_routes_failed while routes are only full.
 		code, scope = schemas.ErrOverloaded, schemas.ScopePushback
 	}
+	if code == schemas.ErrAllRoutesFailed && !g.workerReached && len(g.attempts) > 0 {
+		// Every attempt found no worker on its route, re-offers included
+		// (rule 4): the pool has no live worker, which is what its caller
+		// and its operator need to hear, not that routes failed.
+		code = schemas.ErrNoWorkers
+	}
 	g.failRefused = g.replacementRefused // the Fail says why nothing was left
 	g.fail(code, scope, "", CancelGroupError)
 }
@@ -1265,6 +1275,9 @@ func (g *Group) endAttempt(a *attempt, outcome Outcome, status schemas.StatusCla
 	}
 	a.state = attemptEnded
 	a.candidate = false
+	if a.accepted || status != schemas.StatusNoResponders {
+		g.workerReached = true
+	}
 	if a.reachedProvider(usage) {
 		g.emit(Settle{Attempt: a.n, Reservation: a.reservation, Usage: usage, Lost: status == schemas.StatusLost || g.gateRefused})
 	} else {

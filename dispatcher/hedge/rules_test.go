@@ -1073,6 +1073,43 @@ func livenessPolicy() Options {
 	return p
 }
 
+// TestRule4AGroupThatFoundNoWorkerOnAnyRouteFailsNoWorkers: a group whose
+// every attempt found no worker, re-offers spent, fails no_workers (the
+// pool has no live worker: 503 naming it, not "every route failed"); one
+// whose attempt a worker took, or that failed otherwise, still fails
+// all_routes_failed.
+func TestRule4AGroupThatFoundNoWorkerOnAnyRouteFailsNoWorkers(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(h *harness) []Action // ends attempt 1 after its offers found no worker
+		want schemas.ErrorCode
+	}{
+		{"no worker on any offer", func(h *harness) []Action { return h.at(20, Unserved{Attempt: 1}) }, schemas.ErrNoWorkers},
+		{"a worker took it, then it failed", func(h *harness) []Action {
+			h.at(20, Accepted{Attempt: 1})
+			return h.at(30, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+		}, schemas.ErrAllRoutesFailed},
+		{"a provider error on the last offer", func(h *harness) []Action {
+			return h.at(20, Result{Attempt: 1, Status: schemas.StatusServerError, Scope: schemas.ScopeTransient})
+		}, schemas.ErrAllRoutesFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := livenessPolicy()
+			p.MaxAttempts = 1
+			h := newHarness(t, p)
+			h.launched(streamingStart)
+			for i := range MaxUnservedReoffers {
+				h.at(1+2*i, Unserved{Attempt: 1})
+				h.at(2+2*i, Reoffered{Attempt: 1, Route: "b"})
+			}
+			if f, ok := find[Fail](tt.end(h)); !ok || f.Error != tt.want {
+				t.Fatalf("Fail = %+v %v, want %s", f, ok, tt.want)
+			}
+		})
+	}
+}
+
 // TestRule4AGroupWhoseLastAttemptRanOutOfTimeFailsDeadlineExceeded: the
 // workers enforce the attempt's deadline and may report it (StatusTimeout)
 // before the group's timer fires; a group left with nothing after that

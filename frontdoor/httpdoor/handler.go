@@ -53,11 +53,22 @@ type Options struct {
 	// Region is the supercluster region whose workers /readyz pings
 	// (schemas.Wire.WorkerServiceName); empty: a deployment of one region.
 	Region string
-	// Pools maps each pool to its routes: /readyz needs a live worker for at
-	// least one route of every pool. Required.
+	// Pools maps each pool to its routes. Required. A pool none of whose
+	// routes has a live worker is reported (StatusPath, /readyz's body,
+	// hedgerow_pool_without_workers) but leaves the door ready: its
+	// requests are answered 503 no_workers while other pools answer.
 	Pools map[string][]string
+	// OwnWorkers maps the worker ids of the process's own in-process
+	// workers (serve's) to their routes: /readyz is ready only once each
+	// answers the ping. Empty for a gateway, whose workers are other
+	// processes'.
+	OwnWorkers map[string]string
 	// Gatherer is served on /metrics; nil serves no metrics (404).
 	Gatherer prometheus.Gatherer
+	// Registerer, when set, receives the door's own metrics: the pools'
+	// hedgerow_pool_without_workers gauge, read through the readiness
+	// check at each scrape.
+	Registerer prometheus.Registerer
 	// BodyLimit is the largest request body accepted; zero means
 	// DefaultBodyLimit. It must fit in one NATS message with the attempt
 	// envelope, which configuration validation checks.
@@ -143,10 +154,11 @@ type handler struct {
 //	POST /v1/messages           Anthropic Messages, streaming or not
 //	POST /v1/responses          OpenAI Responses, streaming or not
 //	POST /v1/embeddings         OpenAI embeddings, never streaming
-//	GET  /v1/models             every model name: chat pools' names and aliases, then embedding pools'
-//	GET  /v1/models/{model}     one of them (a name may hold slashes)
+//	GET  /v1/models             every model name: chat pools' names and aliases, then embedding pools' (a key when keys are required)
+//	GET  /v1/models/{model}     one of them (a name may hold slashes; a key when keys are required)
 //	GET  /healthz               200 while the process serves
-//	GET  /readyz                200 when NATS is connected and every pool has a live worker
+//	GET  /readyz                200 when this gateway can serve: NATS connected (and, in serve, its own workers registered)
+//	GET  /v1/hedgerow/status    readiness and each pool's routes and whether a live worker serves it (ready.go)
 //	GET  /metrics               Prometheus exposition of opts.Gatherer
 //	GET  /v1/hedgerow/report    the records report, with opts.Records (report.go)
 //	GET  /v1/hedgerow/records   the kept records as JSONL, with opts.Records
@@ -172,7 +184,7 @@ func New(d frontdoor.Submitter, opts Options) (http.Handler, error) {
 	return h, nil
 }
 
-// NewSplit is New with /readyz and /metrics served by internal, a handler
+// NewSplit is New with /readyz, the status and /metrics served by internal, a handler
 // of their own for a listener only operators reach, instead of by api
 // (which then answers them 404 unknown_url). Both serve /healthz.
 func NewSplit(d frontdoor.Submitter, opts Options) (api, internal http.Handler, err error) {
@@ -190,9 +202,10 @@ func NewSplit(d frontdoor.Submitter, opts Options) (api, internal http.Handler, 
 	return h, mux, nil
 }
 
-// operational adds readiness and metrics to mux.
+// operational adds readiness, status and metrics to mux.
 func (h *handler) operational(mux *http.ServeMux) {
 	mux.HandleFunc("/readyz", h.only(http.MethodGet, openAIDialect{}, h.readyz))
+	mux.HandleFunc(StatusPath, h.only(http.MethodGet, openAIDialect{}, h.serveStatus))
 	if h.opts.Gatherer != nil {
 		metrics := promhttp.HandlerFor(h.opts.Gatherer, promhttp.HandlerOpts{})
 		mux.HandleFunc("/metrics", h.only(http.MethodGet, openAIDialect{}, metrics.ServeHTTP))
@@ -204,7 +217,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 		return nil, errors.New("httpdoor: a submitter is required")
 	}
 	if len(opts.Pools) == 0 {
-		return nil, errors.New("httpdoor: Pools is required: readiness checks every pool")
+		return nil, errors.New("httpdoor: Pools is required: the status reports every pool")
 	}
 	if opts.BodyLimit < 0 || opts.HeaderLimit < 0 || opts.ReadyProbeWindow < 0 || opts.ReadyCacheTTL < 0 || opts.ReplayTTL < 0 || opts.ReplayMaxBytes < 0 || opts.ReplayLease < 0 {
 		return nil, errors.New("httpdoor: body limit, probe window, cache and replay TTLs and replay size must not be negative")
@@ -228,7 +241,12 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.ready = newReadiness(opts.Conn, schemas.RegionWire(opts.Region), opts.Pools, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
+	h.ready = newReadiness(opts.Conn, schemas.RegionWire(opts.Region), opts.Pools, opts.OwnWorkers, opts.ReadyProbeWindow, opts.ReadyCacheTTL, h.now)
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(poolCollector{h.ready}); err != nil {
+			return nil, fmt.Errorf("httpdoor: metrics: %w", err)
+		}
+	}
 	h.embeddingModel = embeddingModels(d.Models(), opts.EmbeddingPools) // embeddings.go
 	// Methods are checked by the handlers, not by mux patterns, so a wrong
 	// method gets an error object of the dialect and not the mux's plain text.
@@ -236,8 +254,8 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h.mux.HandleFunc("/v1/messages", h.withRequestID(h.only(http.MethodPost, anthropicDialect{}, h.serveDialect(anthropicDialect{}))))
 	h.mux.HandleFunc("/v1/responses", h.withRequestID(h.only(http.MethodPost, responsesDialect{}, h.serveDialect(responsesDialect{}))))
 	h.mux.HandleFunc("/v1/embeddings", h.withRequestID(h.only(http.MethodPost, openAIDialect{}, h.serveDialect(embeddingsDialect{h: h}))))
-	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.listModels))
-	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.getModel))
+	h.mux.HandleFunc("/v1/models", h.only(http.MethodGet, openAIDialect{}, h.withKey(h.listModels)))
+	h.mux.HandleFunc("/v1/models/{model...}", h.only(http.MethodGet, openAIDialect{}, h.withKey(h.getModel)))
 	h.mux.HandleFunc("/healthz", h.only(http.MethodGet, openAIDialect{}, h.healthz))
 	h.reportRoutes() // report.go
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -513,6 +531,19 @@ func (h *handler) authenticate(r *http.Request) (string, *frontdoor.Failure) {
 		Message: "A valid API key is required in the Authorization header as 'Bearer <key>'."}
 }
 
+// withKey serves f only to a caller with a valid API key when keys are
+// required (401 invalid_api_key otherwise, as on every endpoint that runs a
+// group): the models a deployment serves are its callers' business.
+func (h *handler) withKey(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, fail := h.authenticate(r); fail != nil {
+			openAIDialect{}.writeFailure(w, fail)
+			return
+		}
+		f(w, r)
+	}
+}
+
 // presentedKey is the caller's API key: the bearer token of the
 // Authorization header (the scheme in any case, as RFC 9110 allows), else
 // the x-api-key header Anthropic clients send.
@@ -573,16 +604,6 @@ func (h *handler) getModel(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
-	rep := h.ready.check()
-	status := http.StatusOK
-	if !rep.Ready {
-		status = http.StatusServiceUnavailable
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, status, rep)
 }
 
 // setHedgeHeaders writes how the answer was won.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hedgerow/hedgerow/dispatcher"
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/frontdoor/frontdoortest"
 )
 
@@ -103,5 +105,48 @@ func TestHTTPAnswerCarriesTheRefusalThatWon(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got.Choices) != 1 ||
 		got.Choices[0].Message.Refusal != "I can't help with that." {
 		t.Fatalf("status %d, body %s: want the refusal in the message", resp.StatusCode, body)
+	}
+}
+
+// TestModelsAskForAKeyWhenTenantsAreConfiguredAndStayOpenWithout: with a
+// keyring, listing or getting a model without a valid key is the 401
+// invalid_api_key every endpoint answers, with its challenge; a valid key
+// (Bearer or x-api-key) lists them; without a keyring anyone may.
+func TestModelsAskForAKeyWhenTenantsAreConfiguredAndStayOpenWithout(t *testing.T) {
+	keyed := frontDoor(t, frontdoortest.New(frontdoortest.Answer(&dispatcher.Response{Content: "ok"}, false)),
+		Options{Keyring: frontdoor.NewKeyring(map[string][]string{"acme": {policy.HashAPIKey("good-key")}})}).URL
+	open, _ := aliased(t)
+	for _, tc := range []struct {
+		name, url string
+		headers   map[string]string
+		status    int
+	}{
+		{"the list without a key", keyed + "/v1/models", nil, http.StatusUnauthorized},
+		{"one model without a key", keyed + "/v1/models/general", nil, http.StatusUnauthorized},
+		{"the list with a wrong key", keyed + "/v1/models", map[string]string{"Authorization": "Bearer bad-key"}, http.StatusUnauthorized},
+		{"the list with a valid bearer key", keyed + "/v1/models", map[string]string{"Authorization": "Bearer good-key"}, http.StatusOK},
+		{"one model with a valid x-api-key", keyed + "/v1/models/general", map[string]string{"X-Api-Key": "good-key"}, http.StatusOK},
+		{"an unknown model with a valid key is still 404", keyed + "/v1/models/nope", map[string]string{"Authorization": "Bearer good-key"}, http.StatusNotFound},
+		{"the list with no tenants configured", open + "/v1/models", nil, http.StatusOK},
+		{"one model with no tenants configured", open + "/v1/models/gpt-4o", nil, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := frontdoortest.Do(t, http.MethodGet, tc.url, "", tc.headers)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("GET %s: %d %s, want %d", tc.url, resp.StatusCode, body, tc.status)
+			}
+			if tc.status != http.StatusUnauthorized {
+				return
+			}
+			if typ, code, _ := openAIErrorOf(t, body); typ != "authentication_error" || code != "invalid_api_key" {
+				t.Errorf("error type %q code %q, want authentication_error invalid_api_key", typ, code)
+			}
+			if resp.Header.Get("WWW-Authenticate") == "" {
+				t.Error("a 401 without WWW-Authenticate")
+			}
+			if strings.Contains(string(body), "general") || strings.Contains(string(body), "bad-key") {
+				t.Errorf("a refused caller learns a model or sees its key: %s", body)
+			}
+		})
 	}
 }

@@ -535,7 +535,7 @@ func TestEveryFailureHasTheSameStatusOverNATSAsOverHTTP(t *testing.T) {
 		errors.New("surprise"),
 	}
 	for _, code := range []schemas.ErrorCode{schemas.ErrDeadlineExceeded, schemas.ErrAlreadyCommitted, schemas.ErrInvalidRequest,
-		schemas.ErrRouteFailed, schemas.ErrAllRoutesFailed, schemas.ErrNoRoute, schemas.ErrBudgetExhausted, schemas.ErrRateLimited, schemas.ErrOverloaded,
+		schemas.ErrRouteFailed, schemas.ErrAllRoutesFailed, schemas.ErrNoRoute, schemas.ErrNoWorkers, schemas.ErrBudgetExhausted, schemas.ErrRateLimited, schemas.ErrOverloaded,
 		schemas.ErrStreamInterrupted} {
 		failures = append(failures, &dispatcher.GroupError{Group: "g-1", Code: code, Holder: "g-0/1/1"})
 	}

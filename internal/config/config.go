@@ -27,6 +27,9 @@ const PayloadHeadroom ByteSize = 64 << 10
 type Config struct {
 	// File is the path the configuration was loaded from, as given to Load.
 	File string `yaml:"-"`
+	// Warnings are what Load found loadable but almost surely not meant
+	// (Problem.Warning), for the process to print before it starts.
+	Warnings Problems `yaml:"-"`
 
 	// Deployment says where this process runs; Global which ceilings hold
 	// across regions (docs/architecture.md §14).

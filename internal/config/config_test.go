@@ -639,11 +639,136 @@ policies:
 	}
 }
 
-func TestInvalidYAMLIsAProblemWithItsLine(t *testing.T) {
-	_, ps := parse(t, "routes:\n  - name: a\n   bad: [\n", RoleServe, noEnv)
-	if len(ps) != 1 || ps[0].Line == 0 || !strings.Contains(ps[0].Message, "invalid YAML") {
-		t.Fatalf("want one invalid YAML problem with a line, got:\n%v", ps)
+// A syntax error is reported at the line that breaks the file, not where
+// the mapping or list holding it began (yaml.v3's own line: 1 for a
+// mis-indented key of a file's first list).
+func TestInvalidYAMLIsAProblemAtTheLineThatBreaksIt(t *testing.T) {
+	tests := []struct {
+		name, src string
+		line      int
+		msg       string
+	}{
+		{"a list item's key indented less than its siblings",
+			"routes:\n  - name: a\n    provider: openai\n   model: m\n", 4, "check this line's indentation"},
+		{"a key indented less than its siblings, between them and their parent",
+			"http:\n    listen: 127.0.0.1:8080\n  body_limit: 1MiB\n", 3, "check this line's indentation"},
+		{"a key indented less than its sibling, past comments and blank lines",
+			"# c\n# c\nhttp:\n  listen: 127.0.0.1:8080\n\npools:\n  general:\n    routes: [a]\n   models: [x]\n", 9, "did not find expected key"},
+		{"a key indented more than its siblings",
+			"http:\n  listen: 127.0.0.1:8080\n   body_limit: 1MiB\n", 3, "mapping values are not allowed"},
+		{"a tab among the spaces", "http:\n  listen: 127.0.0.1:8080\n\tbody_limit: 1MiB\n", 3, "tab character"},
+		{"an item's key mis-indented before an unclosed flow list",
+			"routes:\n  - name: a\n   bad: [\n", 3, "invalid YAML"},
+		{"a multi-line flow list before the mis-indented key",
+			"pools:\n  general:\n    routes: [a,\n      b]\n   models: [x]\n", 5, "did not find expected key"},
+		{"a key mis-indented under 2,000 lines of its mapping",
+			"pools:\n  general:\n" + strings.Repeat("    # a comment\n", 2000) + "    routes: [a]\n   models: [x]\n", 2004, "did not find expected key"},
+		{"an unclosed flow list, at the line that opens it",
+			"pools:\n  general:\n    routes: [a, b\n    models: [x]\n", 3, "did not find expected ',' or ']'"},
 	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			if len(ps) != 1 || ps[0].Line != tc.line || !strings.Contains(ps[0].Message, "invalid YAML") ||
+				!strings.Contains(ps[0].Message, tc.msg) {
+				t.Fatalf("want one invalid YAML problem at line %d saying %q, got:\n%v", tc.line, tc.msg, ps)
+			}
+		})
+	}
+}
+
+func TestAnUnknownKeyCloseToAKnownOneSuggestsIt(t *testing.T) {
+	tests := []struct {
+		name, src, path, suggestion string // suggestion "": none is close, the known keys are listed
+	}{
+		{"a letter left out", minimal + "policies:\n  default:\n    dealine: 30s\n", "policies.default.dealine", "deadline"},
+		{"a letter left out of a list item's key", strings.Replace(minimal, "    model: m\n", "    model: m\n    max_inflght: 4\n", 1),
+			"routes[0].max_inflght", "max_inflight"},
+		{"two letters swapped", minimal + "http:\n  lsiten: 127.0.0.1:1\n", "http.lsiten", "listen"},
+		{"a top-level key in the singular", minimal + "tenant:\n  t: {}\n", "tenant", "tenants"},
+		{"camel case for snake case", minimal + "policies:\n  default:\n    maxAttempts: 2\n", "policies.default.maxAttempts", "max_attempts"},
+		{"nothing close", minimal + "metrics: {}\n", "metrics", ""},
+		{"a key too far from any to be a typo", minimal + "tenants:\n  t:\n    api_keys: [k]\n", "tenants.t.api_keys", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ps := parse(t, tc.src, RoleServe, noEnv)
+			p := wantProblem(t, ps, tc.path, "unknown key")
+			if tc.suggestion == "" {
+				if strings.Contains(p.Message, "did you mean") || !strings.Contains(p.Message, "known keys:") {
+					t.Fatalf("problem %q: want the known keys listed and no guess", p)
+				}
+				return
+			}
+			if want := "did you mean \"" + tc.suggestion + "\"?"; !strings.Contains(p.Message, want) {
+				t.Fatalf("problem %q does not say %s", p, want)
+			}
+		})
+	}
+}
+
+func TestClosestKeyIsTheNearestWithinATypoOfTheKey(t *testing.T) {
+	known := []string{"listen", "body_limit", "read_timeout", "write_timeout"}
+	tests := []struct{ unknown, want string }{
+		{"listn", "listen"},               // one deletion
+		{"body_limt", "body_limit"},       // one deletion
+		{"write_timout", "write_timeout"}, // nearer write_timeout than read_timeout
+		{"red_timeout", "read_timeout"},   // one insertion
+		{"lst", ""},                       // three edits from listen: more than a third of three letters
+		{"timeout", ""},                   // five from read_timeout
+	}
+	for _, tc := range tests {
+		if got := closestKey(tc.unknown, known); got != tc.want {
+			t.Errorf("closestKey(%q) = %q, want %q", tc.unknown, got, tc.want)
+		}
+	}
+}
+
+// The all-zero hash of the examples in deploy/ loads (the file is valid)
+// but lets nobody in: the roles that let callers in warn of it.
+func TestThePlaceholderKeyHashIsAWarningNotARefusal(t *testing.T) {
+	placeholder := "sha256:" + strings.Repeat("0", 64)
+	tenant := func(h string) string { return minimal + "tenants:\n  team:\n    api_key_hashes: [" + h + "]\n" }
+	tests := []struct {
+		name, src string
+		role      Role
+		warned    bool
+	}{
+		{"serve lets callers in", tenant(placeholder), RoleServe, true},
+		{"a gateway lets callers in", tenant(placeholder), RoleGateway, true},
+		{"a worker lets nobody in", tenant(placeholder), RoleWorker, false},
+		{"a real key's hash", tenant(HashAPIKey("k")), RoleServe, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.role.NeedsExternalNATS() {
+				tc.src = "nats: {urls: [nats://127.0.0.1:1]}\n" + tc.src
+			}
+			cfg, ps := parse(t, tc.src, tc.role, noEnv)
+			wantNoProblems(t, ps)
+			if !tc.warned {
+				if len(cfg.Warnings) != 0 {
+					t.Fatalf("warnings %v, want none", cfg.Warnings)
+				}
+				return
+			}
+			line := strings.Count(tc.src, "\n") // the last line holds the hash
+			if len(cfg.Warnings) != 1 {
+				t.Fatalf("warnings %v, want one", cfg.Warnings)
+			}
+			w := cfg.Warnings[0]
+			if !w.Warning || w.Path != "tenants.team.api_key_hashes[0]" || w.Line != line ||
+				!strings.Contains(w.Message, "placeholder") || !strings.Contains(w.String(), ": warning: ") {
+				t.Fatalf("warning %q (line %d), want one at tenants.team.api_key_hashes[0], line %d, naming the placeholder", w, w.Line, line)
+			}
+		})
+	}
+	t.Run("a refused file lists the warning too but counts only what refuses it", func(t *testing.T) {
+		_, ps := parse(t, tenant(placeholder)+"    burst: -1\n", RoleServe, noEnv)
+		if len(ps) != 2 || ps.Refusals() != 1 {
+			t.Fatalf("problems %v (%d refusals), want the negative burst and the placeholder's warning", ps, ps.Refusals())
+		}
+	})
 }
 
 func TestEmptyFileIsAProblem(t *testing.T) {

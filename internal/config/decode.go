@@ -160,8 +160,13 @@ func (d *decoder) structure(n *yaml.Node, path string, v reflect.Value) {
 			continue
 		}
 		if !ok {
+			known := fieldNames(v.Type())
+			if near := closestKey(kv.key, known); near != "" {
+				d.decodeFailed(joinPath(path, kv.key), kv.line, "unknown key %q: did you mean %q?", kv.key, near)
+				continue
+			}
 			d.decodeFailed(joinPath(path, kv.key), kv.line, "unknown key %q (known keys: %s)",
-				kv.key, strings.Join(fieldNames(v.Type()), ", "))
+				kv.key, strings.Join(known, ", "))
 			continue
 		}
 		d.decode(kv.value, joinPath(path, kv.key), kv.line, v.Field(i))

@@ -21,6 +21,10 @@ type Problem struct {
 	// text), so that callers can tell it with errors.Is — the same error a
 	// process refusing the setting at start returns.
 	Err error
+	// Warning marks a setting that loads but is almost surely not what was
+	// meant (an example's placeholder left in place): reported, never
+	// refused.
+	Warning bool
 }
 
 // String formats the problem as "file:line: path: message".
@@ -34,13 +38,28 @@ func (p Problem) String() string {
 	if p.Path != "" {
 		b.WriteString(p.Path + ": ")
 	}
+	if p.Warning {
+		b.WriteString("warning: ")
+	}
 	b.WriteString(p.Message)
 	return b.String()
 }
 
 // Problems is every problem found in a configuration file. Load returns it as
-// its error so callers can print each one.
+// its error so callers can print each one; it then holds the file's
+// warnings too, in line order with the rest.
 type Problems []Problem
+
+// Refusals counts the problems that are not warnings: what refuses the file.
+func (ps Problems) Refusals() int {
+	n := 0
+	for _, p := range ps {
+		if !p.Warning {
+			n++
+		}
+	}
+	return n
+}
 
 // Error lists the problems one per line.
 func (ps Problems) Error() string {
@@ -77,6 +96,7 @@ type reporter struct {
 	lines    map[string]int  // every path present in the file → its line
 	bad      map[string]bool // paths whose value failed to decode
 	problems Problems
+	warnings Problems
 }
 
 func newReporter(file string) *reporter {
@@ -85,6 +105,13 @@ func newReporter(file string) *reporter {
 
 func (r *reporter) addf(path, format string, args ...any) {
 	r.add(path, fmt.Sprintf(format, args...), nil)
+}
+
+// warnf reports a warning at path: the file loads, but not as meant.
+func (r *reporter) warnf(path, format string, args ...any) {
+	r.warnings = append(r.warnings, Problem{
+		File: r.file, Line: r.line(path), Path: path, Message: fmt.Sprintf(format, args...), Warning: true,
+	})
 }
 
 // addErr reports err as a problem at path, keeping err for errors.Is.

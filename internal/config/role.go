@@ -35,6 +35,10 @@ func (r Role) CallsProviders() bool { return r == RoleServe || r == RoleWorker }
 // (redis.hash_key_env); workers never do.
 func (r Role) HashesUserActions() bool { return r == RoleServe || r == RoleGateway }
 
+// AuthenticatesCallers reports whether the role runs the front doors, which
+// let callers in by the tenants' API key hashes.
+func (r Role) AuthenticatesCallers() bool { return r == RoleServe || r == RoleGateway }
+
 // NeedsExternalNATS reports whether the role connects to a NATS cluster
 // rather than embedding a server.
 func (r Role) NeedsExternalNATS() bool { return r == RoleGateway || r == RoleWorker }

@@ -33,6 +33,10 @@ var (
 	keyHash      = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
+// placeholderKeyHash is the all-zero hash the examples in deploy/ carry
+// where an operator's key hash goes: a SHA-256 no key has.
+var placeholderKeyHash = "sha256:" + strings.Repeat("0", 64)
+
 // validator checks a decoded, defaulted Config and reports every problem.
 type validator struct {
 	*reporter
@@ -687,6 +691,10 @@ func (v *validator) tenants() {
 				v.addf(hp, "the same hash is already a key of tenant %q", owner[h])
 			default:
 				owner[h] = name
+				if h == placeholderKeyHash && v.role.AuthenticatesCallers() {
+					v.warnf(hp, "the all-zero hash is a placeholder that no API key matches: tenant %q lets nobody in "+
+						"until it holds your key's hash (printf %%s \"$KEY\" | sha256sum)", name)
+				}
 			}
 		}
 		if t.SpendLimit < 0 {

@@ -55,6 +55,7 @@ type Gateway struct {
 	reg        *prometheus.Registry // the process's metrics; each generation adds its own
 	secret     []byte
 	log        *slog.Logger
+	own        map[string]string // serve's own workers, id → route: readiness waits for them
 
 	reloads *reloadMetrics
 
@@ -74,13 +75,15 @@ type Gateway struct {
 // configured body limit, tenants and timeouts. Its metrics go to reg, which
 // GET /metrics serves (nil: a registry of its own).
 func StartGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options) (*Gateway, error) {
-	return startGateway(cfg, nc, reg, o, nil)
+	return startGateway(cfg, nc, reg, o, nil, nil)
 }
 
 // startGateway is StartGateway on sh, the shared state the process opened
 // for its workers too (serve), which outlives the gateway; nil opens the
-// gateway's own.
-func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options, sh *shared) (*Gateway, error) {
+// gateway's own. own are the process's own workers (id → route), which
+// must answer the readiness ping for the gateway to be ready; nil for a
+// gateway process.
+func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o Options, sh *shared, own map[string]string) (*Gateway, error) {
 	if cfg == nil || nc == nil {
 		return nil, errors.New("gateway: a config and a NATS connection are required")
 	}
@@ -98,7 +101,7 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{shared: sh, ownsShared: sh == nil, nc: nc, reg: reg, secret: secret, log: log, cfg: cfg}
+	g := &Gateway{shared: sh, ownsShared: sh == nil, nc: nc, reg: reg, secret: secret, log: log, cfg: cfg, own: own}
 	if g.reloads, err = newReloadMetrics(reg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -47,6 +47,7 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 		`hedgerow_attempts_total{role="hedge"} 0`,
 		`hedgerow_usage_units_total{kind="output",role="hedge"} 0`,
 		`hedgerow_busy_total{pool="general"} 0`,
+		`hedgerow_pool_without_workers{pool="general"} 0`,
 		`hedgerow_route_state{route="fake-a",state="healthy"} 1`,
 		`hedgerow_route_state{route="fake-b",state="ejected"} 0`,
 		`hedgerow_nats_connected{conn="gateway"} 1`,

@@ -105,7 +105,7 @@ func StartServe(cfg *config.Config, o Options) (*Serve, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	if s.gateway, err = startGateway(cfg, gatewayConn, reg, o, s.shared); err != nil {
+	if s.gateway, err = startGateway(cfg, gatewayConn, reg, o, s.shared, s.workers.IDs()); err != nil {
 		return fail(err)
 	}
 	if err := m.Register(reg); err != nil {

@@ -3,6 +3,7 @@ package records_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/internal/natstest"
 	"github.com/hedgerow/hedgerow/report/reporttest"
 	"github.com/hedgerow/hedgerow/schemas"
@@ -68,7 +70,7 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	})
 
 	// An idle publisher sends a commit at once, alone: batch 1.
-	if err := p.Commit(schemas.StoredGroupSubject("g-0"), "", rec(schemas.EventGroupCommitted, "g-0", 0, "idle")); err != nil {
+	if err := p.Commit(schemas.StoredGroupSubject("g-0"), rec(schemas.EventGroupCommitted, "g-0", 0, "idle")); err != nil {
 		t.Fatalf("idle commit: %v", err)
 	}
 	if got := messages(t, js, "test_records"); len(got) != 1 || !strings.Contains(got[0][1], `"idle"`) ||
@@ -80,16 +82,16 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	// two records are queued.
 	c1, c2 := make(chan error, 1), make(chan error, 1)
 	go func() {
-		c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupCommitted, "g-1", 0, "one"))
+		c1 <- p.Commit(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupCommitted, "g-1", 0, "one"))
 	}()
 	if seq := <-entered; seq != 2 {
 		t.Fatalf("batch %d held, want 2", seq)
 	}
 	go func() {
-		c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), "", rec(schemas.EventGroupCommitted, "g-2", 0, "two"))
+		c2 <- p.Commit(schemas.StoredGroupSubject("g-2"), rec(schemas.EventGroupCommitted, "g-2", 0, "two"))
 	}()
-	p.Publish(schemas.StoredAttemptSubject("g-1", 1), "", rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
-	p.Publish(schemas.StoredGroupSubject("g-1"), "", rec(schemas.EventGroupComplete, "g-1", 0, "final"))
+	p.Publish(schemas.StoredAttemptSubject("g-1", 1), rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
+	p.Publish(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupComplete, "g-1", 0, "final"))
 	waitQueued(t, p)
 	close(release[2])
 	if err := <-c1; err != nil {
@@ -127,6 +129,76 @@ func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn
 	}
 	if n := failures(t, reg); n != 0 {
 		t.Fatalf("%v failures counted", n)
+	}
+}
+
+func TestRecordsNobodyWaitsForRideWithTheNextCommitOrGoOutAfterTheLinger(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// then is what follows two Publishes, with the linger set to
+		// linger; want is the stream's messages after it, as the records'
+		// marks of each batch.
+		linger time.Duration
+		then   func(t *testing.T, p *records.Publisher)
+		want   [][]string
+	}{
+		{"a commit's batch carries the records queued before it", time.Hour, func(t *testing.T, p *records.Publisher) {
+			if err := p.Commit(schemas.StoredGroupSubject("g-2"), rec(schemas.EventGroupCommitted, "g-2", 0, "commit")); err != nil {
+				t.Fatal(err)
+			}
+		}, [][]string{{"attempt", "final", "commit"}}},
+		{"a flush sends what lingers at once", time.Hour, func(t *testing.T, p *records.Publisher) {
+			flush(t, p)
+		}, [][]string{{"attempt", "final"}}},
+		{"with no commit they go out together after the linger", 50 * time.Millisecond, func(t *testing.T, p *records.Publisher) {}, [][]string{{"attempt", "final"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
+			nc := natstest.Connect(t, srv)
+			cfg := testConfig()
+			cfg.Linger = tc.linger
+			reg := prometheus.NewRegistry()
+			p, err := records.Open(context.Background(), nc, cfg, reg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Publish(schemas.StoredAttemptSubject("g-1", 1), rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
+			p.Publish(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupComplete, "g-1", 0, "final"))
+			if tc.linger == time.Hour {
+				if got := messages(t, js, "test_records"); len(got) != 0 {
+					t.Fatalf("records nobody waits for went out alone: %q", got)
+				}
+			}
+			tc.then(t, p)
+			var got [][]string
+			eventually.True(t, 10*time.Second, "the stream holding every record", func() bool {
+				got = got[:0]
+				n := 0
+				for _, m := range messages(t, js, "test_records") {
+					var marks []string
+					for _, line := range strings.Split(strings.TrimSuffix(m[1], "\n"), "\n") {
+						var r struct{ Mark string }
+						if err := json.Unmarshal([]byte(line), &r); err != nil {
+							t.Fatalf("batch line %q: %v", line, err)
+						}
+						marks = append(marks, r.Mark)
+					}
+					n += len(marks)
+					got = append(got, marks)
+				}
+				return n == len(slices.Concat(tc.want...))
+			})
+			if !slices.EqualFunc(got, tc.want, slices.Equal) {
+				t.Fatalf("the stream's batches hold %q, want %q", got, tc.want)
+			}
+			if n := failures(t, reg); n != 0 {
+				t.Fatalf("%v failures counted", n)
+			}
+		})
 	}
 }
 
@@ -201,9 +273,9 @@ func TestBatchedAndPerRecordStreamsReadTheSameRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range all {
-		subject, id, keep, _ := records.SubjectAndID(l)
+		subject, _, keep, _ := records.SubjectAndID(l)
 		if keep {
-			p.Publish(subject, id, l)
+			p.Publish(subject, l)
 		}
 	}
 	flush(t, p)

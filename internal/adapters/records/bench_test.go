@@ -65,7 +65,7 @@ func BenchmarkCommitPathWait(b *testing.B) {
 	})
 	commit50, commit99 := run("commit", func(i int) error {
 		g := fmt.Sprintf("bench-%d-%d", b.N, i)
-		return p.Commit(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupCommitted), data)
+		return p.Commit(schemas.StoredGroupSubject(g), data)
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(commit50.Microseconds()), "commit-p50-µs")
@@ -121,7 +121,7 @@ func BenchmarkDurability(b *testing.B) {
 				}
 				claims[i] = time.Since(began)
 				began = time.Now()
-				if err := p.Commit(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupCommitted), data); err != nil {
+				if err := p.Commit(schemas.StoredGroupSubject(g), data); err != nil {
 					b.Fatalf("commit record %d: %v", i, err)
 				}
 				commits[i] = time.Since(began)
@@ -178,13 +178,13 @@ func BenchmarkConcurrentGroups(b *testing.B) {
 			for i := w; i < b.N; i += workers {
 				g := fmt.Sprintf("bench-%d-%d", b.N, i)
 				began := time.Now()
-				if err := p.Commit(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupCommitted), data); err != nil {
+				if err := p.Commit(schemas.StoredGroupSubject(g), data); err != nil {
 					b.Errorf("commit record %d: %v", i, err)
 					return
 				}
 				commits[i] = time.Since(began)
-				p.Publish(schemas.StoredAttemptSubject(g, 1), schemas.StoredAttemptID(g, 1), data)
-				p.Publish(schemas.StoredGroupSubject(g), schemas.StoredGroupID(g, schemas.EventGroupComplete), data)
+				p.Publish(schemas.StoredAttemptSubject(g, 1), data)
+				p.Publish(schemas.StoredGroupSubject(g), data)
 			}
 		})
 	}

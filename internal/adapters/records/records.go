@@ -59,7 +59,16 @@ type Options struct {
 	// CommitTimeout bounds the wait for a committed group's record before
 	// its answer is handed over.
 	CommitTimeout time.Duration
+	// Linger is how long a record handed to Publish may wait for a
+	// commit's batch to carry it before it goes out without one; 0 is
+	// DefaultLinger.
+	Linger time.Duration
 }
+
+// DefaultLinger is Options.Linger's default: short beside what reads
+// records (report, the simulator), long beside the gap between commits of
+// a gateway busy enough for fsyncs to matter.
+const DefaultLinger = 20 * time.Millisecond
 
 // StreamConfig is the JetStream stream Options describe.
 func (c Options) StreamConfig() jetstream.StreamConfig {
@@ -79,23 +88,26 @@ func (c Options) StreamConfig() jetstream.StreamConfig {
 }
 
 // Publisher publishes records to the stream, in batches (group commit):
-// the records handed to Publish and Commit are queued, and while no batch is
-// in flight the queue goes out at once as one message, so an idle gateway
-// adds no wait; while one is in flight, records accumulate and go out
-// together when its ack returns, at most maxBatchRecords records and the
-// server's max payload a message. A batch message is kept on a subject of
+// the records handed to Publish and Commit are queued. A commit's record
+// goes out at once when no batch is in flight, so an idle gateway adds no
+// wait; while one is in flight, records accumulate and go out together
+// when its ack returns, at most maxBatchRecords records and the server's
+// max payload a message. Records handed to Publish, which nobody waits
+// for, ride with the next commit's batch, or go out once they have waited
+// Linger: with sync_interval always every batch is an fsync, and a group's
+// own records would otherwise cost two or three of them. A batch message is kept on a subject of
 // its own (BatchSubject), its message id the publisher's id and the batch's
 // sequence, its body the records as JSON lines; the Reader splits it again.
 // Its methods never block longer than their bound; failures are counted and
 // logged at most once a logInterval. The zero-JetStream case (Open found
 // none) publishes nothing.
 type Publisher struct {
-	js       jetstream.JetStream // nil: no JetStream, records are not kept
-	cfg      Options
-	log      *slog.Logger
-	failures *prometheus.CounterVec
-	commits  prometheus.Histogram
-	batches  prometheus.Histogram
+	js         jetstream.JetStream // nil: no JetStream, records are not kept
+	cfg        Options
+	log        *slog.Logger
+	failures   *prometheus.CounterVec
+	commitWait prometheus.Histogram
+	batches    prometheus.Histogram
 	// id names the publisher's batches (BatchSubject, their message ids).
 	id       string
 	maxBytes int // a batch's body bound, under the server's max payload
@@ -113,12 +125,16 @@ type Publisher struct {
 	// failed), and the Flush callers waiting for theirs to settle.
 	bmu      sync.Mutex
 	queue    []*queued
+	commits  int // the commits' records in queue
 	inFlight int
 	sending  bool
-	seq      uint64
-	queued   uint64
-	settled  uint64
-	flushes  []flushWait
+	// lingering: a timer will start a batch for the records Publish
+	// queued, unless a commit's batch carries them first.
+	lingering bool
+	seq       uint64
+	queued    uint64
+	settled   uint64
+	flushes   []flushWait
 	// beforeBatch, when set (tests), runs before batch seq of n records
 	// is published.
 	beforeBatch func(seq uint64, n int)
@@ -183,7 +199,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 			Name: "hedgerow_records_publish_failures_total",
 			Help: "Records the stream did not acknowledge, by reason (dropped: pending bound reached; error: refused or timed out).",
 		}, []string{"reason"}),
-		commits: prometheus.NewHistogram(prometheus.HistogramOpts{
+		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hedgerow_records_commit_publish_seconds",
 			Help:    "Wait for the stream's ack of a committed group's record before its answer is handed over.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
@@ -213,7 +229,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Options, reg prometheus.Regist
 	// Registered last, so an Open that failed (and is tried again) leaves
 	// nothing registered.
 	if reg != nil {
-		for _, c := range []prometheus.Collector{p.failures, p.commits, p.batches} {
+		for _, c := range []prometheus.Collector{p.failures, p.commitWait, p.batches} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("records: register metric: %w", err)
 			}
@@ -228,13 +244,12 @@ func (p *Publisher) Keeps() bool { return p != nil && p.js != nil }
 // Publish queues data for the stream, kept as subject's record, without
 // waiting for its ack. data is held until its batch is sent: the caller
 // must not change it. Past MaxPending records queued or in flight, it is
-// dropped and counted. id, the record's own message id before batches,
-// names it in no batch: a batch's id deduplicates a retried batch.
-func (p *Publisher) Publish(subject, id string, data []byte) {
+// dropped and counted. A record has no message id of its own: its batch's
+// id deduplicates a retried batch.
+func (p *Publisher) Publish(subject string, data []byte) {
 	if !p.Keeps() {
 		return
 	}
-	_ = id
 	p.enqueue(subject, data, nil)
 }
 
@@ -243,7 +258,7 @@ func (p *Publisher) Publish(subject, id string, data []byte) {
 // is kept before its answer leaves. After a failure, commits are queued
 // without waiting for commitBackoff (ErrNotAwaited), so a stream that is
 // down does not hold every answer.
-func (p *Publisher) Commit(subject, id string, data []byte) error {
+func (p *Publisher) Commit(subject string, data []byte) error {
 	if !p.Keeps() {
 		return nil
 	}
@@ -252,7 +267,7 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 	unawaited := start.Before(p.unawaitedUntil)
 	p.mu.Unlock()
 	if unawaited {
-		p.Publish(subject, id, data)
+		p.Publish(subject, data)
 		return ErrNotAwaited
 	}
 	done := make(chan error, 1)
@@ -271,7 +286,7 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 			p.failed("error", q.subject, err)
 		}
 	}
-	p.commits.Observe(time.Since(start).Seconds())
+	p.commitWait.Observe(time.Since(start).Seconds())
 	if err != nil {
 		p.mu.Lock()
 		p.unawaitedUntil = time.Now().Add(commitBackoff)
@@ -282,7 +297,8 @@ func (p *Publisher) Commit(subject, id string, data []byte) error {
 }
 
 // enqueue queues a record (a commit's with done) and starts a batch when
-// none is in flight. A record refused at once (a Publish past the bound, a
+// none is in flight and a commit waits, or the queue fills a batch; a
+// record of Publish's alone waits at most the linger. A record refused at once (a Publish past the bound, a
 // record that is not one line) is counted; a commit's done then holds why,
 // and enqueue returns nil.
 func (p *Publisher) enqueue(subject string, data []byte, done chan error) *queued {
@@ -308,21 +324,60 @@ func (p *Publisher) enqueue(subject string, data []byte, done chan error) *queue
 	}
 	p.queue = append(p.queue, q)
 	p.queued++
-	start := !p.sending
-	p.sending = true
+	if done != nil {
+		p.commits++
+	}
+	start := !p.sending && (done != nil || len(p.queue) >= maxBatchRecords)
+	linger := !p.sending && !start && !p.lingering
+	p.sending = p.sending || start
+	p.lingering = p.lingering || linger
 	p.bmu.Unlock()
-	if start {
+	switch {
+	case start:
 		go p.send()
+	case linger:
+		time.AfterFunc(p.linger(), p.lingered)
 	}
 	return q
 }
 
-// send publishes batches while records are queued, one in flight at a
-// time, and ends when the queue is empty.
+func (p *Publisher) linger() time.Duration {
+	if p.cfg.Linger > 0 {
+		return p.cfg.Linger
+	}
+	return DefaultLinger
+}
+
+// lingered sends the records Publish queued when no commit's batch took
+// them within the linger.
+func (p *Publisher) lingered() {
+	p.bmu.Lock()
+	p.lingering = false
+	start := !p.sending && len(p.queue) > 0
+	p.sending = p.sending || start
+	p.bmu.Unlock()
+	if start {
+		p.send()
+	}
+}
+
+// send publishes batches, one in flight at a time: the queue when it
+// starts, then more while a commit's record, a Flush or a full batch's
+// worth waits. Records Publish queued that are left wait for the linger.
 func (p *Publisher) send() {
 	var body []byte
-	for {
+	for first := true; ; first = false {
 		p.bmu.Lock()
+		if !first && p.commits == 0 && len(p.flushes) == 0 && len(p.queue) < maxBatchRecords {
+			p.sending = false
+			linger := len(p.queue) > 0 && !p.lingering
+			p.lingering = p.lingering || linger
+			p.bmu.Unlock()
+			if linger {
+				time.AfterFunc(p.linger(), p.lingered)
+			}
+			return
+		}
 		n, size := 0, 0
 		for n < len(p.queue) && n < maxBatchRecords {
 			l := len(p.queue[n].data) + 1
@@ -339,6 +394,11 @@ func (p *Publisher) send() {
 		}
 		batch := make([]*queued, n)
 		copy(batch, p.queue)
+		for _, q := range batch {
+			if q.done != nil {
+				p.commits--
+			}
+		}
 		p.queue = append(p.queue[:0], p.queue[n:]...)
 		p.inFlight = n
 		p.seq++
@@ -395,7 +455,13 @@ func (p *Publisher) Flush(ctx context.Context) error {
 	}
 	f := flushWait{n: p.queued, done: make(chan struct{})}
 	p.flushes = append(p.flushes, f)
+	// What lingers goes now.
+	start := !p.sending
+	p.sending = true
 	p.bmu.Unlock()
+	if start {
+		go p.send()
+	}
 	select {
 	case <-f.done:
 		return nil

@@ -68,15 +68,15 @@ func TestTheStreamKeepsBatchesAndTheLatestRecordOfEachSubjectIsRead(t *testing.T
 	group := schemas.StoredGroupSubject("abc-1")
 	// The commit's record, the attempt's, then the group's final record,
 	// which replaces the commit's for a reader.
-	if err := p.Commit(group, "abc-1:c", rec(schemas.EventGroupCommitted, "abc-1", 0, "commit")); err != nil {
+	if err := p.Commit(group, rec(schemas.EventGroupCommitted, "abc-1", 0, "commit")); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	if m := lastRecord(t, js, "test_records", group); !strings.Contains(string(m), `"commit"`) {
 		t.Fatalf("the committed record after Commit returned: %s", m)
 	}
 	attempt := schemas.StoredAttemptSubject("abc-1", 1)
-	p.Publish(attempt, "abc-1:1", rec(schemas.EventAttemptComplete, "abc-1", 1, "attempt"))
-	p.Publish(group, "abc-1:f", rec(schemas.EventGroupComplete, "abc-1", 0, "final"))
+	p.Publish(attempt, rec(schemas.EventAttemptComplete, "abc-1", 1, "attempt"))
+	p.Publish(group, rec(schemas.EventGroupComplete, "abc-1", 0, "final"))
 	flush(t, p)
 	if m := lastRecord(t, js, "test_records", group); !strings.Contains(string(m), `"final"`) {
 		t.Fatalf("the final record did not replace the commit's: %s", m)
@@ -113,10 +113,10 @@ func TestWithoutJetStreamRecordsAreNotKeptAndNothingFails(t *testing.T) {
 	if p.Keeps() {
 		t.Fatal("Keeps() = true without JetStream")
 	}
-	if err := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1.commit", []byte(`{}`)); err != nil {
+	if err := p.Commit(schemas.StoredGroupSubject("g-1"), []byte(`{}`)); err != nil {
 		t.Fatalf("commit without JetStream: %v", err)
 	}
-	p.Publish(schemas.StoredGroupSubject("g-1"), "g-1", []byte(`{}`))
+	p.Publish(schemas.StoredGroupSubject("g-1"), []byte(`{}`))
 	flush(t, p)
 }
 
@@ -163,11 +163,11 @@ func TestAfterAFailedCommitTheNextAreQueuedWithoutWaiting(t *testing.T) {
 	if err := js.DeleteStream(context.Background(), "test_records"); err != nil {
 		t.Fatal(err)
 	}
-	first := p.Commit(schemas.StoredGroupSubject("g-1"), "g-1:commit", []byte(`{}`))
+	first := p.Commit(schemas.StoredGroupSubject("g-1"), []byte(`{}`))
 	if first == nil || errors.Is(first, records.ErrNotAwaited) {
 		t.Fatalf("a commit to a missing stream: %v, want its failure", first)
 	}
-	if err := p.Commit(schemas.StoredGroupSubject("g-2"), "g-2:commit", []byte(`{}`)); !errors.Is(err, records.ErrNotAwaited) {
+	if err := p.Commit(schemas.StoredGroupSubject("g-2"), []byte(`{}`)); !errors.Is(err, records.ErrNotAwaited) {
 		t.Fatalf("the commit after a failure: %v, want ErrNotAwaited", err)
 	}
 	if n := failures(t, reg); n < 1 {

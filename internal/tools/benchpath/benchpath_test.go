@@ -50,18 +50,6 @@ func TestParseStatReadsUtimeAndStimeAfterTheCommandName(t *testing.T) {
 	}
 }
 
-func TestParseLoadAvgKeepsTheThreeAverages(t *testing.T) {
-	for line, want := range map[string]string{
-		"2.31 1.95 1.80 3/412 90210\n": "2.31 1.95 1.80",
-		"0.00 0.01":                    "0.00 0.01",
-		"":                             "",
-	} {
-		if got := parseLoadAvg(line); got != want {
-			t.Errorf("parseLoadAvg(%q) = %q, want %q", line, got, want)
-		}
-	}
-}
-
 // TestStepSearchDoublesWhileItHoldsThenNarrowsBetweenPassAndFail: the
 // search's steps for a target that holds up to a given rate, each step's
 // rate decided by the outcomes before it.

@@ -47,6 +47,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
 )
 
 // settings are one run's sizes: the full run's, or --quick's.
@@ -287,14 +289,14 @@ func (b *bench) header() {
 		mode = "quick"
 	}
 	fmt.Fprintf(b.w, "hedgerow bench-path (%s run), %s, %d CPUs, GOMAXPROCS %d; load average at start %s\n",
-		mode, time.Now().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg())
+		mode, time.Now().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), hostload.Averages())
 	fmt.Fprintf(b.w, "parts: fakellm --instant 20 (pid %d) · serve, 2 routes on it, pprof on its internal listener, nats.sync_interval %s (pid %d) · proxyfloor in front of the same fake (pid %d) · race fake, first token after %v, hedge after %v (pid %d)\n\n",
 		b.fake.pid(), b.o.syncText(), b.serve.pid(), b.proxy.pid(), raceFirstToken, raceHedgeDelay, b.race.pid())
 }
 
 // step prints a line of progress, stamped with the time and load average.
 func (b *bench) step(format string, args ...any) {
-	fmt.Fprintf(b.w, "[%s load %s] %s\n", time.Now().Format("15:04:05"), loadAvg(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(b.w, "[%s load %s] %s\n", time.Now().Format("15:04:05"), hostload.Averages(), fmt.Sprintf(format, args...))
 }
 
 // measure runs every phase and prints the summary.
@@ -331,7 +333,7 @@ func (b *bench) measure(ctx context.Context) error {
 			return fmt.Errorf("profile: %w", err)
 		}
 	}
-	sum.loadEnd = loadAvg()
+	sum.loadEnd = hostload.Averages()
 	return sum.write(b.w, b.o)
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
 	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
 )
 
@@ -53,9 +54,10 @@ type loadRun struct {
 	targets    []loadgen.TargetReport
 	capDelayed int
 	cpu        map[string]time.Duration // by part, over the measured window
-	// commitWait is serve's wait for its commit records' acks over the
-	// measured window (nil when hedgerow was not a target).
-	commitWait *histogram
+	// commitWait is serve's wait for its commit records' acks, and the
+	// records' batch messages, over the measured window (nil when
+	// hedgerow was not a target).
+	commitWait *recordsSeen
 	elapsed    time.Duration
 	load       string // load average at its end
 }
@@ -107,10 +109,10 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 	}
 	withHedgerow := slices.ContainsFunc(ts, func(t target) bool { return t.name == nameHedgerow })
 	metrics := b.internalURL + "/metrics"
-	var before histogram
+	var before recordsSeen
 	if withHedgerow {
 		var err error
-		if before, err = scrapeHistogram(ctx, metrics, commitWaitMetric); err != nil {
+		if before, err = scrapeRecords(ctx, metrics); err != nil {
 			return nil, err
 		}
 	}
@@ -122,17 +124,16 @@ func (b *bench) load(ctx context.Context, ts []target, rate float64, stream bool
 	if err != nil {
 		return nil, err
 	}
-	out := &loadRun{rate: rate, capDelayed: sum.CapDelayed, elapsed: sum.Elapsed, load: loadAvg()}
+	out := &loadRun{rate: rate, capDelayed: sum.CapDelayed, elapsed: sum.Elapsed, load: hostload.Averages()}
 	if out.cpu, err = meter.spent(); err != nil {
 		return nil, err
 	}
 	if withHedgerow {
-		after, err := scrapeHistogram(ctx, metrics, commitWaitMetric)
+		after, err := scrapeRecords(ctx, metrics)
 		if err != nil {
 			return nil, err
 		}
-		wait := after.minus(before)
-		out.commitWait = &wait
+		out.commitWait = &recordsSeen{wait: after.wait.minus(before.wait), batches: after.batches.minus(before.batches)}
 	}
 	for i, t := range ts {
 		r := loadgen.TargetOf(sum, i, stream)
@@ -320,7 +321,7 @@ func (b *bench) cancels(ctx context.Context, loaded bool) (*cancelResult, error)
 			return nil, err
 		}
 	}
-	res.load = loadAvg()
+	res.load = hostload.Averages()
 	h, d := loadgen.PercentilesOf(append([]time.Duration(nil), res.hedgerow...)), loadgen.PercentilesOf(append([]time.Duration(nil), res.direct...))
 	b.step("  hedgerow winner's token → loser's disconnect: %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.hedgerow), h.P50, h.P99, h.Max)
 	b.step("  direct client cancel → provider sees it:     %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.direct), d.P50, d.P99, d.Max)

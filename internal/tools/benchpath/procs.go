@@ -206,23 +206,6 @@ func parseStat(b []byte) (utime, stime int64, err error) {
 	return utime, stime, nil
 }
 
-// loadAvg is the first three fields of /proc/loadavg ("1.05 0.98 0.87"),
-// or a note that it could not be read.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return parseLoadAvg(string(b))
-}
-
-// parseLoadAvg keeps the 1, 5 and 15 minute load averages of a
-// /proc/loadavg line.
-func parseLoadAvg(s string) string {
-	f := strings.Fields(s)
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
 // cpuMeter measures the CPU the parts spent over a window.
 type cpuMeter struct {
 	pids  map[string]int

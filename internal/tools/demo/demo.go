@@ -34,6 +34,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/internal/tools/loadgen"
+	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -124,6 +125,20 @@ type Report struct {
 	// LoserOutputTokens is the output the providers billed to attempts that
 	// did not win, the cancellation lag included (both measured runs).
 	LoserOutputTokens int64 `json:"loser_output_tokens"`
+	// TailGain is the primary-only run's P99 over the hedged run's, with
+	// its seeded bootstrap interval (report.TailGain: the runs' latencies
+	// resampled apart, though they share bodies and arrivals); nil, and
+	// TailGainWithheld says why, below 100 requests a run.
+	TailGain         *report.Gain `json:"tail_gain,omitempty"`
+	TailGainWithheld string       `json:"tail_gain_withheld,omitempty"`
+	// Windows is what the strategies' max_window_* rates were taken over:
+	// the gateway's duplicate windows, in real time.
+	Windows Windows `json:"duplicate_windows"`
+	// HostCPUs and LoadAverage (1 minute, at the runs' end; nil where the
+	// host keeps none) say how busy the host was: every part of the demo
+	// runs in this one process and waits for CPU with the rest.
+	HostCPUs    int      `json:"host_cpus"`
+	LoadAverage *float64 `json:"load_average_1m,omitempty"`
 	// DoubleCommits counts, over every record the independent subscriber
 	// saw (warm-up included), user actions with more than one committed
 	// group record and groups with more than one winning attempt record.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
@@ -72,14 +73,21 @@ func TestSmallRunReportsBothStrategiesAndNoDoubleCommits(t *testing.T) {
 	if hedged.DuplicateRate > 0 && rep.CancelledLosers == 0 && rep.LoserOutputTokens == 0 {
 		t.Errorf("hedges launched but no loser was cancelled or billed")
 	}
+	// The gain from its own primary-only run: 150 requests a run, over
+	// the report's floor of 100.
+	if g := rep.TailGain; g == nil || !(g.Lower <= g.Ratio && g.Ratio <= g.Upper) || g.HedgedSamples != o.Requests || g.ControlSamples != o.Requests {
+		t.Errorf("tail gain %+v (%s): want one over both runs' %d requests inside its interval", g, rep.TailGainWithheld, o.Requests)
+	}
 	if rep.CancelLatencyP99Ms < 0 || rep.TimeScale != o.TimeScale {
 		t.Errorf("cancel latency %v, time scale %v", rep.CancelLatencyP99Ms, rep.TimeScale)
 	}
 }
 
 func TestReportJSONIsTheSimulateObjectPlusTheLiveFigures(t *testing.T) {
+	load := 1.5
 	rep := &Report{Report: simulator.Report{Workload: "gpt4o", Strategies: []simulator.StrategyResult{{Name: "none"}, {Name: "hedgerow"}}},
-		TimeScale: 0.02, CancelLatencyP99Ms: 3, LoserOutputTokens: 10, Runs: []RunCheck{{Name: "none"}}}
+		TimeScale: 0.02, CancelLatencyP99Ms: 3, LoserOutputTokens: 10, Runs: []RunCheck{{Name: "none"}},
+		TailGain: &report.Gain{Quantile: "p99", Ratio: 1.2}, HostCPUs: 2, LoadAverage: &load}
 	data, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +97,8 @@ func TestReportJSONIsTheSimulateObjectPlusTheLiveFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"workload", "requests", "seed", "stream", "conditions", "strategies",
-		"time_scale", "open_early", "cancel_latency_p99_ms", "cancel_latency_p50_ms", "cancel_latency_max_ms", "loser_output_tokens", "double_commits"}
+		"time_scale", "open_early", "cancel_latency_p99_ms", "cancel_latency_p50_ms", "cancel_latency_max_ms", "loser_output_tokens", "double_commits",
+		"tail_gain", "duplicate_windows", "host_cpus", "load_average_1m"}
 	if len(got) != len(want) {
 		t.Errorf("keys %v, want exactly %v", keys(got), want)
 	}

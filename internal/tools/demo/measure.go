@@ -1,18 +1,29 @@
 package demo
 
 import (
+	"runtime"
 	"slices"
 	"time"
 
+	"github.com/hedgerow/hedgerow/dispatcher/policy"
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
+	"github.com/hedgerow/hedgerow/report"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
-// windowModel is the width, in model time, of the windows the worst
-// duplicate rate is taken over (as `hedgerow simulate` does).
-const windowModel = 10 * time.Second
+// The windows the worst duplicate and hedge rates are taken over: the
+// gateway's own, in real time, since the demo keeps the budgets' defaults
+// unscaled (configYAML) — the burst window that burst_ceiling bounds and
+// the window that ceiling bounds. In model time the burst window would
+// hold a fiftieth of the groups (about 20 at the default rate), a rate no
+// ceiling counts.
+var (
+	burstWindow    = policy.Default().DuplicateRate.BurstWindow
+	duplicateRange = policy.Default().DuplicateRate.Window
+)
 
 // report assembles the report from the runs; the warm-up contributes only
 // to the bookkeeping and the double-commit count.
@@ -39,7 +50,9 @@ func (r *runner) report(runs []*run) *Report {
 		if ru.name != simulator.StrategyNone && ru.name != simulator.StrategyHedgerow {
 			continue
 		}
-		rep.Strategies = append(rep.Strategies, r.strategy(ru, cond))
+		res, windows := r.strategy(ru, cond)
+		rep.Strategies = append(rep.Strategies, res)
+		rep.Windows = windows
 		for i := range ru.groups {
 			c, tokens := losers(ru.groups[i], ru.upstream[i])
 			cancels = append(cancels, c...)
@@ -51,12 +64,20 @@ func (r *runner) report(runs []*run) *Report {
 	rep.CancelLatencyP50Ms = quantile(cancels, 0.50)
 	rep.CancelLatencyP99Ms = quantile(cancels, 0.99)
 	rep.CancelLatencyMaxMs = quantile(cancels, 1)
+	rep.HostCPUs = runtime.NumCPU()
+	if load, err := hostload.OneMinute(); err == nil {
+		rep.LoadAverage = &load
+	}
+	if len(rep.Strategies) == 2 {
+		rep.TailGain, rep.TailGainWithheld = report.TailGain(rep.Strategies[1].Latencies, rep.Strategies[0].Latencies, report.Options{})
+	}
 	return rep
 }
 
 // strategy computes one measured run's figures as `hedgerow simulate`
-// defines them, in model time.
-func (r *runner) strategy(ru *run, cond workload.Conditions) simulator.StrategyResult {
+// defines them, latencies in model time; its duplicate and hedge windows
+// are the gateway's, in real time (burstWindow, duplicateRange).
+func (r *runner) strategy(ru *run, cond workload.Conditions) (simulator.StrategyResult, Windows) {
 	toModel := func(d time.Duration) time.Duration { return time.Duration(float64(d) / r.o.TimeScale) }
 	res := simulator.StrategyResult{Name: ru.name}
 	var (
@@ -67,7 +88,9 @@ func (r *runner) strategy(ru *run, cond workload.Conditions) simulator.StrategyR
 		winnerCost, extraCost     float64
 		windowGroups              = map[int64]int{}
 		windowExtras              = map[int64]int{}
+		windowHedges              = map[int64]int{}
 		lastWindow                int64
+		delays                    []float64 // armed hedge delays, model ms
 	)
 	for i, cr := range ru.sum.Results {
 		g := ru.groups[i]
@@ -87,11 +110,18 @@ func (r *runner) strategy(ru *run, cond workload.Conditions) simulator.StrategyR
 			errs++
 		}
 		extra := 0
+		w := int64(cr.Due / burstWindow)
 		if g != nil {
 			extra = max(g.Attempts-1, 0)
+			if g.HedgeLaunched {
+				// max_attempts 2 (the demo's hedged class): one hedge at most.
+				windowHedges[w]++
+			}
+			if g.HedgeDelayMs != nil {
+				delays = append(delays, float64(toModel(time.Duration(*g.HedgeDelayMs)*time.Millisecond))/float64(time.Millisecond))
+			}
 		}
 		extras += extra
-		w := int64(toModel(cr.Due) / windowModel)
 		windowGroups[w]++
 		windowExtras[w] += extra
 		lastWindow = max(lastWindow, w)
@@ -111,7 +141,7 @@ func (r *runner) strategy(ru *run, cond workload.Conditions) simulator.StrategyR
 	}
 	n := float64(len(latencies))
 	if n == 0 {
-		return res
+		return res, Windows{}
 	}
 	slices.Sort(latencies)
 	var sum float64
@@ -130,13 +160,50 @@ func (r *runner) strategy(ru *run, cond workload.Conditions) simulator.StrategyR
 	if winnerCost > 0 {
 		res.ExtraCostRatio = extraCost / winnerCost
 	}
+	slices.Sort(delays)
+	res.MedianHedgeDelay = quantile(delays, 0.5)
 	// Only full windows: the last is cut short by the end of arrivals.
-	for w, groups := range windowGroups {
-		if w < lastWindow && groups > 0 {
+	win := Windows{BurstSeconds: burstWindow.Seconds(), LongSeconds: duplicateRange.Seconds(), Full: int(lastWindow)}
+	full := 0
+	for w := range lastWindow {
+		groups := windowGroups[w]
+		full += groups
+		if groups > 0 {
 			res.MaxWindowDuplicateRate = max(res.MaxWindowDuplicateRate, float64(windowExtras[w])/float64(groups))
+			res.MaxWindowHedgeRate = max(res.MaxWindowHedgeRate, float64(windowHedges[w])/float64(groups))
 		}
 	}
-	return res
+	if lastWindow > 0 {
+		win.GroupsPerBurst = float64(full) / float64(lastWindow)
+	}
+	// The long window slides by a burst window over the full ones; a run
+	// shorter than it is one window, the whole run's full windows.
+	span := min(int64(duplicateRange/burstWindow), lastWindow)
+	win.LongIsWholeRun = span < int64(duplicateRange/burstWindow)
+	for first := int64(0); span > 0 && first+span <= lastWindow; first++ {
+		groups, hedges := 0, 0
+		for w := first; w < first+span; w++ {
+			groups, hedges = groups+windowGroups[w], hedges+windowHedges[w]
+		}
+		if groups > 0 {
+			res.MaxMinuteHedgeRate = max(res.MaxMinuteHedgeRate, float64(hedges)/float64(groups))
+		}
+	}
+	return res, win
+}
+
+// Windows says what the demo's worst duplicate and hedge rates were taken
+// over: Full whole burst windows of real time (the gateway's burst_window,
+// BurstSeconds), of GroupsPerBurst groups on average, and the long window
+// (its window, LongSeconds) sliding over them — or, when the run is
+// shorter than the long window (LongIsWholeRun), the whole run's full
+// windows.
+type Windows struct {
+	BurstSeconds   float64 `json:"burst_window_s"`
+	LongSeconds    float64 `json:"window_s"`
+	Full           int     `json:"full_burst_windows"`
+	GroupsPerBurst float64 `json:"groups_per_burst_window"`
+	LongIsWholeRun bool    `json:"window_is_whole_run"`
 }
 
 // winner returns the index in recs of the committed attempt's upstream

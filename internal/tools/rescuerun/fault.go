@@ -19,6 +19,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/internal/config"
 	"github.com/hedgerow/hedgerow/internal/node"
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
 	"github.com/hedgerow/hedgerow/schemas"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 	"github.com/hedgerow/hedgerow/simulator/workload"
@@ -164,7 +165,7 @@ func (res *faultResult) add(r faultResult) {
 // runRound starts the three routes and serve, sends both pools their
 // requests, a few at a time, and stops everything it started.
 func runRound(ctx context.Context, o options, fault fakellm.BreakMode, round int) (res faultResult, err error) {
-	res = faultResult{fault: fault, pools: map[string]*poolResult{}, loadStart: loadAvg()}
+	res = faultResult{fault: fault, pools: map[string]*poolResult{}, loadStart: hostload.Averages()}
 	began := time.Now()
 	jobs, ids, err := makeJobs(o, fault, round)
 	if err != nil {
@@ -273,7 +274,7 @@ func runRound(ctx context.Context, o options, fault fakellm.BreakMode, round int
 			p.completionEnds = append(p.completionEnds, r.elapsed)
 		}
 	}
-	res.loadEnd, res.elapsed = loadAvg(), time.Since(began)
+	res.loadEnd, res.elapsed = hostload.Averages(), time.Since(began)
 	return res, nil
 }
 

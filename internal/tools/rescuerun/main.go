@@ -30,6 +30,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/hedgerow/hedgerow/internal/tools/hostload"
 	"github.com/hedgerow/hedgerow/simulator/fakellm"
 )
 
@@ -126,7 +127,7 @@ func (o *options) setFaults(list string) error {
 // run runs every fault and prints the table; failed says why the rescued
 // pool failed the run, empty when it did not.
 func run(ctx context.Context, o options, out io.Writer) (failed string, err error) {
-	start := loadAvg()
+	start := hostload.Averages()
 	fmt.Fprintf(out, "rescuerun: %d faults × %d round(s) × 2 pools × %d requests (%d streaming), %d in flight; 3 routes, 1 faulty "+
 		"(every stream broken after %d tokens), continue_final_message; max_tokens %d; time scale %g; stall bound %v; seed %d\n",
 		len(o.faults), o.rounds, o.requests, o.requests/2, o.concurrency, o.breakAfter, o.maxTokens, o.timeScale, o.stallBound, o.seed)
@@ -141,7 +142,7 @@ func run(ctx context.Context, o options, out io.Writer) (failed string, err erro
 		results = append(results, r)
 	}
 	printTable(out, results)
-	fmt.Fprintf(out, "\nload average at end: %s (the run took %v)\n", loadAvg(), time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(out, "\nload average at end: %s (the run took %v)\n", hostload.Averages(), time.Since(began).Round(time.Millisecond))
 	var why []string
 	for _, r := range results {
 		p := r.pools[poolRescued]
@@ -153,16 +154,7 @@ func run(ctx context.Context, o options, out io.Writer) (failed string, err erro
 	return strings.Join(why, "; "), nil
 }
 
-// loadAvg is /proc/loadavg's line, or why it cannot be read.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// loadAvg1 is the one-minute load average of a /proc/loadavg line.
+// loadAvg1 is the one-minute load average of hostload.Averages' line.
 func loadAvg1(line string) string {
 	if f := strings.Fields(line); len(f) > 0 {
 		return f[0]

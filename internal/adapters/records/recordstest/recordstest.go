@@ -10,19 +10,19 @@ import (
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 )
 
-// Keep publishes raw records as a dispatcher does, each on its subject with
-// its message id (workers' own are not kept), waits until the stream has
+// Keep publishes raw records as a dispatcher does, each on its subject
+// (workers' own are not kept), waits until the stream has
 // acknowledged them all, and returns how many it published.
 func Keep(t testing.TB, p *records.Publisher, lines [][]byte) int {
 	t.Helper()
 	n := 0
 	for _, l := range lines {
-		subject, id, keep, err := records.SubjectAndID(l)
+		subject, _, keep, err := records.SubjectAndID(l)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if keep {
-			p.Publish(subject, id, l)
+			p.Publish(subject, l)
 			n++
 		}
 	}
