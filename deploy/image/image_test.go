@@ -4,7 +4,8 @@
 // image`) as production runs it — read-only root file system, no
 // capabilities, no new privileges, the image's own user — under podman:
 // serve in front of two fake routes (the image's own `hedgerow fakellm`)
-// answers /readyz, a chat completion and a stream, and stops cleanly on
+// answers /readyz (and the image's own `hedgerow healthcheck` says so
+// from inside), a chat completion and a stream, and stops cleanly on
 // SIGTERM; a gateway and a worker of the image, against a NATS server of
 // the test's, answer a chat completion together. Every process is checked
 // from the host's /proc: uid and gid 65532, no capability, no new
@@ -152,6 +153,18 @@ func (c container) checkConfined(t *testing.T) {
 	}
 }
 
+// checkHealthcheck runs the image's own health check (`hedgerow
+// healthcheck URL`, what compose's health checks run: the image has no
+// shell or curl) inside the container: it passes on url and fails on a
+// path that answers 404.
+func (c container) checkHealthcheck(t *testing.T, url string) {
+	t.Helper()
+	podman(t, "exec", c.name, "/hedgerow", "healthcheck", url)
+	if out, err := podmanCmd("exec", c.name, "/hedgerow", "healthcheck", url+"-not-a-path").CombinedOutput(); err == nil {
+		t.Errorf("%s: hedgerow healthcheck passed on a 404:\n%s", c.name, out)
+	}
+}
+
 // stop sends SIGTERM and fails unless the process exits 0 within containerStop.
 func (c container) stop(t *testing.T) {
 	t.Helper()
@@ -264,6 +277,7 @@ func fakeRoutes(t *testing.T) string {
 		c := runImage(t, name, "", "fakellm", "--listen", listen, "--route", strconv.Itoa(i), "--instant", "8")
 		waitReady(t, "http://"+listen+"/healthz")
 		c.checkConfined(t)
+		c.checkHealthcheck(t, "http://"+listen+"/healthz")
 		urls = append(urls, "http://"+listen+"/v1")
 	}
 	return fmt.Sprintf(`routes:
@@ -282,6 +296,7 @@ func TestImageServeAnswersConfinedAndStopsCleanly(t *testing.T) {
 	c := runImage(t, "serve", dir, "serve", "--config", "/etc/hedgerow/hedgerow.yaml")
 	waitReady(t, "http://"+listen+"/readyz")
 	c.checkConfined(t)
+	c.checkHealthcheck(t, "http://"+listen+"/readyz")
 	checkAnswers(t, "http://"+listen)
 	c.stop(t)
 }
@@ -297,6 +312,8 @@ func TestImageGatewayAndWorkerAnswerThroughNATS(t *testing.T) {
 	waitReady(t, "http://"+internal+"/readyz")
 	worker.checkConfined(t)
 	gateway.checkConfined(t)
+	worker.checkHealthcheck(t, "http://"+metrics+"/readyz")
+	gateway.checkHealthcheck(t, "http://"+internal+"/readyz")
 	checkAnswers(t, "http://"+listen)
 	gateway.stop(t)
 	worker.stop(t)
