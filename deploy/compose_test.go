@@ -76,7 +76,7 @@ func TestComposeRunsTheClusterTopologyOnItsPorts(t *testing.T) {
 			t.Errorf("%s publishes %q, want %s", name, s.Ports, port)
 		}
 	}
-	for _, name := range []string{"worker", "fakellm-a", "fakellm-b", "fakellm-c"} {
+	for _, name := range []string{"worker-1", "worker-2", "fakellm-a", "fakellm-b", "fakellm-c"} {
 		if s, ok := svcs[name]; !ok || s.Image != hedgerowImage {
 			t.Errorf("service %s: %+v, want one running the image %s", name, s, hedgerowImage)
 		}
@@ -200,7 +200,7 @@ func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.
 		role config.Role
 		user string
 	}{"gateway-1": {config.RoleGateway, natsauth.UserGateway}, "gateway-2": {config.RoleGateway, natsauth.UserGateway},
-		"worker": {config.RoleWorker, natsauth.UserWorker}} {
+		"worker-1": {config.RoleWorker, natsauth.UserWorker}, "worker-2": {config.RoleWorker, natsauth.UserWorker}} {
 		s := svcs[name]
 		if len(s.Command) == 0 || s.Command[0] != string(want.role) {
 			t.Fatalf("%s runs %q, want the %s command", name, s.Command, want.role)
