@@ -197,6 +197,30 @@ func TestDashboardAndAlertsReadWhatServeExports(t *testing.T) {
 		}
 	})
 
+	t.Run("autoscaler metrics", func(t *testing.T) {
+		// The Prometheus adapter's rules deploy/k8s/README.md gives for
+		// the HPAs, with the adapter's placeholders filled as it fills them
+		// for one Pod: each returns a value per serve, the busy ratio
+		// within [0, 1].
+		for _, r := range adapterRules(t) {
+			series, _, _ := strings.Cut(r.SeriesQuery, "{")
+			expr := strings.NewReplacer("<<.Series>>", series, "<<.LabelMatchers>>", `job!=""`, "<<.GroupBy>>", "instance").Replace(r.MetricsQuery)
+			res, err := prom.query(t, expr)
+			switch {
+			case err != nil:
+				t.Errorf("rule %s: %v\n%s", r.Name.As, err, expr)
+			case len(res) != len(serves):
+				t.Errorf("rule %s returns %d series, want one per serve (%d)\n%s", r.Name.As, len(res), len(serves), expr)
+			}
+			for _, smp := range res {
+				v, err := smp.value()
+				if err != nil || v < 0 || (r.Name.As == "hedgerow_worker_busy_ratio" && v > 1) {
+					t.Errorf("rule %s: %v (%v), want a number ≥ 0 (≤ 1 for a ratio)\n%s", r.Name.As, smp.Value, err, expr)
+				}
+			}
+		}
+	})
+
 	t.Run("alerts", func(t *testing.T) {
 		for _, r := range alerts {
 			if _, err := prom.query(t, r.Expr); err != nil {
@@ -811,4 +835,39 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// adapterRule is one rule of prometheus-adapter's `rules:`.
+type adapterRule struct {
+	SeriesQuery string `yaml:"seriesQuery"`
+	Resources   any    `yaml:"resources"`
+	Name        struct {
+		As string `yaml:"as"`
+	} `yaml:"name"`
+	MetricsQuery string `yaml:"metricsQuery"`
+}
+
+// adapterRules reads the adapter rules deploy/k8s/README.md gives for
+// the HPAs' Pods metrics: its yaml block of rules.
+func adapterRules(t *testing.T) []adapterRule {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("k8s", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\n- seriesQuery:")
+	block, _, closed := strings.Cut(block, "```")
+	if !ok || !closed {
+		t.Fatal("deploy/k8s/README.md holds no yaml block of adapter rules")
+	}
+	var rules []adapterRule
+	dec := yaml.NewDecoder(strings.NewReader("- seriesQuery:" + block))
+	dec.KnownFields(true)
+	if err := dec.Decode(&rules); err != nil {
+		t.Fatalf("deploy/k8s/README.md's adapter rules: %v", err)
+	}
+	if len(rules) != 2 {
+		t.Fatalf("deploy/k8s/README.md gives %d adapter rules, want the HPAs' two", len(rules))
+	}
+	return rules
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hedgerow/hedgerow/internal/config"
+	"github.com/hedgerow/hedgerow/internal/eventually"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -87,6 +88,26 @@ func TestDeadlineFailsTheGroupWithAStableError(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < 400*time.Millisecond || elapsed > 2*time.Second {
 		t.Fatalf("failed after %v, want at the 400ms deadline", elapsed)
 	}
+}
+
+func TestAGroupCountsInFlightFromItsStartUntilItEnds(t *testing.T) {
+	c, _ := twoRoutes(t, newScript(behaviour{hang: true}, behaviour{hang: true}))
+	inFlight := func() float64 { return testutil.ToFloat64(c.d.metrics.inFlight) }
+	if n := inFlight(); n != 0 {
+		t.Fatalf("%v groups in flight before any was submitted", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.d.Submit(ctx, Submission{Pool: "general", Request: chat(true)}, sinkFunc(func(Delta) error { return nil }))
+		done <- err
+	}()
+	eventually.True(t, 10*time.Second, "the hanging group counted in flight", func() bool { return inFlight() == 1 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a group whose caller left answered")
+	}
+	eventually.True(t, 10*time.Second, "the ended group no longer in flight", func() bool { return inFlight() == 0 })
 }
 
 func TestARouteWithoutAWorkerIsLearntAtOnceAndCostsNoAttemptSlot(t *testing.T) {

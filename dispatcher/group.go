@@ -290,6 +290,7 @@ func (d *Dispatcher) continuers(pool Pool, req *schemas.ChatRequest) []string {
 // serve starts the group and relays its deliveries to the caller.
 func (g *group) serve(ctx context.Context, sink Sink) (*Response, error) {
 	g.d.groups.Add(1)
+	g.d.metrics.inFlight.Inc()
 	defer close(g.gone)
 	// The caller's goroutine carries out the start (admission, the
 	// primary's launch) before the loop takes over: the primary goes out
@@ -380,6 +381,7 @@ func estimateInput(r schemas.ChatRequest) int64 {
 // loop owns the engine: every event is stepped here and nowhere else.
 func (g *group) loop() {
 	defer g.d.groups.Done()
+	defer g.d.metrics.inFlight.Dec()
 	defer g.events.close()
 	defer g.d.replies.unregister(g)
 	defer g.stopTimers()

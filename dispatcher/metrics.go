@@ -13,6 +13,7 @@ import (
 // metrics are the dispatcher's part of docs/architecture.md §9, prefix hedgerow_.
 type metrics struct {
 	groups        *prometheus.CounterVec
+	inFlight      prometheus.Gauge
 	groupDuration prometheus.Histogram
 	firstByte     prometheus.Histogram
 	attempts      *prometheus.CounterVec
@@ -58,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 	m := &metrics{
 		groups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_groups_total",
 			Help: "Hedge groups ended, by outcome (committed or the stable error)."}, []string{"outcome"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hedgerow_groups_in_flight",
+			Help: "Hedge groups this gateway runs now, streams included: what its autoscaler scales on (CPU undercounts long, idle streams)."}),
 		groupDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_group_duration_seconds",
 			Help: "Time from a group's start to its commit.", Buckets: latency}),
 		firstByte: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_first_byte_seconds",
@@ -120,7 +123,7 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 	schemaEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hedgerow_schema_cache_entries",
 		Help: "Compiled response_format schemas kept, bounded by schema_cache.max_entries."},
 		func() float64 { return float64(schemas.Entries()) })
-	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed, m.rescues,
+	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.inFlight, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed, m.rescues,
 		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
 		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped, m.capacityRefused} {

@@ -32,6 +32,7 @@ const (
 type Metrics struct {
 	attempts      *prometheus.CounterVec
 	inflight      *prometheus.GaugeVec
+	maxInflight   *prometheus.GaugeVec
 	dropped       *prometheus.CounterVec
 	cancellations *prometheus.CounterVec
 	cancelLatency prometheus.Histogram
@@ -50,6 +51,10 @@ func NewMetrics() *Metrics {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hedgerow_worker_inflight",
 			Help: "Attempts a worker is running.",
+		}, []string{"route"}),
+		maxInflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hedgerow_worker_max_inflight",
+			Help: "Attempts a worker runs at most at once (its route's max_inflight): hedgerow_worker_inflight over it is the worker's busy ratio.",
 		}, []string{"route"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hedgerow_worker_dropped_total",
@@ -78,7 +83,7 @@ func NewMetrics() *Metrics {
 // Collectors returns the collectors, for callers that register them
 // themselves.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.attempts, m.inflight, m.dropped, m.cancellations, m.cancelLatency, m.leaseErrors, m.rejected}
+	return []prometheus.Collector{m.attempts, m.inflight, m.maxInflight, m.dropped, m.cancellations, m.cancelLatency, m.leaseErrors, m.rejected}
 }
 
 // Register registers every collector with reg.
@@ -119,6 +124,10 @@ func (m *Metrics) createLabelSets(route string) {
 	for _, observed := range []bool{false, true} {
 		m.cancellations.WithLabelValues(strconv.FormatBool(observed))
 	}
+}
+
+func (m *Metrics) setMaxInflight(route string, n int) {
+	m.maxInflight.WithLabelValues(route).Set(float64(n))
 }
 
 func (m *Metrics) setInflight(route string, n int) {

@@ -169,6 +169,7 @@ func (w *Worker) Start() error {
 	w.state = started
 	w.leases.start()
 	w.metrics.setInflight(w.cfg.Route, 0)
+	w.metrics.setMaxInflight(w.cfg.Route, w.cfg.MaxInflight)
 	w.log.Info("worker started", "subject", wire.AttemptSubject(w.cfg.Route), "max_inflight", w.cfg.MaxInflight)
 	return nil
 }

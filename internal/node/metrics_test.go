@@ -58,6 +58,8 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 		`hedgerow_worker_lease_errors_total{op="acquire",route="fake-a"} 0`,
 		`hedgerow_worker_cancellations_total{observed="false"} 0`,
 		`hedgerow_worker_inflight{route="fake-b"} 0`,
+		`hedgerow_worker_max_inflight{route="fake-b"} 64`,
+		`hedgerow_groups_in_flight 0`,
 	}
 	tests := []struct {
 		name  string
