@@ -158,8 +158,8 @@ regions-if-down: build nats-server redis
 # Every package, with the race detector. Bounded: the slowest package must end well inside the timeout.
 # The what-if frontier test replays 480,000 simulated groups and the uneven-routes test simulates
 # 300,000: too slow under the race detector, so they skip there and run here without it.
+# go vet is make lint's (CI runs it first): on an empty build cache it is a whole build of its own.
 test: redis prometheus
-	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -timeout 10m -run '^(TestReplayingAWorkloadsRecordsRecoversItsFrontier|TestUnevenRoutesHaveTeethAndHedgerowHoldsItsCeilings)$$' ./simulator/
 
