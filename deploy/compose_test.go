@@ -270,6 +270,13 @@ func TestComposeConfigurationPassesConfigCheckAndNATSParsesItsConfig(t *testing.
 			t.Errorf("route %s does not present the route user", r.Redacted())
 		}
 	}
+	natsServerAccepts(t, opts)
+}
+
+// natsServerAccepts fails t unless nats-server takes opts whole, as at
+// its start (accounts beside the generated users, the system account).
+func natsServerAccepts(t *testing.T, opts *server.Options) {
+	t.Helper()
 	check := *opts
 	check.NoSigs, check.NoLog = true, true
 	if s, err := server.NewServer(&check); err != nil {

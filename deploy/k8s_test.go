@@ -447,15 +447,7 @@ func TestNATSConfigParsesWithTheGeneratedUsers(t *testing.T) {
 			if opts.SystemAccount != "SYS" {
 				t.Errorf("system account %q, want SYS", opts.SystemAccount)
 			}
-			// The server takes the options whole (accounts beside the
-			// generated users, the system account), as at start.
-			check := *opts
-			check.NoSigs, check.NoLog = true, true
-			if s, err := server.NewServer(&check); err != nil {
-				t.Errorf("nats-server refuses the options: %v", err)
-			} else {
-				s.Shutdown()
-			}
+			natsServerAccepts(t, opts)
 			volume := ss.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
 			if opts.JetStreamMaxStore <= 0 || opts.JetStreamMaxStore > volume.Value()*9/10 {
 				t.Errorf("max_file_store %d bytes, want at most 90%% of the data volume's %s", opts.JetStreamMaxStore, volume.String())
