@@ -1,25 +1,15 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/hedgerow/hedgerow/internal/natstest"
+)
 
 // The default store is one per HTTP address: two serves of one machine on
 // two addresses keep their states apart, a restart on one address finds its
@@ -61,8 +51,7 @@ func TestDefaultStoreDirIsOnePerHTTPAddress(t *testing.T) {
 // a NATS server there, naming the directory and the first one's pid; the
 // first one goes on serving.
 func TestASecondServeOnTheSameStoreRefusesClearly(t *testing.T) {
-	port := freePort(t)
-	listen := "127.0.0.1:" + strconv.Itoa(port)
+	listen := natstest.FreeAddr(t)
 	path := writeConfig(t, "", fakeUpstream(t, 0))
 	cfg, err := os.ReadFile(path)
 	if err != nil {
@@ -76,7 +65,7 @@ func TestASecondServeOnTheSameStoreRefusesClearly(t *testing.T) {
 
 	start := time.Now()
 	out, err := runRoot(t, "serve", "--config", path)
-	store := filepath.Join(os.Getenv("XDG_STATE_HOME"), "hedgerow", "nats", "127.0.0.1-"+strconv.Itoa(port))
+	store := filepath.Join(os.Getenv("XDG_STATE_HOME"), "hedgerow", "nats", strings.ReplaceAll(listen, ":", "-"))
 	if err == nil || !strings.Contains(err.Error(), store) || !strings.Contains(err.Error(), "held by another hedgerow serve") ||
 		!strings.Contains(err.Error(), "pid "+strconv.Itoa(proc.Pid)) {
 		t.Errorf("second serve: %v\n%s\nwant a refusal naming %s and pid %d", err, out, store, proc.Pid)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgerow/hedgerow/internal/adapters/records"
 	"github.com/hedgerow/hedgerow/internal/eventually"
@@ -46,17 +45,7 @@ func messages(t *testing.T, js jetstream.JetStream, stream string) [][2]string {
 }
 
 func TestRecordsQueuedWhileABatchIsInFlightGoOutTogetherAndACommitWaitsForItsOwn(t *testing.T) {
-	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
-	nc := natstest.Connect(t, srv)
-	reg := prometheus.NewRegistry()
-	p, err := records.Open(context.Background(), nc, testConfig(), reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, js, reg := openPublisher(t, testConfig())
 	// Batches 2 and 3 are held until the test lets them go; the hook runs
 	// on the sender, after the batch before was acknowledged and its
 	// commits answered.
@@ -153,19 +142,9 @@ func TestRecordsNobodyWaitsForRideWithTheNextCommitOrGoOutAfterTheLinger(t *test
 		{"with no commit they go out together after the linger", 50 * time.Millisecond, func(t *testing.T, p *records.Publisher) {}, [][]string{{"attempt", "final"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
-			nc := natstest.Connect(t, srv)
 			cfg := testConfig()
 			cfg.Linger = tc.linger
-			reg := prometheus.NewRegistry()
-			p, err := records.Open(context.Background(), nc, cfg, reg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, js, reg := openPublisher(t, cfg)
 			p.Publish(schemas.StoredAttemptSubject("g-1", 1), rec(schemas.EventAttemptComplete, "g-1", 1, "attempt"))
 			p.Publish(schemas.StoredGroupSubject("g-1"), rec(schemas.EventGroupComplete, "g-1", 0, "final"))
 			if tc.linger == time.Hour {

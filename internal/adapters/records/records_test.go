@@ -24,6 +24,23 @@ func testConfig() records.Options {
 		Duplicates: time.Minute, MaxPending: 64, CommitTimeout: 5 * time.Second}
 }
 
+// openPublisher starts a JetStream server and opens a Publisher of cfg on
+// it, its metrics in a registry of their own; js reads the stream.
+func openPublisher(t *testing.T, cfg records.Options) (*records.Publisher, jetstream.JetStream, *prometheus.Registry) {
+	t.Helper()
+	nc := natstest.Connect(t, natstest.Start(t, natstest.JetStream(t.TempDir())))
+	reg := prometheus.NewRegistry()
+	p, err := records.Open(context.Background(), nc, cfg, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, js, reg
+}
+
 // lastRecord is the latest record the stream keeps as subject's, read as
 // the Reader reads it.
 func lastRecord(t *testing.T, js jetstream.JetStream, stream, subject string) []byte {
@@ -148,17 +165,7 @@ func failures(t *testing.T, reg *prometheus.Registry) float64 {
 }
 
 func TestAfterAFailedCommitTheNextAreQueuedWithoutWaiting(t *testing.T) {
-	srv := natstest.Start(t, natstest.JetStream(t.TempDir()))
-	nc := natstest.Connect(t, srv)
-	reg := prometheus.NewRegistry()
-	p, err := records.Open(context.Background(), nc, testConfig(), reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, js, reg := openPublisher(t, testConfig())
 	// The stream goes away: a publication to its subjects has no answer.
 	if err := js.DeleteStream(context.Background(), "test_records"); err != nil {
 		t.Fatal(err)
