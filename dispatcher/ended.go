@@ -94,8 +94,8 @@ func (g *group) groupEnded(e hedge.GroupEnded) {
 		// is kept before the answer instead.
 		rec.Event = schemas.EventGroupComplete
 		g.committed = &rec
-		g.keepCommit()
-		g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec})
+		data := g.keepCommit()
+		g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec, data: data})
 		return
 	}
 	g.publish(pendingRecord{subject: g.d.wire.GroupRecordSubject(), rec: rec,

@@ -136,10 +136,12 @@ func statusOfError(code schemas.ErrorCode) schemas.StatusClass {
 }
 
 // pendingRecord is a record waiting for the caller's delivery to go first:
-// published live on subject, kept under stored.
+// published live on subject, kept under stored. data, when set, is rec
+// marshalled already (the committed record, kept before the answer).
 type pendingRecord struct {
 	subject, stored string
 	rec             json.Marshaler
+	data            []byte
 }
 
 // publish queues a record; it is marshalled and published once the event's
@@ -151,7 +153,10 @@ func (g *group) publish(r pendingRecord) { g.records = append(g.records, r) }
 // NATS, and to the Recorder when the record has a stored subject.
 func (g *group) publishRecords() {
 	for i, r := range g.records {
-		data, err := r.rec.MarshalJSON()
+		data, err := r.data, error(nil)
+		if data == nil {
+			data, err = r.rec.MarshalJSON()
+		}
 		if err == nil {
 			err = g.d.nc.Publish(r.subject, data)
 		}
@@ -168,19 +173,18 @@ func (g *group) publishRecords() {
 
 // keepCommit keeps the group's record at its commit, waiting for the store
 // (bounded by the Recorder), so no answered group is missing from the
-// records when this dispatcher stops right after answering.
-func (g *group) keepCommit() {
+// records when this dispatcher stops right after answering. It returns the
+// record marshalled (nil when it could not be), for its live copy.
+func (g *group) keepCommit() []byte {
 	rec := g.committed
 	g.committed = nil
-	if g.d.records == nil {
-		return
-	}
 	data, err := rec.MarshalJSON()
-	if err == nil {
+	if err == nil && g.d.records != nil {
 		err = g.d.records.Commit(schemas.StoredGroupSubject(g.id), data)
 	}
 	if err != nil {
 		// The Recorder counts and logs its failures, at a bounded rate.
 		g.d.log.Debug("committed group's record not kept before its answer", "group", g.id, "err", err)
 	}
+	return data
 }

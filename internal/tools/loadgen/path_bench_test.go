@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,4 +70,54 @@ func BenchmarkGatewayPath(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGatewayPathCPU sends the same request from 16 goroutines at
+// once, straight to the fake and through the HTTP door, and reports the
+// process's CPU time per request (cpu-µs/op: user and system, everything
+// in the process — client, gateway, workers, embedded NATS, records and
+// the fake). The difference of the two is the CPU the path costs a
+// request under concurrency, a steadier figure on a shared machine than
+// latency; compare it before and after a change in one run:
+//
+//	go test -run '^$' -bench GatewayPathCPU -count 5 ./internal/tools/loadgen/
+func BenchmarkGatewayPathCPU(b *testing.B) {
+	s, route, _ := startServe(b)
+	hc := NewClient(32)
+	defer hc.CloseIdleConnections()
+	body := []byte(`{"model":"general","messages":[{"role":"user","content":"Say hello"}],"max_tokens":20}`)
+	for _, target := range []struct{ name, url string }{
+		{"direct", route},
+		{"gateway-http", "http://" + s.HTTPAddr().String()},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			b.SetParallelism(8)
+			before := processCPU(b)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := hc.Post(target.url+DefaultPath, "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((processCPU(b)-before).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// processCPU is the user and system time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
