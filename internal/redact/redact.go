@@ -16,8 +16,10 @@ const Mask = "xxxxx"
 // userinfo matches "://userinfo@". It stops at a slash or whitespace but
 // not at '@' or ':', so a password holding unescaped '@' is still masked up
 // to the last '@' before the host (over-masking a run of several URLs is
-// acceptable, printing any of a password is not).
-var userinfo = regexp.MustCompile(`://([^/\s"'<>]*)@`)
+// acceptable, printing any of a password is not). A bare double quote ends
+// it (the end of a URL an error quotes), but not one escaped as an error's
+// %q writes it, nor a single quote: a password may hold either.
+var userinfo = regexp.MustCompile(`://((?:[^/\s"<>]|\\")*)@`)
 
 // Text masks the userinfo of every URL in s: a user name is kept, its
 // password becomes Mask; userinfo without a colon is a token and is masked

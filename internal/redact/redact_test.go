@@ -18,6 +18,9 @@ func TestTextMasksPasswordsAndTokensInURLs(t *testing.T) {
 		{"every URL inside a sentence is masked", `parse "nats://a:s3cret@h:bad": invalid port; also tls://b:s3cret@g`,
 			`parse "nats://a:xxxxx@h:bad": invalid port; also tls://b:xxxxx@g`},
 		{"a malformed scheme is still masked", "nats ://a:s3cret@host", "nats ://a:xxxxx@host"},
+		{"a password holding a quote, as an error quotes it, is masked whole", `parse "redis://:\"s3cret@host": net/url: invalid userinfo`,
+			`parse "redis://:xxxxx@host": net/url: invalid userinfo`},
+		{"a password holding a single quote is masked whole", "redis://:s3'cret@host", "redis://:xxxxx@host"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Text(tc.in); got != tc.want {
