@@ -399,19 +399,21 @@ func (g *group) loop() {
 // answers the driver gives at once (admission, budgets, elections).
 func (g *group) handle(input groupInput) {
 	defer g.deliver()
-	var first hedge.Event
+	var first, then hedge.Event
 	switch in := input.(type) {
 	case inboundEvent:
-		first = g.translate(in)
+		first, then = g.translate(in)
 	case engineEvent:
-		first = in.ev
+		then = in.ev
 	case capacityRetry:
-		first = g.retryCapacity(in)
+		then = g.retryCapacity(in)
 	}
-	if first == nil {
-		return
+	queue := make([]hedge.Event, 0, 2)
+	for _, ev := range [...]hedge.Event{first, then} {
+		if ev != nil {
+			queue = append(queue, ev)
+		}
 	}
-	queue := []hedge.Event{first}
 	for len(queue) > 0 {
 		ev := queue[0]
 		queue = queue[1:]

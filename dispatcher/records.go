@@ -41,7 +41,13 @@ func (g *group) attemptRecord(a *attemptRun, e hedge.AttemptEnded) schemas.Attem
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(),
 		DuplicateRateWindow: g.duplicateRateWindow(),
 	}
-	if e.FirstByte > 0 {
+	switch {
+	case a.firstByte > 0:
+		// As the wire reported it: a first byte folded into a result
+		// (schemas.Attempt.FoldsFirstByte) reached the engine with the
+		// result, but came the result's first_byte_ms.
+		r.FirstByteMs = schemas.Millis(a.firstByte)
+	case e.FirstByte > 0:
 		r.FirstByteMs = schemas.Millis(e.FirstByte)
 	}
 	if a.result != nil {

@@ -124,7 +124,7 @@ func TestSharedRouteDelayRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev := g.translate(inboundEvent{attempt: 1, msg: &nats.Msg{Data: data}}); ev == nil {
+			if _, ev := g.translate(inboundEvent{attempt: 1, msg: &nats.Msg{Data: data}}); ev == nil {
 				t.Fatal("the first byte was dropped")
 			}
 		}

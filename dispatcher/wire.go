@@ -49,6 +49,8 @@ func (g *group) publishAttempt(a *attemptRun, deadline time.Time, remaining time
 		CommitPoint: g.eng.CommitPoint(), ReplyInbox: g.inbox + "." + strconv.Itoa(a.n),
 		Secret:  a.secret,
 		Request: g.sub.Request,
+		// A stream's first chunk stands for its first byte (§8).
+		FoldsFirstByte: true,
 		// The cohort's stall bound, derived from its inter-token gaps
 		// (docs/architecture.md §4 rule 4).
 		StallAfterFirstTokenMs: g.class.StallBound(g.cohort.Key(), d.now()).Milliseconds(),
@@ -93,33 +95,35 @@ func (g *group) publishCancel(a *attemptRun, c schemas.Cancel) {
 	}
 }
 
-// translate turns a wire message into an engine event (nil: none), once
-// checkReply has found it is what the attempt's worker would send.
-func (g *group) translate(in inboundEvent) hedge.Event {
+// translate turns a wire message into the engine events it stands for, once
+// checkReply has found it is what the attempt's worker would send: then, and
+// first before it when the message also reports the attempt's first byte
+// (a folded one, schemas.Attempt.FoldsFirstByte); either may be nil.
+func (g *group) translate(in inboundEvent) (first, then hedge.Event) {
 	a := g.attempt(in.attempt)
 	if a == nil {
 		g.d.dropReply(dropAttempt)
-		return nil
+		return nil, nil
 	}
 	if in.msg.Header != nil && in.msg.Header.Get("Status") == "503" {
 		// The server's no-responders answer to the attempt's publication:
 		// it comes before any worker took the attempt, or not at all.
 		if a.workerID != "" {
 			g.d.dropReply(dropStatus)
-			return nil
+			return nil, nil
 		}
-		return hedge.Unserved{Attempt: a.n}
+		return nil, hedge.Unserved{Attempt: a.n}
 	}
 	reply, err := schemas.DecodeReply(in.msg.Data)
 	if err != nil {
 		g.d.dropReply(dropMalformed)
 		g.d.log.Debug("dropped an undecodable reply", "group", g.id, "attempt", a.n, "err", err)
-		return nil
+		return nil, nil
 	}
 	if reason := g.checkReply(a, reply); reason != "" {
 		g.d.dropReply(reason)
 		g.d.log.Debug("reply dropped", "group", g.id, "attempt", a.n, "type", reply.ReplyType(), "reason", reason)
-		return nil
+		return nil, nil
 	}
 	now := g.d.now()
 	switch m := reply.(type) {
@@ -130,24 +134,22 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 			g.publishCancel(a, *a.cancel)
 			a.cancel = nil
 		}
-		return hedge.Accepted{Attempt: a.n}
+		return nil, hedge.Accepted{Attempt: a.n}
 	case *schemas.Busy:
 		g.onBusy(a)
-		return hedge.Busy{Attempt: a.n}
+		return nil, hedge.Busy{Attempt: a.n}
 	case *schemas.Heartbeat:
-		return hedge.Heartbeat{Attempt: a.n}
+		return nil, hedge.Heartbeat{Attempt: a.n}
 	case *schemas.FirstByte:
-		a.firstByte = now.Sub(a.launchedAt)
-		_ = g.d.picker.Observe(a.route, a.firstByte, now)
-		g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
-		g.class.ObserveFirstByte(g.cohort, a.route, now, a.role, a.firstByte)
-		if a.n == 1 {
-			g.judgeStall(false, false)
-		}
-		return hedge.FirstByte{Attempt: a.n}
+		return nil, g.firstByteCame(a, now)
 	case *schemas.Chunk:
+		if a.firstByte == 0 {
+			// A worker that folds the first byte into the first chunk
+			// (schemas.Attempt.FoldsFirstByte) sent no FirstByte.
+			first = g.firstByteCame(a, now)
+		}
 		if m.Seq != a.lastSeq+1 {
-			return g.lost(a, "chunk sequence gap")
+			return nil, g.lost(a, "chunk sequence gap")
 		}
 		a.lastSeq = m.Seq
 		a.tokens = int(m.CumulativeTokens)
@@ -163,15 +165,25 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		// kept baseline), or once a continuation took the stream over,
 		// none of its bytes reaches the caller.
 		v := arbiter.Validate(g.contract, g.eng.CommitPoint(), arbiter.Observation{WellFormed: true, Tokens: a.tokens, FirstToken: a.firstToken})
-		return hedge.Progress{Attempt: a.n, Tokens: a.tokens, FirstToken: a.firstToken, Valid: v.Valid || !v.Ready}
+		return first, hedge.Progress{Attempt: a.n, Tokens: a.tokens, FirstToken: a.firstToken, Valid: v.Valid || !v.Ready}
 	case *schemas.AttemptResult:
 		if m.LastSeq != a.lastSeq {
-			return g.lost(a, "result after a chunk gap")
+			return nil, g.lost(a, "result after a chunk gap")
 		}
 		a.result = m
+		if a.firstByte == 0 && m.FirstByteMs != nil {
+			// A first byte that no message reported, folded into the
+			// result: it came the result's elapsed_ms − first_byte_ms ago.
+			before := time.Duration(max(m.ElapsedMs-*m.FirstByteMs, 0)) * time.Millisecond
+			at := now.Add(-before)
+			if !at.After(a.launchedAt) {
+				at = a.launchedAt.Add(time.Nanosecond)
+			}
+			first = g.firstByteCame(a, at)
+		}
 		usage := m.Usage
 		if m.StatusClass == schemas.StatusCanceled && m.CancellationObserved {
-			return hedge.CancelObserved{Attempt: a.n, Usage: usage}
+			return first, hedge.CancelObserved{Attempt: a.n, Usage: usage}
 		}
 		g.class.ObserveResult(g.cohort, a.route, now, a.role, m.StatusClass, now.Sub(a.launchedAt))
 		g.class.ObserveTokenGap(g.cohort.Key(), now, m.StatusClass, time.Duration(m.MaxTokenGapMs)*time.Millisecond)
@@ -200,10 +212,24 @@ func (g *group) translate(in inboundEvent) hedge.Event {
 		}
 		v := arbiter.Validate(g.contract, schemas.Complete, obs)
 		g.retryAfter = max(g.retryAfter, time.Duration(m.RetryAfterMs)*time.Millisecond)
-		return hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
+		return first, hedge.Result{Attempt: a.n, Status: m.StatusClass, Scope: m.ErrorScope, Valid: v.Valid, Usage: usage,
 			RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond, Truncated: arbiter.CutShort(obs)}
 	}
-	return nil
+	return nil, nil
+}
+
+// firstByteCame notes attempt a's first byte, which reached the dispatcher
+// at (or, folded into its result, came at) at: the route's and cohort's
+// samples, the metric, the primary's stall judgement.
+func (g *group) firstByteCame(a *attemptRun, at time.Time) hedge.Event {
+	a.firstByte = at.Sub(a.launchedAt)
+	_ = g.d.picker.Observe(a.route, a.firstByte, at)
+	g.d.metrics.firstByte.Observe(a.firstByte.Seconds())
+	g.class.ObserveFirstByte(g.cohort, a.route, at, a.role, a.firstByte)
+	if a.n == 1 {
+		g.judgeStall(false, false)
+	}
+	return hedge.FirstByte{Attempt: a.n}
 }
 
 // checkReply returns why reply, which came on attempt a's inbox, is not

@@ -49,6 +49,14 @@ type Attempt struct {
 	// a dispatcher sends one only to a route whose configuration says it
 	// can continue (routes[].continuation), whose workers read it (§8).
 	Continuation *Continuation `json:"continuation,omitempty"`
+	// FoldsFirstByte says the dispatcher takes a stream's first Chunk as
+	// its first byte when no FirstByte came before it, and a result's
+	// first_byte_ms likewise: a worker then sends no FirstByte of its own
+	// right before the chunk that follows it anyway, one message fewer
+	// per streamed attempt (docs/architecture.md §8). Additive in v1: an
+	// older worker ignores it and sends FirstByte; an older dispatcher
+	// does not send it, and is sent FirstByte.
+	FoldsFirstByte bool `json:"folds_first_byte,omitempty"`
 }
 
 // EffectiveDeadline is the instant the worker must give up: the earlier of

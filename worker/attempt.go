@@ -28,6 +28,9 @@ type attemptRun struct {
 	key      attemptKey
 	received time.Time
 	stream   bool // the caller wants chunks
+	// foldsFirstByte: a stream whose dispatcher takes its first chunk as
+	// its first byte (schemas.Attempt.FoldsFirstByte).
+	foldsFirstByte bool
 
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
@@ -49,17 +52,21 @@ type attemptRun struct {
 	stopPacer chan struct{}
 	pacerDone chan struct{}
 
-	mu           sync.Mutex
-	pacing       bool // the pacer goroutine was started
-	done         bool // the result is being sent: nothing more on the inbox
-	firstByteAt  time.Time
-	heartbeats   int64
-	lastSent     time.Time // real time of the last progress message (heartbeat, first byte, chunk)
-	seq          int64     // last chunk sent
-	firstToken   bool      // the chunk with the first token has been sent
-	cumTokens    int64
-	pend         pendingChunk
-	pendingSince time.Time // real time of the first unflushed output
+	mu          sync.Mutex
+	pacing      bool // the pacer goroutine was started
+	done        bool // the result is being sent: nothing more on the inbox
+	firstByteAt time.Time
+	// firstByteOwed: the first byte came and no FirstByte was sent for it,
+	// as the dispatcher folds it into the first chunk (foldsFirstByte);
+	// whatever goes on the inbox next must stand for it.
+	firstByteOwed bool
+	heartbeats    int64
+	lastSent      time.Time // real time of the last progress message (heartbeat, first byte, chunk)
+	seq           int64     // last chunk sent
+	firstToken    bool      // the chunk with the first token has been sent
+	cumTokens     int64
+	pend          pendingChunk
+	pendingSince  time.Time // real time of the first unflushed output
 }
 
 // pendingChunk is output not yet sent as a Chunk.
@@ -109,7 +116,8 @@ func newAttemptRun(w *Worker, att schemas.Attempt, received time.Time) *attemptR
 		w: w, att: att, key: attemptKey{att.GroupID, att.Attempt}, received: received,
 		stream: att.Request.Stream,
 		ctx:    ctx, cancel: cancel, stopDeadline: stop,
-		arm: make(chan struct{}, 1),
+		foldsFirstByte: att.FoldsFirstByte && att.Request.Stream,
+		arm:            make(chan struct{}, 1),
 	}
 }
 
@@ -307,6 +315,18 @@ func (r *attemptRun) firstByteLocked() {
 		return
 	}
 	r.firstByteAt = r.w.cfg.Now()
+	if r.foldsFirstByte {
+		// The adapter's next call is the Delta holding the first token,
+		// whose chunk goes out at once and stands for the first byte.
+		r.firstByteOwed = true
+		return
+	}
+	r.sendFirstByteLocked()
+}
+
+// sendFirstByteLocked sends the FirstByte of the first byte that came.
+func (r *attemptRun) sendFirstByteLocked() {
+	r.firstByteOwed = false
 	r.send(schemas.FirstByte{
 		GroupID: r.att.GroupID, Attempt: r.att.Attempt, WorkerID: r.w.cfg.WorkerID, Secret: r.att.Secret,
 		ElapsedMs: max(r.firstByteAt.Sub(r.received).Milliseconds(), 0),
@@ -324,9 +344,14 @@ func (r *attemptRun) Delta(d upstream.Delta) {
 	if !r.stream {
 		return
 	}
+	isToken := d.Content != "" || schemas.HasToolCalls(d.ToolCalls)
+	if r.firstByteOwed && (!isToken || r.firstToken) {
+		// Output that does not go out at once (reasoning, a refusal):
+		// the dispatcher must not wait for it to learn of the first byte.
+		r.sendFirstByteLocked()
+	}
 	wasEmpty := r.pend.empty()
 	r.pend.add(d)
-	isToken := d.Content != "" || schemas.HasToolCalls(d.ToolCalls)
 	switch {
 	case isToken && !r.firstToken:
 		r.firstToken = true
@@ -363,6 +388,7 @@ func (r *attemptRun) flushLocked(first bool) {
 		}
 	}
 	r.pend.reset()
+	r.firstByteOwed = false // this chunk stands for it
 	r.send(c)
 }
 

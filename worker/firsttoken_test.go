@@ -171,3 +171,54 @@ func TestTheResultCarriesTheLongestGapBetweenTokensRoundedUpToAMillisecond(t *te
 		})
 	}
 }
+
+// A dispatcher that folds the first byte into the first chunk
+// (schemas.Attempt.FoldsFirstByte) is sent no FirstByte for a stream: the
+// chunk with the first token, which goes out at once, stands for it. A
+// caller that wants the whole answer still gets its FirstByte as the token
+// comes, since nothing else would tell the dispatcher before the result.
+func TestAFoldedFirstByteIsTheFirstChunkOfAStreamOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stream        bool
+		wantFirstByte bool
+	}{
+		{"a stream's first chunk stands for it", true, false},
+		{"a whole answer is sent its first byte", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The first token after 50 ms, heartbeats every 5 ms.
+			h := newHarness(t, setup{fake: fakellm.Options{Model: model(t, 50, 20, 1000), OpenEarly: true}})
+			att := h.attempt("hg_fold_" + map[bool]string{true: "stream", false: "whole"}[tc.stream])
+			att.FoldsFirstByte = true
+			att.Request.Stream = tc.stream
+			if !tc.stream {
+				att.CommitPoint = schemas.Complete
+			}
+			in := h.send(att)
+			in.accept()
+			rs, res := in.untilResult()
+			sawFirstByte, sawChunk := false, false
+			for _, r := range rs {
+				switch m := r.(type) {
+				case *schemas.FirstByte:
+					if sawChunk {
+						t.Fatalf("replies %v: a first byte after a chunk", kinds(rs))
+					}
+					sawFirstByte = true
+				case *schemas.Chunk:
+					if !sawChunk && !m.First {
+						t.Fatalf("replies %v: the first chunk is not marked first", kinds(rs))
+					}
+					sawChunk = true
+				}
+			}
+			if sawFirstByte != tc.wantFirstByte || sawChunk != tc.stream {
+				t.Errorf("replies %v: first byte %v, chunks %v; want %v, %v", kinds(rs), sawFirstByte, sawChunk, tc.wantFirstByte, tc.stream)
+			}
+			if res.StatusClass != schemas.StatusOK || res.FirstByteMs == nil || *res.FirstByteMs < 50 {
+				t.Errorf("result %s, first_byte_ms %v: want ok and the first byte at the token (≥ 50 ms)", res.StatusClass, res.FirstByteMs)
+			}
+		})
+	}
+}

@@ -73,7 +73,8 @@ func BenchmarkGatewayPath(b *testing.B) {
 }
 
 // BenchmarkGatewayPathCPU sends the same request from 16 goroutines at
-// once, straight to the fake and through the HTTP door, and reports the
+// once — a whole answer, then a stream, of 20 tokens — straight to the fake
+// and through the HTTP door, and reports the
 // process's CPU time per request (cpu-µs/op: user and system, everything
 // in the process — client, gateway, workers, embedded NATS, records and
 // the fake). The difference of the two is the CPU the path costs a
@@ -85,17 +86,24 @@ func BenchmarkGatewayPathCPU(b *testing.B) {
 	s, route, _ := startServe(b)
 	hc := NewClient(32)
 	defer hc.CloseIdleConnections()
-	body := []byte(`{"model":"general","messages":[{"role":"user","content":"Say hello"}],"max_tokens":20}`)
-	for _, target := range []struct{ name, url string }{
-		{"direct", route},
-		{"gateway-http", "http://" + s.HTTPAddr().String()},
+	whole := []byte(`{"model":"general","messages":[{"role":"user","content":"Say hello"}],"max_tokens":20}`)
+	stream := []byte(`{"model":"general","messages":[{"role":"user","content":"Say hello"}],"max_tokens":20,"stream":true}`)
+	gateway := "http://" + s.HTTPAddr().String()
+	for _, target := range []struct {
+		name, url string
+		body      []byte
+	}{
+		{"direct", route, whole},
+		{"gateway-http", gateway, whole},
+		{"direct-stream", route, stream},
+		{"gateway-http-stream", gateway, stream},
 	} {
 		b.Run(target.name, func(b *testing.B) {
 			b.SetParallelism(8)
 			before := processCPU(b)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					resp, err := hc.Post(target.url+DefaultPath, "application/json", bytes.NewReader(body))
+					resp, err := hc.Post(target.url+DefaultPath, "application/json", bytes.NewReader(target.body))
 					if err != nil {
 						b.Error(err)
 						return
