@@ -55,6 +55,11 @@ var kinds = map[string]struct {
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return &autoscalingv2.HorizontalPodAutoscaler{} }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return &policyv1.PodDisruptionBudget{} }},
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return &networkingv1.NetworkPolicy{} }},
+	// The Prometheus Operator's, which the chart renders on request: into
+	// the fields of theirs the chart uses (helm_test.go).
+	"ServiceMonitor": {"monitoring.coreos.com/v1", func() any { return &serviceMonitor{} }},
+	"PodMonitor":     {"monitoring.coreos.com/v1", func() any { return &podMonitor{} }},
+	"PrometheusRule": {"monitoring.coreos.com/v1", func() any { return &prometheusRule{} }},
 }
 
 // rendered is one overlay's objects, decoded, by kind and name.
