@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +18,10 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -302,4 +308,228 @@ func TestTheChartRefusesUnsoundValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The Prometheus Operator's objects, as far as the chart renders them:
+// decoding is strict, so a field the chart adds must be added here.
+type (
+	serviceMonitor struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       struct {
+			NamespaceSelector namespaceSelector    `json:"namespaceSelector"`
+			Selector          metav1.LabelSelector `json:"selector"`
+			Endpoints         []metricsEndpoint    `json:"endpoints"`
+		} `json:"spec"`
+	}
+	podMonitor struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       struct {
+			NamespaceSelector   namespaceSelector    `json:"namespaceSelector"`
+			Selector            metav1.LabelSelector `json:"selector"`
+			PodMetricsEndpoints []metricsEndpoint    `json:"podMetricsEndpoints"`
+		} `json:"spec"`
+	}
+	namespaceSelector struct {
+		MatchNames []string `json:"matchNames"`
+	}
+	metricsEndpoint struct {
+		Port     string `json:"port"`
+		Path     string `json:"path"`
+		Interval string `json:"interval"`
+	}
+	prometheusRule struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       alertRules        `json:"spec"`
+	}
+	// alertRules are Prometheus' rule files' groups: deploy/prometheus/alerts.yaml's
+	// whole, a PrometheusRule's spec.
+	alertRules struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+)
+
+// chartAlerts is the chart's copy of the alert rules, which its
+// PrometheusRule reads (.Files.Get).
+const chartAlerts = chartDir + "/files/alerts.yaml"
+
+// The chart's copy of the alert rules is deploy/prometheus/alerts.yaml,
+// byte for byte: the PrometheusRule cannot drift from the rules
+// promtool's tests prove (a chart reads no file outside itself).
+func TestTheChartsAlertRulesAreDeploysPrometheusAlerts(t *testing.T) {
+	chart, err := os.ReadFile(chartAlerts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(chart, rules) {
+		t.Fatalf("%s differs from prometheus/alerts.yaml: cp deploy/prometheus/alerts.yaml deploy/%s", chartAlerts, chartAlerts)
+	}
+}
+
+// monitoringValues turn on every monitoring object, with the labels a
+// kube-prometheus-stack release selects.
+var monitoringValues = map[string]any{"metrics": map[string]any{
+	"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kps"}},
+	"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kps"}},
+}}
+
+// The monitoring objects are off by default: their CRDs may not exist.
+func TestTheChartRendersNoMonitoringObjectUnlessAsked(t *testing.T) {
+	chart := renderChart(t, productionValues, "hedgerow", nil)
+	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"} {
+		if n := len(chart.objects[kind]); n != 0 {
+			t.Errorf("%d %s rendered by default; want none", n, kind)
+		}
+	}
+}
+
+// Asked for, the ServiceMonitor scrapes /metrics of the gateways' internal
+// Service — the one Service its selector and port name match, whose
+// target is the gateways' port of http.internal_listen —, the PodMonitor
+// /metrics of the workers' Pods on their --metrics-listen port and no
+// other Pods, both in the release's namespace with the labels asked for;
+// the PrometheusRule's groups are alerts.yaml's, rule for rule.
+func TestTheChartsMonitoringScrapesTheMetricsPortsAndCarriesTheAlertRules(t *testing.T) {
+	const ns = "hedgerow"
+	chart := renderChart(t, productionValues, ns, monitoringValues)
+	sm := chart.get(t, "ServiceMonitor", "hedgerow-gateway").(*serviceMonitor)
+	pm := chart.get(t, "PodMonitor", "hedgerow-worker").(*podMonitor)
+	pr := chart.get(t, "PrometheusRule", "hedgerow").(*prometheusRule)
+	for _, md := range []metav1.ObjectMeta{sm.Metadata, pm.Metadata, pr.Metadata} {
+		if md.Labels["release"] != "kps" || md.Labels["app.kubernetes.io/part-of"] != "hedgerow" {
+			t.Errorf("%s's labels %v lack the values' release: kps or the chart's own", md.Name, md.Labels)
+		}
+	}
+	for name, sel := range map[string]namespaceSelector{"ServiceMonitor": sm.Spec.NamespaceSelector, "PodMonitor": pm.Spec.NamespaceSelector} {
+		if !slices.Equal(sel.MatchNames, []string{ns}) {
+			t.Errorf("the %s looks in namespaces %q, want the release's", name, sel.MatchNames)
+		}
+	}
+
+	// The ServiceMonitor: each endpoint's port name picks exactly the
+	// internal Service among those its selector matches.
+	smSel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Path != "/metrics" {
+		t.Fatalf("ServiceMonitor endpoints %+v, want one of /metrics", sm.Spec.Endpoints)
+	}
+	ep := sm.Spec.Endpoints[0]
+	var scraped []string
+	var target corev1.ServicePort
+	for name, o := range chart.objects["Service"] {
+		svc := o.(*corev1.Service)
+		if !smSel.Matches(labels.Set(svc.Labels)) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if p.Name == ep.Port {
+				scraped, target = append(scraped, name), p
+			}
+		}
+	}
+	if !slices.Equal(scraped, []string{"hedgerow-gateway-internal"}) {
+		t.Fatalf("the ServiceMonitor scrapes the Services %q, want hedgerow-gateway-internal alone", scraped)
+	}
+	gw := chart.get(t, "Deployment", "hedgerow-gateway").(*appsv1.Deployment)
+	svc := chart.get(t, "Service", "hedgerow-gateway-internal").(*corev1.Service)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(gw.Spec.Template.Labels)) {
+		t.Fatalf("the internal Service's selector %v misses the gateways' Pods %v", svc.Spec.Selector, gw.Spec.Template.Labels)
+	}
+	checkContainerPort(t, gw.Spec.Template.Spec.Containers[0], target.TargetPort.StrVal, chartInternalListen(t, chart))
+
+	// The PodMonitor: the workers' Pods and no others, on the port of
+	// their --metrics-listen.
+	pmSel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for name, o := range chart.objects["Deployment"] {
+		if pmSel.Matches(labels.Set(o.(*appsv1.Deployment).Spec.Template.Labels)) {
+			pods = append(pods, name)
+		}
+	}
+	if !slices.Equal(pods, []string{"hedgerow-worker"}) {
+		t.Fatalf("the PodMonitor scrapes the Pods of %q, want hedgerow-worker's alone", pods)
+	}
+	if len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Path != "/metrics" {
+		t.Fatalf("PodMonitor endpoints %+v, want one of /metrics", pm.Spec.PodMetricsEndpoints)
+	}
+	wk := chart.get(t, "Deployment", "hedgerow-worker").(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	checkContainerPort(t, wk, pm.Spec.PodMetricsEndpoints[0].Port, flagValue(t, wk.Args, "--metrics-listen"))
+
+	// The rules: alerts.yaml's, decoded the same strict way.
+	data, err := os.ReadFile("prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want alertRules
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&want); err != nil {
+		t.Fatalf("prometheus/alerts.yaml: %v", err)
+	}
+	if len(want.Groups) == 0 || !reflect.DeepEqual(pr.Spec, want) {
+		t.Fatalf("the PrometheusRule's groups differ from prometheus/alerts.yaml's:\n  %s", strings.Join(diffPaths("spec", normalized(t, pr.Spec), normalized(t, want)), "\n  "))
+	}
+}
+
+// checkContainerPort checks that c has a port named name whose number is
+// listen's, the address its process serves /metrics on.
+func checkContainerPort(t *testing.T, c corev1.Container, name, listen string) {
+	t.Helper()
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		t.Fatalf("%s: %v", c.Name, err)
+	}
+	for _, p := range c.Ports {
+		if p.Name == name {
+			if strconv.Itoa(int(p.ContainerPort)) != port {
+				t.Fatalf("%s's port %s is %d, but /metrics is served on %s", c.Name, name, p.ContainerPort, listen)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s has no port named %s (ports %+v)", c.Name, name, c.Ports)
+}
+
+// chartInternalListen is http.internal_listen of the hedgerow
+// configuration the chart's ConfigMap carries: where gateways serve
+// /metrics.
+func chartInternalListen(t *testing.T, chart rendered) string {
+	t.Helper()
+	cm := chart.get(t, "ConfigMap", "hedgerow-config").(*corev1.ConfigMap)
+	var cfg struct {
+		HTTP struct {
+			InternalListen string `json:"internal_listen"`
+		} `json:"http"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["hedgerow.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg.HTTP.InternalListen
 }

@@ -55,6 +55,11 @@ var kinds = map[string]struct {
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return &autoscalingv2.HorizontalPodAutoscaler{} }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return &policyv1.PodDisruptionBudget{} }},
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return &networkingv1.NetworkPolicy{} }},
+	// The Prometheus Operator's, which the chart renders on request: into
+	// the fields of theirs the chart uses (helm_test.go).
+	"ServiceMonitor": {"monitoring.coreos.com/v1", func() any { return &serviceMonitor{} }},
+	"PodMonitor":     {"monitoring.coreos.com/v1", func() any { return &podMonitor{} }},
+	"PrometheusRule": {"monitoring.coreos.com/v1", func() any { return &prometheusRule{} }},
 }
 
 // rendered is one overlay's objects, decoded, by kind and name.
@@ -235,8 +240,30 @@ func TestTheConfigMapPassesConfigCheckForEachRoleThatReadsIt(t *testing.T) {
 				if rl.role == config.RoleGateway && len(c.EnvFrom) > 0 {
 					t.Fatalf("the gateway takes variables from %v: it never reads provider keys", c.EnvFrom)
 				}
+				if rl.role == config.RoleGateway {
+					checkReplayBound(t, r, cfg)
+				}
 			}
 		})
+	}
+}
+
+// checkReplayBound checks that the answers the gateways keep for replay
+// in Redis (http.idempotency.max_total_bytes, all of them together) sit
+// well under Redis' maxmemory — at most a quarter —, which must hold the
+// winner gate, the budgets, the slices and the markers too and past which
+// a noeviction Redis refuses the gate's writes (docs/architecture.md §2).
+func checkReplayBound(t *testing.T, r rendered, cfg *config.Config) {
+	t.Helper()
+	sts := r.get(t, "StatefulSet", "hedgerow-redis").(*appsv1.StatefulSet)
+	script := strings.Join(sts.Spec.Template.Spec.Containers[0].Command, " ")
+	m := regexp.MustCompile(`--maxmemory (\d+)mb\b`).FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("Redis runs without a --maxmemory in mb: %s", script)
+	}
+	mb, _ := strconv.ParseInt(m[1], 10, 64)
+	if bound := int64(cfg.HTTP.Idempotency.MaxTotalBytes); bound <= 0 || bound > mb<<20/4 {
+		t.Errorf("http.idempotency.max_total_bytes %d is over a quarter of Redis' maxmemory %d MB", bound, mb)
 	}
 }
 

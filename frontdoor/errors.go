@@ -289,12 +289,12 @@ func IdempotencyKeyReused() *Failure {
 }
 
 // AnswerNotKept is the answer to a retry of a request whose answer was
-// delivered whole but too large to keep for replay: a 409 at once, with no
-// provider call, that no retry of the same request can change
-// (docs/architecture.md §2).
+// delivered whole but not kept for replay (too large, or the store full):
+// a 409 at once, with no provider call, that no retry of the same request
+// can change (docs/architecture.md §2).
 func AnswerNotKept() *Failure {
 	return &Failure{Code: CodeAnswerNotKept, Param: HeaderIdempotencyKey,
-		Message: "The request of this Idempotency-Key was answered and its answer delivered, but it was too large to keep, so it cannot be sent again; send a new key to run the request anew."}
+		Message: "The request of this Idempotency-Key was answered and its answer delivered, but it was not kept (too large, or the replay store was full), so it cannot be sent again; send a new key to run the request anew."}
 }
 
 // CommittedInRegion is the answer to a retry of a user action region

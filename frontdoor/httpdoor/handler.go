@@ -118,7 +118,11 @@ type Options struct {
 	// (replay.FlightOptions.Elsewhere, docs/architecture.md §14); nil in a
 	// deployment of one region.
 	Elsewhere replay.Elsewhere
-	Logger    *slog.Logger
+	// ReplayMetrics count the committed answers not kept in Replays
+	// (replay.FlightOptions.Metrics); nil counts none. A gateway's one,
+	// shared by both doors and every generation.
+	ReplayMetrics *replay.Metrics
+	Logger        *slog.Logger
 	// Records, when set, serves the report endpoints (ReportPath,
 	// RecordsPath, report.go) from the kept records; nil serves neither.
 	Records RecordSource
@@ -231,7 +235,7 @@ func newHandler(d frontdoor.Submitter, opts Options) (*handler, error) {
 	h := &handler{d: d, opts: opts, log: opts.Logger, now: opts.Now, mux: http.NewServeMux()}
 	if opts.Replays != nil {
 		var err error
-		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere}); err != nil {
+		if h.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere, Metrics: opts.ReplayMetrics}); err != nil {
 			return nil, fmt.Errorf("httpdoor: %w", err)
 		}
 	}

@@ -93,6 +93,9 @@ type Options struct {
 	// as the HTTP door's (docs/architecture.md §14); nil in a deployment
 	// of one region.
 	Elsewhere replay.Elsewhere
+	// ReplayMetrics count the committed answers not kept in Replays, as
+	// the HTTP door's; nil counts none.
+	ReplayMetrics *replay.Metrics
 	// Registerer takes the door's counter of refused cancels
 	// (hedgerow_nats_cancels_rejected_total); nil registers none.
 	Registerer prometheus.Registerer
@@ -168,7 +171,7 @@ func Start(d frontdoor.Submitter, nc *nats.Conn, opts Options) (*Service, error)
 		return nil, fmt.Errorf("natsdoor: %w", err)
 	}
 	if opts.Replays != nil {
-		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere}); err != nil {
+		if s.flights, err = replay.NewFlights(opts.Replays, replay.FlightOptions{Lease: opts.ReplayLease, Elsewhere: opts.Elsewhere, Metrics: opts.ReplayMetrics}); err != nil {
 			return nil, fmt.Errorf("natsdoor: %w", err)
 		}
 	}

@@ -46,6 +46,8 @@ type FlightOptions struct {
 	// answer is published to it. Nil: the region's store alone, as in a
 	// deployment of one region.
 	Elsewhere Elsewhere
+	// Metrics count the committed answers End could not keep (nil: none).
+	Metrics *Metrics
 }
 
 // Elsewhere is what Flights ask of the user actions committed in other
@@ -112,7 +114,8 @@ type Turn struct {
 	// (idempotency_key_reused).
 	Reused bool
 	// NotKept says the same request was answered, delivered whole, but its
-	// answer was too large to keep (a tombstone is stored): refuse it
+	// answer was not kept — too large, or the store full — and its
+	// tombstone is stored: refuse it
 	// answer_not_kept, with no provider call (docs/architecture.md §2).
 	NotKept bool
 	// CommittedIn names the region that committed the same request when
@@ -328,11 +331,13 @@ func (l *Lead) finish() bool {
 }
 
 // End ends the request: a non-nil answer is stored for ttl (replacing the
-// lease) — one the store refuses as too large (ErrTooLarge) is replaced by
-// its tombstone (NotKeptAnswer), as a door passes one for an answer over
-// its recorder's bound, so a retry is refused answer_not_kept rather than
-// run again —, else the lease is released so the next request of the key
-// runs as a new try; then this door's waiters wake.
+// lease) — one the store refuses as too large (ErrTooLarge) or for its
+// total bound (ErrStoreFull) is replaced by its tombstone (NotKeptAnswer),
+// as a door passes one for an answer over its recorder's bound, so a retry
+// is refused answer_not_kept rather than run again —, else the lease is
+// released so the next request of the key runs as a new try (a committed
+// answer that no store kept, its tombstone included, meets the winner
+// gate then); then this door's waiters wake.
 // A takeover (Supersedes set) that ends without an answer hands the orphan
 // on instead: its group may have failed before it ever met the orphan's
 // gate holding, which then still stands, so the lease is lapsed naming the
@@ -352,7 +357,8 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 		// still holds the lease (a store just restarted refuses the first
 		// calls of a client that saw it die).
 		err = l.putRetrying(ctx, a, ttl)
-		if errors.Is(err, ErrTooLarge) && !a.NotKept {
+		l.countNotKept(a, err)
+		if (errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStoreFull)) && !a.NotKept {
 			a = NotKeptAnswer(a.Fingerprint)
 			err = l.putRetrying(ctx, a, ttl)
 		}
@@ -386,15 +392,30 @@ func (l *Lead) End(ctx context.Context, a *Answer, ttl time.Duration) error {
 	return err
 }
 
+// countNotKept counts the committed answer a — a tombstone when the door
+// already found it over its recorder's bound — that the store's Put
+// answered err, unless it was kept whole: once, by its first reason.
+func (l *Lead) countNotKept(a *Answer, err error) {
+	m := l.fs.opts.Metrics
+	switch {
+	case a.NotKept, errors.Is(err, ErrTooLarge):
+		m.NotKept(NotKeptTooLarge)
+	case errors.Is(err, ErrStoreFull):
+		m.NotKept(NotKeptStoreFull)
+	case err != nil:
+		m.NotKept(NotKeptStoreFailed)
+	}
+}
+
 // putRetrying stores a, retrying a Put that failed for want of the store
 // with backoff (10 ms doubling to 250 ms) until it succeeds or ctx ends; an
-// answer the store will never keep (ErrTooLarge) is not retried. It returns
-// the last error.
+// answer the store will not keep (ErrTooLarge, ErrStoreFull) is not
+// retried. It returns the last error.
 func (l *Lead) putRetrying(ctx context.Context, a *Answer, ttl time.Duration) error {
 	pause := 10 * time.Millisecond
 	for {
 		err := l.fs.store.Put(ctx, l.key, a, ttl)
-		if err == nil || ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrStoreFull) {
 			return err
 		}
 		wait := time.NewTimer(pause)

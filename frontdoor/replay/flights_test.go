@@ -276,3 +276,90 @@ func TestAnAnswerTooLargeToKeepLeavesATombstoneThatTwinsAndRetriesAreToldOf(t *t
 		})
 	}
 }
+
+// fullStore refuses with ErrStoreFull every answer whose body is longer
+// than room (tombstones have none), as a shared store at its total bound
+// does, and counts its releases.
+type fullStore struct {
+	replay.Store
+	room     int
+	releases atomic.Int64
+}
+
+func (f *fullStore) Put(ctx context.Context, key string, a *replay.Answer, ttl time.Duration) error {
+	if len(a.Body) > f.room || f.room < 0 {
+		return replay.ErrStoreFull
+	}
+	return f.Store.Put(ctx, key, a, ttl)
+}
+
+func (f *fullStore) Release(ctx context.Context, key string, m replay.Marker) error {
+	f.releases.Add(1)
+	return f.Store.Release(ctx, key, m)
+}
+
+// A committed answer a full store refuses (its total bound,
+// max_total_bytes) leaves its tombstone when that still fits, so a retry
+// is told NotKept as for an answer too large to keep; when even the
+// tombstone is refused the lease is released (never lapsed: no retry may
+// supersede a delivered commit) and the retry runs afresh, to meet the
+// winner gate. Every answer not kept is counted once, by its reason.
+func TestAnAnswerTheFullStoreRefusesLeavesItsTombstoneOrReleasesTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		room       int // the body bytes the store still takes; -1 none
+		ended      *replay.Answer
+		tombstone  bool
+		reason     string
+		endRefused error
+	}{
+		{"the tombstone fits", 10, answer("fp", string(make([]byte, 1024))), true, replay.NotKeptStoreFull, nil},
+		{"not even the tombstone fits", -1, answer("fp", string(make([]byte, 1024))), false, replay.NotKeptStoreFull, replay.ErrStoreFull},
+		{"the door's tombstone does not fit", -1, replay.NotKeptAnswer("fp"), false, replay.NotKeptTooLarge, replay.ErrStoreFull},
+		{"the answer fits", 4096, answer("fp", string(make([]byte, 1024))), false, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := replay.NewMemory(replay.MemoryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := &fullStore{Store: m, room: tc.room}
+			metrics, err := replay.NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := replay.NewFlights(store, replay.FlightOptions{Lease: testLease, Metrics: metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			groupOf.Store(fs, "dispatcher-a")
+			l := lead(t, fs, "k", "fp")
+			if err := l.End(context.Background(), tc.ended, time.Hour); !errors.Is(err, tc.endRefused) || (err == nil) != (tc.endRefused == nil) {
+				t.Fatalf("End: %v; want %v", err, tc.endRefused)
+			}
+			got := await(t, beginAsync(context.Background(), fs, "k", "fp"))
+			switch {
+			case got.err != nil:
+				t.Fatal(got.err)
+			case tc.tombstone && !got.turn.NotKept:
+				t.Fatalf("retry: %+v; want told NotKept (the tombstone)", got.turn)
+			case tc.endRefused != nil && (got.turn.Lead == nil || got.turn.Lead.Supersedes != "" || store.releases.Load() != 1):
+				t.Fatalf("retry: %+v after %d releases; want to lead afresh, the lease released once", got.turn, store.releases.Load())
+			case tc.reason == "" && got.turn.Answer == nil:
+				t.Fatalf("retry: %+v; want the answer replayed", got.turn)
+			}
+			if got.turn.Lead != nil {
+				_ = got.turn.Lead.End(context.Background(), nil, time.Hour)
+			}
+			for _, r := range []string{replay.NotKeptTooLarge, replay.NotKeptStoreFull, replay.NotKeptStoreFailed, replay.NotKeptEvicted} {
+				want := 0.0
+				if r == tc.reason {
+					want = 1
+				}
+				if n := metrics.NotKeptCount(r); n != want {
+					t.Errorf("not kept for %s: %v; want %v", r, n, want)
+				}
+			}
+		})
+	}
+}

@@ -18,12 +18,16 @@ type MemoryOptions struct {
 	MarkerKeep time.Duration
 	// Now is the store's clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics count the live answers evicted for room (nil: none).
+	Metrics *Metrics
 }
 
 // Memory is the Store of one replica: a map with expiry, bounded in bytes.
 // When a Put would pass the total bound the oldest entries are evicted
-// first (an evicted answer is no longer replayed; its retry meets the
-// winner gate and is answered already_committed, docs/architecture.md §6).
+// first (an evicted answer is no longer replayed; its retry runs a group
+// whose election meets the winner gate and is answered already_committed
+// while the gate remembers the commit — its TTL, 10 minutes or more —
+// and commits anew past it, docs/architecture.md §2, §6).
 type Memory struct {
 	mu       sync.Mutex
 	opts     MemoryOptions
@@ -104,6 +108,7 @@ func (m *Memory) Put(ctx context.Context, key string, a *Answer, ttl time.Durati
 	}
 	for m.total+size > m.opts.MaxTotalBytes {
 		m.remove(m.order.Front())
+		m.opts.Metrics.NotKept(NotKeptEvicted)
 	}
 	e := &memEntry{key: key, answer: clone(a), expires: now.Add(ttl), size: size}
 	m.entries[key] = m.order.PushBack(e)

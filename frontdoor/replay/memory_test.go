@@ -10,8 +10,8 @@ import (
 )
 
 func TestMemoryConformance(t *testing.T) {
-	replaytest.Run(t, func(t *testing.T, clock *replaytest.Clock, maxEntry int) replay.Store {
-		m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: maxEntry, MarkerKeep: replaytest.MarkerKeep, Now: clock.Now})
+	replaytest.Run(t, func(t *testing.T, clock *replaytest.Clock, maxEntry, maxTotal int) replay.Store {
+		m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: maxEntry, MaxTotalBytes: maxTotal, MarkerKeep: replaytest.MarkerKeep, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -20,11 +20,15 @@ func TestMemoryConformance(t *testing.T) {
 }
 
 // The total bound evicts the oldest answers first, and expired ones before
-// any live one.
+// any live one; only live ones evicted count as answers not kept.
 func TestMemoryTotalBoundEvictsOldestFirst(t *testing.T) {
 	ctx := context.Background()
 	clock := replaytest.NewClock()
-	m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: 100, MaxTotalBytes: 250, Now: clock.Now})
+	metrics, err := replay.NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: 100, MaxTotalBytes: 250, Now: clock.Now, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +53,9 @@ func TestMemoryTotalBoundEvictsOldestFirst(t *testing.T) {
 	put("d")
 	if m.Len() != 1 {
 		t.Fatalf("Len = %d after the others expired; want 1", m.Len())
+	}
+	if n := metrics.NotKeptCount(replay.NotKeptEvicted); n != 1 {
+		t.Fatalf("%v answers counted evicted; want 1 (a; b and c expired)", n)
 	}
 }
 

@@ -6,8 +6,10 @@
 // key itself — to an Answer: the exact bytes a door wrote, its status, the
 // headers that matter, and a fingerprint of the request that produced it, so
 // a key reused with another request is told apart. Entries expire after a
-// TTL and are bounded in size, per entry and in total. Memory is the store
-// of one replica; replaytest is the conformance suite every store passes.
+// TTL and are bounded in size, per entry and in total (max_total_bytes:
+// Memory evicts its oldest answers, a shared store refuses new ones with
+// ErrStoreFull). Memory is the store of one replica; replaytest is the
+// conformance suite every store passes.
 //
 // Answers hold callers' outputs: no store logs or records them.
 package replay
@@ -24,7 +26,8 @@ import (
 // keeps its idempotency keys.
 const DefaultTTL = 24 * time.Hour
 
-// Default size bounds of a store.
+// Default size bounds of a store: the same for Memory (one gateway's) and
+// a store the gateways share (all of theirs together).
 const (
 	DefaultMaxEntryBytes = 4 << 20
 	DefaultMaxTotalBytes = 256 << 20
@@ -35,6 +38,14 @@ const (
 // (NotKeptAnswer) in its place, so a retry is refused answer_not_kept at
 // once instead of running a second provider call (docs/architecture.md §2).
 var ErrTooLarge = errors.New("replay: answer larger than the store keeps")
+
+// ErrStoreFull is returned by Put when keeping the answer would pass the
+// store's total bound (max_total_bytes) and the store does not evict to
+// make room (a shared store: Redis runs noeviction, docs/architecture.md
+// §2). The answer is not kept; Lead.End keeps its tombstone instead when
+// that still fits, as for ErrTooLarge. The store takes answers again as
+// the ones it holds expire.
+var ErrStoreFull = errors.New("replay: the store's total bound is reached")
 
 // Answer is one committed answer as a door wrote it.
 type Answer struct {

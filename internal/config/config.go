@@ -381,8 +381,10 @@ type Idempotency struct {
 	TTL time.Duration `yaml:"ttl"`
 	// MaxEntryBytes bounds one answer kept; a larger one is not replayed.
 	MaxEntryBytes ByteSize `yaml:"max_entry_bytes"`
-	// MaxTotalBytes bounds all answers kept in memory; the oldest go
-	// first. With redis.url, Redis' maxmemory bounds them instead.
+	// MaxTotalBytes bounds the answers kept: this gateway's in its memory
+	// (the oldest evicted past it), or with redis.url those of every
+	// gateway sharing the Redis together (new ones not kept past it; it
+	// must sit well under Redis' maxmemory, docs/architecture.md §2).
 	MaxTotalBytes ByteSize `yaml:"max_total_bytes"`
 	// Lease is the lease of a request's in-flight marker: its gateway
 	// refreshes it every third of it, and a retry that finds it

@@ -50,12 +50,15 @@ type Gateway struct {
 	records    *records.Publisher
 	tracer     *tracing.Exporter // nil without tracing.endpoint
 	replays    replay.Store
-	actions    *actions.Index // the cross-region index of user actions; nil without global.regions
-	nc         *nats.Conn
-	reg        *prometheus.Registry // the process's metrics; each generation adds its own
-	secret     []byte
-	log        *slog.Logger
-	own        map[string]string // serve's own workers, id → route: readiness waits for them
+	// replayMetrics count the answers the doors could not keep in
+	// replays, registered once with the gateway's registry.
+	replayMetrics *replay.Metrics
+	actions       *actions.Index // the cross-region index of user actions; nil without global.regions
+	nc            *nats.Conn
+	reg           *prometheus.Registry // the process's metrics; each generation adds its own
+	secret        []byte
+	log           *slog.Logger
+	own           map[string]string // serve's own workers, id → route: readiness waits for them
 
 	reloads *reloadMetrics
 
@@ -121,7 +124,10 @@ func startGateway(cfg *config.Config, nc *nats.Conn, reg *prometheus.Registry, o
 	if g.tracer, err = openTracer(cfg, o, log.With("component", "tracing")); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
-	if g.replays, err = replayStore(cfg, sh); err != nil {
+	if g.replayMetrics, err = replay.NewMetrics(reg); err != nil {
+		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
+	}
+	if g.replays, err = replayStore(cfg, sh, g.replayMetrics); err != nil {
 		return nil, errors.Join(fmt.Errorf("gateway: %w", err), g.closeShared())
 	}
 	if g.actions, err = openActions(cfg, nc, reg, log.With("component", "actions")); err != nil {
@@ -216,19 +222,21 @@ func openRecords(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, l
 	return p, err
 }
 
-// replayStore is where the HTTP door keeps committed answers for replay
+// replayStore is where the doors keep committed answers for replay
 // (docs/architecture.md §2): in Redis with the gate when the replicas share
-// one, so a retry reaching any replica is replayed (the total bound is then
-// Redis' maxmemory); else in this gateway's memory.
-func replayStore(cfg *config.Config, sh *shared) (replay.Store, error) {
+// one, so a retry reaching any replica is replayed (max_total_bytes then
+// bounds the answers of every gateway together, refusing new ones past
+// it); else in this gateway's memory (max_total_bytes its own, the oldest
+// evicted past it).
+func replayStore(cfg *config.Config, sh *shared, metrics *replay.Metrics) (replay.Store, error) {
 	id := cfg.HTTP.Idempotency
 	if sh.client != nil {
 		// A lapsed marker is remembered as long as the winner gate holding it
 		// left may stand, so the retry that takes it over can clear that.
 		return redisreplay.New(sh.client, redisreplay.Options{Prefix: cfg.Redis.KeyPrefix,
-			MaxEntryBytes: int(id.MaxEntryBytes), Timeout: cfg.Redis.Timeout, MarkerKeep: gateTTL(cfg)})
+			MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes), Timeout: cfg.Redis.Timeout, MarkerKeep: gateTTL(cfg)})
 	}
-	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes)})
+	return replay.NewMemory(replay.MemoryOptions{MaxEntryBytes: int(id.MaxEntryBytes), MaxTotalBytes: int(id.MaxTotalBytes), Metrics: metrics})
 }
 
 // openActions starts the gateway's side of the index of user actions

@@ -17,7 +17,7 @@ import (
 // and reason, the tail gain (NaN below its floor, beside its sample
 // counts) and the stall bound per cohort, suppressions of every reason, ceiling
 // breaches, route states, NATS connections, records' and workers' failure
-// counts. deploy/deploy_test.go checks the same for every series the
+// counts, answers not kept for replay. deploy/deploy_test.go checks the same for every series the
 // dashboard and the alert rules name. An absent series reads as "no data", which an alert cannot tell
 // from a healthy zero.
 func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
@@ -60,6 +60,8 @@ func TestServeExportsEveryOperatorMetricFromTheStart(t *testing.T) {
 		`hedgerow_worker_inflight{route="fake-b"} 0`,
 		`hedgerow_worker_max_inflight{route="fake-b"} 64`,
 		`hedgerow_groups_in_flight 0`,
+		`hedgerow_replay_answers_not_kept_total{reason="store_full"} 0`,
+		`hedgerow_replay_answers_not_kept_total{reason="evicted"} 0`,
 	}
 	tests := []struct {
 		name  string

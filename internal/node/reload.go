@@ -88,6 +88,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 		ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
 		ReplayLease:    cfg.HTTP.Idempotency.Lease,
 		Elsewhere:      g.elsewhere(),
+		ReplayMetrics:  g.replayMetrics,
 		Logger:         g.log.With("component", "http"),
 	}
 	// The pools of kind embeddings serve POST /v1/embeddings.
@@ -115,7 +116,7 @@ func (g *Gateway) newGeneration(cfg *config.Config) (*generation, error) {
 	}
 	gen.nopts = natsdoor.Options{Region: cfg.Deployment.Region, DispatcherID: d.ID(), Logger: g.log.With("component", "nats-submit"),
 		Replays: g.replays, ReplayTTL: cfg.HTTP.Idempotency.TTL, ReplayMaxBytes: int(cfg.HTTP.Idempotency.MaxEntryBytes),
-		ReplayLease: cfg.HTTP.Idempotency.Lease, Elsewhere: g.elsewhere(), Keyring: hopts.Keyring, Limiter: hopts.Limiter, Registerer: gen.reg}
+		ReplayLease: cfg.HTTP.Idempotency.Lease, Elsewhere: g.elsewhere(), ReplayMetrics: g.replayMetrics, Keyring: hopts.Keyring, Limiter: hopts.Limiter, Registerer: gen.reg}
 	if err := g.shared.shareSketches(d, cfg, g.log.With("component", "sketchshare")); err != nil {
 		return nil, errors.Join(err, gen.closeDispatcher(context.Background()))
 	}

@@ -6,8 +6,34 @@
 // it works on a Redis Cluster), holds the answer and its expiry. Expiry is
 // judged on the store's clock against the expiry in the value, so a test
 // clock decides it; the key's PX TTL (the same TTL, on Redis' clock) only
-// lets Redis collect it. The per-entry bound is the store's; the total is
-// Redis' own maxmemory with an eviction policy. Answers are never logged.
+// lets Redis collect it. Answers are never logged.
+//
+// Both bounds are the store's. The total (max_total_bytes, for all the
+// gateways sharing the Redis) cannot be left to Redis' maxmemory: Redis
+// runs noeviction, since an evicting policy would drop winner-gate keys
+// and let a user action commit twice, so answers filling it would make
+// the gate's writes fail. The bytes kept are counted in time buckets, a
+// twenty-fourth of the answer's TTL wide, in one hash `<prefix>:{rp}:bytes`
+// (a slot of its own: the answers' keys sit in many slots): field = the
+// bucket's start in Unix ms, value = "<bytes> <expiry ms>", the expiry
+// being the bucket's end plus the TTL, when the last answer it counts has
+// expired. Put first reserves the answer's bytes (its JSON, its key and
+// entryOverhead for Redis' own structures) with one script that drops the
+// lapsed buckets, sums the rest and adds to the current bucket only if
+// the sum stays within the bound — else ErrStoreFull, nothing stored —
+// and then stores the answer; a SET that fails gives its bytes back.
+//
+// What the count allows (a Redis Cluster cannot run the count and the SET
+// in one script, their keys being in different slots): racing Puts never
+// pass the bound together, since the check and the count are one script;
+// the count errs high, refusing early, by (a) the answers of a bucket
+// that expired before it, at most a bucket's width (TTL/24) of Puts,
+// (b) an answer replaced under the same key, counted twice, and (c) a
+// reservation whose SET failed and whose give-back failed too (a gateway
+// killed, or Redis lost, between the two round trips): one entry each,
+// every one of them gone when its bucket lapses, within the TTL plus a
+// bucket. It errs low by a SET applied whose reply was lost (given back
+// though kept), one entry each, for at most the TTL.
 //
 // A key's in-flight marker is `<prefix>:{rp:<replay key>}:lease`, in the
 // answer's hash slot, so Put can store the answer and drop the marker in one
@@ -24,6 +50,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +65,11 @@ type Options struct {
 	// MaxEntryBytes bounds one answer; zero means
 	// replay.DefaultMaxEntryBytes.
 	MaxEntryBytes int
+	// MaxTotalBytes bounds the answers every store sharing the Redis (and
+	// Prefix) keeps together; zero means replay.DefaultMaxTotalBytes. It
+	// must sit well under Redis' maxmemory, which holds the winner gate,
+	// the budgets and the markers too.
+	MaxTotalBytes int
 	// Timeout bounds one round trip; zero means none beyond the caller's
 	// context.
 	Timeout time.Duration
@@ -61,12 +93,13 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisreplay: a Redis client is required")
 	}
-	if opts.MaxEntryBytes < 0 || opts.Timeout < 0 || opts.MarkerKeep < 0 {
-		return nil, errors.New("redisreplay: the entry bound, the timeout and the marker keep must not be negative")
+	if opts.MaxEntryBytes < 0 || opts.MaxTotalBytes < 0 || opts.Timeout < 0 || opts.MarkerKeep < 0 {
+		return nil, errors.New("redisreplay: the bounds, the timeout and the marker keep must not be negative")
 	}
 	opts.MarkerKeep = cmp.Or(opts.MarkerKeep, replay.DefaultMarkerKeep)
 	opts.Prefix = cmp.Or(opts.Prefix, "hr")
 	opts.MaxEntryBytes = cmp.Or(opts.MaxEntryBytes, replay.DefaultMaxEntryBytes)
+	opts.MaxTotalBytes = cmp.Or(opts.MaxTotalBytes, replay.DefaultMaxTotalBytes)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -87,6 +120,19 @@ type entry struct {
 func (s *Store) key(k string) string { return s.opts.Prefix + ":{rp:" + k + "}" }
 
 func (s *Store) leaseKey(k string) string { return s.key(k) + ":lease" }
+
+// bytesKey is the hash of the byte counts by time bucket, in a slot of
+// its own.
+func (s *Store) bytesKey() string { return s.opts.Prefix + ":{rp}:bytes" }
+
+// entryOverhead is what an answer's key costs Redis beside the bytes of
+// its name and value (its dictionary entries, objects and TTL), counted
+// against the total bound with them.
+const entryOverhead = 128
+
+// bucketsPerTTL is how many time buckets one TTL spans: the count holds
+// an expired answer's bytes for at most TTL/bucketsPerTTL.
+const bucketsPerTTL = 24
 
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.opts.Timeout > 0 {
@@ -116,13 +162,15 @@ func (s *Store) Get(ctx context.Context, key string) (*replay.Answer, error) {
 	return &replay.Answer{Fingerprint: e.Fingerprint, Status: e.Status, Header: e.Header, Body: e.Body, NotKept: e.NotKept}, nil
 }
 
-// Put stores a under key for ttl; ErrTooLarge above the entry bound.
+// Put stores a under key for ttl; ErrTooLarge above the entry bound,
+// ErrStoreFull when the answers kept would pass the total bound.
 func (s *Store) Put(ctx context.Context, key string, a *replay.Answer, ttl time.Duration) error {
 	if ttl <= 0 {
 		return errors.New("redisreplay: the TTL must be positive")
 	}
+	now := s.opts.Now()
 	data, err := json.Marshal(entry{Fingerprint: a.Fingerprint, Status: a.Status, Header: a.Header, Body: a.Body,
-		NotKept: a.NotKept, ExpiresMs: s.opts.Now().Add(ttl).UnixMilli()})
+		NotKept: a.NotKept, ExpiresMs: now.Add(ttl).UnixMilli()})
 	if err != nil {
 		return fmt.Errorf("redisreplay: encode an answer: %w", err)
 	}
@@ -131,13 +179,86 @@ func (s *Store) Put(ctx context.Context, key string, a *replay.Answer, ttl time.
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
+	size := len(data) + len(s.key(key)) + entryOverhead
+	bucket, err := s.reserve(ctx, now, ttl, size)
+	if err != nil {
+		return err
+	}
 	pipe := s.client.TxPipeline()
 	pipe.Set(ctx, s.key(key), data, ttl)
 	pipe.Del(ctx, s.leaseKey(key))
 	if _, err := pipe.Exec(ctx); err != nil {
+		// Not stored (or its reply lost): the bytes go back, on a context
+		// of their own, as the caller's may be what ended.
+		gctx, gcancel := s.ctx(context.WithoutCancel(ctx))
+		defer gcancel()
+		if gerr := giveBackScript.Run(gctx, s.client, []string{s.bytesKey()}, bucket, size).Err(); gerr != nil {
+			err = errors.Join(err, fmt.Errorf("give the reserved bytes back: %w", gerr))
+		}
 		return fmt.Errorf("redisreplay: set: %w", err)
 	}
 	return nil
+}
+
+// reserveScript counts ARGV[1] bytes into bucket ARGV[4] of KEYS[1] (its
+// expiry at least ARGV[5], Unix ms) if the live buckets — those whose
+// expiry is after ARGV[3], now — plus them stay within ARGV[2]; lapsed
+// buckets are dropped. It returns {1, total} when counted, {0, total}
+// when refused, total being what the live buckets held before.
+var reserveScript = redis.NewScript(`
+local size, max, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local all = redis.call('HGETALL', KEYS[1])
+local total, keep, mine, mineExp = 0, tonumber(ARGV[5]), 0, 0
+for i = 1, #all, 2 do
+  local b, e = string.match(all[i+1], '^(%d+) (%d+)$')
+  b, e = tonumber(b), tonumber(e)
+  if e == nil or e <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    total = total + b
+    if e > keep then keep = e end
+    if all[i] == ARGV[4] then mine, mineExp = b, e end
+  end
+end
+if total + size > max then
+  return {0, total}
+end
+redis.call('HSET', KEYS[1], ARGV[4], string.format('%d %d', mine + size, math.max(mineExp, tonumber(ARGV[5]))))
+redis.call('PEXPIRE', KEYS[1], keep - now)
+return {1, total}
+`)
+
+// giveBackScript takes ARGV[2] bytes back out of bucket ARGV[1] of
+// KEYS[1], never below zero.
+var giveBackScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local b, e = string.match(cur, '^(%d+) (%d+)$')
+b = math.max(0, tonumber(b) - tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d %d', b, tonumber(e)))
+return 1
+`)
+
+// reserve counts size bytes of an answer kept for ttl from now into the
+// current bucket, or refuses them with ErrStoreFull; it returns the
+// bucket's field.
+func (s *Store) reserve(ctx context.Context, now time.Time, ttl time.Duration, size int) (string, error) {
+	width := max(ttl/bucketsPerTTL, time.Millisecond).Milliseconds()
+	start := now.UnixMilli() / width * width
+	bucket := strconv.FormatInt(start, 10)
+	expiry := start + width + ttl.Milliseconds()
+	res, err := reserveScript.Run(ctx, s.client, []string{s.bytesKey()},
+		size, s.opts.MaxTotalBytes, now.UnixMilli(), bucket, expiry).Slice()
+	if err != nil {
+		return "", fmt.Errorf("redisreplay: count the bytes kept: %w", err)
+	}
+	if len(res) != 2 {
+		return "", fmt.Errorf("redisreplay: the count returned %d values, want 2", len(res))
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		return "", replay.ErrStoreFull
+	}
+	return bucket, nil
 }
 
 // marker is a marker as stored: the marker and its lease's expiry in Unix

@@ -6,6 +6,7 @@ package replaytest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,11 +24,16 @@ type Clock = frontdoortest.SettableClock
 func NewClock() *Clock { return frontdoortest.NewSettableClock() }
 
 // Factory returns a fresh, empty store on clock that keeps entries of up
-// to maxEntryBytes.
-type Factory func(t *testing.T, clock *Clock, maxEntryBytes int) replay.Store
+// to maxEntryBytes and, together, up to maxTotalBytes (zero: the store's
+// default).
+type Factory func(t *testing.T, clock *Clock, maxEntryBytes, maxTotalBytes int) replay.Store
 
 // MaxEntry is the per-entry bound the suite asks its stores for.
 const MaxEntry = 4096
+
+// MaxTotal is the total bound the suite's bound cases ask for: room for
+// ten or so of their answers, whatever a store counts beside the body.
+const MaxTotal = 16 << 10
 
 // MarkerKeep is the marker keep the suite's stores must be made with.
 const MarkerKeep = time.Hour
@@ -40,14 +46,14 @@ func Run(t *testing.T, newStore Factory) {
 			Header: map[string]string{"Content-Type": "text/event-stream", "X-Hedgerow-Gate": "g/a/1"}, Body: []byte(body)}
 	}
 	t.Run("a missing key has no answer", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		got, err := s.Get(ctx, "nothing")
 		if err != nil || got != nil {
 			t.Fatalf("Get = %v, %v; want nil, nil", got, err)
 		}
 	})
 	t.Run("an answer comes back as stored, byte for byte", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		want := answer("data: {\"x\":1}\n\ndata: [DONE]\n\n")
 		if err := s.Put(ctx, "k", want, time.Hour); err != nil {
 			t.Fatal(err)
@@ -63,7 +69,7 @@ func Run(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("keys are separate and a put replaces", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		for _, kv := range [][2]string{{"a", "1"}, {"b", "2"}, {"a", "3"}} {
 			if err := s.Put(ctx, kv[0], answer(kv[1]), time.Hour); err != nil {
 				t.Fatal(err)
@@ -77,7 +83,7 @@ func Run(t *testing.T, newStore Factory) {
 	})
 	t.Run("an answer expires after its TTL", func(t *testing.T) {
 		clock := NewClock()
-		s := newStore(t, clock, MaxEntry)
+		s := newStore(t, clock, MaxEntry, 0)
 		if err := s.Put(ctx, "k", answer("x"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +97,7 @@ func Run(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("an answer over the entry bound is refused and not kept", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		err := s.Put(ctx, "k", answer(strings.Repeat("x", MaxEntry+1)), time.Hour)
 		if !errors.Is(err, replay.ErrTooLarge) {
 			t.Fatalf("Put = %v; want ErrTooLarge", err)
@@ -101,7 +107,7 @@ func Run(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("a tombstone comes back as a tombstone and replaces the marker", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		if _, err := s.Claim(ctx, "k", replay.Marker{Fingerprint: "fp", Owner: "o", Token: "a"}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -123,9 +129,10 @@ func Run(t *testing.T, newStore Factory) {
 			t.Fatalf("Get after an answer replaced the tombstone = %+v, %v; want the answer", got, err)
 		}
 	})
+	boundSuite(t, newStore)
 	markerSuite(t, newStore)
 	t.Run("concurrent puts and gets are safe", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		var wg sync.WaitGroup
 		for i := range 8 {
 			wg.Go(func() {
@@ -146,6 +153,60 @@ func Run(t *testing.T, newStore Factory) {
 	})
 }
 
+// boundSuite checks the total bound (max_total_bytes): a store keeps
+// answers up to it and never past it — Memory by evicting its oldest, a
+// shared store by refusing new ones with ErrStoreFull —, racing Puts
+// included, and takes answers again once the ones it holds expired (a
+// shared store's count may hold an expired answer's bytes for a
+// twenty-fourth of the TTL longer, never more).
+func boundSuite(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	const ttl, body, puts = time.Hour, 1000, 40
+	// fill Puts puts answers of body bytes under keys of prefix at once,
+	// and returns the body bytes the store then holds.
+	fill := func(t *testing.T, s replay.Store, prefix string) int {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := range puts {
+			wg.Go(func() {
+				a := &replay.Answer{Fingerprint: "fp", Status: 200, Header: map[string]string{"Content-Type": "application/json"},
+					Body: []byte(strings.Repeat("x", body))}
+				if err := s.Put(ctx, prefix+strconv.Itoa(i), a, ttl); err != nil && !errors.Is(err, replay.ErrStoreFull) {
+					t.Errorf("Put: %v; want nil or ErrStoreFull", err)
+				}
+			})
+		}
+		wg.Wait()
+		kept := 0
+		for i := range puts {
+			a, err := s.Get(ctx, prefix+strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a != nil {
+				kept += len(a.Body)
+			}
+		}
+		return kept
+	}
+	t.Run("the answers kept stay within the total bound, racing puts included", func(t *testing.T) {
+		s := newStore(t, NewClock(), MaxEntry, MaxTotal)
+		kept := fill(t, s, "a")
+		if kept > MaxTotal || kept < MaxTotal/2 {
+			t.Fatalf("%d body bytes kept of %d put; want between half the bound %d and the bound", kept, puts*body, MaxTotal)
+		}
+	})
+	t.Run("the bound frees as the answers it holds expire", func(t *testing.T) {
+		clock := NewClock()
+		s := newStore(t, clock, MaxEntry, MaxTotal)
+		fill(t, s, "a")
+		clock.Advance(ttl + ttl/24)
+		if kept := fill(t, s, "b"); kept < MaxTotal/2 {
+			t.Fatalf("%d body bytes kept once the first answers expired; want at least half the bound %d", kept, MaxTotal)
+		}
+	})
+}
+
 // markerSuite checks the in-flight markers (leases) of a store.
 func markerSuite(t *testing.T, newStore Factory) {
 	ctx := context.Background()
@@ -162,7 +223,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		return c
 	}
 	t.Run("the first claim wins and a live marker turns the next away with its holder", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		if c := claim(t, s, "k", mark("a")); !c.Won || c.Holder != nil || c.Orphaned != nil {
 			t.Fatalf("first claim = %+v; want won, no orphan", c)
 		}
@@ -175,7 +236,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("a released lease is claimed afresh, not as an orphan", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		if err := s.Release(ctx, "k", mark("b")); err != nil {
 			t.Fatal(err)
@@ -192,7 +253,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 	})
 	t.Run("a lease left unrefreshed lapses and its claim names the orphan", func(t *testing.T) {
 		clock := NewClock()
-		s := newStore(t, clock, MaxEntry)
+		s := newStore(t, clock, MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		clock.Advance(lease - time.Millisecond)
 		if c := claim(t, s, "k", mark("b")); c.Won {
@@ -212,7 +273,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 	})
 	t.Run("a refresh keeps the lease live", func(t *testing.T) {
 		clock := NewClock()
-		s := newStore(t, clock, MaxEntry)
+		s := newStore(t, clock, MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		for range 3 {
 			clock.Advance(lease - time.Second)
@@ -225,7 +286,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("an answer replaces the marker", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		if err := s.Put(ctx, "k", &replay.Answer{Fingerprint: "fp", Status: 200, Body: []byte("x")}, time.Hour); err != nil {
 			t.Fatal(err)
@@ -241,7 +302,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("a lapsed lease is an orphan at once, and only its holder lapses it", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		if err := s.Lapse(ctx, "k", mark("b")); err != nil {
 			t.Fatal(err)
@@ -258,7 +319,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("a lapse leaves the marker it was given as the orphan", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		handedBack := replay.Marker{Fingerprint: "fp", Owner: "owner-before-a", Token: "a"}
 		if err := s.Lapse(ctx, "k", handedBack); err != nil {
@@ -270,7 +331,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 	})
 	t.Run("an orphan is forgotten after the marker keep", func(t *testing.T) {
 		clock := NewClock()
-		s := newStore(t, clock, MaxEntry)
+		s := newStore(t, clock, MaxEntry, 0)
 		claim(t, s, "k", mark("a"))
 		clock.Advance(MarkerKeep + lease)
 		if c := claim(t, s, "k", mark("b")); !c.Won || c.Orphaned != nil {
@@ -278,7 +339,7 @@ func markerSuite(t *testing.T, newStore Factory) {
 		}
 	})
 	t.Run("concurrent claims of one key elect one holder", func(t *testing.T) {
-		s := newStore(t, NewClock(), MaxEntry)
+		s := newStore(t, NewClock(), MaxEntry, 0)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		won := 0
