@@ -73,6 +73,15 @@ type StrategyResult struct {
 	// route: where route choice sent the first attempts (on uneven routes,
 	// how few the degraded route drew).
 	PrimaryShares map[string]float64 `json:"primary_shares"`
+	// HedgeShares is the share of hedges launched to each route: where
+	// route choice sent the duplicates (on uneven routes, how many met the
+	// degraded route).
+	HedgeShares map[string]float64 `json:"hedge_shares"`
+	// EndP99 and EndP999 are, for --stream, the tail of the time to the
+	// committed stream's last token (a failed group at the deadline): what
+	// a route's decode speed adds after the first token. 0 without --stream.
+	EndP99  float64 `json:"end_p99_ms"`
+	EndP999 float64 `json:"end_p999_ms"`
 }
 
 // accumulator gathers one strategy's per-group figures.
@@ -90,6 +99,8 @@ type accumulator struct {
 	// kept past another attempt's commit.
 	controlGroups, controlSamples, keptBaselines int
 	primaries                                    map[string]int // groups by their primary's route
+	hedges                                       map[string]int // hedges by their route
+	ends                                         []float64      // ms, --stream: to the committed stream's end
 }
 
 func newAccumulator(requests int) *accumulator {
@@ -99,6 +110,7 @@ func newAccumulator(requests int) *accumulator {
 		windowExtras: map[int64]int{},
 		windowHedges: map[int64]int{},
 		primaries:    map[string]int{},
+		hedges:       map[string]int{},
 	}
 }
 
@@ -111,6 +123,14 @@ func (r *runner) endGroup(g *simGroup, rec hedge.GroupEnded) {
 	}
 	latency = r.cond.LatencyAtDeadline(latency, !rec.Committed)
 	acc.latencies = append(acc.latencies, float64(latency)/float64(time.Millisecond))
+	if r.stream {
+		end := r.cond.Deadline
+		if w := rec.Winner; rec.Committed && w >= 1 && w <= len(g.attempts) && g.attempts[w-1].draw.End != workload.Never {
+			a := g.attempts[w-1]
+			end = min(a.start+a.draw.End+workerLatency-g.arrival, r.cond.Deadline)
+		}
+		acc.ends = append(acc.ends, float64(end)/float64(time.Millisecond))
+	}
 	acc.groups++
 	extras := max(len(g.attempts)-1, 0)
 	acc.extras += extras
@@ -166,6 +186,18 @@ func (acc *accumulator) result(name string, cond workload.Conditions) StrategyRe
 	res.PrimaryShares = make(map[string]float64, len(acc.primaries))
 	for route, groups := range acc.primaries {
 		res.PrimaryShares[route] = float64(groups) / n
+	}
+	hedges := 0
+	for _, n := range acc.hedges {
+		hedges += n
+	}
+	res.HedgeShares = make(map[string]float64, len(acc.hedges))
+	for route, n := range acc.hedges {
+		res.HedgeShares[route] = float64(n) / float64(hedges)
+	}
+	if len(acc.ends) > 0 {
+		slices.Sort(acc.ends)
+		res.EndP99, res.EndP999 = quantile(acc.ends, 0.99), quantile(acc.ends, 0.999)
 	}
 	res.DuplicateRate = float64(acc.extras) / n
 	res.DeadlineMissRate = float64(acc.deadlineMisses) / n

@@ -586,6 +586,7 @@ func (r *runner) launch(g *simGroup, l hedge.Launch) {
 	}
 	if l.Role == schemas.RoleHedge {
 		r.acc.windowHedges[int64(r.now/durationWindow)]++
+		r.acc.hedges[l.Route]++
 	}
 	g.attempts = append(g.attempts, sa)
 	if r.picker != nil {

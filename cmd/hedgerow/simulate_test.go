@@ -46,7 +46,8 @@ func TestSimulateJSONHasTheDocumentedShape(t *testing.T) {
 	}
 	want := []string{"name", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms", "duplicate_rate", "extra_tokens_ratio",
 		"extra_cost_ratio", "deadline_miss_rate", "error_rate", "max_window_duplicate_rate", "max_window_hedge_rate",
-		"max_minute_hedge_rate", "control_groups", "control_samples", "kept_baselines", "primary_shares"}
+		"max_minute_hedge_rate", "control_groups", "control_samples", "kept_baselines", "primary_shares",
+		"hedge_shares", "end_p99_ms", "end_p999_ms"}
 	for _, s := range strategies {
 		var got []string
 		for k := range s {
