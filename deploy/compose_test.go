@@ -87,6 +87,7 @@ func TestComposeRunsTheClusterTopologyOnItsPorts(t *testing.T) {
 const (
 	hedgerowImage = "${HEDGEROW_IMAGE:-hedgerow:dev}"
 	hedgerowUser  = "${HEDGEROW_UID:-65532}:${HEDGEROW_GID:-65532}"
+	natsUser      = "${NATS_UID:-65533}:${NATS_GID:-65533}"
 )
 
 // composeDefault is v as compose interpolates it with no variable set but
@@ -104,8 +105,9 @@ func composeDefault(v string) string {
 
 // Every hedgerow service runs as the image's user unless HEDGEROW_UID says
 // otherwise, with a read-only root and a health check of hedgerow's own
-// (the image has no shell); Redis as its image's redis user; NATS, Redis
-// and hedgerow images are named by variables.
+// (the image has no shell); NATS as a user of its own, never root, its
+// store in a directory of deploy/compose/state; Redis as its image's redis
+// user; NATS, Redis and hedgerow images are named by variables.
 func TestComposeRunsNonRootWithImagesByVariable(t *testing.T) {
 	svcs := loadCompose(t)
 	for name, s := range svcs {
@@ -120,6 +122,14 @@ func TestComposeRunsNonRootWithImagesByVariable(t *testing.T) {
 		case strings.HasPrefix(name, "nats-"):
 			if !strings.HasPrefix(s.Image, "${NATS_IMAGE:-") {
 				t.Errorf("%s's image %q is not named by NATS_IMAGE", name, s.Image)
+			}
+			if s.User != natsUser {
+				t.Errorf("%s runs as %q, want %s", name, s.User, natsUser)
+			}
+			// Its store in a directory the operator gave that user: a
+			// named volume would be root's.
+			if src := mountSource(t, s, "/data"); src != "compose/state/"+name {
+				t.Errorf("%s keeps its store in %s, want compose/state/%s", name, src, name)
 			}
 		case name == "redis":
 			if !strings.HasPrefix(s.Image, "${REDIS_IMAGE:-") || s.User != "999:999" {
@@ -149,6 +159,8 @@ func TestComposeMountsItsFilesWhereTheirReadersLook(t *testing.T) {
 					t.Errorf("%s mounts %s, which `hedgerow nats-auth` does not write", name, src)
 				}
 			case src == "prometheus/alerts.yaml", src == "grafana/hedgerow.json":
+			case path.Dir(src) == "compose/state":
+				// A NATS store the operator makes (compose.yaml's steps).
 			default:
 				if _, err := os.Stat(src); err != nil {
 					t.Errorf("%s mounts %s: %v", name, src, err)
