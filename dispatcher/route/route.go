@@ -30,14 +30,6 @@ const (
 // single outliers are smoothed.
 const DefaultHalfLife = 10 * time.Second
 
-// DefaultStallHalfLife is the stall share's half-life when
-// Options.StallHalfLife is zero. A stall share compares rare events —
-// 5 % of primaries against 7 % — and at 10 s a route drawing 15 primaries a
-// second weighs ~200 of them, too few to tell the two apart from noise; at
-// 30 s it weighs ~650, and a route that degrades still loses its primaries
-// within a minute (docs/architecture.md §5, "Route choice").
-const DefaultStallHalfLife = 30 * time.Second
-
 // staleHalfLives is how many half-lives without a sample make a route's
 // latency estimate count as missing: after 8 its newest sample weighs under
 // 1/256 and says more about the past than about the route now.
@@ -99,19 +91,15 @@ func (s State) String() string {
 
 // Options tunes a Picker.
 type Options struct {
-	// HalfLife is the half-life of the latency EWMA and of the success
-	// ratio; zero means DefaultHalfLife.
+	// HalfLife is the half-life of the latency EWMA; zero means DefaultHalfLife.
 	HalfLife time.Duration
-	// StallHalfLife is the half-life of the stall share (ObserveStall);
-	// zero means DefaultStallHalfLife.
-	StallHalfLife time.Duration
 }
 
 // Picker holds what route choice needs per route: in-flight attempts, recent
 // latency and health. It is safe for concurrent use; the *rand.Rand passed
 // to the Pick methods is not, so each caller brings its own.
 type Picker struct {
-	halfLife, stallHalfLife time.Duration
+	halfLife time.Duration
 
 	mu     sync.Mutex
 	routes map[string]*routeState
@@ -162,16 +150,10 @@ func NewPicker(routes []Route, cfg Options) (*Picker, error) {
 	if cfg.HalfLife < 0 {
 		return nil, fmt.Errorf("route: picker: half-life %v must not be negative", cfg.HalfLife)
 	}
-	if cfg.StallHalfLife < 0 {
-		return nil, fmt.Errorf("route: picker: stall half-life %v must not be negative", cfg.StallHalfLife)
-	}
 	if cfg.HalfLife == 0 {
 		cfg.HalfLife = DefaultHalfLife
 	}
-	if cfg.StallHalfLife == 0 {
-		cfg.StallHalfLife = DefaultStallHalfLife
-	}
-	p := &Picker{halfLife: cfg.HalfLife, stallHalfLife: cfg.StallHalfLife, routes: make(map[string]*routeState, len(routes))}
+	p := &Picker{halfLife: cfg.HalfLife, routes: make(map[string]*routeState, len(routes))}
 	for _, r := range routes {
 		if r.Name == "" {
 			return nil, errors.New("route: picker: route without a name")
@@ -299,7 +281,7 @@ func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
 // draws fewer primaries, and wins them back as the old stalls decay.
 func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
 	return p.update(name, func(rs *routeState) {
-		d := p.stallDecay(rs, now)
+		d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
 		rs.stallWeight *= d
 		rs.primaryWeight *= d
 		rs.primaryWeight++
@@ -331,7 +313,7 @@ const (
 // towards prior: (stalled + prior × stallPriorWeight) / (primaries +
 // stallPriorWeight).
 func (p *Picker) stallShare(rs *routeState, prior float64, now time.Time) float64 {
-	d := p.stallDecay(rs, now)
+	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
 	return (rs.stallWeight*d + prior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
 }
 
@@ -361,7 +343,7 @@ func (p *Picker) poolStall(pool []string, now time.Time) float64 {
 		if !ok || slices.Contains(pool[:i], name) {
 			continue
 		}
-		if w := rs.primaryWeight * p.stallDecay(rs, now); w >= 1 {
+		if w := rs.primaryWeight * p.decayFrom(rs.stallSeen, rs.primaryWeight, now); w >= 1 {
 			ss = append(ss, rs.stallWeight/rs.primaryWeight)
 		}
 	}
@@ -450,12 +432,6 @@ func (p *Picker) successRatio(rs *routeState, now time.Time) float64 {
 	return max((ok+1)/(ok+failed+1), minSuccessRatio)
 }
 
-// stallDecay is the factor by which a route's stall counts have shrunk
-// since its last judged primary, at the stall half-life.
-func (p *Picker) stallDecay(rs *routeState, now time.Time) float64 {
-	return decayFrom(rs.stallSeen, rs.primaryWeight, now, p.stallHalfLife)
-}
-
 // decay is the factor by which a route's sample weights have shrunk since
 // its last sample. A clock that steps backwards decays nothing.
 func (p *Picker) decay(rs *routeState, now time.Time) float64 {
@@ -465,18 +441,11 @@ func (p *Picker) decay(rs *routeState, now time.Time) float64 {
 // decayFrom is the factor by which weights last updated at since have
 // shrunk by now (1 when there are none or the clock stepped back).
 func (p *Picker) decayFrom(since time.Time, weight float64, now time.Time) float64 {
-	return decayFrom(since, weight, now, p.halfLife)
-}
-
-// decayFrom is the factor by which weights last updated at since have
-// shrunk by now at halfLife (1 when there are none or the clock stepped
-// back).
-func decayFrom(since time.Time, weight float64, now time.Time, halfLife time.Duration) float64 {
 	dt := now.Sub(since)
 	if weight == 0 || dt <= 0 {
 		return 1
 	}
-	return math.Exp2(-dt.Seconds() / halfLife.Seconds())
+	return math.Exp2(-dt.Seconds() / p.halfLife.Seconds())
 }
 
 // latency returns the route's recent latency in seconds, or ok=false when it
@@ -735,18 +704,12 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 	return p.best(cands, pool, now, rng)
 }
 
-// Risk margins of PickHedge and PickPrimary: a candidate is as safe as the
-// safest when its risk is within riskRatio times the lowest plus riskSlack,
-// so the noise of equal routes' shares does not send every duplicate or
-// primary to one of them. They are narrow enough that a route stalling
-// half as often again as its siblings (7 % against 4.8 %: twice their
-// stalls, diluted by the answers every route has past the delay) lies
-// beyond them once its share rests on a stall half-life's samples; at
-// 1.5 × + 0.01 it never did, kept a sixth of the primaries and a fifth of
-// the hedges, and the pool's tail paid (docs/architecture.md §5).
+// Risk margins of PickHedge: a candidate is as safe as the safest when its
+// risk is within riskRatio times the lowest plus riskSlack, so the noise of
+// equal routes' shares does not send every duplicate to one of them.
 const (
-	riskRatio = 1.2
-	riskSlack = 0.005
+	riskRatio = 1.5
+	riskSlack = 0.01
 )
 
 // risk is the odds that an attempt on the route does not answer in time:

@@ -462,7 +462,6 @@ func TestPickerRejectsBadInput(t *testing.T) {
 		{"unnamed route", []Route{{}}, Options{}, true},
 		{"duplicate route", plain("a", "a"), Options{}, true},
 		{"negative half-life", plain("a"), Options{HalfLife: -time.Second}, true},
-		{"negative stall half-life", plain("a"), Options{StallHalfLife: -time.Second}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -722,7 +721,7 @@ func TestARouteWhoseStallShareRisesLosesPrimariesGraduallyAndWinsThemBack(t *tes
 	_, now := stallRun(t, p, pool, uneven, picks, hold, t0, rng) // learn
 	got, now := stallRun(t, p, pool, uneven, picks, hold, now, rng)
 	share := float64(got["a"]) / picks
-	if share > 0.25 || got["a"] == 0 {
+	if share > 0.25 || share < 0.05 {
 		t.Fatalf("route with twice the stall share drew %.3f of the primaries (%v), want well below 1/3 but not none", share, got)
 	}
 	st, _ := p.Stats("a", now)
@@ -743,21 +742,14 @@ func TestARouteWhoseStallShareRisesLosesPrimariesGraduallyAndWinsThemBack(t *tes
 func TestPickPrimaryGivesThePairingToTheSaferRouteBeforeTheIdlerOne(t *testing.T) {
 	tests := []struct {
 		name string
-		// stalled is how many of each route's judged primaries stalled.
-		judged    int
+		// stalled is how many of each route's 40 judged primaries stalled.
 		stalled   map[string]int
 		wantShare float64 // of the idle route a
 	}{
 		{"a route stalling far more than its siblings loses every pairing, however idle",
-			40, map[string]int{"a": 12, "b": 1, "c": 1}, 0},
-		// The uneven routes of the simulator and of make compare-peers:
-		// twice the siblings' stalls, diluted by the answers every route
-		// has past the delay to 7 % against 4.8 %, on a stall half-life's
-		// samples. At margins of 1.5 × + 0.01 this pairing went to load.
-		{"a route stalling half as often again as its siblings, on many samples, loses every pairing",
-			300, map[string]int{"a": 21, "b": 14, "c": 14}, 0},
+			map[string]int{"a": 12, "b": 1, "c": 1}, 0},
 		{"a route stalling a little more, within the margins, wins its pairings on load",
-			200, map[string]int{"a": 11, "b": 10, "c": 10}, 2.0 / 3},
+			map[string]int{"a": 3, "b": 2, "c": 2}, 2.0 / 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -765,7 +757,7 @@ func TestPickPrimaryGivesThePairingToTheSaferRouteBeforeTheIdlerOne(t *testing.T
 			pool := []string{"a", "b", "c"}
 			for _, name := range pool {
 				mustDo(t, p.Observe(name, 500*time.Millisecond, t0))
-				for i := range tt.judged {
+				for i := range 40 {
 					mustDo(t, p.ObserveStall(name, i < tt.stalled[name], t0))
 				}
 			}
@@ -812,16 +804,6 @@ func TestPickHedgeTakesTheRouteLeastLikelyToStallOrFailNow(t *testing.T) {
 				mustDo(t, p.ObserveStall("c", i%4 == 0, t0))
 				mustDo(t, p.ObserveStall("b", false, t0))
 			}
-		}, "b"},
-		// The uneven routes' degraded route (7 % against 4.8 %, on a stall
-		// half-life's samples), idle beside a busier sibling: at margins of
-		// 1.5 × + 0.01 it was as safe and won the hedge on load.
-		{"a route stalling half as often again loses the hedge however idle", func(p *Picker) {
-			for i := range 300 {
-				mustDo(t, p.ObserveStall("c", i < 21, t0))
-				mustDo(t, p.ObserveStall("b", i < 14, t0))
-			}
-			mustDo(t, p.Acquire("b"))
 		}, "b"},
 		{"stalls and failures weigh against load", func(p *Picker) {
 			mustDo(t, p.Acquire("c"))
@@ -873,39 +855,5 @@ func TestARouteWithoutStallDataIsScoredAtItsPoolsShare(t *testing.T) {
 	got := shares(t, 900, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
 	if share := float64(got["a"]) / 900; share < 0.3 {
 		t.Fatalf("route without stall data drew %.3f of the primaries (%v), want about 1/3", share, got)
-	}
-}
-
-// The stall share fades at its own half-life (DefaultStallHalfLife, 30 s),
-// slower than the latency's: stalls are rare, and a share resting on 10 s
-// of primaries could not tell a route stalling at 7 % from one at 4.8 %.
-func TestTheStallShareFadesAtItsOwnHalfLife(t *testing.T) {
-	tests := []struct {
-		name string
-		opts Options
-		want float64 // a's stall share: 100 stalls, then 100 answers later
-	}{
-		// (100 × ½ + 0.05 × 20) / (100 × ½ + 100 + 20)
-		{"default: stalls half a minute old weigh half", Options{}, 51.0 / 170},
-		// (100 × ¼ + 1) / (100 × ¼ + 100 + 20)
-		{"set: a 15 s half-life", Options{StallHalfLife: 15 * time.Second}, 26.0 / 145},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewPicker(plain("a"), tt.opts)
-			mustDo(t, err)
-			for range 100 {
-				mustDo(t, p.ObserveStall("a", true, t0))
-			}
-			later := t0.Add(30 * time.Second)
-			for range 100 {
-				mustDo(t, p.ObserveStall("a", false, later))
-			}
-			st, err := p.Stats("a", later)
-			mustDo(t, err)
-			if math.Abs(st.StallShare-tt.want) > 1e-9 {
-				t.Fatalf("stall share %.4f, want %.4f", st.StallShare, tt.want)
-			}
-		})
 	}
 }
