@@ -72,15 +72,13 @@ func TestRedisProbesFailOnAWrongPassword(t *testing.T) {
 			probes[o+" "+name] = probe{moved, overTLS}
 		}
 	}
+	// CMD-SHELL: compose runs its one string with /bin/sh -c (a CMD of
+	// sh -c '…' podman-compose 1.0 splits again, and it always failed).
 	hc := loadCompose(t)["redis"].Healthcheck.Test
-	if len(hc) < 2 || hc[0] != "CMD" {
-		t.Fatalf("compose's Redis health check %q, want a CMD", hc)
+	if len(hc) != 2 || hc[0] != "CMD-SHELL" {
+		t.Fatalf("compose's Redis health check %q, want a CMD-SHELL", hc)
 	}
-	compose := make([]string, len(hc)-1)
-	for i, a := range hc[1:] {
-		compose[i] = strings.ReplaceAll(a, "$$", "$") // compose's escape of $
-	}
-	probes["compose"] = probe{compose, plain}
+	probes["compose"] = probe{[]string{"sh", "-c", strings.ReplaceAll(hc[1], "$$", "$")}, plain} // compose's escape of $
 
 	run := func(p probe, auth string, set bool) error {
 		c := exec.Command(p.cmd[0], p.cmd[1:]...)
