@@ -41,14 +41,12 @@ func (g *group) attemptRecord(a *attemptRun, e hedge.AttemptEnded) schemas.Attem
 		CostBand: schemas.CostBandOf(e.Usage), PromptFingerprint: g.fingerprint(),
 		DuplicateRateWindow: g.duplicateRateWindow(),
 	}
-	switch {
-	case a.firstByte > 0:
-		// As the wire reported it: a first byte folded into a result
+	if a.firstByte > 0 {
+		// As the wire reported it (group.firstByteCame, the one source of
+		// the engine's FirstByte too): a first byte folded into a result
 		// (schemas.Attempt.FoldsFirstByte) reached the engine with the
-		// result, but came the result's first_byte_ms.
+		// result, but came the result's first_byte_ms before it.
 		r.FirstByteMs = schemas.Millis(a.firstByte)
-	case e.FirstByte > 0:
-		r.FirstByteMs = schemas.Millis(e.FirstByte)
 	}
 	if a.result != nil {
 		r.HTTPStatus = a.result.HTTPStatus
@@ -159,7 +157,8 @@ func (g *group) publish(r pendingRecord) { g.records = append(g.records, r) }
 // NATS, and to the Recorder when the record has a stored subject.
 func (g *group) publishRecords() {
 	for i, r := range g.records {
-		data, err := r.data, error(nil)
+		data := r.data
+		var err error
 		if data == nil {
 			data, err = r.rec.MarshalJSON()
 		}

@@ -72,13 +72,14 @@ func checkParse(t *testing.T, src []byte) {
 		t.Fatalf("Parse(%q) returned config %v with %d problems", src, c != nil, len(ps))
 	}
 	lines := bytes.Count(src, []byte("\n")) + 1
+	secret := secrets(src)
 	for _, p := range ps {
 		if p.File != name || p.Line < 0 || p.Line > lines+1 || p.Message == "" || strings.ContainsAny(p.String(), "\n\r") {
 			t.Fatalf("Parse(%q): problem %+v: want one line of file %s at a line of its %d", src, p, name, lines)
 		}
-		for _, secret := range secrets(src) {
-			if strings.Contains(p.String(), secret) {
-				t.Fatalf("Parse(%q): problem %q prints the secret %q", src, p, secret)
+		for _, s := range secret {
+			if strings.Contains(p.String(), s) {
+				t.Fatalf("Parse(%q): problem %q prints the secret %q", src, p, s)
 			}
 		}
 	}
