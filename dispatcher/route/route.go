@@ -30,6 +30,15 @@ const (
 // single outliers are smoothed.
 const DefaultHalfLife = 10 * time.Second
 
+// DefaultStallHalfLife is the stall share's half-life when
+// Options.StallHalfLife is zero. A stall share compares rare events — 5 %
+// of primaries against 7 % — so it needs more samples than a latency mean:
+// at 10 s a route drawing 15 primaries a second weighs ~200 of them, too
+// few to tell the two apart; at 30 s ~650, and a route that degrades still
+// loses its primaries within a minute (docs/architecture.md §5, "Route
+// choice").
+const DefaultStallHalfLife = 30 * time.Second
+
 // staleHalfLives is how many half-lives without a sample make a route's
 // latency estimate count as missing: after 8 its newest sample weighs under
 // 1/256 and says more about the past than about the route now.
@@ -91,15 +100,19 @@ func (s State) String() string {
 
 // Options tunes a Picker.
 type Options struct {
-	// HalfLife is the half-life of the latency EWMA; zero means DefaultHalfLife.
+	// HalfLife is the half-life of the latency EWMA and of the success
+	// ratio; zero means DefaultHalfLife.
 	HalfLife time.Duration
+	// StallHalfLife is the half-life of the stall share (ObserveStall);
+	// zero means DefaultStallHalfLife.
+	StallHalfLife time.Duration
 }
 
 // Picker holds what route choice needs per route: in-flight attempts, recent
 // latency and health. It is safe for concurrent use; the *rand.Rand passed
 // to the Pick methods is not, so each caller brings its own.
 type Picker struct {
-	halfLife time.Duration
+	halfLife, stallHalfLife time.Duration
 
 	mu     sync.Mutex
 	routes map[string]*routeState
@@ -150,10 +163,16 @@ func NewPicker(routes []Route, cfg Options) (*Picker, error) {
 	if cfg.HalfLife < 0 {
 		return nil, fmt.Errorf("route: picker: half-life %v must not be negative", cfg.HalfLife)
 	}
+	if cfg.StallHalfLife < 0 {
+		return nil, fmt.Errorf("route: picker: stall half-life %v must not be negative", cfg.StallHalfLife)
+	}
 	if cfg.HalfLife == 0 {
 		cfg.HalfLife = DefaultHalfLife
 	}
-	p := &Picker{halfLife: cfg.HalfLife, routes: make(map[string]*routeState, len(routes))}
+	if cfg.StallHalfLife == 0 {
+		cfg.StallHalfLife = DefaultStallHalfLife
+	}
+	p := &Picker{halfLife: cfg.HalfLife, stallHalfLife: cfg.StallHalfLife, routes: make(map[string]*routeState, len(routes))}
 	for _, r := range routes {
 		if r.Name == "" {
 			return nil, errors.New("route: picker: route without a name")
@@ -281,7 +300,7 @@ func (p *Picker) ObserveOutcome(name string, ok bool, now time.Time) error {
 // draws fewer primaries, and wins them back as the old stalls decay.
 func (p *Picker) ObserveStall(name string, stalled bool, now time.Time) error {
 	return p.update(name, func(rs *routeState) {
-		d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+		d := p.stallDecay(rs, now)
 		rs.stallWeight *= d
 		rs.primaryWeight *= d
 		rs.primaryWeight++
@@ -313,7 +332,7 @@ const (
 // towards prior: (stalled + prior × stallPriorWeight) / (primaries +
 // stallPriorWeight).
 func (p *Picker) stallShare(rs *routeState, prior float64, now time.Time) float64 {
-	d := p.decayFrom(rs.stallSeen, rs.primaryWeight, now)
+	d := p.stallDecay(rs, now)
 	return (rs.stallWeight*d + prior*stallPriorWeight) / (rs.primaryWeight*d + stallPriorWeight)
 }
 
@@ -343,7 +362,7 @@ func (p *Picker) poolStall(pool []string, now time.Time) float64 {
 		if !ok || slices.Contains(pool[:i], name) {
 			continue
 		}
-		if w := rs.primaryWeight * p.decayFrom(rs.stallSeen, rs.primaryWeight, now); w >= 1 {
+		if w := rs.primaryWeight * p.stallDecay(rs, now); w >= 1 {
 			ss = append(ss, rs.stallWeight/rs.primaryWeight)
 		}
 	}
@@ -432,6 +451,12 @@ func (p *Picker) successRatio(rs *routeState, now time.Time) float64 {
 	return max((ok+1)/(ok+failed+1), minSuccessRatio)
 }
 
+// stallDecay is the factor by which a route's stall counts have shrunk
+// since its last judged primary, at the stall half-life.
+func (p *Picker) stallDecay(rs *routeState, now time.Time) float64 {
+	return decayFrom(rs.stallSeen, rs.primaryWeight, now, p.stallHalfLife)
+}
+
 // decay is the factor by which a route's sample weights have shrunk since
 // its last sample. A clock that steps backwards decays nothing.
 func (p *Picker) decay(rs *routeState, now time.Time) float64 {
@@ -439,13 +464,20 @@ func (p *Picker) decay(rs *routeState, now time.Time) float64 {
 }
 
 // decayFrom is the factor by which weights last updated at since have
-// shrunk by now (1 when there are none or the clock stepped back).
+// shrunk by now at the picker's half-life.
 func (p *Picker) decayFrom(since time.Time, weight float64, now time.Time) float64 {
+	return decayFrom(since, weight, now, p.halfLife)
+}
+
+// decayFrom is the factor by which weights last updated at since have
+// shrunk by now at halfLife (1 when there are none or the clock stepped
+// back).
+func decayFrom(since time.Time, weight float64, now time.Time, halfLife time.Duration) float64 {
 	dt := now.Sub(since)
 	if weight == 0 || dt <= 0 {
 		return 1
 	}
-	return math.Exp2(-dt.Seconds() / p.halfLife.Seconds())
+	return math.Exp2(-dt.Seconds() / halfLife.Seconds())
 }
 
 // latency returns the route's recent latency in seconds, or ok=false when it
@@ -704,13 +736,37 @@ func (p *Picker) PickHedge(pool, exclude []string, now time.Time, rng *rand.Rand
 	return p.best(cands, pool, now, rng)
 }
 
-// Risk margins of PickHedge: a candidate is as safe as the safest when its
-// risk is within riskRatio times the lowest plus riskSlack, so the noise of
-// equal routes' shares does not send every duplicate to one of them.
+// Risk margins of PickHedge and PickPrimary: a route is riskier than
+// another only when its risk exceeds the other's by more than riskEvidence
+// standard errors of the difference of two shares resting on the routes'
+// judged primaries, and by riskSlack at least (docs/architecture.md §5,
+// "Route choice"). The margin narrows as the shares firm up: a fresh
+// route's first failure (0.53 against 0.05, on the priors' weight alone)
+// lies beyond it at once, two stalls in a cold route's first twenty
+// primaries do not; 7 % against 4.8 % — a route stalling twice as often as
+// its siblings, diluted by the slow answers every route has past the delay
+// — lies beyond it once the two rest on ~1,000 primaries each. A route that
+// then loses primaries loses evidence too, so its margin widens again: a
+// route whose lead was noise wins its pairings back instead of being
+// starved on one unlucky run. A fixed margin was both too wide for a
+// degraded route and too narrow for a cold pool's noise.
 const (
-	riskRatio = 1.5
-	riskSlack = 0.01
+	riskEvidence = 2
+	riskSlack    = 0.005
 )
+
+// riskier reports whether risk ra, its stall share resting on na judged
+// primaries, lies beyond the margins of risk rb resting on nb.
+func riskier(ra, na, rb, nb float64) bool {
+	mean := (ra + rb) / 2
+	return ra-rb > max(riskSlack, riskEvidence*math.Sqrt(mean*(1-mean)*(1/na+1/nb)))
+}
+
+// evidence is how many judged primaries a route's stall share rests on,
+// its prior's weight included (decayed at the stall half-life).
+func (p *Picker) evidence(rs *routeState, now time.Time) float64 {
+	return rs.primaryWeight*p.stallDecay(rs, now) + stallPriorWeight
+}
 
 // risk is the odds that an attempt on the route does not answer in time:
 // 1 − success ratio × (1 − stall share). A fresh route reads 0.05, one
@@ -729,14 +785,19 @@ func (p *Picker) best(cands []*routeState, pool []string, now time.Time, rng *ra
 		return "", false
 	}
 	pr := p.poolPriors(pool, now)
-	low := math.Inf(1)
-	for _, rs := range cands {
-		low = min(low, p.risk(rs, pr, now))
+	risks := make([]float64, len(cands))
+	safest := 0
+	for i, rs := range cands {
+		risks[i] = p.risk(rs, pr, now)
+		if risks[i] < risks[safest] {
+			safest = i
+		}
 	}
+	lowN := p.evidence(cands[safest], now)
 	var tied []*routeState
 	lowScore := math.Inf(1)
-	for _, rs := range cands {
-		if p.risk(rs, pr, now) > low*riskRatio+riskSlack {
+	for i, rs := range cands {
+		if riskier(risks[i], p.evidence(rs, now), risks[safest], lowN) {
 			continue
 		}
 		switch sc := p.score(rs, pr, now); {
@@ -842,14 +903,15 @@ func (p *Picker) twoChoices(cands []*routeState, pool []string, now time.Time, r
 }
 
 // better reports whether a primary should go to a rather than b: to the
-// safer when one's risk is beyond the other's margins (riskRatio,
-// riskSlack), else to the lower score. p.mu must be held.
+// safer when one's risk is beyond the other's margins (riskier), else to
+// the lower score. p.mu must be held.
 func (p *Picker) better(a, b *routeState, pr priors, now time.Time) bool {
 	ra, rb := p.risk(a, pr, now), p.risk(b, pr, now)
+	na, nb := p.evidence(a, now), p.evidence(b, now)
 	switch {
-	case rb > ra*riskRatio+riskSlack:
+	case riskier(rb, nb, ra, na):
 		return true
-	case ra > rb*riskRatio+riskSlack:
+	case riskier(ra, na, rb, nb):
 		return false
 	}
 	return p.score(a, pr, now) < p.score(b, pr, now)
