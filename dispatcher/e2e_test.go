@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -73,8 +75,21 @@ func TestStalledPrimaryIsHedgedAfterTheDelayAndTheLoserCancelled(t *testing.T) {
 			if g.Outcome != schemas.GroupCommitted || !g.HedgeLaunched || g.WinnerAttempt != 2 {
 				t.Fatalf("group record %+v", g)
 			}
+			if n := sampleCount(t, c.d.metrics.cancelDispatch); n != 1 {
+				t.Fatalf("hedgerow_cancel_dispatch_seconds counted %d cancels, want the loser's one", n)
+			}
 		})
 	}
+}
+
+// sampleCount is how many observations histogram h holds.
+func sampleCount(t *testing.T, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 func TestDeadlineFailsTheGroupWithAStableError(t *testing.T) {
@@ -165,6 +180,9 @@ func TestCallerGoneCancelsEveryAttemptWithoutFallback(t *testing.T) {
 	}
 	if g.ErrorCode != schemas.ErrCanceled || g.Attempts != 2 {
 		t.Fatalf("group record %+v, want canceled after 2 attempts and no third", g)
+	}
+	if n := sampleCount(t, c.d.metrics.cancelDispatch); n != 0 {
+		t.Fatalf("hedgerow_cancel_dispatch_seconds counted %d cancels of a caller gone, want none: it times lost races", n)
 	}
 }
 

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -24,6 +25,9 @@ type engineEvent struct{ ev hedge.Event }
 type inboundEvent struct {
 	attempt int
 	msg     *nats.Msg
+	// arrived is when the reply mux took the message off NATS: a cancel it
+	// causes is timed from there (hedgerow_cancel_dispatch_seconds).
+	arrived time.Time
 }
 
 func (engineEvent) isGroupInput()  {}

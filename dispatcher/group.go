@@ -66,10 +66,13 @@ type group struct {
 	print      string     // the prompt fingerprint, once fingerprint computed it
 	inbox      string     // prefix of the attempts' reply inboxes, routed by d.replies
 	events     eventQueue // engineEvent or inboundEvent
-	out        chan delivery
-	gone       chan struct{}   // closed when the caller stopped reading out
-	pending    []delivery      // for the caller, handed over after the event's actions
-	records    []pendingRecord // published after pending was handed over
+	// arrived is when the wire message the loop is handling came off NATS
+	// (zero for other inputs), for the cancels it causes.
+	arrived time.Time
+	out     chan delivery
+	gone    chan struct{}   // closed when the caller stopped reading out
+	pending []delivery      // for the caller, handed over after the event's actions
+	records []pendingRecord // published after pending was handed over
 	// committed is the group's record at its commit, kept before pending
 	// (the answer) is handed over (docs/architecture.md §9).
 	committed *schemas.GroupRecord
@@ -400,8 +403,10 @@ func (g *group) loop() {
 func (g *group) handle(input groupInput) {
 	defer g.deliver()
 	var first, then hedge.Event
+	g.arrived = time.Time{}
 	switch in := input.(type) {
 	case inboundEvent:
+		g.arrived = in.arrived
 		first, then = g.translate(in)
 	case engineEvent:
 		then = in.ev

@@ -25,8 +25,11 @@ type metrics struct {
 	usage         *prometheus.CounterVec
 	late          prometheus.Counter
 	cancellations *prometheus.CounterVec
-	routeState    *prometheus.GaugeVec
-	routeMarks    *prometheus.CounterVec
+	// cancelDispatch is the dispatcher's part of a race's cancel path
+	// (docs/architecture.md §12, "Cancels").
+	cancelDispatch prometheus.Histogram
+	routeState     *prometheus.GaugeVec
+	routeMarks     *prometheus.CounterVec
 	// Route health (docs/architecture.md §5).
 	ejections        *prometheus.CounterVec
 	ejectionsSkipped *prometheus.CounterVec
@@ -83,6 +86,9 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 			Help: "Losers that completed after their group was decided."}),
 		cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_cancellations_total",
 			Help: "Cancels sent, by whether the worker confirmed them."}, []string{"observed"}),
+		cancelDispatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hedgerow_cancel_dispatch_seconds",
+			Help:    "Time from the arrival of the reply that decided a race to the loser's cancel published.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}), // 50 µs … ~1.6 s
 		routeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hedgerow_route_state",
 			Help: "1 for the state in force of each route (healthy, pushback, quarantined, ejected), 0 for the others; as this replica sees the shared flags."}, []string{"route", "state"}),
 		routeMarks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hedgerow_route_marks_total",
@@ -124,7 +130,7 @@ func newMetrics(reg prometheus.Registerer, schemas schemaCacheStats) (*metrics, 
 		Help: "Compiled response_format schemas kept, bounded by schema_cache.max_entries."},
 		func() float64 { return float64(schemas.Entries()) })
 	for _, c := range []prometheus.Collector{schemaBytes, schemaEntries, m.groups, m.inFlight, m.groupDuration, m.firstByte, m.attempts, m.hedges, m.suppressed, m.rescues,
-		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
+		m.wins, m.hedgeDelay, m.usage, m.late, m.cancellations, m.cancelDispatch, m.routeState, m.routeMarks, m.ejections, m.ejectionsSkipped,
 		m.gateDegraded, m.gateRefused, m.superseded, m.breaches,
 		m.busy, m.reoffers, m.saturated, m.unserved, m.repliesDropped, m.capacityRefused} {
 		if err := reg.Register(c); err != nil {

@@ -138,7 +138,7 @@ func (m *replyMux) route(msg *nats.Msg) {
 		m.drop(dropMalformed)
 		return
 	}
-	if !g.events.postMsg(inboundEvent{attempt: n, msg: msg}, len(msg.Data)) {
+	if !g.events.postMsg(inboundEvent{attempt: n, msg: msg, arrived: g.d.now()}, len(msg.Data)) {
 		m.drop(dropOverflow)
 		g.d.log.Warn("reply dropped: the group's queue is full", "group", g.id, "attempt", n)
 	}

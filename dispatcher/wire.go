@@ -82,6 +82,9 @@ func (g *group) sendCancel(a *attemptRun, reason hedge.CancelReason) {
 		return
 	}
 	g.publishCancel(a, c)
+	if reason == hedge.CancelLostRace && !g.arrived.IsZero() {
+		g.d.metrics.cancelDispatch.Observe(g.d.now().Sub(g.arrived).Seconds())
+	}
 }
 
 func (g *group) publishCancel(a *attemptRun, c schemas.Cancel) {

@@ -28,7 +28,7 @@ import (
 	"github.com/hedgerow/hedgerow/simulator/workload"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.LeakOptions...) }
 
 // wait bounds every wait for something the system under test does as soon
 // as the test acts; reaching it is a failure.

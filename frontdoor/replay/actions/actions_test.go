@@ -20,7 +20,7 @@ import (
 	"github.com/hedgerow/hedgerow/internal/natstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.LeakOptions...) }
 
 // wait bounds every wait of these tests on the supercluster.
 const wait = 20 * time.Second

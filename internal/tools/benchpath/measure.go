@@ -283,6 +283,9 @@ type cancelResult struct {
 	missed   map[string]int
 	examples []string
 	load     string
+	// parts is what serve timed of the phase's cancels (its background
+	// load's included).
+	parts cancelParts
 }
 
 // cancels sends b.s.probes race probes through hedgerow and as many
@@ -311,6 +314,11 @@ func (b *bench) cancels(ctx context.Context, loaded bool) (*cancelResult, error)
 	if _, err := timings.fetch(ctx); err != nil { // skip what earlier phases left
 		return nil, err
 	}
+	metrics := b.internalURL + "/metrics"
+	before, err := scrapeCancelParts(ctx, metrics)
+	if err != nil {
+		return nil, err
+	}
 	for i := range b.s.probes {
 		d, err := b.raceProbe(ctx, client, timings, i)
 		if err := res.keep(ctx, nameHedgerow, d, err); err != nil {
@@ -322,9 +330,15 @@ func (b *bench) cancels(ctx context.Context, loaded bool) (*cancelResult, error)
 		}
 	}
 	res.load = hostload.Averages()
+	after, err := scrapeCancelParts(ctx, metrics)
+	if err != nil {
+		return nil, err
+	}
+	res.parts = after.minus(before)
 	h, d := loadgen.PercentilesOf(append([]time.Duration(nil), res.hedgerow...)), loadgen.PercentilesOf(append([]time.Duration(nil), res.direct...))
 	b.step("  hedgerow winner's token → loser's disconnect: %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.hedgerow), h.P50, h.P99, h.Max)
 	b.step("  direct client cancel → provider sees it:     %d samples, p50 %.3f p99 %.3f max %.3f ms", len(res.direct), d.P50, d.P99, d.Max)
+	b.step("  parts serve timed: dispatcher, deciding reply → cancel published: %v; worker, cancel → provider call returned: %v", res.parts.dispatch, res.parts.worker)
 	for why, n := range res.missed {
 		b.step("  no sample: %d × %s", n, why)
 	}

@@ -42,6 +42,36 @@ func scrapeRecords(ctx context.Context, url string) (recordsSeen, error) {
 	return recordsSeen{wait: wait, batches: batches}, err
 }
 
+// The two parts of a race's cancel serve times itself (docs/architecture.md
+// §12, "Cancels"): the dispatcher's, from the reply that decided the race
+// to the loser's cancel published, and the worker's, from the cancel
+// received to its provider call returned. What the provider sees beyond
+// them is the way there and back: the winner's first token from the
+// provider through its worker and NATS to the dispatcher, the cancel
+// through NATS to the loser's worker, the disconnect to the provider.
+const (
+	cancelDispatchMetric = "hedgerow_cancel_dispatch_seconds"
+	cancelWorkerMetric   = "hedgerow_cancel_latency_seconds"
+)
+
+// cancelParts is what serve timed of its cancels over a window.
+type cancelParts struct{ dispatch, worker histogram }
+
+// scrapeCancelParts reads serve's cancelParts from its metrics at url.
+func scrapeCancelParts(ctx context.Context, url string) (cancelParts, error) {
+	dispatch, err := scrapeHistogram(ctx, url, cancelDispatchMetric)
+	if err != nil {
+		return cancelParts{}, err
+	}
+	worker, err := scrapeHistogram(ctx, url, cancelWorkerMetric)
+	return cancelParts{dispatch: dispatch, worker: worker}, err
+}
+
+// minus is what c counted since o.
+func (c cancelParts) minus(o cancelParts) cancelParts {
+	return cancelParts{dispatch: c.dispatch.minus(o.dispatch), worker: c.worker.minus(o.worker)}
+}
+
 // histogram is a Prometheus histogram as its text exposition gives it:
 // cumulative bucket counts by upper bound (seconds), sum and count.
 type histogram struct {

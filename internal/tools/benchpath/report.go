@@ -100,6 +100,9 @@ func (s *summary) write(w io.Writer, o options) error {
 			d := loadgen.PercentilesOf(append([]time.Duration(nil), c.direct...))
 			fmt.Fprintf(tw, "  %s (load %s)\t%.3f / %.3f / %.3f ms (%d)\t%.3f / %.3f / %.3f ms (%d)\t%s\t≤ 3×\n", name, c.load,
 				h.P50, h.P99, h.Max, len(c.hedgerow), d.P50, d.P99, d.Max, len(c.direct), ratio(h.P99, d.P99))
+			fmt.Fprintf(tw, "    parts: dispatcher, deciding reply → cancel published\t%v\n", c.parts.dispatch)
+			fmt.Fprintf(tw, "    parts: worker, cancel received → provider call returned\t%v\n", c.parts.worker)
+			fmt.Fprintf(tw, "    the rest (token to the dispatcher, cancel to the worker, disconnect seen), at the means\t%.3f ms\n", meanMs(c.hedgerow)-1000*(c.parts.dispatch.mean()+c.parts.worker.mean()))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -112,6 +115,18 @@ func (s *summary) write(w io.Writer, o options) error {
 		fmt.Fprintf(w, "\n-- top 10, flat --\n%s\n-- top 10, cumulative --\n%s", strings.TrimRight(p.flat, "\n"), p.cum)
 	}
 	return nil
+}
+
+// meanMs is the mean of ds in milliseconds (NaN when empty).
+func meanMs(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return math.NaN()
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return float64(sum) / float64(len(ds)) / float64(time.Millisecond)
 }
 
 // cpuAtBest is the part's CPU per request of the target's step at its
