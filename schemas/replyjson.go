@@ -18,7 +18,7 @@ import (
 // json.Unmarshal, so results and errors are the same on any input.
 
 // wireField names a field of a message and points at it. dst is one of
-// *string, *int, *int64, *bool, *json.RawMessage, **int64, **float64,
+// *string, *int, *int64, *bool, *json.RawMessage, **int, **int64, **float64,
 // **bool, *[]string, *map[string]json.RawMessage, *CommitPoint, *Usage,
 // *ChatRequest, *[]Message, **Continuation or **EmbeddingRequest (only
 // null is read into the last: an embeddings attempt is declined).
@@ -140,6 +140,27 @@ func decodeFlat(data []byte, m flatDecodable) bool {
 	return r.object(m, 0) && r.End()
 }
 
+// DecodeValue decodes data, one JSON value, into dst in one pass as
+// json.Unmarshal would, for a front door's hot members (issue 31): dst is
+// one of *string, *bool, *json.RawMessage, **int, **int64, **float64,
+// **bool, *[]string, *[]Message or *map[string]json.RawMessage, and holds
+// its zero value. It reports false to decline: any other destination, null,
+// or input not read exactly as encoding/json would (see decodeFlat); dst is
+// then in any state, and the caller resets it and asks encoding/json, whose
+// answer (value or error) is the one to give.
+func DecodeValue(data []byte, dst any) bool {
+	r := flatReader{jsonscan.Scanner{Data: data}}
+	if r.Peek() == 'n' {
+		return false
+	}
+	switch dst.(type) {
+	case *string, *bool, *json.RawMessage, **int, **int64, **float64, **bool, *[]string, *[]Message, *map[string]json.RawMessage:
+	default:
+		return false
+	}
+	return r.value(dst, 0) && r.End()
+}
+
 // flatReader is decodeFlat's strict JSON reader over one document. Every
 // method returns false to decline the input.
 type flatReader struct{ jsonscan.Scanner }
@@ -181,6 +202,8 @@ func (r *flatReader) value(dst any, depth int) bool {
 		// a RawMessage.
 		switch d := dst.(type) {
 		case **int64:
+			*d = nil
+		case **int:
 			*d = nil
 		case **float64:
 			*d = nil
@@ -238,6 +261,13 @@ func (r *flatReader) value(dst any, depth int) bool {
 		return true
 	case *Usage:
 		return r.object(d, depth)
+	case **int:
+		n, ok := r.Integer()
+		if *d == nil {
+			*d = new(int)
+		}
+		**d = int(n)
+		return ok && int64(**d) == n
 	case **float64:
 		x, ok := r.float()
 		if *d == nil {
