@@ -82,6 +82,30 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
+// DecodeAttempt decodes an attempt message as Decode decodes one into a
+// new Attempt: the same value, or the same error. A worker decodes every
+// attempt it is sent, and encoding/json spends most of that on reflection
+// and a validation pass of its own (issue 31), so a message whose top level
+// plainly says "v":1 (see peekHead) is read in one pass (see decodeFlat);
+// input that pass declines (escaped or case-folded keys, a member given
+// twice, a value of the wrong type, an embeddings request, null array
+// elements, ...) goes to encoding/json, and errors always come from it.
+func DecodeAttempt(data []byte) (Attempt, error) {
+	var a Attempt
+	if _, ok := peekHead(data); ok {
+		if decodeFlat(data, &a) {
+			return a, nil
+		}
+		// Declined: a may hold part of data; decode into a new one.
+		if a = (Attempt{}); json.Unmarshal(data, &a) == nil {
+			return a, nil
+		}
+		a = Attempt{}
+	}
+	err := decodeCarefully(data, &a)
+	return a, err
+}
+
 // CancelReason says why the dispatcher cancels an attempt. The values are
 // those of the hedge engine's cancel reasons (dispatcher/hedge), so the
 // runtime converts one to the other directly.

@@ -304,8 +304,8 @@ func (w *Worker) cancelAll(cause error) {
 func (w *Worker) handleAttempt(msg *nats.Msg) {
 	received := w.cfg.Now()
 
-	var att schemas.Attempt
-	if err := schemas.Decode(msg.Data, &att); err != nil {
+	att, err := schemas.DecodeAttempt(msg.Data)
+	if err != nil {
 		reason := DropMalformed
 		if errors.Is(err, schemas.ErrUnsupportedVersion) {
 			reason = DropVersion

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hedgerow/hedgerow/frontdoor"
 	"github.com/hedgerow/hedgerow/schemas"
+	"github.com/hedgerow/hedgerow/schemas/jsonscan"
 )
 
 // member is one member of a request body that a dialect reads: its name,
@@ -25,8 +28,34 @@ var notAnObject = &frontdoor.Failure{Code: frontdoor.CodeInvalidJSON, Message: "
 // non-null members into its destination. It returns every member of the
 // body by name, as sent, for what the dialect carries on untyped (unread);
 // the first member whose value has the wrong type is refused by wrongType,
-// in the dialect's words.
-func readMembers(body []byte, members []member, wrongType func(member) *frontdoor.Failure) (fields map[string]json.RawMessage, f *frontdoor.Failure) {
+// in the dialect's words. Every destination holds its zero value.
+//
+// The door reads every request's body, and encoding/json spends most of
+// that on reflection and validation passes of its own (issue 31): a plain
+// body is split into its members in one pass (scanMembers), and each
+// member of a common type is decoded in one pass (schemas.DecodeValue).
+// What either declines goes to encoding/json as before, so the members,
+// the values and the failures are those of readMembersCarefully.
+func readMembers(body []byte, members []member, wrongType func(member) *frontdoor.Failure) (map[string]json.RawMessage, *frontdoor.Failure) {
+	fields, ok := scanMembers(body)
+	if !ok {
+		return readMembersCarefully(body, members, wrongType)
+	}
+	for _, m := range members {
+		raw, ok := fields[m.name]
+		if !ok || isJSONNull(raw) || schemas.DecodeValue(raw, m.dst) {
+			continue
+		}
+		reflect.ValueOf(m.dst).Elem().SetZero() // declined: m.dst may hold part of raw
+		if err := json.Unmarshal(raw, m.dst); err != nil {
+			return nil, wrongType(m)
+		}
+	}
+	return fields, nil
+}
+
+// readMembersCarefully is readMembers with encoding/json alone.
+func readMembersCarefully(body []byte, members []member, wrongType func(member) *frontdoor.Failure) (fields map[string]json.RawMessage, f *frontdoor.Failure) {
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return nil, notAnObject
 	}
@@ -40,6 +69,33 @@ func readMembers(body []byte, members []member, wrongType func(member) *frontdoo
 		}
 	}
 	return fields, nil
+}
+
+// scanMembers splits a JSON object into its members, each value as sent,
+// as json.Unmarshal into a map[string]json.RawMessage would (a name sent
+// twice keeps its last value). It declines (false) anything else, and keys
+// encoding/json would rewrite: escaped ones and invalid UTF-8. The values
+// share one copy of body, each capped at its end.
+func scanMembers(body []byte) (map[string]json.RawMessage, bool) {
+	s := jsonscan.Scanner{Data: body}
+	if s.Peek() != '{' {
+		return nil, false
+	}
+	buf := bytes.Clone(body)
+	fields := make(map[string]json.RawMessage, 8)
+	ok := s.Object(func(key []byte) bool {
+		if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
+			return false
+		}
+		s.Peek() // the value starts after any space
+		start := s.I
+		if !s.Skip(1) {
+			return false
+		}
+		fields[string(key)] = buf[start:s.I:s.I]
+		return true
+	})
+	return fields, ok && s.End()
 }
 
 // openAIWrongType refuses a member of the wrong type as OpenAI's APIs do
