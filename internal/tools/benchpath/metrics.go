@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -34,12 +35,11 @@ func (r recordsSeen) String() string {
 
 // scrapeRecords reads serve's recordsSeen from its metrics at url.
 func scrapeRecords(ctx context.Context, url string) (recordsSeen, error) {
-	wait, err := scrapeHistogram(ctx, url, commitWaitMetric)
+	hs, err := scrapeHistograms(ctx, url, commitWaitMetric, batchMetric)
 	if err != nil {
 		return recordsSeen{}, err
 	}
-	batches, err := scrapeHistogram(ctx, url, batchMetric)
-	return recordsSeen{wait: wait, batches: batches}, err
+	return recordsSeen{wait: hs[0], batches: hs[1]}, nil
 }
 
 // The two parts of a race's cancel serve times itself (docs/architecture.md
@@ -59,12 +59,11 @@ type cancelParts struct{ dispatch, worker histogram }
 
 // scrapeCancelParts reads serve's cancelParts from its metrics at url.
 func scrapeCancelParts(ctx context.Context, url string) (cancelParts, error) {
-	dispatch, err := scrapeHistogram(ctx, url, cancelDispatchMetric)
+	hs, err := scrapeHistograms(ctx, url, cancelDispatchMetric, cancelWorkerMetric)
 	if err != nil {
 		return cancelParts{}, err
 	}
-	worker, err := scrapeHistogram(ctx, url, cancelWorkerMetric)
-	return cancelParts{dispatch: dispatch, worker: worker}, err
+	return cancelParts{dispatch: hs[0], worker: hs[1]}, nil
 }
 
 // minus is what c counted since o.
@@ -175,19 +174,30 @@ func (h histogram) String() string {
 	return fmt.Sprintf("p50 %s, p99 %s, mean %.3f ms (%.0f)", bound(0.5), bound(0.99), 1000*h.mean(), h.count)
 }
 
-// scrapeHistogram reads histogram name from the metrics at url.
-func scrapeHistogram(ctx context.Context, url, name string) (histogram, error) {
+// scrapeHistograms reads the named histograms from one scrape of the
+// metrics at url, in the order named.
+func scrapeHistograms(ctx context.Context, url string, names ...string) ([]histogram, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return histogram{}, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return histogram{}, fmt.Errorf("scrape %s: %w", url, err)
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return histogram{}, fmt.Errorf("scrape %s: %d", url, resp.StatusCode)
+		return nil, fmt.Errorf("scrape %s: %d", url, resp.StatusCode)
 	}
-	return parseHistogram(resp.Body, name)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	hs := make([]histogram, len(names))
+	for i, name := range names {
+		if hs[i], err = parseHistogram(bytes.NewReader(body), name); err != nil {
+			return nil, err
+		}
+	}
+	return hs, nil
 }
