@@ -9,6 +9,7 @@ import (
 
 	"github.com/hedgerow/hedgerow/arbiter"
 	"github.com/hedgerow/hedgerow/dispatcher/hedge"
+	"github.com/hedgerow/hedgerow/dispatcher/route"
 	"github.com/hedgerow/hedgerow/schemas"
 )
 
@@ -195,6 +196,9 @@ func (g *group) translate(in inboundEvent) (first, then hedge.Event) {
 			content = a.content.String()
 		}
 		tokens := max(a.tokens, int(m.Usage.OutputUnits))
+		if perToken, ok := route.DecodeTime(g.sub.Request.Stream && a.role != schemas.RoleContinuation, m.StatusClass, now.Sub(a.launchedAt), a.firstByte, tokens); ok {
+			_ = g.d.picker.ObserveDecode(a.route, perToken, now)
+		}
 		if a.role == schemas.RoleContinuation {
 			// A continuation is judged by the answer it ends: the text
 			// it continues joined with its own (§6, "Rescue").

@@ -643,8 +643,14 @@ func (r *runner) observeReport(g *simGroup, sa *simAttempt, ev hedge.Event) erro
 			r.class.ObserveFirstByte(g.cohort, r.routes[sa.route], r.at(), sa.role, ttft)
 		}
 	case hedge.Result:
+		elapsed := r.now - (sa.start - workerLatency)
 		if r.learnsDelay() {
-			r.class.ObserveResult(g.cohort, r.routes[sa.route], r.at(), sa.role, e.Status, r.now-(sa.start-workerLatency))
+			r.class.ObserveResult(g.cohort, r.routes[sa.route], r.at(), sa.role, e.Status, elapsed)
+		}
+		if perToken, ok := route.DecodeTime(r.stream && sa.role != schemas.RoleContinuation, e.Status, elapsed, sa.firstByte, int(e.Usage.OutputUnits)); ok && r.picker != nil {
+			if err := r.picker.ObserveDecode(r.routes[sa.route], perToken, r.at()); err != nil {
+				return err
+			}
 		}
 		sa.finished = true
 		sa.stopped = true

@@ -155,6 +155,11 @@ type routeState struct {
 	// stallSeen.
 	stallWeight, primaryWeight float64
 	stallSeen                  time.Time
+
+	// The decode time is time-decayed the same way as the latency: a
+	// stream's time per output token after its first (ObserveDecode).
+	decodeWeight, decodeSum float64
+	decodeSeen              time.Time
 }
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
@@ -266,6 +271,67 @@ func (p *Picker) Observe(name string, latency time.Duration, now time.Time) erro
 	})
 }
 
+// ObserveDecode feeds one answered stream's time per output token after
+// its first into the route's decode estimate. A route's score counts only
+// its time to the first token otherwise, so a route whose body comes at
+// half its siblings' pace would draw as many streams while every one of
+// them ended later (docs/architecture.md §5, "Route choice").
+func (p *Picker) ObserveDecode(name string, perToken time.Duration, now time.Time) error {
+	if perToken < 0 {
+		return fmt.Errorf("route: %q: negative decode time %v", name, perToken)
+	}
+	return p.update(name, func(rs *routeState) {
+		d := p.decayFrom(rs.decodeSeen, rs.decodeWeight, now)
+		rs.decodeWeight = rs.decodeWeight*d + 1
+		rs.decodeSum = rs.decodeSum*d + perToken.Seconds()
+		if now.After(rs.decodeSeen) {
+			rs.decodeSeen = now
+		}
+	})
+}
+
+// DecodeTime is the decode time per token an ended attempt tells of its
+// route, the rule both drivers feed ObserveDecode by: for an answered
+// stream (a continuation's tokens are counted from its prefix, so it is
+// not one) with a first byte and at least two tokens, its time after the
+// first byte over the tokens after the first.
+func DecodeTime(stream bool, status schemas.StatusClass, elapsed, firstByte time.Duration, tokens int) (time.Duration, bool) {
+	if !stream || status != schemas.StatusOK || firstByte <= 0 || elapsed < firstByte || tokens < 2 {
+		return 0, false
+	}
+	return (elapsed - firstByte) / time.Duration(tokens-1), true
+}
+
+// decode returns the route's recent decode time per token in seconds, or
+// ok=false without a fresh sample (as latency).
+func (p *Picker) decode(rs *routeState, now time.Time) (float64, bool) {
+	if rs.decodeWeight == 0 || rs.decodeWeight*p.decayFrom(rs.decodeSeen, rs.decodeWeight, now) < math.Exp2(-staleHalfLives) {
+		return 0, false
+	}
+	return rs.decodeSum / rs.decodeWeight, true
+}
+
+// The score's decode factor: decode times under decodeFloor a token count
+// alike (a reader sees no difference, and below it the samples are the
+// path's jitter, not the provider's pace); a route decoding four times
+// slower than its pool's median counts four times, no more, so one slow
+// sample of a quiet route cannot take it out of the pool.
+const (
+	decodeFloor     = 0.001 // seconds a token
+	minDecodeFactor = 0.25
+	maxDecodeFactor = 4
+)
+
+// decodeFactor is the score's decode term: the route's decode time per
+// token over its pool's median, each at least decodeFloor; 1 without data.
+func (p *Picker) decodeFactor(rs *routeState, pr priors, now time.Time) float64 {
+	d, ok := p.decode(rs, now)
+	if !ok {
+		return 1
+	}
+	return min(max(max(d, decodeFloor)/max(pr.decode, decodeFloor), minDecodeFactor), maxDecodeFactor)
+}
+
 // ObserveOutcome feeds how one attempt on a route ended into its success
 // ratio: ok for an answer, !ok for a transient failure (an error, a reset,
 // a malformed or invalid answer, a lost worker). Attempts that were
@@ -344,12 +410,13 @@ func (p *Picker) stallFactor(rs *routeState, prior float64, now time.Time) float
 }
 
 // priors are what a route without data of its own is scored at: its pool's
-// median latency (seconds) and median stall share.
-type priors struct{ latency, stall float64 }
+// median latency (seconds), median stall share and median decode time per
+// token (seconds; 0 when no route has one).
+type priors struct{ latency, stall, decode float64 }
 
 // poolPriors computes the priors of pool at now. p.mu must be held.
 func (p *Picker) poolPriors(pool []string, now time.Time) priors {
-	return priors{latency: p.poolMedian(pool, now), stall: p.poolStall(pool, now)}
+	return priors{latency: p.poolMedian(pool, now, p.latency), stall: p.poolStall(pool, now), decode: p.poolMedian(pool, now, p.decode)}
 }
 
 // poolStall is the median raw stall share over the pool's routes holding at
@@ -918,7 +985,7 @@ func (p *Picker) better(a, b *routeState, pr priors, now time.Time) bool {
 }
 
 // score is (in-flight + 1) × recent latency ÷ success ratio × stall
-// factor: the expected wait behind the route's current load, in-flight
+// factor × decode factor: the expected wait behind the route's current load, in-flight
 // being the cluster's count while fresh, stretched by the attempts that
 // would have to be made again, and by the odds that the primary lands in
 // the pool's tail. Without the ratio a route that fails at once would score
@@ -928,26 +995,29 @@ func (p *Picker) better(a, b *routeState, pr priors, now time.Time) bool {
 // siblings while its mean latency still looked fine: a stalled primary is
 // hedged, and its group's answer waits at least the delay, so the pool's
 // P99 is made of those groups and each route's primaries add to it in
-// proportion to its stall share (docs/architecture.md §5, "Route choice").
+// proportion to its stall share. Without the decode factor a stream's
+// route would be judged by its first token alone, however slowly the rest
+// came (docs/architecture.md §5, "Route choice").
 func (p *Picker) score(rs *routeState, pr priors, now time.Time) float64 {
 	l, ok := p.latency(rs, now)
 	if !ok {
 		l = pr.latency
 	}
-	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, pr.stall, now)
+	return float64(rs.load(now)+1) * l / p.successRatio(rs, now) * p.stallFactor(rs, pr.stall, now) * p.decodeFactor(rs, pr, now)
 }
 
-// poolMedian is the median fresh latency over the pool's routes, whatever
-// their health, or 1 (second) when none has data; with no data at all the
-// value is shared by every route and so only breaks no ties. p.mu must be held.
-func (p *Picker) poolMedian(pool []string, now time.Time) float64 {
+// poolMedian is the median fresh estimate (latency or decode) over the
+// pool's routes, whatever their health, or 1 when none has data; with no
+// data at all the value is shared by every route and so breaks no ties.
+// p.mu must be held.
+func (p *Picker) poolMedian(pool []string, now time.Time, estimate func(*routeState, time.Time) (float64, bool)) float64 {
 	ls := make([]float64, 0, len(pool))
 	for i, name := range pool {
 		rs, ok := p.routes[name]
 		if !ok || slices.Contains(pool[:i], name) {
 			continue
 		}
-		if l, ok := p.latency(rs, now); ok {
+		if l, ok := estimate(rs, now); ok {
 			ls = append(ls, l)
 		}
 	}

@@ -872,6 +872,67 @@ func TestANoisyRouteStallingMoreOftenLosesMostOfItsPrimaries(t *testing.T) {
 	}
 }
 
+func TestDecodeTimeIsAnAnsweredStreamsTimePerTokenAfterItsFirst(t *testing.T) {
+	tests := []struct {
+		name               string
+		stream             bool
+		status             schemas.StatusClass
+		elapsed, firstByte time.Duration
+		tokens             int
+		want               time.Duration
+		wantOK             bool
+	}{
+		{"an answered stream", true, schemas.StatusOK, 1300 * time.Millisecond, 300 * time.Millisecond, 21, 50 * time.Millisecond, true},
+		{"a whole answer says nothing of its pace", false, schemas.StatusOK, time.Second, 900 * time.Millisecond, 21, 0, false},
+		{"a failed stream", true, schemas.StatusServerError, time.Second, 300 * time.Millisecond, 21, 0, false},
+		{"a stream of one token", true, schemas.StatusOK, time.Second, 300 * time.Millisecond, 1, 0, false},
+		{"a stream without a first byte", true, schemas.StatusOK, time.Second, 0, 21, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := DecodeTime(tt.stream, tt.status, tt.elapsed, tt.firstByte, tt.tokens)
+			if got != tt.want || ok != tt.wantOK {
+				t.Fatalf("DecodeTime = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+// At equal loads and first tokens, a route whose streams decode at half
+// its siblings' pace loses its pairings (in a closed loop the siblings'
+// loads then grow until it wins some back); equal paces, and paces all
+// under a millisecond a token (the path's jitter), leave the pairings even.
+func TestARouteDecodingSlowerLosesItsPairingsAtEqualLoads(t *testing.T) {
+	tests := []struct {
+		name      string
+		perToken  map[string]time.Duration
+		wantBelow float64 // route a's share
+		wantAbove float64
+	}{
+		{"half the pace", map[string]time.Duration{"a": 40 * time.Millisecond, "b": 20 * time.Millisecond, "c": 20 * time.Millisecond}, 0.01, 0},
+		{"the same pace", map[string]time.Duration{"a": 20 * time.Millisecond, "b": 20 * time.Millisecond, "c": 20 * time.Millisecond}, 0.37, 0.3},
+		{"paces under the floor count alike", map[string]time.Duration{"a": 400 * time.Microsecond, "b": 100 * time.Microsecond, "c": 100 * time.Microsecond}, 0.37, 0.3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestPicker(t, plain("a", "b", "c")...)
+			pool := []string{"a", "b", "c"}
+			for _, name := range pool {
+				mustDo(t, p.Observe(name, 300*time.Millisecond, t0))
+				mustDo(t, p.ObserveDecode(name, tt.perToken[name], t0))
+				for range 4 {
+					mustDo(t, p.Acquire(name))
+				}
+			}
+			const n = 3000
+			got := shares(t, n, func(rng *rand.Rand) (string, bool) { return p.PickPrimary(pool, t0, rng) })
+			if share := float64(got["a"]) / n; share > tt.wantBelow || share < tt.wantAbove {
+				t.Fatalf("route a drew %.3f of the primaries (%v), want within [%.2f, %.2f]", share, got, tt.wantAbove, tt.wantBelow)
+			}
+		})
+	}
+}
+
 func TestPickHedgeTakesTheRouteLeastLikelyToStallOrFailNow(t *testing.T) {
 	pool := []string{"a", "b", "c"}
 	tests := []struct {
