@@ -233,6 +233,8 @@ demo: build
 # uneven (one route with twice its siblings' stall share and half their decode
 # speed, run with it first in the peers' route order — their primary — and then
 # last), uneven-first, uneven-last; all (both, then uneven).
+# PEERS_ORACLE=true: under uneven routes hedgerow's pool leaves the degraded
+# route out — the bound any route choice can reach.
 PEERS_REQUESTS ?= 6000
 PEERS_WARMUP   ?= 1000
 PEERS_RATE     ?= 100
@@ -242,11 +244,12 @@ PEERS_SEEDS    ?=
 PEERS_CONDITIONS ?= both
 PEERS_DELAY    ?= 0
 PEERS_DELAY_FROM ?= warm-up
+PEERS_ORACLE   ?= false
 compare-peers:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkComparePeers$$' -benchtime 1x -timeout 60m ./integration/peers \
 		-peers.requests=$(PEERS_REQUESTS) -peers.warmup=$(PEERS_WARMUP) -peers.rate=$(PEERS_RATE) -peers.scale=$(PEERS_SCALE) \
 		-peers.seed=$(PEERS_SEED) -peers.seeds=$(PEERS_SEEDS) -peers.conditions=$(PEERS_CONDITIONS) \
-		-peers.delay=$(PEERS_DELAY) -peers.delay-from=$(PEERS_DELAY_FROM)
+		-peers.delay=$(PEERS_DELAY) -peers.delay-from=$(PEERS_DELAY_FROM) -peers.oracle=$(PEERS_ORACLE)
 
 # The rescue fault run (docs/architecture.md §12): per break mode (cut, error,
 # malformed, stall, truncate) three fake routes in process, one breaking every

@@ -89,8 +89,13 @@ type options struct {
 	// run to run, and whichever is lower buys a shorter tail with more
 	// duplicates.
 	DelayFromHedgerow bool
-	Seed              uint64
-	Workload          string
+	// Oracle leaves the degraded route out of hedgerow's pool under uneven
+	// routes, as if its route choice knew which route is degraded and sent
+	// it nothing: the bound any route choice can reach there. The peers
+	// keep all three routes.
+	Oracle   bool
+	Seed     uint64
+	Workload string
 	// Conditions are run one after the other, each on fresh fakes and a
 	// fresh hedgerow.
 	Conditions []condition
@@ -386,7 +391,7 @@ func startStage(o options, c condition) (*stage, error) {
 	for _, r := range c.order() {
 		s.ordered = append(s.ordered, s.hosts[r])
 	}
-	cfg, err := config.Parse("peers.yaml", []byte(configYAML(o, s.hosts, c.order())), config.RoleServe, func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse("peers.yaml", []byte(configYAML(o, s.hosts, o.hedgerowOrder(c))), config.RoleServe, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hedgerow configuration: %w", err), s.stop(context.Background()))
 	}
@@ -400,8 +405,19 @@ func startStage(o options, c condition) (*stage, error) {
 	return s, nil
 }
 
-// configYAML is hedgerow's configuration: the three fakes as one pool, in
-// the condition's route order, and one operation class on the default
+// hedgerowOrder is the route order of hedgerow's pool under c: the
+// condition's, less the degraded route under uneven routes with Oracle.
+func (o options) hedgerowOrder(c condition) []int {
+	order := c.order()
+	if o.Oracle && c.Uneven {
+		order = slices.DeleteFunc(order, func(r int) bool { return r == degradedRoute })
+	}
+	return order
+}
+
+// configYAML is hedgerow's configuration: the fakes of order (the
+// condition's route order, less the degraded route with Options.Oracle) as
+// one pool, in that order, and one operation class on the default
 // policy — hedging on, max_attempts 2, the adaptive delay at q = 0.95, the
 // default duplicate budget and guardrail — with the durations the workload
 // model decides scaled as `hedgerow demo` scales them (deadline, minimum

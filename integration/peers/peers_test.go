@@ -33,6 +33,7 @@ var (
 	flagScale      = flag.Float64("peers.scale", 0.2, "time scale: real seconds per model second")
 	flagDelay      = flag.Duration("peers.delay", 0, "pin the peers' hedge delay (real time); 0: the P95 of none's time to first token over the warm-up's second half")
 	flagDelayFrom  = flag.String("peers.delay-from", "warm-up", "where the peers' delay comes from unless pinned: warm-up (the P95 of none's time to first token) or hedgerow (the median delay hedgerow's groups armed in the warm-up)")
+	flagOracle     = flag.Bool("peers.oracle", false, "under uneven routes, leave the degraded route out of hedgerow's pool: the bound any route choice can reach")
 	flagSeed       = flag.Uint64("peers.seed", 1, "seed of the workload, the arrivals and the interleaving")
 	flagSeeds      = flag.String("peers.seeds", "", "comma-separated seeds to run one after the other and pool (overrides -peers.seed)")
 	flagWorkload   = flag.String("peers.workload", workload.GPT4o, "the fake routes' workload model")
@@ -81,7 +82,7 @@ func BenchmarkComparePeers(b *testing.B) {
 	}
 	o := options{
 		PerContender: *flagRequests, Warmup: *flagWarmup, Rate: *flagRate, TimeScale: *flagScale, Delay: *flagDelay,
-		DelayFromHedgerow: *flagDelayFrom == "hedgerow", Workload: *flagWorkload, Conditions: conds,
+		DelayFromHedgerow: *flagDelayFrom == "hedgerow", Oracle: *flagOracle, Workload: *flagWorkload, Conditions: conds,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 		},
@@ -235,5 +236,27 @@ func TestPeersConditionsKeepBothAndAddTheUnevenOrders(t *testing.T) {
 	}
 	if first, last := conditionUnevenFirst.order(), conditionUnevenLast.order(); first[0] != degradedRoute || last[routes-1] != degradedRoute {
 		t.Errorf("route orders %v and %v: want the degraded route %d first and then last", first, last, degradedRoute)
+	}
+}
+
+// The oracle leaves exactly the degraded route out of hedgerow's pool, and
+// only under uneven routes; the peers' order never changes.
+func TestTheOracleLeavesOnlyTheDegradedRouteOutOfHedgerowsPool(t *testing.T) {
+	tests := []struct {
+		c    condition
+		want []int
+	}{
+		{conditionHeadersAtFirstToken, conditionHeadersAtFirstToken.order()},
+		{conditionOpenEarly, conditionOpenEarly.order()},
+		{conditionUnevenFirst, []int{1, 2}},
+		{conditionUnevenLast, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		if got := (options{}).hedgerowOrder(tt.c); !slices.Equal(got, tt.c.order()) {
+			t.Errorf("%s without the oracle: hedgerow's order %v, want the peers' %v", tt.c.Name, got, tt.c.order())
+		}
+		if got := (options{Oracle: true}).hedgerowOrder(tt.c); !slices.Equal(got, tt.want) {
+			t.Errorf("%s with the oracle: hedgerow's order %v, want %v", tt.c.Name, got, tt.want)
+		}
 	}
 }

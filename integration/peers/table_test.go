@@ -18,6 +18,9 @@ func writeTable(w io.Writer, o options, reps []*conditionReport) {
 	fmt.Fprintf(w, "peers comparison: workload %s, seed %d, time scale %v (deadline %v real), %d requests per contender, "+
 		"%v requests/s in all, contenders interleaved by a seeded shuffle; times are real ms, failures count at the deadline\n",
 		o.Workload, o.Seed, o.TimeScale, o.deadline(), o.PerContender, o.Rate)
+	if o.Oracle {
+		fmt.Fprintf(w, "oracle (-peers.oracle): under uneven routes hedgerow's pool leaves the degraded route out; the peers keep all three\n")
+	}
 	for _, rep := range reps {
 		fmt.Fprintf(w, "\n== %s — peers' delay %s ms (%s; the same P95 over none's measured requests was %s ms, "+
 			"the model's own %s ms), max %d attempts each; run took %v\n",
