@@ -10,9 +10,10 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hedgerow
 
 # A nats-server for running gateway and worker processes against an external
-# cluster, built from the nats-server/v2 module pinned in go.mod (no system package).
+# cluster, built from the nats-server/v2 module pinned in go.mod (no system package),
+# statically linked (CGO off) so it also runs in a scratch image.
 nats-server:
-	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	CGO_ENABLED=0 $(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 
 # redis-server and redis-cli for the tests that start their own Redis (standalone and
 # cluster); installed from Debian's packages when missing.
