@@ -130,13 +130,8 @@ type routeState struct {
 	sharedInFlight int
 	sharedUntil    time.Time
 
-	// The latency estimate is a time-decayed mean: every sample's weight
-	// halves each half-life, so mean = wsum / weight. Unlike a per-sample
-	// EWMA it fades at the same pace whether a route sees one request a
-	// minute or a thousand a second.
-	weight   float64
-	wsum     float64 // Σ weight × latency in seconds
-	lastSeen time.Time
+	// The latency estimate (seconds), time-decayed at the half-life.
+	latency decayedMean
 
 	// unservedUntil: no worker took the route's last attempt (NATS had no
 	// responders for its subject); until then the route is picked only
@@ -156,10 +151,38 @@ type routeState struct {
 	stallWeight, primaryWeight float64
 	stallSeen                  time.Time
 
-	// The decode time is time-decayed the same way as the latency: a
+	// The decode time (seconds a token), decayed as the latency: a
 	// stream's time per output token after its first (ObserveDecode).
-	decodeWeight, decodeSum float64
-	decodeSeen              time.Time
+	decode decayedMean
+}
+
+// decayedMean is a time-decayed mean: every sample's weight halves each
+// half-life, so the mean is sum / weight. Unlike a per-sample EWMA it fades
+// at the same pace whether a route sees one sample a minute or a thousand
+// a second.
+type decayedMean struct {
+	weight float64
+	sum    float64 // Σ weight × sample
+	seen   time.Time
+}
+
+// add takes one sample at now. A clock that steps backwards decays nothing.
+func (m *decayedMean) add(sample float64, now time.Time, halfLife time.Duration) {
+	d := decayFrom(m.seen, m.weight, now, halfLife)
+	m.weight = m.weight*d + 1
+	m.sum = m.sum*d + sample
+	if now.After(m.seen) {
+		m.seen = now
+	}
+}
+
+// at is the mean at now, or ok=false without a sample or with stale ones
+// only (their weight decayed below 2^-staleHalfLives).
+func (m decayedMean) at(now time.Time, halfLife time.Duration) (float64, bool) {
+	if m.weight == 0 || m.weight*decayFrom(m.seen, m.weight, now, halfLife) < math.Exp2(-staleHalfLives) {
+		return 0, false
+	}
+	return m.sum / m.weight, true
 }
 
 // NewPicker returns a Picker for the given routes, all healthy, idle and
@@ -261,14 +284,7 @@ func (p *Picker) Observe(name string, latency time.Duration, now time.Time) erro
 	if latency < 0 {
 		return fmt.Errorf("route: %q: negative latency %v", name, latency)
 	}
-	return p.update(name, func(rs *routeState) {
-		d := p.decay(rs, now)
-		rs.weight = rs.weight*d + 1
-		rs.wsum = rs.wsum*d + latency.Seconds()
-		if now.After(rs.lastSeen) {
-			rs.lastSeen = now
-		}
-	})
+	return p.update(name, func(rs *routeState) { rs.latency.add(latency.Seconds(), now, p.halfLife) })
 }
 
 // ObserveDecode feeds one answered stream's time per output token after
@@ -280,14 +296,7 @@ func (p *Picker) ObserveDecode(name string, perToken time.Duration, now time.Tim
 	if perToken < 0 {
 		return fmt.Errorf("route: %q: negative decode time %v", name, perToken)
 	}
-	return p.update(name, func(rs *routeState) {
-		d := p.decayFrom(rs.decodeSeen, rs.decodeWeight, now)
-		rs.decodeWeight = rs.decodeWeight*d + 1
-		rs.decodeSum = rs.decodeSum*d + perToken.Seconds()
-		if now.After(rs.decodeSeen) {
-			rs.decodeSeen = now
-		}
-	})
+	return p.update(name, func(rs *routeState) { rs.decode.add(perToken.Seconds(), now, p.halfLife) })
 }
 
 // DecodeTime is the decode time per token an ended attempt tells of its
@@ -303,12 +312,9 @@ func DecodeTime(stream bool, status schemas.StatusClass, elapsed, firstByte time
 }
 
 // decode returns the route's recent decode time per token in seconds, or
-// ok=false without a fresh sample (as latency).
+// ok=false without a fresh sample.
 func (p *Picker) decode(rs *routeState, now time.Time) (float64, bool) {
-	if rs.decodeWeight == 0 || rs.decodeWeight*p.decayFrom(rs.decodeSeen, rs.decodeWeight, now) < math.Exp2(-staleHalfLives) {
-		return 0, false
-	}
-	return rs.decodeSum / rs.decodeWeight, true
+	return rs.decode.at(now, p.halfLife)
 }
 
 // The score's decode factor: decode times under decodeFloor a token count
@@ -524,12 +530,6 @@ func (p *Picker) stallDecay(rs *routeState, now time.Time) float64 {
 	return decayFrom(rs.stallSeen, rs.primaryWeight, now, p.stallHalfLife)
 }
 
-// decay is the factor by which a route's sample weights have shrunk since
-// its last sample. A clock that steps backwards decays nothing.
-func (p *Picker) decay(rs *routeState, now time.Time) float64 {
-	return p.decayFrom(rs.lastSeen, rs.weight, now)
-}
-
 // decayFrom is the factor by which weights last updated at since have
 // shrunk by now at the picker's half-life.
 func (p *Picker) decayFrom(since time.Time, weight float64, now time.Time) float64 {
@@ -550,13 +550,7 @@ func decayFrom(since time.Time, weight float64, now time.Time, halfLife time.Dur
 // latency returns the route's recent latency in seconds, or ok=false when it
 // has no sample or only stale ones.
 func (p *Picker) latency(rs *routeState, now time.Time) (float64, bool) {
-	if rs.weight == 0 {
-		return 0, false
-	}
-	if rs.weight*p.decay(rs, now) < math.Exp2(-staleHalfLives) {
-		return 0, false
-	}
-	return rs.wsum / rs.weight, true
+	return rs.latency.at(now, p.halfLife)
 }
 
 // Acquire counts one more attempt in flight on a route; call Release when it
